@@ -1,0 +1,81 @@
+# ctxguard: the two commands are `make run` and `make test`. `make help` lists the rest.
+# Everything here is a thin wrapper over scripts/ (they also work without make).
+
+SHELL := /bin/bash
+MAKEFLAGS += --no-print-directory
+.DEFAULT_GOAL := help
+
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD_TYPE ?= RelWithDebInfo
+FUZZ_SECONDS ?= 60
+export JOBS BUILD_TYPE FUZZ_SECONDS
+
+FORMAT_DIRS := server client tests
+
+.PHONY: help deps build build-asan run stop status test test-unit test-asan fuzz bench \
+        format format-check helm-check clean distclean
+
+help: ## this list
+	@echo "ctxguard make targets:"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
+	    awk 'BEGIN { FS = ":.*## " } { printf "  %-13s %s\n", $$1, $$2 }'
+	@echo "variables: JOBS=$(JOBS) BUILD_TYPE=$(BUILD_TYPE) FUZZ_SECONDS=$(FUZZ_SECONDS)" \
+	      "TEST_LABEL=unit|integration|e2e TEST_REGEX=..."
+
+deps: ## install the Debian packages that are missing (apt)
+	scripts/deps.sh
+
+build: deps ## build build/bin/ctxguard and build/bin/ctxguardctl (and the tests)
+	scripts/build.sh build
+
+build-asan: deps ## the same with AddressSanitizer + UBSan, in build-asan/
+	scripts/build.sh build-asan -DCG_SANITIZE=ON
+
+run: ## start PostgreSQL, Redis and the server under .run/ and show a call
+	scripts/run.sh
+
+stop: ## stop the server and the services of `make run`
+	scripts/run.sh stop
+
+status: ## what `make run` left running
+	scripts/run.sh status
+
+test: ## unit, integration and e2e tests against throwaway services
+	scripts/test.sh
+
+test-unit: ## unit tests only (no services needed, but started anyway)
+	TEST_LABEL=unit scripts/test.sh
+
+test-asan: ## the test suite on the sanitizer build (build-asan/)
+	CG_SANITIZE=1 scripts/test.sh
+
+fuzz: ## build the libFuzzer targets with clang and run each FUZZ_SECONDS
+	scripts/fuzz.sh
+
+bench: build ## run the benchmarks (bench/run.sh)
+	@if [[ -x bench/run.sh ]]; then bench/run.sh; \
+	 elif [[ -f bench/run.sh ]]; then bash bench/run.sh; \
+	 else echo "bench/run.sh does not exist yet"; exit 1; fi
+
+format: ## clang-format -i every C source and header
+	find $(FORMAT_DIRS) -name '*.[ch]' -print0 | xargs -0 -r clang-format -i
+
+format-check: ## fail if clang-format would change anything
+	find $(FORMAT_DIRS) -name '*.[ch]' -print0 | xargs -0 -r clang-format --dry-run -Werror
+
+HELM ?= helm
+helm-check: ## lint and render the chart (needs helm on PATH or HELM=/path/to/helm)
+	@command -v $(HELM) >/dev/null || { echo "helm not found: set HELM=/path/to/helm"; exit 1; }
+	$(HELM) lint helm/ctxguard --set secrets.pgDsn=postgresql://u@pg/ctxguard
+	$(HELM) template cg helm/ctxguard --set secrets.pgDsn=postgresql://u@pg/ctxguard >/dev/null
+	$(HELM) template cg helm/ctxguard --set postgresql.host=pg --set postgresql.passwordSecret.name=pg \
+	    --set redis.host=redis --set redis.passwordSecret.name=redis --set tls.enabled=true \
+	    --set tls.secretName=tls >/dev/null
+	@echo "chart ok"
+
+clean: ## delete the build trees (keeps .run/)
+	rm -rf build build-asan build-fuzz
+
+distclean: stop clean ## also delete .run/ (data, admin key) and leftover test runs
+	for d in .run/test-*; do if [[ -d $$d ]]; then scripts/services.sh destroy $$d; fi; done
+	scripts/services.sh destroy .run

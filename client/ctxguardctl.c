@@ -1,0 +1,971 @@
+/* ctxguardctl.c - the command-line client of ctxguard: admin (tenants, keys), diagnostics
+ * (health, whoami, ping), over the client library.
+ *
+ * Commands live in one table (`commands` below). Adding a command is adding a row and its
+ * function: the row gives the words, the positional arguments, the options, which key it
+ * uses and the help line; argument parsing, key selection, the client, errors and --help
+ * are shared.
+ *
+ * Exit status: 0 success, 1 the call failed (or health is not SERVING), 2 usage error.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "cg_client.h"
+#include "cg_json.h"
+#include "ctxguard/v1/admin.pb-c.h"
+#include "grpc/health/v1/health.pb-c.h"
+
+#define PROG "ctxguardctl"
+#define EXIT_OK 0
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+
+#define MAX_WORDS 2 /* "tenant create" */
+#define MAX_POSITIONAL 8
+#define MAX_CMD_OPTIONS 8
+#define MAX_ARGS 256 /* more command-line arguments than this is a mistake */
+#define MAX_TIMEOUT_MS 86400000L
+#define LIST_MAX_PAGES 10000 /* a server that never stops paging is a bug, not a reason to loop */
+
+#define ADMIN_METHOD(name) "/ctxguard.v1.AdminService/" name
+
+/* Which key a command sends when --key is not given. */
+enum key_source {
+    KEY_FLAG_ONLY, /* only --key (health needs none) */
+    KEY_TENANT,    /* CTXGUARD_KEY */
+    KEY_ADMIN,     /* CTXGUARD_ADMIN_KEY, else CTXGUARD_KEY */
+    KEY_ANY,       /* CTXGUARD_KEY, else CTXGUARD_ADMIN_KEY */
+};
+
+struct cmd_option {
+    const char *name;       /* "--time-zone" */
+    const char *value_name; /* "TZ"; NULL for a flag without a value */
+    const char *help;
+};
+
+struct cmd_args {
+    const char *positional[MAX_POSITIONAL];
+    int positional_count;
+    const char *option_values[MAX_CMD_OPTIONS]; /* by index in the row's options; NULL: not
+                                                   given; "" for a given flag */
+};
+
+struct ctl;
+
+struct command {
+    const char *words;     /* "tenant create" */
+    const char *arg_usage; /* "NAME" */
+    const char *summary;
+    enum key_source key;
+    int min_positional;
+    int max_positional;
+    struct cmd_option options[MAX_CMD_OPTIONS]; /* ends at the first empty name */
+    int (*run)(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args);
+};
+
+/* Global options and the lazily created client. */
+struct ctl {
+    const char *target;
+    const char *key_flag;
+    const char *tls_ca;
+    long timeout_ms;
+    bool timeout_given;
+    bool json;
+    const char *key; /* chosen for the command */
+    struct cg_client *client;
+};
+
+/* ------------------------------------------------------------------ output ------ */
+
+/* Prints text for a terminal: control characters become '?', the rest is left as is. */
+static void print_text(FILE *out, const char *s)
+{
+    if (s == NULL)
+        return;
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+        fputc(c < 0x20 || c == 0x7f ? '?' : c, out);
+    }
+}
+
+static void print_field(const char *label, const char *value)
+{
+    printf("%-12s ", label);
+    print_text(stdout, value != NULL && value[0] != '\0' ? value : "-");
+    fputc('\n', stdout);
+}
+
+/* Formats ms since the epoch as ISO 8601 UTC ("2024-05-01T12:00:00.123Z"); 0 as "-". */
+static const char *format_time(int64_t unix_ms, char *buf, size_t len)
+{
+    struct tm tm;
+    time_t secs = (time_t)(unix_ms / 1000);
+    int millis = (int)(unix_ms % 1000);
+
+    if (unix_ms == 0) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    if (millis < 0) {
+        millis += 1000;
+        secs -= 1;
+    }
+    if (gmtime_r(&secs, &tm) == NULL ||
+        snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis) < 0)
+        snprintf(buf, len, "%" PRId64, unix_ms);
+    return buf;
+}
+
+static int print_json(const ProtobufCMessage *msg)
+{
+    cg_status rc = cg_json_write_message(stdout, msg);
+    if (rc == CG_OK && fputc('\n', stdout) == EOF)
+        rc = CG_IO;
+    if (rc) {
+        fprintf(stderr, PROG ": cannot write JSON output: %s\n", cg_status_str(rc));
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
+/* Reports a failed call as "ctxguardctl: NAME: message". Returns EXIT_FAIL. */
+static int fail_status(const struct cg_client_status *st)
+{
+    fprintf(stderr, PROG ": %s: ", st->name);
+    print_text(stderr, st->message[0] != '\0' ? st->message : cg_status_str(st->code));
+    fputc('\n', stderr);
+    return EXIT_FAIL;
+}
+
+/* Reports an answer that lacks what the protocol promises. Returns EXIT_FAIL. */
+static int fail_answer(const char *what)
+{
+    fprintf(stderr, PROG ": INTERNAL: the server's answer has no %s\n", what);
+    return EXIT_FAIL;
+}
+
+/* Reports a usage error and the way to help. Returns EXIT_USAGE. */
+static int usage_error(const char *fmt, ...) CG_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, PROG ": ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n" PROG ": try '" PROG " --help'\n");
+    return EXIT_USAGE;
+}
+
+/* Prints a table cell: the text made safe, then spaces up to width (counted in bytes). */
+static void print_cell(const char *s, size_t width)
+{
+    size_t len = s != NULL ? strlen(s) : 0;
+    print_text(stdout, s);
+    for (; len < width; len++)
+        fputc(' ', stdout);
+    fputs("  ", stdout);
+}
+
+/* ------------------------------------------------------------------ arguments --- */
+
+static bool parse_long(const char *s, long min, long max, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+static const char *env_nonempty(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+/* The value of a command's option, or NULL when it was not given. */
+static const char *option_value(const struct command *cmd, const struct cmd_args *args,
+                                const char *name)
+{
+    for (int i = 0; i < MAX_CMD_OPTIONS && cmd->options[i].name != NULL; i++) {
+        if (strcmp(cmd->options[i].name, name) == 0)
+            return args->option_values[i];
+    }
+    return NULL;
+}
+
+static struct cg_client *ctl_client(struct ctl *ctl)
+{
+    struct cg_client_opts opts;
+    struct cg_err err;
+
+    if (ctl->client != NULL)
+        return ctl->client;
+    cg_client_opts_init(&opts);
+    opts.target = ctl->target;
+    opts.bearer_key = ctl->key;
+    opts.tls_ca_file = ctl->tls_ca;
+    opts.timeout_ms = (int)ctl->timeout_ms;
+    ctl->client = cg_client_new(&opts, &err);
+    if (ctl->client == NULL) {
+        fprintf(stderr, PROG ": ");
+        print_text(stderr, cg_err_text(&err));
+        fputc('\n', stderr);
+    }
+    return ctl->client;
+}
+
+/* Runs a unary call; on failure reports it. Returns EXIT_OK with *response set, else
+ * EXIT_FAIL or EXIT_USAGE (the client could not be made from the options). */
+static int call(struct ctl *ctl, const char *method, const ProtobufCMessage *request,
+                const ProtobufCMessageDescriptor *response_desc, ProtobufCMessage **response)
+{
+    struct cg_client_status st;
+    struct cg_client *client = ctl_client(ctl);
+
+    *response = NULL;
+    if (client == NULL)
+        return EXIT_USAGE;
+    if (cg_client_unary(client, method, request, response_desc, response, &st) != CG_OK)
+        return fail_status(&st);
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ commands ---- */
+
+static int cmd_health(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *service = args->positional_count > 0 ? args->positional[0] : "";
+    int rc;
+
+    req.service = (char *)service;
+    rc = call(ctl, "/grpc.health.v1.Health/Check", &req.base,
+              &grpc__health__v1__health_check_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Grpc__Health__V1__HealthCheckResponse *resp = (const void *)msg;
+    const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(
+        &grpc__health__v1__health_check_response__serving_status__descriptor, resp->status);
+    if (ctl->json) {
+        rc = print_json(msg);
+        if (rc)
+            goto out;
+    } else if (ev != NULL) {
+        printf("%s\n", ev->name);
+    } else {
+        printf("%d\n", (int)resp->status);
+    }
+    if (resp->status != GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING)
+        rc = EXIT_FAIL;
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static void print_tenant(const Ctxguard__V1__Tenant *t)
+{
+    char when[40];
+    print_field("tenant_id:", t->tenant_id);
+    print_field("name:", t->name);
+    print_field("time_zone:", t->time_zone);
+    print_field("created_at:", format_time(t->created_at_unix_ms, when, sizeof when));
+}
+
+static int cmd_tenant_create(struct ctl *ctl, const struct command *cmd,
+                             const struct cmd_args *args)
+{
+    Ctxguard__V1__CreateTenantRequest req = CTXGUARD__V1__CREATE_TENANT_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *time_zone = option_value(cmd, args, "--time-zone");
+    int rc;
+
+    req.name = (char *)args->positional[0];
+    if (time_zone != NULL)
+        req.time_zone = (char *)time_zone;
+    rc = call(ctl, ADMIN_METHOD("CreateTenant"), &req.base,
+              &ctxguard__v1__create_tenant_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__CreateTenantResponse *resp = (const void *)msg;
+    if (resp->tenant == NULL) {
+        rc = fail_answer("tenant");
+        goto out;
+    }
+    if (ctl->json) {
+        rc = print_json(&resp->tenant->base);
+    } else {
+        print_text(stdout, resp->tenant->tenant_id);
+        fputc('\n', stdout);
+    }
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_tenant_get(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__GetTenantRequest req = CTXGUARD__V1__GET_TENANT_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc;
+
+    req.tenant_id = (char *)args->positional[0];
+    rc = call(ctl, ADMIN_METHOD("GetTenant"), &req.base,
+              &ctxguard__v1__get_tenant_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__GetTenantResponse *resp = (const void *)msg;
+    if (resp->tenant == NULL) {
+        rc = fail_answer("tenant");
+        goto out;
+    }
+    if (ctl->json)
+        rc = print_json(&resp->tenant->base);
+    else
+        print_tenant(resp->tenant);
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+/* Pages through all tenants, then prints them: a failure midway prints nothing (JSON
+ * output is then never half an object). */
+static int cmd_tenant_list(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    ProtobufCMessage *pages[LIST_MAX_PAGES];
+    int page_count = 0;
+    const char *page_size_text = option_value(cmd, args, "--page-size");
+    long page_size = 0;
+    int rc = EXIT_OK;
+
+    if (page_size_text != NULL && !parse_long(page_size_text, 1, 1000, &page_size))
+        return usage_error("--page-size must be 1..1000, not '%s'", page_size_text);
+    const char *token = "";
+    for (;;) {
+        Ctxguard__V1__ListTenantsRequest req = CTXGUARD__V1__LIST_TENANTS_REQUEST__INIT;
+        req.page_size = (uint32_t)page_size;
+        req.page_token = (char *)token;
+        if (page_count == LIST_MAX_PAGES) {
+            fprintf(stderr, PROG ": INTERNAL: the server kept paging past %d pages\n",
+                    LIST_MAX_PAGES);
+            rc = EXIT_FAIL;
+            goto out;
+        }
+        rc = call(ctl, ADMIN_METHOD("ListTenants"), &req.base,
+                  &ctxguard__v1__list_tenants_response__descriptor, &pages[page_count]);
+        if (rc)
+            goto out;
+        const Ctxguard__V1__ListTenantsResponse *resp = (const void *)pages[page_count];
+        page_count++;
+        const char *next = resp->next_page_token;
+        if (next == NULL || next[0] == '\0')
+            break;
+        if (strcmp(next, token) == 0) {
+            fprintf(stderr, PROG ": INTERNAL: the server returned the same page token twice\n");
+            rc = EXIT_FAIL;
+            goto out;
+        }
+        token = next;
+    }
+
+    if (ctl->json)
+        fputs("{\"tenants\":[", stdout);
+    else
+        printf("%-36s  %-24s  %-20s  %s\n", "TENANT_ID", "NAME", "TIME_ZONE", "CREATED_AT");
+    bool first = true;
+    for (int p = 0; p < page_count; p++) {
+        const Ctxguard__V1__ListTenantsResponse *resp = (const void *)pages[p];
+        for (size_t i = 0; i < resp->n_tenants; i++) {
+            const Ctxguard__V1__Tenant *t = resp->tenants[i];
+            char when[40];
+            if (ctl->json) {
+                if (!first)
+                    fputc(',', stdout);
+                if (cg_json_write_message(stdout, &t->base) != CG_OK) {
+                    rc = EXIT_FAIL;
+                    goto out;
+                }
+            } else {
+                print_cell(t->tenant_id, 36);
+                print_cell(t->name, 24);
+                print_cell(t->time_zone, 20);
+                printf("%s\n", format_time(t->created_at_unix_ms, when, sizeof when));
+            }
+            first = false;
+        }
+    }
+    if (ctl->json)
+        fputs("]}\n", stdout);
+out:
+    for (int p = 0; p < page_count; p++)
+        protobuf_c_message_free_unpacked(pages[p], NULL);
+    return rc;
+}
+
+static void print_api_key(const Ctxguard__V1__ApiKey *k)
+{
+    char when[40];
+    print_field("key_id:", k->key_id);
+    print_field("tenant_id:", k->tenant_id);
+    print_field("name:", k->name);
+    print_field("created_at:", format_time(k->created_at_unix_ms, when, sizeof when));
+    print_field("revoked_at:", format_time(k->revoked_at_unix_ms, when, sizeof when));
+}
+
+static int cmd_key_create(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__CreateApiKeyRequest req = CTXGUARD__V1__CREATE_API_KEY_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *name = option_value(cmd, args, "--name");
+    int rc;
+
+    req.tenant_id = (char *)args->positional[0];
+    if (name != NULL)
+        req.name = (char *)name;
+    rc = call(ctl, ADMIN_METHOD("CreateApiKey"), &req.base,
+              &ctxguard__v1__create_api_key_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__CreateApiKeyResponse *resp = (const void *)msg;
+    if (resp->key == NULL || resp->secret == NULL || resp->secret[0] == '\0') {
+        rc = fail_answer("key or secret");
+        goto out;
+    }
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    print_field("key_id:", resp->key->key_id);
+    print_field("tenant_id:", resp->key->tenant_id);
+    print_field("name:", resp->key->name);
+    print_field("secret:", resp->secret);
+    printf("\nThe secret above is shown only this once: store it now. The server keeps only\n"
+           "its hash and cannot show it again.\n");
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_key_list(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__ListApiKeysRequest req = CTXGUARD__V1__LIST_API_KEYS_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc;
+
+    req.tenant_id = (char *)args->positional[0];
+    rc = call(ctl, ADMIN_METHOD("ListApiKeys"), &req.base,
+              &ctxguard__v1__list_api_keys_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__ListApiKeysResponse *resp = (const void *)msg;
+    printf("%-16s  %-24s  %-24s  %s\n", "KEY_ID", "CREATED_AT", "REVOKED_AT", "NAME");
+    for (size_t i = 0; i < resp->n_keys; i++) {
+        const Ctxguard__V1__ApiKey *k = resp->keys[i];
+        char created[40];
+        char revoked[40];
+        print_cell(k->key_id, 16);
+        print_cell(format_time(k->created_at_unix_ms, created, sizeof created), 24);
+        print_cell(k->revoked_at_unix_ms != 0
+                       ? format_time(k->revoked_at_unix_ms, revoked, sizeof revoked)
+                       : "active",
+                   24);
+        print_text(stdout, k->name);
+        fputc('\n', stdout);
+    }
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_key_revoke(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__RevokeApiKeyRequest req = CTXGUARD__V1__REVOKE_API_KEY_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc;
+
+    req.tenant_id = (char *)args->positional[0];
+    req.key_id = (char *)args->positional[1];
+    rc = call(ctl, ADMIN_METHOD("RevokeApiKey"), &req.base,
+              &ctxguard__v1__revoke_api_key_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__RevokeApiKeyResponse *resp = (const void *)msg;
+    if (resp->key == NULL) {
+        rc = fail_answer("key");
+        goto out;
+    }
+    if (ctl->json)
+        rc = print_json(&resp->key->base);
+    else
+        print_api_key(resp->key);
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_whoami(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__WhoAmIRequest req = CTXGUARD__V1__WHO_AM_IREQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc;
+
+    rc = call(ctl, ADMIN_METHOD("WhoAmI"), &req.base, &ctxguard__v1__who_am_iresponse__descriptor,
+              &msg);
+    if (rc)
+        goto out;
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__WhoAmIResponse *resp = (const void *)msg;
+    switch (resp->kind) {
+    case CTXGUARD__V1__WHO_AM_IRESPONSE__KIND__KIND_ADMIN:
+        print_field("kind:", "admin");
+        break;
+    case CTXGUARD__V1__WHO_AM_IRESPONSE__KIND__KIND_TENANT:
+        print_field("kind:", "tenant");
+        print_field("tenant_id:", resp->tenant_id);
+        print_field("tenant_name:", resp->tenant_name);
+        print_field("key_id:", resp->key_id);
+        break;
+    default:
+        print_field("kind:", "unspecified");
+        break;
+    }
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_ping(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__PingRequest req = CTXGUARD__V1__PING_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *delay_text = option_value(cmd, args, "--delay");
+    long delay = 0;
+    int rc;
+
+    /* Any uint32 goes to the server, which owns the 0..60000 rule and says so. */
+    if (delay_text != NULL && !parse_long(delay_text, 0, (long)UINT32_MAX, &delay))
+        return usage_error("--delay must be a number of milliseconds, not '%s'", delay_text);
+    /* The reply is held for the delay: without an explicit --timeout, wait for it. */
+    if (!ctl->timeout_given)
+        ctl->timeout_ms += delay < MAX_TIMEOUT_MS - ctl->timeout_ms ? delay : 0;
+    req.delay_ms = (uint32_t)delay;
+    int64_t started_ns = cg_mono_ns();
+    rc = call(ctl, ADMIN_METHOD("Ping"), &req.base, &ctxguard__v1__ping_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    double rtt_ms = (double)(cg_mono_ns() - started_ns) / 1e6;
+    const Ctxguard__V1__PingResponse *resp = (const void *)msg;
+    char when[40];
+    if (ctl->json) {
+        printf("{\"delay_ms\":%" PRIu32 ",\"server_time_unix_ms\":%" PRId64
+               ",\"rtt_ms\":%.3f,\"payload_bytes\":%zu}\n",
+               resp->delay_ms, resp->server_time_unix_ms, rtt_ms, resp->payload.len);
+    } else {
+        printf("pong delay_ms=%" PRIu32 " rtt_ms=%.3f server_time=%s\n", resp->delay_ms, rtt_ms,
+               format_time(resp->server_time_unix_ms, when, sizeof when));
+    }
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static const struct command commands[] = {
+    {.words = "health",
+     .arg_usage = "[SERVICE]",
+     .summary = "serving status of the server (or SERVICE); exit 0 only when SERVING",
+     .key = KEY_FLAG_ONLY,
+     .max_positional = 1,
+     .run = cmd_health},
+    {.words = "tenant create",
+     .arg_usage = "NAME",
+     .summary = "create a tenant; prints its id",
+     .key = KEY_ADMIN,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--time-zone", "TZ", "IANA time zone for budget resets (default UTC)"}},
+     .run = cmd_tenant_create},
+    {.words = "tenant get",
+     .arg_usage = "TENANT_ID",
+     .summary = "show a tenant",
+     .key = KEY_ADMIN,
+     .min_positional = 1,
+     .max_positional = 1,
+     .run = cmd_tenant_get},
+    {.words = "tenant list",
+     .arg_usage = "",
+     .summary = "list all tenants, oldest first",
+     .key = KEY_ADMIN,
+     .options = {{"--page-size", "N", "tenants fetched per call, 1..1000"}},
+     .run = cmd_tenant_list},
+    {.words = "key create",
+     .arg_usage = "TENANT_ID",
+     .summary = "create an API key; prints its secret once",
+     .key = KEY_ADMIN,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--name", "NAME", "label of the key"}},
+     .run = cmd_key_create},
+    {.words = "key list",
+     .arg_usage = "TENANT_ID",
+     .summary = "list a tenant's API keys (never their secrets)",
+     .key = KEY_ADMIN,
+     .min_positional = 1,
+     .max_positional = 1,
+     .run = cmd_key_list},
+    {.words = "key revoke",
+     .arg_usage = "TENANT_ID KEY_ID",
+     .summary = "revoke an API key",
+     .key = KEY_ADMIN,
+     .min_positional = 2,
+     .max_positional = 2,
+     .run = cmd_key_revoke},
+    {.words = "whoami",
+     .arg_usage = "",
+     .summary = "who the key belongs to",
+     .key = KEY_ANY,
+     .run = cmd_whoami},
+    {.words = "ping",
+     .arg_usage = "",
+     .summary = "round trip through the server's reply timer",
+     .key = KEY_ADMIN,
+     .options = {{"--delay", "MS", "how long the server holds the reply"}},
+     .run = cmd_ping},
+};
+
+#define COMMAND_COUNT (sizeof commands / sizeof commands[0])
+
+/* ------------------------------------------------------------------ help -------- */
+
+static const char *key_note(enum key_source key)
+{
+    switch (key) {
+    case KEY_ADMIN:
+        return "admin key";
+    case KEY_ANY:
+        return "tenant or admin key";
+    case KEY_TENANT:
+        return "tenant key";
+    case KEY_FLAG_ONLY:
+        break;
+    }
+    return "no key needed";
+}
+
+/* "tenant create NAME [--time-zone TZ]" into buf. */
+static const char *command_synopsis(const struct command *cmd, char *buf, size_t len)
+{
+    size_t used = 0;
+    int n = snprintf(buf, len, "%s%s%s", cmd->words, cmd->arg_usage[0] != '\0' ? " " : "",
+                     cmd->arg_usage);
+    if (n < 0 || (size_t)n >= len)
+        return buf;
+    used = (size_t)n;
+    for (int i = 0; i < MAX_CMD_OPTIONS && cmd->options[i].name != NULL; i++) {
+        const struct cmd_option *o = &cmd->options[i];
+        n = snprintf(buf + used, len - used, " [%s%s%s]", o->name, o->value_name ? " " : "",
+                     o->value_name ? o->value_name : "");
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+    return buf;
+}
+
+static void print_usage(FILE *out)
+{
+    char synopsis[160];
+
+    fprintf(out,
+            "usage: " PROG " [OPTIONS] COMMAND [ARGS]\n"
+            "\n"
+            "The command-line client of ctxguard.\n"
+            "\n"
+            "Options (accepted anywhere before `--`):\n"
+            "  --target HOST:PORT  server address (env CTXGUARD_TARGET; default %s)\n"
+            "  --key KEY           API key, sent as `authorization: Bearer KEY` (env\n"
+            "                      CTXGUARD_KEY; admin commands use CTXGUARD_ADMIN_KEY first)\n"
+            "  --tls-ca FILE       use TLS and trust the CA certificates in FILE (PEM)\n"
+            "  --timeout MS        deadline of each call (default %d)\n"
+            "  --json              machine-readable output: one JSON object on stdout\n"
+            "  -h, --help          this text; `" PROG " COMMAND --help` for one command\n"
+            "  --version           the version\n"
+            "\n"
+            "Commands:\n",
+            CG_CLIENT_DEFAULT_TARGET, CG_CLIENT_DEFAULT_TIMEOUT_MS);
+    for (size_t i = 0; i < COMMAND_COUNT; i++) {
+        const struct command *cmd = &commands[i];
+        fprintf(out, "  %s\n      %s (%s)\n", command_synopsis(cmd, synopsis, sizeof synopsis),
+                cmd->summary, key_note(cmd->key));
+    }
+    fprintf(out,
+            "\n"
+            "Exit status: 0 success; 1 the call failed (stderr: \"" PROG ": STATUS: message\")\n"
+            "or health is not SERVING; 2 usage error.\n");
+}
+
+static void print_command_usage(FILE *out, const struct command *cmd)
+{
+    char synopsis[160];
+
+    fprintf(out, "usage: " PROG " [OPTIONS] %s\n\n%s (%s)\n",
+            command_synopsis(cmd, synopsis, sizeof synopsis), cmd->summary, key_note(cmd->key));
+    for (int i = 0; i < MAX_CMD_OPTIONS && cmd->options[i].name != NULL; i++) {
+        const struct cmd_option *o = &cmd->options[i];
+        fprintf(out, "  %s %-10s %s\n", o->name, o->value_name ? o->value_name : "", o->help);
+    }
+}
+
+/* ------------------------------------------------------------------ main -------- */
+
+/* Splits "--name=value" into its name (copied into buf) and value. Returns the name. */
+static const char *split_option(const char *arg, char *buf, size_t len, const char **value)
+{
+    const char *eq = strchr(arg, '=');
+    *value = NULL;
+    if (eq == NULL || (size_t)(eq - arg) >= len)
+        return arg;
+    memcpy(buf, arg, (size_t)(eq - arg));
+    buf[eq - arg] = '\0';
+    *value = eq + 1;
+    return buf;
+}
+
+/* Whether the command's words are the first words of words[0..count). */
+static bool command_matches(const struct command *cmd, const char *const *words, int count,
+                            int *used)
+{
+    const char *p = cmd->words;
+    int n = 0;
+    while (*p != '\0') {
+        size_t len = strcspn(p, " ");
+        if (n >= count || strlen(words[n]) != len || strncmp(words[n], p, len) != 0)
+            return false;
+        n++;
+        p += len;
+        if (*p == ' ')
+            p++;
+    }
+    *used = n;
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    struct ctl ctl = {0};
+    const char *rest[MAX_ARGS];
+    bool rest_is_positional[MAX_ARGS];
+    int rest_count = 0;
+    bool want_help = false;
+    bool after_dashes = false;
+    char name_buf[64];
+    int rc = EXIT_OK;
+
+    ctl.target = env_nonempty("CTXGUARD_TARGET");
+    ctl.timeout_ms = CG_CLIENT_DEFAULT_TIMEOUT_MS;
+    if (argc > MAX_ARGS)
+        return usage_error("too many arguments (more than %d)", MAX_ARGS - 1);
+
+    /* Pass 1: global options anywhere; everything else kept in order for the command. */
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *value = NULL;
+        if (after_dashes || arg[0] != '-' || arg[1] == '\0') {
+            rest_is_positional[rest_count] = after_dashes;
+            rest[rest_count++] = arg;
+            continue;
+        }
+        if (strcmp(arg, "--") == 0) {
+            after_dashes = true;
+            continue;
+        }
+        const char *name = split_option(arg, name_buf, sizeof name_buf, &value);
+        bool takes_value = strcmp(name, "--target") == 0 || strcmp(name, "--key") == 0 ||
+                           strcmp(name, "--tls-ca") == 0 || strcmp(name, "--timeout") == 0;
+        if (takes_value && value == NULL) {
+            if (i + 1 >= argc)
+                return usage_error("%s needs a value", name);
+            value = argv[++i];
+        }
+        if (strcmp(name, "--target") == 0) {
+            ctl.target = value;
+        } else if (strcmp(name, "--key") == 0) {
+            ctl.key_flag = value;
+        } else if (strcmp(name, "--tls-ca") == 0) {
+            ctl.tls_ca = value;
+        } else if (strcmp(name, "--timeout") == 0) {
+            if (!parse_long(value, 1, MAX_TIMEOUT_MS, &ctl.timeout_ms))
+                return usage_error("--timeout must be 1..86400000 milliseconds, not '%s'", value);
+            ctl.timeout_given = true;
+        } else if (strcmp(arg, "--json") == 0) {
+            ctl.json = true;
+        } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            want_help = true;
+        } else if (strcmp(arg, "--version") == 0) {
+            printf(PROG " %s\n", CG_VERSION);
+            return EXIT_OK;
+        } else {
+            /* A command option: the command decides once it is known. */
+            rest_is_positional[rest_count] = false;
+            rest[rest_count++] = arg;
+        }
+    }
+
+    /* The command: the longest row whose words start the leading plain words. */
+    const char *words[MAX_WORDS];
+    int word_count = 0;
+    while (word_count < MAX_WORDS && word_count < rest_count && rest[word_count][0] != '-' &&
+           !rest_is_positional[word_count]) {
+        words[word_count] = rest[word_count];
+        word_count++;
+    }
+    const struct command *cmd = NULL;
+    int used = 0;
+    for (size_t i = 0; i < COMMAND_COUNT; i++) {
+        int n = 0;
+        if (command_matches(&commands[i], words, word_count, &n) && n > used) {
+            cmd = &commands[i];
+            used = n;
+        }
+    }
+    if (cmd == NULL) {
+        if (want_help || rest_count == 0) {
+            print_usage(want_help ? stdout : stderr);
+            return want_help ? EXIT_OK : EXIT_USAGE;
+        }
+        if (word_count > 0) {
+            /* "tenant" alone or "tenant frobnicate": list what the group has. */
+            bool group = false;
+            for (size_t i = 0; i < COMMAND_COUNT; i++) {
+                size_t len = strlen(words[0]);
+                if (strncmp(commands[i].words, words[0], len) == 0 &&
+                    commands[i].words[len] == ' ') {
+                    if (!group && word_count > 1)
+                        fprintf(stderr, PROG ": unknown command '%s %s'; '%s' has:\n", words[0],
+                                words[1], words[0]);
+                    else if (!group)
+                        fprintf(stderr, PROG ": '%s' needs a subcommand:\n", words[0]);
+                    group = true;
+                    char synopsis[160];
+                    fprintf(stderr, "  " PROG " %s\n",
+                            command_synopsis(&commands[i], synopsis, sizeof synopsis));
+                }
+            }
+            if (group)
+                return EXIT_USAGE;
+        }
+        return usage_error("unknown command '%s'", rest[0]);
+    }
+    if (want_help) {
+        print_command_usage(stdout, cmd);
+        return EXIT_OK;
+    }
+
+    /* Pass 2: the command's positional arguments and options. */
+    struct cmd_args args = {0};
+    for (int i = used; i < rest_count; i++) {
+        const char *arg = rest[i];
+        if (rest_is_positional[i] || arg[0] != '-' || arg[1] == '\0') {
+            if (args.positional_count >= cmd->max_positional ||
+                args.positional_count >= MAX_POSITIONAL) {
+                fprintf(stderr, PROG ": %s: unexpected argument '", cmd->words);
+                print_text(stderr, arg);
+                fprintf(stderr, "'\n");
+                print_command_usage(stderr, cmd);
+                return EXIT_USAGE;
+            }
+            args.positional[args.positional_count++] = arg;
+            continue;
+        }
+        const char *value = NULL;
+        const char *name = split_option(arg, name_buf, sizeof name_buf, &value);
+        int index = -1;
+        for (int j = 0; j < MAX_CMD_OPTIONS && cmd->options[j].name != NULL; j++) {
+            if (strcmp(cmd->options[j].name, name) == 0)
+                index = j;
+        }
+        if (index < 0) {
+            fprintf(stderr, PROG ": %s: unknown option '", cmd->words);
+            print_text(stderr, name);
+            fprintf(stderr, "'\n");
+            print_command_usage(stderr, cmd);
+            return EXIT_USAGE;
+        }
+        if (cmd->options[index].value_name == NULL) {
+            if (value != NULL)
+                return usage_error("%s takes no value", name);
+            value = "";
+        } else if (value == NULL) {
+            if (i + 1 >= rest_count)
+                return usage_error("%s needs a value", name);
+            value = rest[++i];
+        }
+        args.option_values[index] = value;
+    }
+    if (args.positional_count < cmd->min_positional) {
+        fprintf(stderr, PROG ": %s: missing arguments\n", cmd->words);
+        print_command_usage(stderr, cmd);
+        return EXIT_USAGE;
+    }
+
+    switch (cmd->key) {
+    case KEY_FLAG_ONLY:
+        ctl.key = ctl.key_flag;
+        break;
+    case KEY_TENANT:
+        ctl.key = ctl.key_flag ? ctl.key_flag : env_nonempty("CTXGUARD_KEY");
+        break;
+    case KEY_ADMIN:
+        ctl.key = ctl.key_flag ? ctl.key_flag : env_nonempty("CTXGUARD_ADMIN_KEY");
+        if (ctl.key == NULL)
+            ctl.key = env_nonempty("CTXGUARD_KEY");
+        break;
+    case KEY_ANY:
+        ctl.key = ctl.key_flag ? ctl.key_flag : env_nonempty("CTXGUARD_KEY");
+        if (ctl.key == NULL)
+            ctl.key = env_nonempty("CTXGUARD_ADMIN_KEY");
+        break;
+    }
+
+    /* gRPC's log lines repeat what the status message says; GRPC_VERBOSITY brings them back. */
+    if (getenv("GRPC_VERBOSITY") == NULL)
+        cg_client_set_grpc_logging(false);
+    rc = cmd->run(&ctl, cmd, &args);
+    cg_client_free(ctl.client);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, PROG ": cannot write output: %s\n", strerror(errno));
+        if (rc == EXIT_OK)
+            rc = EXIT_FAIL;
+    }
+    return rc;
+}

@@ -1,0 +1,128 @@
+/* config.h - the one configuration table of the server.
+ *
+ * Each row gives a key, its type, default, bounds and help. Values come, in
+ * rising precedence, from: defaults < config file < CTXGUARD_* environment
+ * < command-line flags (request fields override all of these where a request
+ * carries them). The environment variable of key `pg_dsn` is CTXGUARD_PG_DSN,
+ * its flag --pg-dsn. A bad value fails the start with a message naming the key.
+ * After loading, the config is immutable and shared read-only by all threads.
+ */
+#ifndef CG_BASE_CONFIG_H
+#define CG_BASE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/status.h"
+
+/* Types: STR plain text; SECRET text never printed; DSN a connection URL or
+ * keyword string whose password is never printed; INT a bounded integer;
+ * BOOL true/false/1/0/yes/no/on/off; ENUM one of the `|`-separated choices. */
+#define CG_CFG_CTYPE_STR char *
+#define CG_CFG_CTYPE_SECRET char *
+#define CG_CFG_CTYPE_DSN char *
+#define CG_CFG_CTYPE_ENUM char *
+#define CG_CFG_CTYPE_INT int64_t
+#define CG_CFG_CTYPE_BOOL bool
+
+/* XX(key, type, default, min, max, choices, help) */
+#define CG_CONFIG_TABLE(XX)                                                                        \
+    XX(listen, STR, "127.0.0.1:50051", 0, 0, NULL,                                                 \
+       "gRPC listen address: host:port, [ipv6]:port or unix:/path")                                \
+    XX(pg_dsn, DSN, "postgresql://postgres@127.0.0.1:5432/ctxguard", 0, 0, NULL,                   \
+       "PostgreSQL connection string (URI or key=value); the source of truth")                     \
+    XX(redis_url, DSN, "redis://127.0.0.1:6379/0", 0, 0, NULL,                                     \
+       "Redis URL redis://[:password@]host:port[/db]; a cache only, empty disables it")            \
+    XX(admin_key, SECRET, "", 0, 0, NULL,                                                          \
+       "key that authorises AdminService (>= 16 chars); empty disables AdminService")              \
+    XX(workers, INT, "0", 0, 64, NULL,                                                             \
+       "completion-queue threads; 0 means one per CPU")                                            \
+    XX(io_threads, INT, "8", 1, 256, NULL,                                                         \
+       "worker pool threads for blocking I/O, each owning a PostgreSQL and a Redis connection")    \
+    XX(slots_per_method, INT, "16", 1, 1024, NULL,                                                 \
+       "request slots each completion-queue thread keeps posted per method")                      \
+    XX(max_message_bytes, INT, "8388608", 1024, 67108864, NULL,                                    \
+       "largest request or response message; larger ones get RESOURCE_EXHAUSTED")                  \
+    XX(max_call_ms, INT, "30000", 10, 600000, NULL,                                                \
+       "longest a call may run; the shorter of this and the caller's deadline applies")            \
+    XX(shutdown_grace_ms, INT, "10000", 0, 600000, NULL,                                           \
+       "on SIGTERM/SIGINT, how long in-flight calls may take before they are cancelled")           \
+    XX(pg_connect_timeout_ms, INT, "3000", 100, 60000, NULL,                                       \
+       "PostgreSQL connect timeout")                                                               \
+    XX(pg_statement_timeout_ms, INT, "5000", 10, 600000, NULL,                                     \
+       "PostgreSQL statement timeout (a call's deadline shortens it)")                             \
+    XX(redis_timeout_ms, INT, "100", 1, 10000, NULL,                                               \
+       "Redis connect and command timeout")                                                        \
+    XX(health_interval_ms, INT, "1000", 50, 60000, NULL,                                           \
+       "how often PostgreSQL is probed for the health service")                                    \
+    XX(key_cache_ttl_s, INT, "30", 0, 3600, NULL,                                                  \
+       "seconds an API key lookup stays in the Redis cache (0: no caching)")                       \
+    XX(migrate_on_start, BOOL, "true", 0, 0, NULL,                                                 \
+       "apply pending migrations at start-up (under an advisory lock)")                            \
+    XX(log_level, ENUM, "info", 0, 0, "debug|info|warn|error",                                     \
+       "lowest level logged; debug adds one line per call")                                        \
+    XX(log_format, ENUM, "logfmt", 0, 0, "logfmt|json", "log line format")                         \
+    XX(tls_cert, STR, "", 0, 0, NULL, "PEM certificate chain file; with tls_key enables TLS")      \
+    XX(tls_key, STR, "", 0, 0, NULL, "PEM private key file for tls_cert")                          \
+    XX(tls_client_ca, STR, "", 0, 0, NULL,                                                         \
+       "PEM CA bundle; when set, clients must present a certificate it signed")
+
+struct cg_config {
+#define CG_CFG_FIELD(key, type, def, min, max, choices, help) CG_CFG_CTYPE_##type key;
+    CG_CONFIG_TABLE(CG_CFG_FIELD)
+#undef CG_CFG_FIELD
+    /* Where each key's value came from ("default", "file:PATH:LINE", "env", "flag"),
+     * in table order. */
+    const char *origin[32];
+};
+
+/* What the command line asked for besides configuration values. */
+struct cg_config_cli {
+    const char *command;  /* "serve" (default) or "migrate" */
+    const char *config_file;
+    bool print_config;
+    bool help;
+    bool version;
+};
+
+/* Fills cfg with the defaults. Returns CG_NOMEM on allocation failure. */
+cg_status cg_config_init(struct cg_config *cfg) CG_MUST_CHECK;
+
+/* Frees the strings cfg owns. */
+void cg_config_cleanup(struct cg_config *cfg);
+
+/* Sets one key from text. origin says where the text came from (kept for printing and
+ * used in the error). On error cfg is unchanged and err names the key and the problem. */
+cg_status cg_config_set(struct cg_config *cfg, const char *key, const char *value,
+                        const char *origin, struct cg_err *err) CG_MUST_CHECK;
+
+/* Reads `key = value` lines ('#' comments, optional double quotes). Unknown keys are errors. */
+cg_status cg_config_load_file(struct cg_config *cfg, const char *path,
+                              struct cg_err *err) CG_MUST_CHECK;
+
+/* Applies every CTXGUARD_<KEY> variable of envp (NULL-terminated). Unknown CTXGUARD_
+ * variables other than CTXGUARD_CONFIG are errors, so typos do not pass silently. */
+cg_status cg_config_load_env(struct cg_config *cfg, char *const *envp,
+                             struct cg_err *err) CG_MUST_CHECK;
+
+/* The whole precedence chain: defaults < file (--config or CTXGUARD_CONFIG) < envp <
+ * flags (--key=value or --key value, '-' and '_' alike), then cross-key validation.
+ * cli gets the non-config flags and the command. cfg must be freshly initialised. */
+cg_status cg_config_load(struct cg_config *cfg, struct cg_config_cli *cli, int argc,
+                         char **argv, char *const *envp, struct cg_err *err) CG_MUST_CHECK;
+
+/* Checks rules that span keys (tls_cert needs tls_key, admin_key length, ...). */
+cg_status cg_config_validate(const struct cg_config *cfg, struct cg_err *err) CG_MUST_CHECK;
+
+/* Writes every key as `key = value  # origin`, secrets and DSN passwords redacted. */
+void cg_config_print(const struct cg_config *cfg, FILE *out);
+
+/* Writes the table: key, env var, type, default and help (for --help and the README). */
+void cg_config_print_reference(FILE *out);
+
+/* Copies dsn into out with any password replaced by "****" (URI userinfo, `password=`
+ * keyword, or `?password=` parameter). */
+void cg_config_redact_dsn(const char *dsn, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,38 @@
+/* health.c - atomic serving state. */
+#include "base/health.h"
+
+void cg_health_init(struct cg_health *h)
+{
+    atomic_init(&h->draining, false);
+    atomic_init(&h->store_ok, false);
+    atomic_init(&h->version, 0);
+}
+
+bool cg_health_is_serving(const struct cg_health *h)
+{
+    return !atomic_load(&h->draining) && atomic_load(&h->store_ok);
+}
+
+static bool set_flag(struct cg_health *h, atomic_bool *flag, bool value)
+{
+    bool old = atomic_exchange(flag, value);
+    if (old == value)
+        return false;
+    atomic_fetch_add(&h->version, 1);
+    return true;
+}
+
+bool cg_health_set_draining(struct cg_health *h, bool draining)
+{
+    return set_flag(h, &h->draining, draining);
+}
+
+bool cg_health_set_store_ok(struct cg_health *h, bool ok)
+{
+    return set_flag(h, &h->store_ok, ok);
+}
+
+unsigned cg_health_version(const struct cg_health *h)
+{
+    return atomic_load(&h->version);
+}

@@ -1,0 +1,136 @@
+/* rpc.h - the method table and the one entry point the transport calls.
+ *
+ * For each method: validate -> core/store -> reply. The transport hands over the request
+ * bytes and the raw `authorization` value; this layer decodes (protobuf-c, into the call's
+ * arena), checks every string field is UTF-8, authenticates, runs the handler and encodes
+ * the answer. No gRPC header is included here: status codes are cg_status values that the
+ * transport maps with cg_status_grpc_code().
+ */
+#ifndef CG_RPC_RPC_H
+#define CG_RPC_RPC_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "base/config.h"
+#include "base/health.h"
+#include "base/status.h"
+#include "store/store.h"
+
+struct cg_reflection;
+
+typedef enum {
+    CG_AUTH_NONE,   /* anyone (health, reflection) */
+    CG_AUTH_ANY,    /* the admin key or a tenant key */
+    CG_AUTH_TENANT, /* a tenant key */
+    CG_AUTH_ADMIN,  /* the admin key */
+} cg_rpc_auth;
+
+typedef enum {
+    CG_RPC_UNARY,
+    CG_RPC_SERVER_STREAM, /* one request, a stream of answers (see cg_rpc_method.poll) */
+    CG_RPC_BIDI_EACH,     /* a stream of requests, one answer to each, in order */
+} cg_rpc_kind;
+
+/* Who a call is made by, filled by authentication. */
+struct cg_principal {
+    bool authenticated;
+    bool is_admin;
+    char tenant_id[CG_UUID_LEN + 1];
+    char tenant_name[CG_NAME_MAX * 4 + 1];
+    char key_id[CG_KEY_ID_LEN + 1];
+};
+
+/* What handlers may use. One per thread: store is that thread's own connections and is
+ * NULL on completion-queue threads (methods that need it are marked `blocking`). */
+struct cg_rpc_env {
+    const struct cg_config *config;
+    struct cg_store *store;
+    struct cg_health *health;
+    const struct cg_reflection *reflection;
+};
+
+/* One call as this layer sees it. The transport fills the inputs; the handler the outputs. */
+struct cg_rpc_call {
+    /* inputs */
+    struct cg_arena *arena;       /* everything decoded and built for the call lives here */
+    const char *request_id;
+    const char *authorization;    /* raw metadata value or NULL */
+    int64_t deadline_ms;          /* cg_mono_ms clock */
+    size_t max_message_bytes;
+    /* outputs */
+    struct cg_principal principal;
+    uint32_t reply_delay_ms;      /* hold the (successful) reply this long on a timer */
+    struct cg_err err;            /* what the client sees when the status is not OK */
+};
+
+typedef cg_status (*cg_rpc_handler_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                       const ProtobufCMessage *request,
+                                       ProtobufCMessage **response);
+
+/* For CG_RPC_SERVER_STREAM: the next message to send when something changed since
+ * *version (which it advances), or *response = NULL when there is nothing new.
+ * *finished = true ends the stream after this message with the status returned. */
+typedef cg_status (*cg_rpc_poll_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                    const ProtobufCMessage *request, unsigned *version,
+                                    ProtobufCMessage **response, bool *finished);
+
+struct cg_rpc_method {
+    const char *path;    /* "/ctxguard.v1.AdminService/CreateTenant" */
+    const char *service; /* "ctxguard.v1.AdminService" */
+    cg_rpc_kind kind;
+    cg_rpc_auth auth;
+    bool blocking;       /* uses the store: runs on the worker pool */
+    const ProtobufCMessageDescriptor *request_desc;
+    const ProtobufCMessageDescriptor *response_desc;
+    cg_rpc_handler_fn handler; /* unary and bidi; NULL: answered UNIMPLEMENTED */
+    cg_rpc_poll_fn poll;       /* server streams */
+    const char *pending;       /* for unimplemented methods: which work delivers it */
+};
+
+/* The method table (borrowed, static). */
+const struct cg_rpc_method *cg_rpc_methods(size_t *count);
+
+/* The method with this path, or NULL. */
+const struct cg_rpc_method *cg_rpc_find(const char *path);
+
+/* The distinct service names of the table, for reflection and health (borrowed). */
+const char *const *cg_rpc_services(size_t *count);
+
+/* A protobuf-c allocator that allocates from arena and never frees (the arena does). */
+void cg_rpc_allocator(struct cg_arena *arena, ProtobufCAllocator *out);
+
+/* Decodes len bytes as a message of desc into the call arena and checks that every string
+ * field is valid UTF-8. On error: CG_INVALID_ARGUMENT with call->err naming the field. */
+cg_status cg_rpc_decode(struct cg_rpc_call *call, const ProtobufCMessageDescriptor *desc,
+                        const uint8_t *data, size_t len, ProtobufCMessage **out) CG_MUST_CHECK;
+
+/* Encodes msg into the call arena. CG_RESOURCE_EXHAUSTED when larger than the cap. */
+cg_status cg_rpc_encode(struct cg_rpc_call *call, const ProtobufCMessage *msg, uint8_t **out,
+                        size_t *out_len) CG_MUST_CHECK;
+
+/* Checks call->authorization against the method's rule and fills call->principal.
+ * Tenant keys are looked up through env->store (so only on pool threads). */
+cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                              const struct cg_rpc_env *env) CG_MUST_CHECK;
+
+/* The whole unary (and bidi-each) path: decode, authenticate, handle, encode.
+ * On success out and out_len hold the encoded answer (in the arena). On error call->err
+ * holds what the client should see and *out is NULL. */
+cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                        const struct cg_rpc_env *env, const uint8_t *req, size_t len,
+                        uint8_t **out, size_t *out_len) CG_MUST_CHECK;
+
+/* Start of a server stream: decode and authenticate; *request gets the decoded request. */
+cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                             const struct cg_rpc_env *env, const uint8_t *req, size_t len,
+                             ProtobufCMessage **request) CG_MUST_CHECK;
+
+/* Probes PostgreSQL through env->store and records the result in env->health.
+ * Returns whether the serving state changed. */
+bool cg_rpc_health_probe(const struct cg_rpc_env *env);
+
+#endif

@@ -1,0 +1,39 @@
+/* rpc_handlers.h - the handlers of the method table, one file per service. Internal to rpc/. */
+#ifndef CG_RPC_HANDLERS_H
+#define CG_RPC_HANDLERS_H
+
+#include "rpc/rpc.h"
+
+#define CG_HANDLER(name)                                                                       \
+    cg_status name(struct cg_rpc_call *call, const struct cg_rpc_env *env,                     \
+                   const ProtobufCMessage *request, ProtobufCMessage **response)
+
+/* rpc_health.c */
+CG_HANDLER(cg_rpc_health_check);
+cg_status cg_rpc_health_watch(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              const ProtobufCMessage *request, unsigned *version,
+                              ProtobufCMessage **response, bool *finished);
+
+/* rpc_admin.c */
+CG_HANDLER(cg_rpc_admin_create_tenant);
+CG_HANDLER(cg_rpc_admin_get_tenant);
+CG_HANDLER(cg_rpc_admin_list_tenants);
+CG_HANDLER(cg_rpc_admin_create_api_key);
+CG_HANDLER(cg_rpc_admin_list_api_keys);
+CG_HANDLER(cg_rpc_admin_revoke_api_key);
+CG_HANDLER(cg_rpc_admin_who_am_i);
+CG_HANDLER(cg_rpc_admin_ping);
+
+/* Checks a required text field: 1..max_chars code points, no control characters.
+ * On error fills call->err naming `field`. */
+cg_status cg_rpc_check_name(struct cg_rpc_call *call, const char *field, const char *value,
+                            size_t max_chars, bool required) CG_MUST_CHECK;
+
+/* Checks a UUID field (required). INVALID_ARGUMENT naming `field` otherwise. */
+cg_status cg_rpc_check_uuid(struct cg_rpc_call *call, const char *field,
+                            const char *value) CG_MUST_CHECK;
+
+/* Copies a store error into call->err and returns its code. */
+cg_status cg_rpc_store_error(struct cg_rpc_call *call, const struct cg_err *serr);
+
+#endif

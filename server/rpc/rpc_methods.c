@@ -1,0 +1,141 @@
+/* rpc_methods.c - the method table: every RPC the server answers, its auth rule and handler.
+ *
+ * Methods whose work is not built yet have no handler: they authenticate like the real one
+ * will, then answer UNIMPLEMENTED naming the planned work (never a fake success).
+ */
+#include "rpc/rpc_handlers.h"
+
+#include <string.h>
+
+#include "ctxguard/v1/admin.pb-c.h"
+#include "ctxguard/v1/budget.pb-c.h"
+#include "ctxguard/v1/context.pb-c.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "grpc/reflection/v1/reflection.pb-c.h"
+#include "rpc/reflection.h"
+
+#define ADMIN "ctxguard.v1.AdminService"
+#define BUDGET "ctxguard.v1.BudgetService"
+#define CONTEXT "ctxguard.v1.ContextService"
+#define HEALTH "grpc.health.v1.Health"
+#define REFL_V1 "grpc.reflection.v1.ServerReflection"
+#define REFL_V1A "grpc.reflection.v1alpha.ServerReflection"
+
+#define UNARY(svc, name, auth_, blocking_, req, resp, fn)                                          \
+    {                                                                                              \
+        "/" svc "/" #name, svc, CG_RPC_UNARY, auth_, blocking_, &req##__descriptor,                \
+            &resp##__descriptor, fn, NULL, NULL                                                    \
+    }
+
+/* A tenant method whose work is planned: authenticated on the pool, then UNIMPLEMENTED. */
+#define PLANNED(svc, name, kind, req, resp, pending)                                               \
+    {                                                                                              \
+        "/" svc "/" #name, svc, kind, CG_AUTH_TENANT, true, &req##__descriptor,                    \
+            &resp##__descriptor, NULL, NULL, pending                                               \
+    }
+
+static const struct cg_rpc_method methods[] = {
+    UNARY(HEALTH, Check, CG_AUTH_NONE, false, grpc__health__v1__health_check_request,
+          grpc__health__v1__health_check_response, cg_rpc_health_check),
+    {"/" HEALTH "/Watch", HEALTH, CG_RPC_SERVER_STREAM, CG_AUTH_NONE, false,
+     &grpc__health__v1__health_check_request__descriptor,
+     &grpc__health__v1__health_check_response__descriptor, NULL, cg_rpc_health_watch, NULL},
+    {"/" REFL_V1 "/ServerReflectionInfo", REFL_V1, CG_RPC_BIDI_EACH, CG_AUTH_NONE, false,
+     &grpc__reflection__v1__server_reflection_request__descriptor,
+     &grpc__reflection__v1__server_reflection_response__descriptor, cg_rpc_reflection_info, NULL,
+     NULL},
+    /* v1alpha has the same messages on the wire; the v1 descriptors decode and encode it. */
+    {"/" REFL_V1A "/ServerReflectionInfo", REFL_V1A, CG_RPC_BIDI_EACH, CG_AUTH_NONE, false,
+     &grpc__reflection__v1__server_reflection_request__descriptor,
+     &grpc__reflection__v1__server_reflection_response__descriptor, cg_rpc_reflection_info, NULL,
+     NULL},
+
+    UNARY(ADMIN, CreateTenant, CG_AUTH_ADMIN, true, ctxguard__v1__create_tenant_request,
+          ctxguard__v1__create_tenant_response, cg_rpc_admin_create_tenant),
+    UNARY(ADMIN, GetTenant, CG_AUTH_ADMIN, true, ctxguard__v1__get_tenant_request,
+          ctxguard__v1__get_tenant_response, cg_rpc_admin_get_tenant),
+    UNARY(ADMIN, ListTenants, CG_AUTH_ADMIN, true, ctxguard__v1__list_tenants_request,
+          ctxguard__v1__list_tenants_response, cg_rpc_admin_list_tenants),
+    UNARY(ADMIN, CreateApiKey, CG_AUTH_ADMIN, true, ctxguard__v1__create_api_key_request,
+          ctxguard__v1__create_api_key_response, cg_rpc_admin_create_api_key),
+    UNARY(ADMIN, ListApiKeys, CG_AUTH_ADMIN, true, ctxguard__v1__list_api_keys_request,
+          ctxguard__v1__list_api_keys_response, cg_rpc_admin_list_api_keys),
+    UNARY(ADMIN, RevokeApiKey, CG_AUTH_ADMIN, true, ctxguard__v1__revoke_api_key_request,
+          ctxguard__v1__revoke_api_key_response, cg_rpc_admin_revoke_api_key),
+    UNARY(ADMIN, WhoAmI, CG_AUTH_ANY, true, ctxguard__v1__who_am_irequest,
+          ctxguard__v1__who_am_iresponse, cg_rpc_admin_who_am_i),
+    /* The admin key is checked in memory, so Ping never needs the pool. */
+    UNARY(ADMIN, Ping, CG_AUTH_ADMIN, false, ctxguard__v1__ping_request,
+          ctxguard__v1__ping_response, cg_rpc_admin_ping),
+
+    PLANNED(BUDGET, SetBudget, CG_RPC_UNARY, ctxguard__v1__set_budget_request,
+            ctxguard__v1__set_budget_response, "the budget hierarchy"),
+    PLANNED(BUDGET, GetBudget, CG_RPC_UNARY, ctxguard__v1__get_budget_request,
+            ctxguard__v1__get_budget_response, "the budget hierarchy"),
+    PLANNED(BUDGET, CheckBudget, CG_RPC_UNARY, ctxguard__v1__check_budget_request,
+            ctxguard__v1__check_budget_response, "the budget hierarchy"),
+    PLANNED(BUDGET, Reserve, CG_RPC_UNARY, ctxguard__v1__reserve_request,
+            ctxguard__v1__reserve_response, "the budget hierarchy"),
+    PLANNED(BUDGET, Commit, CG_RPC_UNARY, ctxguard__v1__commit_request,
+            ctxguard__v1__commit_response, "the budget hierarchy"),
+    PLANNED(BUDGET, Release, CG_RPC_UNARY, ctxguard__v1__release_request,
+            ctxguard__v1__release_response, "the budget hierarchy"),
+    PLANNED(BUDGET, RecordUsage, CG_RPC_UNARY, ctxguard__v1__record_usage_request,
+            ctxguard__v1__record_usage_response, "the budget hierarchy"),
+    PLANNED(BUDGET, CloseScope, CG_RPC_UNARY, ctxguard__v1__close_scope_request,
+            ctxguard__v1__close_scope_response, "the budget hierarchy"),
+    PLANNED(BUDGET, GetUsage, CG_RPC_UNARY, ctxguard__v1__get_usage_request,
+            ctxguard__v1__get_usage_response, "the budget hierarchy"),
+    PLANNED(BUDGET, ListScopes, CG_RPC_UNARY, ctxguard__v1__list_scopes_request,
+            ctxguard__v1__list_scopes_response, "the budget hierarchy"),
+    PLANNED(BUDGET, WatchUsage, CG_RPC_SERVER_STREAM, ctxguard__v1__watch_usage_request,
+            ctxguard__v1__usage_event, "the budget hierarchy"),
+    PLANNED(BUDGET, ResolveApproval, CG_RPC_UNARY, ctxguard__v1__resolve_approval_request,
+            ctxguard__v1__resolve_approval_response, "the budget hierarchy"),
+    PLANNED(BUDGET, GetApproval, CG_RPC_UNARY, ctxguard__v1__get_approval_request,
+            ctxguard__v1__get_approval_response, "the budget hierarchy"),
+    PLANNED(BUDGET, ListApprovals, CG_RPC_UNARY, ctxguard__v1__list_approvals_request,
+            ctxguard__v1__list_approvals_response, "the budget hierarchy"),
+    PLANNED(CONTEXT, CountTokens, CG_RPC_UNARY, ctxguard__v1__count_tokens_request,
+            ctxguard__v1__count_tokens_response, "token counting"),
+    PLANNED(CONTEXT, Compress, CG_RPC_UNARY, ctxguard__v1__compress_request,
+            ctxguard__v1__compress_response, "the compression cascade"),
+    PLANNED(CONTEXT, Summarize, CG_RPC_UNARY, ctxguard__v1__summarize_request,
+            ctxguard__v1__summarize_response, "summarization"),
+    PLANNED(CONTEXT, GetArtifact, CG_RPC_UNARY, ctxguard__v1__get_artifact_request,
+            ctxguard__v1__get_artifact_response, "the compression cascade"),
+    PLANNED(CONTEXT, ListArtifacts, CG_RPC_UNARY, ctxguard__v1__list_artifacts_request,
+            ctxguard__v1__list_artifacts_response, "the compression cascade"),
+    PLANNED(CONTEXT, GetHistory, CG_RPC_UNARY, ctxguard__v1__get_history_request,
+            ctxguard__v1__get_history_response, "the compression cascade"),
+    PLANNED(CONTEXT, ValidateContext, CG_RPC_UNARY, ctxguard__v1__validate_context_request,
+            ctxguard__v1__validate_context_response, "the compression cascade"),
+    PLANNED(CONTEXT, GetCompressionStats, CG_RPC_UNARY, ctxguard__v1__get_compression_stats_request,
+            ctxguard__v1__get_compression_stats_response, "the compression cascade"),
+};
+
+#define METHOD_COUNT (sizeof methods / sizeof methods[0])
+
+const struct cg_rpc_method *cg_rpc_methods(size_t *count)
+{
+    *count = METHOD_COUNT;
+    return methods;
+}
+
+const struct cg_rpc_method *cg_rpc_find(const char *path)
+{
+    for (size_t i = 0; i < METHOD_COUNT; i++)
+        if (strcmp(methods[i].path, path) == 0)
+            return &methods[i];
+    return NULL;
+}
+
+const char *const *cg_rpc_services(size_t *count)
+{
+    /* Distinct services in table order; fixed once the table is (the table is static). */
+    static const char *const services[] = {
+        HEALTH, REFL_V1, REFL_V1A, ADMIN, BUDGET, CONTEXT,
+    };
+    *count = sizeof services / sizeof services[0];
+    return services;
+}

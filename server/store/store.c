@@ -1,0 +1,341 @@
+/* store.c - the storage facade of store.h: validates arguments, checks the deadline, and
+ * puts the Redis key cache in front of PostgreSQL. It holds no SQL and no Redis commands;
+ * those live in store_pg.c and store_redis.c.
+ */
+#include "store/store.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "store/migrate.h"
+#include "store/store_pg.h"
+#include "store/store_redis.h"
+
+#define DEFAULT_CONNECT_TIMEOUT_MS 3000
+#define DEFAULT_STATEMENT_TIMEOUT_MS 5000
+#define DEFAULT_REDIS_TIMEOUT_MS 100
+
+struct cg_store {
+    struct cg_pg *pg;
+    struct cg_redis *redis; /* NULL: cache disabled */
+    int key_cache_ttl_s;
+    int64_t deadline_mono_ms;
+};
+
+/* ------------------------------------------------------------------ validation --- */
+
+/* Copies a canonical UUID (8-4-4-4-12 hex digits, either case) into out in lower case, so
+ * that cache keys and comparisons do not depend on the caller's spelling. */
+static bool normalize_uuid(const char *s, char out[CG_UUID_LEN + 1])
+{
+    if (s == NULL || strlen(s) != CG_UUID_LEN)
+        return false;
+    for (int i = 0; i < CG_UUID_LEN; i++) {
+        char c = s[i];
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (c != '-')
+                return false;
+        } else if (c >= 'A' && c <= 'F') {
+            c = (char)(c - 'A' + 'a');
+        } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+            return false;
+        }
+        out[i] = c;
+    }
+    out[CG_UUID_LEN] = '\0';
+    return true;
+}
+
+static bool key_id_valid(const char *s)
+{
+    if (s == NULL)
+        return false;
+    size_t n = strlen(s);
+    if (n == 0 || n > CG_KEY_ID_LEN)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* Number of characters of a UTF-8 string, or -1 when it is not valid UTF-8 (overlong
+ * forms, surrogates and code points past U+10FFFF included). */
+static long utf8_chars(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    long chars = 0;
+    while (*p) {
+        unsigned int c = *p;
+        int extra;
+        unsigned int cp;
+        if (c < 0x80) {
+            extra = 0;
+            cp = c;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            extra = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            extra = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            extra = 3;
+            cp = c & 0x07;
+        } else {
+            return -1;
+        }
+        for (int i = 1; i <= extra; i++) {
+            if ((p[i] & 0xC0) != 0x80)
+                return -1;
+            cp = cp << 6 | (p[i] & 0x3F);
+        }
+        if ((extra == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return -1;
+        p += extra + 1;
+        chars++;
+    }
+    return chars;
+}
+
+static cg_status check_name(const char *name, bool required, struct cg_err *err)
+{
+    long chars = utf8_chars(name);
+    if (chars < 0)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "name: not valid UTF-8");
+    if (required && chars == 0)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "name: must not be empty");
+    if (chars > CG_NAME_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "name: longer than %d characters",
+                          CG_NAME_MAX);
+    return CG_OK;
+}
+
+/* Rejects what cannot be an IANA zone name before asking PostgreSQL, which decides. */
+static cg_status check_time_zone(const char *tz, struct cg_err *err)
+{
+    size_t n = tz ? strlen(tz) : 0;
+    bool ok = n > 0 && n <= CG_TZ_MAX;
+    for (size_t i = 0; ok && i < n; i++) {
+        char c = tz[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '/' || c == '_' || c == '+' || c == '-';
+    }
+    if (!ok)
+        return cg_err_set(err, CG_INVALID_ARGUMENT,
+                          "time_zone: not a time zone name (IANA, e.g. Europe/Paris)");
+    return CG_OK;
+}
+
+static cg_status check_limit(int limit, struct cg_err *err)
+{
+    if (limit < 1 || limit > CG_STORE_PAGE_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", CG_STORE_PAGE_MAX);
+    return CG_OK;
+}
+
+static bool deadline_passed(const struct cg_store *store)
+{
+    return store->deadline_mono_ms != 0 && cg_mono_ms() >= store->deadline_mono_ms;
+}
+
+static cg_status deadline_exceeded(struct cg_err *err)
+{
+    return cg_err_set(err, CG_DEADLINE_EXCEEDED, "deadline exceeded");
+}
+
+static bool cache_enabled(const struct cg_store *store)
+{
+    return store->redis != NULL && store->key_cache_ttl_s > 0;
+}
+
+/* ------------------------------------------------------------------ lifecycle --- */
+
+struct cg_store *cg_store_new(const struct cg_store_opts *opts)
+{
+    struct cg_store *store = calloc(1, sizeof *store);
+    if (store == NULL)
+        return NULL;
+    int connect_ms = opts->pg_connect_timeout_ms > 0 ? opts->pg_connect_timeout_ms
+                                                     : DEFAULT_CONNECT_TIMEOUT_MS;
+    int statement_ms = opts->pg_statement_timeout_ms > 0 ? opts->pg_statement_timeout_ms
+                                                         : DEFAULT_STATEMENT_TIMEOUT_MS;
+    int redis_ms = opts->redis_timeout_ms > 0 ? opts->redis_timeout_ms : DEFAULT_REDIS_TIMEOUT_MS;
+    store->pg = cg_pg_new(opts->pg_dsn, connect_ms, statement_ms);
+    if (store->pg == NULL)
+        goto fail;
+    if (opts->redis_url != NULL && opts->redis_url[0] != '\0') {
+        store->redis = cg_redis_new(opts->redis_url, redis_ms);
+        if (store->redis == NULL)
+            goto fail;
+    }
+    store->key_cache_ttl_s = opts->key_cache_ttl_s > 0 ? opts->key_cache_ttl_s : 0;
+    return store;
+fail:
+    cg_store_free(store);
+    return NULL;
+}
+
+void cg_store_free(struct cg_store *store)
+{
+    if (store == NULL)
+        return;
+    cg_pg_free(store->pg);
+    cg_redis_free(store->redis);
+    free(store);
+}
+
+void cg_store_set_deadline(struct cg_store *store, int64_t deadline_mono_ms)
+{
+    store->deadline_mono_ms = deadline_mono_ms;
+    cg_pg_set_deadline(store->pg, deadline_mono_ms);
+}
+
+void cg_store_set_request_id(struct cg_store *store, const char *rid)
+{
+    cg_pg_set_request_id(store->pg, rid);
+}
+
+cg_status cg_store_ping(struct cg_store *store, struct cg_err *err)
+{
+    if (deadline_passed(store))
+        return deadline_exceeded(err);
+    return cg_pg_ping(store->pg, err);
+}
+
+bool cg_store_redis_ok(const struct cg_store *store)
+{
+    return cg_redis_ok(store->redis);
+}
+
+cg_status cg_store_migrate(struct cg_store *store, int *applied, struct cg_err *err)
+{
+    if (applied != NULL)
+        *applied = 0;
+    if (deadline_passed(store))
+        return deadline_exceeded(err);
+    return cg_pg_migrate(store->pg, cg_migrations, applied, err);
+}
+
+/* ------------------------------------------------------------------ tenants --- */
+
+cg_status cg_store_tenant_create(struct cg_store *store, const char *name,
+                                 const char *time_zone, struct cg_tenant *out,
+                                 struct cg_err *err)
+{
+    if (deadline_passed(store))
+        return deadline_exceeded(err);
+    cg_status rc = check_name(name ? name : "", true, err);
+    if (rc == CG_OK)
+        rc = check_time_zone(time_zone, err);
+    if (rc != CG_OK)
+        return rc;
+    return cg_pg_tenant_create(store->pg, name, time_zone, out, err);
+}
+
+cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id,
+                              struct cg_tenant *out, struct cg_err *err)
+{
+    if (deadline_passed(store))
+        return deadline_exceeded(err);
+    char id[CG_UUID_LEN + 1];
+    if (!normalize_uuid(tenant_id, id))
+        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    return cg_pg_tenant_get(store->pg, id, out, err);
+}
+
+cg_status cg_store_tenant_list(struct cg_store *store, const char *after_id, int limit,
+                               struct cg_tenant *out, int *count, bool *more,
+                               struct cg_err *err)
+{
+    *count = 0;
+    *more = false;
+    if (deadline_passed(store))
+        return deadline_exceeded(err);
+    cg_status rc = check_limit(limit, err);
+    if (rc != CG_OK)
+        return rc;
+    char id[CG_UUID_LEN + 1] = "";
+    if (after_id != NULL && after_id[0] != '\0' && !normalize_uuid(after_id, id))
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "after_id: not a tenant id");
+    return cg_pg_tenant_list(store->pg, id, limit, out, count, more, err);
+}
+
+/* ------------------------------------------------------------------ API keys --- */
+
+cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id,
+                              const char *key_id, const uint8_t secret_hash[32],
+                              const char *name, struct cg_api_key *out, struct cg_err *err)
+{
+    if (deadline_passed(store))
+        return deadline_exceeded(err);
+    char id[CG_UUID_LEN + 1];
+    if (!normalize_uuid(tenant_id, id))
+        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    if (!key_id_valid(key_id))
+        return cg_err_set(err, CG_INVALID_ARGUMENT,
+                          "key_id: must be 1..%d characters of A-Z a-z 0-9 _ -", CG_KEY_ID_LEN);
+    if (secret_hash == NULL)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "secret_hash: missing");
+    if (name == NULL)
+        name = "";
+    cg_status rc = check_name(name, false, err);
+    if (rc != CG_OK)
+        return rc;
+    /* No cache entry can exist for a key id that was never stored (misses are not cached),
+     * so there is nothing to invalidate here. */
+    return cg_pg_key_create(store->pg, id, key_id, secret_hash, name, out, err);
+}
+
+cg_status cg_store_key_list(struct cg_store *store, const char *tenant_id, int limit,
+                            struct cg_api_key *out, int *count, struct cg_err *err)
+{
+    *count = 0;
+    if (deadline_passed(store))
+        return deadline_exceeded(err);
+    cg_status rc = check_limit(limit, err);
+    if (rc != CG_OK)
+        return rc;
+    char id[CG_UUID_LEN + 1];
+    if (!normalize_uuid(tenant_id, id))
+        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    return cg_pg_key_list(store->pg, id, limit, out, count, err);
+}
+
+cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id,
+                              const char *key_id, struct cg_api_key *out, struct cg_err *err)
+{
+    if (deadline_passed(store))
+        return deadline_exceeded(err);
+    char id[CG_UUID_LEN + 1];
+    if (!normalize_uuid(tenant_id, id) || !key_id_valid(key_id))
+        return cg_err_set(err, CG_NOT_FOUND, "key_id: no such key");
+    cg_status rc = cg_pg_key_revoke(store->pg, id, key_id, out, err);
+    /* Also when the outcome is unknown (connection lost, timed out): dropping an entry
+     * that is still right costs one PostgreSQL read, keeping a stale one does not. */
+    if (store->redis != NULL &&
+        (rc == CG_OK || rc == CG_UNAVAILABLE || rc == CG_DEADLINE_EXCEEDED))
+        (void)cg_redis_key_drop(store->redis, id, key_id);
+    return rc;
+}
+
+cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id,
+                              const char *key_id, struct cg_key_auth *out, struct cg_err *err)
+{
+    if (deadline_passed(store))
+        return deadline_exceeded(err);
+    char id[CG_UUID_LEN + 1];
+    if (!normalize_uuid(tenant_id, id) || !key_id_valid(key_id))
+        return cg_err_set(err, CG_NOT_FOUND, "key_id: no such key");
+    if (cache_enabled(store) && cg_redis_key_get(store->redis, id, key_id, out))
+        return CG_OK;
+    cg_status rc = cg_pg_key_lookup(store->pg, id, key_id, out, err);
+    if (rc == CG_OK && cache_enabled(store))
+        cg_redis_key_put(store->redis, id, key_id, out, store->key_cache_ttl_s);
+    return rc;
+}

@@ -1,0 +1,97 @@
+/* store_pg.h - the PostgreSQL side of a cg_store (internal to server/store).
+ *
+ * One struct cg_pg is one libpq connection, made lazily, with its statement timeout kept
+ * in step with the call's deadline. store_pg.c is the only file that includes libpq-fe.h;
+ * callers see statuses and filled structs only.
+ *
+ * Common to every fallible function here:
+ * - the deadline set with cg_pg_set_deadline is checked before anything is sent: passed ->
+ *   CG_DEADLINE_EXCEEDED and the database is not touched;
+ * - PostgreSQL unreachable (connect refused or timed out, connection lost) ->
+ *   CG_UNAVAILABLE "storage unavailable"; a statement cancelled by its timeout ->
+ *   CG_DEADLINE_EXCEEDED; anything else unexpected -> CG_INTERNAL "storage error".
+ *   SQL errors go to the log (mod=store_pg), never into err;
+ * - reads are retried once, transparently, when the connection turned out to be dead;
+ *   writes are never re-sent after they may have reached the server (CG_UNAVAILABLE);
+ * - arguments are expected to be validated by store.c (ids well-formed, lengths in range);
+ *   what slips through is still answered by a status, never by a crash.
+ * Not thread-safe: one cg_pg belongs to one thread at a time.
+ */
+#ifndef CG_STORE_STORE_PG_H
+#define CG_STORE_STORE_PG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "store/migrate.h"
+#include "store/store.h"
+
+struct cg_pg;
+
+/* A new, unconnected handle. dsn (URI or keyword form, copied) is passed to libpq as is;
+ * settings in it win over ctxguard's defaults (keepalives, application name).
+ * connect_timeout_ms bounds each connection attempt; statement_timeout_ms (> 0) is the
+ * session's statement_timeout when no shorter deadline applies.
+ * NULL when out of memory. */
+struct cg_pg *cg_pg_new(const char *dsn, int connect_timeout_ms, int statement_timeout_ms);
+
+/* Closes the connection and frees the handle. NULL is a no-op. */
+void cg_pg_free(struct cg_pg *pg);
+
+/* Sets the monotonic deadline (cg_mono_ms) of the current call; 0 clears it. Sends
+ * nothing: the statement timeout is adjusted before the next statement, and only when
+ * it must change. */
+void cg_pg_set_deadline(struct cg_pg *pg, int64_t deadline_mono_ms);
+
+/* Sets the request id carried by log lines (copied, truncated to 32 bytes); NULL clears. */
+void cg_pg_set_request_id(struct cg_pg *pg, const char *rid);
+
+/* Runs SELECT 1, connecting first when needed. */
+cg_status cg_pg_ping(struct cg_pg *pg, struct cg_err *err) CG_MUST_CHECK;
+
+/* Applies the migrations of the table (sorted by version, ended by a row with sql NULL)
+ * that schema_migrations does not record, each in its own transaction with its
+ * schema_migrations row, all under a session advisory lock so that concurrent callers
+ * apply each one once. Creates schema_migrations when missing. *applied (may be NULL)
+ * gets how many were applied by this call, also on error. A failing migration ->
+ * CG_INTERNAL naming its version; earlier ones stay applied. Statements run without a
+ * statement timeout unless a deadline is set. */
+cg_status cg_pg_migrate(struct cg_pg *pg, const struct cg_migration *migrations, int *applied,
+                        struct cg_err *err) CG_MUST_CHECK;
+
+/* Inserts a tenant. A time_zone PostgreSQL does not list in pg_timezone_names ->
+ * CG_INVALID_ARGUMENT naming time_zone. */
+cg_status cg_pg_tenant_create(struct cg_pg *pg, const char *name, const char *time_zone,
+                              struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* Reads a tenant by canonical UUID text. CG_NOT_FOUND when there is none. */
+cg_status cg_pg_tenant_get(struct cg_pg *pg, const char *tenant_id, struct cg_tenant *out,
+                           struct cg_err *err) CG_MUST_CHECK;
+
+/* One page of tenants by (created_at, tenant_id) after the tenant after_id ("" for the
+ * first page). limit in 1..CG_STORE_PAGE_MAX. CG_INVALID_ARGUMENT naming after_id when
+ * that tenant does not exist. */
+cg_status cg_pg_tenant_list(struct cg_pg *pg, const char *after_id, int limit,
+                            struct cg_tenant *out, int *count, bool *more,
+                            struct cg_err *err) CG_MUST_CHECK;
+
+/* Inserts a key. CG_NOT_FOUND naming tenant_id when the tenant does not exist;
+ * CG_ALREADY_EXISTS naming key_id when the tenant already has that key id. */
+cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *key_id,
+                           const uint8_t secret_hash[32], const char *name,
+                           struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* Up to limit keys of a tenant, newest first. CG_NOT_FOUND when the tenant does not exist. */
+cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit,
+                         struct cg_api_key *out, int *count, struct cg_err *err) CG_MUST_CHECK;
+
+/* Sets revoked_at unless already set. CG_NOT_FOUND when the tenant has no such key. */
+cg_status cg_pg_key_revoke(struct cg_pg *pg, const char *tenant_id, const char *key_id,
+                           struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* Reads what authentication needs. CG_NOT_FOUND when there is no such key. */
+cg_status cg_pg_key_lookup(struct cg_pg *pg, const char *tenant_id, const char *key_id,
+                           struct cg_key_auth *out, struct cg_err *err) CG_MUST_CHECK;
+
+#endif

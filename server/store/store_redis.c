@@ -1,0 +1,449 @@
+/* store_redis.c - the key cache in Redis over one hiredis connection. The only file that
+ * includes hiredis.h.
+ *
+ * Redis is a cache: every failure here becomes a miss. A failed connection is freed at
+ * once (a hiredis context that saw an error is not reusable) and the next attempt waits
+ * RECONNECT_INTERVAL_MS, so that an outage costs each caller at most one timeout per
+ * interval instead of one per call.
+ */
+#include "store/store_redis.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "base/clock.h"
+#include "base/crypto.h"
+#include "base/log.h"
+
+#define MOD "store_redis"
+#define RECONNECT_INTERVAL_MS 1000
+#define KEY_NAME_MAX 128
+#define DB_MAX 1000000
+
+/* Replaces an entry and sets its expiry in one step, so that a failure between the two can
+ * never leave an entry that does not expire. */
+static const char put_script[] =
+    "redis.call('DEL', KEYS[1]) "
+    "redis.call('HSET', KEYS[1], 'tenant_name', ARGV[1], 'secret_hash', ARGV[2], "
+    "'revoked', ARGV[3]) "
+    "redis.call('EXPIRE', KEYS[1], ARGV[4]) "
+    "return 1";
+
+struct cg_redis {
+    redisContext *ctx; /* NULL while not connected */
+    struct cg_redis_addr addr;
+    bool addr_valid;
+    int timeout_ms;
+    bool ok;                 /* the last command got an answer */
+    int64_t next_attempt_ms; /* no connection attempt before (cg_mono_ms) */
+};
+
+/* One warning per outage for the whole process (see store_pg.c for the same idea). */
+static atomic_int outage_logged;
+
+/* ------------------------------------------------------------------ URL --- */
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Copies [s, s+n) into dst (size cap) decoding %XX escapes. false when it does not fit or
+ * an escape is malformed or decodes to NUL. */
+static bool copy_decoded(char *dst, size_t cap, const char *s, size_t n)
+{
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '%') {
+            if (i + 2 >= n)
+                return false;
+            int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+            if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+                return false;
+            c = (char)(hi << 4 | lo);
+            i += 2;
+        }
+        if (out + 1 >= cap)
+            return false;
+        dst[out++] = c;
+    }
+    dst[out] = '\0';
+    return true;
+}
+
+static bool parse_number(const char *s, size_t n, long max, long *out)
+{
+    if (n == 0 || n > 9)
+        return false;
+    long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+cg_status cg_redis_url_parse(const char *url, struct cg_redis_addr *out, struct cg_err *err)
+{
+    static const char scheme[] = "redis://";
+    memset(out, 0, sizeof *out);
+    out->port = 6379;
+    if (url == NULL || strncmp(url, scheme, sizeof scheme - 1) != 0) {
+        if (url != NULL && strncmp(url, "rediss://", 9) == 0)
+            return cg_err_set(err, CG_CONFIG, "redis_url: TLS (rediss://) is not supported");
+        return cg_err_set(err, CG_CONFIG, "redis_url: must start with redis://");
+    }
+    const char *authority = url + sizeof scheme - 1;
+    const char *end = authority + strcspn(authority, "/?#");
+    if (*end == '?' || *end == '#')
+        return cg_err_set(err, CG_CONFIG, "redis_url: query parameters are not supported");
+
+    /* userinfo: the last '@' of the authority (a password may contain an escaped '@'). */
+    const char *host = authority;
+    for (const char *p = authority; p < end; p++) {
+        if (*p == '@')
+            host = p + 1;
+    }
+    if (host != authority) {
+        const char *userinfo_end = host - 1;
+        const char *colon = memchr(authority, ':', (size_t)(userinfo_end - authority));
+        const char *user_end = colon ? colon : userinfo_end;
+        if (!copy_decoded(out->user, sizeof out->user, authority,
+                          (size_t)(user_end - authority)))
+            return cg_err_set(err, CG_CONFIG, "redis_url: user name is malformed or too long");
+        if (colon != NULL &&
+            !copy_decoded(out->password, sizeof out->password, colon + 1,
+                          (size_t)(userinfo_end - colon - 1)))
+            return cg_err_set(err, CG_CONFIG, "redis_url: password is malformed or too long");
+    }
+
+    const char *host_end;
+    const char *port_start = NULL;
+    if (*host == '[') {
+        const char *close = memchr(host, ']', (size_t)(end - host));
+        if (close == NULL)
+            return cg_err_set(err, CG_CONFIG, "redis_url: unterminated [ in host");
+        host_end = close;
+        host++;
+        if (close + 1 < end) {
+            if (close[1] != ':')
+                return cg_err_set(err, CG_CONFIG, "redis_url: junk after ] in host");
+            port_start = close + 2;
+        }
+    } else {
+        const char *colon = memchr(host, ':', (size_t)(end - host));
+        host_end = colon ? colon : end;
+        if (colon != NULL)
+            port_start = colon + 1;
+    }
+    size_t host_len = (size_t)(host_end - host);
+    if (host_len == 0)
+        return cg_err_set(err, CG_CONFIG, "redis_url: host is missing");
+    if (host_len >= sizeof out->host)
+        return cg_err_set(err, CG_CONFIG, "redis_url: host is too long");
+    memcpy(out->host, host, host_len);
+    out->host[host_len] = '\0';
+
+    if (port_start != NULL) {
+        long port;
+        if (!parse_number(port_start, (size_t)(end - port_start), 65535, &port) || port == 0)
+            return cg_err_set(err, CG_CONFIG, "redis_url: port must be 1..65535");
+        out->port = (int)port;
+    }
+    if (*end == '/' && end[1] != '\0') {
+        long db;
+        if (!parse_number(end + 1, strlen(end + 1), DB_MAX, &db))
+            return cg_err_set(err, CG_CONFIG, "redis_url: database must be a number");
+        out->db = (int)db;
+    }
+    return CG_OK;
+}
+
+bool cg_redis_key_name(const char *tenant_id, const char *key_id, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, "cg:{%s}:key:%s", tenant_id, key_id);
+    return n > 0 && (size_t)n < cap;
+}
+
+/* ------------------------------------------------------------------ SIGPIPE --- */
+
+/* hiredis writes with write(2), which raises SIGPIPE when Redis has closed the connection.
+ * A library must not change the process's signal dispositions, so the signal is blocked
+ * around each exchange and a SIGPIPE raised meanwhile is consumed (as libpq does). */
+struct pipe_guard {
+    sigset_t old_mask;
+    bool active;
+    bool pending_before;
+};
+
+static void pipe_guard_enter(struct pipe_guard *g)
+{
+    sigset_t block, pending;
+    sigemptyset(&block);
+    sigaddset(&block, SIGPIPE);
+    g->active = pthread_sigmask(SIG_BLOCK, &block, &g->old_mask) == 0;
+    g->pending_before = false;
+    if (g->active && sigpending(&pending) == 0)
+        g->pending_before = sigismember(&pending, SIGPIPE) == 1;
+}
+
+static void pipe_guard_leave(struct pipe_guard *g)
+{
+    if (!g->active)
+        return;
+    sigset_t pending;
+    if (!g->pending_before && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+        sigset_t only;
+        sigemptyset(&only);
+        sigaddset(&only, SIGPIPE);
+        const struct timespec zero = {0, 0};
+        (void)sigtimedwait(&only, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old_mask, NULL);
+}
+
+/* ------------------------------------------------------------------ connection --- */
+
+static void copy_str(char *dst, size_t cap, const char *src, size_t n)
+{
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* Gives up the connection after any trouble: the context is freed, the next attempt waits,
+ * and the first failure of an outage is logged. */
+static void fail(struct cg_redis *r, const char *what, const char *detail)
+{
+    if (r->ctx != NULL) {
+        redisFree(r->ctx);
+        r->ctx = NULL;
+    }
+    r->ok = false;
+    r->next_attempt_ms = cg_mono_ms() + RECONNECT_INTERVAL_MS;
+    if (atomic_exchange(&outage_logged, 1) == 0)
+        cg_log(CG_LOG_WARN, MOD, NULL, "redis unavailable, using postgresql only: %s: %s", what,
+               detail);
+    else
+        cg_log(CG_LOG_DEBUG, MOD, NULL, "redis still unavailable: %s: %s", what, detail);
+}
+
+static void answered(struct cg_redis *r)
+{
+    r->ok = true;
+    if (atomic_exchange(&outage_logged, 0) == 1)
+        cg_log(CG_LOG_INFO, MOD, NULL, "redis reachable again");
+}
+
+/* Runs one command on the current context. The reply (never an error reply) goes to the
+ * caller, who frees it; NULL after fail(). */
+static redisReply *exchange(struct cg_redis *r, const char *what, int argc, const char **argv,
+                            const size_t *lens)
+{
+    redisReply *reply = redisCommandArgv(r->ctx, argc, argv, lens);
+    if (reply == NULL) {
+        char detail[128];
+        copy_str(detail, sizeof detail, r->ctx->errstr, strlen(r->ctx->errstr));
+        fail(r, what, detail);
+        return NULL;
+    }
+    if (reply->type == REDIS_REPLY_ERROR) {
+        char detail[128];
+        copy_str(detail, sizeof detail, reply->str, reply->len);
+        freeReplyObject(reply);
+        fail(r, what, detail);
+        return NULL;
+    }
+    return reply;
+}
+
+static bool connect_redis(struct cg_redis *r)
+{
+    struct timeval tv = {.tv_sec = r->timeout_ms / 1000, .tv_usec = (r->timeout_ms % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(r->addr.host, r->addr.port, tv);
+    if (c == NULL) {
+        fail(r, "connect", "out of memory");
+        return false;
+    }
+    r->ctx = c;
+    if (c->err) {
+        char detail[128];
+        copy_str(detail, sizeof detail, c->errstr, strlen(c->errstr));
+        fail(r, "connect", detail);
+        return false;
+    }
+    if (redisSetTimeout(c, tv) != REDIS_OK) {
+        fail(r, "connect", "cannot set the command timeout");
+        return false;
+    }
+    (void)redisEnableKeepAlive(c);
+
+    if (r->addr.password[0] != '\0') {
+        const char *argv[3] = {"AUTH", r->addr.user, r->addr.password};
+        const char **args = argv;
+        int argc = 3;
+        if (r->addr.user[0] == '\0') {
+            argv[1] = r->addr.password;
+            argc = 2;
+        }
+        redisReply *reply = exchange(r, "AUTH", argc, args, NULL);
+        if (reply == NULL)
+            return false;
+        freeReplyObject(reply);
+    }
+    if (r->addr.db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", r->addr.db);
+        const char *argv[] = {"SELECT", db};
+        redisReply *reply = exchange(r, "SELECT", 2, argv, NULL);
+        if (reply == NULL)
+            return false;
+        freeReplyObject(reply);
+    }
+    return true;
+}
+
+/* Connects when needed (not more often than every RECONNECT_INTERVAL_MS) and runs one
+ * command. The reply goes to the caller, who frees it; NULL means a miss. */
+static redisReply *command(struct cg_redis *r, const char *what, int argc, const char **argv,
+                           const size_t *lens)
+{
+    if (!r->addr_valid)
+        return NULL;
+    if (r->ctx == NULL && cg_mono_ms() < r->next_attempt_ms)
+        return NULL;
+    struct pipe_guard guard;
+    pipe_guard_enter(&guard);
+    redisReply *reply = NULL;
+    if (r->ctx != NULL || connect_redis(r))
+        reply = exchange(r, what, argc, argv, lens);
+    pipe_guard_leave(&guard);
+    if (reply != NULL)
+        answered(r);
+    return reply;
+}
+
+/* ------------------------------------------------------------------ public --- */
+
+struct cg_redis *cg_redis_new(const char *url, int timeout_ms)
+{
+    struct cg_redis *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    r->timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
+    struct cg_err err;
+    r->addr_valid = cg_redis_url_parse(url, &r->addr, &err) == CG_OK;
+    if (!r->addr_valid)
+        cg_log(CG_LOG_ERROR, MOD, NULL, "cache disabled: %s", err.msg);
+    return r;
+}
+
+void cg_redis_free(struct cg_redis *redis)
+{
+    if (redis == NULL)
+        return;
+    if (redis->ctx != NULL)
+        redisFree(redis->ctx);
+    free(redis);
+}
+
+bool cg_redis_ok(const struct cg_redis *redis)
+{
+    return redis != NULL && redis->ok;
+}
+
+static bool is_string(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_STRING;
+}
+
+bool cg_redis_key_get(struct cg_redis *redis, const char *tenant_id, const char *key_id,
+                      struct cg_key_auth *out)
+{
+    char key[KEY_NAME_MAX];
+    if (!cg_redis_key_name(tenant_id, key_id, key, sizeof key))
+        return false;
+    const char *argv[] = {"HMGET", key, "tenant_name", "secret_hash", "revoked"};
+    redisReply *reply = command(redis, "HMGET", 5, argv, NULL);
+    if (reply == NULL)
+        return false;
+
+    bool hit = false;
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 3) {
+        const redisReply *name = reply->element[0];
+        const redisReply *hash = reply->element[1];
+        const redisReply *revoked = reply->element[2];
+        if (is_string(name) && is_string(hash) && is_string(revoked)) {
+            hit = name->len < sizeof out->tenant_name && memchr(name->str, 0, name->len) == NULL &&
+                  hash->len == 2 * sizeof out->secret_hash && revoked->len == 1 &&
+                  (revoked->str[0] == '0' || revoked->str[0] == '1');
+            for (size_t i = 0; hit && i < sizeof out->secret_hash; i++) {
+                int hi = hex_value(hash->str[2 * i]), lo = hex_value(hash->str[2 * i + 1]);
+                if (hi < 0 || lo < 0)
+                    hit = false;
+                else
+                    out->secret_hash[i] = (uint8_t)(hi << 4 | lo);
+            }
+            if (hit) {
+                copy_str(out->tenant_name, sizeof out->tenant_name, name->str, name->len);
+                out->revoked = revoked->str[0] == '1';
+            } else {
+                cg_log(CG_LOG_WARN, MOD, NULL, "malformed cache entry, ignored key=%s", key);
+            }
+        }
+    }
+    freeReplyObject(reply);
+    return hit;
+}
+
+void cg_redis_key_put(struct cg_redis *redis, const char *tenant_id, const char *key_id,
+                      const struct cg_key_auth *entry, int ttl_s)
+{
+    char key[KEY_NAME_MAX];
+    if (ttl_s <= 0 || !cg_redis_key_name(tenant_id, key_id, key, sizeof key))
+        return;
+    char hash_hex[2 * sizeof entry->secret_hash + 1];
+    cg_hex_encode(entry->secret_hash, sizeof entry->secret_hash, hash_hex);
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", ttl_s);
+    const char *argv[] = {"EVAL", put_script, "1", key, entry->tenant_name, hash_hex,
+                          entry->revoked ? "1" : "0", ttl};
+    redisReply *reply = command(redis, "EVAL", 8, argv, NULL);
+    if (reply != NULL)
+        freeReplyObject(reply);
+}
+
+bool cg_redis_key_drop(struct cg_redis *redis, const char *tenant_id, const char *key_id)
+{
+    char key[KEY_NAME_MAX];
+    if (!cg_redis_key_name(tenant_id, key_id, key, sizeof key))
+        return false;
+    const char *argv[] = {"DEL", key};
+    redisReply *reply = command(redis, "DEL", 2, argv, NULL);
+    if (reply == NULL)
+        return false;
+    freeReplyObject(reply);
+    return true;
+}

@@ -1,0 +1,1235 @@
+/* server.c - gRPC C core server: slots, per-call contexts, pool hand-off, timers, streams.
+ *
+ * Life of a unary call (all on the thread of the queue it arrived on):
+ *   slot fires -> call made, slot re-posted -> RECV_CLOSE_ON_SERVER started (tells us when
+ *   the caller cancels) -> handler runs inline, or on the pool which then wakes this queue
+ *   with an empty batch -> reply sent now or when its timer fires -> freed when no batch,
+ *   pool job, timer or wake-up refers to it any more.
+ */
+#include "transport/server.h"
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/arena.h"
+#include "base/clock.h"
+#include "base/crypto.h"
+#include "base/log.h"
+#include "base/pool.h"
+#include "base/timerheap.h"
+#include "rpc/rpc.h"
+#include "store/store.h"
+
+#define GENERIC_SLOTS 8
+#define ARENA_FIRST_BLOCK 8192
+#define RID_MAX 64
+#define AUTH_MAX 1024
+#define POOL_QUEUE_PER_THREAD 256
+
+struct worker;
+struct call;
+
+/* Every completion-queue tag points at one of these; fn knows the enclosing struct. */
+struct tag {
+    void (*fn)(struct worker *w, struct tag *t, bool ok);
+};
+
+struct slot {
+    struct tag tag;
+    const struct cg_rpc_method *method; /* NULL: the generic slot for unknown methods */
+    void *handle;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_byte_buffer *payload;
+    grpc_call_details details;
+};
+
+struct worker {
+    struct cg_server *srv;
+    int index;
+    pthread_t thread;
+    grpc_completion_queue *cq;
+    struct cg_timer_heap timers;
+    struct cg_rpc_env env; /* no store on these threads */
+    int live_slots;
+};
+
+struct cg_server {
+    const struct cg_config *cfg;
+    struct cg_health *health;
+    const struct cg_reflection *reflection;
+    grpc_server *server;
+    int port;
+    int nworkers;
+    struct worker *workers;
+    const struct cg_rpc_method *methods;
+    size_t nmethods;
+    void **handles;
+    struct cg_pool *pool;
+    atomic_bool stopping;
+
+    /* Calls alive anywhere; shutdown waits for zero before stopping the queues. */
+    pthread_mutex_t live_lock;
+    pthread_cond_t live_zero;
+    long live_calls;
+
+    /* Open server streams, woken when the state they watch changes. */
+    pthread_mutex_t streams_lock;
+    struct call *streams;
+
+    /* PostgreSQL probe for the health service. */
+    pthread_t monitor;
+    bool monitor_started;
+    pthread_mutex_t monitor_lock;
+    pthread_cond_t monitor_cond;
+    bool monitor_stop;
+};
+
+enum call_phase { PHASE_NEW, PHASE_POOL, PHASE_TIMER, PHASE_STREAMING, PHASE_DONE };
+
+struct call {
+    struct worker *w;
+    const struct cg_rpc_method *method;
+    grpc_call *gcall;
+    int pending; /* grpc batches and pool jobs outstanding */
+    enum call_phase phase;
+    int cancelled;
+    bool closed;
+    bool initial_md_sent;
+    bool sending;
+    bool replied;       /* the final status went out */
+    const char *detail; /* the status message, for the log line (static or in rc.err) */
+
+    struct tag close_tag, status_tag, pool_tag, msg_tag, recv_tag, wake_tag;
+    struct cg_timer timer;
+    struct cg_job job;
+
+    struct cg_arena *arena;
+    struct cg_rpc_call rc;
+    char rid[RID_MAX + 1];
+    char path[256];
+    const uint8_t *req;
+    size_t req_len;
+    uint8_t *resp;
+    size_t resp_len;
+    cg_status st;
+
+    grpc_metadata_array md;
+    grpc_metadata initial_md[1];
+    grpc_byte_buffer *send_bb;
+    grpc_byte_buffer *recv_bb;
+    grpc_slice status_details;
+    bool has_status_details;
+    int64_t start_ns;
+
+    /* server streams */
+    ProtobufCMessage *stream_request;
+    unsigned stream_version;
+    atomic_bool wake_posted;
+    bool registered;
+    struct call *next_stream, *prev_stream;
+};
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---------------------------------------------------------------- time ------------ */
+
+static int64_t now_ns(void)
+{
+    gpr_timespec t = gpr_now(GPR_CLOCK_MONOTONIC);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static gpr_timespec ns_to_timespec(int64_t ns)
+{
+    gpr_timespec t;
+    t.tv_sec = ns / 1000000000;
+    t.tv_nsec = (int32_t)(ns % 1000000000);
+    t.clock_type = GPR_CLOCK_MONOTONIC;
+    return t;
+}
+
+/* ---------------------------------------------------------------- live calls ------ */
+
+static void live_add(struct cg_server *srv, long n)
+{
+    pthread_mutex_lock(&srv->live_lock);
+    srv->live_calls += n;
+    if (srv->live_calls == 0)
+        pthread_cond_broadcast(&srv->live_zero);
+    pthread_mutex_unlock(&srv->live_lock);
+}
+
+/* ---------------------------------------------------------------- call basics ----- */
+
+static void call_free(struct call *c)
+{
+    struct cg_server *srv = c->w->srv;
+    /* One line per call: debug, or warn when the server itself failed it. */
+    bool server_fault = c->st == CG_INTERNAL || c->st == CG_UNKNOWN || c->st == CG_DATA_LOSS ||
+                        c->st == CG_NOMEM || c->st == CG_IO;
+    cg_log_level lvl = server_fault ? CG_LOG_WARN : CG_LOG_DEBUG;
+    if (c->rc.request_id != NULL && cg_log_enabled(lvl)) {
+        char dur[32];
+        snprintf(dur, sizeof dur, "%.3f", (double)(now_ns() - c->start_ns) / 1e6);
+        const char *code = c->cancelled && !c->replied
+                               ? "CANCELLED"
+                               : cg_grpc_code_name(cg_status_grpc_code(c->st));
+        struct cg_kv kv[] = {{"method", c->path},
+                             {"status", code},
+                             {"duration_ms", dur},
+                             {"detail", c->st != CG_OK && c->detail ? c->detail : NULL}};
+        cg_log_kv(lvl, "transport", c->rid, "call", kv, 4);
+    }
+    if (c->gcall != NULL)
+        grpc_call_unref(c->gcall);
+    grpc_metadata_array_destroy(&c->md);
+    if (c->send_bb != NULL)
+        grpc_byte_buffer_destroy(c->send_bb);
+    if (c->recv_bb != NULL)
+        grpc_byte_buffer_destroy(c->recv_bb);
+    if (c->has_status_details)
+        grpc_slice_unref(c->status_details);
+    cg_arena_free(c->arena);
+    free(c);
+    live_add(srv, -1);
+}
+
+static void stream_unregister(struct call *c);
+static void begin_stream(struct call *c);
+
+/* Frees the call once nothing refers to it any more. */
+static void call_maybe_free(struct call *c)
+{
+    if (c->pending > 0 || cg_timer_is_armed(&c->timer))
+        return;
+    if (c->registered)
+        stream_unregister(c);
+    if (atomic_load(&c->wake_posted))
+        return; /* the wake-up tag is still on its way to this queue */
+    call_free(c);
+}
+
+static bool start_batch(struct call *c, const grpc_op *ops, size_t n, struct tag *t)
+{
+    grpc_call_error e = grpc_call_start_batch(c->gcall, ops, n, t, NULL);
+    if (e != GRPC_CALL_OK) {
+        cg_log(CG_LOG_ERROR, "transport", c->rid, "grpc_call_start_batch failed: %d", (int)e);
+        return false;
+    }
+    c->pending++;
+    return true;
+}
+
+static grpc_byte_buffer *make_buffer(const uint8_t *data, size_t len)
+{
+    grpc_slice s = grpc_slice_from_copied_buffer((const char *)data, len);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+static void fill_initial_md(struct call *c, grpc_op *op)
+{
+    c->initial_md[0].key = grpc_slice_from_static_string("x-request-id");
+    c->initial_md[0].value = grpc_slice_from_static_string(c->rid);
+    op->op = GRPC_OP_SEND_INITIAL_METADATA;
+    op->flags = 0;
+    op->reserved = NULL;
+    op->data.send_initial_metadata.count = 1;
+    op->data.send_initial_metadata.metadata = c->initial_md;
+    c->initial_md_sent = true;
+}
+
+/* Sends the final status (with the answer first when st is OK and there is one). */
+static void send_final(struct call *c, cg_status st, const char *message)
+{
+    grpc_op ops[3];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    c->st = st;
+    if (!c->initial_md_sent)
+        fill_initial_md(c, &ops[n++]);
+    if (st == CG_OK && c->resp != NULL) {
+        c->send_bb = make_buffer(c->resp, c->resp_len);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = c->send_bb;
+        n++;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)cg_status_grpc_code(st);
+    if (st != CG_OK) {
+        c->detail = message ? message : cg_status_str(st);
+        c->status_details = grpc_slice_from_copied_string(c->detail);
+        c->has_status_details = true;
+        ops[n].data.send_status_from_server.status_details = &c->status_details;
+    }
+    n++;
+    c->phase = PHASE_DONE;
+    c->replied = true;
+    if (!start_batch(c, ops, n, &c->status_tag))
+        grpc_call_cancel(c->gcall, NULL);
+}
+
+static void reply_error(struct call *c)
+{
+    send_final(c, c->st, cg_err_text(&c->rc.err));
+}
+
+static void on_status_sent(struct worker *w, struct tag *t, bool ok)
+{
+    (void)w;
+    (void)ok; /* not ok: the caller went away; RECV_CLOSE tells the rest */
+    struct call *c = container_of(t, struct call, status_tag);
+    c->pending--;
+    call_maybe_free(c);
+}
+
+/* ---------------------------------------------------------------- unary ------------ */
+
+static void on_timer(struct worker *w, struct cg_timer *timer)
+{
+    (void)w;
+    struct call *c = timer->data;
+    send_final(c, c->st, NULL);
+}
+
+/* The handler is done (inline or on the pool): reply now or after the requested delay. */
+static void finish_unary(struct call *c)
+{
+    if (c->cancelled) {
+        c->phase = PHASE_DONE;
+        call_maybe_free(c);
+        return;
+    }
+    if (c->st != CG_OK) {
+        reply_error(c);
+        return;
+    }
+    if (c->rc.reply_delay_ms > 0) {
+        int64_t due = c->start_ns + (int64_t)c->rc.reply_delay_ms * 1000000;
+        if (cg_timer_heap_add(&c->w->timers, &c->timer, due) == CG_OK) {
+            c->phase = PHASE_TIMER;
+            return;
+        }
+        cg_log(CG_LOG_WARN, "transport", c->rid, "timer heap full; replying without delay");
+    }
+    send_final(c, CG_OK, NULL);
+}
+
+static void run_inline(struct call *c)
+{
+    c->st = cg_rpc_invoke(c->method, &c->rc, &c->w->env, c->req, c->req_len, &c->resp,
+                          &c->resp_len);
+    finish_unary(c);
+}
+
+static void pool_job(struct cg_job *job, void *thread_ctx)
+{
+    struct call *c = container_of(job, struct call, job);
+    const struct cg_rpc_env *env = thread_ctx;
+    /* Written here, read by the queue thread after the tag below: the queue's own locking
+     * orders the two. */
+    if (cg_mono_ms() >= c->rc.deadline_ms) {
+        c->st = cg_err_set(&c->rc.err, CG_DEADLINE_EXCEEDED,
+                           "deadline passed before the call could run");
+    } else {
+        cg_store_set_deadline(env->store, c->rc.deadline_ms);
+        if (c->method->kind == CG_RPC_SERVER_STREAM)
+            c->st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len,
+                                       &c->stream_request);
+        else
+            c->st = cg_rpc_invoke(c->method, &c->rc, env, c->req, c->req_len, &c->resp,
+                                  &c->resp_len);
+        cg_store_set_deadline(env->store, 0);
+    }
+    grpc_call_error e = grpc_call_start_batch(c->gcall, NULL, 0, &c->pool_tag, NULL);
+    if (e != GRPC_CALL_OK)
+        cg_log(CG_LOG_ERROR, "transport", c->rid, "cannot wake the call's queue: %d", (int)e);
+}
+
+static void on_pool_done(struct worker *w, struct tag *t, bool ok)
+{
+    (void)w;
+    (void)ok;
+    struct call *c = container_of(t, struct call, pool_tag);
+    c->pending--;
+    if (c->method->kind == CG_RPC_SERVER_STREAM)
+        begin_stream(c);
+    else
+        finish_unary(c);
+}
+
+/* ---------------------------------------------------------------- close ------------ */
+
+static void on_close(struct worker *w, struct tag *t, bool ok)
+{
+    (void)ok;
+    struct call *c = container_of(t, struct call, close_tag);
+    c->pending--;
+    c->closed = true;
+    if (c->cancelled && cg_timer_is_armed(&c->timer)) {
+        /* The caller gave up while its reply was being held: drop it. */
+        cg_timer_heap_remove(&w->timers, &c->timer);
+        cg_log(CG_LOG_DEBUG, "transport", c->rid, "held reply abandoned: caller cancelled");
+    }
+    call_maybe_free(c);
+}
+
+/* ---------------------------------------------------------------- streams ---------- */
+
+static void stream_register(struct call *c)
+{
+    struct cg_server *srv = c->w->srv;
+    pthread_mutex_lock(&srv->streams_lock);
+    c->next_stream = srv->streams;
+    c->prev_stream = NULL;
+    if (srv->streams)
+        srv->streams->prev_stream = c;
+    srv->streams = c;
+    c->registered = true;
+    pthread_mutex_unlock(&srv->streams_lock);
+}
+
+static void stream_unregister(struct call *c)
+{
+    struct cg_server *srv = c->w->srv;
+    pthread_mutex_lock(&srv->streams_lock);
+    if (c->prev_stream)
+        c->prev_stream->next_stream = c->next_stream;
+    else
+        srv->streams = c->next_stream;
+    if (c->next_stream)
+        c->next_stream->prev_stream = c->prev_stream;
+    c->registered = false;
+    pthread_mutex_unlock(&srv->streams_lock);
+}
+
+/* Wakes every open stream so it re-reads the state it watches. Any thread. */
+static void wake_streams(struct cg_server *srv)
+{
+    pthread_mutex_lock(&srv->streams_lock);
+    for (struct call *c = srv->streams; c != NULL; c = c->next_stream) {
+        if (atomic_exchange(&c->wake_posted, true))
+            continue; /* one is already on its way */
+        if (grpc_call_start_batch(c->gcall, NULL, 0, &c->wake_tag, NULL) != GRPC_CALL_OK)
+            atomic_store(&c->wake_posted, false);
+    }
+    pthread_mutex_unlock(&srv->streams_lock);
+}
+
+/* Sends the next stream message if the watched state moved, or ends the stream when the
+ * server is stopping. Only one SEND_MESSAGE is outstanding at a time. */
+static void stream_pump(struct call *c)
+{
+    if (c->sending || c->phase == PHASE_DONE || c->closed)
+        return;
+    ProtobufCMessage *msg = NULL;
+    bool finished = false;
+    cg_status st = c->method->poll(&c->rc, &c->w->env, c->stream_request, &c->stream_version,
+                                   &msg, &finished);
+    if (st != CG_OK) {
+        c->st = st;
+        reply_error(c);
+        return;
+    }
+    if (msg != NULL) {
+        uint8_t *out;
+        size_t len;
+        st = cg_rpc_encode(&c->rc, msg, &out, &len);
+        if (st != CG_OK) {
+            c->st = st;
+            reply_error(c);
+            return;
+        }
+        grpc_op ops[2];
+        size_t n = 0;
+        memset(ops, 0, sizeof ops);
+        if (!c->initial_md_sent)
+            fill_initial_md(c, &ops[n++]);
+        if (c->send_bb != NULL)
+            grpc_byte_buffer_destroy(c->send_bb);
+        c->send_bb = make_buffer(out, len);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = c->send_bb;
+        n++;
+        if (start_batch(c, ops, n, &c->msg_tag))
+            c->sending = true;
+        return;
+    }
+    if (finished || atomic_load(&c->w->srv->stopping))
+        send_final(c, finished ? CG_OK : CG_UNAVAILABLE,
+                   finished ? NULL : "server is shutting down");
+}
+
+static void on_stream_sent(struct worker *w, struct tag *t, bool ok)
+{
+    (void)w;
+    struct call *c = container_of(t, struct call, msg_tag);
+    c->pending--;
+    c->sending = false;
+    if (ok)
+        stream_pump(c);
+    call_maybe_free(c);
+}
+
+static void on_stream_wake(struct worker *w, struct tag *t, bool ok)
+{
+    (void)w;
+    (void)ok;
+    struct call *c = container_of(t, struct call, wake_tag);
+    atomic_store(&c->wake_posted, false);
+    stream_pump(c);
+    call_maybe_free(c);
+}
+
+/* The stream was opened (decoded and authenticated, inline or on the pool). */
+static void begin_stream(struct call *c)
+{
+    if (c->cancelled) {
+        c->phase = PHASE_DONE;
+        call_maybe_free(c);
+        return;
+    }
+    if (c->st != CG_OK) {
+        reply_error(c);
+        return;
+    }
+    c->phase = PHASE_STREAMING;
+    stream_register(c);
+    stream_pump(c);
+}
+
+/* ---------------------------------------------------------------- bidi (each) ------ */
+
+static void bidi_recv(struct call *c)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &c->recv_bb;
+    if (!start_batch(c, &op, 1, &c->recv_tag))
+        grpc_call_cancel(c->gcall, NULL);
+}
+
+static cg_status read_buffer(struct call *c, grpc_byte_buffer *bb, const uint8_t **out,
+                             size_t *out_len);
+
+static void on_bidi_recv(struct worker *w, struct tag *t, bool ok)
+{
+    struct call *c = container_of(t, struct call, recv_tag);
+    c->pending--;
+    if (!ok || c->recv_bb == NULL) {
+        /* The client half-closed: the conversation is over. */
+        if (ok && !c->closed && c->phase != PHASE_DONE)
+            send_final(c, CG_OK, NULL);
+        call_maybe_free(c);
+        return;
+    }
+    /* Each request gets a fresh error slot; the arena grows with the stream but is capped. */
+    cg_err_clear(&c->rc.err);
+    const uint8_t *req;
+    size_t len;
+    c->st = read_buffer(c, c->recv_bb, &req, &len);
+    grpc_byte_buffer_destroy(c->recv_bb);
+    c->recv_bb = NULL;
+    if (c->st == CG_OK)
+        c->st = cg_rpc_invoke(c->method, &c->rc, &w->env, req, len, &c->resp, &c->resp_len);
+    if (c->st != CG_OK) {
+        reply_error(c);
+        return;
+    }
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    if (!c->initial_md_sent)
+        fill_initial_md(c, &ops[n++]);
+    if (c->send_bb != NULL)
+        grpc_byte_buffer_destroy(c->send_bb);
+    c->send_bb = make_buffer(c->resp, c->resp_len);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = c->send_bb;
+    n++;
+    if (!start_batch(c, ops, n, &c->msg_tag))
+        grpc_call_cancel(c->gcall, NULL);
+}
+
+static void on_bidi_sent(struct worker *w, struct tag *t, bool ok)
+{
+    (void)w;
+    struct call *c = container_of(t, struct call, msg_tag);
+    c->pending--;
+    if (ok && !c->closed)
+        bidi_recv(c);
+    call_maybe_free(c);
+}
+
+/* ---------------------------------------------------------------- new calls -------- */
+
+static cg_status read_buffer(struct call *c, grpc_byte_buffer *bb, const uint8_t **out,
+                             size_t *out_len)
+{
+    grpc_byte_buffer_reader reader;
+    if (!grpc_byte_buffer_reader_init(&reader, bb))
+        return cg_err_set(&c->rc.err, CG_INVALID_ARGUMENT, "request could not be decompressed");
+    size_t total = grpc_byte_buffer_length(bb);
+    uint8_t *buf = cg_arena_alloc(c->arena, total ? total : 1);
+    if (buf == NULL) {
+        grpc_byte_buffer_reader_destroy(&reader);
+        return cg_err_set(&c->rc.err, CG_RESOURCE_EXHAUSTED, "request too large");
+    }
+    size_t off = 0;
+    grpc_slice s;
+    while (grpc_byte_buffer_reader_next(&reader, &s)) {
+        size_t n = GRPC_SLICE_LENGTH(s);
+        if (off + n > total)
+            n = total - off;
+        memcpy(buf + off, GRPC_SLICE_START_PTR(s), n);
+        off += n;
+        grpc_slice_unref(s);
+    }
+    grpc_byte_buffer_reader_destroy(&reader);
+    *out = buf;
+    *out_len = off;
+    return CG_OK;
+}
+
+/* Copies a metadata value into the arena, or NULL when absent or over max bytes. */
+static const char *md_value(struct call *c, const char *key, size_t max, bool *too_long)
+{
+    for (size_t i = 0; i < c->md.count; i++) {
+        if (grpc_slice_str_cmp(c->md.metadata[i].key, key) != 0)
+            continue;
+        grpc_slice v = c->md.metadata[i].value;
+        size_t n = GRPC_SLICE_LENGTH(v);
+        if (n > max) {
+            if (too_long)
+                *too_long = true;
+            return NULL;
+        }
+        return cg_arena_strndup(c->arena, (const char *)GRPC_SLICE_START_PTR(v), n);
+    }
+    return NULL;
+}
+
+static void set_request_id(struct call *c)
+{
+    bool too_long = false;
+    const char *given = md_value(c, "x-request-id", RID_MAX, &too_long);
+    bool ok = given != NULL && given[0] != '\0';
+    for (const char *p = given; ok && *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            ok = false;
+    if (ok)
+        snprintf(c->rid, sizeof c->rid, "%s", given);
+    else
+        cg_request_id(c->rid);
+    c->rc.request_id = c->rid;
+}
+
+static struct call *call_new(struct worker *w, struct slot *s)
+{
+    struct cg_server *srv = w->srv;
+    struct call *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return NULL;
+    size_t cap = (size_t)srv->cfg->max_message_bytes * 8 + (1u << 20);
+    c->arena = cg_arena_new(ARENA_FIRST_BLOCK, cap);
+    if (c->arena == NULL) {
+        free(c);
+        return NULL;
+    }
+    c->w = w;
+    c->method = s->method;
+    c->gcall = s->call;
+    c->md = s->md; /* ownership moves to the call */
+    grpc_metadata_array_init(&s->md);
+    c->start_ns = now_ns();
+    c->close_tag.fn = on_close;
+    c->status_tag.fn = on_status_sent;
+    c->pool_tag.fn = on_pool_done;
+    c->wake_tag.fn = on_stream_wake;
+    c->job.run = pool_job;
+    atomic_init(&c->wake_posted, false);
+    cg_timer_init(&c->timer, c);
+    c->rc.arena = c->arena;
+    c->rc.max_message_bytes = (size_t)srv->cfg->max_message_bytes;
+    cg_err_clear(&c->rc.err);
+
+    /* The call's deadline: the caller's, cut to max_call_ms. */
+    gpr_timespec dl = s->method ? s->deadline : s->details.deadline;
+    dl = gpr_convert_clock_type(dl, GPR_CLOCK_MONOTONIC);
+    int64_t remaining_ms = srv->cfg->max_call_ms;
+    if (gpr_time_cmp(dl, gpr_inf_future(GPR_CLOCK_MONOTONIC)) != 0) {
+        int64_t left = ((int64_t)dl.tv_sec * 1000000000 + dl.tv_nsec - c->start_ns) / 1000000;
+        if (left < remaining_ms)
+            remaining_ms = left;
+    }
+    c->rc.deadline_ms = cg_mono_ms() + remaining_ms;
+
+    if (s->method != NULL) {
+        snprintf(c->path, sizeof c->path, "%s", s->method->path);
+    } else {
+        size_t n = GRPC_SLICE_LENGTH(s->details.method);
+        if (n >= sizeof c->path)
+            n = sizeof c->path - 1;
+        memcpy(c->path, GRPC_SLICE_START_PTR(s->details.method), n);
+        c->path[n] = '\0';
+    }
+    live_add(srv, 1);
+    return c;
+}
+
+static void start_call(struct worker *w, struct call *c, grpc_byte_buffer *payload)
+{
+    set_request_id(c);
+
+    grpc_op close_op;
+    memset(&close_op, 0, sizeof close_op);
+    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
+    if (!start_batch(c, &close_op, 1, &c->close_tag)) {
+        grpc_call_cancel(c->gcall, NULL);
+        call_maybe_free(c);
+        return;
+    }
+
+    if (c->method == NULL) {
+        c->st = cg_err_set(&c->rc.err, CG_UNIMPLEMENTED, "unknown method %s", c->path);
+        reply_error(c);
+        return;
+    }
+    if (c->rc.deadline_ms <= cg_mono_ms()) {
+        c->st = cg_err_set(&c->rc.err, CG_DEADLINE_EXCEEDED, "deadline passed on arrival");
+        reply_error(c);
+        return;
+    }
+    bool too_long = false;
+    c->rc.authorization = md_value(c, "authorization", AUTH_MAX, &too_long);
+    if (too_long)
+        c->rc.authorization = "(too long)";
+
+    if (c->method->kind == CG_RPC_BIDI_EACH) {
+        c->recv_tag.fn = on_bidi_recv;
+        c->msg_tag.fn = on_bidi_sent;
+        c->phase = PHASE_STREAMING;
+        bidi_recv(c);
+        return;
+    }
+
+    if (payload == NULL) {
+        c->st = cg_err_set(&c->rc.err, CG_INVALID_ARGUMENT, "request message missing");
+        reply_error(c);
+        return;
+    }
+    c->st = read_buffer(c, payload, &c->req, &c->req_len);
+    if (c->st != CG_OK) {
+        reply_error(c);
+        return;
+    }
+
+    if (c->method->kind == CG_RPC_SERVER_STREAM)
+        c->msg_tag.fn = on_stream_sent;
+    if (!c->method->blocking) {
+        if (c->method->kind == CG_RPC_SERVER_STREAM) {
+            c->st = cg_rpc_stream_open(c->method, &c->rc, &w->env, c->req, c->req_len,
+                                       &c->stream_request);
+            begin_stream(c);
+        } else {
+            run_inline(c);
+        }
+        return;
+    }
+    c->phase = PHASE_POOL;
+    c->pending++; /* the pool's wake-up */
+    if (cg_pool_submit(w->srv->pool, &c->job) != CG_OK) {
+        c->pending--;
+        c->st = cg_err_set(&c->rc.err, CG_UNAVAILABLE, "server overloaded; retry later");
+        reply_error(c);
+    }
+}
+
+static bool post_slot(struct worker *w, struct slot *s)
+{
+    grpc_call_error e;
+    s->call = NULL;
+    s->payload = NULL;
+    if (s->method != NULL) {
+        e = grpc_server_request_registered_call(
+            w->srv->server, s->handle, &s->call, &s->deadline, &s->md,
+            s->method->kind == CG_RPC_BIDI_EACH ? NULL : &s->payload, w->cq, w->cq, &s->tag);
+    } else {
+        grpc_call_details_destroy(&s->details);
+        grpc_call_details_init(&s->details);
+        e = grpc_server_request_call(w->srv->server, &s->call, &s->details, &s->md, w->cq, w->cq,
+                                     &s->tag);
+    }
+    return e == GRPC_CALL_OK;
+}
+
+static void slot_free(struct worker *w, struct slot *s)
+{
+    grpc_metadata_array_destroy(&s->md);
+    grpc_call_details_destroy(&s->details);
+    if (s->payload != NULL)
+        grpc_byte_buffer_destroy(s->payload);
+    free(s);
+    w->live_slots--;
+}
+
+static void on_slot(struct worker *w, struct tag *t, bool ok)
+{
+    struct slot *s = container_of(t, struct slot, tag);
+    if (!ok) {
+        /* The server is shutting down: the slot will not be matched any more. */
+        slot_free(w, s);
+        return;
+    }
+    grpc_byte_buffer *payload = s->payload;
+    s->payload = NULL;
+    struct call *c = call_new(w, s);
+    if (c == NULL) {
+        grpc_call_cancel_with_status(s->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory",
+                                     NULL);
+        grpc_call_unref(s->call);
+        grpc_metadata_array_destroy(&s->md);
+        grpc_metadata_array_init(&s->md);
+    } else {
+        start_call(w, c, payload);
+    }
+    if (payload != NULL)
+        grpc_byte_buffer_destroy(payload);
+    if (atomic_load(&w->srv->stopping) || !post_slot(w, s))
+        slot_free(w, s);
+}
+
+static bool add_slot(struct worker *w, const struct cg_rpc_method *m, void *handle)
+{
+    struct slot *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return false;
+    s->tag.fn = on_slot;
+    s->method = m;
+    s->handle = handle;
+    grpc_metadata_array_init(&s->md);
+    grpc_call_details_init(&s->details);
+    w->live_slots++;
+    if (!post_slot(w, s)) {
+        slot_free(w, s);
+        return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- workers ---------- */
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    for (;;) {
+        struct cg_timer *next = cg_timer_heap_peek(&w->timers);
+        gpr_timespec deadline =
+            next ? ns_to_timespec(next->due) : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+        grpc_event ev = grpc_completion_queue_next(w->cq, deadline, NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type == GRPC_OP_COMPLETE) {
+            struct tag *t = ev.tag;
+            t->fn(w, t, ev.success != 0);
+        }
+        int64_t now = now_ns();
+        struct cg_timer *due;
+        while ((due = cg_timer_heap_pop_due(&w->timers, now)) != NULL)
+            on_timer(w, due);
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- pool threads ----- */
+
+struct pool_ctx {
+    struct cg_rpc_env env;
+};
+
+static void *pool_thread_init(void *arg, int index)
+{
+    (void)index;
+    struct cg_server *srv = arg;
+    struct pool_ctx *ctx = calloc(1, sizeof *ctx);
+    if (ctx == NULL)
+        return NULL;
+    struct cg_store_opts o = {
+        .pg_dsn = srv->cfg->pg_dsn,
+        .redis_url = srv->cfg->redis_url,
+        .pg_connect_timeout_ms = (int)srv->cfg->pg_connect_timeout_ms,
+        .pg_statement_timeout_ms = (int)srv->cfg->pg_statement_timeout_ms,
+        .redis_timeout_ms = (int)srv->cfg->redis_timeout_ms,
+        .key_cache_ttl_s = (int)srv->cfg->key_cache_ttl_s,
+    };
+    ctx->env.config = srv->cfg;
+    ctx->env.health = srv->health;
+    ctx->env.reflection = srv->reflection;
+    ctx->env.store = cg_store_new(&o);
+    if (ctx->env.store == NULL) {
+        free(ctx);
+        return NULL;
+    }
+    return &ctx->env; /* env is the first member: the job gets a cg_rpc_env */
+}
+
+static void pool_thread_cleanup(void *p)
+{
+    struct pool_ctx *ctx = p;
+    if (ctx == NULL)
+        return;
+    cg_store_free(ctx->env.store);
+    free(ctx);
+}
+
+/* ---------------------------------------------------------------- health monitor --- */
+
+static void *monitor_main(void *arg)
+{
+    struct cg_server *srv = arg;
+    struct pool_ctx *ctx = pool_thread_init(srv, -1);
+    if (ctx == NULL) {
+        cg_log(CG_LOG_ERROR, "health", NULL, "cannot start the PostgreSQL probe");
+        return NULL;
+    }
+    pthread_mutex_lock(&srv->monitor_lock);
+    while (!srv->monitor_stop) {
+        pthread_mutex_unlock(&srv->monitor_lock);
+        cg_store_set_deadline(ctx->env.store, cg_mono_ms() + srv->cfg->pg_connect_timeout_ms);
+        if (cg_rpc_health_probe(&ctx->env))
+            wake_streams(srv);
+        pthread_mutex_lock(&srv->monitor_lock);
+        if (srv->monitor_stop)
+            break;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        int64_t ns = until.tv_nsec + (srv->cfg->health_interval_ms % 1000) * 1000000;
+        until.tv_sec += srv->cfg->health_interval_ms / 1000 + ns / 1000000000;
+        until.tv_nsec = ns % 1000000000;
+        /* Woken early only by shutdown. */
+        while (!srv->monitor_stop &&
+               pthread_cond_timedwait(&srv->monitor_cond, &srv->monitor_lock, &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&srv->monitor_lock);
+    pool_thread_cleanup(ctx);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- credentials ------ */
+
+static char *read_file(const char *path, struct cg_err *err, const char *key)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        cg_err_set(err, CG_CONFIG, "config key '%s': cannot read '%.80s'", key, path);
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    size_t n;
+    while (buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += n;
+        if (len == cap) {
+            if (cap >= (1u << 22))
+                break; /* a PEM file of 4 MiB is not a PEM file */
+            char *nb = realloc(buf, cap * 2 + 1);
+            if (nb == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf == NULL) {
+        cg_err_set(err, CG_NOMEM, "out of memory reading '%.80s'", path);
+        return NULL;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+static grpc_server_credentials *make_credentials(const struct cg_config *cfg, struct cg_err *err)
+{
+    if (cfg->tls_cert[0] == '\0')
+        return grpc_insecure_server_credentials_create();
+    char *cert = read_file(cfg->tls_cert, err, "tls_cert");
+    char *key = cert ? read_file(cfg->tls_key, err, "tls_key") : NULL;
+    char *ca = NULL;
+    if (key != NULL && cfg->tls_client_ca[0] != '\0')
+        ca = read_file(cfg->tls_client_ca, err, "tls_client_ca");
+    grpc_server_credentials *creds = NULL;
+    if (key != NULL && (cfg->tls_client_ca[0] == '\0' || ca != NULL)) {
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        creds = grpc_ssl_server_credentials_create_ex(
+            ca, &pair, 1,
+            ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+               : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            NULL);
+        if (creds == NULL)
+            cg_err_set(err, CG_CONFIG, "config keys 'tls_cert'/'tls_key': not usable as TLS credentials");
+    }
+    free(cert);
+    free(key);
+    free(ca);
+    return creds;
+}
+
+/* ---------------------------------------------------------------- start/stop ------- */
+
+struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health *health,
+                                  const struct cg_reflection *reflection, struct cg_err *err)
+{
+    struct cg_server *srv = calloc(1, sizeof *srv);
+    if (srv == NULL) {
+        cg_err_set(err, CG_NOMEM, "out of memory");
+        return NULL;
+    }
+    srv->cfg = cfg;
+    srv->health = health;
+    srv->reflection = reflection;
+    atomic_init(&srv->stopping, false);
+    pthread_mutex_init(&srv->live_lock, NULL);
+    pthread_cond_init(&srv->live_zero, NULL);
+    pthread_mutex_init(&srv->streams_lock, NULL);
+    pthread_mutex_init(&srv->monitor_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->monitor_cond, &ca);
+    pthread_condattr_destroy(&ca);
+
+    grpc_init();
+
+    srv->nworkers = (int)cfg->workers;
+    if (srv->nworkers == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        srv->nworkers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
+    }
+
+    struct cg_pool_opts popts = {
+        .threads = (int)cfg->io_threads,
+        .max_queue = (size_t)cfg->io_threads * POOL_QUEUE_PER_THREAD,
+        .thread_init = pool_thread_init,
+        .thread_cleanup = pool_thread_cleanup,
+        .arg = srv,
+    };
+    srv->pool = cg_pool_new(&popts, err);
+    if (srv->pool == NULL)
+        goto fail;
+
+    grpc_arg args[2];
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)cfg->max_message_bytes;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = (int)cfg->max_message_bytes;
+    grpc_channel_args chargs = {2, args};
+    srv->server = grpc_server_create(&chargs, NULL);
+
+    srv->methods = cg_rpc_methods(&srv->nmethods);
+    srv->handles = calloc(srv->nmethods, sizeof *srv->handles);
+    if (srv->handles == NULL) {
+        cg_err_set(err, CG_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < srv->nmethods; i++) {
+        const struct cg_rpc_method *m = &srv->methods[i];
+        srv->handles[i] = grpc_server_register_method(
+            srv->server, m->path, NULL,
+            m->kind == CG_RPC_BIDI_EACH ? GRPC_SRM_PAYLOAD_NONE
+                                        : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+            0);
+        if (srv->handles[i] == NULL) {
+            cg_err_set(err, CG_INTERNAL, "cannot register method %s", m->path);
+            goto fail;
+        }
+    }
+
+    srv->workers = calloc((size_t)srv->nworkers, sizeof *srv->workers);
+    if (srv->workers == NULL) {
+        cg_err_set(err, CG_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < srv->nworkers; i++) {
+        struct worker *w = &srv->workers[i];
+        w->srv = srv;
+        w->index = i;
+        w->cq = grpc_completion_queue_create_for_next(NULL);
+        w->env.config = cfg;
+        w->env.health = health;
+        w->env.reflection = reflection;
+        cg_timer_heap_init(&w->timers);
+        grpc_server_register_completion_queue(srv->server, w->cq, NULL);
+    }
+
+    grpc_server_credentials *creds = make_credentials(cfg, err);
+    if (creds == NULL)
+        goto fail;
+    srv->port = grpc_server_add_http2_port(srv->server, cfg->listen, creds);
+    grpc_server_credentials_release(creds);
+    if (srv->port == 0) {
+        cg_err_set(err, CG_CONFIG, "config key 'listen': cannot listen on '%.80s'", cfg->listen);
+        goto fail;
+    }
+    grpc_server_start(srv->server);
+
+    for (int i = 0; i < srv->nworkers; i++) {
+        struct worker *w = &srv->workers[i];
+        for (size_t m = 0; m < srv->nmethods; m++)
+            for (int k = 0; k < cfg->slots_per_method; k++)
+                if (!add_slot(w, &srv->methods[m], srv->handles[m])) {
+                    cg_err_set(err, CG_INTERNAL, "cannot post request slots");
+                    goto fail_started;
+                }
+        for (int k = 0; k < GENERIC_SLOTS; k++)
+            if (!add_slot(w, NULL, NULL)) {
+                cg_err_set(err, CG_INTERNAL, "cannot post request slots");
+                goto fail_started;
+            }
+    }
+    for (int i = 0; i < srv->nworkers; i++) {
+        int rc = pthread_create(&srv->workers[i].thread, NULL, worker_main, &srv->workers[i]);
+        if (rc != 0) {
+            cg_err_set(err, CG_IO, "cannot start completion-queue thread: %s", strerror(rc));
+            /* Threads already running are stopped by the shutdown below. */
+            for (int j = i; j < srv->nworkers; j++)
+                srv->workers[j].thread = 0;
+            goto fail_started;
+        }
+    }
+    if (pthread_create(&srv->monitor, NULL, monitor_main, srv) == 0)
+        srv->monitor_started = true;
+    return srv;
+
+fail_started:
+    cg_server_shutdown(srv);
+    cg_server_free(srv);
+    return NULL;
+fail:
+    if (srv->server != NULL)
+        grpc_server_destroy(srv->server);
+    srv->server = NULL;
+    if (srv->workers != NULL)
+        for (int i = 0; i < srv->nworkers; i++)
+            if (srv->workers[i].cq != NULL) {
+                grpc_completion_queue_shutdown(srv->workers[i].cq);
+                while (grpc_completion_queue_next(srv->workers[i].cq,
+                                                  gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+                           .type != GRPC_QUEUE_SHUTDOWN)
+                    ;
+                grpc_completion_queue_destroy(srv->workers[i].cq);
+                cg_timer_heap_cleanup(&srv->workers[i].timers);
+            }
+    free(srv->workers);
+    srv->workers = NULL;
+    cg_pool_free(srv->pool);
+    srv->pool = NULL;
+    free(srv->handles);
+    free(srv);
+    grpc_shutdown();
+    return NULL;
+}
+
+int cg_server_port(const struct cg_server *srv)
+{
+    return srv->port;
+}
+
+void cg_server_shutdown(struct cg_server *srv)
+{
+    const struct cg_config *cfg = srv->cfg;
+    cg_health_set_draining(srv->health, true);
+    atomic_store(&srv->stopping, true);
+    cg_log(CG_LOG_INFO, "transport", NULL, "draining: NOT_SERVING, finishing in-flight calls");
+    /* Health watchers hear NOT_SERVING, then their streams end. */
+    wake_streams(srv);
+
+    grpc_completion_queue *shutdown_cq = grpc_completion_queue_create_for_pluck(NULL);
+    static int shutdown_tag;
+    grpc_server_shutdown_and_notify(srv->server, shutdown_cq, &shutdown_tag);
+    gpr_timespec grace = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                      gpr_time_from_millis(cfg->shutdown_grace_ms, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_pluck(shutdown_cq, &shutdown_tag, grace, NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+        cg_log(CG_LOG_WARN, "transport", NULL,
+               "grace period of %lld ms over: cancelling the calls left",
+               (long long)cfg->shutdown_grace_ms);
+        grpc_server_cancel_all_calls(srv->server);
+        grpc_completion_queue_pluck(shutdown_cq, &shutdown_tag, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                    NULL);
+    }
+    grpc_completion_queue_shutdown(shutdown_cq);
+    grpc_completion_queue_destroy(shutdown_cq);
+
+    /* grpc is done with its calls; ours may still wait on a pool job or a last tag. */
+    pthread_mutex_lock(&srv->live_lock);
+    while (srv->live_calls > 0)
+        pthread_cond_wait(&srv->live_zero, &srv->live_lock);
+    pthread_mutex_unlock(&srv->live_lock);
+
+    if (srv->monitor_started) {
+        pthread_mutex_lock(&srv->monitor_lock);
+        srv->monitor_stop = true;
+        pthread_cond_broadcast(&srv->monitor_cond);
+        pthread_mutex_unlock(&srv->monitor_lock);
+        pthread_join(srv->monitor, NULL);
+        srv->monitor_started = false;
+    }
+    cg_pool_stop(srv->pool);
+    for (int i = 0; i < srv->nworkers; i++)
+        grpc_completion_queue_shutdown(srv->workers[i].cq);
+    for (int i = 0; i < srv->nworkers; i++)
+        if (srv->workers[i].thread != 0)
+            pthread_join(srv->workers[i].thread, NULL);
+    cg_log(CG_LOG_INFO, "transport", NULL, "stopped");
+}
+
+void cg_server_free(struct cg_server *srv)
+{
+    if (srv == NULL)
+        return;
+    if (srv->server != NULL)
+        grpc_server_destroy(srv->server);
+    for (int i = 0; i < srv->nworkers; i++) {
+        struct worker *w = &srv->workers[i];
+        /* Queues whose thread never ran still hold their shutdown event. */
+        if (w->thread == 0)
+            while (grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+                       .type != GRPC_QUEUE_SHUTDOWN)
+                ;
+        grpc_completion_queue_destroy(w->cq);
+        cg_timer_heap_cleanup(&w->timers);
+    }
+    free(srv->workers);
+    cg_pool_free(srv->pool);
+    free(srv->handles);
+    pthread_mutex_destroy(&srv->live_lock);
+    pthread_cond_destroy(&srv->live_zero);
+    pthread_mutex_destroy(&srv->streams_lock);
+    pthread_mutex_destroy(&srv->monitor_lock);
+    pthread_cond_destroy(&srv->monitor_cond);
+    free(srv);
+    grpc_shutdown();
+}

@@ -1,0 +1,38 @@
+/* server.h - the gRPC server on C core: completion-queue threads, calls, timers, streams.
+ *
+ * One completion queue per worker thread, each with request slots pre-posted for every
+ * method of the rpc table and for unknown methods (answered UNIMPLEMENTED at once). A call
+ * lives on the thread whose queue it arrived on: its batches and its timer are handled
+ * there without locks. Handlers that need storage run on the worker pool, whose threads
+ * own their PostgreSQL and Redis connections; the pool wakes the call's queue when done.
+ * Replies held for backpressure wait on the thread's timer heap, never on a sleeping thread.
+ */
+#ifndef CG_TRANSPORT_SERVER_H
+#define CG_TRANSPORT_SERVER_H
+
+#include "base/config.h"
+#include "base/health.h"
+#include "base/status.h"
+
+struct cg_server;
+struct cg_reflection;
+
+/* Builds the server from cfg (listen address, TLS, sizes, threads), starts its threads and
+ * starts serving. cfg, health and reflection are borrowed and must outlive the server.
+ * NULL with err filled when the address cannot be bound, TLS files cannot be read, or
+ * threads cannot start. */
+struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health *health,
+                                  const struct cg_reflection *reflection, struct cg_err *err);
+
+/* The port actually bound (useful with port 0). */
+int cg_server_port(const struct cg_server *srv);
+
+/* Graceful stop: reports NOT_SERVING, stops taking calls, lets in-flight calls finish for
+ * up to cfg->shutdown_grace_ms, cancels what is left, then stops every thread.
+ * Call once, from the thread that started the server. */
+void cg_server_shutdown(struct cg_server *srv);
+
+/* Frees a server that was shut down. NULL is a no-op. */
+void cg_server_free(struct cg_server *srv);
+
+#endif
