@@ -23,22 +23,29 @@ command -v h2load >/dev/null || { echo "bench: h2load missing (apt-get install n
 scripts/services.sh start --fast "$DIR" >/dev/null
 # shellcheck disable=SC1090
 source "$DIR/env"
-PORT=$(scripts/services.sh free-port 0)
 ADMIN_KEY=bench-admin-key-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
 LOG=$OUT/server.log
-CTXGUARD_LISTEN=127.0.0.1:$PORT CTXGUARD_ADMIN_KEY=$ADMIN_KEY CTXGUARD_LOG_LEVEL=warn \
+: >"$LOG"
+CTXGUARD_LISTEN=127.0.0.1:0 CTXGUARD_ADMIN_KEY=$ADMIN_KEY CTXGUARD_LOG_LEVEL=info \
     "$BUILD/bin/ctxguard" >"$LOG" 2>&1 &
 SERVER_PID=$!
 cleanup() { kill -TERM "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
 trap cleanup EXIT
 
+# The server picks a free port and logs it; wait (bounded) for that line, then SERVING.
+wait_log() {
+    for _ in $(seq 1 400); do
+        grep -q "$1" "$LOG" && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+wait_log 'msg=listening' && wait_log 'reachable: SERVING' ||
+    { echo "bench: server did not start; log:" >&2; cat "$LOG" >&2; exit 1; }
+PORT=$(grep -m1 -o 'msg=listening.* port=[0-9]*' "$LOG" | sed 's/.*port=//')
 CTL=("$BUILD/bin/ctxguardctl" --target "127.0.0.1:$PORT")
-for _ in $(seq 1 100); do
-    "${CTL[@]}" health >/dev/null 2>&1 && break
-    # Waiting for a process we just started to bind: nothing to wait on but its port.
-    sleep 0.1
-done
-"${CTL[@]}" health >/dev/null || { echo "bench: server not SERVING; log:" >&2; cat "$LOG" >&2; exit 1; }
+"${CTL[@]}" health >/dev/null
 TENANT=$(CTXGUARD_ADMIN_KEY=$ADMIN_KEY "${CTL[@]}" --json tenant create bench |
          /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("tenant_id") or d["tenant"]["tenant_id"])')
 KEY=$(CTXGUARD_ADMIN_KEY=$ADMIN_KEY "${CTL[@]}" --json key create "$TENANT" --name bench |

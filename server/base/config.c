@@ -259,7 +259,9 @@ cg_status cg_config_load_env(struct cg_config *cfg, char *const *envp, struct cg
         for (size_t i = 0; i < klen; i++)
             key[i] = (char)tolower((unsigned char)name[i]);
         key[klen] = '\0';
-        if (strcmp(key, "config") == 0)
+        /* CTXGUARD_CONFIG names the file; TARGET and KEY belong to ctxguardctl, and a
+         * shell that exports them for the CLI must not stop the server. */
+        if (strcmp(key, "config") == 0 || strcmp(key, "target") == 0 || strcmp(key, "key") == 0)
             continue;
         const struct cfg_row *row = find_row(key, klen);
         if (row == NULL)
@@ -479,7 +481,12 @@ void cg_config_print_reference(FILE *out)
         const struct cfg_row *row = &rows[i];
         char env[64];
         env_name(row->key, env, sizeof env);
-        fprintf(out, "  --%-24s %-32s %s", row->key, env, type_names[row->type]);
+        char flag[64];
+        size_t k = 0;
+        for (; row->key[k] && k + 1 < sizeof flag; k++)
+            flag[k] = row->key[k] == '_' ? '-' : row->key[k];
+        flag[k] = '\0';
+        fprintf(out, "  --%-24s %-32s %s", flag, env, type_names[row->type]);
         if (row->type == T_INT)
             fprintf(out, " %lld..%lld", (long long)row->min, (long long)row->max);
         if (row->type == T_ENUM)

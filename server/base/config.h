@@ -102,7 +102,8 @@ cg_status cg_config_load_file(struct cg_config *cfg, const char *path,
                               struct cg_err *err) CG_MUST_CHECK;
 
 /* Applies every CTXGUARD_<KEY> variable of envp (NULL-terminated). Unknown CTXGUARD_
- * variables other than CTXGUARD_CONFIG are errors, so typos do not pass silently. */
+ * variables are errors, so typos do not pass silently; CTXGUARD_CONFIG and the CLI's
+ * CTXGUARD_TARGET and CTXGUARD_KEY are left alone. */
 cg_status cg_config_load_env(struct cg_config *cfg, char *const *envp,
                              struct cg_err *err) CG_MUST_CHECK;
 

@@ -111,8 +111,7 @@ static cg_status check_name(const char *name, bool required, struct cg_err *err)
     if (required && chars == 0)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "name: must not be empty");
     if (chars > CG_NAME_MAX)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "name: longer than %d characters",
-                          CG_NAME_MAX);
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "name: longer than %d characters", CG_NAME_MAX);
     return CG_OK;
 }
 
@@ -161,8 +160,8 @@ struct cg_store *cg_store_new(const struct cg_store_opts *opts)
     struct cg_store *store = calloc(1, sizeof *store);
     if (store == NULL)
         return NULL;
-    int connect_ms = opts->pg_connect_timeout_ms > 0 ? opts->pg_connect_timeout_ms
-                                                     : DEFAULT_CONNECT_TIMEOUT_MS;
+    int connect_ms =
+        opts->pg_connect_timeout_ms > 0 ? opts->pg_connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
     int statement_ms = opts->pg_statement_timeout_ms > 0 ? opts->pg_statement_timeout_ms
                                                          : DEFAULT_STATEMENT_TIMEOUT_MS;
     int redis_ms = opts->redis_timeout_ms > 0 ? opts->redis_timeout_ms : DEFAULT_REDIS_TIMEOUT_MS;
@@ -224,9 +223,8 @@ cg_status cg_store_migrate(struct cg_store *store, int *applied, struct cg_err *
 
 /* ------------------------------------------------------------------ tenants --- */
 
-cg_status cg_store_tenant_create(struct cg_store *store, const char *name,
-                                 const char *time_zone, struct cg_tenant *out,
-                                 struct cg_err *err)
+cg_status cg_store_tenant_create(struct cg_store *store, const char *name, const char *time_zone,
+                                 struct cg_tenant *out, struct cg_err *err)
 {
     if (deadline_passed(store))
         return deadline_exceeded(err);
@@ -238,8 +236,8 @@ cg_status cg_store_tenant_create(struct cg_store *store, const char *name,
     return cg_pg_tenant_create(store->pg, name, time_zone, out, err);
 }
 
-cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id,
-                              struct cg_tenant *out, struct cg_err *err)
+cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id, struct cg_tenant *out,
+                              struct cg_err *err)
 {
     if (deadline_passed(store))
         return deadline_exceeded(err);
@@ -250,8 +248,7 @@ cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id,
 }
 
 cg_status cg_store_tenant_list(struct cg_store *store, const char *after_id, int limit,
-                               struct cg_tenant *out, int *count, bool *more,
-                               struct cg_err *err)
+                               struct cg_tenant *out, int *count, bool *more, struct cg_err *err)
 {
     *count = 0;
     *more = false;
@@ -268,9 +265,9 @@ cg_status cg_store_tenant_list(struct cg_store *store, const char *after_id, int
 
 /* ------------------------------------------------------------------ API keys --- */
 
-cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id,
-                              const char *key_id, const uint8_t secret_hash[32],
-                              const char *name, struct cg_api_key *out, struct cg_err *err)
+cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id, const char *key_id,
+                              const uint8_t secret_hash[32], const char *name,
+                              struct cg_api_key *out, struct cg_err *err)
 {
     if (deadline_passed(store))
         return deadline_exceeded(err);
@@ -307,8 +304,8 @@ cg_status cg_store_key_list(struct cg_store *store, const char *tenant_id, int l
     return cg_pg_key_list(store->pg, id, limit, out, count, err);
 }
 
-cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id,
-                              const char *key_id, struct cg_api_key *out, struct cg_err *err)
+cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, const char *key_id,
+                              struct cg_api_key *out, struct cg_err *err)
 {
     if (deadline_passed(store))
         return deadline_exceeded(err);
@@ -318,14 +315,13 @@ cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id,
     cg_status rc = cg_pg_key_revoke(store->pg, id, key_id, out, err);
     /* Also when the outcome is unknown (connection lost, timed out): dropping an entry
      * that is still right costs one PostgreSQL read, keeping a stale one does not. */
-    if (store->redis != NULL &&
-        (rc == CG_OK || rc == CG_UNAVAILABLE || rc == CG_DEADLINE_EXCEEDED))
+    if (store->redis != NULL && (rc == CG_OK || rc == CG_UNAVAILABLE || rc == CG_DEADLINE_EXCEEDED))
         (void)cg_redis_key_drop(store->redis, id, key_id);
     return rc;
 }
 
-cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id,
-                              const char *key_id, struct cg_key_auth *out, struct cg_err *err)
+cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, const char *key_id,
+                              struct cg_key_auth *out, struct cg_err *err)
 {
     if (deadline_passed(store))
         return deadline_exceeded(err);

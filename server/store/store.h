@@ -8,8 +8,10 @@
  * Errors: PostgreSQL unreachable -> CG_UNAVAILABLE ("storage unavailable"); a statement
  * that ran past its timeout -> CG_DEADLINE_EXCEEDED; SQL text and SQLSTATEs go to the
  * log only. Redis trouble is never an error: it is a cache miss and a warning.
- * A success return means the write is committed. Reads are retried once on a new
- * connection when the old one turned out to be dead; writes never are.
+ * A success return means the write is committed. A connection found dead before a
+ * statement is sent is replaced silently; a read cut off after it was sent is retried
+ * once on a new connection; a write cut off after it may have reached the server is
+ * never re-sent: CG_UNAVAILABLE (its outcome is unknown).
  * Tenant ids are UUIDs in the canonical 8-4-4-4-12 form (either case); they come back in
  * lower case.
  */

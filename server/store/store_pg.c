@@ -50,7 +50,7 @@ struct cg_pg {
     int session_timeout_ms;   /* what the session has; -1 unknown */
     int64_t deadline_mono_ms; /* 0: none */
     char rid[33];
-    char sqlstate[6];   /* of the last statement that failed, "" otherwise */
+    char sqlstate[6];    /* of the last statement that failed, "" otherwise */
     bool fatal_received; /* the server sent FATAL: it is closing this connection */
 };
 
@@ -70,6 +70,15 @@ static void copy_str(char *dst, size_t cap, const char *src)
         n = cap - 1;
     memcpy(dst, src, n);
     dst[n] = '\0';
+}
+
+/* The first line of a libpq message: the rest repeats the statement or adds hints. */
+static void first_line(char *dst, size_t cap, const char *src)
+{
+    copy_str(dst, cap, src ? src : "");
+    char *nl = strchr(dst, '\n');
+    if (nl != NULL)
+        *nl = '\0';
 }
 
 /* libpq messages end with newlines and may span lines; logs want one line. */
@@ -206,9 +215,10 @@ static cg_status connect_pg(struct cg_pg *pg, struct cg_err *err)
         timeout_s = LIBPQ_MIN_CONNECT_TIMEOUT_S;
     char timeout_text[16];
     snprintf(timeout_text, sizeof timeout_text, "%d", timeout_s);
-    const char *const keys[] = {"connect_timeout",  "keepalives", "keepalives_idle",
-                                "keepalives_interval", "keepalives_count",
-                                "fallback_application_name", "dbname", NULL};
+    const char *const keys[] = {"connect_timeout",  "keepalives",
+                                "keepalives_idle",  "keepalives_interval",
+                                "keepalives_count", "fallback_application_name",
+                                "dbname",           NULL};
     const char *const values[] = {timeout_text, "1", "30", "10", "3", "ctxguard", pg->dsn, NULL};
 
     PGconn *conn = PQconnectStartParams(keys, values, 1);
@@ -314,7 +324,7 @@ static int64_t response_until(const struct cg_pg *pg)
 static cg_status conn_lost(struct cg_pg *pg, const char *label, struct cg_err *err)
 {
     char line[512];
-    one_line(line, sizeof line, PQerrorMessage(pg->conn));
+    first_line(line, sizeof line, PQerrorMessage(pg->conn));
     cg_log(CG_LOG_WARN, MOD, rid_of(pg), "connection lost query=%s error=\"%s\"", label, line);
     drop_conn(pg);
     return cg_err_set(err, CG_UNAVAILABLE, "storage unavailable");
@@ -341,9 +351,9 @@ static cg_status send_wait(struct cg_pg *pg, const char *label, const char *sql,
     int64_t until = response_until(pg);
     *out = NULL;
 
-    int sent = (flags & RUN_SIMPLE) ? PQsendQuery(conn, sql)
-                                    : PQsendQueryParams(conn, sql, nparams, NULL, values,
-                                                        lengths, formats, 0);
+    int sent = (flags & RUN_SIMPLE)
+                   ? PQsendQuery(conn, sql)
+                   : PQsendQueryParams(conn, sql, nparams, NULL, values, lengths, formats, 0);
     if (!sent)
         return conn_lost(pg, label, err);
     for (;;) {
@@ -421,8 +431,8 @@ static cg_status sync_timeout(struct cg_pg *pg, struct cg_err *err)
     const char *values[] = {text};
     PGresult *res = NULL;
     cg_status rc = send_wait(pg, "set_statement_timeout",
-                             "SELECT set_config('statement_timeout', $1::text, false)", 1,
-                             values, NULL, NULL, 0, &res, err);
+                             "SELECT set_config('statement_timeout', $1::text, false)", 1, values,
+                             NULL, NULL, 0, &res, err);
     if (rc != CG_OK)
         return rc;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -485,8 +495,8 @@ static cg_status statement_failed(struct cg_pg *pg, const char *label, PGresult 
  * the caller PQclears; on error *out is NULL, err is filled and pg->sqlstate holds the
  * SQLSTATE when the server reported one. */
 static cg_status run(struct cg_pg *pg, const char *label, const char *sql, int nparams,
-                     const char *const *values, const int *lengths, const int *formats,
-                     int flags, PGresult **out, struct cg_err *err)
+                     const char *const *values, const int *lengths, const int *formats, int flags,
+                     PGresult **out, struct cg_err *err)
 {
     *out = NULL;
     pg->sqlstate[0] = '\0';
@@ -498,8 +508,7 @@ static cg_status run(struct cg_pg *pg, const char *label, const char *sql, int n
         if (pg->conn != NULL && !idle_conn_alive(pg)) {
             if (flags & RUN_PINNED) {
                 drop_conn(pg);
-                cg_log(CG_LOG_WARN, MOD, rid_of(pg), "connection lost mid-session query=%s",
-                       label);
+                cg_log(CG_LOG_WARN, MOD, rid_of(pg), "connection lost mid-session query=%s", label);
                 return cg_err_set(err, CG_UNAVAILABLE, "storage unavailable");
             }
             cg_log(CG_LOG_INFO, MOD, rid_of(pg), "connection closed while idle; reconnecting");
@@ -549,8 +558,8 @@ static cg_status run(struct cg_pg *pg, const char *label, const char *sql, int n
                    line);
             drop_conn(pg);
             if (retry_ok) {
-                cg_log(CG_LOG_INFO, MOD, rid_of(pg),
-                       "retrying a read on a new connection query=%s", label);
+                cg_log(CG_LOG_INFO, MOD, rid_of(pg), "retrying a read on a new connection query=%s",
+                       label);
                 continue;
             }
             return cg_err_set(err, CG_UNAVAILABLE, "storage unavailable");
@@ -618,8 +627,7 @@ static bool version_recorded(PGresult *res, int version)
 }
 
 /* Applies one migration and records it, in one transaction. */
-static cg_status apply_migration(struct cg_pg *pg, const struct cg_migration *m,
-                                 struct cg_err *err)
+static cg_status apply_migration(struct cg_pg *pg, const struct cg_migration *m, struct cg_err *err)
 {
     PGresult *res = NULL;
     char version_text[16];
@@ -644,9 +652,8 @@ static cg_status apply_migration(struct cg_pg *pg, const struct cg_migration *m,
     }
     if (rc != CG_OK && pg->conn != NULL) {
         struct cg_err ignored;
-        cg_status rollback =
-            run(pg, "migrate_rollback", "ROLLBACK", 0, NULL, NULL, NULL, RUN_PINNED, &res,
-                &ignored);
+        cg_status rollback = run(pg, "migrate_rollback", "ROLLBACK", 0, NULL, NULL, NULL,
+                                 RUN_PINNED, &res, &ignored);
         PQclear(res);
         if (rollback != CG_OK)
             drop_conn(pg);
@@ -695,8 +702,7 @@ cg_status cg_pg_migrate(struct cg_pg *pg, const struct cg_migration *migrations,
             continue;
         rc = apply_migration(pg, m, err);
         if (rc != CG_OK) {
-            cg_log(CG_LOG_ERROR, MOD, rid_of(pg), "migration %04d_%s failed", m->version,
-                   m->name);
+            cg_log(CG_LOG_ERROR, MOD, rid_of(pg), "migration %04d_%s failed", m->version, m->name);
             if (rc == CG_INTERNAL)
                 cg_err_set(err, CG_INTERNAL, "migration %04d_%s failed", m->version, m->name);
             goto unlock;
@@ -776,9 +782,9 @@ cg_status cg_pg_tenant_get(struct cg_pg *pg, const char *tenant_id, struct cg_te
 {
     const char *values[] = {tenant_id};
     PGresult *res = NULL;
-    cg_status rc = run(pg, "tenant_get",
-                       "SELECT " TENANT_COLUMNS " FROM tenants WHERE tenant_id = $1::uuid", 1,
-                       values, NULL, NULL, RUN_READ, &res, err);
+    cg_status rc =
+        run(pg, "tenant_get", "SELECT " TENANT_COLUMNS " FROM tenants WHERE tenant_id = $1::uuid",
+            1, values, NULL, NULL, RUN_READ, &res, err);
     if (rc != CG_OK) {
         if (sqlstate_is(pg, "22P02"))
             rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
@@ -855,8 +861,8 @@ static void read_key(PGresult *res, int row, struct cg_api_key *out)
 }
 
 cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *key_id,
-                           const uint8_t secret_hash[32], const char *name,
-                           struct cg_api_key *out, struct cg_err *err)
+                           const uint8_t secret_hash[32], const char *name, struct cg_api_key *out,
+                           struct cg_err *err)
 {
     const char *values[] = {tenant_id, key_id, (const char *)secret_hash, name};
     const int lengths[] = {0, 0, 32, 0};
@@ -886,8 +892,8 @@ out:
     return rc;
 }
 
-cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit,
-                         struct cg_api_key *out, int *count, struct cg_err *err)
+cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit, struct cg_api_key *out,
+                         int *count, struct cg_err *err)
 {
     char limit_text[16];
     snprintf(limit_text, sizeof limit_text, "%d", limit);

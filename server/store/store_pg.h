@@ -79,12 +79,12 @@ cg_status cg_pg_tenant_list(struct cg_pg *pg, const char *after_id, int limit,
 /* Inserts a key. CG_NOT_FOUND naming tenant_id when the tenant does not exist;
  * CG_ALREADY_EXISTS naming key_id when the tenant already has that key id. */
 cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *key_id,
-                           const uint8_t secret_hash[32], const char *name,
-                           struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
+                           const uint8_t secret_hash[32], const char *name, struct cg_api_key *out,
+                           struct cg_err *err) CG_MUST_CHECK;
 
 /* Up to limit keys of a tenant, newest first. CG_NOT_FOUND when the tenant does not exist. */
-cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit,
-                         struct cg_api_key *out, int *count, struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit, struct cg_api_key *out,
+                         int *count, struct cg_err *err) CG_MUST_CHECK;
 
 /* Sets revoked_at unless already set. CG_NOT_FOUND when the tenant has no such key. */
 cg_status cg_pg_key_revoke(struct cg_pg *pg, const char *tenant_id, const char *key_id,

@@ -129,12 +129,10 @@ cg_status cg_redis_url_parse(const char *url, struct cg_redis_addr *out, struct 
         const char *userinfo_end = host - 1;
         const char *colon = memchr(authority, ':', (size_t)(userinfo_end - authority));
         const char *user_end = colon ? colon : userinfo_end;
-        if (!copy_decoded(out->user, sizeof out->user, authority,
-                          (size_t)(user_end - authority)))
+        if (!copy_decoded(out->user, sizeof out->user, authority, (size_t)(user_end - authority)))
             return cg_err_set(err, CG_CONFIG, "redis_url: user name is malformed or too long");
-        if (colon != NULL &&
-            !copy_decoded(out->password, sizeof out->password, colon + 1,
-                          (size_t)(userinfo_end - colon - 1)))
+        if (colon != NULL && !copy_decoded(out->password, sizeof out->password, colon + 1,
+                                           (size_t)(userinfo_end - colon - 1)))
             return cg_err_set(err, CG_CONFIG, "redis_url: password is malformed or too long");
     }
 
@@ -428,8 +426,9 @@ void cg_redis_key_put(struct cg_redis *redis, const char *tenant_id, const char 
     cg_hex_encode(entry->secret_hash, sizeof entry->secret_hash, hash_hex);
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", ttl_s);
-    const char *argv[] = {"EVAL", put_script, "1", key, entry->tenant_name, hash_hex,
-                          entry->revoked ? "1" : "0", ttl};
+    const char *argv[] = {
+        "EVAL", put_script, "1", key, entry->tenant_name, hash_hex, entry->revoked ? "1" : "0",
+        ttl};
     redisReply *reply = command(redis, "EVAL", 8, argv, NULL);
     if (reply != NULL)
         freeReplyObject(reply);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -153,8 +154,8 @@ static void *migrate_thread(void *arg)
     return NULL;
 }
 
-Test(store, concurrent_migrations_apply_each_version_once, .init = setup_empty,
-     .fini = teardown, .timeout = 30)
+Test(store, concurrent_migrations_apply_each_version_once, .init = setup_empty, .fini = teardown,
+     .timeout = 30)
 {
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, MIGRATORS);
@@ -193,7 +194,8 @@ Test(store, tenant_create_then_get, .init = setup, .fini = teardown, .timeout = 
     cr_assert_eq(strlen(created.tenant_id), CG_UUID_LEN);
     cr_assert_str_eq(created.name, "Acme Ltd");
     cr_assert_str_eq(created.time_zone, "Europe/Paris");
-    cr_assert(created.created_at_ms >= before - 60000 && created.created_at_ms <= cg_wall_ms() + 60000,
+    cr_assert(created.created_at_ms >= before - 60000 &&
+                  created.created_at_ms <= cg_wall_ms() + 60000,
               "created_at_ms %lld is not now", (long long)created.created_at_ms);
 
     struct cg_tenant got;
@@ -232,14 +234,13 @@ Test(store, tenant_names_are_checked, .init = setup, .fini = teardown, .timeout 
     cr_assert(strstr(err.msg, "name") != NULL, "%s", err.msg);
     cr_assert_eq(cg_store_tenant_create(s, "", "UTC", &t, &err), CG_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "name") != NULL, "%s", err.msg);
-    cr_assert_eq(cg_store_tenant_create(s, "bad \xff utf-8", "UTC", &t, &err),
-                 CG_INVALID_ARGUMENT);
+    cr_assert_eq(cg_store_tenant_create(s, "bad \xff utf-8", "UTC", &t, &err), CG_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "name") != NULL, "%s", err.msg);
     cg_store_free(s);
 }
 
-Test(store, invalid_time_zone_is_invalid_argument_naming_time_zone, .init = setup,
-     .fini = teardown, .timeout = 30)
+Test(store, invalid_time_zone_is_invalid_argument_naming_time_zone, .init = setup, .fini = teardown,
+     .timeout = 30)
 {
     struct cg_store *s = test_store();
     const char *bad[] = {"Mars/Olympus_Mons", "UTC+3", "", "Europe/Paris'; DROP TABLE tenants; --",
@@ -357,9 +358,9 @@ Test(store, key_create_lookup_list_revoke, .init = setup, .fini = teardown, .tim
     cr_assert_eq(cg_store_key_create(s, t.tenant_id, k.key_id, want, "", &dup, &err),
                  CG_ALREADY_EXISTS);
     cr_assert(strstr(err.msg, "key_id") != NULL, "%s", err.msg);
-    cr_assert_eq(cg_store_key_create(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", "k2", want, "",
-                                     &dup, &err),
-                 CG_NOT_FOUND);
+    cr_assert_eq(
+        cg_store_key_create(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", "k2", want, "", &dup, &err),
+        CG_NOT_FOUND);
     cr_assert(strstr(err.msg, "tenant_id") != NULL, "%s", err.msg);
     cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad key!", want, "", &dup, &err),
                  CG_INVALID_ARGUMENT);
@@ -372,8 +373,7 @@ Test(store, key_create_lookup_list_revoke, .init = setup, .fini = teardown, .tim
 
     struct cg_api_key listed[4];
     int count = -1;
-    cr_assert_eq(cg_store_key_list(s, t.tenant_id, 4, listed, &count, &err), CG_OK, "%s",
-                 err.msg);
+    cr_assert_eq(cg_store_key_list(s, t.tenant_id, 4, listed, &count, &err), CG_OK, "%s", err.msg);
     cr_assert_eq(count, 1);
     cr_assert_str_eq(listed[0].key_id, k.key_id);
 
@@ -381,8 +381,7 @@ Test(store, key_create_lookup_list_revoke, .init = setup, .fini = teardown, .tim
     cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, &revoked, &err), CG_OK, "%s",
                  err.msg);
     cr_assert_gt(revoked.revoked_at_ms, 0);
-    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, &again, &err), CG_OK, "%s",
-                 err.msg);
+    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, &again, &err), CG_OK, "%s", err.msg);
     cr_assert_eq(again.revoked_at_ms, revoked.revoked_at_ms, "a second revoke moved the time");
     cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, k.key_id, &auth, &err), CG_OK, "%s", err.msg);
     cr_assert(auth.revoked);
@@ -391,8 +390,7 @@ Test(store, key_create_lookup_list_revoke, .init = setup, .fini = teardown, .tim
     cg_store_free(s);
 }
 
-Test(store, key_list_is_newest_first_and_per_tenant, .init = setup, .fini = teardown,
-     .timeout = 30)
+Test(store, key_list_is_newest_first_and_per_tenant, .init = setup, .fini = teardown, .timeout = 30)
 {
     struct cg_store *s = test_store();
     struct cg_tenant a = make_tenant(s, "a");
@@ -417,9 +415,9 @@ Test(store, key_list_is_newest_first_and_per_tenant, .init = setup, .fini = tear
     cr_assert_eq(cg_store_key_list(s, empty.tenant_id, 3, keys, &count, &err), CG_OK, "%s",
                  err.msg);
     cr_assert_eq(count, 0);
-    cr_assert_eq(cg_store_key_list(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", 3, keys, &count,
-                                   &err),
-                 CG_NOT_FOUND);
+    cr_assert_eq(
+        cg_store_key_list(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", 3, keys, &count, &err),
+        CG_NOT_FOUND);
     cr_assert_eq(cg_store_key_list(s, "not-a-uuid", 3, keys, &count, &err), CG_NOT_FOUND);
     cg_store_free(s);
 }
@@ -628,8 +626,7 @@ Test(store, passed_deadline_is_deadline_exceeded_without_touching_the_database, 
     cg_store_free(s);
 }
 
-Test(store, deadline_shortens_the_statement_timeout, .init = setup, .fini = teardown,
-     .timeout = 30)
+Test(store, deadline_shortens_the_statement_timeout, .init = setup, .fini = teardown, .timeout = 30)
 {
     struct cg_store *s = test_store(); /* statement timeout 5 s */
     struct cg_tenant t = make_tenant(s, "locked");
@@ -669,8 +666,7 @@ Test(store, deadline_shortens_the_statement_timeout, .init = setup, .fini = tear
     cg_store_free(s);
 }
 
-Test(store, reconnects_after_the_backend_is_killed, .init = setup, .fini = teardown,
-     .timeout = 30)
+Test(store, reconnects_after_the_backend_is_killed, .init = setup, .fini = teardown, .timeout = 30)
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "survivor");
@@ -686,8 +682,7 @@ Test(store, reconnects_after_the_backend_is_killed, .init = setup, .fini = teard
      * been sent on the dead one. */
     cr_assert_eq(cg_pgtest_kill_backends(&T), 1);
     struct cg_tenant made;
-    cr_assert_eq(cg_store_tenant_create(s, "after kill", "UTC", &made, &err), CG_OK, "%s",
-                 err.msg);
+    cr_assert_eq(cg_store_tenant_create(s, "after kill", "UTC", &made, &err), CG_OK, "%s", err.msg);
     cr_assert_eq(cg_store_ping(s, &err), CG_OK, "%s", err.msg);
     cg_store_free(s);
 }
@@ -738,8 +733,8 @@ Test(store, read_cut_off_mid_statement_is_retried_once, .init = setup, .fini = t
     cg_store_free(s);
 }
 
-Test(store, write_cut_off_mid_statement_is_unavailable_not_retried, .init = setup,
-     .fini = teardown, .timeout = 30)
+Test(store, write_cut_off_mid_statement_is_unavailable_not_retried, .init = setup, .fini = teardown,
+     .timeout = 30)
 {
     struct cg_store *s = test_store();
     struct cg_err err;
@@ -766,12 +761,90 @@ Test(store, write_cut_off_mid_statement_is_unavailable_not_retried, .init = setu
 
     /* The store recovers by itself. */
     struct cg_tenant made;
-    cr_assert_eq(cg_store_tenant_create(s, "in flight", "UTC", &made, &err), CG_OK, "%s",
-                 err.msg);
+    cr_assert_eq(cg_store_tenant_create(s, "in flight", "UTC", &made, &err), CG_OK, "%s", err.msg);
     cr_assert_eq(
         cg_pgtest_query_int(admin, "SELECT count(*) FROM tenants WHERE name = 'in flight'", NULL),
         1);
     PQfinish(admin);
     PQfinish(locker);
+    cg_store_free(s);
+}
+
+/* ------------------------------------------------------------------ Redis trouble --- */
+
+Test(store, redis_that_never_answers_costs_one_timeout_per_second, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    /* Connections complete in the kernel's backlog; no command ever gets an answer. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    cr_assert(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    cr_assert(listen(fd, 16) == 0);
+    cr_assert(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d/0", ntohs(sa.sin_port));
+
+    struct cg_store_opts opts = cg_pgtest_store_opts(&T); /* redis_timeout_ms 200 */
+    opts.redis_url = url;
+    struct cg_store *s = new_store(&opts);
+    struct cg_tenant t = make_tenant(s, "silent redis");
+    struct cg_api_key k = make_key(s, t.tenant_id, "silent", "secret");
+    uint8_t want[32];
+    hash_of("secret", want);
+
+    int64_t start = cg_mono_ms();
+    for (int i = 0; i < 5; i++) {
+        struct cg_key_auth auth;
+        struct cg_err err;
+        cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, k.key_id, &auth, &err), CG_OK, "%s",
+                     err.msg);
+        cr_assert_arr_eq(auth.secret_hash, want, 32);
+        if (i == 0)
+            cr_assert_geq(cg_mono_ms() - start, 150, "the Redis timeout was not waited for");
+    }
+    int64_t took = cg_mono_ms() - start;
+    cr_assert_lt(took, 900, "%lld ms: Redis was retried within the reconnect interval",
+                 (long long)took);
+    cr_assert(!cg_store_redis_ok(s));
+    cg_store_free(s);
+    close(fd);
+}
+
+Test(store, redis_connection_loss_is_a_miss_then_recovers, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    struct cg_store *s = test_store();
+    struct cg_tenant t = make_tenant(s, "flaky redis");
+    struct cg_api_key k = make_key(s, t.tenant_id, "flaky", "secret");
+    uint8_t want[32];
+    hash_of("secret", want);
+    struct cg_key_auth auth;
+    struct cg_err err;
+    cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, k.key_id, &auth, &err), CG_OK, "%s", err.msg);
+    cr_assert(cg_store_redis_ok(s));
+
+    cr_assert_geq(cg_pgtest_redis_kill_clients(&T), 1);
+    int64_t lost_at = cg_mono_ms();
+    cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, k.key_id, &auth, &err), CG_OK, "%s", err.msg);
+    cr_assert_arr_eq(auth.secret_hash, want, 32);
+    cr_assert(!cg_store_redis_ok(s), "the lost connection went unnoticed");
+
+    /* Lookups keep working; the cache comes back after the reconnect interval. */
+    int64_t back_at = 0;
+    while (cg_mono_ms() - lost_at < 5000) {
+        cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, k.key_id, &auth, &err), CG_OK, "%s",
+                     err.msg);
+        cr_assert_arr_eq(auth.secret_hash, want, 32);
+        if (cg_store_redis_ok(s)) {
+            back_at = cg_mono_ms();
+            break;
+        }
+        struct timespec pause = {.tv_nsec = 20000000};
+        nanosleep(&pause, NULL);
+    }
+    cr_assert_neq(back_at, 0, "the cache never came back");
+    cr_assert_geq(back_at - lost_at, 900, "reconnected after %lld ms, before the interval",
+                  (long long)(back_at - lost_at));
     cg_store_free(s);
 }

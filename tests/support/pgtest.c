@@ -74,8 +74,8 @@ void cg_pgtest_exec(PGconn *conn, const char *sql)
 long long cg_pgtest_query_int(PGconn *conn, const char *sql, const char *param)
 {
     const char *values[] = {param};
-    PGresult *res = PQexecParams(conn, sql, param ? 1 : 0, NULL, param ? values : NULL, NULL,
-                                 NULL, 0);
+    PGresult *res =
+        PQexecParams(conn, sql, param ? 1 : 0, NULL, param ? values : NULL, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 || PQgetisnull(res, 0, 0)) {
         char msg[300];
         snprintf(msg, sizeof msg, "%s",
@@ -166,8 +166,8 @@ static void claim_redis_db(struct cg_pgtest *t)
     for (int db = 0; db < REDIS_DB_COUNT && !t->redis_db_claimed; db++) {
         if (db == addr.db)
             continue;
-        redisReply *r = redisCommand(c, "SET cg:test:db-claim:%d %s NX EX " REDIS_CLAIM_TTL_S, db,
-                                     t->schema);
+        redisReply *r =
+            redisCommand(c, "SET cg:test:db-claim:%d %s NX EX " REDIS_CLAIM_TTL_S, db, t->schema);
         bool claimed = r != NULL && r->type == REDIS_REPLY_STATUS;
         if (r)
             freeReplyObject(r);
@@ -211,8 +211,8 @@ static void clean_redis(struct cg_pgtest *t, PGconn *admin)
     snprintf(regclass_sql, sizeof regclass_sql, "SELECT to_regclass('%s.tenants') IS NOT NULL",
              t->schema);
     PGresult *res = PQexec(admin, regclass_sql);
-    bool has_tenants = PQresultStatus(res) == PGRES_TUPLES_OK &&
-                       strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    bool has_tenants =
+        PQresultStatus(res) == PGRES_TUPLES_OK && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     PQclear(res);
     if (has_tenants) {
         char list_sql[128];
@@ -296,6 +296,44 @@ long long cg_pgtest_redis_ttl(const struct cg_pgtest *t, const char *key)
     if (!ok)
         cr_assert_fail("Redis TTL failed");
     return ttl;
+}
+
+int cg_pgtest_redis_kill_clients(const struct cg_pgtest *t)
+{
+    if (!t->redis_db_claimed)
+        cr_assert_fail("no Redis database of its own for this test (all %d taken?)",
+                       REDIS_DB_COUNT);
+    redisContext *c = test_redis(t);
+    redisReply *me = redisCommand(c, "CLIENT ID");
+    redisReply *list = redisCommand(c, "CLIENT LIST TYPE normal");
+    bool ok = me != NULL && me->type == REDIS_REPLY_INTEGER && list != NULL &&
+              list->type == REDIS_REPLY_STRING;
+    int killed = 0;
+    char db_field[24];
+    snprintf(db_field, sizeof db_field, " db=%d ", t->redis_db);
+    /* One line per client: "id=7 addr=... db=3 ..." */
+    for (char *line = ok ? list->str : NULL; line != NULL && *line != '\0';) {
+        char *end = strchr(line, '\n');
+        if (end != NULL)
+            *end = '\0';
+        long long id = strncmp(line, "id=", 3) == 0 ? strtoll(line + 3, NULL, 10) : -1;
+        if (id >= 0 && id != me->integer && strstr(line, db_field) != NULL) {
+            redisReply *r = redisCommand(c, "CLIENT KILL ID %lld", id);
+            if (r != NULL && r->type == REDIS_REPLY_INTEGER)
+                killed += (int)r->integer;
+            if (r)
+                freeReplyObject(r);
+        }
+        line = end ? end + 1 : NULL;
+    }
+    if (me)
+        freeReplyObject(me);
+    if (list)
+        freeReplyObject(list);
+    redisFree(c);
+    if (!ok)
+        cr_assert_fail("Redis CLIENT ID / CLIENT LIST failed");
+    return killed;
 }
 
 /* ------------------------------------------------------------------ setup --- */

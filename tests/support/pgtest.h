@@ -24,11 +24,11 @@
 #include "store/store.h"
 
 struct cg_pgtest {
-    char schema[32];     /* cg_test_<16 hex> */
-    char base_dsn[1024]; /* CG_TEST_PG_DSN as given */
-    char dsn[2048];      /* base_dsn selecting the schema, application_name = schema */
+    char schema[32];      /* cg_test_<16 hex> */
+    char base_dsn[1024];  /* CG_TEST_PG_DSN as given */
+    char dsn[2048];       /* base_dsn selecting the schema, application_name = schema */
     char redis_url[1700]; /* CG_TEST_REDIS_URL with this test's database */
-    int redis_db;        /* the database in redis_url */
+    int redis_db;         /* the database in redis_url */
     bool redis_db_claimed;
 };
 
@@ -73,6 +73,11 @@ void cg_pgtest_kill_pid(PGconn *admin, int pid);
 /* Whether key exists in the test's Redis database / its TTL in seconds (-2: no key). */
 bool cg_pgtest_redis_exists(const struct cg_pgtest *t, const char *key);
 long long cg_pgtest_redis_ttl(const struct cg_pgtest *t, const char *key);
+
+/* Closes the connections of every other Redis client using the test's database (the
+ * stores' cache connections) with CLIENT KILL. Returns how many. Fails the test when the
+ * test has no database of its own (other tests' clients would be hit). */
+int cg_pgtest_redis_kill_clients(const struct cg_pgtest *t);
 
 /* A TCP port on 127.0.0.1 that nothing listens on (bound, then closed). */
 int cg_pgtest_closed_port(void);
