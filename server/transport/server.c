@@ -559,6 +559,9 @@ static void on_bidi_recv(struct worker *w, struct tag *t, bool ok)
     if (c->send_bb != NULL)
         grpc_byte_buffer_destroy(c->send_bb);
     c->send_bb = make_buffer(c->resp, c->resp_len);
+    /* The answer is on its way; the final status of the stream carries no message. */
+    c->resp = NULL;
+    c->resp_len = 0;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n].data.send_message.send_message = c->send_bb;
     n++;
