@@ -4,13 +4,13 @@
 void cg_health_init(struct cg_health *h)
 {
     atomic_init(&h->draining, false);
-    atomic_init(&h->store_ok, false);
+    atomic_init(&h->store_ok, -1);
     atomic_init(&h->version, 0);
 }
 
 bool cg_health_is_serving(const struct cg_health *h)
 {
-    return !atomic_load(&h->draining) && atomic_load(&h->store_ok);
+    return !atomic_load(&h->draining) && atomic_load(&h->store_ok) == 1;
 }
 
 static bool set_flag(struct cg_health *h, atomic_bool *flag, bool value)
@@ -29,7 +29,11 @@ bool cg_health_set_draining(struct cg_health *h, bool draining)
 
 bool cg_health_set_store_ok(struct cg_health *h, bool ok)
 {
-    return set_flag(h, &h->store_ok, ok);
+    int old = atomic_exchange(&h->store_ok, ok ? 1 : 0);
+    if (old == (ok ? 1 : 0))
+        return false;
+    atomic_fetch_add(&h->version, 1);
+    return true;
 }
 
 unsigned cg_health_version(const struct cg_health *h)

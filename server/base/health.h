@@ -11,7 +11,7 @@
 
 struct cg_health {
     atomic_bool draining;  /* shutdown started */
-    atomic_bool store_ok;  /* the last PostgreSQL probe succeeded */
+    atomic_int store_ok;   /* the last PostgreSQL probe: 1 answered, 0 failed, -1 none yet */
     atomic_uint version;   /* bumped on every change of the two above */
 };
 
@@ -21,7 +21,8 @@ void cg_health_init(struct cg_health *h);
 /* Whether the server should be reported SERVING. */
 bool cg_health_is_serving(const struct cg_health *h);
 
-/* Setters; each returns true when the value changed (and the version was bumped). */
+/* Setters; each returns true when the value changed (and the version was bumped). The
+ * first store result always counts as a change, so its outcome gets logged. */
 bool cg_health_set_draining(struct cg_health *h, bool draining);
 bool cg_health_set_store_ok(struct cg_health *h, bool ok);
 

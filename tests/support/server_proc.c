@@ -105,7 +105,7 @@ struct cg_client *cg_test_client(const struct cg_test_server *s, const char *key
     return c;
 }
 
-static void wait_serving(struct cg_test_server *s, int timeout_ms)
+static void wait_until_serving(struct cg_test_server *s, int timeout_ms)
 {
     struct cg_client *c = cg_test_client(s, NULL);
     Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
@@ -135,6 +135,12 @@ static void wait_serving(struct cg_test_server *s, int timeout_ms)
 }
 
 void cg_test_server_start(struct cg_test_server *s, const char *const *extra_env)
+{
+    cg_test_server_start_ex(s, extra_env, true);
+}
+
+void cg_test_server_start_ex(struct cg_test_server *s, const char *const *extra_env,
+                             bool wait_serving)
 {
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->lock, NULL);
@@ -182,7 +188,8 @@ void cg_test_server_start(struct cg_test_server *s, const char *const *extra_env
     s->port = read_port(s, 15000);
     cr_assert_gt(s->port, 0, "no listening line; log:\n%s", s->log ? s->log : "");
     snprintf(s->target, sizeof s->target, "127.0.0.1:%d", s->port);
-    wait_serving(s, 15000);
+    if (wait_serving)
+        wait_until_serving(s, 15000);
 }
 
 int cg_test_server_stop(struct cg_test_server *s, int sig, int timeout_ms)

@@ -35,6 +35,11 @@ struct cg_test_server {
  * NULL-terminated, may be NULL), waits for its port, then for SERVING (Health.Watch). */
 void cg_test_server_start(struct cg_test_server *s, const char *const *extra_env);
 
+/* The same, waiting for SERVING only when wait_serving (a server whose PostgreSQL is
+ * unreachable never gets there). */
+void cg_test_server_start_ex(struct cg_test_server *s, const char *const *extra_env,
+                             bool wait_serving);
+
 /* Sends sig (0: SIGTERM), waits up to timeout_ms for the exit and returns the exit status
  * (128+signal when killed by one); fails the test when it does not exit in time (after
  * SIGKILLing it). Frees the log and drops the schema. */
