@@ -116,7 +116,8 @@ struct call {
     struct cg_timer timer;
     struct cg_job job;
 
-    struct cg_arena *arena;
+    struct cg_arena *arena;     /* the call's: request, metadata copies, stream request */
+    struct cg_arena *msg_arena; /* streams: one message's worth, reset for each */
     struct cg_rpc_call rc;
     char rid[RID_MAX + 1];
     char path[256];
@@ -203,6 +204,7 @@ static void call_free(struct call *c)
     if (c->has_status_details)
         grpc_slice_unref(c->status_details);
     cg_arena_free(c->arena);
+    cg_arena_free(c->msg_arena);
     free(c);
     live_add(srv, -1);
 }
@@ -430,6 +432,23 @@ static void wake_streams(struct cg_server *srv)
     pthread_mutex_unlock(&srv->streams_lock);
 }
 
+/* Points the call's allocations at a fresh per-message arena, so that a long stream
+ * holds one message's memory at a time rather than all of them. The previous message was
+ * copied into its grpc buffer when it was sent. */
+static bool use_message_arena(struct call *c)
+{
+    if (c->msg_arena == NULL) {
+        size_t cap = (size_t)c->w->srv->cfg->max_message_bytes * 8 + (1u << 20);
+        c->msg_arena = cg_arena_new(ARENA_FIRST_BLOCK, cap);
+        if (c->msg_arena == NULL)
+            return false;
+    } else {
+        cg_arena_reset(c->msg_arena);
+    }
+    c->rc.arena = c->msg_arena;
+    return true;
+}
+
 /* Sends the next stream message if the watched state moved, or ends the stream when the
  * server is stopping. Only one SEND_MESSAGE is outstanding at a time. */
 static void stream_pump(struct call *c)
@@ -438,6 +457,11 @@ static void stream_pump(struct call *c)
         return;
     ProtobufCMessage *msg = NULL;
     bool finished = false;
+    if (!use_message_arena(c)) {
+        c->st = cg_err_set(&c->rc.err, CG_RESOURCE_EXHAUSTED, "out of memory");
+        reply_error(c);
+        return;
+    }
     cg_status st = c->method->poll(&c->rc, &c->w->env, c->stream_request, &c->stream_version,
                                    &msg, &finished);
     if (st != CG_OK) {
@@ -538,11 +562,14 @@ static void on_bidi_recv(struct worker *w, struct tag *t, bool ok)
         call_maybe_free(c);
         return;
     }
-    /* Each request gets a fresh error slot; the arena grows with the stream but is capped. */
+    /* Each request gets a fresh error slot and a fresh message arena. */
     cg_err_clear(&c->rc.err);
-    const uint8_t *req;
-    size_t len;
-    c->st = read_buffer(c, c->recv_bb, &req, &len);
+    const uint8_t *req = NULL;
+    size_t len = 0;
+    if (!use_message_arena(c))
+        c->st = cg_err_set(&c->rc.err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    else
+        c->st = read_buffer(c, c->recv_bb, &req, &len);
     grpc_byte_buffer_destroy(c->recv_bb);
     c->recv_bb = NULL;
     if (c->st == CG_OK)
@@ -588,7 +615,7 @@ static cg_status read_buffer(struct call *c, grpc_byte_buffer *bb, const uint8_t
     if (!grpc_byte_buffer_reader_init(&reader, bb))
         return cg_err_set(&c->rc.err, CG_INVALID_ARGUMENT, "request could not be decompressed");
     size_t total = grpc_byte_buffer_length(bb);
-    uint8_t *buf = cg_arena_alloc(c->arena, total ? total : 1);
+    uint8_t *buf = cg_arena_alloc(c->rc.arena, total ? total : 1);
     if (buf == NULL) {
         grpc_byte_buffer_reader_destroy(&reader);
         return cg_err_set(&c->rc.err, CG_RESOURCE_EXHAUSTED, "request too large");
