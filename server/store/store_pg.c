@@ -777,25 +777,34 @@ out:
     return rc;
 }
 
+/* run() for a statement that names one row by its key: an id PostgreSQL cannot even
+ * parse (22P02) and no row at all are both CG_NOT_FOUND with `missing` as the message.
+ * On CG_OK, *out holds exactly one row. */
+static cg_status run_one(struct cg_pg *pg, const char *label, const char *sql, int nparams,
+                         const char *const *values, int flags, const char *missing, PGresult **out,
+                         struct cg_err *err)
+{
+    cg_status rc = run(pg, label, sql, nparams, values, NULL, NULL, flags, out, err);
+    if (rc != CG_OK) {
+        if (sqlstate_is(pg, "22P02"))
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", missing);
+        return rc;
+    }
+    if (PQntuples(*out) != 1)
+        return cg_err_set(err, CG_NOT_FOUND, "%s", missing);
+    return CG_OK;
+}
+
 cg_status cg_pg_tenant_get(struct cg_pg *pg, const char *tenant_id, struct cg_tenant *out,
                            struct cg_err *err)
 {
     const char *values[] = {tenant_id};
     PGresult *res = NULL;
-    cg_status rc =
-        run(pg, "tenant_get", "SELECT " TENANT_COLUMNS " FROM tenants WHERE tenant_id = $1::uuid",
-            1, values, NULL, NULL, RUN_READ, &res, err);
-    if (rc != CG_OK) {
-        if (sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-        goto out;
-    }
-    if (PQntuples(res) != 1) {
-        rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-        goto out;
-    }
-    read_tenant(res, 0, out);
-out:
+    cg_status rc = run_one(pg, "tenant_get",
+                           "SELECT " TENANT_COLUMNS " FROM tenants WHERE tenant_id = $1::uuid", 1,
+                           values, RUN_READ, "tenant_id: no such tenant", &res, err);
+    if (rc == CG_OK)
+        read_tenant(res, 0, out);
     PQclear(res);
     return rc;
 }
@@ -938,22 +947,13 @@ cg_status cg_pg_key_revoke(struct cg_pg *pg, const char *tenant_id, const char *
 {
     const char *values[] = {tenant_id, key_id};
     PGresult *res = NULL;
-    cg_status rc = run(pg, "key_revoke",
-                       "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())"
-                       " WHERE tenant_id = $1::uuid AND key_id = $2::text"
-                       " RETURNING " KEY_COLUMNS,
-                       2, values, NULL, NULL, 0, &res, err);
-    if (rc != CG_OK) {
-        if (sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "key_id: no such key");
-        goto out;
-    }
-    if (PQntuples(res) != 1) {
-        rc = cg_err_set(err, CG_NOT_FOUND, "key_id: no such key");
-        goto out;
-    }
-    read_key(res, 0, out);
-out:
+    cg_status rc = run_one(pg, "key_revoke",
+                           "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())"
+                           " WHERE tenant_id = $1::uuid AND key_id = $2::text"
+                           " RETURNING " KEY_COLUMNS,
+                           2, values, 0, "key_id: no such key", &res, err);
+    if (rc == CG_OK)
+        read_key(res, 0, out);
     PQclear(res);
     return rc;
 }
@@ -963,21 +963,14 @@ cg_status cg_pg_key_lookup(struct cg_pg *pg, const char *tenant_id, const char *
 {
     const char *values[] = {tenant_id, key_id};
     PGresult *res = NULL;
-    cg_status rc = run(pg, "key_lookup",
-                       "SELECT t.name, k.secret_hash, k.revoked_at IS NOT NULL"
-                       " FROM api_keys k JOIN tenants t ON t.tenant_id = k.tenant_id"
-                       " WHERE k.tenant_id = $1::uuid AND t.tenant_id = $1::uuid"
-                       " AND k.key_id = $2::text",
-                       2, values, NULL, NULL, RUN_READ, &res, err);
-    if (rc != CG_OK) {
-        if (sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "key_id: no such key");
+    cg_status rc = run_one(pg, "key_lookup",
+                           "SELECT t.name, k.secret_hash, k.revoked_at IS NOT NULL"
+                           " FROM api_keys k JOIN tenants t ON t.tenant_id = k.tenant_id"
+                           " WHERE k.tenant_id = $1::uuid AND t.tenant_id = $1::uuid"
+                           " AND k.key_id = $2::text",
+                           2, values, RUN_READ, "key_id: no such key", &res, err);
+    if (rc != CG_OK)
         goto out;
-    }
-    if (PQntuples(res) != 1) {
-        rc = cg_err_set(err, CG_NOT_FOUND, "key_id: no such key");
-        goto out;
-    }
     if (!decode_bytea_hex(PQgetvalue(res, 0, 1), out->secret_hash, sizeof out->secret_hash)) {
         cg_log(CG_LOG_ERROR, MOD, rid_of(pg), "key_lookup: secret_hash is not 32 bytes");
         rc = cg_err_set(err, CG_INTERNAL, "storage error");

@@ -308,18 +308,27 @@ static void on_timer(struct worker *w, struct cg_timer *timer)
     send_final(c, c->st, NULL);
 }
 
-/* The handler is done (inline or on the pool): reply now or after the requested delay. */
-static void finish_unary(struct call *c)
+/* After a handler or a stream open: ends the call when the caller has gone or the
+ * handler failed. Returns true when it did (nothing more to do). */
+static bool end_if_cancelled_or_failed(struct call *c)
 {
     if (c->cancelled) {
         c->phase = PHASE_DONE;
         call_maybe_free(c);
-        return;
+        return true;
     }
     if (c->st != CG_OK) {
         reply_error(c);
-        return;
+        return true;
     }
+    return false;
+}
+
+/* The handler is done (inline or on the pool): reply now or after the requested delay. */
+static void finish_unary(struct call *c)
+{
+    if (end_if_cancelled_or_failed(c))
+        return;
     if (c->rc.reply_delay_ms > 0) {
         int64_t due = c->start_ns + (int64_t)c->rc.reply_delay_ms * 1000000;
         if (cg_timer_heap_add(&c->w->timers, &c->timer, due) == CG_OK) {
@@ -522,15 +531,8 @@ static void on_stream_wake(struct worker *w, struct tag *t, bool ok)
 /* The stream was opened (decoded and authenticated, inline or on the pool). */
 static void begin_stream(struct call *c)
 {
-    if (c->cancelled) {
-        c->phase = PHASE_DONE;
-        call_maybe_free(c);
+    if (end_if_cancelled_or_failed(c))
         return;
-    }
-    if (c->st != CG_OK) {
-        reply_error(c);
-        return;
-    }
     c->phase = PHASE_STREAMING;
     stream_register(c);
     stream_pump(c);
