@@ -97,7 +97,7 @@ static int serve(const struct cg_config *cfg)
     if (srv == NULL) {
         cg_log(CG_LOG_ERROR, "main", NULL, "cannot start: %s", cg_err_text(&err));
         cg_reflection_free(refl);
-        return 1;
+        return err.code == CG_CONFIG ? 2 : 1; /* 2: fix the configuration, as for bad keys */
     }
     char port[16];
     snprintf(port, sizeof port, "%d", cg_server_port(srv));

@@ -2,7 +2,12 @@
 #include "base/crypto.h"
 
 #include <errno.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/sha.h>
+#include <openssl/x509.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <sys/random.h>
 
@@ -68,6 +73,54 @@ void cg_base64url_encode(const uint8_t *in, size_t n, char *out)
         out[o++] = tab[v >> 6 & 63];
     }
     out[o] = '\0';
+}
+
+static X509 *first_cert(const char *pem)
+{
+    BIO *bio = BIO_new_mem_buf(pem, (int)strlen(pem));
+    if (bio == NULL)
+        return NULL;
+    X509 *cert = PEM_read_bio_X509(bio, NULL, NULL, NULL);
+    BIO_free(bio);
+    return cert;
+}
+
+cg_status cg_tls_check(const char *cert_pem, const char *key_pem, const char *ca_pem,
+                       struct cg_err *err)
+{
+    cg_status rc = CG_OK;
+    EVP_PKEY *key = NULL;
+    X509 *cert = first_cert(cert_pem);
+    if (cert == NULL) {
+        rc = cg_err_set(err, CG_CONFIG, "config key 'tls_cert': no PEM certificate in the file");
+        goto out;
+    }
+    BIO *bio = BIO_new_mem_buf(key_pem, (int)strlen(key_pem));
+    key = bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL) : NULL;
+    BIO_free(bio);
+    if (key == NULL) {
+        rc = cg_err_set(err, CG_CONFIG, "config key 'tls_key': no PEM private key in the file");
+        goto out;
+    }
+    if (X509_check_private_key(cert, key) != 1) {
+        rc = cg_err_set(
+            err, CG_CONFIG,
+            "config keys 'tls_cert' and 'tls_key': the key does not match the certificate");
+        goto out;
+    }
+    if (ca_pem != NULL) {
+        X509 *ca = first_cert(ca_pem);
+        if (ca == NULL)
+            rc = cg_err_set(err, CG_CONFIG,
+                            "config key 'tls_client_ca': no PEM certificate in the file");
+        X509_free(ca);
+    }
+out:
+    /* Failed PEM reads leave entries on this thread's OpenSSL error queue; they are ours. */
+    ERR_clear_error();
+    EVP_PKEY_free(key);
+    X509_free(cert);
+    return rc;
 }
 
 void cg_request_id(char out[17])

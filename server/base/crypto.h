@@ -27,6 +27,13 @@ void cg_hex_encode(const uint8_t *in, size_t n, char *out);
 /* Base64url without padding of n bytes into out (4*ceil(n/3)+1 bytes suffice). */
 void cg_base64url_encode(const uint8_t *in, size_t n, char *out);
 
+/* Checks PEM text before it is handed to TLS: cert_pem holds at least one certificate and
+ * key_pem a private key that matches the first one. When ca_pem is not NULL it must hold at
+ * least one certificate. On error err names the config key at fault (tls_cert, tls_key or
+ * tls_client_ca). Thread-safe. */
+cg_status cg_tls_check(const char *cert_pem, const char *key_pem, const char *ca_pem,
+                       struct cg_err *err) CG_MUST_CHECK;
+
 /* A random request id: 16 hex characters + NUL. */
 void cg_request_id(char out[17]);
 

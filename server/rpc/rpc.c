@@ -32,14 +32,43 @@ void cg_rpc_allocator(struct cg_arena *arena, ProtobufCAllocator *out)
     out->allocator_data = arena;
 }
 
-/* ---------------------------------------------------------------- UTF-8 walk ------ */
+/* ---------------------------------------------------------------- string check ---- */
 
-/* protobuf-c does not check that proto3 `string` fields are UTF-8; the protocol says they
- * must be, and everything downstream (PostgreSQL text, JSON, the tokenizer) relies on it.
- * Walk the decoded message by its descriptor. Nesting is bounded by the schema, and the
- * path buffer bounds what we print. */
-static cg_status check_strings(const ProtobufCMessage *msg, char *path, size_t path_len,
-                               struct cg_err *err, int depth);
+/* protobuf-c checks neither that proto3 `string` fields are UTF-8 (the protocol says they
+ * must be, and PostgreSQL text, JSON and the tokenizer rely on it) nor that they hold no
+ * NUL (its C strings would silently end there: "acme\0junk" would become "acme"). The
+ * decoded strings have lost their lengths, so the check walks the wire bytes, guided by
+ * the descriptor, after protobuf-c has accepted them as well-formed. Nesting is bounded
+ * by the schema and by MAX_DEPTH; the path buffer bounds what the message can name. */
+
+#define MAX_DEPTH 64
+
+struct wire {
+    const uint8_t *p;
+    const uint8_t *end;
+};
+
+static bool read_varint(struct wire *w, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && w->p < w->end; shift += 7) {
+        uint8_t b = *w->p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool skip(struct wire *w, uint64_t n)
+{
+    if ((uint64_t)(w->end - w->p) < n)
+        return false;
+    w->p += n;
+    return true;
+}
 
 static void path_push(char *path, size_t base, const char *name, long index)
 {
@@ -49,59 +78,77 @@ static void path_push(char *path, size_t base, const char *name, long index)
         snprintf(path + base, FIELD_PATH_MAX - base, "%s%s", base ? "." : "", name);
 }
 
-static cg_status check_one_string(const char *s, char *path, struct cg_err *err)
+static cg_status check_text(const uint8_t *s, size_t len, const char *path, struct cg_err *err)
 {
     size_t bad;
-    if (s != NULL && !cg_utf8_valid(s, strlen(s), &bad))
+    if (!cg_utf8_valid((const char *)s, len, &bad))
         return cg_err_set(err, CG_INVALID_ARGUMENT, "field '%s' is not valid UTF-8 (byte %zu)",
                           path, bad);
+    const uint8_t *nul = memchr(s, 0, len);
+    if (nul != NULL)
+        return cg_err_set(err, CG_INVALID_ARGUMENT,
+                          "field '%s' contains a NUL character (byte %zu)", path,
+                          (size_t)(nul - s));
     return CG_OK;
 }
 
-static cg_status check_strings(const ProtobufCMessage *msg, char *path, size_t path_len,
-                               struct cg_err *err, int depth)
+static cg_status check_wire(struct cg_arena *arena, const ProtobufCMessageDescriptor *d,
+                            struct wire w, char *path, struct cg_err *err, int depth)
 {
-    if (depth > 64)
+    if (depth > MAX_DEPTH)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "message nested too deeply at '%s'", path);
-    const ProtobufCMessageDescriptor *d = msg->descriptor;
-    const char *base = (const char *)msg;
-    for (unsigned i = 0; i < d->n_fields; i++) {
-        const ProtobufCFieldDescriptor *f = &d->fields[i];
-        if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE)
+    /* Occurrences seen per field, to name repeated elements by index. */
+    uint32_t *seen = cg_arena_calloc(arena, d->n_fields + 1, sizeof *seen);
+    if (seen == NULL)
+        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory checking the request");
+    size_t plen = strlen(path);
+    while (w.p < w.end) {
+        uint64_t tag, len;
+        if (!read_varint(&w, &tag))
+            goto malformed;
+        const ProtobufCFieldDescriptor *f =
+            tag >> 3 <= UINT32_MAX
+                ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
+                : NULL;
+        switch (tag & 7) {
+        case 0:
+            if (!read_varint(&w, &len))
+                goto malformed;
             continue;
-        if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
-            uint32_t which = *(const uint32_t *)(base + f->quantifier_offset);
-            if (which != f->id)
-                continue;
+        case 1:
+            if (!skip(&w, 8))
+                goto malformed;
+            continue;
+        case 5:
+            if (!skip(&w, 4))
+                goto malformed;
+            continue;
+        case 2:
+            break;
+        default:
+            goto malformed;
         }
-        size_t plen = strlen(path);
-        (void)path_len;
-        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
-            size_t n = *(const size_t *)(base + f->quantifier_offset);
-            void *const *items = *(void *const *const *)(base + f->offset);
-            for (size_t k = 0; k < n; k++) {
-                path_push(path, plen, f->name, (long)k);
-                cg_status st = f->type == PROTOBUF_C_TYPE_STRING
-                                   ? check_one_string(items[k], path, err)
-                                   : check_strings(items[k], path, plen, err, depth + 1);
-                path[plen] = '\0';
-                if (st != CG_OK)
-                    return st;
-            }
-        } else {
-            const void *value = *(const void *const *)(base + f->offset);
-            if (value == NULL)
-                continue;
-            path_push(path, plen, f->name, -1);
-            cg_status st = f->type == PROTOBUF_C_TYPE_STRING
-                               ? check_one_string(value, path, err)
-                               : check_strings(value, path, plen, err, depth + 1);
-            path[plen] = '\0';
-            if (st != CG_OK)
-                return st;
-        }
+        if (!read_varint(&w, &len) || (uint64_t)(w.end - w.p) < len)
+            goto malformed;
+        struct wire inner = {w.p, w.p + len};
+        w.p += len;
+        if (f == NULL || (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE))
+            continue;
+        size_t idx = (size_t)(f - d->fields);
+        path_push(path, plen, f->name,
+                  f->label == PROTOBUF_C_LABEL_REPEATED ? (long)seen[idx] : -1);
+        seen[idx]++;
+        cg_status st = f->type == PROTOBUF_C_TYPE_STRING
+                           ? check_text(inner.p, len, path, err)
+                           : check_wire(arena, f->descriptor, inner, path, err, depth + 1);
+        path[plen] = '\0';
+        if (st != CG_OK)
+            return st;
     }
     return CG_OK;
+malformed:
+    /* protobuf-c accepted these bytes, so this is not expected; refuse rather than guess. */
+    return cg_err_set(err, CG_INVALID_ARGUMENT, "request is not a valid %s message", d->name);
 }
 
 cg_status cg_rpc_decode(struct cg_rpc_call *call, const ProtobufCMessageDescriptor *desc,
@@ -116,11 +163,12 @@ cg_status cg_rpc_decode(struct cg_rpc_call *call, const ProtobufCMessageDescript
             return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
                               "request of %zu bytes is larger than the limit of %zu", len,
                               call->max_message_bytes);
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "request is not a valid %s message", desc->name);
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "request is not a valid %s message",
+                          desc->name);
     }
     char path[FIELD_PATH_MAX] = "";
-    return check_strings(*out, path, 0, &call->err, 0);
+    struct wire w = {data, data + len};
+    return check_wire(call->arena, desc, w, path, &call->err, 0);
 }
 
 cg_status cg_rpc_encode(struct cg_rpc_call *call, const ProtobufCMessage *msg, uint8_t **out,
@@ -210,8 +258,9 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
 
     if (is_admin_key(env->config, token, len)) {
         if (m->auth == CG_AUTH_TENANT)
-            return cg_err_set(&call->err, CG_PERMISSION_DENIED,
-                              "this method needs a tenant API key; the admin key acts for no tenant");
+            return cg_err_set(
+                &call->err, CG_PERMISSION_DENIED,
+                "this method needs a tenant API key; the admin key acts for no tenant");
         call->principal.authenticated = true;
         call->principal.is_admin = true;
         return CG_OK;
@@ -229,16 +278,17 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
 /* ---------------------------------------------------------------- invoke ---------- */
 
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
-                        const struct cg_rpc_env *env, const uint8_t *req, size_t len,
-                        uint8_t **out, size_t *out_len)
+                        const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
+                        size_t *out_len)
 {
     *out = NULL;
     *out_len = 0;
-    ProtobufCMessage *request = NULL;
-    cg_status st = cg_rpc_decode(call, m->request_desc, req, len, &request);
+    /* Authenticate first: a caller without a key learns nothing about the schema. */
+    cg_status st = cg_rpc_authenticate(m, call, env);
     if (st != CG_OK)
         return st;
-    st = cg_rpc_authenticate(m, call, env);
+    ProtobufCMessage *request = NULL;
+    st = cg_rpc_decode(call, m->request_desc, req, len, &request);
     if (st != CG_OK)
         return st;
     if (m->handler == NULL)
@@ -262,10 +312,10 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
                              const struct cg_rpc_env *env, const uint8_t *req, size_t len,
                              ProtobufCMessage **request)
 {
-    cg_status st = cg_rpc_decode(call, m->request_desc, req, len, request);
+    cg_status st = cg_rpc_authenticate(m, call, env);
     if (st != CG_OK)
         return st;
-    st = cg_rpc_authenticate(m, call, env);
+    st = cg_rpc_decode(call, m->request_desc, req, len, request);
     if (st != CG_OK)
         return st;
     if (m->poll == NULL)

@@ -104,7 +104,8 @@ const char *const *cg_rpc_services(size_t *count);
 void cg_rpc_allocator(struct cg_arena *arena, ProtobufCAllocator *out);
 
 /* Decodes len bytes as a message of desc into the call arena and checks that every string
- * field is valid UTF-8. On error: CG_INVALID_ARGUMENT with call->err naming the field. */
+ * field is valid UTF-8 without NUL characters. On error: CG_INVALID_ARGUMENT with call->err
+ * naming the field. */
 cg_status cg_rpc_decode(struct cg_rpc_call *call, const ProtobufCMessageDescriptor *desc,
                         const uint8_t *data, size_t len, ProtobufCMessage **out) CG_MUST_CHECK;
 
@@ -117,14 +118,14 @@ cg_status cg_rpc_encode(struct cg_rpc_call *call, const ProtobufCMessage *msg, u
 cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                               const struct cg_rpc_env *env) CG_MUST_CHECK;
 
-/* The whole unary (and bidi-each) path: decode, authenticate, handle, encode.
+/* The whole unary (and bidi-each) path: authenticate, decode, handle, encode.
  * On success out and out_len hold the encoded answer (in the arena). On error call->err
  * holds what the client should see and *out is NULL. */
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len,
                         uint8_t **out, size_t *out_len) CG_MUST_CHECK;
 
-/* Start of a server stream: decode and authenticate; *request gets the decoded request. */
+/* Start of a server stream: authenticate and decode; *request gets the decoded request. */
 cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                              const struct cg_rpc_env *env, const uint8_t *req, size_t len,
                              ProtobufCMessage **request) CG_MUST_CHECK;

@@ -63,7 +63,6 @@ struct worker {
     grpc_completion_queue *cq;
     struct cg_timer_heap timers;
     struct cg_rpc_env env; /* no store on these threads */
-    int live_slots;
 };
 
 struct cg_server {
@@ -80,10 +79,12 @@ struct cg_server {
     struct cg_pool *pool;
     atomic_bool stopping;
 
-    /* Calls alive anywhere; shutdown waits for zero before stopping the queues. */
+    /* Calls alive anywhere and request slots posted; shutdown waits for both to reach
+     * zero: then every call that reached the server has been answered. */
     pthread_mutex_t live_lock;
     pthread_cond_t live_zero;
     long live_calls;
+    long live_slots;
 
     /* Open server streams, woken when the state they watch changes. */
     pthread_mutex_t streams_lock;
@@ -134,6 +135,8 @@ struct call {
     grpc_slice status_details;
     bool has_status_details;
     int64_t start_ns;
+    int64_t deadline_ns;     /* the call's deadline (max_call_ms or the caller's), now_ns clock */
+    bool held_past_deadline; /* the timer fires at the deadline, not at the hold's end */
 
     /* server streams */
     ProtobufCMessage *stream_request;
@@ -143,7 +146,7 @@ struct call {
     struct call *next_stream, *prev_stream;
 };
 
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* ---------------------------------------------------------------- time ------------ */
 
@@ -164,13 +167,35 @@ static gpr_timespec ns_to_timespec(int64_t ns)
 
 /* ---------------------------------------------------------------- live calls ------ */
 
-static void live_add(struct cg_server *srv, long n)
+static void live_count(struct cg_server *srv, long *counter, long n)
 {
     pthread_mutex_lock(&srv->live_lock);
-    srv->live_calls += n;
-    if (srv->live_calls == 0)
+    *counter += n;
+    if (srv->live_calls == 0 && srv->live_slots == 0)
         pthread_cond_broadcast(&srv->live_zero);
     pthread_mutex_unlock(&srv->live_lock);
+}
+
+static void live_add(struct cg_server *srv, long n)
+{
+    live_count(srv, &srv->live_calls, n);
+}
+
+/* Waits until no call is alive and no slot is posted, at most until `until` (CLOCK_MONOTONIC;
+ * NULL: no limit). Returns whether that happened. */
+static bool wait_idle(struct cg_server *srv, const struct timespec *until)
+{
+    bool idle;
+    pthread_mutex_lock(&srv->live_lock);
+    while (!(idle = srv->live_calls == 0 && srv->live_slots == 0)) {
+        if (until == NULL)
+            pthread_cond_wait(&srv->live_zero, &srv->live_lock);
+        else if (pthread_cond_timedwait(&srv->live_zero, &srv->live_lock, until) != 0)
+            break;
+    }
+    idle = srv->live_calls == 0 && srv->live_slots == 0;
+    pthread_mutex_unlock(&srv->live_lock);
+    return idle;
 }
 
 /* ---------------------------------------------------------------- call basics ----- */
@@ -305,6 +330,13 @@ static void on_timer(struct worker *w, struct cg_timer *timer)
 {
     (void)w;
     struct call *c = timer->data;
+    if (c->held_past_deadline) {
+        c->st = cg_err_set(&c->rc.err, CG_DEADLINE_EXCEEDED,
+                           "reply held %u ms, past the call's deadline (max_call_ms %lld)",
+                           c->rc.reply_delay_ms, (long long)c->w->srv->cfg->max_call_ms);
+        reply_error(c);
+        return;
+    }
     send_final(c, c->st, NULL);
 }
 
@@ -331,6 +363,12 @@ static void finish_unary(struct call *c)
         return;
     if (c->rc.reply_delay_ms > 0) {
         int64_t due = c->start_ns + (int64_t)c->rc.reply_delay_ms * 1000000;
+        /* A hold never outlives the call: past its deadline the answer is DEADLINE_EXCEEDED,
+         * given at the deadline (a caller with a shorter deadline has gone by then). */
+        if (due > c->deadline_ns) {
+            due = c->deadline_ns;
+            c->held_past_deadline = true;
+        }
         if (cg_timer_heap_add(&c->w->timers, &c->timer, due) == CG_OK) {
             c->phase = PHASE_TIMER;
             return;
@@ -342,8 +380,8 @@ static void finish_unary(struct call *c)
 
 static void run_inline(struct call *c)
 {
-    c->st = cg_rpc_invoke(c->method, &c->rc, &c->w->env, c->req, c->req_len, &c->resp,
-                          &c->resp_len);
+    c->st =
+        cg_rpc_invoke(c->method, &c->rc, &c->w->env, c->req, c->req_len, &c->resp, &c->resp_len);
     finish_unary(c);
 }
 
@@ -359,11 +397,11 @@ static void pool_job(struct cg_job *job, void *thread_ctx)
     } else {
         cg_store_set_deadline(env->store, c->rc.deadline_ms);
         if (c->method->kind == CG_RPC_SERVER_STREAM)
-            c->st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len,
-                                       &c->stream_request);
+            c->st =
+                cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len, &c->stream_request);
         else
-            c->st = cg_rpc_invoke(c->method, &c->rc, env, c->req, c->req_len, &c->resp,
-                                  &c->resp_len);
+            c->st =
+                cg_rpc_invoke(c->method, &c->rc, env, c->req, c->req_len, &c->resp, &c->resp_len);
         cg_store_set_deadline(env->store, 0);
     }
     grpc_call_error e = grpc_call_start_batch(c->gcall, NULL, 0, &c->pool_tag, NULL);
@@ -471,8 +509,8 @@ static void stream_pump(struct call *c)
         reply_error(c);
         return;
     }
-    cg_status st = c->method->poll(&c->rc, &c->w->env, c->stream_request, &c->stream_version,
-                                   &msg, &finished);
+    cg_status st =
+        c->method->poll(&c->rc, &c->w->env, c->stream_request, &c->stream_version, &msg, &finished);
     if (st != CG_OK) {
         c->st = st;
         reply_error(c);
@@ -711,6 +749,7 @@ static struct call *call_new(struct worker *w, struct slot *s)
             remaining_ms = left;
     }
     c->rc.deadline_ms = cg_mono_ms() + remaining_ms;
+    c->deadline_ns = c->start_ns + remaining_ms * 1000000;
 
     if (s->method != NULL) {
         snprintf(c->path, sizeof c->path, "%s", s->method->path);
@@ -819,7 +858,7 @@ static void slot_free(struct worker *w, struct slot *s)
     if (s->payload != NULL)
         grpc_byte_buffer_destroy(s->payload);
     free(s);
-    w->live_slots--;
+    live_count(w->srv, &w->srv->live_slots, -1);
 }
 
 static void on_slot(struct worker *w, struct tag *t, bool ok)
@@ -858,7 +897,7 @@ static bool add_slot(struct worker *w, const struct cg_rpc_method *m, void *hand
     s->handle = handle;
     grpc_metadata_array_init(&s->md);
     grpc_call_details_init(&s->details);
-    w->live_slots++;
+    live_count(w->srv, &w->srv->live_slots, 1);
     if (!post_slot(w, s)) {
         slot_free(w, s);
         return false;
@@ -1011,7 +1050,9 @@ static grpc_server_credentials *make_credentials(const struct cg_config *cfg, st
     if (key != NULL && cfg->tls_client_ca[0] != '\0')
         ca = read_file(cfg->tls_client_ca, err, "tls_client_ca");
     grpc_server_credentials *creds = NULL;
-    if (key != NULL && (cfg->tls_client_ca[0] == '\0' || ca != NULL)) {
+    /* gRPC only finds a bad pair when it binds, and then blames the address. */
+    if (key != NULL && (cfg->tls_client_ca[0] == '\0' || ca != NULL) &&
+        cg_tls_check(cert, key, ca, err) == CG_OK) {
         grpc_ssl_pem_key_cert_pair pair = {key, cert};
         creds = grpc_ssl_server_credentials_create_ex(
             ca, &pair, 1,
@@ -1019,7 +1060,8 @@ static grpc_server_credentials *make_credentials(const struct cg_config *cfg, st
                : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
             NULL);
         if (creds == NULL)
-            cg_err_set(err, CG_CONFIG, "config keys 'tls_cert'/'tls_key': not usable as TLS credentials");
+            cg_err_set(err, CG_CONFIG,
+                       "config keys 'tls_cert'/'tls_key': not usable as TLS credentials");
     }
     free(cert);
     free(key);
@@ -1042,14 +1084,14 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
     srv->reflection = reflection;
     atomic_init(&srv->stopping, false);
     pthread_mutex_init(&srv->live_lock, NULL);
-    pthread_cond_init(&srv->live_zero, NULL);
-    pthread_mutex_init(&srv->streams_lock, NULL);
-    pthread_mutex_init(&srv->monitor_lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->live_zero, &ca);
     pthread_cond_init(&srv->monitor_cond, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&srv->streams_lock, NULL);
+    pthread_mutex_init(&srv->monitor_lock, NULL);
 
     grpc_init();
 
@@ -1201,25 +1243,32 @@ void cg_server_shutdown(struct cg_server *srv)
     grpc_completion_queue *shutdown_cq = grpc_completion_queue_create_for_pluck(NULL);
     static int shutdown_tag;
     grpc_server_shutdown_and_notify(srv->server, shutdown_cq, &shutdown_tag);
-    gpr_timespec grace = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                      gpr_time_from_millis(cfg->shutdown_grace_ms, GPR_TIMESPAN));
-    grpc_event ev = grpc_completion_queue_pluck(shutdown_cq, &shutdown_tag, grace, NULL);
-    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+
+    /* Posted slots come back unmatched; in-flight calls (held replies too) finish. When both
+     * counts are zero every call that reached the server has been answered. gRPC's own
+     * notification would also wait for idle client connections to go away, which clients
+     * may take seconds to do; nothing is left to serve them, so they are closed below. */
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += cfg->shutdown_grace_ms / 1000;
+    until.tv_nsec += (long)(cfg->shutdown_grace_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    if (!wait_idle(srv, &until)) {
         cg_log(CG_LOG_WARN, "transport", NULL,
                "grace period of %lld ms over: cancelling the calls left",
                (long long)cfg->shutdown_grace_ms);
         grpc_server_cancel_all_calls(srv->server);
-        grpc_completion_queue_pluck(shutdown_cq, &shutdown_tag, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                    NULL);
+        wait_idle(srv, NULL);
+    } else {
+        grpc_server_cancel_all_calls(srv->server); /* no call left: closes idle connections */
     }
+    grpc_completion_queue_pluck(shutdown_cq, &shutdown_tag, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                NULL);
     grpc_completion_queue_shutdown(shutdown_cq);
     grpc_completion_queue_destroy(shutdown_cq);
-
-    /* grpc is done with its calls; ours may still wait on a pool job or a last tag. */
-    pthread_mutex_lock(&srv->live_lock);
-    while (srv->live_calls > 0)
-        pthread_cond_wait(&srv->live_zero, &srv->live_lock);
-    pthread_mutex_unlock(&srv->live_lock);
 
     if (srv->monitor_started) {
         pthread_mutex_lock(&srv->monitor_lock);
@@ -1248,8 +1297,9 @@ void cg_server_free(struct cg_server *srv)
         struct worker *w = &srv->workers[i];
         /* Queues whose thread never ran still hold their shutdown event. */
         if (w->thread == 0)
-            while (grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-                       .type != GRPC_QUEUE_SHUTDOWN)
+            while (
+                grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+                GRPC_QUEUE_SHUTDOWN)
                 ;
         grpc_completion_queue_destroy(w->cq);
         cg_timer_heap_cleanup(&w->timers);

@@ -112,10 +112,11 @@ def _generate_stubs():
 _STD_SET = _generate_stubs()
 sys.path.insert(0, _GEN_DIR)
 
-from ctxguard.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
-from ctxguard.v1 import budget_pb2, budget_pb2_grpc  # noqa: E402
+# Re-exported for the tests: `from cgtest import admin_pb2, budget_pb2, ...`.
+from ctxguard.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402,F401
+from ctxguard.v1 import budget_pb2, budget_pb2_grpc  # noqa: E402,F401
 from ctxguard.v1 import common_pb2  # noqa: E402,F401
-from ctxguard.v1 import context_pb2, context_pb2_grpc  # noqa: E402
+from ctxguard.v1 import context_pb2, context_pb2_grpc  # noqa: E402,F401
 
 if not os.path.dirname(os.path.abspath(grpc.__file__)).startswith("/usr/lib/python3"):
     raise RuntimeError(f"`import grpc` does not give Debian's grpcio: {grpc.__file__}")
@@ -317,6 +318,7 @@ class LineLog:
     def __init__(self, pipe, name):
         self.name = name
         self._lines = []
+        self._raw = []
         self._eof = False
         self._cv = threading.Condition()
         self._t = threading.Thread(target=self._run, args=(pipe,), daemon=True)
@@ -326,6 +328,7 @@ class LineLog:
         for raw in iter(pipe.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             with self._cv:
+                self._raw.append(raw.rstrip(b"\n"))
                 self._lines.append(line)
                 self._cv.notify_all()
         pipe.close()
@@ -336,6 +339,11 @@ class LineLog:
     def lines(self):
         with self._cv:
             return list(self._lines)
+
+    def raw_lines(self):
+        """The lines as bytes, exactly as written."""
+        with self._cv:
+            return list(self._raw)
 
     def text(self):
         return "\n".join(self.lines())
@@ -442,11 +450,20 @@ class Server:
     # -- lifecycle
 
     def start(self, wait_serving=True, timeout=30):
+        self.start_async()
+        return self.finish_start(wait_serving, timeout)
+
+    def start_async(self):
+        """Starts the process without waiting for it (see finish_start)."""
         self.proc = subprocess.Popen([self.bin] + self.args, env=clean_env(self.env),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
         self.err = LineLog(self.proc.stderr, "stderr")
         self.out = LineLog(self.proc.stdout, "stdout")
+        return self
+
+    def finish_start(self, wait_serving=True, timeout=30):
+        """Waits for the port, then (by default) for SERVING."""
         line = self.err.wait_for(_is_listening, timeout)
         if line is None or _listening_port(line) is None:
             self.kill()
@@ -483,10 +500,18 @@ class Server:
         self.out.wait_eof(5)
         return rc
 
-    def stop(self, timeout=20):
-        """SIGTERM and wait; returns the exit status."""
+    def stop(self, timeout=20, close_channels=True):
+        """SIGTERM and wait; returns the exit status. The client channels are closed first
+        (tests about shutdown with open connections use signal() and wait_exit())."""
+        if close_channels:
+            self.close_channels()
         self.signal(signal.SIGTERM)
         return self.wait_exit(timeout)
+
+    def close_channels(self):
+        for ch in self._channels:
+            ch.close()
+        self._channels = []
 
     def kill(self):
         if self.proc is not None and self.proc.poll() is None:
@@ -494,9 +519,15 @@ class Server:
             self.proc.wait()
 
     def close(self):
-        for ch in self._channels:
-            ch.close()
-        self._channels = []
+        """Stops the server (SIGTERM, so that a sanitizer build reports leaks; SIGKILL if it
+        hangs), drops its schema, and fails on any sanitizer report in its stderr."""
+        self.close_channels()
+        if self.running():
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
         self.kill()
         if self.err is not None:
             self.err.wait_eof(5)
@@ -504,6 +535,10 @@ class Server:
         if self.schema and self.own_schema:
             drop_schema(self.schema)
         self.schema = None
+        if self.err is not None:
+            report = sanitizer_report(self.err.text())
+            if report:
+                raise AssertionError(f"the server's sanitizers reported:\n{report}")
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
@@ -550,6 +585,19 @@ class Server:
 
     def __exit__(self, *exc):
         self.close()
+
+
+_SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                    "WARNING: ThreadSanitizer", "ERROR: UndefinedBehaviorSanitizer")
+
+
+def sanitizer_report(text):
+    """The part of a process's stderr from the first sanitizer report on, or ''."""
+    idx = [text.find(m) for m in _SANITIZER_MARKS if m in text]
+    if not idx:
+        return ""
+    start = text.rfind("\n", 0, min(idx)) + 1
+    return text[start:start + 6000]
 
 
 def bearer(key):
@@ -694,8 +742,10 @@ class Certs:
         def p(name):
             return os.path.join(dir, name)
 
+        # EC P-256 keys: quick to make, and supported by every TLS stack gRPC uses.
+        newkey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
         for ca in ("ca", "otherca"):
-            run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            run("req", "-x509", *newkey, "-nodes", "-days", "2",
                 "-subj", f"/CN=ctxguard e2e {ca}", "-keyout", p(f"{ca}.key"),
                 "-out", p(f"{ca}.pem"))
         with open(p("server.ext"), "w") as f:
@@ -705,7 +755,7 @@ class Certs:
             f.write("extendedKeyUsage=clientAuth\n")
         for name, ca, ext in (("server", "ca", "server.ext"), ("client", "ca", "client.ext"),
                               ("rogue", "otherca", "client.ext")):
-            run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN=ctxguard e2e {name}",
+            run("req", *newkey, "-nodes", "-subj", f"/CN=ctxguard e2e {name}",
                 "-keyout", p(f"{name}.key"), "-out", p(f"{name}.csr"))
             run("x509", "-req", "-in", p(f"{name}.csr"), "-CA", p(f"{ca}.pem"),
                 "-CAkey", p(f"{ca}.key"), "-CAcreateserial", "-days", "2",

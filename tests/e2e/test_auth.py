@@ -1,5 +1,7 @@
 """Tenants, API keys and the `authorization: Bearer <key>` contract, from a Python client."""
 
+import time
+import urllib.parse
 import uuid
 
 import grpc
@@ -31,6 +33,10 @@ class Auth(cgtest.TestCase):
         cls.other = cls.srv.create_tenant("other-" + uuid.uuid4().hex[:6])
         cls.other_key = cls.srv.create_key(cls.other.tenant_id).secret
 
+    def list_keys(self):
+        return self.admin.ListApiKeys(admin_pb2.ListApiKeysRequest(tenant_id=self.tenant.tenant_id),
+                                      metadata=self.srv.admin_md(), timeout=10)
+
     def whoami(self, metadata):
         return self.admin.WhoAmI(admin_pb2.WhoAmIRequest(), metadata=metadata, timeout=10)
 
@@ -52,8 +58,7 @@ class Auth(cgtest.TestCase):
         self.assertEqual(c.key.revoked_at_unix_ms, 0)
         self.assertGreater(c.key.created_at_unix_ms, 0)
 
-        listed = self.admin.ListApiKeys(admin_pb2.ListApiKeysRequest(tenant_id=self.tenant.tenant_id),
-                                        metadata=self.srv.admin_md(), timeout=10)
+        listed = self.list_keys()
         self.assertIn(c.key.key_id, [k.key_id for k in listed.keys])
         raw = listed.SerializeToString()
         self.assertNotIn(c.secret.encode(), raw)
@@ -137,8 +142,7 @@ class Auth(cgtest.TestCase):
         self.whoami_fails(UNAUTHENTICATED, md, contains="revoked")
         self.assertRpcError(UNAUTHENTICATED, self.budget.GetBudget, budget_pb2.GetBudgetRequest(),
                             metadata=md, timeout=10)
-        listed = self.admin.ListApiKeys(admin_pb2.ListApiKeysRequest(tenant_id=self.tenant.tenant_id),
-                                        metadata=self.srv.admin_md(), timeout=10)
+        listed = self.list_keys()
         revoked = [k for k in listed.keys if k.key_id == c.key.key_id]
         self.assertEqual(len(revoked), 1)
         self.assertGreater(revoked[0].revoked_at_unix_ms, 0)
@@ -155,12 +159,13 @@ class Auth(cgtest.TestCase):
 
     def test_tenant_key_on_admin_rpcs(self):
         md = cgtest.bearer(self.key)
+        tid = self.tenant.tenant_id
         calls = [
             (self.admin.ListTenants, admin_pb2.ListTenantsRequest()),
             (self.admin.CreateTenant, admin_pb2.CreateTenantRequest(name="sneaky")),
-            (self.admin.GetTenant, admin_pb2.GetTenantRequest(tenant_id=self.tenant.tenant_id)),
-            (self.admin.CreateApiKey, admin_pb2.CreateApiKeyRequest(tenant_id=self.tenant.tenant_id)),
-            (self.admin.ListApiKeys, admin_pb2.ListApiKeysRequest(tenant_id=self.tenant.tenant_id)),
+            (self.admin.GetTenant, admin_pb2.GetTenantRequest(tenant_id=tid)),
+            (self.admin.CreateApiKey, admin_pb2.CreateApiKeyRequest(tenant_id=tid)),
+            (self.admin.ListApiKeys, admin_pb2.ListApiKeysRequest(tenant_id=tid)),
             (self.admin.Ping, admin_pb2.PingRequest()),
         ]
         for fn, req in calls:
@@ -180,6 +185,63 @@ class Auth(cgtest.TestCase):
         self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.budget.SetBudget,
                             budget_pb2.SetBudgetRequest(), metadata=cgtest.bearer(self.key),
                             timeout=10, contains="SetBudget")
+
+
+class AdminApi(cgtest.TestCase):
+    def test_tenants_page_in_creation_order(self):
+        srv = cgtest.start_server(self)
+        admin, md = srv.admin(), srv.admin_md()
+        made = [srv.create_tenant(f"page-{i}").tenant_id for i in range(5)]
+        seen, token, pages = [], "", 0
+        while True:
+            r = admin.ListTenants(admin_pb2.ListTenantsRequest(page_size=2, page_token=token),
+                                  metadata=md, timeout=10)
+            self.assertLessEqual(len(r.tenants), 2)
+            seen += [t.tenant_id for t in r.tenants]
+            pages += 1
+            token = r.next_page_token
+            if not token:
+                break
+            self.assertLess(pages, 10, "paging does not end")
+        self.assertEqual(seen, made)
+        got = admin.GetTenant(admin_pb2.GetTenantRequest(tenant_id=made[3]), metadata=md,
+                              timeout=10).tenant
+        self.assertEqual((got.tenant_id, got.name, got.time_zone), (made[3], "page-3", "UTC"))
+
+
+class RedisLoss(cgtest.TestCase):
+    """Redis is a cache: losing it never fails an RPC nor keeps a revoked key alive here."""
+
+    def test_auth_works_without_redis(self):
+        u = urllib.parse.urlsplit(cgtest.redis_url())
+        proxy = cgtest.TcpProxy(u.hostname, u.port)
+        self.addCleanup(proxy.close)
+        srv = cgtest.start_server(self, env={
+            "CTXGUARD_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"})
+        tenant = srv.create_tenant()
+        k1 = srv.create_key(tenant.tenant_id)
+        k2 = srv.create_key(tenant.tenant_id)
+        admin = srv.admin()
+
+        def whoami(k):
+            return admin.WhoAmI(admin_pb2.WhoAmIRequest(), metadata=cgtest.bearer(k.secret),
+                                timeout=10)
+
+        for k in (k1, k2):  # both looked up (and cached) while Redis is there
+            self.assertEqual(whoami(k).key_id, k.key.key_id)
+        proxy.cut()
+        t0 = time.monotonic()
+        self.assertEqual(whoami(k1).key_id, k1.key.key_id)
+        admin.RevokeApiKey(admin_pb2.RevokeApiKeyRequest(tenant_id=tenant.tenant_id,
+                                                         key_id=k2.key.key_id),
+                           metadata=srv.admin_md(), timeout=10)
+        self.assertRpcError(UNAUTHENTICATED, admin.WhoAmI, admin_pb2.WhoAmIRequest(),
+                            metadata=cgtest.bearer(k2.secret), timeout=10)
+        k3 = srv.create_key(tenant.tenant_id)
+        self.assertEqual(whoami(k3).key_id, k3.key.key_id)
+        self.assertLess(time.monotonic() - t0, 3.0, "Redis loss made calls slow")
+        self.assertRegex(srv.log_text(), r"lvl=warn .*(?i:redis)")
+        self.assertEqual(cgtest.health.name(cgtest.health_check(srv.channel()).status), "SERVING")
 
 
 class NoAdminKey(cgtest.TestCase):

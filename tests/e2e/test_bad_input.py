@@ -133,8 +133,8 @@ class BadInput(cgtest.TestCase):
     # -- CreateTenant fields
 
     def create(self, name, time_zone=""):
-        return self.admin.CreateTenant(admin_pb2.CreateTenantRequest(name=name, time_zone=time_zone),
-                                       metadata=self.md, timeout=10)
+        req = admin_pb2.CreateTenantRequest(name=name, time_zone=time_zone)
+        return self.admin.CreateTenant(req, metadata=self.md, timeout=10)
 
     def test_tenant_name_rules(self):
         self.assertRpcError(INVALID, self.create, "", contains="name")
@@ -183,13 +183,15 @@ class BadInput(cgtest.TestCase):
 
     def test_unknown_tenant_is_not_found(self):
         ghost = str(uuid.uuid4())
-        self.assertRpcError(NOT_FOUND, self.admin.GetTenant, admin_pb2.GetTenantRequest(tenant_id=ghost),
+        self.assertRpcError(NOT_FOUND, self.admin.GetTenant,
+                            admin_pb2.GetTenantRequest(tenant_id=ghost),
                             metadata=self.md, timeout=10, contains="tenant")
         self.assertRpcError(NOT_FOUND, self.admin.CreateApiKey,
                             admin_pb2.CreateApiKeyRequest(tenant_id=ghost, name="x"),
                             metadata=self.md, timeout=10, contains="tenant")
         self.assertRpcError(NOT_FOUND, self.admin.RevokeApiKey,
-                            admin_pb2.RevokeApiKeyRequest(tenant_id=ghost, key_id=self.key.key.key_id),
+                            admin_pb2.RevokeApiKeyRequest(tenant_id=ghost,
+                                                          key_id=self.key.key.key_id),
                             metadata=self.md, timeout=10)
 
     def test_key_id_rules(self):
@@ -252,8 +254,8 @@ class EdgeInputAccepted(cgtest.TestCase):
         cls.md = cls.srv.admin_md()
 
     def create(self, name, time_zone=""):
-        return self.admin.CreateTenant(admin_pb2.CreateTenantRequest(name=name, time_zone=time_zone),
-                                       metadata=self.md, timeout=10).tenant
+        req = admin_pb2.CreateTenantRequest(name=name, time_zone=time_zone)
+        return self.admin.CreateTenant(req, metadata=self.md, timeout=10).tenant
 
     def test_name_limit_counts_characters_not_bytes(self):
         for name in ("n" * 200, "é" * 200, "😀" * 200, "名" * 200, "x"):

@@ -99,8 +99,9 @@ class HealthWhileDraining(cgtest.TestCase):
         watch.expect(health.NOT_SERVING, 10)
         end = watch.expect_end(10)
         ended_after = time.monotonic() - t0
+        srv.close_channels()
         rc = srv.wait_exit(10)
-        self.assertEqual(rc, 0, f"exit status after SIGTERM; stderr:\n{cgtest.tail(srv.log_text())}")
+        self.assertEqual(rc, 0, f"exit status after SIGTERM:\n{cgtest.tail(srv.log_text())}")
         # A watch is not an in-flight call that holds shutdown for the whole grace period.
         self.assertLess(ended_after, 4.0, f"Watch ended {ended_after:.2f} s after SIGTERM "
                         f"(grace 5 s), end: {cgtest._describe(end)}")
