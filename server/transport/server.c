@@ -136,6 +136,7 @@ struct call {
     bool has_status_details;
     int64_t start_ns;
     int64_t deadline_ns;     /* the call's deadline (max_call_ms or the caller's), now_ns clock */
+    bool server_cap_binds;   /* max_call_ms, not the caller, sets deadline_ns */
     bool held_past_deadline; /* the timer fires at the deadline, not at the hold's end */
 
     /* server streams */
@@ -363,9 +364,10 @@ static void finish_unary(struct call *c)
         return;
     if (c->rc.reply_delay_ms > 0) {
         int64_t due = c->start_ns + (int64_t)c->rc.reply_delay_ms * 1000000;
-        /* A hold never outlives the call: past its deadline the answer is DEADLINE_EXCEEDED,
-         * given at the deadline (a caller with a shorter deadline has gone by then). */
-        if (due > c->deadline_ns) {
+        /* A hold never outlives max_call_ms: past it the answer is DEADLINE_EXCEEDED, given
+         * then. A caller whose own deadline comes first gives up by itself, and its held
+         * reply is abandoned (on_close). */
+        if (c->server_cap_binds && due > c->deadline_ns) {
             due = c->deadline_ns;
             c->held_past_deadline = true;
         }
@@ -743,10 +745,13 @@ static struct call *call_new(struct worker *w, struct slot *s)
     gpr_timespec dl = s->method ? s->deadline : s->details.deadline;
     dl = gpr_convert_clock_type(dl, GPR_CLOCK_MONOTONIC);
     int64_t remaining_ms = srv->cfg->max_call_ms;
+    c->server_cap_binds = true;
     if (gpr_time_cmp(dl, gpr_inf_future(GPR_CLOCK_MONOTONIC)) != 0) {
         int64_t left = ((int64_t)dl.tv_sec * 1000000000 + dl.tv_nsec - c->start_ns) / 1000000;
-        if (left < remaining_ms)
+        if (left < remaining_ms) {
             remaining_ms = left;
+            c->server_cap_binds = false;
+        }
     }
     c->rc.deadline_ms = cg_mono_ms() + remaining_ms;
     c->deadline_ns = c->start_ns + remaining_ms * 1000000;
