@@ -22,11 +22,10 @@ extern char **environ;
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: ctxguard [serve|migrate] [--config FILE] [--KEY VALUE | --KEY=VALUE]...\n"
-            "       ctxguard --print-config | --help | --version\n\n"
-            "Configuration, in rising precedence: defaults < config file (--config or\n"
-            "CTXGUARD_CONFIG) < CTXGUARD_* environment < flags. Keys:\n\n");
+    fprintf(out, "usage: ctxguard [serve|migrate] [--config FILE] [--KEY VALUE | --KEY=VALUE]...\n"
+                 "       ctxguard --print-config | --help | --version\n\n"
+                 "Configuration, in rising precedence: defaults < config file (--config or\n"
+                 "CTXGUARD_CONFIG) < CTXGUARD_* environment < flags. Keys:\n\n");
     cg_config_print_reference(out);
 }
 
@@ -75,8 +74,8 @@ static int serve(const struct cg_config *cfg)
     cg_err_clear(&err);
     size_t nservices;
     const char *const *services = cg_rpc_services(&nservices);
-    struct cg_reflection *refl = cg_reflection_new(cg_descriptor_set, cg_descriptor_set_len,
-                                                   services, nservices, &err);
+    struct cg_reflection *refl =
+        cg_reflection_new(cg_descriptor_set, cg_descriptor_set_len, services, nservices, &err);
     if (refl == NULL) {
         cg_log(CG_LOG_ERROR, "main", NULL, "reflection: %s", cg_err_text(&err));
         return 1;
@@ -101,9 +100,8 @@ static int serve(const struct cg_config *cfg)
     }
     char port[16];
     snprintf(port, sizeof port, "%d", cg_server_port(srv));
-    struct cg_kv kv[] = {{"addr", cfg->listen},
-                         {"port", port},
-                         {"tls", cfg->tls_cert[0] ? "on" : "off"}};
+    struct cg_kv kv[] = {
+        {"addr", cfg->listen}, {"port", port}, {"tls", cfg->tls_cert[0] ? "on" : "off"}};
     cg_log_kv(CG_LOG_INFO, "main", NULL, "listening", kv, 3);
 
     int sig = 0;

@@ -21,7 +21,7 @@ struct cfg_row {
 };
 
 static const struct cfg_row rows[] = {
-#define CG_CFG_ROW(key, type, def, min, max, choices, help)                                       \
+#define CG_CFG_ROW(key, type, def, min, max, choices, help)                                        \
     {#key, T_##type, def, min, max, choices, help, offsetof(struct cg_config, key)},
     CG_CONFIG_TABLE(CG_CFG_ROW)
 #undef CG_CFG_ROW
@@ -105,11 +105,13 @@ static cg_status set_row(struct cg_config *cfg, const struct cfg_row *row, const
 
     if (is_text(row->type)) {
         if (row->type == T_ENUM && !choice_ok(row->choices, value))
-            return cg_err_set(err, CG_CONFIG, "config key '%s' (%s, from %s): '%.40s' is not one of %s",
-                              row->key, env, origin, value, row->choices);
+            return cg_err_set(err, CG_CONFIG,
+                              "config key '%s' (%s, from %s): '%.40s' is not one of %s", row->key,
+                              env, origin, value, row->choices);
         if (strlen(value) > LINE_CAP)
-            return cg_err_set(err, CG_CONFIG, "config key '%s' (%s, from %s): value longer than %d bytes",
-                              row->key, env, origin, LINE_CAP);
+            return cg_err_set(err, CG_CONFIG,
+                              "config key '%s' (%s, from %s): value longer than %d bytes", row->key,
+                              env, origin, LINE_CAP);
         char *copy = strdup(value);
         if (copy == NULL)
             return cg_err_set(err, CG_NOMEM, "out of memory setting '%s'", row->key);
@@ -121,8 +123,9 @@ static cg_status set_row(struct cg_config *cfg, const struct cfg_row *row, const
         char *end = NULL;
         long long v = strtoll(value, &end, 10);
         if (value[0] == '\0' || *end != '\0' || errno == ERANGE)
-            return cg_err_set(err, CG_CONFIG, "config key '%s' (%s, from %s): '%.40s' is not an integer",
-                              row->key, env, origin, value);
+            return cg_err_set(err, CG_CONFIG,
+                              "config key '%s' (%s, from %s): '%.40s' is not an integer", row->key,
+                              env, origin, value);
         if (v < row->min || v > row->max)
             return cg_err_set(err, CG_CONFIG,
                               "config key '%s' (%s, from %s): %lld is out of range %lld..%lld",
@@ -283,8 +286,8 @@ static const char *env_lookup(char *const *envp, const char *name)
     return NULL;
 }
 
-cg_status cg_config_load(struct cg_config *cfg, struct cg_config_cli *cli, int argc,
-                         char **argv, char *const *envp, struct cg_err *err)
+cg_status cg_config_load(struct cg_config *cfg, struct cg_config_cli *cli, int argc, char **argv,
+                         char *const *envp, struct cg_err *err)
 {
     memset(cli, 0, sizeof *cli);
     cli->command = "serve";
@@ -368,26 +371,28 @@ cg_status cg_config_load(struct cg_config *cfg, struct cg_config_cli *cli, int a
 cg_status cg_config_validate(const struct cg_config *cfg, struct cg_err *err)
 {
     if (cfg->listen[0] == '\0')
-        return cg_err_set(err, CG_CONFIG, "config key 'listen' (CTXGUARD_LISTEN): must not be empty");
+        return cg_err_set(err, CG_CONFIG,
+                          "config key 'listen' (CTXGUARD_LISTEN): must not be empty");
     if (strncmp(cfg->listen, "unix:", 5) != 0 && strrchr(cfg->listen, ':') == NULL)
         return cg_err_set(err, CG_CONFIG,
                           "config key 'listen' (CTXGUARD_LISTEN): '%.60s' has no port (host:port)",
                           cfg->listen);
     if (cfg->pg_dsn[0] == '\0')
-        return cg_err_set(err, CG_CONFIG, "config key 'pg_dsn' (CTXGUARD_PG_DSN): must not be empty");
+        return cg_err_set(err, CG_CONFIG,
+                          "config key 'pg_dsn' (CTXGUARD_PG_DSN): must not be empty");
     if (cfg->redis_url[0] != '\0' && strncmp(cfg->redis_url, "redis://", 8) != 0)
         return cg_err_set(err, CG_CONFIG,
                           "config key 'redis_url' (CTXGUARD_REDIS_URL): must start with redis://");
     size_t klen = strlen(cfg->admin_key);
     if (klen > 0 && klen < 16)
-        return cg_err_set(err, CG_CONFIG,
-                          "config key 'admin_key' (CTXGUARD_ADMIN_KEY): must be at least 16 characters");
+        return cg_err_set(
+            err, CG_CONFIG,
+            "config key 'admin_key' (CTXGUARD_ADMIN_KEY): must be at least 16 characters");
     if ((cfg->tls_cert[0] != '\0') != (cfg->tls_key[0] != '\0'))
         return cg_err_set(err, CG_CONFIG,
                           "config keys 'tls_cert' and 'tls_key': set both or neither");
     if (cfg->tls_client_ca[0] != '\0' && cfg->tls_cert[0] == '\0')
-        return cg_err_set(err, CG_CONFIG,
-                          "config key 'tls_client_ca': needs tls_cert and tls_key");
+        return cg_err_set(err, CG_CONFIG, "config key 'tls_client_ca': needs tls_cert and tls_key");
     return CG_OK;
 }
 

@@ -36,24 +36,21 @@
        "Redis URL redis://[:password@]host:port[/db]; a cache only, empty disables it")            \
     XX(admin_key, SECRET, "", 0, 0, NULL,                                                          \
        "key that authorises AdminService (>= 16 chars); empty disables AdminService")              \
-    XX(workers, INT, "0", 0, 64, NULL,                                                             \
-       "completion-queue threads; 0 means one per CPU")                                            \
+    XX(workers, INT, "0", 0, 64, NULL, "completion-queue threads; 0 means one per CPU")            \
     XX(io_threads, INT, "8", 1, 256, NULL,                                                         \
        "worker pool threads for blocking I/O, each owning a PostgreSQL and a Redis connection")    \
     XX(slots_per_method, INT, "16", 1, 1024, NULL,                                                 \
-       "request slots each completion-queue thread keeps posted per method")                      \
+       "request slots each completion-queue thread keeps posted per method")                       \
     XX(max_message_bytes, INT, "8388608", 1024, 67108864, NULL,                                    \
        "largest request or response message; larger ones get RESOURCE_EXHAUSTED")                  \
     XX(max_call_ms, INT, "30000", 10, 600000, NULL,                                                \
        "longest a call may run; the shorter of this and the caller's deadline applies")            \
     XX(shutdown_grace_ms, INT, "10000", 0, 600000, NULL,                                           \
        "on SIGTERM/SIGINT, how long in-flight calls may take before they are cancelled")           \
-    XX(pg_connect_timeout_ms, INT, "3000", 100, 60000, NULL,                                       \
-       "PostgreSQL connect timeout")                                                               \
+    XX(pg_connect_timeout_ms, INT, "3000", 100, 60000, NULL, "PostgreSQL connect timeout")         \
     XX(pg_statement_timeout_ms, INT, "5000", 10, 600000, NULL,                                     \
        "PostgreSQL statement timeout (a call's deadline shortens it)")                             \
-    XX(redis_timeout_ms, INT, "100", 1, 10000, NULL,                                               \
-       "Redis connect and command timeout")                                                        \
+    XX(redis_timeout_ms, INT, "100", 1, 10000, NULL, "Redis connect and command timeout")          \
     XX(health_interval_ms, INT, "1000", 50, 60000, NULL,                                           \
        "how often PostgreSQL is probed for the health service")                                    \
     XX(key_cache_ttl_s, INT, "30", 0, 3600, NULL,                                                  \
@@ -79,7 +76,7 @@ struct cg_config {
 
 /* What the command line asked for besides configuration values. */
 struct cg_config_cli {
-    const char *command;  /* "serve" (default) or "migrate" */
+    const char *command; /* "serve" (default) or "migrate" */
     const char *config_file;
     bool print_config;
     bool help;
@@ -110,8 +107,8 @@ cg_status cg_config_load_env(struct cg_config *cfg, char *const *envp,
 /* The whole precedence chain: defaults < file (--config or CTXGUARD_CONFIG) < envp <
  * flags (--key=value or --key value, '-' and '_' alike), then cross-key validation.
  * cli gets the non-config flags and the command. cfg must be freshly initialised. */
-cg_status cg_config_load(struct cg_config *cfg, struct cg_config_cli *cli, int argc,
-                         char **argv, char *const *envp, struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_config_load(struct cg_config *cfg, struct cg_config_cli *cli, int argc, char **argv,
+                         char *const *envp, struct cg_err *err) CG_MUST_CHECK;
 
 /* Checks rules that span keys (tls_cert needs tls_key, admin_key length, ...). */
 cg_status cg_config_validate(const struct cg_config *cfg, struct cg_err *err) CG_MUST_CHECK;

@@ -10,9 +10,9 @@
 #include <stdbool.h>
 
 struct cg_health {
-    atomic_bool draining;  /* shutdown started */
-    atomic_int store_ok;   /* the last PostgreSQL probe: 1 answered, 0 failed, -1 none yet */
-    atomic_uint version;   /* bumped on every change of the two above */
+    atomic_bool draining; /* shutdown started */
+    atomic_int store_ok;  /* the last PostgreSQL probe: 1 answered, 0 failed, -1 none yet */
+    atomic_uint version;  /* bumped on every change of the two above */
 };
 
 /* Starts not draining, store not yet known to be up (NOT_SERVING until the first probe). */

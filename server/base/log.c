@@ -70,11 +70,21 @@ static void put_quoted(struct out *o, const char *s)
     put_char(o, '"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': put_str(o, "\\\""); break;
-        case '\\': put_str(o, "\\\\"); break;
-        case '\n': put_str(o, "\\n"); break;
-        case '\r': put_str(o, "\\r"); break;
-        case '\t': put_str(o, "\\t"); break;
+        case '"':
+            put_str(o, "\\\"");
+            break;
+        case '\\':
+            put_str(o, "\\\\");
+            break;
+        case '\n':
+            put_str(o, "\\n");
+            break;
+        case '\r':
+            put_str(o, "\\r");
+            break;
+        case '\t':
+            put_str(o, "\\t");
+            break;
         default:
             if (*p < 0x20 || *p == 0x7f)
                 put_hex_escape(o, *p);

@@ -1,6 +1,7 @@
 /* log.h - one line per event on stderr, in logfmt (default) or JSON.
  *
- *   ts=2026-11-22T10:00:00.123Z lvl=info mod=transport rid=4f2a… msg="listening" addr=127.0.0.1:50051
+ *   ts=2026-11-22T10:00:00.123Z lvl=info mod=transport rid=4f2a… msg="listening"
+ * addr=127.0.0.1:50051
  *
  * Log once, where the decision is made. Secrets never go to the log.
  * Thread-safe: each line is formatted in a local buffer and written with one write(2).

@@ -21,7 +21,7 @@ struct cg_job {
 
 struct cg_pool_opts {
     int threads;
-    size_t max_queue;                         /* jobs waiting, beyond those running */
+    size_t max_queue;                           /* jobs waiting, beyond those running */
     void *(*thread_init)(void *arg, int index); /* NULL result stops the pool's creation */
     void (*thread_cleanup)(void *thread_ctx);
     void *arg;

@@ -33,7 +33,7 @@
     XX(UNAVAILABLE, 14, "unavailable")                                                             \
     XX(DATA_LOSS, 15, "data loss")                                                                 \
     XX(UNAUTHENTICATED, 16, "unauthenticated")                                                     \
-    /* internal codes: never leave the process as such, mapped to a gRPC code */                  \
+    /* internal codes: never leave the process as such, mapped to a gRPC code */                   \
     XX(NOMEM, 8, "out of memory")                                                                  \
     XX(CONFIG, 3, "invalid configuration")                                                         \
     XX(IO, 13, "input/output error")

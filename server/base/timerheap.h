@@ -14,10 +14,10 @@
 #include "base/status.h"
 
 struct cg_timer {
-    int64_t due;     /* in the caller's clock units */
-    uint64_t seq;    /* insertion order, breaks ties */
-    size_t index;    /* position in the heap; SIZE_MAX when not armed */
-    void *data;      /* the owner's, untouched by the heap */
+    int64_t due;  /* in the caller's clock units */
+    uint64_t seq; /* insertion order, breaks ties */
+    size_t index; /* position in the heap; SIZE_MAX when not armed */
+    void *data;   /* the owner's, untouched by the heap */
 };
 
 struct cg_timer_heap {

@@ -11,8 +11,8 @@ static bool is_hex(char c)
 
 static bool is_b64url(char c)
 {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
 static char lower(char c)
@@ -79,8 +79,8 @@ bool cg_apikey_parse(const char *t, size_t len, struct cg_apikey_parts *out)
     return true;
 }
 
-bool cg_apikey_format(const char *tenant_id, const char *key_id, const char *secret_b64,
-                      char *out, size_t cap)
+bool cg_apikey_format(const char *tenant_id, const char *key_id, const char *secret_b64, char *out,
+                      size_t cap)
 {
     if (cap < CG_APIKEY_LEN + 1 || !cg_uuid_valid(tenant_id))
         return false;

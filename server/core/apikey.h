@@ -34,8 +34,8 @@ bool cg_apikey_parse(const char *token, size_t len, struct cg_apikey_parts *out)
 /* Writes the key text for tenant_id (canonical UUID), key_id (16 hex) and the base64url
  * secret into out (at least CG_APIKEY_LEN + 1 bytes). False when an input has the wrong
  * shape. */
-bool cg_apikey_format(const char *tenant_id, const char *key_id, const char *secret_b64,
-                      char *out, size_t cap);
+bool cg_apikey_format(const char *tenant_id, const char *key_id, const char *secret_b64, char *out,
+                      size_t cap);
 
 /* Whether s is a canonical UUID (8-4-4-4-12 hex digits, either case). */
 bool cg_uuid_valid(const char *s);

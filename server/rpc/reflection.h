@@ -20,9 +20,8 @@ extern const unsigned long cg_descriptor_set_len;
 /* Parses a serialized FileDescriptorSet and indexes its files and symbols; `services`
  * (n names, borrowed for the lifetime of the object) are what ListServices answers.
  * NULL with err filled when the set cannot be parsed. */
-struct cg_reflection *cg_reflection_new(const uint8_t *set, size_t len,
-                                        const char *const *services, size_t n,
-                                        struct cg_err *err);
+struct cg_reflection *cg_reflection_new(const uint8_t *set, size_t len, const char *const *services,
+                                        size_t n, struct cg_err *err);
 
 /* Frees it. NULL is a no-op. */
 void cg_reflection_free(struct cg_reflection *r);

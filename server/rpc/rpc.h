@@ -56,15 +56,15 @@ struct cg_rpc_env {
 /* One call as this layer sees it. The transport fills the inputs; the handler the outputs. */
 struct cg_rpc_call {
     /* inputs */
-    struct cg_arena *arena;       /* everything decoded and built for the call lives here */
+    struct cg_arena *arena; /* everything decoded and built for the call lives here */
     const char *request_id;
-    const char *authorization;    /* raw metadata value or NULL */
-    int64_t deadline_ms;          /* cg_mono_ms clock */
+    const char *authorization; /* raw metadata value or NULL */
+    int64_t deadline_ms;       /* cg_mono_ms clock */
     size_t max_message_bytes;
     /* outputs */
     struct cg_principal principal;
-    uint32_t reply_delay_ms;      /* hold the (successful) reply this long on a timer */
-    struct cg_err err;            /* what the client sees when the status is not OK */
+    uint32_t reply_delay_ms; /* hold the (successful) reply this long on a timer */
+    struct cg_err err;       /* what the client sees when the status is not OK */
 };
 
 typedef cg_status (*cg_rpc_handler_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -83,7 +83,7 @@ struct cg_rpc_method {
     const char *service; /* "ctxguard.v1.AdminService" */
     cg_rpc_kind kind;
     cg_rpc_auth auth;
-    bool blocking;       /* uses the store: runs on the worker pool */
+    bool blocking; /* uses the store: runs on the worker pool */
     const ProtobufCMessageDescriptor *request_desc;
     const ProtobufCMessageDescriptor *response_desc;
     cg_rpc_handler_fn handler; /* unary and bidi; NULL: answered UNIMPLEMENTED */
@@ -122,8 +122,8 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
  * On success out and out_len hold the encoded answer (in the arena). On error call->err
  * holds what the client should see and *out is NULL. */
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
-                        const struct cg_rpc_env *env, const uint8_t *req, size_t len,
-                        uint8_t **out, size_t *out_len) CG_MUST_CHECK;
+                        const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
+                        size_t *out_len) CG_MUST_CHECK;
 
 /* Start of a server stream: authenticate and decode; *request gets the decoded request. */
 cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *call,

@@ -61,12 +61,12 @@ cg_status cg_rpc_store_error(struct cg_rpc_call *call, const struct cg_err *serr
     return serr->code;
 }
 
-#define NEW(call, type, init)                                                                  \
-    ({                                                                                         \
-        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                \
-        if (m_ != NULL)                                                                        \
-            init(m_);                                                                          \
-        m_;                                                                                    \
+#define NEW(call, type, init)                                                                      \
+    ({                                                                                             \
+        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
+        if (m_ != NULL)                                                                            \
+            init(m_);                                                                              \
+        m_;                                                                                        \
     })
 
 #define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
@@ -173,12 +173,11 @@ CG_HANDLER(cg_rpc_admin_get_tenant)
 
 CG_HANDLER(cg_rpc_admin_list_tenants)
 {
-    const Ctxguard__V1__ListTenantsRequest *req =
-        (const Ctxguard__V1__ListTenantsRequest *)request;
+    const Ctxguard__V1__ListTenantsRequest *req = (const Ctxguard__V1__ListTenantsRequest *)request;
     uint32_t size = req->page_size ? req->page_size : LIST_DEFAULT;
     if (size > LIST_MAX)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'page_size' must be at most %d", LIST_MAX);
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'page_size' must be at most %d",
+                          LIST_MAX);
     /* The page token is the last tenant id of the previous page. */
     if (req->page_token[0] != '\0' && !cg_uuid_valid(req->page_token))
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
@@ -265,8 +264,7 @@ CG_HANDLER(cg_rpc_admin_create_api_key)
 
 CG_HANDLER(cg_rpc_admin_list_api_keys)
 {
-    const Ctxguard__V1__ListApiKeysRequest *req =
-        (const Ctxguard__V1__ListApiKeysRequest *)request;
+    const Ctxguard__V1__ListApiKeysRequest *req = (const Ctxguard__V1__ListApiKeysRequest *)request;
     cg_status st = cg_rpc_check_uuid(call, "tenant_id", req->tenant_id);
     if (st != CG_OK)
         return st;
@@ -306,7 +304,8 @@ CG_HANDLER(cg_rpc_admin_revoke_api_key)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'key_id' is required");
     if (klen != CG_APIKEY_KEY_ID_CHARS || strspn(req->key_id, "0123456789abcdef") != klen)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'key_id' must be %d lower-case hex digits", CG_APIKEY_KEY_ID_CHARS);
+                          "field 'key_id' must be %d lower-case hex digits",
+                          CG_APIKEY_KEY_ID_CHARS);
     struct cg_api_key k;
     struct cg_err serr;
     cg_err_clear(&serr);
@@ -351,8 +350,8 @@ CG_HANDLER(cg_rpc_admin_ping)
     (void)env;
     const Ctxguard__V1__PingRequest *req = (const Ctxguard__V1__PingRequest *)request;
     if (req->delay_ms > PING_DELAY_MAX_MS)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'delay_ms' must be at most %d", PING_DELAY_MAX_MS);
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'delay_ms' must be at most %d",
+                          PING_DELAY_MAX_MS);
     if (req->payload.len > PING_PAYLOAD_MAX)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'payload' must be at most %d bytes", PING_PAYLOAD_MAX);

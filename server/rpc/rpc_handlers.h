@@ -4,8 +4,8 @@
 
 #include "rpc/rpc.h"
 
-#define CG_HANDLER(name)                                                                       \
-    cg_status name(struct cg_rpc_call *call, const struct cg_rpc_env *env,                     \
+#define CG_HANDLER(name)                                                                           \
+    cg_status name(struct cg_rpc_call *call, const struct cg_rpc_env *env,                         \
                    const ProtobufCMessage *request, ProtobufCMessage **response)
 
 /* rpc_health.c */

@@ -27,8 +27,8 @@ static bool known_service(const char *name)
     return false;
 }
 
-static Grpc__Health__V1__HealthCheckResponse *new_response(struct cg_rpc_call *call,
-                                                           Grpc__Health__V1__HealthCheckResponse__ServingStatus s)
+static Grpc__Health__V1__HealthCheckResponse *
+new_response(struct cg_rpc_call *call, Grpc__Health__V1__HealthCheckResponse__ServingStatus s)
 {
     Grpc__Health__V1__HealthCheckResponse *r = cg_arena_alloc(call->arena, sizeof *r);
     if (r == NULL)
@@ -43,9 +43,8 @@ static Grpc__Health__V1__HealthCheckResponse__ServingStatus current(const struct
 {
     bool up = strcmp(service, LIVENESS) == 0 ? !atomic_load(&env->health->draining)
                                              : cg_health_is_serving(env->health);
-    return up
-               ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-               : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+    return up ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+              : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
 }
 
 cg_status cg_rpc_health_check(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -73,8 +72,9 @@ cg_status cg_rpc_health_watch(struct cg_rpc_call *call, const struct cg_rpc_env 
     /* *version holds 1 + the serving state last sent (0: nothing sent yet), so an update
      * goes out only when what the watcher sees would change. */
     Grpc__Health__V1__HealthCheckResponse__ServingStatus s =
-        known_service(req->service) ? current(env, req->service)
-                                    : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
+        known_service(req->service)
+            ? current(env, req->service)
+            : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
     if (*version == (unsigned)s + 1)
         return CG_OK;
     Grpc__Health__V1__HealthCheckResponse *r = new_response(call, s);

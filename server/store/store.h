@@ -32,12 +32,12 @@
 struct cg_store;
 
 struct cg_store_opts {
-    const char *pg_dsn;             /* libpq URI or keyword string; its settings win */
-    const char *redis_url;          /* NULL or "" disables the cache */
-    int pg_connect_timeout_ms;      /* <= 0: 3000 */
-    int pg_statement_timeout_ms;    /* <= 0: 5000 */
-    int redis_timeout_ms;           /* connect and command timeout; <= 0: 100 */
-    int key_cache_ttl_s;            /* 0: do not cache key lookups */
+    const char *pg_dsn;          /* libpq URI or keyword string; its settings win */
+    const char *redis_url;       /* NULL or "" disables the cache */
+    int pg_connect_timeout_ms;   /* <= 0: 3000 */
+    int pg_statement_timeout_ms; /* <= 0: 5000 */
+    int redis_timeout_ms;        /* connect and command timeout; <= 0: 100 */
+    int key_cache_ttl_s;         /* 0: do not cache key lookups */
 };
 
 struct cg_tenant {
@@ -89,20 +89,18 @@ bool cg_store_redis_ok(const struct cg_store *store);
  * Each migration commits with its schema_migrations row; a failing one -> CG_INTERNAL
  * naming it (the ones before it stay applied). No statement timeout applies to
  * migrations, only the deadline when one is set. */
-cg_status cg_store_migrate(struct cg_store *store, int *applied,
-                           struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_store_migrate(struct cg_store *store, int *applied, struct cg_err *err) CG_MUST_CHECK;
 
 /* --- tenants --------------------------------------------------------------------- */
 
 /* Creates a tenant. name: valid UTF-8, 1..200 characters; time_zone must be an IANA name
  * PostgreSQL knows. CG_INVALID_ARGUMENT naming `name` or `time_zone` otherwise. */
-cg_status cg_store_tenant_create(struct cg_store *store, const char *name,
-                                 const char *time_zone, struct cg_tenant *out,
-                                 struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_store_tenant_create(struct cg_store *store, const char *name, const char *time_zone,
+                                 struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
 
 /* Reads a tenant. CG_NOT_FOUND when there is none (also for ids that are not UUIDs). */
-cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id,
-                              struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id, struct cg_tenant *out,
+                              struct cg_err *err) CG_MUST_CHECK;
 
 /* Pages tenants by creation order. after_id: "" (or NULL) for the first page, else the
  * last id of the previous page (CG_INVALID_ARGUMENT naming after_id when it names no
@@ -119,29 +117,25 @@ cg_status cg_store_tenant_list(struct cg_store *store, const char *after_id, int
  * the tenant does not exist; CG_INVALID_ARGUMENT naming key_id (1..16 of [A-Za-z0-9_-]),
  * secret_hash (NULL) or name (valid UTF-8, at most 200 characters; NULL means "");
  * CG_ALREADY_EXISTS naming key_id when the tenant already has that key id. */
-cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id,
-                              const char *key_id, const uint8_t secret_hash[32],
-                              const char *name, struct cg_api_key *out,
-                              struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id, const char *key_id,
+                              const uint8_t secret_hash[32], const char *name,
+                              struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
 
 /* Lists a tenant's keys, newest first, at most `limit` (1..CG_STORE_PAGE_MAX) entries of
  * out (caller-allocated); *count gets how many. CG_NOT_FOUND when the tenant does not
  * exist. */
 cg_status cg_store_key_list(struct cg_store *store, const char *tenant_id, int limit,
-                            struct cg_api_key *out, int *count,
-                            struct cg_err *err) CG_MUST_CHECK;
+                            struct cg_api_key *out, int *count, struct cg_err *err) CG_MUST_CHECK;
 
 /* Revokes a key (idempotent: revoking twice keeps the first time) and drops it from
  * the cache. CG_NOT_FOUND when the tenant has no such key. */
-cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id,
-                              const char *key_id, struct cg_api_key *out,
-                              struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, const char *key_id,
+                              struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
 
 /* Looks a key up for authentication: Redis first (when enabled), PostgreSQL on a miss
  * (then cached for key_cache_ttl_s). CG_NOT_FOUND when there is no such key (also for
  * malformed ids). A revoked key is found, with revoked set. */
-cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id,
-                              const char *key_id, struct cg_key_auth *out,
-                              struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, const char *key_id,
+                              struct cg_key_auth *out, struct cg_err *err) CG_MUST_CHECK;
 
 #endif

@@ -34,8 +34,8 @@ static cg_status ping(struct cg_client *c, unsigned delay_ms, int timeout_ms, do
     double t0 = cg_test_now_ms();
     uint8_t *resp = NULL;
     size_t resp_len = 0;
-    cg_status rc =
-        cg_client_unary_raw(c, "/ctxguard.v1.AdminService/Ping", buf, len, &co, &resp, &resp_len, st);
+    cg_status rc = cg_client_unary_raw(c, "/ctxguard.v1.AdminService/Ping", buf, len, &co, &resp,
+                                       &resp_len, st);
     *elapsed = cg_test_now_ms() - t0;
     free(resp);
     return rc;
@@ -72,8 +72,8 @@ Test(server, unknown_method_is_unimplemented_at_once)
     struct cg_client_call_opts co = {.timeout_ms = 30000};
     struct cg_client_status st;
     /* Warm the connection so the figure is the server's answer, not the TCP handshake. */
-    cr_assert_eq(cg_client_unary_raw(c, "/grpc.health.v1.Health/Check", "", 0, &co, NULL, NULL, &st),
-                 CG_OK);
+    cr_assert_eq(
+        cg_client_unary_raw(c, "/grpc.health.v1.Health/Check", "", 0, &co, NULL, NULL, &st), CG_OK);
     double t0 = cg_test_now_ms();
     cg_status rc = cg_client_unary_raw(c, "/ctxguard.v1.Nope/Nothing", "", 0, &co, NULL, NULL, &st);
     double ms = cg_test_now_ms() - t0;
@@ -90,10 +90,9 @@ Test(server, planned_rpcs_authenticate_then_answer_unimplemented)
     struct cg_client *anon = cg_test_client(&srv, NULL);
     struct cg_client *tenant_client = cg_test_client(&srv, key);
     struct cg_client_status st;
-    const char *methods[] = {"/ctxguard.v1.BudgetService/SetBudget",
-                             "/ctxguard.v1.BudgetService/CheckBudget",
-                             "/ctxguard.v1.ContextService/Compress",
-                             "/ctxguard.v1.ContextService/CountTokens"};
+    const char *methods[] = {
+        "/ctxguard.v1.BudgetService/SetBudget", "/ctxguard.v1.BudgetService/CheckBudget",
+        "/ctxguard.v1.ContextService/Compress", "/ctxguard.v1.ContextService/CountTokens"};
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
         cr_expect_eq(cg_client_unary_raw(anon, methods[i], "", 0, NULL, NULL, NULL, &st),
                      CG_UNAUTHENTICATED, "%s without a key: %s", methods[i], st.name);
@@ -139,8 +138,9 @@ Test(server, tenant_key_authenticates_and_garbage_does_not)
     struct cg_client_metadata md = {"authorization", "Basic dXNlcjpwdw==", 0};
     struct cg_client_call_opts co = {.metadata = &md, .metadata_count = 1};
     c = cg_test_client(&srv, NULL);
-    cr_assert_eq(cg_client_unary_raw(c, "/ctxguard.v1.AdminService/WhoAmI", "", 0, &co, NULL, NULL, &st),
-                 CG_UNAUTHENTICATED);
+    cr_assert_eq(
+        cg_client_unary_raw(c, "/ctxguard.v1.AdminService/WhoAmI", "", 0, &co, NULL, NULL, &st),
+        CG_UNAUTHENTICATED);
     cr_assert(strstr(st.message, "authorization") != NULL, "%s", st.message);
     cg_client_free(c);
 }
@@ -205,8 +205,8 @@ Test(server, malformed_and_oversized_requests_get_clear_statuses)
     cr_assert(strstr(st.message, "'name'") != NULL, "%s", st.message);
     size_t big = 9u << 20; /* over the 8 MiB default */
     uint8_t *payload = calloc(1, big);
-    cr_assert_eq(cg_client_unary_raw(c, "/ctxguard.v1.AdminService/Ping", payload, big, NULL,
-                                     NULL, NULL, &st),
+    cr_assert_eq(cg_client_unary_raw(c, "/ctxguard.v1.AdminService/Ping", payload, big, NULL, NULL,
+                                     NULL, &st),
                  CG_RESOURCE_EXHAUSTED, "%s %s", st.name, st.message);
     free(payload);
     double elapsed;
@@ -220,27 +220,27 @@ Test(server, watch_hears_not_serving_when_draining)
     Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     struct cg_client_stream *stream = NULL;
     struct cg_client_status st;
-    cr_assert_eq(cg_client_stream_open(c, "/grpc.health.v1.Health/Watch", &req.base, NULL,
-                                       &stream, &st),
-                 CG_OK);
+    cr_assert_eq(
+        cg_client_stream_open(c, "/grpc.health.v1.Health/Watch", &req.base, NULL, &stream, &st),
+        CG_OK);
     ProtobufCMessage *m = NULL;
-    cr_assert_eq(cg_client_stream_read(stream, 5000, &grpc__health__v1__health_check_response__descriptor,
-                                       &m, &st),
+    cr_assert_eq(cg_client_stream_read(
+                     stream, 5000, &grpc__health__v1__health_check_response__descriptor, &m, &st),
                  CG_OK, "%s", st.message);
     cr_assert_eq(((Grpc__Health__V1__HealthCheckResponse *)m)->status,
                  GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
     protobuf_c_message_free_unpacked(m, NULL);
 
     kill(srv.pid, SIGTERM);
-    cr_assert_eq(cg_client_stream_read(stream, 5000, &grpc__health__v1__health_check_response__descriptor,
-                                       &m, &st),
+    cr_assert_eq(cg_client_stream_read(
+                     stream, 5000, &grpc__health__v1__health_check_response__descriptor, &m, &st),
                  CG_OK, "%s", st.message);
     cr_assert_eq(((Grpc__Health__V1__HealthCheckResponse *)m)->status,
                  GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
     protobuf_c_message_free_unpacked(m, NULL);
     /* Then the stream ends, so that shutdown is not held up by watchers. */
-    cg_status end = cg_client_stream_read(stream, 5000, &grpc__health__v1__health_check_response__descriptor,
-                                          &m, &st);
+    cg_status end = cg_client_stream_read(
+        stream, 5000, &grpc__health__v1__health_check_response__descriptor, &m, &st);
     cr_assert(cg_client_stream_done(stream), "stream still open after drain (%s)", st.name);
     cr_assert_eq(end, CG_UNAVAILABLE, "%s %s", st.name, st.message);
     cg_client_stream_free(stream);

@@ -39,8 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n;
     const struct cg_rpc_method *methods = cg_rpc_methods(&n);
     const struct cg_rpc_method *m = &methods[data[0] % n];
-    static const char *const auths[] = {NULL, "", "Bearer fuzz-admin-key-0123456789",
-                                        "Bearer nope", "Basic x"};
+    static const char *const auths[] = {NULL, "", "Bearer fuzz-admin-key-0123456789", "Bearer nope",
+                                        "Basic x"};
     struct cg_arena *arena = cg_arena_new(4096, 16u << 20);
     struct cg_rpc_call call = {.arena = arena,
                                .max_message_bytes = 4u << 20,

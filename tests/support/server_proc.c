@@ -112,16 +112,16 @@ static void wait_until_serving(struct cg_test_server *s, int timeout_ms)
     struct cg_client_call_opts co = {.timeout_ms = timeout_ms, .wait_for_ready = true};
     struct cg_client_stream *stream = NULL;
     struct cg_client_status st;
-    cr_assert_eq(cg_client_stream_open(c, "/grpc.health.v1.Health/Watch", &req.base, &co,
-                                       &stream, &st),
-                 CG_OK, "%s", st.message);
+    cr_assert_eq(
+        cg_client_stream_open(c, "/grpc.health.v1.Health/Watch", &req.base, &co, &stream, &st),
+        CG_OK, "%s", st.message);
     double until = cg_test_now_ms() + timeout_ms;
     bool serving = false;
     while (!serving && cg_test_now_ms() < until) {
         ProtobufCMessage *m = NULL;
-        cg_status rc = cg_client_stream_read(stream, (int)(until - cg_test_now_ms()) + 1,
-                                             &grpc__health__v1__health_check_response__descriptor,
-                                             &m, &st);
+        cg_status rc =
+            cg_client_stream_read(stream, (int)(until - cg_test_now_ms()) + 1,
+                                  &grpc__health__v1__health_check_response__descriptor, &m, &st);
         if (rc != CG_OK)
             break;
         serving = ((Grpc__Health__V1__HealthCheckResponse *)m)->status ==

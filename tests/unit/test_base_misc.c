@@ -36,10 +36,10 @@ Test(arena, allocations_are_aligned_and_capped, .timeout = 10)
 Test(log, logfmt_quotes_and_escapes_values, .timeout = 10)
 {
     char line[512];
-    struct cg_kv kv[] = {{"method", "/a.B/C"}, {"detail", "has \"quotes\" and\nnewline"},
-                         {"empty", ""}};
-    int n = cg_log_format_line(line, sizeof line, CG_LOG_LOGFMT, CG_LOG_WARN, "transport",
-                               "rid1", "call failed", kv, 3);
+    struct cg_kv kv[] = {
+        {"method", "/a.B/C"}, {"detail", "has \"quotes\" and\nnewline"}, {"empty", ""}};
+    int n = cg_log_format_line(line, sizeof line, CG_LOG_LOGFMT, CG_LOG_WARN, "transport", "rid1",
+                               "call failed", kv, 3);
     cr_assert_eq((size_t)n, strlen(line));
     cr_assert(line[n - 1] == '\n');
     cr_assert(strstr(line, " lvl=warn mod=transport rid=rid1 msg=\"call failed\"") != NULL, "%s",
@@ -56,8 +56,10 @@ Test(log, json_lines_are_objects, .timeout = 10)
     struct cg_kv kv[] = {{"status", "OK"}};
     cg_log_format_line(line, sizeof line, CG_LOG_JSON, CG_LOG_DEBUG, "main", NULL, "x\ty", kv, 1);
     cr_assert(line[0] == '{');
-    cr_assert(strstr(line, "\"lvl\":\"debug\",\"mod\":\"main\",\"msg\":\"x\\ty\",\"status\":\"OK\"}\n") != NULL,
-              "%s", line);
+    cr_assert(
+        strstr(line, "\"lvl\":\"debug\",\"mod\":\"main\",\"msg\":\"x\\ty\",\"status\":\"OK\"}\n") !=
+            NULL,
+        "%s", line);
     cr_assert(strstr(line, "rid") == NULL, "no rid field without a request id");
 }
 
@@ -67,8 +69,8 @@ Test(log, long_lines_are_cut_but_end_in_newline, .timeout = 10)
     char big[300];
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    int n = cg_log_format_line(line, sizeof line, CG_LOG_LOGFMT, CG_LOG_INFO, "m", NULL, big,
-                               NULL, 0);
+    int n =
+        cg_log_format_line(line, sizeof line, CG_LOG_LOGFMT, CG_LOG_INFO, "m", NULL, big, NULL, 0);
     cr_assert_lt(n, (int)sizeof line);
     cr_assert_eq(line[n - 1], '\n');
 }

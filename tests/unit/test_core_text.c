@@ -14,11 +14,13 @@ Test(utf8, accepts_well_formed_text, .timeout = 10)
 {
     cr_assert(valid("", 0));
     cr_assert(valid("plain ascii", 11));
-    cr_assert(valid("Gr\xc3\xbc\xc3\x9f" "e", 6));                /* Grüße */
-    cr_assert(valid("\xe6\x97\xa5\xe6\x9c\xac", 6));              /* 日本 */
-    cr_assert(valid("\xf0\x9f\x98\x80", 4));                      /* emoji */
-    cr_assert(valid("\xf4\x8f\xbf\xbf", 4));                      /* U+10FFFF */
-    cr_assert(valid("\xef\xbb\xbf", 3));                          /* BOM */
+    cr_assert(valid("Gr\xc3\xbc\xc3\x9f"
+                    "e",
+                    6));                             /* Grüße */
+    cr_assert(valid("\xe6\x97\xa5\xe6\x9c\xac", 6)); /* 日本 */
+    cr_assert(valid("\xf0\x9f\x98\x80", 4));         /* emoji */
+    cr_assert(valid("\xf4\x8f\xbf\xbf", 4));         /* U+10FFFF */
+    cr_assert(valid("\xef\xbb\xbf", 3));             /* BOM */
     cr_assert(valid("a\0b", 3), "NUL is a valid code point");
     cr_assert_eq(cg_utf8_length("\xe6\x97\xa5\xe6\x9c\xac", 6), 2);
 }
@@ -30,14 +32,14 @@ Test(utf8, rejects_malformed_sequences_at_their_offset, .timeout = 10)
         size_t len;
         size_t bad;
     } cases[] = {
-        {"ab\x80", 3, 2},                /* lone continuation */
-        {"\xc0\xaf", 2, 0},              /* overlong '/' */
-        {"\xe0\x80\xaf", 3, 0},          /* overlong 3-byte */
-        {"\xed\xa0\x80", 3, 0},          /* surrogate U+D800 */
-        {"\xf4\x90\x80\x80", 4, 0},      /* > U+10FFFF */
+        {"ab\x80", 3, 2},           /* lone continuation */
+        {"\xc0\xaf", 2, 0},         /* overlong '/' */
+        {"\xe0\x80\xaf", 3, 0},     /* overlong 3-byte */
+        {"\xed\xa0\x80", 3, 0},     /* surrogate U+D800 */
+        {"\xf4\x90\x80\x80", 4, 0}, /* > U+10FFFF */
         {"\xf5\x80\x80\x80", 4, 0},
-        {"ok\xe6\x97", 4, 2},            /* truncated at the end */
-        {"\xe6\x41\xa5", 3, 0},          /* bad continuation */
+        {"ok\xe6\x97", 4, 2},   /* truncated at the end */
+        {"\xe6\x41\xa5", 3, 0}, /* bad continuation */
         {"\xff", 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
