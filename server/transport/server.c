@@ -291,6 +291,8 @@ static void send_final(struct call *c, cg_status st, const char *message)
     if (!c->initial_md_sent)
         fill_initial_md(c, &ops[n++]);
     if (st == CG_OK && c->resp != NULL) {
+        if (c->send_bb != NULL) /* a stream's last message, already sent */
+            grpc_byte_buffer_destroy(c->send_bb);
         c->send_bb = make_buffer(c->resp, c->resp_len);
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n].data.send_message.send_message = c->send_bb;
@@ -653,29 +655,27 @@ static void on_bidi_sent(struct worker *w, struct tag *t, bool ok)
 static cg_status read_buffer(struct call *c, grpc_byte_buffer *bb, const uint8_t **out,
                              size_t *out_len)
 {
+    /* The reader decompresses: the length of bb itself may be the compressed one. */
     grpc_byte_buffer_reader reader;
     if (!grpc_byte_buffer_reader_init(&reader, bb))
         return cg_err_set(&c->rc.err, CG_INVALID_ARGUMENT, "request could not be decompressed");
-    size_t total = grpc_byte_buffer_length(bb);
-    uint8_t *buf = cg_arena_alloc(c->rc.arena, total ? total : 1);
-    if (buf == NULL) {
-        grpc_byte_buffer_reader_destroy(&reader);
-        return cg_err_set(&c->rc.err, CG_RESOURCE_EXHAUSTED, "request too large");
-    }
-    size_t off = 0;
-    grpc_slice s;
-    while (grpc_byte_buffer_reader_next(&reader, &s)) {
-        size_t n = GRPC_SLICE_LENGTH(s);
-        if (off + n > total)
-            n = total - off;
-        memcpy(buf + off, GRPC_SLICE_START_PTR(s), n);
-        off += n;
-        grpc_slice_unref(s);
-    }
+    grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
     grpc_byte_buffer_reader_destroy(&reader);
+    size_t len = GRPC_SLICE_LENGTH(all);
+    cg_status st = CG_OK;
+    uint8_t *buf = NULL;
+    if (len > c->rc.max_message_bytes)
+        st = cg_err_set(&c->rc.err, CG_RESOURCE_EXHAUSTED,
+                        "request of %zu bytes is larger than the limit of %zu", len,
+                        c->rc.max_message_bytes);
+    else if ((buf = cg_arena_alloc(c->rc.arena, len ? len : 1)) == NULL)
+        st = cg_err_set(&c->rc.err, CG_RESOURCE_EXHAUSTED, "out of memory for the request");
+    else
+        memcpy(buf, GRPC_SLICE_START_PTR(all), len);
+    grpc_slice_unref(all);
     *out = buf;
-    *out_len = off;
-    return CG_OK;
+    *out_len = len;
+    return st;
 }
 
 /* Copies a metadata value into the arena, or NULL when absent or over max bytes. */
