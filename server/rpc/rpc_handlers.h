@@ -24,6 +24,15 @@ CG_HANDLER(cg_rpc_admin_revoke_api_key);
 CG_HANDLER(cg_rpc_admin_who_am_i);
 CG_HANDLER(cg_rpc_admin_ping);
 
+/* rpc_budget.c */
+CG_HANDLER(cg_rpc_budget_set);
+CG_HANDLER(cg_rpc_budget_get);
+CG_HANDLER(cg_rpc_budget_check);
+CG_HANDLER(cg_rpc_budget_reserve);
+CG_HANDLER(cg_rpc_budget_commit);
+CG_HANDLER(cg_rpc_budget_release);
+CG_HANDLER(cg_rpc_budget_record_usage);
+
 /* Checks a required text field: 1..max_chars code points, no control characters.
  * On error fills call->err naming `field`. */
 cg_status cg_rpc_check_name(struct cg_rpc_call *call, const char *field, const char *value,

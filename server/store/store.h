@@ -138,4 +138,186 @@ cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, con
 cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, const char *key_id,
                               struct cg_key_auth *out, struct cg_err *err) CG_MUST_CHECK;
 
+/* --- budgets (scopes) -------------------------------------------------------------- *
+ *
+ * A scope is tenant -> session -> task -> agent, named by ids ("" for the levels below
+ * it). Each scope that exists has one row: its budget (when set) and its counters, kept
+ * for all replicas in PostgreSQL. Operations on budgets run inside a transaction the
+ * caller opens with cg_store_begin and ends with cg_store_commit or cg_store_rollback;
+ * cg_store_path_lock locks the rows of a path (tenant first, always in that order, so
+ * concurrent transactions cannot deadlock) and no interleaving of callers on any number
+ * of replicas can then act on stale counters.
+ */
+
+#define CG_SCOPE_ID_MAX 128
+#define CG_TIERS_STORE_MAX 8
+#define CG_MODEL_MAX 200
+#define CG_IDEMPOTENCY_MAX 128
+
+struct cg_scope_ids {
+    char session_id[CG_SCOPE_ID_MAX + 1]; /* "" for the tenant level */
+    char task_id[CG_SCOPE_ID_MAX + 1];    /* "" above the task level */
+    char agent_id[CG_SCOPE_ID_MAX + 1];   /* "" above the agent level */
+};
+
+/* One scope's row. Settings are meaningful when has_budget. */
+struct cg_budget_row {
+    struct cg_scope_ids ids;
+    int level; /* 1 tenant, 2 session, 3 task, 4 agent */
+    bool has_budget;
+    int mode; /* 1 HARD, 2 SOFT, 3 APPROVAL */
+    int64_t limit_tokens;
+    int64_t limit_cost_micros; /* 0: none */
+    double warning_ratio;
+    bool backpressure_disabled;
+    double tier_ratio[CG_TIERS_STORE_MAX];
+    uint32_t tier_delay_ms[CG_TIERS_STORE_MAX];
+    int ntiers;           /* 0 with backpressure enabled: the defaults */
+    int on_store_failure; /* 1 fail closed, 2 fail open, 3 local allowance */
+    int64_t local_allowance_tokens;
+    int reset_period; /* 1 none, 2 daily, 3 monthly (tenant level only) */
+    uint32_t reservation_ttl_ms;
+    char description[CG_NAME_MAX * 4 + 1];
+    /* counters */
+    int64_t used_tokens;
+    int64_t reserved_tokens;
+    int64_t used_cost_micros;
+    int64_t reserved_cost_micros;
+    /* bookkeeping */
+    int64_t version; /* +1 on every SetBudget */
+    int64_t created_at_ms;
+    int64_t updated_at_ms;
+    int64_t closed_at_ms; /* 0 while open */
+    char updated_by_key_id[CG_KEY_ID_LEN + 1];
+};
+
+struct cg_usage {
+    int64_t input_tokens;
+    int64_t output_tokens;
+    int64_t cache_read_tokens;
+    int64_t cache_write_tokens;
+    int64_t cost_micros;
+};
+
+struct cg_reservation {
+    char reservation_id[CG_UUID_LEN + 1];
+    struct cg_scope_ids ids;
+    int64_t tokens;
+    int64_t cost_micros;
+    char model[CG_MODEL_MAX * 4 + 1];
+    char estimate_id[CG_IDEMPOTENCY_MAX + 1];
+    int state; /* 1 ACTIVE, 2 COMMITTED, 3 RELEASED, 4 EXPIRED */
+    int64_t created_at_ms;
+    int64_t expires_at_ms;
+    int64_t settled_at_ms;
+    struct cg_usage committed; /* when COMMITTED */
+    bool replayed;             /* set by cg_store_reservation_insert for a repeated key */
+};
+
+/* Transactions: one at a time per store. begin fails with CG_UNAVAILABLE when PostgreSQL
+ * cannot be reached; commit returns CG_OK only once the transaction is durable; any error
+ * inside leaves the transaction to be rolled back by the caller. rollback is harmless
+ * when no transaction is open.
+ * A connection lost inside a transaction takes the transaction with it: that call and
+ * every later one answer CG_UNAVAILABLE (nothing is re-sent, not even a read) until the
+ * caller rolls back; a commit cut off that way is CG_UNAVAILABLE (outcome unknown). A
+ * commit past the deadline sends nothing (CG_DEADLINE_EXCEEDED) and leaves the transaction
+ * to rollback, which runs whatever the deadline, since it releases row locks. A commit
+ * after an error inside the transaction is CG_INTERNAL (PostgreSQL rolled it back). begin
+ * with a transaction still open rolls that one back first (and logs an error). The
+ * functions below that run "inside a transaction" answer CG_INTERNAL outside one.
+ * Scope ids in all of them: each at most CG_SCOPE_ID_MAX bytes of valid UTF-8; a task
+ * needs a session, an agent a task (CG_INVALID_ARGUMENT naming the field otherwise). */
+cg_status cg_store_begin(struct cg_store *store, struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_store_commit(struct cg_store *store, struct cg_err *err) CG_MUST_CHECK;
+void cg_store_rollback(struct cg_store *store);
+
+/* Inside a transaction: reads, and with lock FOR UPDATE locks, the rows of the path to
+ * ids, tenant first: out[0] the tenant (a row without a budget when none was ever set),
+ * then each level down to ids'. *n gets how many (1..4). A missing session, task or agent
+ * row: CG_NOT_FOUND naming the field ("scope.session_id: no such session", ...), unless
+ * allow_missing_last, in which case the last level may be missing (*n is one short) so
+ * that SetBudget can create it. The tenant row is created when missing. A tenant that
+ * does not exist: CG_NOT_FOUND "tenant_id: no such tenant". (The lock is FOR NO KEY
+ * UPDATE: it excludes other path locks and updates, not foreign key checks.) */
+cg_status cg_store_path_read(struct cg_store *store, const char *tenant_id,
+                             const struct cg_scope_ids *ids, bool lock, bool allow_missing_last,
+                             struct cg_budget_row out[4], int *n, struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: creates or replaces the settings of row->ids (counters untouched,
+ * version + 1, updated_by_key_id recorded). *out gets the row as stored, *created whether
+ * it is new. expected_version > 0 must equal the stored version (CG_ABORTED naming
+ * `expected_version` otherwise).
+ * Call it after cg_store_path_read with lock (and allow_missing_last) on the same path, so
+ * that rows are locked in path order. The level follows from row->ids (row->level is not
+ * read). The parent of a task or agent must exist (CG_NOT_FOUND naming the first missing
+ * id); a session's parent, the tenant row, is created when missing. With has_budget the
+ * settings are checked (CG_INVALID_ARGUMENT naming `settings.<field>`; a reset_period
+ * other than 1 only at the tenant level); without it neutral settings are stored.
+ * *created is true when this call gave the scope its first budget (the stored version is
+ * 1): a new row, or the tenant's row that had only counted usage. A scope that has never
+ * had a budget has version 0, so an expected_version > 0 for it is CG_ABORTED. key_id NULL
+ * or "" records none. */
+cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
+                              const struct cg_budget_row *row, int64_t expected_version,
+                              const char *key_id, struct cg_budget_row *out, bool *created,
+                              struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction, after cg_store_path_read with lock: adds the deltas to the counters
+ * of the first n rows of the path (used/reserved tokens and cost micros; deltas may be
+ * negative; counters never go below 0) and updates rows[] to match. rows[n - 1].ids names
+ * the path and must be at level n (CG_INVALID_ARGUMENT naming n otherwise); a counter that
+ * would leave the int64 range is CG_INVALID_ARGUMENT (and aborts the transaction). */
+cg_status cg_store_path_add(struct cg_store *store, const char *tenant_id,
+                            struct cg_budget_row *rows, int n, int64_t used_tokens,
+                            int64_t reserved_tokens, int64_t used_cost_micros,
+                            int64_t reserved_cost_micros, struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: records a new ACTIVE reservation expiring ttl_ms from now (the
+ * database's clock). With an idempotency key that the tenant used before, nothing is
+ * inserted: *out gets the earlier reservation with replayed = true (whatever its amounts;
+ * comparing them is the caller's business), and the transaction stays usable.
+ * tokens and cost_micros >= 0, ttl_ms > 0; model (at most CG_MODEL_MAX characters),
+ * estimate_id and idempotency_key (at most CG_IDEMPOTENCY_MAX bytes) may be NULL or "" for
+ * none. The scope's row must exist (CG_NOT_FOUND naming its deepest id). */
+cg_status cg_store_reservation_insert(struct cg_store *store, const char *tenant_id,
+                                      const struct cg_scope_ids *ids, int64_t tokens,
+                                      int64_t cost_micros, const char *model,
+                                      const char *estimate_id, const char *idempotency_key,
+                                      uint32_t ttl_ms, struct cg_reservation *out,
+                                      struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: reads a reservation and locks it. An ACTIVE reservation whose
+ * expiry has passed is reported EXPIRED (the caller settles it). CG_NOT_FOUND naming
+ * `reservation_id` when the tenant has none such (also for ids that are not UUIDs). */
+cg_status cg_store_reservation_lock(struct cg_store *store, const char *tenant_id,
+                                    const char *reservation_id, struct cg_reservation *out,
+                                    struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: moves a reservation to state (2 COMMITTED with usage, 3 RELEASED,
+ * 4 EXPIRED), settled now. Only an ACTIVE reservation (past its expiry or not) moves: one
+ * already settled is CG_FAILED_PRECONDITION ("reservation_id: already committed", ...), so
+ * that its tokens cannot be returned twice; none is CG_NOT_FOUND. usage is required for
+ * COMMITTED and ignored otherwise. */
+cg_status cg_store_reservation_settle(struct cg_store *store, const char *tenant_id,
+                                      const char *reservation_id, int state,
+                                      const struct cg_usage *usage,
+                                      struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: appends a ledger entry. *entry_id (37 bytes) gets its id. A repeated
+ * (tenant, idempotency_key): CG_ALREADY_EXISTS, and *previous (when not NULL) gets the
+ * earlier entry's usage, model and id, so that the caller can replay the first answer.
+ * previous_model (when not NULL, CG_MODEL_MAX * 4 + 1 bytes) gets its model and entry_id
+ * its id; the transaction stays usable. idempotency_key and reservation_id may be NULL or
+ * "" for none. A reservation's usage enters the ledger once: a second entry for it is
+ * CG_FAILED_PRECONDITION naming reservation_id (and aborts the transaction); an unknown
+ * reservation_id is CG_NOT_FOUND. The scope's row must exist (CG_NOT_FOUND naming its
+ * deepest id). */
+cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
+                                 const struct cg_scope_ids *ids, const struct cg_usage *usage,
+                                 const char *model, const char *idempotency_key,
+                                 const char *reservation_id, char *entry_id,
+                                 struct cg_usage *previous, char *previous_model,
+                                 struct cg_err *err) CG_MUST_CHECK;
+
 #endif

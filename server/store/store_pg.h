@@ -94,4 +94,86 @@ cg_status cg_pg_key_revoke(struct cg_pg *pg, const char *tenant_id, const char *
 cg_status cg_pg_key_lookup(struct cg_pg *pg, const char *tenant_id, const char *key_id,
                            struct cg_key_auth *out, struct cg_err *err) CG_MUST_CHECK;
 
+/* --- budgets (scopes) ------------------------------------------------------------------
+ *
+ * The transaction functions below run on this handle's one connection. While a
+ * transaction is open every statement is pinned to it: a connection found dead, or lost
+ * while a statement was in flight, is CG_UNAVAILABLE and is never replaced or retried,
+ * since the transaction died with it; the handle then answers CG_UNAVAILABLE until
+ * cg_pg_rollback (or a failed cg_pg_commit) ends the transaction. The functions that say
+ * "inside a transaction" answer CG_INTERNAL when none is open (a caller bug, logged).
+ * Ids, tenant ids and amounts are expected to be checked by store.c.
+ */
+
+/* BEGIN (READ COMMITTED: row locks then see the latest committed row). Reconnects first
+ * when needed, since nothing has happened yet. A transaction left open by a caller that
+ * forgot to end it is rolled back first (logged as an error). */
+cg_status cg_pg_begin(struct cg_pg *pg, struct cg_err *err) CG_MUST_CHECK;
+
+/* COMMIT. CG_OK only when the server reported the commit; a connection lost meanwhile is
+ * CG_UNAVAILABLE (the outcome is unknown); a transaction that an earlier error had already
+ * aborted is CG_INTERNAL (it was rolled back). The transaction is over afterwards, except
+ * when the deadline had passed before COMMIT was sent (CG_DEADLINE_EXCEEDED): it is still
+ * open for cg_pg_rollback. */
+cg_status cg_pg_commit(struct cg_pg *pg, struct cg_err *err) CG_MUST_CHECK;
+
+/* ROLLBACK when a transaction is open (also an aborted one), ignoring the deadline: it
+ * releases locks. A connection that fails to roll back is closed, which rolls back too.
+ * A no-op without a transaction. */
+void cg_pg_rollback(struct cg_pg *pg);
+
+/* Inside a transaction: see cg_store_path_read. Rows are locked FOR NO KEY UPDATE (they
+ * conflict with each other, not with foreign-key checks) in level order. The tenant's row
+ * is inserted (ON CONFLICT DO NOTHING) only when the first read finds it missing. A tenant
+ * that does not exist -> CG_NOT_FOUND "tenant_id: no such tenant". */
+cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
+                          bool lock, bool allow_missing_last, struct cg_budget_row out[4], int *n,
+                          struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: see cg_store_budget_put. row->level must match row->ids; the
+ * settings are stored as given. The parent row of a task or agent must exist
+ * (CG_NOT_FOUND naming the first missing id); a session's parent (the tenant row) is
+ * created lazily by cg_pg_path_read. *created is true when the stored version is 1: the
+ * scope got its first budget with this call. */
+cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct cg_budget_row *row,
+                           int64_t expected_version, const char *key_id, struct cg_budget_row *out,
+                           bool *created, struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: see cg_store_path_add. rows[n - 1].ids names the path (its depth
+ * must be n). A row of the path that does not exist -> CG_NOT_FOUND naming its id. A
+ * counter that would pass the bigint range -> CG_INVALID_ARGUMENT. */
+cg_status cg_pg_path_add(struct cg_pg *pg, const char *tenant_id, struct cg_budget_row *rows, int n,
+                         int64_t used_tokens, int64_t reserved_tokens, int64_t used_cost_micros,
+                         int64_t reserved_cost_micros, struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: see cg_store_reservation_insert. idempotency_key "" means none.
+ * The scope row must exist (CG_NOT_FOUND naming its deepest id). */
+cg_status cg_pg_reservation_insert(struct cg_pg *pg, const char *tenant_id,
+                                   const struct cg_scope_ids *ids, int64_t tokens,
+                                   int64_t cost_micros, const char *model, const char *estimate_id,
+                                   const char *idempotency_key, uint32_t ttl_ms,
+                                   struct cg_reservation *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: see cg_store_reservation_lock (reservation_id a canonical UUID). */
+cg_status cg_pg_reservation_lock(struct cg_pg *pg, const char *tenant_id,
+                                 const char *reservation_id, struct cg_reservation *out,
+                                 struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: see cg_store_reservation_settle. Only an ACTIVE reservation
+ * (expired or not) moves: one already settled -> CG_FAILED_PRECONDITION naming
+ * reservation_id; none -> CG_NOT_FOUND. usage (state 2 only; NULL elsewhere) is recorded. */
+cg_status cg_pg_reservation_settle(struct cg_pg *pg, const char *tenant_id,
+                                   const char *reservation_id, int state,
+                                   const struct cg_usage *usage, struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: see cg_store_ledger_append. idempotency_key and reservation_id ""
+ * mean none. A repeated key never aborts the transaction (ON CONFLICT DO NOTHING, then the
+ * earlier entry is read). A reservation that already has an entry ->
+ * CG_FAILED_PRECONDITION naming reservation_id; an unknown one -> CG_NOT_FOUND. */
+cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
+                              const struct cg_scope_ids *ids, const struct cg_usage *usage,
+                              const char *model, const char *idempotency_key,
+                              const char *reservation_id, char *entry_id, struct cg_usage *previous,
+                              char *previous_model, struct cg_err *err) CG_MUST_CHECK;
+
 #endif

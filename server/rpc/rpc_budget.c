@@ -1,0 +1,1099 @@
+/* rpc_budget.c - BudgetService: SetBudget, GetBudget, CheckBudget, Reserve, Commit, Release,
+ * RecordUsage.
+ *
+ * Every write runs in one PostgreSQL transaction that locks the rows of the scope's path,
+ * tenant first (store.h), so no interleaving of callers on any number of replicas can act
+ * on stale counters; core/budget decides on what the transaction read. A success reply
+ * means the transaction committed. Settings this version does not enforce yet (approval
+ * mode, resets, allocation from the parent, store-failure policies other than failing
+ * closed, presets) are refused with UNIMPLEMENTED rather than stored and ignored.
+ */
+#include "rpc/rpc_handlers.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "core/budget.h"
+#include "core/utf8.h"
+#include "ctxguard/v1/budget.pb-c.h"
+
+#define TOKENS_PER_CALL_MAX 100000000LL
+#define DEFAULT_WARNING 0.8
+#define DEFAULT_RESERVATION_TTL_MS 300000u
+#define RESERVATION_TTL_MIN_MS 1000u
+#define RESERVATION_TTL_MAX_MS 3600000u
+
+#define NEW(call, type, init)                                                                      \
+    ({                                                                                             \
+        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
+        if (m_ != NULL)                                                                            \
+            init(m_);                                                                              \
+        m_;                                                                                        \
+    })
+#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
+
+/* ---------------------------------------------------------------- validation ------ */
+
+static cg_status check_id(struct cg_rpc_call *call, const char *field, const char *value)
+{
+    size_t len = strlen(value);
+    if (len > CG_SCOPE_ID_MAX)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is longer than %d bytes",
+                          field, CG_SCOPE_ID_MAX);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (c <= 0x20 || c == 0x7f)
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field '%s' contains a space or control character", field);
+    }
+    return CG_OK;
+}
+
+/* Reads a Scope into ids and its level. A NULL scope is the tenant. */
+static cg_status scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
+                          struct cg_scope_ids *ids, int *level)
+{
+    memset(ids, 0, sizeof *ids);
+    *level = CG_LEVEL_TENANT;
+    if (scope == NULL)
+        return CG_OK;
+    cg_status st = check_id(call, "scope.session_id", scope->session_id);
+    if (st == CG_OK)
+        st = check_id(call, "scope.task_id", scope->task_id);
+    if (st == CG_OK)
+        st = check_id(call, "scope.agent_id", scope->agent_id);
+    if (st != CG_OK)
+        return st;
+    bool s = scope->session_id[0], t = scope->task_id[0], a = scope->agent_id[0];
+    if (t && !s)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'scope.session_id' is required with scope.task_id");
+    if (a && !t)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'scope.task_id' is required with scope.agent_id");
+    snprintf(ids->session_id, sizeof ids->session_id, "%s", scope->session_id);
+    snprintf(ids->task_id, sizeof ids->task_id, "%s", scope->task_id);
+    snprintf(ids->agent_id, sizeof ids->agent_id, "%s", scope->agent_id);
+    *level = a ? CG_LEVEL_AGENT : t ? CG_LEVEL_TASK : s ? CG_LEVEL_SESSION : CG_LEVEL_TENANT;
+    return CG_OK;
+}
+
+static cg_status check_count(struct cg_rpc_call *call, const char *field, int64_t v, int64_t max)
+{
+    if (v < 0 || v > max)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field '%s' must be between 0 and %lld (got %lld)", field, (long long)max,
+                          (long long)v);
+    return CG_OK;
+}
+
+static cg_status check_text(struct cg_rpc_call *call, const char *field, const char *value,
+                            size_t max_bytes)
+{
+    if (strlen(value) > max_bytes)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is longer than %zu bytes",
+                          field, max_bytes);
+    for (const unsigned char *p = (const unsigned char *)value; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field '%s' contains a control character", field);
+    return CG_OK;
+}
+
+/* Idempotency keys: 1..128 printable ASCII characters (empty allowed when optional). */
+static cg_status check_key(struct cg_rpc_call *call, const char *field, const char *value,
+                           bool required)
+{
+    size_t len = strlen(value);
+    if (len == 0)
+        return required
+                   ? cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is required", field)
+                   : CG_OK;
+    if (len > CG_IDEMPOTENCY_MAX)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is longer than %d bytes",
+                          field, CG_IDEMPOTENCY_MAX);
+    for (size_t i = 0; i < len; i++)
+        if (value[i] < 0x21 || value[i] > 0x7e)
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field '%s' must be printable ASCII without spaces", field);
+    return CG_OK;
+}
+
+static cg_status usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsage *u,
+                          struct cg_usage *out)
+{
+    if (u == NULL)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'usage' is required");
+    cg_status st = check_count(call, "usage.input_tokens", u->input_tokens, TOKENS_PER_CALL_MAX);
+    if (st == CG_OK)
+        st = check_count(call, "usage.output_tokens", u->output_tokens, TOKENS_PER_CALL_MAX);
+    if (st == CG_OK)
+        st =
+            check_count(call, "usage.cache_read_tokens", u->cache_read_tokens, TOKENS_PER_CALL_MAX);
+    if (st == CG_OK)
+        st = check_count(call, "usage.cache_write_tokens", u->cache_write_tokens,
+                         TOKENS_PER_CALL_MAX);
+    if (st == CG_OK)
+        st = check_count(call, "usage.cost_micros", u->cost_micros, CG_LIMIT_MAX);
+    if (st == CG_OK)
+        st = check_count(call, "usage.reasoning_tokens", u->reasoning_tokens, u->output_tokens);
+    if (st != CG_OK)
+        return st;
+    out->input_tokens = u->input_tokens;
+    out->output_tokens = u->output_tokens;
+    out->cache_read_tokens = u->cache_read_tokens;
+    out->cache_write_tokens = u->cache_write_tokens;
+    out->cost_micros = u->cost_micros;
+    if (out->input_tokens + out->output_tokens + out->cache_read_tokens + out->cache_write_tokens <
+        1)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'usage' must count at least one token (release a reservation "
+                          "that spent nothing)");
+    return CG_OK;
+}
+
+static int64_t usage_tokens(const struct cg_usage *u)
+{
+    return u->input_tokens + u->output_tokens + u->cache_read_tokens + u->cache_write_tokens;
+}
+
+/* ---------------------------------------------------------------- conversions ----- */
+
+static void level_from_row(const struct cg_budget_row *row, struct cg_budget_level *out)
+{
+    memset(out, 0, sizeof *out);
+    out->level = (cg_level)row->level;
+    out->has_budget = row->has_budget;
+    out->closed = row->closed_at_ms != 0;
+    out->mode = (cg_budget_mode)row->mode;
+    out->limit_tokens = row->limit_tokens;
+    out->limit_cost_micros = row->limit_cost_micros;
+    out->warning_ratio = row->warning_ratio;
+    out->backpressure_disabled = row->backpressure_disabled;
+    out->ntiers = row->ntiers;
+    for (int i = 0; i < row->ntiers && i < CG_TIERS_MAX; i++) {
+        out->tiers[i].ratio = row->tier_ratio[i];
+        out->tiers[i].delay_ms = row->tier_delay_ms[i];
+    }
+    out->used_tokens = row->used_tokens;
+    out->reserved_tokens = row->reserved_tokens;
+    out->used_cost_micros = row->used_cost_micros;
+    out->reserved_cost_micros = row->reserved_cost_micros;
+}
+
+static void decide(const struct cg_budget_row *rows, int n, int64_t tokens, int64_t cost,
+                   struct cg_budget_result *out)
+{
+    struct cg_budget_level levels[CG_PATH_MAX];
+    for (int i = 0; i < n; i++)
+        level_from_row(&rows[i], &levels[i]);
+    cg_budget_decide(levels, n, tokens, cost, out);
+}
+
+/* The Scope message of a path level: the ids down to that level. */
+static Ctxguard__V1__Scope *scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
+{
+    Ctxguard__V1__Scope *s = NEW(call, Ctxguard__V1__Scope, ctxguard__v1__scope__init);
+    if (s == NULL)
+        return NULL;
+    s->session_id = cg_arena_strdup(call->arena, row->ids.session_id);
+    s->task_id = cg_arena_strdup(call->arena, row->ids.task_id);
+    s->agent_id = cg_arena_strdup(call->arena, row->ids.agent_id);
+    return s->session_id && s->task_id && s->agent_id ? s : NULL;
+}
+
+static Ctxguard__V1__BudgetSettings *settings_out(struct cg_rpc_call *call,
+                                                  const struct cg_budget_row *row)
+{
+    Ctxguard__V1__BudgetSettings *s =
+        NEW(call, Ctxguard__V1__BudgetSettings, ctxguard__v1__budget_settings__init);
+    if (s == NULL)
+        return NULL;
+    s->limit_tokens = row->limit_tokens;
+    s->limit_cost_micros = row->limit_cost_micros;
+    s->mode = (Ctxguard__V1__BudgetMode)row->mode;
+    s->warning_ratio = row->warning_ratio;
+    s->backpressure_disabled = row->backpressure_disabled;
+    /* Defaults are shown as what applies. */
+    struct cg_tier tiers[CG_TIERS_MAX];
+    int n = row->ntiers;
+    for (int i = 0; i < n; i++)
+        tiers[i] = (struct cg_tier){row->tier_ratio[i], row->tier_delay_ms[i]};
+    if (n == 0 && !row->backpressure_disabled)
+        cg_budget_default_tiers(tiers, &n);
+    s->backpressure_tiers = cg_arena_calloc(call->arena, (size_t)n + 1, sizeof(void *));
+    if (s->backpressure_tiers == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        Ctxguard__V1__BackpressureTier *t =
+            NEW(call, Ctxguard__V1__BackpressureTier, ctxguard__v1__backpressure_tier__init);
+        if (t == NULL)
+            return NULL;
+        t->threshold_ratio = tiers[i].ratio;
+        t->delay_ms = tiers[i].delay_ms;
+        s->backpressure_tiers[i] = t;
+    }
+    s->n_backpressure_tiers = (size_t)n;
+    s->on_store_failure = (Ctxguard__V1__OnStoreFailure)row->on_store_failure;
+    s->local_allowance_tokens = row->local_allowance_tokens;
+    s->reset_period = (Ctxguard__V1__ResetPeriod)row->reset_period;
+    s->reservation_ttl_ms = row->reservation_ttl_ms;
+    s->description = cg_arena_strdup(call->arena, row->description);
+    return s->description ? s : NULL;
+}
+
+static Ctxguard__V1__Budget *budget_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
+{
+    Ctxguard__V1__Budget *b = NEW(call, Ctxguard__V1__Budget, ctxguard__v1__budget__init);
+    if (b == NULL || (b->scope = scope_out(call, row)) == NULL)
+        return NULL;
+    b->level = (Ctxguard__V1__ScopeLevel)row->level;
+    if (row->has_budget && (b->settings = settings_out(call, row)) == NULL)
+        return NULL;
+    b->version = row->version;
+    b->created_at_unix_ms = row->created_at_ms;
+    b->updated_at_unix_ms = row->updated_at_ms;
+    b->updated_by_key_id = cg_arena_strdup(call->arena, row->updated_by_key_id);
+    b->state = row->closed_at_ms ? CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED
+                                 : CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_OPEN;
+    b->closed_at_unix_ms = row->closed_at_ms;
+    return b->updated_by_key_id ? b : NULL;
+}
+
+static Ctxguard__V1__LevelStatus *level_status(struct cg_rpc_call *call,
+                                               const struct cg_budget_row *row,
+                                               const struct cg_level_verdict *v)
+{
+    Ctxguard__V1__LevelStatus *l =
+        NEW(call, Ctxguard__V1__LevelStatus, ctxguard__v1__level_status__init);
+    if (l == NULL || (l->scope = scope_out(call, row)) == NULL)
+        return NULL;
+    l->level = (Ctxguard__V1__ScopeLevel)row->level;
+    l->has_budget = row->has_budget;
+    l->mode = (Ctxguard__V1__BudgetMode)(row->has_budget ? row->mode : 0);
+    l->limit_tokens = row->limit_tokens;
+    l->used_tokens = row->used_tokens;
+    l->reserved_tokens = row->reserved_tokens;
+    l->remaining_tokens = v->remaining_tokens;
+    l->usage_ratio = v->usage_ratio;
+    l->projected_ratio = v->projected_ratio;
+    l->limit_cost_micros = row->limit_cost_micros;
+    l->used_cost_micros = row->used_cost_micros;
+    l->reserved_cost_micros = row->reserved_cost_micros;
+    l->decision = (Ctxguard__V1__Decision)v->decision;
+    l->backpressure_delay_ms = v->delay_ms;
+    l->warning_ratio = row->warning_ratio;
+    l->state = row->closed_at_ms ? CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED
+                                 : CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_OPEN;
+    return l;
+}
+
+/* levels[] and their count for a reply, from rows and a result. */
+static cg_status levels_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
+                            const struct cg_budget_result *r, Ctxguard__V1__LevelStatus ***out,
+                            size_t *nout)
+{
+    *out = cg_arena_calloc(call->arena, (size_t)n + 1, sizeof **out);
+    if (*out == NULL)
+        return OOM(call);
+    for (int i = 0; i < n; i++)
+        if (((*out)[i] = level_status(call, &rows[i], &r->levels[i])) == NULL)
+            return OOM(call);
+    *nout = (size_t)n;
+    return CG_OK;
+}
+
+static const struct {
+    unsigned bit;
+    Ctxguard__V1__ReasonCode code;
+    const char *text;
+} reason_table[] = {
+    {CG_REASON_CLOSED, CTXGUARD__V1__REASON_CODE__REASON_CODE_SCOPE_CLOSED, "the scope is closed"},
+    {CG_REASON_TOKEN_LIMIT, CTXGUARD__V1__REASON_CODE__REASON_CODE_TOKEN_LIMIT,
+     "the request would pass the token limit"},
+    {CG_REASON_COST_LIMIT, CTXGUARD__V1__REASON_CODE__REASON_CODE_COST_LIMIT,
+     "the request would pass the cost limit"},
+    {CG_REASON_WARNING, CTXGUARD__V1__REASON_CODE__REASON_CODE_WARNING_THRESHOLD,
+     "usage at or over the warning ratio"},
+    {CG_REASON_BACKPRESSURE, CTXGUARD__V1__REASON_CODE__REASON_CODE_BACKPRESSURE,
+     "a backpressure tier is reached"},
+};
+
+static cg_status reasons_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
+                             const struct cg_budget_result *r, Ctxguard__V1__DecisionReason ***out,
+                             size_t *nout)
+{
+    size_t count = 0, cap = (size_t)n * (sizeof reason_table / sizeof reason_table[0]);
+    *out = cg_arena_calloc(call->arena, cap + 1, sizeof **out);
+    if (*out == NULL)
+        return OOM(call);
+    for (int i = 0; i < n; i++) {
+        for (size_t k = 0; k < sizeof reason_table / sizeof reason_table[0]; k++) {
+            if (!(r->levels[i].reasons & reason_table[k].bit))
+                continue;
+            Ctxguard__V1__DecisionReason *d =
+                NEW(call, Ctxguard__V1__DecisionReason, ctxguard__v1__decision_reason__init);
+            if (d == NULL)
+                return OOM(call);
+            d->code = reason_table[k].code;
+            d->level = (Ctxguard__V1__ScopeLevel)rows[i].level;
+            d->message =
+                cg_arena_sprintf(call->arena, "%s: %s (%.3f of %lld tokens)",
+                                 cg_level_name((cg_level)rows[i].level), reason_table[k].text,
+                                 r->levels[i].projected_ratio, (long long)rows[i].limit_tokens);
+            if (d->message == NULL)
+                return OOM(call);
+            (*out)[count++] = d;
+        }
+    }
+    *nout = count;
+    return CG_OK;
+}
+
+/* A RESOURCE_EXHAUSTED message naming the level that refused. */
+static cg_status deny(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
+                      const struct cg_budget_result *r, int64_t tokens)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        const struct cg_level_verdict *v = &r->levels[i];
+        if (v->decision != CG_DECISION_DENY)
+            continue;
+        const char *what = cg_level_name((cg_level)rows[i].level);
+        if (v->reasons & CG_REASON_CLOSED)
+            return cg_err_set(&call->err, CG_FAILED_PRECONDITION, "the %s scope is closed", what);
+        if (v->reasons & CG_REASON_COST_LIMIT && !(v->reasons & CG_REASON_TOKEN_LIMIT))
+            return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
+                              "HARD cost limit of the %s: %lld micros used and reserved of %lld",
+                              what,
+                              (long long)(rows[i].used_cost_micros + rows[i].reserved_cost_micros),
+                              (long long)rows[i].limit_cost_micros);
+        return cg_err_set(
+            &call->err, CG_RESOURCE_EXHAUSTED,
+            "HARD token limit of the %s: %lld used and reserved + %lld requested > %lld", what,
+            (long long)(rows[i].used_tokens + rows[i].reserved_tokens), (long long)tokens,
+            (long long)rows[i].limit_tokens);
+    }
+    return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED, "budget exhausted");
+}
+
+/* ---------------------------------------------------------------- transactions ---- */
+
+static cg_status store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const struct cg_err *serr)
+{
+    cg_store_rollback(env->store);
+    return cg_rpc_store_error(call, serr);
+}
+
+static cg_status begin(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
+{
+    cg_err_clear(serr);
+    cg_status st = cg_store_begin(env->store, serr);
+    return st == CG_OK ? CG_OK : cg_rpc_store_error(call, serr);
+}
+
+static cg_status commit(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
+{
+    cg_status st = cg_store_commit(env->store, serr);
+    return st == CG_OK ? CG_OK : store_fail(call, env, serr);
+}
+
+/* ---------------------------------------------------------------- SetBudget ------- */
+
+static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__BudgetSettings *s,
+                             int level, struct cg_budget_row *row)
+{
+    if (s == NULL)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'settings' is required");
+    if (s->mode == CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL)
+        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
+                          "settings.mode APPROVAL is not implemented in this version (planned: "
+                          "approvals)");
+    if (s->preset != 0 && s->limit_tokens == 0)
+        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
+                          "settings.preset is not implemented in this version");
+    if (s->allocate_from_parent)
+        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
+                          "settings.allocate_from_parent is not implemented in this version");
+    if (s->exclude_cache_read_tokens)
+        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
+                          "settings.exclude_cache_read_tokens is not implemented in this version");
+    if (s->on_store_failure > CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE ||
+        s->on_store_failure < 0)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.on_store_failure': unknown value %d",
+                          s->on_store_failure);
+    if (s->on_store_failure > CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_CLOSED)
+        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
+                          "settings.on_store_failure other than FAIL_CLOSED is not implemented in "
+                          "this version");
+    if (s->local_allowance_tokens != 0)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.local_allowance_tokens' needs on_store_failure "
+                          "LOCAL_ALLOWANCE");
+    if (s->reset_period < 0 || s->reset_period > CTXGUARD__V1__RESET_PERIOD__RESET_PERIOD_MONTHLY)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.reset_period': unknown value %d", s->reset_period);
+    if (s->reset_period > CTXGUARD__V1__RESET_PERIOD__RESET_PERIOD_NONE) {
+        if (level != CG_LEVEL_TENANT)
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field 'settings.reset_period' is for tenant budgets only");
+        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
+                          "settings.reset_period DAILY/MONTHLY is not implemented in this version");
+    }
+    if (s->approval_ttl_ms != 0)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.approval_ttl_ms' needs mode APPROVAL");
+    if (s->backpressure_disabled && s->n_backpressure_tiers > 0)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.backpressure_tiers' must be empty with "
+                          "backpressure_disabled");
+    if (s->reservation_ttl_ms != 0 && (s->reservation_ttl_ms < RESERVATION_TTL_MIN_MS ||
+                                       s->reservation_ttl_ms > RESERVATION_TTL_MAX_MS))
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.reservation_ttl_ms' must be between %u and %u",
+                          RESERVATION_TTL_MIN_MS, RESERVATION_TTL_MAX_MS);
+    cg_status st =
+        cg_rpc_check_name(call, "settings.description", s->description, CG_NAME_MAX, false);
+    if (st != CG_OK)
+        return st;
+    if (s->n_backpressure_tiers > CG_TIERS_MAX)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.backpressure_tiers' has more than %d tiers",
+                          CG_TIERS_MAX);
+    if (s->mode < 0 || s->mode > CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.mode': unknown value %d", s->mode);
+
+    struct cg_budget_level l;
+    memset(&l, 0, sizeof l);
+    l.level = (cg_level)level;
+    l.has_budget = true;
+    l.mode = s->mode ? (cg_budget_mode)s->mode : CG_MODE_HARD;
+    l.limit_tokens = s->limit_tokens;
+    l.limit_cost_micros = s->limit_cost_micros;
+    l.warning_ratio = s->warning_ratio != 0 ? s->warning_ratio : DEFAULT_WARNING;
+    l.backpressure_disabled = s->backpressure_disabled;
+    l.ntiers = (int)s->n_backpressure_tiers;
+    for (int i = 0; i < l.ntiers; i++) {
+        l.tiers[i].ratio = s->backpressure_tiers[i]->threshold_ratio;
+        l.tiers[i].delay_ms = s->backpressure_tiers[i]->delay_ms;
+    }
+    struct cg_err cerr;
+    cg_err_clear(&cerr);
+    if (cg_budget_check_settings(&l, &cerr) != CG_OK)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "settings.%s", cerr.msg);
+
+    row->level = level;
+    row->has_budget = true;
+    row->mode = l.mode;
+    row->limit_tokens = l.limit_tokens;
+    row->limit_cost_micros = l.limit_cost_micros;
+    row->warning_ratio = l.warning_ratio;
+    row->backpressure_disabled = l.backpressure_disabled;
+    row->ntiers = l.ntiers;
+    for (int i = 0; i < l.ntiers; i++) {
+        row->tier_ratio[i] = l.tiers[i].ratio;
+        row->tier_delay_ms[i] = l.tiers[i].delay_ms;
+    }
+    row->on_store_failure = CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_CLOSED;
+    row->reset_period = CTXGUARD__V1__RESET_PERIOD__RESET_PERIOD_NONE;
+    row->reservation_ttl_ms =
+        s->reservation_ttl_ms ? s->reservation_ttl_ms : DEFAULT_RESERVATION_TTL_MS;
+    snprintf(row->description, sizeof row->description, "%s", s->description);
+    return CG_OK;
+}
+
+CG_HANDLER(cg_rpc_budget_set)
+{
+    const Ctxguard__V1__SetBudgetRequest *req = (const Ctxguard__V1__SetBudgetRequest *)request;
+    struct cg_budget_row row;
+    memset(&row, 0, sizeof row);
+    int level;
+    cg_status st = scope_in(call, req->scope, &row.ids, &level);
+    if (st == CG_OK)
+        st = settings_in(call, req->settings, level, &row);
+    if (st == CG_OK && req->expected_version < 0)
+        st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                        "field 'expected_version' must not be negative");
+    if (st != CG_OK)
+        return st;
+
+    struct cg_err serr;
+    if ((st = begin(call, env, &serr)) != CG_OK)
+        return st;
+    struct cg_budget_row path[CG_PATH_MAX];
+    int n = 0;
+    st = cg_store_path_read(env->store, call->principal.tenant_id, &row.ids, true, true, path, &n,
+                            &serr);
+    if (st != CG_OK)
+        return store_fail(call, env, &serr);
+
+    /* Nesting: under the parent's limit, and above every existing child's is not checked
+     * here (children are capped at their own limits; the parent's is the stricter). */
+    struct cg_budget_level mine, parent;
+    level_from_row(&row, &mine);
+    int parent_index = level - 2; /* path[level-1] is this scope when it exists */
+    for (int i = parent_index; i >= 0; i--) {
+        if (!path[i].has_budget)
+            continue;
+        level_from_row(&path[i], &parent);
+        if (cg_budget_check_nesting(&parent, &mine, &call->err) != CG_OK) {
+            cg_store_rollback(env->store);
+            call->err.code = CG_INVALID_ARGUMENT;
+            return CG_INVALID_ARGUMENT;
+        }
+        break;
+    }
+
+    struct cg_budget_row stored;
+    bool created = false;
+    st = cg_store_budget_put(env->store, call->principal.tenant_id, &row, req->expected_version,
+                             call->principal.key_id, &stored, &created, &serr);
+    if (st != CG_OK)
+        return store_fail(call, env, &serr);
+    if ((st = commit(call, env, &serr)) != CG_OK)
+        return st;
+
+    Ctxguard__V1__SetBudgetResponse *resp =
+        NEW(call, Ctxguard__V1__SetBudgetResponse, ctxguard__v1__set_budget_response__init);
+    if (resp == NULL || (resp->budget = budget_out(call, &stored)) == NULL)
+        return OOM(call);
+    resp->created = created;
+    *response = &resp->base;
+    return CG_OK;
+}
+
+/* ---------------------------------------------------------------- reads ----------- */
+
+/* Reads the path of scope in a short transaction (no locks). */
+static cg_status read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                           const struct cg_scope_ids *ids, struct cg_budget_row *path, int *n)
+{
+    struct cg_err serr;
+    cg_status st = begin(call, env, &serr);
+    if (st != CG_OK)
+        return st;
+    st = cg_store_path_read(env->store, call->principal.tenant_id, ids, false, false, path, n,
+                            &serr);
+    if (st != CG_OK)
+        return store_fail(call, env, &serr);
+    return commit(call, env, &serr);
+}
+
+CG_HANDLER(cg_rpc_budget_get)
+{
+    const Ctxguard__V1__GetBudgetRequest *req = (const Ctxguard__V1__GetBudgetRequest *)request;
+    struct cg_scope_ids ids;
+    int level;
+    cg_status st = scope_in(call, req->scope, &ids, &level);
+    if (st != CG_OK)
+        return st;
+    struct cg_budget_row path[CG_PATH_MAX];
+    int n = 0;
+    if ((st = read_path(call, env, &ids, path, &n)) != CG_OK)
+        return st;
+    const struct cg_budget_row *row = &path[n - 1];
+    if (!row->has_budget)
+        return cg_err_set(&call->err, CG_NOT_FOUND, "the %s has no budget",
+                          cg_level_name((cg_level)level));
+    struct cg_budget_result r;
+    decide(path, n, 0, 0, &r);
+
+    Ctxguard__V1__GetBudgetResponse *resp =
+        NEW(call, Ctxguard__V1__GetBudgetResponse, ctxguard__v1__get_budget_response__init);
+    Ctxguard__V1__ScopeUsage *u =
+        NEW(call, Ctxguard__V1__ScopeUsage, ctxguard__v1__scope_usage__init);
+    if (resp == NULL || u == NULL || (resp->budget = budget_out(call, row)) == NULL ||
+        (u->scope = scope_out(call, row)) == NULL)
+        return OOM(call);
+    u->level = (Ctxguard__V1__ScopeLevel)row->level;
+    u->has_budget = true;
+    u->used_tokens = row->used_tokens;
+    u->reserved_tokens = row->reserved_tokens;
+    u->remaining_tokens = r.levels[n - 1].remaining_tokens;
+    u->usage_ratio = r.levels[n - 1].usage_ratio;
+    u->reserved_cost_micros = row->reserved_cost_micros;
+    if (row->limit_cost_micros > 0)
+        u->cost_ratio = (double)(row->used_cost_micros + row->reserved_cost_micros) /
+                        (double)row->limit_cost_micros;
+    u->backpressure_delay_ms = r.levels[n - 1].delay_ms;
+    resp->usage = u;
+    *response = &resp->base;
+    return CG_OK;
+}
+
+static cg_status check_delay_mode(struct cg_rpc_call *call, int mode)
+{
+    if (mode < 0 || mode > CTXGUARD__V1__DELAY_MODE__DELAY_MODE_RETURN_ONLY)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'delay_mode': unknown value %d",
+                          mode);
+    return CG_OK;
+}
+
+/* Holds the reply for the backpressure delay unless the caller asked for RETURN_ONLY. */
+static uint32_t hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms)
+{
+    if (delay_mode == CTXGUARD__V1__DELAY_MODE__DELAY_MODE_RETURN_ONLY)
+        return 0;
+    call->reply_delay_ms = delay_ms;
+    return delay_ms;
+}
+
+CG_HANDLER(cg_rpc_budget_check)
+{
+    const Ctxguard__V1__CheckBudgetRequest *req = (const Ctxguard__V1__CheckBudgetRequest *)request;
+    struct cg_scope_ids ids;
+    int level;
+    cg_status st = scope_in(call, req->scope, &ids, &level);
+    if (st == CG_OK)
+        st = check_count(call, "estimated_tokens", req->estimated_tokens, TOKENS_PER_CALL_MAX);
+    if (st == CG_OK)
+        st = check_count(call, "estimated_output_tokens", req->estimated_output_tokens,
+                         req->estimated_tokens);
+    if (st == CG_OK)
+        st = check_text(call, "model", req->model, CG_MODEL_MAX);
+    if (st == CG_OK)
+        st = check_delay_mode(call, req->delay_mode);
+    if (st != CG_OK)
+        return st;
+    struct cg_budget_row path[CG_PATH_MAX];
+    int n = 0;
+    if ((st = read_path(call, env, &ids, path, &n)) != CG_OK)
+        return st;
+    struct cg_budget_result r;
+    decide(path, n, req->estimated_tokens, 0, &r);
+
+    Ctxguard__V1__CheckBudgetResponse *resp =
+        NEW(call, Ctxguard__V1__CheckBudgetResponse, ctxguard__v1__check_budget_response__init);
+    if (resp == NULL)
+        return OOM(call);
+    resp->decision = (Ctxguard__V1__Decision)r.decision;
+    resp->backpressure_delay_ms = r.delay_ms;
+    resp->delay_held_ms = hold(call, req->delay_mode, r.delay_ms);
+    if ((st = levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK ||
+        (st = reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) != CG_OK)
+        return st;
+    if (r.tightest >= 0) {
+        resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
+        resp->tightest_ratio = r.tightest_ratio;
+    }
+    resp->available_tokens = r.available_tokens;
+    resp->source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
+    resp->evaluated_at_unix_ms = cg_wall_ms();
+    *response = &resp->base;
+    return CG_OK;
+}
+
+/* ---------------------------------------------------------------- reservations ---- */
+
+static Ctxguard__V1__TokenUsage *usage_out(struct cg_rpc_call *call, const struct cg_usage *u)
+{
+    Ctxguard__V1__TokenUsage *t =
+        NEW(call, Ctxguard__V1__TokenUsage, ctxguard__v1__token_usage__init);
+    if (t == NULL)
+        return NULL;
+    t->input_tokens = u->input_tokens;
+    t->output_tokens = u->output_tokens;
+    t->cache_read_tokens = u->cache_read_tokens;
+    t->cache_write_tokens = u->cache_write_tokens;
+    t->cost_micros = u->cost_micros;
+    return t;
+}
+
+static Ctxguard__V1__Reservation *reservation_out(struct cg_rpc_call *call,
+                                                  const struct cg_reservation *res)
+{
+    Ctxguard__V1__Reservation *r =
+        NEW(call, Ctxguard__V1__Reservation, ctxguard__v1__reservation__init);
+    if (r == NULL)
+        return NULL;
+    struct cg_budget_row ids_row;
+    memset(&ids_row, 0, sizeof ids_row);
+    ids_row.ids = res->ids;
+    r->reservation_id = cg_arena_strdup(call->arena, res->reservation_id);
+    r->scope = scope_out(call, &ids_row);
+    r->tokens = res->tokens;
+    r->estimated_cost_micros = res->cost_micros;
+    r->model = cg_arena_strdup(call->arena, res->model);
+    r->estimate_id = cg_arena_strdup(call->arena, res->estimate_id);
+    r->state = (Ctxguard__V1__ReservationState)res->state;
+    r->created_at_unix_ms = res->created_at_ms;
+    r->expires_at_unix_ms = res->expires_at_ms;
+    r->settled_at_unix_ms = res->settled_at_ms;
+    if (res->state == CTXGUARD__V1__RESERVATION_STATE__RESERVATION_STATE_COMMITTED &&
+        (r->committed_usage = usage_out(call, &res->committed)) == NULL)
+        return NULL;
+    if (!r->reservation_id || !r->scope || !r->model || !r->estimate_id)
+        return NULL;
+    return r;
+}
+
+CG_HANDLER(cg_rpc_budget_reserve)
+{
+    const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)request;
+    struct cg_scope_ids ids;
+    int level;
+    cg_status st = scope_in(call, req->scope, &ids, &level);
+    if (st == CG_OK && (req->tokens < 1 || req->tokens > TOKENS_PER_CALL_MAX))
+        st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                        "field 'tokens' must be between 1 and %lld (got %lld)",
+                        (long long)TOKENS_PER_CALL_MAX, (long long)req->tokens);
+    if (st == CG_OK)
+        st =
+            check_count(call, "estimated_output_tokens", req->estimated_output_tokens, req->tokens);
+    if (st == CG_OK)
+        st = check_text(call, "model", req->model, CG_MODEL_MAX);
+    if (st == CG_OK && req->ttl_ms != 0 &&
+        (req->ttl_ms < RESERVATION_TTL_MIN_MS || req->ttl_ms > RESERVATION_TTL_MAX_MS))
+        st = cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'ttl_ms' must be between %u and %u",
+                        RESERVATION_TTL_MIN_MS, RESERVATION_TTL_MAX_MS);
+    if (st == CG_OK)
+        st = check_key(call, "idempotency_key", req->idempotency_key, false);
+    if (st == CG_OK)
+        st = check_key(call, "estimate_id", req->estimate_id, false);
+    if (st == CG_OK)
+        st = check_delay_mode(call, req->delay_mode);
+    if (st != CG_OK)
+        return st;
+
+    struct cg_err serr;
+    if ((st = begin(call, env, &serr)) != CG_OK)
+        return st;
+    struct cg_budget_row path[CG_PATH_MAX];
+    int n = 0;
+    st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, path, &n,
+                            &serr);
+    if (st != CG_OK)
+        return store_fail(call, env, &serr);
+
+    uint32_t ttl = req->ttl_ms ? req->ttl_ms : path[n - 1].reservation_ttl_ms;
+    if (ttl == 0)
+        ttl = DEFAULT_RESERVATION_TTL_MS;
+    struct cg_reservation res;
+    st = cg_store_reservation_insert(env->store, call->principal.tenant_id, &ids, req->tokens, 0,
+                                     req->model, req->estimate_id, req->idempotency_key, ttl, &res,
+                                     &serr);
+    if (st != CG_OK)
+        return store_fail(call, env, &serr);
+
+    struct cg_budget_result r;
+    Ctxguard__V1__ReserveResponse *resp =
+        NEW(call, Ctxguard__V1__ReserveResponse, ctxguard__v1__reserve_response__init);
+    if (resp == NULL) {
+        cg_store_rollback(env->store);
+        return OOM(call);
+    }
+    if (res.replayed) {
+        /* The first Reserve with this key already held the tokens: answer it again. */
+        if ((st = commit(call, env, &serr)) != CG_OK)
+            return st;
+        decide(path, n, 0, 0, &r);
+        resp->replayed = true;
+        resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW;
+    } else {
+        decide(path, n, req->tokens, 0, &r);
+        if (r.decision == CG_DECISION_DENY) {
+            cg_store_rollback(env->store);
+            return deny(call, path, n, &r, req->tokens);
+        }
+        st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, req->tokens, 0, 0,
+                               &serr);
+        if (st != CG_OK)
+            return store_fail(call, env, &serr);
+        if ((st = commit(call, env, &serr)) != CG_OK)
+            return st;
+        resp->decision = (Ctxguard__V1__Decision)r.decision;
+        resp->backpressure_delay_ms = r.delay_ms;
+        resp->delay_held_ms = hold(call, req->delay_mode, r.delay_ms);
+        if ((st = reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) != CG_OK)
+            return st;
+        if (r.tightest >= 0) {
+            resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
+            resp->tightest_ratio = r.tightest_ratio;
+        }
+        /* Levels after the hold. */
+        decide(path, n, 0, 0, &r);
+    }
+    if ((resp->reservation = reservation_out(call, &res)) == NULL)
+        return OOM(call);
+    if ((st = levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
+        return st;
+    *response = &resp->base;
+    return CG_OK;
+}
+
+static cg_status check_reservation_id(struct cg_rpc_call *call, const char *id)
+{
+    if (id[0] == '\0')
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'reservation_id' is required");
+    return check_text(call, "reservation_id", id, CG_UUID_LEN);
+}
+
+/* Settles an ACTIVE reservation found past its expiry: its tokens return to the pool. */
+static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                        const struct cg_reservation *res, struct cg_budget_row *path, int *n,
+                        struct cg_err *serr)
+{
+    cg_status st = cg_store_path_read(env->store, call->principal.tenant_id, &res->ids, true, false,
+                                      path, n, serr);
+    if (st == CG_OK)
+        st = cg_store_path_add(env->store, call->principal.tenant_id, path, *n, 0, -res->tokens, 0,
+                               -res->cost_micros, serr);
+    if (st == CG_OK)
+        st = cg_store_reservation_settle(env->store, call->principal.tenant_id, res->reservation_id,
+                                         4, NULL, serr);
+    return st;
+}
+
+CG_HANDLER(cg_rpc_budget_release)
+{
+    const Ctxguard__V1__ReleaseRequest *req = (const Ctxguard__V1__ReleaseRequest *)request;
+    cg_status st = check_reservation_id(call, req->reservation_id);
+    if (st != CG_OK)
+        return st;
+    struct cg_err serr;
+    if ((st = begin(call, env, &serr)) != CG_OK)
+        return st;
+    struct cg_reservation res;
+    st = cg_store_reservation_lock(env->store, call->principal.tenant_id, req->reservation_id, &res,
+                                   &serr);
+    if (st != CG_OK)
+        return store_fail(call, env, &serr);
+
+    Ctxguard__V1__ReleaseResponse *resp =
+        NEW(call, Ctxguard__V1__ReleaseResponse, ctxguard__v1__release_response__init);
+    if (resp == NULL) {
+        cg_store_rollback(env->store);
+        return OOM(call);
+    }
+    struct cg_budget_row path[CG_PATH_MAX];
+    int n = 0;
+    if (res.state == 1 || res.state == 4) {
+        /* ACTIVE, or ACTIVE past its expiry: the tokens go back to the pool now. */
+        st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false, path,
+                                &n, &serr);
+        if (st == CG_OK)
+            st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, -res.tokens,
+                                   0, -res.cost_micros, &serr);
+        if (st == CG_OK)
+            st = cg_store_reservation_settle(env->store, call->principal.tenant_id,
+                                             res.reservation_id, res.state == 1 ? 3 : 4, NULL,
+                                             &serr);
+        if (st != CG_OK)
+            return store_fail(call, env, &serr);
+        resp->released_tokens = res.tokens;
+        resp->replayed = res.state == 4;
+        res.state = res.state == 1 ? 3 : 4;
+        res.settled_at_ms = cg_wall_ms();
+    } else if (res.state == 2) {
+        cg_store_rollback(env->store);
+        return cg_err_set(&call->err, CG_FAILED_PRECONDITION, "reservation %s is already committed",
+                          res.reservation_id);
+    } else {
+        resp->replayed = true; /* released or expired before */
+    }
+    if ((st = commit(call, env, &serr)) != CG_OK)
+        return st;
+    if ((resp->reservation = reservation_out(call, &res)) == NULL)
+        return OOM(call);
+    *response = &resp->base;
+    return CG_OK;
+}
+
+static bool same_usage(const struct cg_usage *a, const struct cg_usage *b)
+{
+    return a->input_tokens == b->input_tokens && a->output_tokens == b->output_tokens &&
+           a->cache_read_tokens == b->cache_read_tokens &&
+           a->cache_write_tokens == b->cache_write_tokens &&
+           (a->cost_micros == 0 || a->cost_micros == b->cost_micros);
+}
+
+CG_HANDLER(cg_rpc_budget_commit)
+{
+    const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)request;
+    struct cg_usage usage;
+    cg_status st = check_reservation_id(call, req->reservation_id);
+    if (st == CG_OK)
+        st = usage_in(call, req->usage, &usage);
+    if (st == CG_OK)
+        st = check_text(call, "model", req->model, CG_MODEL_MAX);
+    if (st == CG_OK)
+        st = check_key(call, "estimate_id", req->estimate_id, false);
+    if (st == CG_OK)
+        st = check_count(call, "provider_input_tokens", req->provider_input_tokens,
+                         TOKENS_PER_CALL_MAX * 3);
+    if (st != CG_OK)
+        return st;
+
+    struct cg_err serr;
+    if ((st = begin(call, env, &serr)) != CG_OK)
+        return st;
+    struct cg_reservation res;
+    st = cg_store_reservation_lock(env->store, call->principal.tenant_id, req->reservation_id, &res,
+                                   &serr);
+    if (st != CG_OK)
+        return store_fail(call, env, &serr);
+
+    Ctxguard__V1__CommitResponse *resp =
+        NEW(call, Ctxguard__V1__CommitResponse, ctxguard__v1__commit_response__init);
+    if (resp == NULL) {
+        cg_store_rollback(env->store);
+        return OOM(call);
+    }
+    struct cg_budget_row path[CG_PATH_MAX];
+    int n = 0;
+    if (res.state == 2) {
+        /* Committed before: the same usage is a retry, another one a mistake. */
+        cg_store_rollback(env->store);
+        if (!same_usage(&usage, &res.committed))
+            return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
+                              "reservation %s was already committed with another usage",
+                              res.reservation_id);
+        resp->replayed = true;
+        usage = res.committed;
+        if ((st = read_path(call, env, &res.ids, path, &n)) != CG_OK)
+            return st;
+    } else {
+        bool expired = res.state != 1;
+        if (expired && !req->record_if_expired) {
+            /* An ACTIVE reservation found past its expiry still returns its tokens. */
+            if (res.state == 4) {
+                if (expire(call, env, &res, path, &n, &serr) != CG_OK)
+                    return store_fail(call, env, &serr);
+                if ((st = commit(call, env, &serr)) != CG_OK)
+                    return st;
+            } else {
+                cg_store_rollback(env->store);
+            }
+            return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
+                              "reservation %s is %s; nothing recorded (set record_if_expired to "
+                              "record the usage anyway)",
+                              res.reservation_id, res.state == 3 ? "released" : "expired");
+        }
+        st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false, path,
+                                &n, &serr);
+        if (st != CG_OK)
+            return store_fail(call, env, &serr);
+        int64_t spent = usage_tokens(&usage);
+        /* An expired hold still holding tokens (found past its expiry) gives them back too. */
+        int64_t unhold = res.state == 1 || res.state == 4 ? res.tokens : 0;
+        int64_t unhold_cost = res.state == 1 || res.state == 4 ? res.cost_micros : 0;
+        char key[CG_IDEMPOTENCY_MAX + 1];
+        snprintf(key, sizeof key, "reservation:%s", res.reservation_id);
+        char entry[CG_UUID_LEN + 1];
+        st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, spent, -unhold,
+                               usage.cost_micros, -unhold_cost, &serr);
+        /* ACTIVE -> COMMITTED; found past its expiry -> EXPIRED; RELEASED stays so. */
+        int settled = res.state == 1 ? 2 : res.state == 4 ? 4 : 0;
+        if (st == CG_OK && settled != 0)
+            st = cg_store_reservation_settle(env->store, call->principal.tenant_id,
+                                             res.reservation_id, settled,
+                                             settled == 2 ? &usage : NULL, &serr);
+        if (st == CG_OK)
+            st = cg_store_ledger_append(env->store, call->principal.tenant_id, &res.ids, &usage,
+                                        req->model[0] ? req->model : res.model, key,
+                                        res.reservation_id, entry, NULL, NULL, &serr);
+        if (st != CG_OK)
+            return store_fail(call, env, &serr);
+        if ((st = commit(call, env, &serr)) != CG_OK)
+            return st;
+        resp->ledger_entry_id = cg_arena_strdup(call->arena, entry);
+        resp->released_tokens = expired ? 0 : (res.tokens > spent ? res.tokens - spent : 0);
+        resp->overrun_tokens = expired ? 0 : (spent > res.tokens ? spent - res.tokens : 0);
+        resp->reservation_expired = expired;
+        if (!expired) {
+            res.state = 2;
+            res.committed = usage;
+            res.settled_at_ms = cg_wall_ms();
+        }
+    }
+    struct cg_budget_result r;
+    decide(path, n, 0, 0, &r);
+    if ((resp->reservation = reservation_out(call, &res)) == NULL ||
+        (resp->recorded_usage = usage_out(call, &usage)) == NULL)
+        return OOM(call);
+    resp->price_known = usage.cost_micros > 0;
+    resp->calibration_factor = 1.0;
+    if ((st = levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
+        return st;
+    *response = &resp->base;
+    return CG_OK;
+}
+
+CG_HANDLER(cg_rpc_budget_record_usage)
+{
+    const Ctxguard__V1__RecordUsageRequest *req = (const Ctxguard__V1__RecordUsageRequest *)request;
+    struct cg_scope_ids ids;
+    int level;
+    struct cg_usage usage;
+    cg_status st = scope_in(call, req->scope, &ids, &level);
+    if (st == CG_OK)
+        st = usage_in(call, req->usage, &usage);
+    if (st == CG_OK)
+        st = check_text(call, "model", req->model, CG_MODEL_MAX);
+    if (st == CG_OK)
+        st = check_key(call, "idempotency_key", req->idempotency_key, true);
+    if (st == CG_OK && strncmp(req->idempotency_key, "reservation:", 12) == 0)
+        st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                        "field 'idempotency_key': the prefix 'reservation:' is reserved");
+    if (st == CG_OK)
+        st = check_key(call, "estimate_id", req->estimate_id, false);
+    if (st == CG_OK && req->occurred_at_unix_ms != 0)
+        st = cg_err_set(&call->err, CG_UNIMPLEMENTED,
+                        "occurred_at_unix_ms is not implemented in this version (0: now)");
+    if (st != CG_OK)
+        return st;
+
+    struct cg_err serr;
+    if ((st = begin(call, env, &serr)) != CG_OK)
+        return st;
+    struct cg_budget_row path[CG_PATH_MAX];
+    int n = 0;
+    st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, path, &n,
+                            &serr);
+    char entry[CG_UUID_LEN + 1] = "";
+    struct cg_usage previous;
+    char previous_model[CG_MODEL_MAX * 4 + 1] = "";
+    if (st == CG_OK)
+        st = cg_store_ledger_append(env->store, call->principal.tenant_id, &ids, &usage, req->model,
+                                    req->idempotency_key, NULL, entry, &previous, previous_model,
+                                    &serr);
+    bool replayed = false;
+    if (st == CG_ALREADY_EXISTS) {
+        cg_store_rollback(env->store);
+        if (!same_usage(&usage, &previous) || strcmp(req->model, previous_model) != 0)
+            return cg_err_set(&call->err, CG_ALREADY_EXISTS,
+                              "idempotency_key '%s' was recorded with another usage",
+                              req->idempotency_key);
+        replayed = true;
+        usage = previous;
+        if ((st = read_path(call, env, &ids, path, &n)) != CG_OK)
+            return st;
+    } else {
+        if (st == CG_OK)
+            st = cg_store_path_add(env->store, call->principal.tenant_id, path, n,
+                                   usage_tokens(&usage), 0, usage.cost_micros, 0, &serr);
+        if (st != CG_OK)
+            return store_fail(call, env, &serr);
+        if ((st = commit(call, env, &serr)) != CG_OK)
+            return st;
+    }
+
+    struct cg_budget_result r;
+    decide(path, n, 0, 0, &r);
+    Ctxguard__V1__RecordUsageResponse *resp =
+        NEW(call, Ctxguard__V1__RecordUsageResponse, ctxguard__v1__record_usage_response__init);
+    if (resp == NULL || (resp->recorded_usage = usage_out(call, &usage)) == NULL ||
+        (resp->ledger_entry_id = cg_arena_strdup(call->arena, entry)) == NULL)
+        return OOM(call);
+    resp->replayed = replayed;
+    resp->price_known = usage.cost_micros > 0;
+    resp->calibration_factor = 1.0;
+    if ((st = levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
+        return st;
+    *response = &resp->base;
+    return CG_OK;
+}
