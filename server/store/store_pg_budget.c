@@ -1,0 +1,711 @@
+/* store_pg_budget.c - scopes (budgets and counters), reservations and the usage ledger in
+ * PostgreSQL. See store_pg.c for how statements run. */
+#include "store/store_pg_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+
+/* ------------------------------------------------------------------ scopes --- */
+
+/* The columns read_scope() expects, in order. */
+#define SCOPE_COLUMNS                                                                              \
+    "session_id, task_id, agent_id, level, has_budget, mode, limit_tokens, limit_cost_micros,"     \
+    " warning_ratio, backpressure_disabled, array_to_string(tier_ratio, ','),"                     \
+    " array_to_string(tier_delay_ms, ','), on_store_failure, local_allowance_tokens,"              \
+    " reset_period, reservation_ttl_ms, description, used_tokens, reserved_tokens,"                \
+    " used_cost_micros, reserved_cost_micros, version,"                                            \
+    " floor(extract(epoch FROM created_at) * 1000)::int8,"                                         \
+    " floor(extract(epoch FROM updated_at) * 1000)::int8,"                                         \
+    " coalesce(floor(extract(epoch FROM closed_at) * 1000)::int8, 0), updated_by_key_id"
+
+/* The rows of a path, tenant first: ('', '', ''), (s, '', ''), (s, t, ''), (s, t, a). For
+ * shorter paths the tuples repeat, which selects nothing more. Each tuple is a primary key
+ * lookup. */
+#define PATH_WHERE                                                                                 \
+    " WHERE tenant_id = $1::uuid AND (session_id, task_id, agent_id) IN (('', '', ''),"            \
+    " ($2::text, '', ''), ($2::text, $3::text, ''), ($2::text, $3::text, $4::text))"
+
+static const char *const no_such_scope[] = {
+    "tenant_id: no such tenant",
+    "scope.session_id: no such session",
+    "scope.task_id: no such task",
+    "scope.agent_id: no such agent",
+};
+
+/* 1 tenant .. 4 agent: the level of the scope ids name. */
+static int scope_depth(const struct cg_scope_ids *ids)
+{
+    if (ids->session_id[0] == '\0')
+        return 1;
+    if (ids->task_id[0] == '\0')
+        return 2;
+    if (ids->agent_id[0] == '\0')
+        return 3;
+    return 4;
+}
+
+static double parse_double(const char *s)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    return end == s ? 0 : v;
+}
+
+static bool is_true(const char *s)
+{
+    return s[0] == 't';
+}
+
+/* Parses the comma-separated tier columns (float8 output is exact: the shortest text that
+ * reads back as the same double). */
+static bool parse_tiers(const char *ratios, const char *delays, struct cg_budget_row *out)
+{
+    int n = 0;
+    while (*ratios != '\0' || *delays != '\0') {
+        if (n == CG_TIERS_STORE_MAX)
+            return false;
+        char *end = NULL;
+        double ratio = strtod(ratios, &end);
+        if (end == ratios || (*end != ',' && *end != '\0'))
+            return false;
+        ratios = *end == ',' ? end + 1 : end;
+        errno = 0;
+        long long delay = strtoll(delays, &end, 10);
+        if (errno != 0 || end == delays || (*end != ',' && *end != '\0') || delay < 0 ||
+            delay > UINT32_MAX)
+            return false;
+        delays = *end == ',' ? end + 1 : end;
+        out->tier_ratio[n] = ratio;
+        out->tier_delay_ms[n] = (uint32_t)delay;
+        n++;
+    }
+    out->ntiers = n;
+    return true;
+}
+
+static bool read_scope(PGresult *res, int row, struct cg_budget_row *out)
+{
+    memset(out, 0, sizeof *out);
+    cg__pg_copy_str(out->ids.session_id, sizeof out->ids.session_id, PQgetvalue(res, row, 0));
+    cg__pg_copy_str(out->ids.task_id, sizeof out->ids.task_id, PQgetvalue(res, row, 1));
+    cg__pg_copy_str(out->ids.agent_id, sizeof out->ids.agent_id, PQgetvalue(res, row, 2));
+    out->level = (int)cg__pg_parse_i64(PQgetvalue(res, row, 3));
+    out->has_budget = is_true(PQgetvalue(res, row, 4));
+    out->mode = (int)cg__pg_parse_i64(PQgetvalue(res, row, 5));
+    out->limit_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 6));
+    out->limit_cost_micros = cg__pg_parse_i64(PQgetvalue(res, row, 7));
+    out->warning_ratio = parse_double(PQgetvalue(res, row, 8));
+    out->backpressure_disabled = is_true(PQgetvalue(res, row, 9));
+    bool tiers_ok = parse_tiers(PQgetvalue(res, row, 10), PQgetvalue(res, row, 11), out);
+    out->on_store_failure = (int)cg__pg_parse_i64(PQgetvalue(res, row, 12));
+    out->local_allowance_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 13));
+    out->reset_period = (int)cg__pg_parse_i64(PQgetvalue(res, row, 14));
+    out->reservation_ttl_ms = (uint32_t)cg__pg_parse_i64(PQgetvalue(res, row, 15));
+    cg__pg_copy_str(out->description, sizeof out->description, PQgetvalue(res, row, 16));
+    out->used_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 17));
+    out->reserved_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 18));
+    out->used_cost_micros = cg__pg_parse_i64(PQgetvalue(res, row, 19));
+    out->reserved_cost_micros = cg__pg_parse_i64(PQgetvalue(res, row, 20));
+    out->version = cg__pg_parse_i64(PQgetvalue(res, row, 21));
+    out->created_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 22));
+    out->updated_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 23));
+    out->closed_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 24));
+    cg__pg_copy_str(out->updated_by_key_id, sizeof out->updated_by_key_id,
+                    PQgetvalue(res, row, 25));
+    return tiers_ok && out->level >= 1 && out->level <= 4;
+}
+
+static cg_status bad_row(struct cg_pg *pg, const char *label, struct cg_err *err)
+{
+    cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg), "%s: a stored row does not parse", label);
+    return cg_err_set(err, CG_INTERNAL, "storage error");
+}
+
+/* Reads the rows of the path into found[level - 1]; *present gets a bit per level found. */
+static cg_status select_path(struct cg_pg *pg, const char *tenant_id,
+                             const struct cg_scope_ids *ids, bool lock,
+                             struct cg_budget_row found[4], unsigned *present, struct cg_err *err)
+{
+    const char *values[] = {tenant_id, ids->session_id, ids->task_id, ids->agent_id};
+    /* LockRows runs above the sort, so the rows are locked in level order: every
+     * transaction takes the tenant first, then the session, task and agent, and two of
+     * them can wait for each other but never deadlock. */
+    const char *sql = lock ? "SELECT " SCOPE_COLUMNS " FROM scopes" PATH_WHERE
+                             " ORDER BY level FOR NO KEY UPDATE"
+                           : "SELECT " SCOPE_COLUMNS " FROM scopes" PATH_WHERE " ORDER BY level";
+    const char *label = lock ? "path_lock" : "path_read";
+    PGresult *res = NULL;
+    *present = 0;
+    cg_status rc = cg__pg_run(pg, label, sql, 4, values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "22P02"))
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+        goto out;
+    }
+    for (int i = 0; i < PQntuples(res); i++) {
+        struct cg_budget_row row;
+        if (!read_scope(res, i, &row)) {
+            rc = bad_row(pg, label, err);
+            goto out;
+        }
+        found[row.level - 1] = row;
+        *present |= 1u << (row.level - 1);
+    }
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
+                          bool lock, bool allow_missing_last, struct cg_budget_row out[4], int *n,
+                          struct cg_err *err)
+{
+    *n = 0;
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "path_read", err);
+    unsigned present = 0;
+    cg_status rc = select_path(pg, tenant_id, ids, lock, out, &present, err);
+    if (rc != CG_OK)
+        return rc;
+    if (!(present & 1u)) {
+        /* The tenant's row is made on first use. Inserting it only when the read missed
+         * it keeps the usual path to one statement; a concurrent insert of the same row
+         * makes this one wait for it and then do nothing. No row below it can exist
+         * (scopes_parent), so the read locked nothing that would now be held out of
+         * order while this waits. */
+        if (present != 0) {
+            cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg),
+                   "path_read: scopes below a missing tenant row");
+            return cg_err_set(err, CG_INTERNAL, "storage error");
+        }
+        const char *values[] = {tenant_id};
+        PGresult *res = NULL;
+        rc = cg__pg_run(pg, "tenant_scope_create",
+                        "INSERT INTO scopes (tenant_id, session_id, task_id, agent_id, level)"
+                        " VALUES ($1::uuid, '', '', '', 1) ON CONFLICT DO NOTHING",
+                        1, values, NULL, NULL, 0, &res, err);
+        PQclear(res);
+        if (rc != CG_OK) {
+            if (cg__pg_sqlstate_is(pg, "23503"))
+                rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+            return rc;
+        }
+        rc = select_path(pg, tenant_id, ids, lock, out, &present, err);
+        if (rc != CG_OK)
+            return rc;
+        if (!(present & 1u)) {
+            cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg), "path_read: the tenant row is still missing");
+            return cg_err_set(err, CG_INTERNAL, "storage error");
+        }
+    }
+    int depth = scope_depth(ids);
+    for (int level = 2; level <= depth; level++) {
+        if (present & (1u << (level - 1)))
+            continue;
+        if (level == depth && allow_missing_last) {
+            *n = depth - 1;
+            return CG_OK;
+        }
+        return cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[level - 1]);
+    }
+    *n = depth;
+    return CG_OK;
+}
+
+/* "{r1,r2,...}" and "{d1,d2,...}": array literals made from numbers only. */
+static void format_tiers(const struct cg_budget_row *row, char *ratios, size_t ratios_cap,
+                         char *delays, size_t delays_cap)
+{
+    size_t r = 0, d = 0;
+    ratios[r++] = '{';
+    delays[d++] = '{';
+    for (int i = 0; i < row->ntiers && i < CG_TIERS_STORE_MAX; i++) {
+        const char *sep = i > 0 ? "," : "";
+        r += (size_t)snprintf(ratios + r, ratios_cap - r, "%s%.17g", sep, row->tier_ratio[i]);
+        d += (size_t)snprintf(delays + d, delays_cap - d, "%s%u", sep,
+                              (unsigned)row->tier_delay_ms[i]);
+    }
+    snprintf(ratios + r, ratios_cap - r, "}");
+    snprintf(delays + d, delays_cap - d, "}");
+}
+
+/* After an upsert that stored nothing: tells a version mismatch from a missing parent. */
+static cg_status explain_put_refusal(struct cg_pg *pg, const char *tenant_id,
+                                     const struct cg_budget_row *row, int64_t expected_version,
+                                     struct cg_err *err)
+{
+    const char *values[] = {tenant_id, row->ids.session_id, row->ids.task_id, row->ids.agent_id};
+    PGresult *res = NULL;
+    cg_status rc =
+        cg__pg_run(pg, "budget_put_check",
+                   "SELECT (SELECT version FROM scopes WHERE tenant_id = $1::uuid"
+                   "  AND session_id = $2::text AND task_id = $3::text AND agent_id = $4::text),"
+                   " EXISTS (SELECT 1 FROM scopes WHERE tenant_id = $1::uuid"
+                   "  AND session_id = $2::text AND task_id = '' AND agent_id = ''),"
+                   " EXISTS (SELECT 1 FROM scopes WHERE tenant_id = $1::uuid"
+                   "  AND session_id = $2::text AND task_id = $3::text AND agent_id = '')",
+                   4, values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK)
+        goto out;
+    bool exists = !PQgetisnull(res, 0, 0);
+    int64_t stored = exists ? cg__pg_parse_i64(PQgetvalue(res, 0, 0)) : 0;
+    if (exists && expected_version > 0 && stored != expected_version) {
+        rc = cg_err_set(err, CG_ABORTED,
+                        "expected_version %lld does not match the stored version %lld",
+                        (long long)expected_version, (long long)stored);
+    } else if (row->level >= 3 && !is_true(PQgetvalue(res, 0, 1))) {
+        rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[1]);
+    } else if (row->level == 4 && !is_true(PQgetvalue(res, 0, 2))) {
+        rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[2]);
+    } else if (!exists && expected_version > 0) {
+        rc = cg_err_set(err, CG_ABORTED,
+                        "expected_version %lld does not match the stored version 0 (no budget)",
+                        (long long)expected_version);
+    } else {
+        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "budget_put stored nothing for no visible reason");
+        rc = cg_err_set(err, CG_ABORTED, "conflict with a concurrent change; retry");
+    }
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct cg_budget_row *row,
+                           int64_t expected_version, const char *key_id, struct cg_budget_row *out,
+                           bool *created, struct cg_err *err)
+{
+    *created = false;
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "budget_put", err);
+    char level[8], mode[8], limit[24], cost[24], warning[32], ratios[256], delays[128];
+    char on_failure[8], allowance[24], reset[8], ttl[16], expected[24];
+    snprintf(level, sizeof level, "%d", row->level);
+    snprintf(mode, sizeof mode, "%d", row->mode);
+    snprintf(limit, sizeof limit, "%lld", (long long)row->limit_tokens);
+    snprintf(cost, sizeof cost, "%lld", (long long)row->limit_cost_micros);
+    snprintf(warning, sizeof warning, "%.17g", row->warning_ratio);
+    format_tiers(row, ratios, sizeof ratios, delays, sizeof delays);
+    snprintf(on_failure, sizeof on_failure, "%d", row->on_store_failure);
+    snprintf(allowance, sizeof allowance, "%lld", (long long)row->local_allowance_tokens);
+    snprintf(reset, sizeof reset, "%d", row->reset_period);
+    snprintf(ttl, sizeof ttl, "%u", (unsigned)row->reservation_ttl_ms);
+    snprintf(expected, sizeof expected, "%lld", (long long)expected_version);
+    /* The parent of a task is its session's row, of an agent its task's. */
+    const char *parent_session = row->level >= 3 ? row->ids.session_id : "";
+    const char *parent_task = row->level == 4 ? row->ids.task_id : "";
+    const char *values[] = {tenant_id,
+                            row->ids.session_id,
+                            row->ids.task_id,
+                            row->ids.agent_id,
+                            level,
+                            row->has_budget ? "t" : "f",
+                            mode,
+                            limit,
+                            cost,
+                            warning,
+                            row->backpressure_disabled ? "t" : "f",
+                            ratios,
+                            delays,
+                            on_failure,
+                            allowance,
+                            reset,
+                            ttl,
+                            row->description,
+                            key_id ? key_id : "",
+                            parent_session,
+                            parent_task,
+                            expected};
+    /* One statement: the SELECT's WHERE refuses a missing parent, and a missing row when a
+     * version is expected (no insert is even tried); the DO UPDATE's WHERE refuses a
+     * stored version other than the expected one. Either way no row comes back and
+     * explain_put_refusal() says which. A session's parent, the tenant's row, is made
+     * here when missing (scopes_parent requires it; the foreign key check at the end of
+     * the statement sees it). */
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(
+        pg, "budget_put",
+        "WITH tenant_scope AS (INSERT INTO scopes (tenant_id, session_id, task_id, agent_id, level)"
+        "  SELECT $1::uuid, '', '', '', 1 WHERE $5::int2 >= 2 ON CONFLICT DO NOTHING)"
+        " INSERT INTO scopes AS s (tenant_id, session_id, task_id, agent_id, level, has_budget,"
+        " mode, limit_tokens, limit_cost_micros, warning_ratio, backpressure_disabled,"
+        " tier_ratio, tier_delay_ms, on_store_failure, local_allowance_tokens, reset_period,"
+        " reservation_ttl_ms, description, version, updated_by_key_id)"
+        " SELECT $1::uuid, $2::text, $3::text, $4::text, $5::int2, $6::boolean, $7::int2,"
+        "  $8::int8, $9::int8, $10::float8, $11::boolean, $12::float8[], $13::int4[], $14::int2,"
+        "  $15::int8, $16::int2, $17::int4, $18::text, 1, $19::text"
+        " WHERE ($5::int2 <= 2 OR EXISTS (SELECT 1 FROM scopes p WHERE p.tenant_id = $1::uuid"
+        "   AND p.session_id = $20::text AND p.task_id = $21::text AND p.agent_id = ''))"
+        "  AND ($22::int8 = 0 OR EXISTS (SELECT 1 FROM scopes c WHERE c.tenant_id = $1::uuid"
+        "   AND c.session_id = $2::text AND c.task_id = $3::text AND c.agent_id = $4::text))"
+        " ON CONFLICT (tenant_id, session_id, task_id, agent_id) DO UPDATE SET"
+        "  has_budget = excluded.has_budget, mode = excluded.mode,"
+        "  limit_tokens = excluded.limit_tokens, limit_cost_micros = excluded.limit_cost_micros,"
+        "  warning_ratio = excluded.warning_ratio,"
+        "  backpressure_disabled = excluded.backpressure_disabled,"
+        "  tier_ratio = excluded.tier_ratio, tier_delay_ms = excluded.tier_delay_ms,"
+        "  on_store_failure = excluded.on_store_failure,"
+        "  local_allowance_tokens = excluded.local_allowance_tokens,"
+        "  reset_period = excluded.reset_period,"
+        "  reservation_ttl_ms = excluded.reservation_ttl_ms,"
+        "  description = excluded.description, version = s.version + 1, updated_at = now(),"
+        /* A row that existed only to count usage (the tenant's) gets its budget now. */
+        "  created_at = CASE WHEN s.version = 0 THEN now() ELSE s.created_at END,"
+        "  updated_by_key_id = excluded.updated_by_key_id"
+        " WHERE $22::int8 = 0 OR s.version = $22::int8"
+        " RETURNING " SCOPE_COLUMNS,
+        22, values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK) {
+        /* scopes_parent only fires for a parent made missing meanwhile (the WHERE checks
+         * first); the tenants foreign key for a tenant that does not exist. */
+        if (cg__pg_sqlstate_is(pg, "23503") && strcmp(pg->constraint, "scopes_parent") == 0)
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s",
+                            no_such_scope[row->level >= 2 ? row->level - 2 : 0]);
+        else if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+        else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "settings: invalid value");
+        goto out;
+    }
+    if (PQntuples(res) != 1) {
+        rc = explain_put_refusal(pg, tenant_id, row, expected_version, err);
+        goto out;
+    }
+    if (!read_scope(res, 0, out)) {
+        rc = bad_row(pg, "budget_put", err);
+        goto out;
+    }
+    *created = out->version == 1;
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_path_add(struct cg_pg *pg, const char *tenant_id, struct cg_budget_row *rows, int n,
+                         int64_t used_tokens, int64_t reserved_tokens, int64_t used_cost_micros,
+                         int64_t reserved_cost_micros, struct cg_err *err)
+{
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "path_add", err);
+    if (used_tokens == 0 && reserved_tokens == 0 && used_cost_micros == 0 &&
+        reserved_cost_micros == 0)
+        return CG_OK;
+    const struct cg_scope_ids *ids = &rows[n - 1].ids;
+    char deltas[4][24];
+    snprintf(deltas[0], sizeof deltas[0], "%lld", (long long)used_tokens);
+    snprintf(deltas[1], sizeof deltas[1], "%lld", (long long)reserved_tokens);
+    snprintf(deltas[2], sizeof deltas[2], "%lld", (long long)used_cost_micros);
+    snprintf(deltas[3], sizeof deltas[3], "%lld", (long long)reserved_cost_micros);
+    const char *values[] = {tenant_id, ids->session_id, ids->task_id, ids->agent_id,
+                            deltas[0], deltas[1],       deltas[2],    deltas[3]};
+    /* The rows are already locked (cg_pg_path_read), so the order in which this UPDATE
+     * visits them cannot deadlock. A negative delta larger than the counter (a release
+     * after a reset, say) stops at 0. */
+    PGresult *res = NULL;
+    cg_status rc =
+        cg__pg_run(pg, "path_add",
+                   "UPDATE scopes SET"
+                   " used_tokens = greatest(0, used_tokens + $5::int8),"
+                   " reserved_tokens = greatest(0, reserved_tokens + $6::int8),"
+                   " used_cost_micros = greatest(0, used_cost_micros + $7::int8),"
+                   " reserved_cost_micros = greatest(0, reserved_cost_micros + $8::int8)" PATH_WHERE
+                   " RETURNING " SCOPE_COLUMNS,
+                   8, values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "22003"))
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "tokens: a counter would leave its range");
+        else if (cg__pg_sqlstate_is(pg, "22P02"))
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+        goto out;
+    }
+    struct cg_budget_row updated[4];
+    unsigned present = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        struct cg_budget_row row;
+        if (!read_scope(res, i, &row) || row.level > n) {
+            rc = bad_row(pg, "path_add", err);
+            goto out;
+        }
+        updated[row.level - 1] = row;
+        present |= 1u << (row.level - 1);
+    }
+    for (int level = 1; level <= n; level++) {
+        if (!(present & (1u << (level - 1)))) {
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[level - 1]);
+            goto out;
+        }
+    }
+    memcpy(rows, updated, (size_t)n * sizeof *rows);
+out:
+    PQclear(res);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ reservations --- */
+
+/* The columns read_reservation() expects. An ACTIVE reservation past its expiry reads as
+ * EXPIRED (4) until somebody settles it. */
+#define RESERVATION_COLUMNS                                                                        \
+    "reservation_id::text, session_id, task_id, agent_id, tokens, cost_micros, model,"             \
+    " estimate_id, CASE WHEN state = 1 AND expires_at <= now() THEN 4 ELSE state END,"             \
+    " floor(extract(epoch FROM created_at) * 1000)::int8,"                                         \
+    " floor(extract(epoch FROM expires_at) * 1000)::int8,"                                         \
+    " coalesce(floor(extract(epoch FROM settled_at) * 1000)::int8, 0),"                            \
+    " committed_input_tokens, committed_output_tokens, committed_cache_read_tokens,"               \
+    " committed_cache_write_tokens, committed_cost_micros"
+
+static void read_reservation(PGresult *res, int row, struct cg_reservation *out)
+{
+    memset(out, 0, sizeof *out);
+    cg__pg_copy_str(out->reservation_id, sizeof out->reservation_id, PQgetvalue(res, row, 0));
+    cg__pg_copy_str(out->ids.session_id, sizeof out->ids.session_id, PQgetvalue(res, row, 1));
+    cg__pg_copy_str(out->ids.task_id, sizeof out->ids.task_id, PQgetvalue(res, row, 2));
+    cg__pg_copy_str(out->ids.agent_id, sizeof out->ids.agent_id, PQgetvalue(res, row, 3));
+    out->tokens = cg__pg_parse_i64(PQgetvalue(res, row, 4));
+    out->cost_micros = cg__pg_parse_i64(PQgetvalue(res, row, 5));
+    cg__pg_copy_str(out->model, sizeof out->model, PQgetvalue(res, row, 6));
+    cg__pg_copy_str(out->estimate_id, sizeof out->estimate_id, PQgetvalue(res, row, 7));
+    out->state = (int)cg__pg_parse_i64(PQgetvalue(res, row, 8));
+    out->created_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 9));
+    out->expires_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 10));
+    out->settled_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 11));
+    out->committed.input_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 12));
+    out->committed.output_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 13));
+    out->committed.cache_read_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 14));
+    out->committed.cache_write_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 15));
+    out->committed.cost_micros = cg__pg_parse_i64(PQgetvalue(res, row, 16));
+}
+
+cg_status cg_pg_reservation_insert(struct cg_pg *pg, const char *tenant_id,
+                                   const struct cg_scope_ids *ids, int64_t tokens,
+                                   int64_t cost_micros, const char *model, const char *estimate_id,
+                                   const char *idempotency_key, uint32_t ttl_ms,
+                                   struct cg_reservation *out, struct cg_err *err)
+{
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "reservation_insert", err);
+    char tokens_text[24], cost_text[24], ttl_text[16];
+    snprintf(tokens_text, sizeof tokens_text, "%lld", (long long)tokens);
+    snprintf(cost_text, sizeof cost_text, "%lld", (long long)cost_micros);
+    snprintf(ttl_text, sizeof ttl_text, "%u", (unsigned)ttl_ms);
+    const char *values[] = {tenant_id, ids->session_id, ids->task_id, ids->agent_id,   tokens_text,
+                            cost_text, model,           estimate_id,  idempotency_key, ttl_text};
+    /* A key used before makes this insert do nothing (after waiting for a concurrent
+     * transaction that holds the same key, if any); the earlier reservation is read next.
+     * A unique violation would abort the caller's transaction instead. */
+    PGresult *res = NULL;
+    cg_status rc =
+        cg__pg_run(pg, "reservation_insert",
+                   "INSERT INTO reservations (tenant_id, session_id, task_id, agent_id, tokens,"
+                   " cost_micros, model, estimate_id, idempotency_key, expires_at)"
+                   " VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::int8, $6::int8,"
+                   " $7::text, $8::text, NULLIF($9::text, ''),"
+                   " now() + $10::int8 * interval '1 millisecond')"
+                   " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
+                   " RETURNING " RESERVATION_COLUMNS,
+                   10, values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[scope_depth(ids) - 1]);
+        else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "reservation: invalid value");
+        goto out;
+    }
+    if (PQntuples(res) == 1) {
+        read_reservation(res, 0, out);
+        goto out;
+    }
+    PQclear(res);
+    res = NULL;
+    const char *key_values[] = {tenant_id, idempotency_key};
+    rc = cg__pg_run(pg, "reservation_replay",
+                    "SELECT " RESERVATION_COLUMNS " FROM reservations"
+                    " WHERE tenant_id = $1::uuid AND idempotency_key = $2::text",
+                    2, key_values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK)
+        goto out;
+    if (PQntuples(res) != 1) {
+        /* Only a key released between the two statements gets here: not possible while
+         * rows are never deleted, but not worth a crash. */
+        rc = cg_err_set(err, CG_ABORTED, "conflict with a concurrent change; retry");
+        goto out;
+    }
+    read_reservation(res, 0, out);
+    out->replayed = true;
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_reservation_lock(struct cg_pg *pg, const char *tenant_id,
+                                 const char *reservation_id, struct cg_reservation *out,
+                                 struct cg_err *err)
+{
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "reservation_lock", err);
+    const char *values[] = {tenant_id, reservation_id};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run_one(pg, "reservation_lock",
+                                  "SELECT " RESERVATION_COLUMNS " FROM reservations"
+                                  " WHERE tenant_id = $1::uuid AND reservation_id = $2::uuid"
+                                  " FOR NO KEY UPDATE",
+                                  2, values, 0, "reservation_id: no such reservation", &res, err);
+    if (rc == CG_OK)
+        read_reservation(res, 0, out);
+    PQclear(res);
+    return rc;
+}
+
+static const char *state_name(int state)
+{
+    switch (state) {
+    case 1:
+        return "active";
+    case 2:
+        return "committed";
+    case 3:
+        return "released";
+    case 4:
+        return "expired";
+    default:
+        return "settled";
+    }
+}
+
+cg_status cg_pg_reservation_settle(struct cg_pg *pg, const char *tenant_id,
+                                   const char *reservation_id, int state,
+                                   const struct cg_usage *usage, struct cg_err *err)
+{
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "reservation_settle", err);
+    static const struct cg_usage none;
+    if (usage == NULL)
+        usage = &none;
+    char state_text[8], amounts[5][24];
+    snprintf(state_text, sizeof state_text, "%d", state);
+    snprintf(amounts[0], sizeof amounts[0], "%lld", (long long)usage->input_tokens);
+    snprintf(amounts[1], sizeof amounts[1], "%lld", (long long)usage->output_tokens);
+    snprintf(amounts[2], sizeof amounts[2], "%lld", (long long)usage->cache_read_tokens);
+    snprintf(amounts[3], sizeof amounts[3], "%lld", (long long)usage->cache_write_tokens);
+    snprintf(amounts[4], sizeof amounts[4], "%lld", (long long)usage->cost_micros);
+    const char *values[] = {tenant_id,  reservation_id, state_text, amounts[0],
+                            amounts[1], amounts[2],     amounts[3], amounts[4]};
+    /* Only an ACTIVE reservation moves: settling twice would return its tokens twice. */
+    PGresult *res = NULL;
+    cg_status rc =
+        cg__pg_run(pg, "reservation_settle",
+                   "UPDATE reservations SET state = $3::int2, settled_at = now(),"
+                   " committed_input_tokens = $4::int8, committed_output_tokens = $5::int8,"
+                   " committed_cache_read_tokens = $6::int8,"
+                   " committed_cache_write_tokens = $7::int8, committed_cost_micros = $8::int8"
+                   " WHERE tenant_id = $1::uuid AND reservation_id = $2::uuid AND state = 1"
+                   " RETURNING 1",
+                   8, values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "22P02"))
+            rc = cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
+        else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "usage: invalid value");
+        goto out;
+    }
+    if (PQntuples(res) == 1)
+        goto out;
+    PQclear(res);
+    res = NULL;
+    rc = cg__pg_run_one(pg, "reservation_state",
+                        "SELECT state FROM reservations"
+                        " WHERE tenant_id = $1::uuid AND reservation_id = $2::uuid",
+                        2, values, 0, "reservation_id: no such reservation", &res, err);
+    if (rc == CG_OK)
+        rc = cg_err_set(err, CG_FAILED_PRECONDITION, "reservation_id: already %s",
+                        state_name((int)cg__pg_parse_i64(PQgetvalue(res, 0, 0))));
+out:
+    PQclear(res);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ ledger --- */
+
+cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
+                              const struct cg_scope_ids *ids, const struct cg_usage *usage,
+                              const char *model, const char *idempotency_key,
+                              const char *reservation_id, char *entry_id, struct cg_usage *previous,
+                              char *previous_model, struct cg_err *err)
+{
+    entry_id[0] = '\0';
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "ledger_append", err);
+    char amounts[5][24];
+    snprintf(amounts[0], sizeof amounts[0], "%lld", (long long)usage->input_tokens);
+    snprintf(amounts[1], sizeof amounts[1], "%lld", (long long)usage->output_tokens);
+    snprintf(amounts[2], sizeof amounts[2], "%lld", (long long)usage->cache_read_tokens);
+    snprintf(amounts[3], sizeof amounts[3], "%lld", (long long)usage->cache_write_tokens);
+    snprintf(amounts[4], sizeof amounts[4], "%lld", (long long)usage->cost_micros);
+    const char *values[] = {tenant_id,  ids->session_id, ids->task_id,    ids->agent_id,
+                            amounts[0], amounts[1],      amounts[2],      amounts[3],
+                            amounts[4], model,           idempotency_key, reservation_id};
+    /* ON CONFLICT DO NOTHING rather than a unique violation, which would abort the
+     * caller's transaction: a repeated key is an answer (the first entry), not a failure. */
+    PGresult *res = NULL;
+    cg_status rc =
+        cg__pg_run(pg, "ledger_append",
+                   "INSERT INTO ledger (tenant_id, session_id, task_id, agent_id, input_tokens,"
+                   " output_tokens, cache_read_tokens, cache_write_tokens, cost_micros, model,"
+                   " idempotency_key, reservation_id)"
+                   " VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::int8, $6::int8,"
+                   " $7::int8, $8::int8, $9::int8, $10::text, NULLIF($11::text, ''),"
+                   " NULLIF($12::text, '')::uuid)"
+                   " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
+                   " RETURNING entry_id::text",
+                   12, values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "23505") && strcmp(pg->constraint, "ledger_reservation") == 0)
+            rc = cg_err_set(err, CG_FAILED_PRECONDITION,
+                            "reservation_id: its usage is already in the ledger");
+        else if (cg__pg_sqlstate_is(pg, "23503") &&
+                 strcmp(pg->constraint, "ledger_reservation_exists") == 0)
+            rc = cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
+        else if (cg__pg_sqlstate_is(pg, "23503"))
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[scope_depth(ids) - 1]);
+        else if (cg__pg_sqlstate_is(pg, "22P02"))
+            rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id or reservation_id: not found");
+        else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "usage: invalid value");
+        goto out;
+    }
+    if (PQntuples(res) == 1) {
+        cg__pg_copy_str(entry_id, CG_UUID_LEN + 1, PQgetvalue(res, 0, 0));
+        goto out;
+    }
+    PQclear(res);
+    res = NULL;
+    const char *key_values[] = {tenant_id, idempotency_key};
+    rc = cg__pg_run(pg, "ledger_previous",
+                    "SELECT entry_id::text, input_tokens, output_tokens, cache_read_tokens,"
+                    " cache_write_tokens, cost_micros, model FROM ledger"
+                    " WHERE tenant_id = $1::uuid AND idempotency_key = $2::text",
+                    2, key_values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK)
+        goto out;
+    if (PQntuples(res) != 1) {
+        rc = cg_err_set(err, CG_ABORTED, "conflict with a concurrent change; retry");
+        goto out;
+    }
+    cg__pg_copy_str(entry_id, CG_UUID_LEN + 1, PQgetvalue(res, 0, 0));
+    if (previous != NULL) {
+        previous->input_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 1));
+        previous->output_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 2));
+        previous->cache_read_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 3));
+        previous->cache_write_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 4));
+        previous->cost_micros = cg__pg_parse_i64(PQgetvalue(res, 0, 5));
+    }
+    if (previous_model != NULL)
+        cg__pg_copy_str(previous_model, CG_MODEL_MAX * 4 + 1, PQgetvalue(res, 0, 6));
+    rc = cg_err_set(err, CG_ALREADY_EXISTS, "idempotency_key: already used");
+out:
+    PQclear(res);
+    return rc;
+}

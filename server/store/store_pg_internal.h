@@ -1,0 +1,71 @@
+/* store_pg_internal.h - what the PostgreSQL files of the store share: the connection
+ * object and the statement runner. Private to server/store/store_pg*.c. Not thread-safe:
+ * a cg_pg belongs to one worker.
+ */
+#ifndef CG_STORE_PG_INTERNAL_H
+#define CG_STORE_PG_INTERNAL_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store/store_pg.h"
+
+#define MOD "store_pg"
+
+/* cg__pg_run() flags */
+enum {
+    RUN_READ = 1,   /* idempotent: may be re-sent once on a new connection */
+    RUN_PINNED = 2, /* needs this session (transaction, advisory lock): never reconnect */
+    RUN_SIMPLE = 4, /* simple query protocol, several statements, no parameters */
+};
+
+struct cg_pg {
+    PGconn *conn; /* NULL while not connected */
+    char *dsn;
+    int connect_timeout_ms;
+    int statement_timeout_ms; /* the configured one; 0 means none (migrations) */
+    int session_timeout_ms;   /* what the session has; -1 unknown */
+    int64_t deadline_mono_ms; /* 0: none */
+    char rid[33];
+    char sqlstate[6];    /* of the last statement that failed, "" otherwise */
+    char constraint[64]; /* the constraint it violated, "" otherwise */
+    bool fatal_received; /* the server sent FATAL: it is closing this connection */
+    /* A transaction is open (cg_pg_begin until commit or rollback). It stays set when the
+     * connection is lost, so that later statements fail instead of running outside it. */
+    bool in_tx;
+    bool timeout_set_in_tx; /* statement_timeout changed inside it: a rollback undoes that */
+};
+
+/* The request id of the current call, for log lines ("" when none). */
+const char *cg__pg_rid(const struct cg_pg *pg);
+
+/* Copies src into dst (cap bytes), truncating. */
+void cg__pg_copy_str(char *dst, size_t cap, const char *src);
+
+/* A decimal int64 from PostgreSQL's text output (0 for NULL or garbage). */
+int64_t cg__pg_parse_i64(const char *s);
+
+/* Decodes PostgreSQL's bytea hex output of exactly n bytes. */
+bool cg__pg_decode_bytea_hex(const char *s, uint8_t *out, size_t n);
+
+/* Whether the last failed statement had this SQLSTATE. */
+bool cg__pg_sqlstate_is(const struct cg_pg *pg, const char *state);
+
+/* Runs one statement (see store_pg.c for deadlines, reconnection and the flags). On CG_OK
+ * *out holds the result, which the caller PQclears; on error *out is NULL and err says
+ * what the client may see (SQL details go to the log). */
+cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int nparams,
+                     const char *const *values, const int *lengths, const int *formats, int flags,
+                     PGresult **out, struct cg_err *err);
+
+/* cg__pg_run for a statement that names one row by its key: an id PostgreSQL cannot parse
+ * (22P02) and no row are both CG_NOT_FOUND with `missing` as the message. */
+cg_status cg__pg_run_one(struct cg_pg *pg, const char *label, const char *sql, int nparams,
+                         const char *const *values, int flags, const char *missing, PGresult **out,
+                         struct cg_err *err);
+
+/* CG_INTERNAL (and a log line) when no transaction is open for `what`. */
+cg_status cg__pg_not_in_tx(struct cg_pg *pg, const char *what, struct cg_err *err);
+
+#endif

@@ -1,0 +1,244 @@
+/* store_pg_tenants.c - tenants and API keys in PostgreSQL. See store_pg.c for how statements run.
+ */
+#include "store/store_pg_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+
+/* ------------------------------------------------------------------ tenants --- */
+
+#define TENANT_COLUMNS                                                                             \
+    "tenant_id::text, name, time_zone, floor(extract(epoch FROM created_at) * 1000)::int8"
+
+static void read_tenant(PGresult *res, int row, struct cg_tenant *out)
+{
+    cg__pg_copy_str(out->tenant_id, sizeof out->tenant_id, PQgetvalue(res, row, 0));
+    cg__pg_copy_str(out->name, sizeof out->name, PQgetvalue(res, row, 1));
+    cg__pg_copy_str(out->time_zone, sizeof out->time_zone, PQgetvalue(res, row, 2));
+    out->created_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 3));
+}
+
+cg_status cg_pg_tenant_create(struct cg_pg *pg, const char *name, const char *time_zone,
+                              struct cg_tenant *out, struct cg_err *err)
+{
+    /* The time zone must be one PostgreSQL lists by name: abbreviations and POSIX offsets
+     * that AT TIME ZONE would also take are not what calendar-aligned resets need. */
+    const char *values[] = {name, time_zone};
+    PGresult *res = NULL;
+    cg_status rc =
+        cg__pg_run(pg, "tenant_create",
+                   "INSERT INTO tenants (name, time_zone)"
+                   " SELECT $1::text, $2::text"
+                   " WHERE EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $2::text)"
+                   " RETURNING " TENANT_COLUMNS,
+                   2, values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "name or time_zone: invalid value");
+        goto out;
+    }
+    if (PQntuples(res) != 1) {
+        rc = cg_err_set(err, CG_INVALID_ARGUMENT,
+                        "time_zone: not a time zone name PostgreSQL knows (IANA, e.g. "
+                        "Europe/Paris)");
+        goto out;
+    }
+    read_tenant(res, 0, out);
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_tenant_get(struct cg_pg *pg, const char *tenant_id, struct cg_tenant *out,
+                           struct cg_err *err)
+{
+    const char *values[] = {tenant_id};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run_one(
+        pg, "tenant_get", "SELECT " TENANT_COLUMNS " FROM tenants WHERE tenant_id = $1::uuid", 1,
+        values, RUN_READ, "tenant_id: no such tenant", &res, err);
+    if (rc == CG_OK)
+        read_tenant(res, 0, out);
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_tenant_list(struct cg_pg *pg, const char *after_id, int limit,
+                            struct cg_tenant *out, int *count, bool *more, struct cg_err *err)
+{
+    /* One row more than asked tells whether another page exists. */
+    char limit_text[16];
+    snprintf(limit_text, sizeof limit_text, "%d", limit + 1);
+    PGresult *res = NULL;
+    cg_status rc;
+    *count = 0;
+    *more = false;
+    if (after_id[0] == '\0') {
+        const char *values[] = {limit_text};
+        rc = cg__pg_run(pg, "tenant_list",
+                        "SELECT " TENANT_COLUMNS " FROM tenants"
+                        " ORDER BY created_at, tenant_id LIMIT $1::int",
+                        1, values, NULL, NULL, RUN_READ, &res, err);
+    } else {
+        const char *values[] = {after_id, limit_text};
+        rc = cg__pg_run(
+            pg, "tenant_list_after",
+            "SELECT " TENANT_COLUMNS " FROM tenants t"
+            " WHERE (t.created_at, t.tenant_id) >"
+            "  (SELECT a.created_at, a.tenant_id FROM tenants a WHERE a.tenant_id = $1::uuid)"
+            " ORDER BY t.created_at, t.tenant_id LIMIT $2::int",
+            2, values, NULL, NULL, RUN_READ, &res, err);
+    }
+    if (rc != CG_OK)
+        goto out;
+    int rows = PQntuples(res);
+    if (rows == 0 && after_id[0] != '\0') {
+        /* An empty page after an id that names no tenant would silently end the listing. */
+        struct cg_tenant anchor;
+        rc = cg_pg_tenant_get(pg, after_id, &anchor, err);
+        if (rc == CG_NOT_FOUND)
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "after_id: no such tenant");
+        goto out;
+    }
+    *more = rows > limit;
+    *count = rows > limit ? limit : rows;
+    for (int i = 0; i < *count; i++)
+        read_tenant(res, i, &out[i]);
+out:
+    PQclear(res);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ API keys --- */
+
+#define KEY_COLUMNS                                                                                \
+    "tenant_id::text, key_id, name, floor(extract(epoch FROM created_at) * 1000)::int8,"           \
+    " coalesce(floor(extract(epoch FROM revoked_at) * 1000)::int8, 0)"
+
+static void read_key(PGresult *res, int row, struct cg_api_key *out)
+{
+    cg__pg_copy_str(out->tenant_id, sizeof out->tenant_id, PQgetvalue(res, row, 0));
+    cg__pg_copy_str(out->key_id, sizeof out->key_id, PQgetvalue(res, row, 1));
+    cg__pg_copy_str(out->name, sizeof out->name, PQgetvalue(res, row, 2));
+    out->created_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 3));
+    out->revoked_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 4));
+}
+
+cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *key_id,
+                           const uint8_t secret_hash[32], const char *name, struct cg_api_key *out,
+                           struct cg_err *err)
+{
+    const char *values[] = {tenant_id, key_id, (const char *)secret_hash, name};
+    const int lengths[] = {0, 0, 32, 0};
+    const int formats[] = {0, 0, 1, 0}; /* the hash goes as binary bytea */
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(pg, "key_create",
+                              "INSERT INTO api_keys (tenant_id, key_id, secret_hash, name)"
+                              " VALUES ($1::uuid, $2::text, $3::bytea, $4::text)"
+                              " RETURNING " KEY_COLUMNS,
+                              4, values, lengths, formats, 0, &res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
+            rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        else if (cg__pg_sqlstate_is(pg, "23505"))
+            rc = cg_err_set(err, CG_ALREADY_EXISTS, "key_id: the tenant already has this key");
+        else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "key_id or name: invalid value");
+        goto out;
+    }
+    if (PQntuples(res) != 1) {
+        rc = cg_err_set(err, CG_INTERNAL, "storage error");
+        goto out;
+    }
+    read_key(res, 0, out);
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit, struct cg_api_key *out,
+                         int *count, struct cg_err *err)
+{
+    char limit_text[16];
+    snprintf(limit_text, sizeof limit_text, "%d", limit);
+    const char *values[] = {tenant_id, limit_text};
+    PGresult *res = NULL;
+    *count = 0;
+    /* The outer row for the tenant tells "no such tenant" from "no keys" in one query; the
+     * join stays within one tenant. */
+    cg_status rc =
+        cg__pg_run(pg, "key_list",
+                   "SELECT k.tenant_id::text, k.key_id, k.name, k.created_ms, k.revoked_ms"
+                   " FROM tenants t LEFT JOIN LATERAL ("
+                   "  SELECT " KEY_COLUMNS ", created_at AS created"
+                   "  FROM api_keys"
+                   "  WHERE api_keys.tenant_id = t.tenant_id"
+                   "  ORDER BY created_at DESC, key_id DESC LIMIT $2::int"
+                   " ) AS k (tenant_id, key_id, name, created_ms, revoked_ms, created) ON true"
+                   " WHERE t.tenant_id = $1::uuid"
+                   " ORDER BY k.created DESC, k.key_id DESC",
+                   2, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "22P02"))
+            rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        goto out;
+    }
+    int rows = PQntuples(res);
+    if (rows == 0) {
+        rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        goto out;
+    }
+    for (int i = 0; i < rows && *count < limit; i++) {
+        if (PQgetisnull(res, i, 1))
+            continue; /* the tenant without keys */
+        read_key(res, i, &out[(*count)++]);
+    }
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_key_revoke(struct cg_pg *pg, const char *tenant_id, const char *key_id,
+                           struct cg_api_key *out, struct cg_err *err)
+{
+    const char *values[] = {tenant_id, key_id};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run_one(pg, "key_revoke",
+                                  "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())"
+                                  " WHERE tenant_id = $1::uuid AND key_id = $2::text"
+                                  " RETURNING " KEY_COLUMNS,
+                                  2, values, 0, "key_id: no such key", &res, err);
+    if (rc == CG_OK)
+        read_key(res, 0, out);
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_key_lookup(struct cg_pg *pg, const char *tenant_id, const char *key_id,
+                           struct cg_key_auth *out, struct cg_err *err)
+{
+    const char *values[] = {tenant_id, key_id};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run_one(pg, "key_lookup",
+                                  "SELECT t.name, k.secret_hash, k.revoked_at IS NOT NULL"
+                                  " FROM api_keys k JOIN tenants t ON t.tenant_id = k.tenant_id"
+                                  " WHERE k.tenant_id = $1::uuid AND t.tenant_id = $1::uuid"
+                                  " AND k.key_id = $2::text",
+                                  2, values, RUN_READ, "key_id: no such key", &res, err);
+    if (rc != CG_OK)
+        goto out;
+    if (!cg__pg_decode_bytea_hex(PQgetvalue(res, 0, 1), out->secret_hash,
+                                 sizeof out->secret_hash)) {
+        cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg), "key_lookup: secret_hash is not 32 bytes");
+        rc = cg_err_set(err, CG_INTERNAL, "storage error");
+        goto out;
+    }
+    cg__pg_copy_str(out->tenant_name, sizeof out->tenant_name, PQgetvalue(res, 0, 0));
+    out->revoked = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
+out:
+    PQclear(res);
+    return rc;
+}
