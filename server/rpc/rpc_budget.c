@@ -8,7 +8,7 @@
  * mode, resets, allocation from the parent, store-failure policies other than failing
  * closed, presets) are refused with UNIMPLEMENTED rather than stored and ignored.
  */
-#include "rpc/rpc_handlers.h"
+#include "rpc/rpc_budget.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,7 +19,6 @@
 #include "core/utf8.h"
 #include "ctxguard/v1/budget.pb-c.h"
 
-#define TOKENS_PER_CALL_MAX 100000000LL
 #define DEFAULT_WARNING 0.8
 #define DEFAULT_RESERVATION_TTL_MS 300000u
 #define RESERVATION_TTL_MIN_MS 1000u
@@ -52,7 +51,7 @@ static cg_status check_id(struct cg_rpc_call *call, const char *field, const cha
 }
 
 /* Reads a Scope into ids and its level. A NULL scope is the tenant. */
-static cg_status scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
+cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
                           struct cg_scope_ids *ids, int *level)
 {
     memset(ids, 0, sizeof *ids);
@@ -80,7 +79,7 @@ static cg_status scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *s
     return CG_OK;
 }
 
-static cg_status check_count(struct cg_rpc_call *call, const char *field, int64_t v, int64_t max)
+cg_status cg_rpc_check_count(struct cg_rpc_call *call, const char *field, int64_t v, int64_t max)
 {
     if (v < 0 || v > max)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
@@ -89,7 +88,7 @@ static cg_status check_count(struct cg_rpc_call *call, const char *field, int64_
     return CG_OK;
 }
 
-static cg_status check_text(struct cg_rpc_call *call, const char *field, const char *value,
+cg_status cg_rpc_check_text(struct cg_rpc_call *call, const char *field, const char *value,
                             size_t max_bytes)
 {
     if (strlen(value) > max_bytes)
@@ -103,7 +102,7 @@ static cg_status check_text(struct cg_rpc_call *call, const char *field, const c
 }
 
 /* Idempotency keys: 1..128 printable ASCII characters (empty allowed when optional). */
-static cg_status check_key(struct cg_rpc_call *call, const char *field, const char *value,
+cg_status cg_rpc_check_key(struct cg_rpc_call *call, const char *field, const char *value,
                            bool required)
 {
     size_t len = strlen(value);
@@ -121,24 +120,27 @@ static cg_status check_key(struct cg_rpc_call *call, const char *field, const ch
     return CG_OK;
 }
 
-static cg_status usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsage *u,
+cg_status cg_rpc_usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsage *u,
                           struct cg_usage *out)
 {
     if (u == NULL)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'usage' is required");
-    cg_status st = check_count(call, "usage.input_tokens", u->input_tokens, TOKENS_PER_CALL_MAX);
+    cg_status st =
+        cg_rpc_check_count(call, "usage.input_tokens", u->input_tokens, CG_TOKENS_PER_CALL_MAX);
     if (st == CG_OK)
-        st = check_count(call, "usage.output_tokens", u->output_tokens, TOKENS_PER_CALL_MAX);
+        st = cg_rpc_check_count(call, "usage.output_tokens", u->output_tokens,
+                                CG_TOKENS_PER_CALL_MAX);
     if (st == CG_OK)
-        st =
-            check_count(call, "usage.cache_read_tokens", u->cache_read_tokens, TOKENS_PER_CALL_MAX);
+        st = cg_rpc_check_count(call, "usage.cache_read_tokens", u->cache_read_tokens,
+                                CG_TOKENS_PER_CALL_MAX);
     if (st == CG_OK)
-        st = check_count(call, "usage.cache_write_tokens", u->cache_write_tokens,
-                         TOKENS_PER_CALL_MAX);
+        st = cg_rpc_check_count(call, "usage.cache_write_tokens", u->cache_write_tokens,
+                                CG_TOKENS_PER_CALL_MAX);
     if (st == CG_OK)
-        st = check_count(call, "usage.cost_micros", u->cost_micros, CG_LIMIT_MAX);
+        st = cg_rpc_check_count(call, "usage.cost_micros", u->cost_micros, CG_LIMIT_MAX);
     if (st == CG_OK)
-        st = check_count(call, "usage.reasoning_tokens", u->reasoning_tokens, u->output_tokens);
+        st = cg_rpc_check_count(call, "usage.reasoning_tokens", u->reasoning_tokens,
+                                u->output_tokens);
     if (st != CG_OK)
         return st;
     out->input_tokens = u->input_tokens;
@@ -161,7 +163,7 @@ static int64_t usage_tokens(const struct cg_usage *u)
 
 /* ---------------------------------------------------------------- conversions ----- */
 
-static void level_from_row(const struct cg_budget_row *row, struct cg_budget_level *out)
+void cg_rpc_level_from_row(const struct cg_budget_row *row, struct cg_budget_level *out)
 {
     memset(out, 0, sizeof *out);
     out->level = (cg_level)row->level;
@@ -183,17 +185,17 @@ static void level_from_row(const struct cg_budget_row *row, struct cg_budget_lev
     out->reserved_cost_micros = row->reserved_cost_micros;
 }
 
-static void decide(const struct cg_budget_row *rows, int n, int64_t tokens, int64_t cost,
+void cg_rpc_decide(const struct cg_budget_row *rows, int n, int64_t tokens, int64_t cost,
                    struct cg_budget_result *out)
 {
     struct cg_budget_level levels[CG_PATH_MAX];
     for (int i = 0; i < n; i++)
-        level_from_row(&rows[i], &levels[i]);
+        cg_rpc_level_from_row(&rows[i], &levels[i]);
     cg_budget_decide(levels, n, tokens, cost, out);
 }
 
 /* The Scope message of a path level: the ids down to that level. */
-static Ctxguard__V1__Scope *scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
+Ctxguard__V1__Scope *cg_rpc_scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
 {
     Ctxguard__V1__Scope *s = NEW(call, Ctxguard__V1__Scope, ctxguard__v1__scope__init);
     if (s == NULL)
@@ -244,10 +246,10 @@ static Ctxguard__V1__BudgetSettings *settings_out(struct cg_rpc_call *call,
     return s->description ? s : NULL;
 }
 
-static Ctxguard__V1__Budget *budget_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
+Ctxguard__V1__Budget *cg_rpc_budget_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
 {
     Ctxguard__V1__Budget *b = NEW(call, Ctxguard__V1__Budget, ctxguard__v1__budget__init);
-    if (b == NULL || (b->scope = scope_out(call, row)) == NULL)
+    if (b == NULL || (b->scope = cg_rpc_scope_out(call, row)) == NULL)
         return NULL;
     b->level = (Ctxguard__V1__ScopeLevel)row->level;
     if (row->has_budget && (b->settings = settings_out(call, row)) == NULL)
@@ -262,13 +264,13 @@ static Ctxguard__V1__Budget *budget_out(struct cg_rpc_call *call, const struct c
     return b->updated_by_key_id ? b : NULL;
 }
 
-static Ctxguard__V1__LevelStatus *level_status(struct cg_rpc_call *call,
+Ctxguard__V1__LevelStatus *cg_rpc_level_status(struct cg_rpc_call *call,
                                                const struct cg_budget_row *row,
                                                const struct cg_level_verdict *v)
 {
     Ctxguard__V1__LevelStatus *l =
         NEW(call, Ctxguard__V1__LevelStatus, ctxguard__v1__level_status__init);
-    if (l == NULL || (l->scope = scope_out(call, row)) == NULL)
+    if (l == NULL || (l->scope = cg_rpc_scope_out(call, row)) == NULL)
         return NULL;
     l->level = (Ctxguard__V1__ScopeLevel)row->level;
     l->has_budget = row->has_budget;
@@ -291,7 +293,7 @@ static Ctxguard__V1__LevelStatus *level_status(struct cg_rpc_call *call,
 }
 
 /* levels[] and their count for a reply, from rows and a result. */
-static cg_status levels_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
+cg_status cg_rpc_levels_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
                             const struct cg_budget_result *r, Ctxguard__V1__LevelStatus ***out,
                             size_t *nout)
 {
@@ -299,7 +301,7 @@ static cg_status levels_out(struct cg_rpc_call *call, const struct cg_budget_row
     if (*out == NULL)
         return OOM(call);
     for (int i = 0; i < n; i++)
-        if (((*out)[i] = level_status(call, &rows[i], &r->levels[i])) == NULL)
+        if (((*out)[i] = cg_rpc_level_status(call, &rows[i], &r->levels[i])) == NULL)
             return OOM(call);
     *nout = (size_t)n;
     return CG_OK;
@@ -321,7 +323,7 @@ static const struct {
      "a backpressure tier is reached"},
 };
 
-static cg_status reasons_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
+cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
                              const struct cg_budget_result *r, Ctxguard__V1__DecisionReason ***out,
                              size_t *nout)
 {
@@ -380,24 +382,24 @@ static cg_status deny(struct cg_rpc_call *call, const struct cg_budget_row *rows
 
 /* ---------------------------------------------------------------- transactions ---- */
 
-static cg_status store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                             const struct cg_err *serr)
 {
     cg_store_rollback(env->store);
     return cg_rpc_store_error(call, serr);
 }
 
-static cg_status begin(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
+cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
 {
     cg_err_clear(serr);
     cg_status st = cg_store_begin(env->store, serr);
     return st == CG_OK ? CG_OK : cg_rpc_store_error(call, serr);
 }
 
-static cg_status commit(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
+cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
 {
     cg_status st = cg_store_commit(env->store, serr);
-    return st == CG_OK ? CG_OK : store_fail(call, env, serr);
+    return st == CG_OK ? CG_OK : cg_rpc_store_fail(call, env, serr);
 }
 
 /* ---------------------------------------------------------------- SetBudget ------- */
@@ -512,7 +514,7 @@ CG_HANDLER(cg_rpc_budget_set)
     struct cg_budget_row row;
     memset(&row, 0, sizeof row);
     int level;
-    cg_status st = scope_in(call, req->scope, &row.ids, &level);
+    cg_status st = cg_rpc_scope_in(call, req->scope, &row.ids, &level);
     if (st == CG_OK)
         st = settings_in(call, req->settings, level, &row);
     if (st == CG_OK && req->expected_version < 0)
@@ -522,24 +524,24 @@ CG_HANDLER(cg_rpc_budget_set)
         return st;
 
     struct cg_err serr;
-    if ((st = begin(call, env, &serr)) != CG_OK)
+    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
     st = cg_store_path_read(env->store, call->principal.tenant_id, &row.ids, true, true, path, &n,
                             &serr);
     if (st != CG_OK)
-        return store_fail(call, env, &serr);
+        return cg_rpc_store_fail(call, env, &serr);
 
     /* Nesting: under the parent's limit, and above every existing child's is not checked
      * here (children are capped at their own limits; the parent's is the stricter). */
     struct cg_budget_level mine, parent;
-    level_from_row(&row, &mine);
+    cg_rpc_level_from_row(&row, &mine);
     int parent_index = level - 2; /* path[level-1] is this scope when it exists */
     for (int i = parent_index; i >= 0; i--) {
         if (!path[i].has_budget)
             continue;
-        level_from_row(&path[i], &parent);
+        cg_rpc_level_from_row(&path[i], &parent);
         if (cg_budget_check_nesting(&parent, &mine, &call->err) != CG_OK) {
             cg_store_rollback(env->store);
             call->err.code = CG_INVALID_ARGUMENT;
@@ -553,13 +555,13 @@ CG_HANDLER(cg_rpc_budget_set)
     st = cg_store_budget_put(env->store, call->principal.tenant_id, &row, req->expected_version,
                              call->principal.key_id, &stored, &created, &serr);
     if (st != CG_OK)
-        return store_fail(call, env, &serr);
-    if ((st = commit(call, env, &serr)) != CG_OK)
+        return cg_rpc_store_fail(call, env, &serr);
+    if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
         return st;
 
     Ctxguard__V1__SetBudgetResponse *resp =
         NEW(call, Ctxguard__V1__SetBudgetResponse, ctxguard__v1__set_budget_response__init);
-    if (resp == NULL || (resp->budget = budget_out(call, &stored)) == NULL)
+    if (resp == NULL || (resp->budget = cg_rpc_budget_out(call, &stored)) == NULL)
         return OOM(call);
     resp->created = created;
     *response = &resp->base;
@@ -569,18 +571,18 @@ CG_HANDLER(cg_rpc_budget_set)
 /* ---------------------------------------------------------------- reads ----------- */
 
 /* Reads the path of scope in a short transaction (no locks). */
-static cg_status read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                            const struct cg_scope_ids *ids, struct cg_budget_row *path, int *n)
 {
     struct cg_err serr;
-    cg_status st = begin(call, env, &serr);
+    cg_status st = cg_rpc_begin(call, env, &serr);
     if (st != CG_OK)
         return st;
     st = cg_store_path_read(env->store, call->principal.tenant_id, ids, false, false, path, n,
                             &serr);
     if (st != CG_OK)
-        return store_fail(call, env, &serr);
-    return commit(call, env, &serr);
+        return cg_rpc_store_fail(call, env, &serr);
+    return cg_rpc_commit(call, env, &serr);
 }
 
 CG_HANDLER(cg_rpc_budget_get)
@@ -588,26 +590,26 @@ CG_HANDLER(cg_rpc_budget_get)
     const Ctxguard__V1__GetBudgetRequest *req = (const Ctxguard__V1__GetBudgetRequest *)request;
     struct cg_scope_ids ids;
     int level;
-    cg_status st = scope_in(call, req->scope, &ids, &level);
+    cg_status st = cg_rpc_scope_in(call, req->scope, &ids, &level);
     if (st != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    if ((st = read_path(call, env, &ids, path, &n)) != CG_OK)
+    if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
         return st;
     const struct cg_budget_row *row = &path[n - 1];
     if (!row->has_budget)
         return cg_err_set(&call->err, CG_NOT_FOUND, "the %s has no budget",
                           cg_level_name((cg_level)level));
     struct cg_budget_result r;
-    decide(path, n, 0, 0, &r);
+    cg_rpc_decide(path, n, 0, 0, &r);
 
     Ctxguard__V1__GetBudgetResponse *resp =
         NEW(call, Ctxguard__V1__GetBudgetResponse, ctxguard__v1__get_budget_response__init);
     Ctxguard__V1__ScopeUsage *u =
         NEW(call, Ctxguard__V1__ScopeUsage, ctxguard__v1__scope_usage__init);
-    if (resp == NULL || u == NULL || (resp->budget = budget_out(call, row)) == NULL ||
-        (u->scope = scope_out(call, row)) == NULL)
+    if (resp == NULL || u == NULL || (resp->budget = cg_rpc_budget_out(call, row)) == NULL ||
+        (u->scope = cg_rpc_scope_out(call, row)) == NULL)
         return OOM(call);
     u->level = (Ctxguard__V1__ScopeLevel)row->level;
     u->has_budget = true;
@@ -625,7 +627,7 @@ CG_HANDLER(cg_rpc_budget_get)
     return CG_OK;
 }
 
-static cg_status check_delay_mode(struct cg_rpc_call *call, int mode)
+cg_status cg_rpc_check_delay_mode(struct cg_rpc_call *call, int mode)
 {
     if (mode < 0 || mode > CTXGUARD__V1__DELAY_MODE__DELAY_MODE_RETURN_ONLY)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'delay_mode': unknown value %d",
@@ -634,7 +636,7 @@ static cg_status check_delay_mode(struct cg_rpc_call *call, int mode)
 }
 
 /* Holds the reply for the backpressure delay unless the caller asked for RETURN_ONLY. */
-static uint32_t hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms)
+uint32_t cg_rpc_hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms)
 {
     if (delay_mode == CTXGUARD__V1__DELAY_MODE__DELAY_MODE_RETURN_ONLY)
         return 0;
@@ -647,24 +649,25 @@ CG_HANDLER(cg_rpc_budget_check)
     const Ctxguard__V1__CheckBudgetRequest *req = (const Ctxguard__V1__CheckBudgetRequest *)request;
     struct cg_scope_ids ids;
     int level;
-    cg_status st = scope_in(call, req->scope, &ids, &level);
+    cg_status st = cg_rpc_scope_in(call, req->scope, &ids, &level);
     if (st == CG_OK)
-        st = check_count(call, "estimated_tokens", req->estimated_tokens, TOKENS_PER_CALL_MAX);
+        st = cg_rpc_check_count(call, "estimated_tokens", req->estimated_tokens,
+                                CG_TOKENS_PER_CALL_MAX);
     if (st == CG_OK)
-        st = check_count(call, "estimated_output_tokens", req->estimated_output_tokens,
-                         req->estimated_tokens);
+        st = cg_rpc_check_count(call, "estimated_output_tokens", req->estimated_output_tokens,
+                                req->estimated_tokens);
     if (st == CG_OK)
-        st = check_text(call, "model", req->model, CG_MODEL_MAX);
+        st = cg_rpc_check_text(call, "model", req->model, CG_MODEL_MAX);
     if (st == CG_OK)
-        st = check_delay_mode(call, req->delay_mode);
+        st = cg_rpc_check_delay_mode(call, req->delay_mode);
     if (st != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    if ((st = read_path(call, env, &ids, path, &n)) != CG_OK)
+    if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
         return st;
     struct cg_budget_result r;
-    decide(path, n, req->estimated_tokens, 0, &r);
+    cg_rpc_decide(path, n, req->estimated_tokens, 0, &r);
 
     Ctxguard__V1__CheckBudgetResponse *resp =
         NEW(call, Ctxguard__V1__CheckBudgetResponse, ctxguard__v1__check_budget_response__init);
@@ -672,9 +675,9 @@ CG_HANDLER(cg_rpc_budget_check)
         return OOM(call);
     resp->decision = (Ctxguard__V1__Decision)r.decision;
     resp->backpressure_delay_ms = r.delay_ms;
-    resp->delay_held_ms = hold(call, req->delay_mode, r.delay_ms);
-    if ((st = levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK ||
-        (st = reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) != CG_OK)
+    resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, r.delay_ms);
+    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK ||
+        (st = cg_rpc_reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) != CG_OK)
         return st;
     if (r.tightest >= 0) {
         resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
@@ -689,7 +692,7 @@ CG_HANDLER(cg_rpc_budget_check)
 
 /* ---------------------------------------------------------------- reservations ---- */
 
-static Ctxguard__V1__TokenUsage *usage_out(struct cg_rpc_call *call, const struct cg_usage *u)
+Ctxguard__V1__TokenUsage *cg_rpc_usage_out(struct cg_rpc_call *call, const struct cg_usage *u)
 {
     Ctxguard__V1__TokenUsage *t =
         NEW(call, Ctxguard__V1__TokenUsage, ctxguard__v1__token_usage__init);
@@ -714,7 +717,7 @@ static Ctxguard__V1__Reservation *reservation_out(struct cg_rpc_call *call,
     memset(&ids_row, 0, sizeof ids_row);
     ids_row.ids = res->ids;
     r->reservation_id = cg_arena_strdup(call->arena, res->reservation_id);
-    r->scope = scope_out(call, &ids_row);
+    r->scope = cg_rpc_scope_out(call, &ids_row);
     r->tokens = res->tokens;
     r->estimated_cost_micros = res->cost_micros;
     r->model = cg_arena_strdup(call->arena, res->model);
@@ -724,7 +727,7 @@ static Ctxguard__V1__Reservation *reservation_out(struct cg_rpc_call *call,
     r->expires_at_unix_ms = res->expires_at_ms;
     r->settled_at_unix_ms = res->settled_at_ms;
     if (res->state == CTXGUARD__V1__RESERVATION_STATE__RESERVATION_STATE_COMMITTED &&
-        (r->committed_usage = usage_out(call, &res->committed)) == NULL)
+        (r->committed_usage = cg_rpc_usage_out(call, &res->committed)) == NULL)
         return NULL;
     if (!r->reservation_id || !r->scope || !r->model || !r->estimate_id)
         return NULL;
@@ -736,38 +739,38 @@ CG_HANDLER(cg_rpc_budget_reserve)
     const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)request;
     struct cg_scope_ids ids;
     int level;
-    cg_status st = scope_in(call, req->scope, &ids, &level);
-    if (st == CG_OK && (req->tokens < 1 || req->tokens > TOKENS_PER_CALL_MAX))
+    cg_status st = cg_rpc_scope_in(call, req->scope, &ids, &level);
+    if (st == CG_OK && (req->tokens < 1 || req->tokens > CG_TOKENS_PER_CALL_MAX))
         st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                         "field 'tokens' must be between 1 and %lld (got %lld)",
-                        (long long)TOKENS_PER_CALL_MAX, (long long)req->tokens);
+                        (long long)CG_TOKENS_PER_CALL_MAX, (long long)req->tokens);
     if (st == CG_OK)
-        st =
-            check_count(call, "estimated_output_tokens", req->estimated_output_tokens, req->tokens);
+        st = cg_rpc_check_count(call, "estimated_output_tokens", req->estimated_output_tokens,
+                                req->tokens);
     if (st == CG_OK)
-        st = check_text(call, "model", req->model, CG_MODEL_MAX);
+        st = cg_rpc_check_text(call, "model", req->model, CG_MODEL_MAX);
     if (st == CG_OK && req->ttl_ms != 0 &&
         (req->ttl_ms < RESERVATION_TTL_MIN_MS || req->ttl_ms > RESERVATION_TTL_MAX_MS))
         st = cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'ttl_ms' must be between %u and %u",
                         RESERVATION_TTL_MIN_MS, RESERVATION_TTL_MAX_MS);
     if (st == CG_OK)
-        st = check_key(call, "idempotency_key", req->idempotency_key, false);
+        st = cg_rpc_check_key(call, "idempotency_key", req->idempotency_key, false);
     if (st == CG_OK)
-        st = check_key(call, "estimate_id", req->estimate_id, false);
+        st = cg_rpc_check_key(call, "estimate_id", req->estimate_id, false);
     if (st == CG_OK)
-        st = check_delay_mode(call, req->delay_mode);
+        st = cg_rpc_check_delay_mode(call, req->delay_mode);
     if (st != CG_OK)
         return st;
 
     struct cg_err serr;
-    if ((st = begin(call, env, &serr)) != CG_OK)
+    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
     st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, path, &n,
                             &serr);
     if (st != CG_OK)
-        return store_fail(call, env, &serr);
+        return cg_rpc_store_fail(call, env, &serr);
 
     uint32_t ttl = req->ttl_ms ? req->ttl_ms : path[n - 1].reservation_ttl_ms;
     if (ttl == 0)
@@ -777,7 +780,7 @@ CG_HANDLER(cg_rpc_budget_reserve)
                                      req->model, req->estimate_id, req->idempotency_key, ttl, &res,
                                      &serr);
     if (st != CG_OK)
-        return store_fail(call, env, &serr);
+        return cg_rpc_store_fail(call, env, &serr);
 
     struct cg_budget_result r;
     Ctxguard__V1__ReserveResponse *resp =
@@ -788,13 +791,13 @@ CG_HANDLER(cg_rpc_budget_reserve)
     }
     if (res.replayed) {
         /* The first Reserve with this key already held the tokens: answer it again. */
-        if ((st = commit(call, env, &serr)) != CG_OK)
+        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
-        decide(path, n, 0, 0, &r);
+        cg_rpc_decide(path, n, 0, 0, &r);
         resp->replayed = true;
         resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW;
     } else {
-        decide(path, n, req->tokens, 0, &r);
+        cg_rpc_decide(path, n, req->tokens, 0, &r);
         if (r.decision == CG_DECISION_DENY) {
             cg_store_rollback(env->store);
             return deny(call, path, n, &r, req->tokens);
@@ -802,24 +805,24 @@ CG_HANDLER(cg_rpc_budget_reserve)
         st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, req->tokens, 0, 0,
                                &serr);
         if (st != CG_OK)
-            return store_fail(call, env, &serr);
-        if ((st = commit(call, env, &serr)) != CG_OK)
+            return cg_rpc_store_fail(call, env, &serr);
+        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
         resp->decision = (Ctxguard__V1__Decision)r.decision;
         resp->backpressure_delay_ms = r.delay_ms;
-        resp->delay_held_ms = hold(call, req->delay_mode, r.delay_ms);
-        if ((st = reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) != CG_OK)
+        resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, r.delay_ms);
+        if ((st = cg_rpc_reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) != CG_OK)
             return st;
         if (r.tightest >= 0) {
             resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
             resp->tightest_ratio = r.tightest_ratio;
         }
         /* Levels after the hold. */
-        decide(path, n, 0, 0, &r);
+        cg_rpc_decide(path, n, 0, 0, &r);
     }
     if ((resp->reservation = reservation_out(call, &res)) == NULL)
         return OOM(call);
-    if ((st = levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
+    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
         return st;
     *response = &resp->base;
     return CG_OK;
@@ -829,7 +832,7 @@ static cg_status check_reservation_id(struct cg_rpc_call *call, const char *id)
 {
     if (id[0] == '\0')
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'reservation_id' is required");
-    return check_text(call, "reservation_id", id, CG_UUID_LEN);
+    return cg_rpc_check_text(call, "reservation_id", id, CG_UUID_LEN);
 }
 
 /* Settles an ACTIVE reservation found past its expiry: its tokens return to the pool. */
@@ -855,13 +858,13 @@ CG_HANDLER(cg_rpc_budget_release)
     if (st != CG_OK)
         return st;
     struct cg_err serr;
-    if ((st = begin(call, env, &serr)) != CG_OK)
+    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_reservation res;
     st = cg_store_reservation_lock(env->store, call->principal.tenant_id, req->reservation_id, &res,
                                    &serr);
     if (st != CG_OK)
-        return store_fail(call, env, &serr);
+        return cg_rpc_store_fail(call, env, &serr);
 
     Ctxguard__V1__ReleaseResponse *resp =
         NEW(call, Ctxguard__V1__ReleaseResponse, ctxguard__v1__release_response__init);
@@ -883,7 +886,7 @@ CG_HANDLER(cg_rpc_budget_release)
                                              res.reservation_id, res.state == 1 ? 3 : 4, NULL,
                                              &serr);
         if (st != CG_OK)
-            return store_fail(call, env, &serr);
+            return cg_rpc_store_fail(call, env, &serr);
         resp->released_tokens = res.tokens;
         resp->replayed = res.state == 4;
         res.state = res.state == 1 ? 3 : 4;
@@ -895,7 +898,7 @@ CG_HANDLER(cg_rpc_budget_release)
     } else {
         resp->replayed = true; /* released or expired before */
     }
-    if ((st = commit(call, env, &serr)) != CG_OK)
+    if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
         return st;
     if ((resp->reservation = reservation_out(call, &res)) == NULL)
         return OOM(call);
@@ -917,25 +920,25 @@ CG_HANDLER(cg_rpc_budget_commit)
     struct cg_usage usage;
     cg_status st = check_reservation_id(call, req->reservation_id);
     if (st == CG_OK)
-        st = usage_in(call, req->usage, &usage);
+        st = cg_rpc_usage_in(call, req->usage, &usage);
     if (st == CG_OK)
-        st = check_text(call, "model", req->model, CG_MODEL_MAX);
+        st = cg_rpc_check_text(call, "model", req->model, CG_MODEL_MAX);
     if (st == CG_OK)
-        st = check_key(call, "estimate_id", req->estimate_id, false);
+        st = cg_rpc_check_key(call, "estimate_id", req->estimate_id, false);
     if (st == CG_OK)
-        st = check_count(call, "provider_input_tokens", req->provider_input_tokens,
-                         TOKENS_PER_CALL_MAX * 3);
+        st = cg_rpc_check_count(call, "provider_input_tokens", req->provider_input_tokens,
+                                CG_TOKENS_PER_CALL_MAX * 3);
     if (st != CG_OK)
         return st;
 
     struct cg_err serr;
-    if ((st = begin(call, env, &serr)) != CG_OK)
+    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_reservation res;
     st = cg_store_reservation_lock(env->store, call->principal.tenant_id, req->reservation_id, &res,
                                    &serr);
     if (st != CG_OK)
-        return store_fail(call, env, &serr);
+        return cg_rpc_store_fail(call, env, &serr);
 
     Ctxguard__V1__CommitResponse *resp =
         NEW(call, Ctxguard__V1__CommitResponse, ctxguard__v1__commit_response__init);
@@ -954,7 +957,7 @@ CG_HANDLER(cg_rpc_budget_commit)
                               res.reservation_id);
         resp->replayed = true;
         usage = res.committed;
-        if ((st = read_path(call, env, &res.ids, path, &n)) != CG_OK)
+        if ((st = cg_rpc_read_path(call, env, &res.ids, path, &n)) != CG_OK)
             return st;
     } else {
         bool expired = res.state != 1;
@@ -962,8 +965,8 @@ CG_HANDLER(cg_rpc_budget_commit)
             /* An ACTIVE reservation found past its expiry still returns its tokens. */
             if (res.state == 4) {
                 if (expire(call, env, &res, path, &n, &serr) != CG_OK)
-                    return store_fail(call, env, &serr);
-                if ((st = commit(call, env, &serr)) != CG_OK)
+                    return cg_rpc_store_fail(call, env, &serr);
+                if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
                     return st;
             } else {
                 cg_store_rollback(env->store);
@@ -976,7 +979,7 @@ CG_HANDLER(cg_rpc_budget_commit)
         st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false, path,
                                 &n, &serr);
         if (st != CG_OK)
-            return store_fail(call, env, &serr);
+            return cg_rpc_store_fail(call, env, &serr);
         int64_t spent = usage_tokens(&usage);
         /* An expired hold still holding tokens (found past its expiry) gives them back too. */
         int64_t unhold = res.state == 1 || res.state == 4 ? res.tokens : 0;
@@ -997,8 +1000,8 @@ CG_HANDLER(cg_rpc_budget_commit)
                                         req->model[0] ? req->model : res.model, key,
                                         res.reservation_id, entry, NULL, NULL, &serr);
         if (st != CG_OK)
-            return store_fail(call, env, &serr);
-        if ((st = commit(call, env, &serr)) != CG_OK)
+            return cg_rpc_store_fail(call, env, &serr);
+        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
         resp->ledger_entry_id = cg_arena_strdup(call->arena, entry);
         resp->released_tokens = expired ? 0 : (res.tokens > spent ? res.tokens - spent : 0);
@@ -1011,13 +1014,13 @@ CG_HANDLER(cg_rpc_budget_commit)
         }
     }
     struct cg_budget_result r;
-    decide(path, n, 0, 0, &r);
+    cg_rpc_decide(path, n, 0, 0, &r);
     if ((resp->reservation = reservation_out(call, &res)) == NULL ||
-        (resp->recorded_usage = usage_out(call, &usage)) == NULL)
+        (resp->recorded_usage = cg_rpc_usage_out(call, &usage)) == NULL)
         return OOM(call);
     resp->price_known = usage.cost_micros > 0;
     resp->calibration_factor = 1.0;
-    if ((st = levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
+    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
         return st;
     *response = &resp->base;
     return CG_OK;
@@ -1029,18 +1032,18 @@ CG_HANDLER(cg_rpc_budget_record_usage)
     struct cg_scope_ids ids;
     int level;
     struct cg_usage usage;
-    cg_status st = scope_in(call, req->scope, &ids, &level);
+    cg_status st = cg_rpc_scope_in(call, req->scope, &ids, &level);
     if (st == CG_OK)
-        st = usage_in(call, req->usage, &usage);
+        st = cg_rpc_usage_in(call, req->usage, &usage);
     if (st == CG_OK)
-        st = check_text(call, "model", req->model, CG_MODEL_MAX);
+        st = cg_rpc_check_text(call, "model", req->model, CG_MODEL_MAX);
     if (st == CG_OK)
-        st = check_key(call, "idempotency_key", req->idempotency_key, true);
+        st = cg_rpc_check_key(call, "idempotency_key", req->idempotency_key, true);
     if (st == CG_OK && strncmp(req->idempotency_key, "reservation:", 12) == 0)
         st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                         "field 'idempotency_key': the prefix 'reservation:' is reserved");
     if (st == CG_OK)
-        st = check_key(call, "estimate_id", req->estimate_id, false);
+        st = cg_rpc_check_key(call, "estimate_id", req->estimate_id, false);
     if (st == CG_OK && req->occurred_at_unix_ms != 0)
         st = cg_err_set(&call->err, CG_UNIMPLEMENTED,
                         "occurred_at_unix_ms is not implemented in this version (0: now)");
@@ -1048,7 +1051,7 @@ CG_HANDLER(cg_rpc_budget_record_usage)
         return st;
 
     struct cg_err serr;
-    if ((st = begin(call, env, &serr)) != CG_OK)
+    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
@@ -1070,29 +1073,29 @@ CG_HANDLER(cg_rpc_budget_record_usage)
                               req->idempotency_key);
         replayed = true;
         usage = previous;
-        if ((st = read_path(call, env, &ids, path, &n)) != CG_OK)
+        if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
             return st;
     } else {
         if (st == CG_OK)
             st = cg_store_path_add(env->store, call->principal.tenant_id, path, n,
                                    usage_tokens(&usage), 0, usage.cost_micros, 0, &serr);
         if (st != CG_OK)
-            return store_fail(call, env, &serr);
-        if ((st = commit(call, env, &serr)) != CG_OK)
+            return cg_rpc_store_fail(call, env, &serr);
+        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
     }
 
     struct cg_budget_result r;
-    decide(path, n, 0, 0, &r);
+    cg_rpc_decide(path, n, 0, 0, &r);
     Ctxguard__V1__RecordUsageResponse *resp =
         NEW(call, Ctxguard__V1__RecordUsageResponse, ctxguard__v1__record_usage_response__init);
-    if (resp == NULL || (resp->recorded_usage = usage_out(call, &usage)) == NULL ||
+    if (resp == NULL || (resp->recorded_usage = cg_rpc_usage_out(call, &usage)) == NULL ||
         (resp->ledger_entry_id = cg_arena_strdup(call->arena, entry)) == NULL)
         return OOM(call);
     resp->replayed = replayed;
     resp->price_known = usage.cost_micros > 0;
     resp->calibration_factor = 1.0;
-    if ((st = levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
+    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
         return st;
     *response = &resp->base;
     return CG_OK;

@@ -4,12 +4,18 @@ import json
 import re
 import signal
 import subprocess
+import os
 import time
 import uuid
 
 import grpc
 
 import cgtest
+
+# The figure: a held reply is at most 20 ms late (median, on the release build).
+# The sanitizer build runs the same suite 2-3x slower, so it gets a looser bound; the
+# release build in the same CI run still has to meet 20 ms.
+LATE_MEDIAN_MS = 60 if os.environ.get("CG_TEST_SANITIZED") == "1" else 20
 from cgtest import admin_pb2
 
 
@@ -62,8 +68,8 @@ class DelayedReplies(cgtest.TestCase):
                         + f" ms (median {med:.1f})")
             if min(late) < 0:
                 failures.append(f"delay {delay}: a reply came {-min(late):.1f} ms early")
-            if med > 20:
-                failures.append(f"delay {delay}: median lateness {med:.1f} ms > 20 ms")
+            if med > LATE_MEDIAN_MS:
+                failures.append(f"delay {delay}: median lateness {med:.1f} ms > {LATE_MEDIAN_MS} ms")
         report = "\n".join(rows)
         print("\n  " + report.replace("\n", "\n  "))
         self.assertEqual(failures, [], report)

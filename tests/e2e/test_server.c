@@ -151,6 +151,10 @@ Test(server, held_reply_is_neither_early_nor_late)
     struct cg_client_status st;
     double elapsed;
     cr_assert_eq(ping(c, 0, 5000, &elapsed, &st), CG_OK, "%s", st.message); /* warm up */
+    /* 20 ms is the issue's figure, on the release build; the sanitizer build (2-3x slower)
+     * runs the same test with a looser bound, and the release build runs it in CI too. */
+    const char *sanitized = getenv("CG_TEST_SANITIZED");
+    double late_bound = sanitized != NULL && strcmp(sanitized, "1") == 0 ? 60.0 : 20.0;
     const unsigned delays[] = {20, 100, 250};
     for (size_t d = 0; d < 3; d++) {
         double late[5];
@@ -168,8 +172,8 @@ Test(server, held_reply_is_neither_early_nor_late)
                     late[i] = late[j];
                     late[j] = t;
                 }
-        cr_assert_leq(late[2], 20.0, "delay %u: median lateness %.2f ms (max %.2f)", delays[d],
-                      late[2], late[4]);
+        cr_assert_leq(late[2], late_bound, "delay %u: median lateness %.2f ms (max %.2f)",
+                      delays[d], late[2], late[4]);
     }
     cg_client_free(c);
 }

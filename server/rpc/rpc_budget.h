@@ -1,0 +1,77 @@
+/* rpc_budget.h - what the BudgetService handler files share (rpc_budget*.c): request
+ * checks that name their field, conversions between store rows, core levels and proto
+ * messages (all allocated in the call's arena), and the transaction steps. Internal to
+ * rpc/. On error each check fills call->err and returns its status.
+ */
+#ifndef CG_RPC_BUDGET_H
+#define CG_RPC_BUDGET_H
+
+#include "core/budget.h"
+#include "ctxguard/v1/budget.pb-c.h"
+#include "rpc/rpc_handlers.h"
+
+#define CG_TOKENS_PER_CALL_MAX 100000000LL
+
+/* A Scope into ids and its level (NULL: the tenant); ids <= 128 bytes without spaces or
+ * control characters, a task needs a session and an agent a task. */
+cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
+                          struct cg_scope_ids *ids, int *level) CG_MUST_CHECK;
+
+/* v within 0..max. */
+cg_status cg_rpc_check_count(struct cg_rpc_call *call, const char *field, int64_t v,
+                             int64_t max) CG_MUST_CHECK;
+
+/* At most max_bytes, no control characters. */
+cg_status cg_rpc_check_text(struct cg_rpc_call *call, const char *field, const char *value,
+                            size_t max_bytes) CG_MUST_CHECK;
+
+/* 1..128 printable ASCII characters without spaces (empty allowed unless required). */
+cg_status cg_rpc_check_key(struct cg_rpc_call *call, const char *field, const char *value,
+                           bool required) CG_MUST_CHECK;
+
+/* A TokenUsage, each count 0..1e8, at least one token in all. */
+cg_status cg_rpc_usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsage *u,
+                          struct cg_usage *out) CG_MUST_CHECK;
+
+/* DelayMode within the enum. */
+cg_status cg_rpc_check_delay_mode(struct cg_rpc_call *call, int mode) CG_MUST_CHECK;
+
+/* Store row -> core level. */
+void cg_rpc_level_from_row(const struct cg_budget_row *row, struct cg_budget_level *out);
+
+/* core decision over a path of rows. */
+void cg_rpc_decide(const struct cg_budget_row *rows, int n, int64_t tokens, int64_t cost,
+                   struct cg_budget_result *out);
+
+/* Messages (NULL when out of memory). */
+Ctxguard__V1__Scope *cg_rpc_scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row);
+Ctxguard__V1__Budget *cg_rpc_budget_out(struct cg_rpc_call *call, const struct cg_budget_row *row);
+Ctxguard__V1__LevelStatus *cg_rpc_level_status(struct cg_rpc_call *call,
+                                               const struct cg_budget_row *row,
+                                               const struct cg_level_verdict *v);
+Ctxguard__V1__TokenUsage *cg_rpc_usage_out(struct cg_rpc_call *call, const struct cg_usage *u);
+
+/* levels[] / reasons[] of a reply from a path and a result. */
+cg_status cg_rpc_levels_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
+                            const struct cg_budget_result *r, Ctxguard__V1__LevelStatus ***out,
+                            size_t *nout) CG_MUST_CHECK;
+cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
+                             const struct cg_budget_result *r,
+                             Ctxguard__V1__DecisionReason ***out, size_t *nout) CG_MUST_CHECK;
+
+/* Transactions: begin/commit copy a store error into call->err; store_fail rolls back and
+ * does the same. read_path reads a path (no locks) in a short transaction of its own. */
+cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                       struct cg_err *serr) CG_MUST_CHECK;
+cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                        struct cg_err *serr) CG_MUST_CHECK;
+cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const struct cg_err *serr);
+cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                           const struct cg_scope_ids *ids, struct cg_budget_row *path,
+                           int *n) CG_MUST_CHECK;
+
+/* Holds the reply delay_ms on the timer unless RETURN_ONLY; returns what is held. */
+uint32_t cg_rpc_hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms);
+
+#endif

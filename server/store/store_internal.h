@@ -1,0 +1,35 @@
+/* store_internal.h - the facade's object and checks, shared by server/store/store*.c.
+ * Private to the store. */
+#ifndef CG_STORE_INTERNAL_H
+#define CG_STORE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store/store.h"
+#include "store/store_pg.h"
+#include "store/store_redis.h"
+
+struct cg_store {
+    struct cg_pg *pg;
+    struct cg_redis *redis; /* NULL: cache disabled */
+    int key_cache_ttl_s;
+    int64_t deadline_mono_ms;
+};
+
+/* Copies a canonical UUID (either case) into out in lower case; false when s is not one. */
+bool cg__store_normalize_uuid(const char *s, char out[CG_UUID_LEN + 1]);
+
+/* Whether the current call's deadline has passed. */
+bool cg__store_deadline_passed(const struct cg_store *store);
+
+/* Fills err with CG_DEADLINE_EXCEEDED and returns it. */
+cg_status cg__store_deadline_exceeded(struct cg_err *err);
+
+/* Code points of a UTF-8 string, -1 when it is not valid UTF-8. */
+long cg__store_utf8_chars(const char *s);
+
+/* Whether s is a key id as API keys use them (1..16 of [A-Za-z0-9_-]). */
+bool cg__store_key_id_valid(const char *s);
+
+#endif
