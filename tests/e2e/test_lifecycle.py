@@ -1,10 +1,10 @@
 """Timers, deadlines, graceful shutdown, config fail-fast and logs, seen from outside."""
 
 import json
+import os
 import re
 import signal
 import subprocess
-import os
 import time
 import uuid
 
@@ -12,11 +12,12 @@ import grpc
 
 import cgtest
 
+from cgtest import admin_pb2
+
 # The issue's figure: a held reply is at most 20 ms late (median, on the release build).
 # The sanitizer build runs the same suite 2-3x slower, so it gets a looser bound; the
 # release build in the same CI run still has to meet 20 ms.
 LATE_MEDIAN_MS = 60 if os.environ.get("CG_TEST_SANITIZED") == "1" else 20
-from cgtest import admin_pb2
 
 
 def ping(srv, stub, delay_ms, timeout=30, **kw):
