@@ -24,6 +24,7 @@
 #include "cg_client.h"
 #include "cg_json.h"
 #include "ctxguard/v1/admin.pb-c.h"
+#include "ctxguard/v1/budget.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 
 #define PROG "ctxguardctl"
@@ -39,6 +40,7 @@
 #define LIST_MAX_PAGES 10000 /* a server that never stops paging is a bug, not a reason to loop */
 
 #define ADMIN_METHOD(name) "/ctxguard.v1.AdminService/" name
+#define BUDGET_METHOD(name) "/ctxguard.v1.BudgetService/" name
 
 /* Which key a command sends when --key is not given. */
 enum key_source {
@@ -600,6 +602,200 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------------ budgets ----- */
+
+#define SCOPE_ID_MAX 128
+#define USAGE_BAR_WIDTH 12
+#define USAGE_DEPTH_DEFAULT 3
+
+/* A SCOPE argument: "session[/task[/agent]]"; "" or "-" is the tenant. ids holds the
+ * copies the Scope points into. Returns false (after a usage message) when malformed. */
+struct scope_arg {
+    char ids[3][SCOPE_ID_MAX + 1];
+    Ctxguard__V1__Scope scope;
+};
+
+static bool parse_scope(const char *arg, struct scope_arg *out)
+{
+    memset(out, 0, sizeof *out);
+    ctxguard__v1__scope__init(&out->scope);
+    out->scope.session_id = out->ids[0];
+    out->scope.task_id = out->ids[1];
+    out->scope.agent_id = out->ids[2];
+    if (arg[0] == '\0' || strcmp(arg, "-") == 0)
+        return true;
+    const char *p = arg;
+    for (int i = 0; i < 3; i++) {
+        size_t len = strcspn(p, "/");
+        if (len == 0 || len > SCOPE_ID_MAX)
+            break;
+        memcpy(out->ids[i], p, len);
+        out->ids[i][len] = '\0';
+        p += len;
+        if (*p == '\0')
+            return true;
+        p++;
+    }
+    usage_error("SCOPE must be session[/task[/agent]] (ids of 1..%d characters) or - for the"
+                " tenant, not '%s'",
+                SCOPE_ID_MAX, arg);
+    return false;
+}
+
+/* "task t1", "tenant": a scope's last level and id. */
+static void print_scope_name(const Ctxguard__V1__Scope *sc)
+{
+    if (sc == NULL || sc->session_id[0] == '\0') {
+        fputs("tenant", stdout);
+        return;
+    }
+    const char *level = "session", *id = sc->session_id;
+    if (sc->agent_id[0] != '\0') {
+        level = "agent";
+        id = sc->agent_id;
+    } else if (sc->task_id[0] != '\0') {
+        level = "task";
+        id = sc->task_id;
+    }
+    printf("%s ", level);
+    print_text(stdout, id);
+}
+
+/* One line of the usage tree: `task t1  [#######.....]  640/1000 (64%)  reserved 50`. */
+static void print_usage_line(int indent, const Ctxguard__V1__Scope *sc, bool has_budget,
+                             int64_t limit, int64_t used, int64_t reserved, bool closed)
+{
+    printf("%*s", indent * 2, "");
+    print_scope_name(sc);
+    if (has_budget && limit > 0) {
+        char bar[USAGE_BAR_WIDTH + 1];
+        int64_t shown = used < 0 ? 0 : used > limit ? limit : used;
+        int filled = (int)((double)shown / (double)limit * USAGE_BAR_WIDTH);
+        for (int i = 0; i < USAGE_BAR_WIDTH; i++)
+            bar[i] = i < filled ? '#' : '.';
+        bar[USAGE_BAR_WIDTH] = '\0';
+        printf("  [%s]  %" PRId64 "/%" PRId64 " (%d%%)", bar, used, limit,
+               (int)((double)used * 100.0 / (double)limit));
+    } else {
+        printf("  (no budget)  used %" PRId64, used);
+    }
+    printf("  reserved %" PRId64 "%s\n", reserved, closed ? "  closed" : "");
+}
+
+static void print_usage_tree(const Ctxguard__V1__ScopeUsage *u, int indent)
+{
+    int64_t limit = u->budget && u->budget->settings ? u->budget->settings->limit_tokens : 0;
+    print_usage_line(indent, u->scope, u->has_budget, limit, u->used_tokens, u->reserved_tokens,
+                     u->state == CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED);
+    for (size_t i = 0; i < u->n_children; i++)
+        print_usage_tree(u->children[i], indent + 1);
+    if (u->children_truncated)
+        printf("%*s(%zu of %" PRIu32 " children shown)\n", (indent + 1) * 2, "", u->n_children,
+               u->child_count);
+}
+
+static int cmd_budget_set(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__SetBudgetRequest req = CTXGUARD__V1__SET_BUDGET_REQUEST__INIT;
+    Ctxguard__V1__BudgetSettings settings = CTXGUARD__V1__BUDGET_SETTINGS__INIT;
+    ProtobufCMessage *msg = NULL;
+    struct scope_arg sc;
+    const char *limit_text = option_value(cmd, args, "--limit");
+    const char *mode = option_value(cmd, args, "--mode");
+    const char *warning = option_value(cmd, args, "--warning");
+    long limit = 0;
+    int rc;
+
+    if (!parse_scope(args->positional[0], &sc))
+        return EXIT_USAGE;
+    if (limit_text == NULL)
+        return usage_error("budget set: --limit is required");
+    /* The server owns the bounds and names the field; here only "is it a number". */
+    if (!parse_long(limit_text, LONG_MIN, LONG_MAX, &limit))
+        return usage_error("--limit must be a number of tokens, not '%s'", limit_text);
+    settings.limit_tokens = limit;
+    if (mode == NULL || strcmp(mode, "hard") == 0)
+        settings.mode = CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_HARD;
+    else if (strcmp(mode, "soft") == 0)
+        settings.mode = CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_SOFT;
+    else
+        return usage_error("--mode must be hard or soft, not '%s'", mode);
+    if (warning != NULL) {
+        char *end = NULL;
+        errno = 0;
+        settings.warning_ratio = strtod(warning, &end);
+        if (errno != 0 || end == warning || *end != '\0')
+            return usage_error("--warning must be a ratio such as 0.8, not '%s'", warning);
+    }
+    req.scope = &sc.scope;
+    req.settings = &settings;
+    rc = call(ctl, BUDGET_METHOD("SetBudget"), &req.base,
+              &ctxguard__v1__set_budget_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__SetBudgetResponse *resp = (const void *)msg;
+    if (resp->budget == NULL || resp->budget->settings == NULL) {
+        rc = fail_answer("budget");
+        goto out;
+    }
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__Budget *b = resp->budget;
+    print_scope_name(b->scope);
+    printf(": limit %" PRId64 " tokens, %s, warning at %g, version %" PRId64 "%s\n",
+           b->settings->limit_tokens,
+           b->settings->mode == CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_SOFT ? "soft" : "hard",
+           b->settings->warning_ratio, b->version, resp->created ? " (created)" : "");
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_usage(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__GetUsageRequest req = CTXGUARD__V1__GET_USAGE_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    struct scope_arg sc;
+    const char *depth_text = option_value(cmd, args, "--depth");
+    long depth = USAGE_DEPTH_DEFAULT;
+    int rc;
+
+    if (!parse_scope(args->positional_count > 0 ? args->positional[0] : "", &sc))
+        return EXIT_USAGE;
+    if (depth_text != NULL && !parse_long(depth_text, 0, (long)UINT32_MAX, &depth))
+        return usage_error("--depth must be a number of levels, not '%s'", depth_text);
+    req.scope = &sc.scope;
+    req.depth = (uint32_t)depth;
+    req.include_closed = option_value(cmd, args, "--closed") != NULL;
+    rc = call(ctl, BUDGET_METHOD("GetUsage"), &req.base,
+              &ctxguard__v1__get_usage_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__GetUsageResponse *resp = (const void *)msg;
+    if (resp->root == NULL) {
+        rc = fail_answer("root");
+        goto out;
+    }
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    for (size_t i = 0; i < resp->n_path; i++) {
+        const Ctxguard__V1__LevelStatus *l = resp->path[i];
+        print_usage_line((int)i, l->scope, l->has_budget, l->limit_tokens, l->used_tokens,
+                         l->reserved_tokens,
+                         l->state == CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED);
+    }
+    print_usage_tree(resp->root, (int)resp->n_path);
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
 static const struct command commands[] = {
     {.words = "health",
      .arg_usage = "[SERVICE]",
@@ -661,6 +857,24 @@ static const struct command commands[] = {
      .key = KEY_ADMIN,
      .options = {{"--delay", "MS", "how long the server holds the reply"}},
      .run = cmd_ping},
+    {.words = "budget set",
+     .arg_usage = "SCOPE",
+     .summary = "create or replace the budget of SCOPE (session[/task[/agent]], - for the tenant)",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--limit", "N", "token limit (required)"},
+                 {"--mode", "MODE", "hard (default) or soft"},
+                 {"--warning", "R", "warning ratio in (0, 1] (default 0.8)"}},
+     .run = cmd_budget_set},
+    {.words = "usage",
+     .arg_usage = "[SCOPE]",
+     .summary = "the usage tree under SCOPE (default the tenant), a bar per level",
+     .key = KEY_TENANT,
+     .max_positional = 1,
+     .options = {{"--depth", "N", "levels below SCOPE, 0..3 (default 3)"},
+                 {"--closed", NULL, "include closed scopes"}},
+     .run = cmd_usage},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])

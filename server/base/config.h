@@ -53,6 +53,8 @@
     XX(redis_timeout_ms, INT, "100", 1, 10000, NULL, "Redis connect and command timeout")          \
     XX(health_interval_ms, INT, "1000", 50, 60000, NULL,                                           \
        "how often PostgreSQL is probed for the health service")                                    \
+    XX(sweep_interval_ms, INT, "2000", 100, 600000, NULL,                                          \
+       "how often expired reservations are returned and due budget resets applied")                \
     XX(key_cache_ttl_s, INT, "30", 0, 3600, NULL,                                                  \
        "seconds an API key lookup stays in the Redis cache (0: no caching)")                       \
     XX(migrate_on_start, BOOL, "true", 0, 0, NULL,                                                 \

@@ -134,4 +134,15 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
  * Returns whether the serving state changed. */
 bool cg_rpc_health_probe(const struct cg_rpc_env *env);
 
+/* One pass of the sweeper (rpc_sweep.c) through env->store at now_ms (unix ms; cg_wall_ms()
+ * in production): for every tenant, applies the budget reset that is due and settles the
+ * reservations that expired at or before now_ms as EXPIRED, returning their holds to every
+ * level of their paths, in transactions of at most 100 reservations. Safe with several
+ * replicas sweeping at once. Clears the store's deadline (each statement is bounded by the
+ * statement timeout) and must not be called inside a transaction. *expired gets how many
+ * reservations this pass settled. Returns true when every tenant was swept; false when
+ * the health state is NOT_SERVING (nothing is tried) or a store error stopped part of the
+ * pass (logged). Not thread-safe: env->store is the calling thread's. */
+bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired);
+
 #endif

@@ -5,8 +5,8 @@
  * tenant first (store.h), so no interleaving of callers on any number of replicas can act
  * on stale counters; core/budget decides on what the transaction read. A success reply
  * means the transaction committed. Settings this version does not enforce yet (approval
- * mode, resets, allocation from the parent, store-failure policies other than failing
- * closed, presets) are refused with UNIMPLEMENTED rather than stored and ignored.
+ * mode, allocation from the parent, store-failure policies other than failing closed,
+ * presets) are refused with UNIMPLEMENTED rather than stored and ignored.
  */
 #include "rpc/rpc_budget.h"
 
@@ -261,6 +261,8 @@ Ctxguard__V1__Budget *cg_rpc_budget_out(struct cg_rpc_call *call, const struct c
     b->state = row->closed_at_ms ? CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED
                                  : CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_OPEN;
     b->closed_at_unix_ms = row->closed_at_ms;
+    b->period_start_unix_ms = row->period_start_ms;
+    b->next_reset_unix_ms = row->next_reset_ms;
     return b->updated_by_key_id ? b : NULL;
 }
 
@@ -442,8 +444,6 @@ static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__Budge
         if (level != CG_LEVEL_TENANT)
             return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                               "field 'settings.reset_period' is for tenant budgets only");
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "settings.reset_period DAILY/MONTHLY is not implemented in this version");
     }
     if (s->approval_ttl_ms != 0)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
@@ -501,7 +501,8 @@ static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__Budge
         row->tier_delay_ms[i] = l.tiers[i].delay_ms;
     }
     row->on_store_failure = CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_CLOSED;
-    row->reset_period = CTXGUARD__V1__RESET_PERIOD__RESET_PERIOD_NONE;
+    row->reset_period =
+        s->reset_period ? s->reset_period : CTXGUARD__V1__RESET_PERIOD__RESET_PERIOD_NONE;
     row->reservation_ttl_ms =
         s->reservation_ttl_ms ? s->reservation_ttl_ms : DEFAULT_RESERVATION_TTL_MS;
     snprintf(row->description, sizeof row->description, "%s", s->description);
@@ -528,8 +529,8 @@ CG_HANDLER(cg_rpc_budget_set)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    st = cg_store_path_read(env->store, call->principal.tenant_id, &row.ids, true, true, path, &n,
-                            &serr);
+    st = cg_store_path_read(env->store, call->principal.tenant_id, &row.ids, true, true,
+                            cg_wall_ms(), path, &n, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
 
@@ -553,7 +554,7 @@ CG_HANDLER(cg_rpc_budget_set)
     struct cg_budget_row stored;
     bool created = false;
     st = cg_store_budget_put(env->store, call->principal.tenant_id, &row, req->expected_version,
-                             call->principal.key_id, &stored, &created, &serr);
+                             call->principal.key_id, cg_wall_ms(), &stored, &created, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
@@ -578,8 +579,8 @@ cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *en
     cg_status st = cg_rpc_begin(call, env, &serr);
     if (st != CG_OK)
         return st;
-    st = cg_store_path_read(env->store, call->principal.tenant_id, ids, false, false, path, n,
-                            &serr);
+    st = cg_store_path_read(env->store, call->principal.tenant_id, ids, false, false, cg_wall_ms(),
+                            path, n, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     return cg_rpc_commit(call, env, &serr);
@@ -767,8 +768,8 @@ CG_HANDLER(cg_rpc_budget_reserve)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, path, &n,
-                            &serr);
+    st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, cg_wall_ms(),
+                            path, &n, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
 
@@ -835,13 +836,20 @@ static cg_status check_reservation_id(struct cg_rpc_call *call, const char *id)
     return cg_rpc_check_text(call, "reservation_id", id, CG_UUID_LEN);
 }
 
+/* Whether a reservation still holds its tokens: ACTIVE, or ACTIVE past its expiry and not
+ * yet settled by the sweeper (state 4 with no settled time). */
+static bool holds_tokens(const struct cg_reservation *res)
+{
+    return res->state == 1 || (res->state == 4 && res->settled_at_ms == 0);
+}
+
 /* Settles an ACTIVE reservation found past its expiry: its tokens return to the pool. */
 static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
                         const struct cg_reservation *res, struct cg_budget_row *path, int *n,
                         struct cg_err *serr)
 {
     cg_status st = cg_store_path_read(env->store, call->principal.tenant_id, &res->ids, true, false,
-                                      path, n, serr);
+                                      cg_wall_ms(), path, n, serr);
     if (st == CG_OK)
         st = cg_store_path_add(env->store, call->principal.tenant_id, path, *n, 0, -res->tokens, 0,
                                -res->cost_micros, serr);
@@ -874,10 +882,10 @@ CG_HANDLER(cg_rpc_budget_release)
     }
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    if (res.state == 1 || res.state == 4) {
+    if (holds_tokens(&res)) {
         /* ACTIVE, or ACTIVE past its expiry: the tokens go back to the pool now. */
-        st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false, path,
-                                &n, &serr);
+        st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false,
+                                cg_wall_ms(), path, &n, &serr);
         if (st == CG_OK)
             st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, -res.tokens,
                                    0, -res.cost_micros, &serr);
@@ -963,7 +971,7 @@ CG_HANDLER(cg_rpc_budget_commit)
         bool expired = res.state != 1;
         if (expired && !req->record_if_expired) {
             /* An ACTIVE reservation found past its expiry still returns its tokens. */
-            if (res.state == 4) {
+            if (holds_tokens(&res)) {
                 if (expire(call, env, &res, path, &n, &serr) != CG_OK)
                     return cg_rpc_store_fail(call, env, &serr);
                 if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
@@ -976,21 +984,21 @@ CG_HANDLER(cg_rpc_budget_commit)
                               "record the usage anyway)",
                               res.reservation_id, res.state == 3 ? "released" : "expired");
         }
-        st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false, path,
-                                &n, &serr);
+        st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false,
+                                cg_wall_ms(), path, &n, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
         int64_t spent = usage_tokens(&usage);
         /* An expired hold still holding tokens (found past its expiry) gives them back too. */
-        int64_t unhold = res.state == 1 || res.state == 4 ? res.tokens : 0;
-        int64_t unhold_cost = res.state == 1 || res.state == 4 ? res.cost_micros : 0;
+        int64_t unhold = holds_tokens(&res) ? res.tokens : 0;
+        int64_t unhold_cost = holds_tokens(&res) ? res.cost_micros : 0;
         char key[CG_IDEMPOTENCY_MAX + 1];
         snprintf(key, sizeof key, "reservation:%s", res.reservation_id);
         char entry[CG_UUID_LEN + 1];
         st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, spent, -unhold,
                                usage.cost_micros, -unhold_cost, &serr);
         /* ACTIVE -> COMMITTED; found past its expiry -> EXPIRED; RELEASED stays so. */
-        int settled = res.state == 1 ? 2 : res.state == 4 ? 4 : 0;
+        int settled = res.state == 1 ? 2 : holds_tokens(&res) ? 4 : 0;
         if (st == CG_OK && settled != 0)
             st = cg_store_reservation_settle(env->store, call->principal.tenant_id,
                                              res.reservation_id, settled,
@@ -1055,8 +1063,8 @@ CG_HANDLER(cg_rpc_budget_record_usage)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, path, &n,
-                            &serr);
+    st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, cg_wall_ms(),
+                            path, &n, &serr);
     char entry[CG_UUID_LEN + 1] = "";
     struct cg_usage previous;
     char previous_model[CG_MODEL_MAX * 4 + 1] = "";

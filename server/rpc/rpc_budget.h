@@ -56,8 +56,8 @@ cg_status cg_rpc_levels_out(struct cg_rpc_call *call, const struct cg_budget_row
                             const struct cg_budget_result *r, Ctxguard__V1__LevelStatus ***out,
                             size_t *nout) CG_MUST_CHECK;
 cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
-                             const struct cg_budget_result *r,
-                             Ctxguard__V1__DecisionReason ***out, size_t *nout) CG_MUST_CHECK;
+                             const struct cg_budget_result *r, Ctxguard__V1__DecisionReason ***out,
+                             size_t *nout) CG_MUST_CHECK;
 
 /* Transactions: begin/commit copy a store error into call->err; store_fail rolls back and
  * does the same. read_path reads a path (no locks) in a short transaction of its own. */

@@ -33,6 +33,11 @@ CG_HANDLER(cg_rpc_budget_commit);
 CG_HANDLER(cg_rpc_budget_release);
 CG_HANDLER(cg_rpc_budget_record_usage);
 
+/* rpc_budget_scopes.c */
+CG_HANDLER(cg_rpc_budget_close_scope);
+CG_HANDLER(cg_rpc_budget_get_usage);
+CG_HANDLER(cg_rpc_budget_list_scopes);
+
 /* Checks a required text field: 1..max_chars code points, no control characters.
  * On error fills call->err naming `field`. */
 cg_status cg_rpc_check_name(struct cg_rpc_call *call, const char *field, const char *value,

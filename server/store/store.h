@@ -189,6 +189,10 @@ struct cg_budget_row {
     int64_t updated_at_ms;
     int64_t closed_at_ms; /* 0 while open */
     char updated_by_key_id[CG_KEY_ID_LEN + 1];
+    /* resets: with a reset period (tenant level), the period the used counters count,
+     * [period_start_ms, next_reset_ms) in unix ms; both 0 without a reset period */
+    int64_t period_start_ms;
+    int64_t next_reset_ms;
 };
 
 struct cg_usage {
@@ -239,10 +243,15 @@ void cg_store_rollback(struct cg_store *store);
  * allow_missing_last, in which case the last level may be missing (*n is one short) so
  * that SetBudget can create it. The tenant row is created when missing. A tenant that
  * does not exist: CG_NOT_FOUND "tenant_id: no such tenant". (The lock is FOR NO KEY
- * UPDATE: it excludes other path locks and updates, not foreign key checks.) */
+ * UPDATE: it excludes other path locks and updates, not foreign key checks.)
+ * now_ms (unix ms; cg_wall_ms() in production) is the time of the call: when the tenant
+ * budget's reset is due (next_reset_ms <= now_ms) it is applied in this transaction before
+ * anything is returned (see "sweeper and resets"), so out[0] counts the new period. That
+ * writes the tenant row (and so locks it) also when lock is false. */
 cg_status cg_store_path_read(struct cg_store *store, const char *tenant_id,
                              const struct cg_scope_ids *ids, bool lock, bool allow_missing_last,
-                             struct cg_budget_row out[4], int *n, struct cg_err *err) CG_MUST_CHECK;
+                             int64_t now_ms, struct cg_budget_row out[4], int *n,
+                             struct cg_err *err) CG_MUST_CHECK;
 
 /* Inside a transaction: creates or replaces the settings of row->ids (counters untouched,
  * version + 1, updated_by_key_id recorded). *out gets the row as stored, *created whether
@@ -257,11 +266,15 @@ cg_status cg_store_path_read(struct cg_store *store, const char *tenant_id,
  * *created is true when this call gave the scope its first budget (the stored version is
  * 1): a new row, or the tenant's row that had only counted usage. A scope that has never
  * had a budget has version 0, so an expected_version > 0 for it is CG_ABORTED. key_id NULL
- * or "" records none. */
+ * or "" records none.
+ * A tenant budget whose reset_period changes (or that gets its first) starts counting
+ * periods at now_ms (unix ms): period_start_ms and next_reset_ms are those of the period
+ * containing now_ms in the tenant's time zone. The counters are not touched: usage counted
+ * so far stays until the next boundary. An unchanged reset_period keeps its period. */
 cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
                               const struct cg_budget_row *row, int64_t expected_version,
-                              const char *key_id, struct cg_budget_row *out, bool *created,
-                              struct cg_err *err) CG_MUST_CHECK;
+                              const char *key_id, int64_t now_ms, struct cg_budget_row *out,
+                              bool *created, struct cg_err *err) CG_MUST_CHECK;
 
 /* Inside a transaction, after cg_store_path_read with lock: adds the deltas to the counters
  * of the first n rows of the path (used/reserved tokens and cost micros; deltas may be
@@ -319,5 +332,172 @@ cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
                                  const char *reservation_id, char *entry_id,
                                  struct cg_usage *previous, char *previous_model,
                                  struct cg_err *err) CG_MUST_CHECK;
+
+/* --- sweeper and resets ----------------------------------------------------------- *
+ *
+ * Reservations expire and tenant budgets reset without any request arriving: the server's
+ * background thread sweeps every sweep_interval_ms (rpc_sweep.c), tenant by tenant, with
+ * the functions below. Several replicas may sweep at once: each reservation is settled
+ * once (rows locked FOR NO KEY UPDATE SKIP LOCKED, so replicas share the work instead of
+ * queueing), each reset is applied once per boundary (a conditional update of the locked
+ * tenant row). The lock order is the one of Commit and Release: a reservation's row first,
+ * then its path, tenant first.
+ *
+ * Resets: a tenant budget with reset_period 2 (daily) or 3 (monthly) counts its used
+ * tokens and cost per period of the tenant's time zone (tenants.time_zone): at local
+ * midnight, or at 00:00 on the first of the month, used_tokens and used_cost_micros of the
+ * tenant row return to 0 (reserved tokens and cost stay: those holds are live, and are
+ * returned or spent in the new period). Boundaries are computed by PostgreSQL on the
+ * tenant's wall clock, so that they follow DST changes (a spring-forward day is 23 hours).
+ * A reset is applied by whichever comes first after the boundary: cg_store_path_read (so a
+ * request right after the boundary already sees the new period) or the sweeper. After a
+ * gap spanning several boundaries, one reset moves to the period containing now.
+ *
+ * Time: every function here takes "now" from the caller as unix milliseconds (cg_wall_ms()
+ * in production), so that tests can put the clock anywhere. Reservations' expires_at are
+ * set by the database's clock (cg_store_reservation_insert) and compared with now_ms.
+ * These functions run their own transactions: calling them while one is open is
+ * CG_INTERNAL. Not thread-safe (one store per thread, as everywhere).
+ */
+
+#define CG_SWEEP_BATCH_MAX 1000
+
+/* What a tenant has due at some time. */
+struct cg_sweep_due {
+    bool reset;   /* its budget's next reset is at or before now */
+    bool expired; /* it has an ACTIVE reservation whose expiry is at or before now */
+};
+
+/* Tenant ids in id order after after_id ("" or NULL: from the first), up to limit
+ * (1..CG_STORE_PAGE_MAX, else CG_INVALID_ARGUMENT naming limit) of ids (caller-allocated);
+ * *count gets how many: fewer than limit means the last page. after_id that is not a
+ * UUID: CG_INVALID_ARGUMENT naming after_id. One statement, no transaction. */
+cg_status cg_store_sweep_tenants(struct cg_store *store, const char *after_id, int limit,
+                                 char (*ids)[CG_UUID_LEN + 1], int *count,
+                                 struct cg_err *err) CG_MUST_CHECK;
+
+/* Whether the tenant has a reset or expired reservations due at now_ms (unix ms). One
+ * statement of two index lookups (the tenant row's key, reservations_expiry), no lock.
+ * A tenant that does not exist (or an id that is not a UUID) has nothing due. */
+cg_status cg_store_sweep_due(struct cg_store *store, const char *tenant_id, int64_t now_ms,
+                             struct cg_sweep_due *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* In a transaction of its own: applies the tenant budget's reset when it is due at now_ms
+ * (a conditional update of the tenant row, which waits for a transaction holding its
+ * lock and then looks again). *reset is true when this call applied it, false when none
+ * was due (or another replica or request applied it first, or there is no such tenant).
+ * On error nothing changed. */
+cg_status cg_store_reset_apply(struct cg_store *store, const char *tenant_id, int64_t now_ms,
+                               bool *reset, struct cg_err *err) CG_MUST_CHECK;
+
+/* In a transaction of its own: settles up to limit (1..CG_SWEEP_BATCH_MAX, else
+ * CG_INVALID_ARGUMENT naming limit) of the tenant's ACTIVE reservations whose expiry is at
+ * or before now_ms as EXPIRED (settled at now_ms), soonest expired first, and returns their
+ * tokens and cost to the reserved counters of every level of their paths. Reservations
+ * another transaction holds (a Commit or Release in progress, another replica's sweep) are
+ * skipped, not waited for. *expired gets how many were settled: limit means more may be
+ * left. A due reset of the tenant budget is applied on the way (the paths are read at
+ * now_ms). On error nothing changed and *expired is 0. */
+cg_status cg_store_reservations_expire(struct cg_store *store, const char *tenant_id,
+                                       int64_t now_ms, int limit, int *expired,
+                                       struct cg_err *err) CG_MUST_CHECK;
+
+/* --- scopes: close, usage tree, listing ------------------------------------------------ *
+ *
+ * Unlike the budget functions above, each of these runs its own transaction (call them
+ * outside one: as with cg_store_begin, an open one is rolled back first and logged as an
+ * error), and a success return means it committed (the
+ * reads ran in one REPEATABLE READ snapshot, so counters of parents and children agree).
+ * Every statement is keyed by tenant_id; another tenant's scopes are CG_NOT_FOUND. Scope
+ * ids are checked as above (CG_INVALID_ARGUMENT naming the field). Not thread-safe (one
+ * store, one thread). Errors are the store's (CG_UNAVAILABLE, CG_DEADLINE_EXCEEDED, ...),
+ * with nothing changed.
+ */
+
+#define CG_USAGE_TREE_MAX 5000 /* nodes a usage tree holds at most (the rest is cut off) */
+
+/* A scope's row and what its usage view adds. */
+struct cg_scope_usage {
+    struct cg_budget_row row;
+    int64_t created_at_us;      /* created_at in microseconds: exact, for page cursors */
+    uint32_t open_reservations; /* ACTIVE, unexpired reservations in the scope and below */
+    uint32_t child_count;       /* children; closed ones only when the call includes them */
+    int parent;                 /* in a usage tree: index of the parent node; -1 elsewhere */
+    int nchildren;              /* in a usage tree: children present in the tree */
+};
+
+/* What cg_store_scope_close did. */
+struct cg_scope_close {
+    struct cg_scope_usage usage;    /* the scope after the close (child_count with closed) */
+    uint32_t released_reservations; /* ACTIVE ones (expired or not) of the subtree settled */
+    int64_t released_tokens;        /* the tokens they held, back on every level of the path */
+    int64_t released_cost_micros;
+    uint32_t closed_scopes; /* scopes of the subtree closed by this call */
+    bool already_closed;    /* the scope itself was closed before */
+};
+
+/* Closes a session, task or agent and its descendants in one transaction: every ACTIVE
+ * reservation of the subtree is settled (RELEASED, or EXPIRED when past its expiry) and its
+ * tokens and cost leave reserved_* on every level of its path; closed_at is set on each
+ * scope of the subtree that was open. Idempotent: closing again changes nothing unless
+ * something of the subtree is still open (a scope created under it since, a reservation
+ * that was being settled concurrently), and then closes that too.
+ * Locks, in this order (Commit and Release lock a reservation, then the path; so no cycle):
+ * the subtree's ACTIVE reservations (ORDER BY reservation_id), then the path and subtree
+ * scope rows (ORDER BY level, session_id, task_id, agent_id). A reservation made between
+ * the two steps and locked by a concurrent Commit or Release is left to that call (its
+ * tokens are settled by it, not lost).
+ * The tenant scope: CG_INVALID_ARGUMENT naming `scope`; a scope that does not exist:
+ * CG_NOT_FOUND naming the first unknown id. */
+cg_status cg_store_scope_close(struct cg_store *store, const char *tenant_id,
+                               const struct cg_scope_ids *ids, struct cg_scope_close *out,
+                               struct cg_err *err) CG_MUST_CHECK;
+
+/* A usage tree: the root's path and the nodes under it, breadth first. */
+struct cg_usage_tree {
+    struct cg_budget_row path[4]; /* tenant first; path[npath - 1] is the root's row */
+    int npath;
+    struct cg_scope_usage *nodes; /* nodes[0] the root; each node's children are contiguous,
+                                     oldest first, and follow the nodes of the level above */
+    int count;
+    bool truncated; /* CG_USAGE_TREE_MAX was reached: deeper children are missing */
+};
+
+/* Reads the usage tree under ids (the tenant for an empty scope, which then always exists,
+ * as a row without a budget when none was ever used) to depth levels below it (0..3), at
+ * most max_children (1..CG_STORE_PAGE_MAX) children per node, closed descendants only with
+ * include_closed. CG_INVALID_ARGUMENT naming `depth` or `max_children` out of range;
+ * CG_NOT_FOUND naming the first unknown id. On success *out owns nodes (free with
+ * cg_usage_tree_cleanup); on error *out holds nothing to free. */
+cg_status cg_store_usage_tree(struct cg_store *store, const char *tenant_id,
+                              const struct cg_scope_ids *ids, int depth, int max_children,
+                              bool include_closed, struct cg_usage_tree *out,
+                              struct cg_err *err) CG_MUST_CHECK;
+
+/* Frees what cg_store_usage_tree put in *tree; harmless twice and on a zeroed tree. */
+void cg_usage_tree_cleanup(struct cg_usage_tree *tree);
+
+/* Where a page of cg_store_scope_list starts: after this scope in the page's order. */
+struct cg_scope_cursor {
+    int64_t used_tokens; /* for order 3 */
+    int64_t created_at_us;
+    struct cg_scope_ids ids;
+};
+
+/* One page of the scopes at `level` (2..4, below the parent's level, else
+ * CG_INVALID_ARGUMENT naming `level`) under parent (an empty scope: the tenant), open ones
+ * only unless include_closed, in order 1 (created_at, ids ascending: stable across pages)
+ * or 3 (used_tokens descending, then as 1; scopes that move meanwhile may repeat or be
+ * missed); another order is CG_INVALID_ARGUMENT naming `order`. after NULL starts at the
+ * beginning. Fills up to limit (1..CG_STORE_PAGE_MAX, else CG_INVALID_ARGUMENT naming
+ * `limit`) entries of out (caller-allocated; child_count counts open children only unless
+ * include_closed); *count gets how many, *more whether another page follows, and *next
+ * (when more) the cursor of the next page. A parent that does not exist: CG_NOT_FOUND
+ * naming its first unknown id. */
+cg_status cg_store_scope_list(struct cg_store *store, const char *tenant_id,
+                              const struct cg_scope_ids *parent, int level, bool include_closed,
+                              int order, const struct cg_scope_cursor *after, int limit,
+                              struct cg_scope_usage *out, int *count, bool *more,
+                              struct cg_scope_cursor *next, struct cg_err *err) CG_MUST_CHECK;
 
 #endif

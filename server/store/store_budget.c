@@ -154,7 +154,8 @@ void cg_store_rollback(struct cg_store *store)
 
 cg_status cg_store_path_read(struct cg_store *store, const char *tenant_id,
                              const struct cg_scope_ids *ids, bool lock, bool allow_missing_last,
-                             struct cg_budget_row out[4], int *n, struct cg_err *err)
+                             int64_t now_ms, struct cg_budget_row out[4], int *n,
+                             struct cg_err *err)
 {
     *n = 0;
     if (cg__store_deadline_passed(store))
@@ -165,13 +166,13 @@ cg_status cg_store_path_read(struct cg_store *store, const char *tenant_id,
     cg_status rc = check_scope_ids(ids, err);
     if (rc != CG_OK)
         return rc;
-    return cg_pg_path_read(store->pg, id, ids, lock, allow_missing_last, out, n, err);
+    return cg_pg_path_read(store->pg, id, ids, lock, allow_missing_last, now_ms, out, n, err);
 }
 
 cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
                               const struct cg_budget_row *row, int64_t expected_version,
-                              const char *key_id, struct cg_budget_row *out, bool *created,
-                              struct cg_err *err)
+                              const char *key_id, int64_t now_ms, struct cg_budget_row *out,
+                              bool *created, struct cg_err *err)
 {
     *created = false;
     if (cg__store_deadline_passed(store))
@@ -214,7 +215,8 @@ cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
         stored.reset_period = 1;
         stored.reservation_ttl_ms = 0;
     }
-    return cg_pg_budget_put(store->pg, id, &stored, expected_version, key_id, out, created, err);
+    return cg_pg_budget_put(store->pg, id, &stored, expected_version, key_id, now_ms, out, created,
+                            err);
 }
 
 cg_status cg_store_path_add(struct cg_store *store, const char *tenant_id,

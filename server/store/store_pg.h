@@ -127,8 +127,8 @@ void cg_pg_rollback(struct cg_pg *pg);
  * is inserted (ON CONFLICT DO NOTHING) only when the first read finds it missing. A tenant
  * that does not exist -> CG_NOT_FOUND "tenant_id: no such tenant". */
 cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
-                          bool lock, bool allow_missing_last, struct cg_budget_row out[4], int *n,
-                          struct cg_err *err) CG_MUST_CHECK;
+                          bool lock, bool allow_missing_last, int64_t now_ms,
+                          struct cg_budget_row out[4], int *n, struct cg_err *err) CG_MUST_CHECK;
 
 /* Inside a transaction: see cg_store_budget_put. row->level must match row->ids; the
  * settings are stored as given. The parent row of a task or agent must exist
@@ -136,8 +136,9 @@ cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct 
  * created lazily by cg_pg_path_read. *created is true when the stored version is 1: the
  * scope got its first budget with this call. */
 cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct cg_budget_row *row,
-                           int64_t expected_version, const char *key_id, struct cg_budget_row *out,
-                           bool *created, struct cg_err *err) CG_MUST_CHECK;
+                           int64_t expected_version, const char *key_id, int64_t now_ms,
+                           struct cg_budget_row *out, bool *created,
+                           struct cg_err *err) CG_MUST_CHECK;
 
 /* Inside a transaction: see cg_store_path_add. rows[n - 1].ids names the path (its depth
  * must be n). A row of the path that does not exist -> CG_NOT_FOUND naming its id. A

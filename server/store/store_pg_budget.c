@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "store/store_pg_sweep.h"
 
 /* ------------------------------------------------------------------ scopes --- */
 
@@ -20,7 +21,9 @@
     " used_cost_micros, reserved_cost_micros, version,"                                            \
     " floor(extract(epoch FROM created_at) * 1000)::int8,"                                         \
     " floor(extract(epoch FROM updated_at) * 1000)::int8,"                                         \
-    " coalesce(floor(extract(epoch FROM closed_at) * 1000)::int8, 0), updated_by_key_id"
+    " coalesce(floor(extract(epoch FROM closed_at) * 1000)::int8, 0), updated_by_key_id,"          \
+    " coalesce(floor(extract(epoch FROM period_start) * 1000)::int8, 0),"                          \
+    " coalesce(floor(extract(epoch FROM next_reset_at) * 1000)::int8, 0)"
 
 /* The rows of a path, tenant first: ('', '', ''), (s, '', ''), (s, t, ''), (s, t, a). For
  * shorter paths the tuples repeat, which selects nothing more. Each tuple is a primary key
@@ -116,6 +119,8 @@ static bool read_scope(PGresult *res, int row, struct cg_budget_row *out)
     out->closed_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 24));
     cg__pg_copy_str(out->updated_by_key_id, sizeof out->updated_by_key_id,
                     PQgetvalue(res, row, 25));
+    out->period_start_ms = cg__pg_parse_i64(PQgetvalue(res, row, 26));
+    out->next_reset_ms = cg__pg_parse_i64(PQgetvalue(res, row, 27));
     return tiers_ok && out->level >= 1 && out->level <= 4;
 }
 
@@ -161,8 +166,8 @@ out:
 }
 
 cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
-                          bool lock, bool allow_missing_last, struct cg_budget_row out[4], int *n,
-                          struct cg_err *err)
+                          bool lock, bool allow_missing_last, int64_t now_ms,
+                          struct cg_budget_row out[4], int *n, struct cg_err *err)
 {
     *n = 0;
     if (!pg->in_tx)
@@ -201,6 +206,18 @@ cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct 
             cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg), "path_read: the tenant row is still missing");
             return cg_err_set(err, CG_INTERNAL, "storage error");
         }
+    }
+    if (out[0].next_reset_ms != 0 && out[0].next_reset_ms <= now_ms) {
+        /* The period ended: the caller decides on the new one. With the path locked the
+         * tenant row is ours and the reset applies; without, the update waits for whoever
+         * holds the row, and when that one applied the reset first, a second read shows
+         * it. */
+        bool applied = false;
+        rc = cg__pg_reset_if_due(pg, tenant_id, now_ms, &out[0], &applied, err);
+        if (rc == CG_OK && !applied)
+            rc = select_path(pg, tenant_id, ids, lock, out, &present, err);
+        if (rc != CG_OK)
+            return rc;
     }
     int depth = scope_depth(ids);
     for (int level = 2; level <= depth; level++) {
@@ -275,14 +292,14 @@ out:
 }
 
 cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct cg_budget_row *row,
-                           int64_t expected_version, const char *key_id, struct cg_budget_row *out,
-                           bool *created, struct cg_err *err)
+                           int64_t expected_version, const char *key_id, int64_t now_ms,
+                           struct cg_budget_row *out, bool *created, struct cg_err *err)
 {
     *created = false;
     if (!pg->in_tx)
         return cg__pg_not_in_tx(pg, "budget_put", err);
     char level[8], mode[8], limit[24], cost[24], warning[32], ratios[256], delays[128];
-    char on_failure[8], allowance[24], reset[8], ttl[16], expected[24];
+    char on_failure[8], allowance[24], reset[8], ttl[16], expected[24], now_text[24];
     snprintf(level, sizeof level, "%d", row->level);
     snprintf(mode, sizeof mode, "%d", row->mode);
     snprintf(limit, sizeof limit, "%lld", (long long)row->limit_tokens);
@@ -294,6 +311,7 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
     snprintf(reset, sizeof reset, "%d", row->reset_period);
     snprintf(ttl, sizeof ttl, "%u", (unsigned)row->reservation_ttl_ms);
     snprintf(expected, sizeof expected, "%lld", (long long)expected_version);
+    snprintf(now_text, sizeof now_text, "%lld", (long long)now_ms);
     /* The parent of a task is its session's row, of an agent its task's. */
     const char *parent_session = row->level >= 3 ? row->ids.session_id : "";
     const char *parent_task = row->level == 4 ? row->ids.task_id : "";
@@ -318,13 +336,16 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
                             key_id ? key_id : "",
                             parent_session,
                             parent_task,
-                            expected};
+                            expected,
+                            now_text};
     /* One statement: the SELECT's WHERE refuses a missing parent, and a missing row when a
      * version is expected (no insert is even tried); the DO UPDATE's WHERE refuses a
      * stored version other than the expected one. Either way no row comes back and
      * explain_put_refusal() says which. A session's parent, the tenant's row, is made
      * here when missing (scopes_parent requires it; the foreign key check at the end of
-     * the statement sees it). */
+     * the statement sees it). A reset period counts from the period containing now_ms ($23)
+     * in the tenant's time zone when it is new or changed, and keeps its period otherwise
+     * (cg_period_start/next are NULL for period 1, none). */
     PGresult *res = NULL;
     cg_status rc = cg__pg_run(
         pg, "budget_put",
@@ -333,10 +354,13 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         " INSERT INTO scopes AS s (tenant_id, session_id, task_id, agent_id, level, has_budget,"
         " mode, limit_tokens, limit_cost_micros, warning_ratio, backpressure_disabled,"
         " tier_ratio, tier_delay_ms, on_store_failure, local_allowance_tokens, reset_period,"
-        " reservation_ttl_ms, description, version, updated_by_key_id)"
+        " reservation_ttl_ms, description, version, updated_by_key_id, period_start, next_reset_at)"
         " SELECT $1::uuid, $2::text, $3::text, $4::text, $5::int2, $6::boolean, $7::int2,"
         "  $8::int8, $9::int8, $10::float8, $11::boolean, $12::float8[], $13::int4[], $14::int2,"
-        "  $15::int8, $16::int2, $17::int4, $18::text, 1, $19::text"
+        "  $15::int8, $16::int2, $17::int4, $18::text, 1, $19::text,"
+        "  cg_period_start($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)),"
+        "  cg_period_next($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0))"
+        " FROM (SELECT (SELECT time_zone FROM tenants WHERE tenant_id = $1::uuid) AS time_zone) tz"
         " WHERE ($5::int2 <= 2 OR EXISTS (SELECT 1 FROM scopes p WHERE p.tenant_id = $1::uuid"
         "   AND p.session_id = $20::text AND p.task_id = $21::text AND p.agent_id = ''))"
         "  AND ($22::int8 = 0 OR EXISTS (SELECT 1 FROM scopes c WHERE c.tenant_id = $1::uuid"
@@ -350,6 +374,10 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         "  on_store_failure = excluded.on_store_failure,"
         "  local_allowance_tokens = excluded.local_allowance_tokens,"
         "  reset_period = excluded.reset_period,"
+        "  period_start = CASE WHEN s.reset_period = excluded.reset_period THEN s.period_start"
+        "   ELSE excluded.period_start END,"
+        "  next_reset_at = CASE WHEN s.reset_period = excluded.reset_period THEN s.next_reset_at"
+        "   ELSE excluded.next_reset_at END,"
         "  reservation_ttl_ms = excluded.reservation_ttl_ms,"
         "  description = excluded.description, version = s.version + 1, updated_at = now(),"
         /* A row that existed only to count usage (the tenant's) gets its budget now. */
@@ -357,7 +385,7 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         "  updated_by_key_id = excluded.updated_by_key_id"
         " WHERE $22::int8 = 0 OR s.version = $22::int8"
         " RETURNING " SCOPE_COLUMNS,
-        22, values, NULL, NULL, 0, &res, err);
+        23, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         /* scopes_parent only fires for a parent made missing meanwhile (the WHERE checks
          * first); the tenants foreign key for a tenant that does not exist. */

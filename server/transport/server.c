@@ -985,19 +985,36 @@ static void *monitor_main(void *arg)
         cg_log(CG_LOG_ERROR, "health", NULL, "cannot start the PostgreSQL probe");
         return NULL;
     }
+    /* Two periodic jobs on one thread and one store: the probe, then the sweeper (expired
+     * reservations, due resets), each when its time has come; in between the thread waits
+     * on the condition variable until the sooner of the two, so shutdown wakes it. */
+    int64_t next_probe = cg_mono_ms();
+    int64_t next_sweep = next_probe;
     pthread_mutex_lock(&srv->monitor_lock);
     while (!srv->monitor_stop) {
         pthread_mutex_unlock(&srv->monitor_lock);
-        cg_store_set_deadline(ctx->env.store, cg_mono_ms() + srv->cfg->pg_connect_timeout_ms);
-        if (cg_rpc_health_probe(&ctx->env))
-            wake_streams(srv);
+        int64_t now = cg_mono_ms();
+        if (now >= next_probe) {
+            cg_store_set_deadline(ctx->env.store, now + srv->cfg->pg_connect_timeout_ms);
+            if (cg_rpc_health_probe(&ctx->env))
+                wake_streams(srv);
+            next_probe = now + srv->cfg->health_interval_ms;
+        }
+        if (now >= next_sweep) {
+            int expired = 0;
+            (void)cg_rpc_sweep(&ctx->env, cg_wall_ms(), &expired);
+            next_sweep = now + srv->cfg->sweep_interval_ms;
+        }
         pthread_mutex_lock(&srv->monitor_lock);
         if (srv->monitor_stop)
             break;
+        int64_t wait_ms = (next_probe < next_sweep ? next_probe : next_sweep) - cg_mono_ms();
+        if (wait_ms < 0)
+            wait_ms = 0;
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        int64_t ns = until.tv_nsec + (srv->cfg->health_interval_ms % 1000) * 1000000;
-        until.tv_sec += srv->cfg->health_interval_ms / 1000 + ns / 1000000000;
+        int64_t ns = until.tv_nsec + (wait_ms % 1000) * 1000000;
+        until.tv_sec += wait_ms / 1000 + ns / 1000000000;
         until.tv_nsec = ns % 1000000000;
         /* Woken early only by shutdown. */
         while (!srv->monitor_stop &&
@@ -1241,13 +1258,14 @@ void cg_server_shutdown(struct cg_server *srv)
     const struct cg_config *cfg = srv->cfg;
     cg_health_set_draining(srv->health, true);
     atomic_store(&srv->stopping, true);
-    cg_log(CG_LOG_INFO, "transport", NULL, "draining: NOT_SERVING, finishing in-flight calls");
     /* Health watchers hear NOT_SERVING, then their streams end. */
     wake_streams(srv);
 
     grpc_completion_queue *shutdown_cq = grpc_completion_queue_create_for_pluck(NULL);
     static int shutdown_tag;
     grpc_server_shutdown_and_notify(srv->server, shutdown_cq, &shutdown_tag);
+    /* Logged once new calls are refused, so that the line means what it says. */
+    cg_log(CG_LOG_INFO, "transport", NULL, "draining: NOT_SERVING, finishing in-flight calls");
 
     /* Posted slots come back unmatched; in-flight calls (held replies too) finish. When both
      * counts are zero every call that reached the server has been answered. gRPC's own

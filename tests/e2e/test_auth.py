@@ -182,9 +182,9 @@ class Auth(cgtest.TestCase):
 
     def test_tenant_key_passes_authentication_on_tenant_rpcs(self):
         # Past authentication the not-yet-implemented RPC says so...
-        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.budget.CloseScope,
-                            budget_pb2.CloseScopeRequest(), metadata=cgtest.bearer(self.key),
-                            timeout=10, contains="CloseScope")
+        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.budget.ListApprovals,
+                            budget_pb2.ListApprovalsRequest(), metadata=cgtest.bearer(self.key),
+                            timeout=10, contains="ListApprovals")
         # ...and an implemented one judges the request itself.
         self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.budget.SetBudget,
                             budget_pb2.SetBudgetRequest(), metadata=cgtest.bearer(self.key),

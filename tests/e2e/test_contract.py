@@ -13,7 +13,8 @@ SERVICES = ((budget_pb2, "BudgetService"), (context_pb2, "ContextService"))
 
 # RPCs built so far; every other one must still answer UNIMPLEMENTED.
 IMPLEMENTED = {("BudgetService", m) for m in ("SetBudget", "GetBudget", "CheckBudget", "Reserve",
-                                              "Commit", "Release", "RecordUsage")}
+                                              "Commit", "Release", "RecordUsage", "CloseScope",
+                                              "GetUsage", "ListScopes")}
 
 
 def all_methods():

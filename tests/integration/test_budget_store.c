@@ -95,7 +95,8 @@ static struct cg_budget_row put(struct cg_store *s, const char *tenant_id,
     bool created = false;
     struct cg_err err;
     begin(s);
-    cg_status rc = cg_store_budget_put(s, tenant_id, row, 0, "ci-key", &out, &created, &err);
+    cg_status rc =
+        cg_store_budget_put(s, tenant_id, row, 0, "ci-key", cg_wall_ms(), &out, &created, &err);
     cr_assert_eq(rc, CG_OK, "budget_put: %s %s", cg_status_name(rc), err.msg);
     commit(s);
     return out;
@@ -107,7 +108,8 @@ static int read_path(struct cg_store *s, const char *tenant_id, struct cg_scope_
 {
     int n = -1;
     struct cg_err err;
-    cg_status rc = cg_store_path_read(s, tenant_id, &ids, true, false, rows, &n, &err);
+    cg_status rc =
+        cg_store_path_read(s, tenant_id, &ids, true, false, cg_wall_ms(), rows, &n, &err);
     cr_assert_eq(rc, CG_OK, "path_read: %s %s", cg_status_name(rc), err.msg);
     return n;
 }
@@ -151,8 +153,9 @@ Test(budget_store, the_tenant_row_is_made_on_first_use_without_a_budget, .init =
     struct cg_scope_ids ids = scope("", "", "");
     int n = 0;
     struct cg_err err;
-    cr_assert_eq(cg_store_path_read(s, t.tenant_id, &ids, false, false, rows, &n, &err), CG_OK,
-                 "%s", err.msg);
+    cr_assert_eq(
+        cg_store_path_read(s, t.tenant_id, &ids, false, false, cg_wall_ms(), rows, &n, &err), CG_OK,
+        "%s", err.msg);
     commit(s);
     cr_assert_eq(n, 1);
     cr_assert_eq(db_int("SELECT count(*) FROM scopes WHERE tenant_id = $1::uuid", t.tenant_id), 1);
@@ -249,7 +252,8 @@ static void expect_read_error(struct cg_store *s, const char *tenant_id, struct 
     int n = -1;
     struct cg_err err;
     begin(s);
-    cg_status rc = cg_store_path_read(s, tenant_id, &ids, true, allow_missing_last, rows, &n, &err);
+    cg_status rc = cg_store_path_read(s, tenant_id, &ids, true, allow_missing_last, cg_wall_ms(),
+                                      rows, &n, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, want, "%s/%s/%s: %s %s", ids.session_id, ids.task_id, ids.agent_id,
                  cg_status_name(rc), err.msg);
@@ -281,8 +285,8 @@ Test(budget_store, a_missing_level_is_not_found_naming_its_field, .init = setup,
     int n = -1;
     struct cg_err err;
     begin(s);
-    cr_assert_eq(cg_store_path_read(s, t.tenant_id, &ids, true, true, rows, &n, &err), CG_OK, "%s",
-                 err.msg);
+    cr_assert_eq(cg_store_path_read(s, t.tenant_id, &ids, true, true, cg_wall_ms(), rows, &n, &err),
+                 CG_OK, "%s", err.msg);
     commit(s);
     cr_assert_eq(n, 2, "the missing task is left out: n = %d", n);
 
@@ -296,14 +300,15 @@ Test(budget_store, a_missing_level_is_not_found_naming_its_field, .init = setup,
     struct cg_budget_row out;
     bool created = true;
     begin(s);
-    cg_status rc = cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, &out, &created, &err);
+    cg_status rc =
+        cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_str_eq(err.msg, "scope.session_id: no such session");
     cr_assert_not(created);
     orphan = budget("s", "nope", "a", 10);
     begin(s);
-    rc = cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, &out, &created, &err);
+    rc = cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_str_eq(err.msg, "scope.task_id: no such task");
@@ -368,14 +373,15 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
     struct cg_budget_row row = budget("s", "", "", 1000);
     row.reset_period = 2;
     begin(s);
-    cg_status rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, &out, &created, &err);
+    cg_status rc =
+        cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "settings.reset_period: only a tenant budget resets");
 
     row = budget("s", "", "", 0);
     begin(s);
-    rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, &out, &created, &err);
+    rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "settings.limit_tokens: must be positive");
@@ -383,14 +389,14 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
     row = budget("s", "", "", 10);
     row.mode = 7;
     begin(s);
-    rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, &out, &created, &err);
+    rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert(strncmp(err.msg, "settings.mode:", 14) == 0, "%s", err.msg);
 
     row = budget("s", "", "", 10);
     begin(s);
-    rc = cg_store_budget_put(s, t.tenant_id, &row, -1, NULL, &out, &created, &err);
+    rc = cg_store_budget_put(s, t.tenant_id, &row, -1, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "expected_version: must not be negative");
@@ -429,8 +435,9 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     struct cg_err err;
 
     begin(s);
-    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &row, 0, "k1", &out, &created, &err), CG_OK,
-                 "%s", err.msg);
+    cr_assert_eq(
+        cg_store_budget_put(s, t.tenant_id, &row, 0, "k1", cg_wall_ms(), &out, &created, &err),
+        CG_OK, "%s", err.msg);
     commit(s);
     cr_assert(created);
     cr_assert_eq(out.version, 1);
@@ -438,8 +445,9 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
 
     row.limit_tokens = 2000;
     begin(s);
-    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &row, 0, "k2", &out, &created, &err), CG_OK,
-                 "%s", err.msg);
+    cr_assert_eq(
+        cg_store_budget_put(s, t.tenant_id, &row, 0, "k2", cg_wall_ms(), &out, &created, &err),
+        CG_OK, "%s", err.msg);
     commit(s);
     cr_assert_not(created);
     cr_assert_eq(out.version, 2);
@@ -450,15 +458,17 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     /* A stale version is refused and changes nothing. */
     row.limit_tokens = 3000;
     begin(s);
-    cg_status rc = cg_store_budget_put(s, t.tenant_id, &row, 1, "k3", &out, &created, &err);
+    cg_status rc =
+        cg_store_budget_put(s, t.tenant_id, &row, 1, "k3", cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_ABORTED, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "expected_version 1 does not match the stored version 2");
     cr_assert_eq(db_int("SELECT limit_tokens FROM scopes WHERE session_id = $1", "s"), 2000);
 
     begin(s);
-    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &row, 2, "k3", &out, &created, &err), CG_OK,
-                 "%s", err.msg);
+    cr_assert_eq(
+        cg_store_budget_put(s, t.tenant_id, &row, 2, "k3", cg_wall_ms(), &out, &created, &err),
+        CG_OK, "%s", err.msg);
     commit(s);
     cr_assert_eq(out.version, 3);
     cr_assert_eq(out.limit_tokens, 3000);
@@ -466,7 +476,7 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     /* An expected version for a scope that has none yet is refused too. */
     struct cg_budget_row fresh = budget("s2", "", "", 10);
     begin(s);
-    rc = cg_store_budget_put(s, t.tenant_id, &fresh, 4, NULL, &out, &created, &err);
+    rc = cg_store_budget_put(s, t.tenant_id, &fresh, 4, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_ABORTED, "%s", cg_status_name(rc));
     cr_assert(strstr(err.msg, "expected_version 4 does not match the stored version 0") != NULL,
@@ -481,8 +491,9 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     struct cg_budget_row tenant = budget("", "", "", 1000000);
     tenant.reset_period = 3;
     begin(s);
-    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &tenant, 0, NULL, &out, &created, &err), CG_OK,
-                 "%s", err.msg);
+    cr_assert_eq(
+        cg_store_budget_put(s, t.tenant_id, &tenant, 0, NULL, cg_wall_ms(), &out, &created, &err),
+        CG_OK, "%s", err.msg);
     commit(s);
     cr_assert(created);
     cr_assert_eq(out.version, 1);
@@ -493,9 +504,9 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     /* The same for a tenant whose row was never read: it is made by the put. */
     struct cg_tenant fresh_tenant = make_tenant(s, "fresh");
     begin(s);
-    cr_assert_eq(
-        cg_store_budget_put(s, fresh_tenant.tenant_id, &tenant, 0, NULL, &out, &created, &err),
-        CG_OK, "%s", err.msg);
+    cr_assert_eq(cg_store_budget_put(s, fresh_tenant.tenant_id, &tenant, 0, NULL, cg_wall_ms(),
+                                     &out, &created, &err),
+                 CG_OK, "%s", err.msg);
     commit(s);
     cr_assert(created);
     cr_assert_eq(out.version, 1);
@@ -506,7 +517,8 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
                                          budget("s", "t", "", 10)};
     for (size_t i = 0; i < sizeof ghost_rows / sizeof ghost_rows[0]; i++) {
         begin(s);
-        rc = cg_store_budget_put(s, ghost, &ghost_rows[i], 0, NULL, &out, &created, &err);
+        rc = cg_store_budget_put(s, ghost, &ghost_rows[i], 0, NULL, cg_wall_ms(), &out, &created,
+                                 &err);
         cg_store_rollback(s);
         cr_assert_eq(rc, CG_NOT_FOUND, "level %zu: %s", i + 1, cg_status_name(rc));
         cr_assert_str_eq(err.msg, "tenant_id: no such tenant");
@@ -897,8 +909,9 @@ Test(budget_store, rollback_leaves_nothing, .init = setup, .fini = teardown, .ti
     begin(s);
     int n = read_path(s, t.tenant_id, scope("", "", ""), rows);
     cr_assert_eq(n, 1);
-    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &session, 0, NULL, &out, &created, &err),
-                 CG_OK, "%s", err.msg);
+    cr_assert_eq(
+        cg_store_budget_put(s, t.tenant_id, &session, 0, NULL, cg_wall_ms(), &out, &created, &err),
+        CG_OK, "%s", err.msg);
     n = read_path(s, t.tenant_id, ids, rows);
     cr_assert_eq(cg_store_path_add(s, t.tenant_id, rows, n, 5, 10, 0, 0, &err), CG_OK, "%s",
                  err.msg);
@@ -918,8 +931,9 @@ Test(budget_store, rollback_leaves_nothing, .init = setup, .fini = teardown, .ti
 
     /* The same again commits: the keys were not used up by the rolled-back attempt. */
     begin(s);
-    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &session, 0, NULL, &out, &created, &err),
-                 CG_OK, "%s", err.msg);
+    cr_assert_eq(
+        cg_store_budget_put(s, t.tenant_id, &session, 0, NULL, cg_wall_ms(), &out, &created, &err),
+        CG_OK, "%s", err.msg);
     cr_assert_eq(
         cg_store_reservation_insert(s, t.tenant_id, &ids, 10, 0, "", "", "k", 60000, &res, &err),
         CG_OK, "%s", err.msg);
@@ -936,7 +950,8 @@ Test(budget_store, budget_calls_need_a_transaction, .init = setup, .fini = teard
     struct cg_scope_ids ids = scope("", "", "");
     int n;
     struct cg_err err;
-    cg_status rc = cg_store_path_read(s, t.tenant_id, &ids, true, false, rows, &n, &err);
+    cg_status rc =
+        cg_store_path_read(s, t.tenant_id, &ids, true, false, cg_wall_ms(), rows, &n, &err);
     cr_assert_eq(rc, CG_INTERNAL, "%s", cg_status_name(rc));
     rc = cg_store_commit(s, &err);
     cr_assert_eq(rc, CG_INTERNAL, "%s", cg_status_name(rc));
@@ -1024,7 +1039,8 @@ static void *reserve_thread(void *arg)
         int n = 0;
         cg_status rc = cg_store_begin(s, &err);
         if (rc == CG_OK)
-            rc = cg_store_path_read(s, job->tenant_id, &job->ids, true, false, rows, &n, &err);
+            rc = cg_store_path_read(s, job->tenant_id, &job->ids, true, false, cg_wall_ms(), rows,
+                                    &n, &err);
         bool fits = true;
         for (int i = 0; rc == CG_OK && i < n; i++) {
             if (rows[i].has_budget &&
@@ -1161,8 +1177,8 @@ static void *first_use_thread(void *arg)
     pthread_barrier_wait(job->start);
     job->rc = s ? cg_store_begin(s, &job->err) : CG_NOMEM;
     if (job->rc == CG_OK)
-        job->rc =
-            cg_store_path_read(s, job->tenant_id, &ids, true, false, rows, &job->n, &job->err);
+        job->rc = cg_store_path_read(s, job->tenant_id, &ids, true, false, cg_wall_ms(), rows,
+                                     &job->n, &job->err);
     if (job->rc == CG_OK)
         job->rc = cg_store_commit(s, &job->err);
     if (s != NULL)
@@ -1216,8 +1232,8 @@ Test(budget_store, postgres_unreachable_begin_is_unavailable, .init = setup, .fi
     struct cg_budget_row rows[4];
     struct cg_scope_ids ids = scope("", "", "");
     int n;
-    rc = cg_store_path_read(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", &ids, true, false, rows, &n,
-                            &err);
+    rc = cg_store_path_read(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", &ids, true, false,
+                            cg_wall_ms(), rows, &n, &err);
     cr_assert_neq(rc, CG_OK);
     cg_store_rollback(s);
     cg_store_free(s);
@@ -1244,7 +1260,7 @@ Test(budget_store, a_backend_killed_mid_transaction_is_unavailable_and_applies_n
     cg_status rc =
         cg_store_reservation_insert(s, t.tenant_id, &ids, 10, 0, "", "", "", 60000, &res, &err);
     cr_assert_eq(rc, CG_UNAVAILABLE, "%s %s", cg_status_name(rc), err.msg);
-    rc = cg_store_path_read(s, t.tenant_id, &ids, true, false, rows, &n, &err);
+    rc = cg_store_path_read(s, t.tenant_id, &ids, true, false, cg_wall_ms(), rows, &n, &err);
     cr_assert_eq(rc, CG_UNAVAILABLE, "a read is not retried inside a transaction either: %s",
                  cg_status_name(rc));
     rc = cg_store_commit(s, &err);
@@ -1285,8 +1301,8 @@ static void *lock_thread(void *arg)
     int n;
     job->rc = cg_store_begin(job->store, &job->err);
     if (job->rc == CG_OK)
-        job->rc =
-            cg_store_path_read(job->store, job->tenant_id, &ids, true, false, rows, &n, &job->err);
+        job->rc = cg_store_path_read(job->store, job->tenant_id, &ids, true, false, cg_wall_ms(),
+                                     rows, &n, &job->err);
     cg_store_rollback(job->store);
     return NULL;
 }

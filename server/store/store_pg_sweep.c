@@ -1,0 +1,283 @@
+/* store_pg_sweep.c - the sweeper's SQL: expired reservations settled and their holds
+ * returned, calendar resets of tenant budgets applied. See store.h ("sweeper and resets")
+ * for the contract and store_pg.c for how statements run.
+ *
+ * Everything here works tenant by tenant through keys and indexes that start with
+ * tenant_id (the tenant row's primary key, reservations_expiry), so that it keeps working
+ * on a database distributed by tenant. The boundaries of periods are computed by the
+ * functions of migrations/0004_resets.sql, on the tenant's wall clock.
+ */
+#include "store/store_pg_sweep.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "store/store_pg_internal.h"
+
+/* The caller's clock comes in as unix ms and is used as to_timestamp(ms / 1e3): float8
+ * seconds, which to_timestamp rounds to the microsecond, so every millisecond is exact. */
+
+static cg_status inside_tx(struct cg_pg *pg, const char *what, struct cg_err *err)
+{
+    cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg), "%s called inside a transaction", what);
+    return cg_err_set(err, CG_INTERNAL, "storage error");
+}
+
+cg_status cg__pg_reset_if_due(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
+                              struct cg_budget_row *tenant_row, bool *applied, struct cg_err *err)
+{
+    *applied = false;
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "reset", err);
+    char now_text[24];
+    snprintf(now_text, sizeof now_text, "%lld", (long long)now_ms);
+    const char *values[] = {tenant_id, now_text};
+    /* The condition is evaluated again on the row as a concurrent transaction left it (READ
+     * COMMITTED re-checks an updated row), so a boundary is reset once, by whoever locks
+     * the row first after it; reserved counters are live holds and stay. */
+    PGresult *res = NULL;
+    cg_status rc =
+        cg__pg_run(pg, "reset",
+                   "UPDATE scopes s SET used_tokens = 0, used_cost_micros = 0,"
+                   " period_start = cg_period_start(s.reset_period, t.time_zone,"
+                   "  to_timestamp($2::int8 / 1e3)),"
+                   " next_reset_at = cg_period_next(s.reset_period, t.time_zone,"
+                   "  to_timestamp($2::int8 / 1e3))"
+                   " FROM tenants t"
+                   " WHERE t.tenant_id = $1::uuid AND s.tenant_id = $1::uuid AND s.session_id = ''"
+                   "  AND s.task_id = '' AND s.agent_id = '' AND s.reset_period <> 1"
+                   "  AND s.next_reset_at <= to_timestamp($2::int8 / 1e3)"
+                   " RETURNING floor(extract(epoch FROM s.period_start) * 1000)::int8,"
+                   "  floor(extract(epoch FROM s.next_reset_at) * 1000)::int8",
+                   2, values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK)
+        goto out;
+    if (PQntuples(res) == 1) {
+        *applied = true;
+        tenant_row->used_tokens = 0;
+        tenant_row->used_cost_micros = 0;
+        tenant_row->period_start_ms = cg__pg_parse_i64(PQgetvalue(res, 0, 0));
+        tenant_row->next_reset_ms = cg__pg_parse_i64(PQgetvalue(res, 0, 1));
+        cg_log(CG_LOG_INFO, MOD, cg__pg_rid(pg),
+               "tenant budget reset: tenant=%s period_start_ms=%lld next_reset_ms=%lld", tenant_id,
+               (long long)tenant_row->period_start_ms, (long long)tenant_row->next_reset_ms);
+    }
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_sweep_tenants(struct cg_pg *pg, const char *after_id, int limit,
+                              char (*ids)[CG_UUID_LEN + 1], int *count, struct cg_err *err)
+{
+    *count = 0;
+    char limit_text[16];
+    snprintf(limit_text, sizeof limit_text, "%d", limit);
+    const char *values[] = {after_id, limit_text};
+    PGresult *res = NULL;
+    /* By primary key: a page boundary never skips or repeats a tenant, even when tenants
+     * are created meanwhile. */
+    cg_status rc = cg__pg_run(pg, "sweep_tenants",
+                              "SELECT tenant_id::text FROM tenants"
+                              " WHERE $1::text = '' OR tenant_id > NULLIF($1::text, '')::uuid"
+                              " ORDER BY tenant_id LIMIT $2::int",
+                              2, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "22P02"))
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "after_id: not a tenant id");
+        goto out;
+    }
+    int rows = PQntuples(res);
+    for (int i = 0; i < rows && i < limit; i++)
+        cg__pg_copy_str(ids[i], sizeof ids[i], PQgetvalue(res, i, 0));
+    *count = rows < limit ? rows : limit;
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_sweep_due(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
+                          struct cg_sweep_due *out, struct cg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    char now_text[24];
+    snprintf(now_text, sizeof now_text, "%lld", (long long)now_ms);
+    const char *values[] = {tenant_id, now_text};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(pg, "sweep_due",
+                              "SELECT EXISTS (SELECT 1 FROM scopes WHERE tenant_id = $1::uuid"
+                              "   AND session_id = '' AND task_id = '' AND agent_id = ''"
+                              "   AND next_reset_at <= to_timestamp($2::int8 / 1e3)),"
+                              " EXISTS (SELECT 1 FROM reservations WHERE tenant_id = $1::uuid"
+                              "   AND state = 1 AND expires_at <= to_timestamp($2::int8 / 1e3))",
+                              2, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "22P02"))
+            rc = CG_OK; /* not a tenant id: nothing is due for it */
+        goto out;
+    }
+    out->reset = PQgetvalue(res, 0, 0)[0] == 't';
+    out->expired = PQgetvalue(res, 0, 1)[0] == 't';
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_reset_apply(struct cg_pg *pg, const char *tenant_id, int64_t now_ms, bool *reset,
+                            struct cg_err *err)
+{
+    *reset = false;
+    if (pg->in_tx)
+        return inside_tx(pg, "reset_apply", err);
+    /* Only the tenant row is locked (by the update), so this cannot deadlock with a path
+     * lock: those take the tenant row first too. */
+    cg_status rc = cg_pg_begin(pg, err);
+    if (rc != CG_OK)
+        return rc;
+    struct cg_budget_row row;
+    memset(&row, 0, sizeof row);
+    bool applied = false;
+    rc = cg__pg_reset_if_due(pg, tenant_id, now_ms, &row, &applied, err);
+    if (rc == CG_OK)
+        rc = cg_pg_commit(pg, err);
+    if (rc != CG_OK) {
+        cg_pg_rollback(pg);
+        return rc;
+    }
+    *reset = applied;
+    return CG_OK;
+}
+
+/* One expired reservation, as much of it as settling needs. */
+struct expiring {
+    char reservation_id[CG_UUID_LEN + 1];
+    struct cg_scope_ids ids;
+    int64_t tokens;
+    int64_t cost_micros;
+};
+
+/* Locks up to limit expired ACTIVE reservations of the tenant, skipping those another
+ * transaction holds. *list (malloc'ed, the caller frees) gets them, *n how many. */
+static cg_status lock_expired(struct cg_pg *pg, const char *tenant_id, const char *now_text,
+                              int limit, struct expiring **list, int *n, struct cg_err *err)
+{
+    *list = NULL;
+    *n = 0;
+    char limit_text[16];
+    snprintf(limit_text, sizeof limit_text, "%d", limit);
+    const char *values[] = {tenant_id, now_text, limit_text};
+    /* reservations_expiry (tenant_id, state, expires_at) serves both the filter and the
+     * order. SKIP LOCKED: a reservation that a Commit, a Release or another replica's sweep
+     * holds is theirs to settle; waiting for it would only serialise the replicas. */
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(pg, "expired_lock",
+                              "SELECT reservation_id::text, session_id, task_id, agent_id, tokens,"
+                              " cost_micros FROM reservations"
+                              " WHERE tenant_id = $1::uuid AND state = 1"
+                              "  AND expires_at <= to_timestamp($2::int8 / 1e3)"
+                              " ORDER BY expires_at LIMIT $3::int FOR NO KEY UPDATE SKIP LOCKED",
+                              3, values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK)
+        goto out;
+    int rows = PQntuples(res);
+    if (rows == 0)
+        goto out;
+    *list = calloc((size_t)rows, sizeof **list);
+    if (*list == NULL) {
+        rc = cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < rows; i++) {
+        struct expiring *e = &(*list)[i];
+        cg__pg_copy_str(e->reservation_id, sizeof e->reservation_id, PQgetvalue(res, i, 0));
+        cg__pg_copy_str(e->ids.session_id, sizeof e->ids.session_id, PQgetvalue(res, i, 1));
+        cg__pg_copy_str(e->ids.task_id, sizeof e->ids.task_id, PQgetvalue(res, i, 2));
+        cg__pg_copy_str(e->ids.agent_id, sizeof e->ids.agent_id, PQgetvalue(res, i, 3));
+        e->tokens = cg__pg_parse_i64(PQgetvalue(res, i, 4));
+        e->cost_micros = cg__pg_parse_i64(PQgetvalue(res, i, 5));
+    }
+    *n = rows;
+out:
+    PQclear(res);
+    return rc;
+}
+
+/* Moves the locked reservations of list to EXPIRED, settled at now. */
+static cg_status settle_expired(struct cg_pg *pg, const char *tenant_id, const char *now_text,
+                                const struct expiring *list, int n, struct cg_err *err)
+{
+    /* "{id,id,...}": uuids only, so no quoting is needed. */
+    size_t cap = (size_t)n * (CG_UUID_LEN + 1) + 3;
+    char *array = malloc(cap);
+    if (array == NULL)
+        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    size_t used = 0;
+    array[used++] = '{';
+    for (int i = 0; i < n; i++) {
+        if (i > 0)
+            array[used++] = ',';
+        size_t len = strlen(list[i].reservation_id);
+        memcpy(array + used, list[i].reservation_id, len);
+        used += len;
+    }
+    array[used++] = '}';
+    array[used] = '\0';
+    const char *values[] = {tenant_id, now_text, array};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(pg, "expired_settle",
+                              "UPDATE reservations SET state = 4,"
+                              " settled_at = to_timestamp($2::int8 / 1e3)"
+                              " WHERE tenant_id = $1::uuid AND reservation_id = ANY($3::uuid[])"
+                              "  AND state = 1",
+                              3, values, NULL, NULL, 0, &res, err);
+    free(array);
+    if (rc == CG_OK && cg__pg_parse_i64(PQcmdTuples(res)) != n) {
+        /* The rows are locked and were ACTIVE: anything else is a bug, and the holds must
+         * not be returned for reservations that did not move. */
+        cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg), "expired_settle: %s of %d reservations moved",
+               PQcmdTuples(res), n);
+        rc = cg_err_set(err, CG_INTERNAL, "storage error");
+    }
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_reservations_expire(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
+                                    int limit, int *expired, struct cg_err *err)
+{
+    *expired = 0;
+    if (pg->in_tx)
+        return inside_tx(pg, "reservations_expire", err);
+    char now_text[24];
+    snprintf(now_text, sizeof now_text, "%lld", (long long)now_ms);
+    cg_status rc = cg_pg_begin(pg, err);
+    if (rc != CG_OK)
+        return rc;
+    struct expiring *list = NULL;
+    int n = 0;
+    rc = lock_expired(pg, tenant_id, now_text, limit, &list, &n, err);
+    /* The lock order of Commit and Release: the reservation rows (above), then each path,
+     * tenant first (cg_pg_path_read). Paths repeat across a batch; the rows stay locked by
+     * this transaction, so locking them again costs a lookup, not a wait. */
+    for (int i = 0; rc == CG_OK && i < n; i++) {
+        struct cg_budget_row rows[4];
+        int depth = 0;
+        rc = cg_pg_path_read(pg, tenant_id, &list[i].ids, true, false, now_ms, rows, &depth, err);
+        if (rc == CG_OK)
+            rc = cg_pg_path_add(pg, tenant_id, rows, depth, 0, -list[i].tokens, 0,
+                                -list[i].cost_micros, err);
+    }
+    if (rc == CG_OK && n > 0)
+        rc = settle_expired(pg, tenant_id, now_text, list, n, err);
+    if (rc == CG_OK)
+        rc = cg_pg_commit(pg, err);
+    free(list);
+    if (rc != CG_OK) {
+        cg_pg_rollback(pg);
+        return rc;
+    }
+    *expired = n;
+    return CG_OK;
+}

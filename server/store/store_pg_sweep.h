@@ -1,0 +1,45 @@
+/* store_pg_sweep.h - the PostgreSQL side of the sweeper and of calendar resets (internal
+ * to server/store; see store.h, "sweeper and resets", for what they mean).
+ *
+ * As everywhere in store_pg*: arguments are expected to be checked by the facade
+ * (store_sweep.c); errors are statuses with SQL details in the log; a cg_pg belongs to one
+ * thread. "now_ms" is always the caller's time in unix milliseconds.
+ */
+#ifndef CG_STORE_STORE_PG_SWEEP_H
+#define CG_STORE_STORE_PG_SWEEP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "store/store.h"
+
+struct cg_pg;
+
+/* Inside a transaction (cg_pg_path_read's): applies the reset of the tenant budget when it
+ * is due at now_ms; the tenant row is locked by the update (already, when the caller holds
+ * the path lock). When applied, *applied is true and tenant_row's used counters and period
+ * are set to what was stored; when not (nothing due, or a concurrent transaction that held
+ * the row applied it first), *applied is false and tenant_row is untouched. */
+cg_status cg__pg_reset_if_due(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
+                              struct cg_budget_row *tenant_row, bool *applied,
+                              struct cg_err *err) CG_MUST_CHECK;
+
+/* See cg_store_sweep_tenants; after_id "" for the first page. */
+cg_status cg_pg_sweep_tenants(struct cg_pg *pg, const char *after_id, int limit,
+                              char (*ids)[CG_UUID_LEN + 1], int *count,
+                              struct cg_err *err) CG_MUST_CHECK;
+
+/* See cg_store_sweep_due. */
+cg_status cg_pg_sweep_due(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
+                          struct cg_sweep_due *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* See cg_store_reset_apply: its own transaction. */
+cg_status cg_pg_reset_apply(struct cg_pg *pg, const char *tenant_id, int64_t now_ms, bool *reset,
+                            struct cg_err *err) CG_MUST_CHECK;
+
+/* See cg_store_reservations_expire: its own transaction. */
+cg_status cg_pg_reservations_expire(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
+                                    int limit, int *expired, struct cg_err *err) CG_MUST_CHECK;
+
+#endif

@@ -1,0 +1,60 @@
+/* store_sweep.c - the facade of the sweeper and of resets: checks, deadline, then
+ * PostgreSQL (store_pg_sweep.c). See store.h, "sweeper and resets". */
+#include <string.h>
+
+#include "store/store_internal.h"
+#include "store/store_pg_sweep.h"
+
+cg_status cg_store_sweep_tenants(struct cg_store *store, const char *after_id, int limit,
+                                 char (*ids)[CG_UUID_LEN + 1], int *count, struct cg_err *err)
+{
+    *count = 0;
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    if (limit < 1 || limit > CG_STORE_PAGE_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", CG_STORE_PAGE_MAX);
+    if (ids == NULL)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "ids: missing");
+    char after[CG_UUID_LEN + 1] = "";
+    if (after_id != NULL && after_id[0] != '\0' && !cg__store_normalize_uuid(after_id, after))
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "after_id: not a tenant id");
+    return cg_pg_sweep_tenants(store->pg, after, limit, ids, count, err);
+}
+
+cg_status cg_store_sweep_due(struct cg_store *store, const char *tenant_id, int64_t now_ms,
+                             struct cg_sweep_due *out, struct cg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return CG_OK; /* no such tenant: nothing is due */
+    return cg_pg_sweep_due(store->pg, id, now_ms, out, err);
+}
+
+cg_status cg_store_reset_apply(struct cg_store *store, const char *tenant_id, int64_t now_ms,
+                               bool *reset, struct cg_err *err)
+{
+    *reset = false;
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return CG_OK;
+    return cg_pg_reset_apply(store->pg, id, now_ms, reset, err);
+}
+
+cg_status cg_store_reservations_expire(struct cg_store *store, const char *tenant_id,
+                                       int64_t now_ms, int limit, int *expired, struct cg_err *err)
+{
+    *expired = 0;
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    if (limit < 1 || limit > CG_SWEEP_BATCH_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", CG_SWEEP_BATCH_MAX);
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return CG_OK;
+    return cg_pg_reservations_expire(store->pg, id, now_ms, limit, expired, err);
+}
