@@ -718,8 +718,10 @@ static int cmd_budget_set(struct ctl *ctl, const struct command *cmd, const stru
         settings.mode = CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_HARD;
     else if (strcmp(mode, "soft") == 0)
         settings.mode = CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_SOFT;
+    else if (strcmp(mode, "approval") == 0)
+        settings.mode = CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL;
     else
-        return usage_error("--mode must be hard or soft, not '%s'", mode);
+        return usage_error("--mode must be hard, soft or approval, not '%s'", mode);
     if (warning != NULL) {
         char *end = NULL;
         errno = 0;
@@ -746,7 +748,9 @@ static int cmd_budget_set(struct ctl *ctl, const struct command *cmd, const stru
     print_scope_name(b->scope);
     printf(": limit %" PRId64 " tokens, %s, warning at %g, version %" PRId64 "%s\n",
            b->settings->limit_tokens,
-           b->settings->mode == CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_SOFT ? "soft" : "hard",
+           b->settings->mode == CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_SOFT       ? "soft"
+           : b->settings->mode == CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL ? "approval"
+                                                                                  : "hard",
            b->settings->warning_ratio, b->version, resp->created ? " (created)" : "");
 out:
     if (msg != NULL)
@@ -793,6 +797,224 @@ static int cmd_usage(struct ctl *ctl, const struct command *cmd, const struct cm
 out:
     if (msg != NULL)
         protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static const char *level_name(int level);
+
+/* watch: WatchUsage, one line per event until the stream ends or the user interrupts. */
+static int cmd_watch(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__WatchUsageRequest req = CTXGUARD__V1__WATCH_USAGE_REQUEST__INIT;
+    struct scope_arg sc;
+    struct cg_client_status st;
+    struct cg_client_stream *stream = NULL;
+    struct cg_client *client = ctl_client(ctl);
+
+    if (client == NULL)
+        return EXIT_USAGE;
+    if (!parse_scope(args->positional_count > 0 ? args->positional[0] : "", &sc))
+        return EXIT_USAGE;
+    req.scope = &sc.scope;
+    req.include_descendants = option_value(cmd, args, "--descendants") != NULL;
+    req.send_snapshot = true;
+    if (cg_client_stream_open(client, BUDGET_METHOD("WatchUsage"), &req.base, NULL, &stream, &st) !=
+        CG_OK)
+        return fail_status(&st);
+    int rc = EXIT_OK;
+    for (;;) {
+        ProtobufCMessage *msg = NULL;
+        cg_status read =
+            cg_client_stream_read(stream, -1, &ctxguard__v1__usage_event__descriptor, &msg, &st);
+        if (msg == NULL) {
+            if (read != CG_OK)
+                rc = fail_status(&st);
+            break;
+        }
+        const Ctxguard__V1__UsageEvent *e = (const void *)msg;
+        if (ctl->json) {
+            print_json(msg);
+        } else {
+            const ProtobufCEnumValue *tv = protobuf_c_enum_descriptor_get_value(
+                &ctxguard__v1__usage_event_type__descriptor, (int)e->type);
+            const char *type = tv ? tv->name + strlen("USAGE_EVENT_TYPE_") : "?";
+            const Ctxguard__V1__Scope *s = e->scope;
+            printf("%-19s %-8s %s/%s/%s", type, level_name((int)e->level),
+                   s && s->session_id[0] ? s->session_id : "-",
+                   s && s->task_id[0] ? s->task_id : "-", s && s->agent_id[0] ? s->agent_id : "-");
+            if (e->sequence > 0)
+                printf(" #%lld", (long long)e->sequence);
+            if (e->status != NULL)
+                printf(" used=%lld reserved=%lld limit=%lld (%.0f%%)",
+                       (long long)e->status->used_tokens, (long long)e->status->reserved_tokens,
+                       (long long)e->status->limit_tokens, e->status->usage_ratio * 100);
+            if (e->threshold_ratio > 0)
+                printf(" threshold=%.2f%s", e->threshold_ratio, e->falling ? " falling" : "");
+            if (e->snapshot != NULL)
+                printf(" used=%lld reserved=%lld children=%zu", (long long)e->snapshot->used_tokens,
+                       (long long)e->snapshot->reserved_tokens, e->snapshot->n_children);
+            printf("\n");
+        }
+        fflush(stdout);
+        protobuf_c_message_free_unpacked(msg, NULL);
+    }
+    cg_client_stream_free(stream);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ approvals --- */
+
+#define APPROVALS_PAGE 100
+
+static const char *approval_state_name(int state)
+{
+    switch (state) {
+    case CTXGUARD__V1__APPROVAL_STATE__APPROVAL_STATE_PENDING:
+        return "pending";
+    case CTXGUARD__V1__APPROVAL_STATE__APPROVAL_STATE_APPROVED:
+        return "approved";
+    case CTXGUARD__V1__APPROVAL_STATE__APPROVAL_STATE_DENIED:
+        return "denied";
+    case CTXGUARD__V1__APPROVAL_STATE__APPROVAL_STATE_EXPIRED:
+        return "expired";
+    default:
+        return "unknown";
+    }
+}
+
+static const char *level_name(int level)
+{
+    static const char *const names[] = {"?", "tenant", "session", "task", "agent"};
+    return level >= 1 && level <= 4 ? names[level] : names[0];
+}
+
+/* approve and deny: ResolveApproval with the decision; prints the approval after it. */
+static int resolve_approval(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args,
+                            int decision)
+{
+    Ctxguard__V1__ResolveApprovalRequest req = CTXGUARD__V1__RESOLVE_APPROVAL_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *tokens = option_value(cmd, args, "--tokens");
+    const char *note = option_value(cmd, args, "--note");
+    const char *by = option_value(cmd, args, "--by");
+    long granted = 0;
+    int rc;
+
+    /* The server owns the bounds and names the field; here only "is it a number". */
+    if (tokens != NULL && !parse_long(tokens, LONG_MIN, LONG_MAX, &granted))
+        return usage_error("--tokens must be a number of tokens, not '%s'", tokens);
+    req.approval_id = (char *)args->positional[0];
+    req.decision = (Ctxguard__V1__ApprovalState)decision;
+    req.granted_tokens = granted;
+    req.note = (char *)(note != NULL ? note : "");
+    req.decided_by = (char *)(by != NULL ? by : "");
+    rc = call(ctl, BUDGET_METHOD("ResolveApproval"), &req.base,
+              &ctxguard__v1__resolve_approval_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__ResolveApprovalResponse *resp = (const void *)msg;
+    if (resp->approval == NULL) {
+        rc = fail_answer("approval");
+        goto out;
+    }
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__Approval *a = resp->approval;
+    printf("approval ");
+    print_text(stdout, a->approval_id);
+    printf(": %s", approval_state_name(a->state));
+    if (a->state == CTXGUARD__V1__APPROVAL_STATE__APPROVAL_STATE_APPROVED)
+        printf(", +%" PRId64 " tokens on the %s limit", a->granted_tokens, level_name(a->level));
+    printf(" by ");
+    print_text(stdout, a->decided_by);
+    printf("%s\n", resp->replayed ? " (already decided so)" : "");
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_approve(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    return resolve_approval(ctl, cmd, args, CTXGUARD__V1__APPROVAL_STATE__APPROVAL_STATE_APPROVED);
+}
+
+static int cmd_deny(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    return resolve_approval(ctl, cmd, args, CTXGUARD__V1__APPROVAL_STATE__APPROVAL_STATE_DENIED);
+}
+
+/* "s1/t1/a1", or "-" for the tenant. */
+static void print_scope_path(const Ctxguard__V1__Scope *sc)
+{
+    if (sc == NULL || sc->session_id[0] == '\0') {
+        fputs("-", stdout);
+        return;
+    }
+    print_text(stdout, sc->session_id);
+    if (sc->task_id[0] != '\0') {
+        fputc('/', stdout);
+        print_text(stdout, sc->task_id);
+    }
+    if (sc->agent_id[0] != '\0') {
+        fputc('/', stdout);
+        print_text(stdout, sc->agent_id);
+    }
+}
+
+static int cmd_approvals(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__ListApprovalsRequest req = CTXGUARD__V1__LIST_APPROVALS_REQUEST__INIT;
+    Ctxguard__V1__ApprovalState pending = CTXGUARD__V1__APPROVAL_STATE__APPROVAL_STATE_PENDING;
+    struct scope_arg sc;
+    char *token = NULL;
+    int rc = EXIT_OK;
+
+    if (!parse_scope(args->positional_count > 0 ? args->positional[0] : "", &sc))
+        return EXIT_USAGE;
+    req.scope = &sc.scope;
+    req.include_descendants = true;
+    if (option_value(cmd, args, "--pending") != NULL) {
+        req.states = &pending;
+        req.n_states = 1;
+    }
+    req.page_size = APPROVALS_PAGE;
+    if (!ctl->json)
+        printf("%-36s  %-8s  %-7s  %10s  %10s  %-24s  %s\n", "APPROVAL_ID", "STATE", "LEVEL",
+               "REQUESTED", "GRANTED", "REQUESTED_AT", "SCOPE");
+    for (int page = 0; page < LIST_MAX_PAGES; page++) {
+        ProtobufCMessage *msg = NULL;
+        req.page_token = token != NULL ? token : "";
+        rc = call(ctl, BUDGET_METHOD("ListApprovals"), &req.base,
+                  &ctxguard__v1__list_approvals_response__descriptor, &msg);
+        if (rc)
+            break;
+        const Ctxguard__V1__ListApprovalsResponse *resp = (const void *)msg;
+        for (size_t i = 0; i < resp->n_approvals; i++) {
+            const Ctxguard__V1__Approval *a = resp->approvals[i];
+            if (ctl->json) {
+                if ((rc = print_json(&a->base)) != EXIT_OK)
+                    break;
+                continue;
+            }
+            char when[40];
+            print_cell(a->approval_id, 36);
+            print_cell(approval_state_name(a->state), 8);
+            print_cell(level_name(a->level), 7);
+            printf("%10" PRId64 "  %10" PRId64 "  ", a->requested_tokens, a->granted_tokens);
+            print_cell(format_time(a->requested_at_unix_ms, when, sizeof when), 24);
+            print_scope_path(a->scope);
+            fputc('\n', stdout);
+        }
+        free(token);
+        token = resp->next_page_token[0] != '\0' ? strdup(resp->next_page_token) : NULL;
+        protobuf_c_message_free_unpacked(msg, NULL);
+        if (rc != EXIT_OK || token == NULL)
+            break;
+    }
+    free(token);
     return rc;
 }
 
@@ -864,7 +1086,7 @@ static const struct command commands[] = {
      .min_positional = 1,
      .max_positional = 1,
      .options = {{"--limit", "N", "token limit (required)"},
-                 {"--mode", "MODE", "hard (default) or soft"},
+                 {"--mode", "MODE", "hard (default), soft or approval"},
                  {"--warning", "R", "warning ratio in (0, 1] (default 0.8)"}},
      .run = cmd_budget_set},
     {.words = "usage",
@@ -875,6 +1097,39 @@ static const struct command commands[] = {
      .options = {{"--depth", "N", "levels below SCOPE, 0..3 (default 3)"},
                  {"--closed", NULL, "include closed scopes"}},
      .run = cmd_usage},
+    {.words = "watch",
+     .arg_usage = "[SCOPE]",
+     .summary = "live events of SCOPE (default the tenant): a line per event, until interrupted",
+     .key = KEY_TENANT,
+     .max_positional = 1,
+     .options = {{"--descendants", NULL, "also the events of every scope below it"}},
+     .run = cmd_watch},
+    {.words = "approve",
+     .arg_usage = "APPROVAL_ID",
+     .summary = "approve a pending approval: its level's limit grows by the granted tokens",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--tokens", "N", "tokens to grant (default: the requested amount)"},
+                 {"--note", "TEXT", "a note kept with the decision"},
+                 {"--by", "NAME", "who decides (default: the key's id)"}},
+     .run = cmd_approve},
+    {.words = "deny",
+     .arg_usage = "APPROVAL_ID",
+     .summary = "deny a pending approval: requests over that limit get DENY until it changes",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--note", "TEXT", "a note kept with the decision"},
+                 {"--by", "NAME", "who decides (default: the key's id)"}},
+     .run = cmd_deny},
+    {.words = "approvals",
+     .arg_usage = "[SCOPE]",
+     .summary = "approvals under SCOPE (default the tenant), newest first",
+     .key = KEY_TENANT,
+     .max_positional = 1,
+     .options = {{"--pending", NULL, "only pending ones"}},
+     .run = cmd_approvals},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])

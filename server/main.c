@@ -13,6 +13,7 @@
 #include "base/config.h"
 #include "base/health.h"
 #include "base/log.h"
+#include "core/price.h"
 #include "rpc/reflection.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
@@ -65,7 +66,7 @@ static int migrate(const struct cg_config *cfg)
     return 0;
 }
 
-static int serve(const struct cg_config *cfg)
+static int serve(const struct cg_config *cfg, const struct cg_price_table *prices)
 {
     if (cfg->migrate_on_start && migrate(cfg) != 0)
         return 1;
@@ -92,7 +93,7 @@ static int serve(const struct cg_config *cfg)
 
     struct cg_health health;
     cg_health_init(&health);
-    struct cg_server *srv = cg_server_start(cfg, &health, refl, &err);
+    struct cg_server *srv = cg_server_start(cfg, &health, refl, prices, &err);
     if (srv == NULL) {
         cg_log(CG_LOG_ERROR, "main", NULL, "cannot start: %s", cg_err_text(&err));
         cg_reflection_free(refl);
@@ -148,7 +149,16 @@ int main(int argc, char **argv)
         level = CG_LOG_INFO;
     cg_log_setup(level, strcmp(cfg.log_format, "json") == 0 ? CG_LOG_JSON : CG_LOG_LOGFMT, 2);
 
-    rc = strcmp(cli.command, "migrate") == 0 ? migrate(&cfg) : serve(&cfg);
+    /* The price table is checked at start like every other setting (and kept for the
+     * process's life: the server borrows it). */
+    static struct cg_price_table prices;
+    if (cg_price_parse(cfg.prices, &prices, &err) != CG_OK) {
+        fprintf(stderr, "ctxguard: config key 'prices' (CTXGUARD_PRICES): %s\n", cg_err_text(&err));
+        rc = 2;
+        goto out;
+    }
+
+    rc = strcmp(cli.command, "migrate") == 0 ? migrate(&cfg) : serve(&cfg, &prices);
 out:
     cg_config_cleanup(&cfg);
     return rc;

@@ -59,6 +59,8 @@
        "seconds an API key lookup stays in the Redis cache (0: no caching)")                       \
     XX(migrate_on_start, BOOL, "true", 0, 0, NULL,                                                 \
        "apply pending migrations at start-up (under an advisory lock)")                            \
+    XX(prices, STR, "", 0, 0, NULL,                                                                \
+       "price table: MODEL=IN/OUT[/CACHE_READ[/CACHE_WRITE]];... in USD per million tokens")       \
     XX(log_level, ENUM, "info", 0, 0, "debug|info|warn|error",                                     \
        "lowest level logged; debug adds one line per call")                                        \
     XX(log_format, ENUM, "logfmt", 0, 0, "logfmt|json", "log line format")                         \

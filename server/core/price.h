@@ -23,7 +23,7 @@
 
 struct cg_price {
     char model[CG_PRICE_MODEL_MAX + 1];
-    bool prefix; /* the name ended in '*' */
+    bool prefix;                                   /* the name ended in '*' */
     double input, output, cache_read, cache_write; /* USD per million tokens */
 };
 

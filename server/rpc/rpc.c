@@ -310,7 +310,7 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
 
 cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                              const struct cg_rpc_env *env, const uint8_t *req, size_t len,
-                             ProtobufCMessage **request)
+                             ProtobufCMessage **request, struct cg_rpc_stream *stream)
 {
     cg_status st = cg_rpc_authenticate(m, call, env);
     if (st != CG_OK)
@@ -322,6 +322,8 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
         return cg_err_set(&call->err, CG_UNIMPLEMENTED,
                           "%s is not implemented in this version of ctxguard (planned: %s)",
                           m->path + 1, m->pending ? m->pending : "later");
+    if (m->open != NULL)
+        return m->open(call, env, *request, stream);
     return CG_OK;
 }
 

@@ -21,6 +21,7 @@
 #include "store/store.h"
 
 struct cg_reflection;
+struct cg_price_table;
 
 typedef enum {
     CG_AUTH_NONE,   /* anyone (health, reflection) */
@@ -51,6 +52,11 @@ struct cg_rpc_env {
     struct cg_store *store;
     struct cg_health *health;
     const struct cg_reflection *reflection;
+    const struct cg_price_table *prices; /* the `prices` setting, parsed; never NULL */
+    /* Wakes every open server stream of this process so that its poll runs again (set by
+     * the transport; any thread; NULL where there are no streams). */
+    void (*wake_streams)(void *ctx);
+    void *wake_ctx;
 };
 
 /* One call as this layer sees it. The transport fills the inputs; the handler the outputs. */
@@ -71,12 +77,30 @@ typedef cg_status (*cg_rpc_handler_fn)(struct cg_rpc_call *call, const struct cg
                                        const ProtobufCMessage *request,
                                        ProtobufCMessage **response);
 
-/* For CG_RPC_SERVER_STREAM: the next message to send when something changed since
- * *version (which it advances), or *response = NULL when there is nothing new.
- * *finished = true ends the stream after this message with the status returned. */
+/* What a server stream keeps between polls, owned by the transport's call. version starts
+ * at 0; state is set by the method's open and freed with state_free(state) (when not NULL)
+ * once, when the call is freed, on the thread of the call's completion queue. */
+struct cg_rpc_stream {
+    unsigned version;
+    void *state;
+    void (*state_free)(void *state);
+};
+
+/* For CG_RPC_SERVER_STREAM: the next message to send when something changed since what
+ * stream records (which it advances), or *response = NULL when there is nothing new.
+ * *finished = true ends the stream after this message with the status returned. Runs on a
+ * completion-queue thread: env->store is NULL, nothing may block. call->arena is the
+ * message's arena (reset before each poll). */
 typedef cg_status (*cg_rpc_poll_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                    const ProtobufCMessage *request, unsigned *version,
+                                    const ProtobufCMessage *request, struct cg_rpc_stream *stream,
                                     ProtobufCMessage **response, bool *finished);
+
+/* For CG_RPC_SERVER_STREAM (optional): after authentication and decoding, before the first
+ * poll; on the pool (with env->store) for blocking methods. call->arena is the call's (it
+ * lives as long as the call). May set stream->state and state_free. An error ends the
+ * stream with that status (state_free still runs when set). */
+typedef cg_status (*cg_rpc_open_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                    const ProtobufCMessage *request, struct cg_rpc_stream *stream);
 
 struct cg_rpc_method {
     const char *path;    /* "/ctxguard.v1.AdminService/CreateTenant" */
@@ -89,6 +113,7 @@ struct cg_rpc_method {
     cg_rpc_handler_fn handler; /* unary and bidi; NULL: answered UNIMPLEMENTED */
     cg_rpc_poll_fn poll;       /* server streams */
     const char *pending;       /* for unimplemented methods: which work delivers it */
+    cg_rpc_open_fn open;       /* server streams, optional */
 };
 
 /* The method table (borrowed, static). */
@@ -125,10 +150,12 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
                         size_t *out_len) CG_MUST_CHECK;
 
-/* Start of a server stream: authenticate and decode; *request gets the decoded request. */
+/* Start of a server stream: authenticate, decode, then the method's open (with stream);
+ * *request gets the decoded request. */
 cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                              const struct cg_rpc_env *env, const uint8_t *req, size_t len,
-                             ProtobufCMessage **request) CG_MUST_CHECK;
+                             ProtobufCMessage **request,
+                             struct cg_rpc_stream *stream) CG_MUST_CHECK;
 
 /* Probes PostgreSQL through env->store and records the result in env->health.
  * Returns whether the serving state changed. */
@@ -144,5 +171,14 @@ bool cg_rpc_health_probe(const struct cg_rpc_env *env);
  * the health state is NOT_SERVING (nothing is tried) or a store error stopped part of the
  * pass (logged). Not thread-safe: env->store is the calling thread's. */
 bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired);
+
+/* One step of WatchUsage's delivery (rpc_watch.c), for one thread of the process that owns
+ * listener: waits up to timeout_ms for notifications of committed events, fetches the new
+ * events of the tenants watched in this process into the in-process buffer (after a
+ * reconnection: catches up from the table) and wakes the streams through
+ * env->wake_streams, also when nothing arrived (heartbeats are due by time). Logs store
+ * trouble and returns; the caller loops until it stops. */
+void cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *listener,
+                        int timeout_ms);
 
 #endif

@@ -4,8 +4,8 @@
  * Every write runs in one PostgreSQL transaction that locks the rows of the scope's path,
  * tenant first (store.h), so no interleaving of callers on any number of replicas can act
  * on stale counters; core/budget decides on what the transaction read. A success reply
- * means the transaction committed. Settings this version does not enforce yet (approval
- * mode, allocation from the parent, store-failure policies other than failing closed,
+ * means the transaction committed. Settings this version does not enforce yet (allocation
+ * from the parent, store-failure policies other than failing closed,
  * presets) are refused with UNIMPLEMENTED rather than stored and ignored.
  */
 #include "rpc/rpc_budget.h"
@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "core/budget.h"
+#include "core/price.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/budget.pb-c.h"
 
@@ -32,6 +33,30 @@
         m_;                                                                                        \
     })
 #define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
+
+/* ---------------------------------------------------------------- prices -------- */
+
+/* Prices usage from the price table when the caller gave no cost. Returns whether the
+ * cost is known (given, or priced). */
+static bool price_usage(const struct cg_rpc_env *env, const char *model, struct cg_usage *u)
+{
+    if (u->cost_micros > 0)
+        return true;
+    const struct cg_price *p = env->prices ? cg_price_lookup(env->prices, model) : NULL;
+    if (p == NULL)
+        return false;
+    u->cost_micros = cg_price_cost(p, u->input_tokens, u->output_tokens, u->cache_read_tokens,
+                                   u->cache_write_tokens);
+    return true;
+}
+
+/* The cost of an estimate of `tokens`, `output` of them output; 0 when unpriced. */
+static int64_t price_estimate(const struct cg_rpc_env *env, const char *model, int64_t tokens,
+                              int64_t output)
+{
+    const struct cg_price *p = env->prices ? cg_price_lookup(env->prices, model) : NULL;
+    return p ? cg_price_cost(p, tokens - output, output, 0, 0) : 0;
+}
 
 /* ---------------------------------------------------------------- validation ------ */
 
@@ -170,7 +195,10 @@ void cg_rpc_level_from_row(const struct cg_budget_row *row, struct cg_budget_lev
     out->has_budget = row->has_budget;
     out->closed = row->closed_at_ms != 0;
     out->mode = (cg_budget_mode)row->mode;
-    out->limit_tokens = row->limit_tokens;
+    /* Approvals extend the limit until the next SetBudget or reset (store.h, "approvals"). */
+    out->limit_tokens = row->approved_extra_tokens > INT64_MAX - row->limit_tokens
+                            ? INT64_MAX
+                            : row->limit_tokens + row->approved_extra_tokens;
     out->limit_cost_micros = row->limit_cost_micros;
     out->warning_ratio = row->warning_ratio;
     out->backpressure_disabled = row->backpressure_disabled;
@@ -242,6 +270,7 @@ static Ctxguard__V1__BudgetSettings *settings_out(struct cg_rpc_call *call,
     s->local_allowance_tokens = row->local_allowance_tokens;
     s->reset_period = (Ctxguard__V1__ResetPeriod)row->reset_period;
     s->reservation_ttl_ms = row->reservation_ttl_ms;
+    s->approval_ttl_ms = row->approval_ttl_ms;
     s->description = cg_arena_strdup(call->arena, row->description);
     return s->description ? s : NULL;
 }
@@ -280,6 +309,7 @@ Ctxguard__V1__LevelStatus *cg_rpc_level_status(struct cg_rpc_call *call,
     l->limit_tokens = row->limit_tokens;
     l->used_tokens = row->used_tokens;
     l->reserved_tokens = row->reserved_tokens;
+    l->approved_extra_tokens = row->approved_extra_tokens;
     l->remaining_tokens = v->remaining_tokens;
     l->usage_ratio = v->usage_ratio;
     l->projected_ratio = v->projected_ratio;
@@ -329,7 +359,8 @@ cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_ro
                              const struct cg_budget_result *r, Ctxguard__V1__DecisionReason ***out,
                              size_t *nout)
 {
-    size_t count = 0, cap = (size_t)n * (sizeof reason_table / sizeof reason_table[0]);
+    /* Room for one APPROVED_EXTENSION per level and an approval reason (rpc_budget_approvals.c). */
+    size_t count = 0, cap = (size_t)n * (sizeof reason_table / sizeof reason_table[0] + 1) + 1;
     *out = cg_arena_calloc(call->arena, cap + 1, sizeof **out);
     if (*out == NULL)
         return OOM(call);
@@ -353,7 +384,7 @@ cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_ro
         }
     }
     *nout = count;
-    return CG_OK;
+    return cg_rpc_extension_reasons(call, rows, n, r, *out, nout);
 }
 
 /* A RESOURCE_EXHAUSTED message naming the level that refused. */
@@ -411,10 +442,6 @@ static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__Budge
 {
     if (s == NULL)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'settings' is required");
-    if (s->mode == CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL)
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "settings.mode APPROVAL is not implemented in this version (planned: "
-                          "approvals)");
     if (s->preset != 0 && s->limit_tokens == 0)
         return cg_err_set(&call->err, CG_UNIMPLEMENTED,
                           "settings.preset is not implemented in this version");
@@ -445,9 +472,15 @@ static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__Budge
             return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                               "field 'settings.reset_period' is for tenant budgets only");
     }
-    if (s->approval_ttl_ms != 0)
+    bool approval_mode = s->mode == CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL;
+    if (s->approval_ttl_ms != 0 && !approval_mode)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'settings.approval_ttl_ms' needs mode APPROVAL");
+    if (s->approval_ttl_ms != 0 && (s->approval_ttl_ms < CG_APPROVAL_TTL_MIN_MS ||
+                                    s->approval_ttl_ms > CG_APPROVAL_TTL_MAX_MS))
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.approval_ttl_ms' must be between %u and %u",
+                          CG_APPROVAL_TTL_MIN_MS, CG_APPROVAL_TTL_MAX_MS);
     if (s->backpressure_disabled && s->n_backpressure_tiers > 0)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'settings.backpressure_tiers' must be empty with "
@@ -506,6 +539,9 @@ static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__Budge
     row->reservation_ttl_ms =
         s->reservation_ttl_ms ? s->reservation_ttl_ms : DEFAULT_RESERVATION_TTL_MS;
     snprintf(row->description, sizeof row->description, "%s", s->description);
+    row->approval_ttl_ms = !approval_mode       ? 0
+                           : s->approval_ttl_ms ? s->approval_ttl_ms
+                                                : CG_APPROVAL_TTL_DEFAULT_MS;
     return CG_OK;
 }
 
@@ -555,6 +591,8 @@ CG_HANDLER(cg_rpc_budget_set)
     bool created = false;
     st = cg_store_budget_put(env->store, call->principal.tenant_id, &row, req->expected_version,
                              call->principal.key_id, cg_wall_ms(), &stored, &created, &serr);
+    if (st == CG_OK) /* WatchUsage: BUDGET_CHANGED and the crossings a new limit makes */
+        st = cg_rpc_emit_budget(call, env, n == level ? &path[n - 1] : NULL, &stored, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
@@ -616,6 +654,7 @@ CG_HANDLER(cg_rpc_budget_get)
     u->has_budget = true;
     u->used_tokens = row->used_tokens;
     u->reserved_tokens = row->reserved_tokens;
+    u->approved_extra_tokens = row->approved_extra_tokens;
     u->remaining_tokens = r.levels[n - 1].remaining_tokens;
     u->usage_ratio = r.levels[n - 1].usage_ratio;
     u->reserved_cost_micros = row->reserved_cost_micros;
@@ -668,7 +707,15 @@ CG_HANDLER(cg_rpc_budget_check)
     if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
         return st;
     struct cg_budget_result r;
-    cg_rpc_decide(path, n, req->estimated_tokens, 0, &r);
+    int64_t est_cost =
+        price_estimate(env, req->model, req->estimated_tokens, req->estimated_output_tokens);
+    cg_rpc_decide(path, n, req->estimated_tokens, est_cost, &r);
+    /* APPROVAL mode over the limit: open (or find) the approval, unless only asking. */
+    struct cg_rpc_approval_gate gate = {.involved = false};
+    if (r.decision == CG_DECISION_REQUIRE_APPROVAL && !req->dry_run &&
+        (st = cg_rpc_approval_gate(call, env, &ids, req->estimated_tokens, req->model, path, &n, &r,
+                                   &gate)) != CG_OK)
+        return st;
 
     Ctxguard__V1__CheckBudgetResponse *resp =
         NEW(call, Ctxguard__V1__CheckBudgetResponse, ctxguard__v1__check_budget_response__init);
@@ -677,9 +724,20 @@ CG_HANDLER(cg_rpc_budget_check)
     resp->decision = (Ctxguard__V1__Decision)r.decision;
     resp->backpressure_delay_ms = r.delay_ms;
     resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, r.delay_ms);
+    resp->estimated_cost_micros = est_cost;
     if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK ||
         (st = cg_rpc_reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) != CG_OK)
         return st;
+    if (gate.involved) {
+        if (gate.outcome == CG_APPROVAL_WAS_DENIED)
+            resp->decision = CTXGUARD__V1__DECISION__DECISION_DENY;
+        resp->approval_id = cg_arena_strdup(call->arena, gate.approval.approval_id);
+        resp->approval_state = (Ctxguard__V1__ApprovalState)gate.approval.state;
+        if (resp->approval_id == NULL)
+            return OOM(call);
+        if ((st = cg_rpc_approval_reason(call, &gate, resp->reasons, &resp->n_reasons)) != CG_OK)
+            return st;
+    }
     if (r.tightest >= 0) {
         resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
         resp->tightest_ratio = r.tightest_ratio;
@@ -776,10 +834,12 @@ CG_HANDLER(cg_rpc_budget_reserve)
     uint32_t ttl = req->ttl_ms ? req->ttl_ms : path[n - 1].reservation_ttl_ms;
     if (ttl == 0)
         ttl = DEFAULT_RESERVATION_TTL_MS;
+    /* The hold is priced as well, so that cost limits see it. */
+    int64_t hold_cost = price_estimate(env, req->model, req->tokens, req->estimated_output_tokens);
     struct cg_reservation res;
-    st = cg_store_reservation_insert(env->store, call->principal.tenant_id, &ids, req->tokens, 0,
-                                     req->model, req->estimate_id, req->idempotency_key, ttl, &res,
-                                     &serr);
+    st = cg_store_reservation_insert(env->store, call->principal.tenant_id, &ids, req->tokens,
+                                     hold_cost, req->model, req->estimate_id, req->idempotency_key,
+                                     ttl, &res, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
 
@@ -798,13 +858,52 @@ CG_HANDLER(cg_rpc_budget_reserve)
         resp->replayed = true;
         resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW;
     } else {
-        cg_rpc_decide(path, n, req->tokens, 0, &r);
+        cg_rpc_decide(path, n, req->tokens, hold_cost, &r);
+        if (r.decision == CG_DECISION_REQUIRE_APPROVAL) {
+            /* REQUIRE_APPROVAL holds nothing: the reservation just inserted goes with the
+             * rollback, and the approval step runs in a transaction of its own. */
+            cg_store_rollback(env->store);
+            struct cg_rpc_approval_gate gate;
+            if ((st = cg_rpc_approval_gate(call, env, &ids, req->tokens, req->model, path, &n, &r,
+                                           &gate)) != CG_OK)
+                return st;
+            if (gate.involved && gate.outcome == CG_APPROVAL_WAS_DENIED)
+                return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
+                                  "APPROVAL token limit of the %s: approval %s was denied",
+                                  cg_level_name((cg_level)gate.approval.level),
+                                  gate.approval.approval_id);
+            if (r.decision == CG_DECISION_DENY)
+                return deny(call, path, n, &r, req->tokens);
+            if (!gate.involved)
+                return cg_err_set(&call->err, CG_ABORTED,
+                                  "the budget changed while this Reserve was decided; retry");
+            resp->decision = CTXGUARD__V1__DECISION__DECISION_REQUIRE_APPROVAL;
+            resp->approval_state = (Ctxguard__V1__ApprovalState)gate.approval.state;
+            if ((resp->approval_id = cg_arena_strdup(call->arena, gate.approval.approval_id)) ==
+                NULL)
+                return OOM(call);
+            if ((st = cg_rpc_reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) !=
+                    CG_OK ||
+                (st = cg_rpc_approval_reason(call, &gate, resp->reasons, &resp->n_reasons)) !=
+                    CG_OK ||
+                (st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) !=
+                    CG_OK)
+                return st;
+            if (r.tightest >= 0) {
+                resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
+                resp->tightest_ratio = r.tightest_ratio;
+            }
+            *response = &resp->base;
+            return CG_OK;
+        }
         if (r.decision == CG_DECISION_DENY) {
             cg_store_rollback(env->store);
             return deny(call, path, n, &r, req->tokens);
         }
-        st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, req->tokens, 0, 0,
-                               &serr);
+        st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, req->tokens, 0,
+                               hold_cost, &serr);
+        if (st == CG_OK)
+            st = cg_rpc_emit_path(call, env, path, n, 0, req->tokens, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
@@ -854,6 +953,8 @@ static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env 
         st = cg_store_path_add(env->store, call->principal.tenant_id, path, *n, 0, -res->tokens, 0,
                                -res->cost_micros, serr);
     if (st == CG_OK)
+        st = cg_rpc_emit_path(call, env, path, *n, 0, -res->tokens, serr);
+    if (st == CG_OK)
         st = cg_store_reservation_settle(env->store, call->principal.tenant_id, res->reservation_id,
                                          4, NULL, serr);
     return st;
@@ -889,6 +990,8 @@ CG_HANDLER(cg_rpc_budget_release)
         if (st == CG_OK)
             st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, -res.tokens,
                                    0, -res.cost_micros, &serr);
+        if (st == CG_OK)
+            st = cg_rpc_emit_path(call, env, path, n, 0, -res.tokens, &serr);
         if (st == CG_OK)
             st = cg_store_reservation_settle(env->store, call->principal.tenant_id,
                                              res.reservation_id, res.state == 1 ? 3 : 4, NULL,
@@ -926,6 +1029,7 @@ CG_HANDLER(cg_rpc_budget_commit)
 {
     const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)request;
     struct cg_usage usage;
+    bool price_known = false;
     cg_status st = check_reservation_id(call, req->reservation_id);
     if (st == CG_OK)
         st = cg_rpc_usage_in(call, req->usage, &usage);
@@ -965,6 +1069,7 @@ CG_HANDLER(cg_rpc_budget_commit)
                               res.reservation_id);
         resp->replayed = true;
         usage = res.committed;
+        price_known = usage.cost_micros > 0;
         if ((st = cg_rpc_read_path(call, env, &res.ids, path, &n)) != CG_OK)
             return st;
     } else {
@@ -988,6 +1093,7 @@ CG_HANDLER(cg_rpc_budget_commit)
                                 cg_wall_ms(), path, &n, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
+        price_known = price_usage(env, req->model[0] ? req->model : res.model, &usage);
         int64_t spent = usage_tokens(&usage);
         /* An expired hold still holding tokens (found past its expiry) gives them back too. */
         int64_t unhold = holds_tokens(&res) ? res.tokens : 0;
@@ -997,6 +1103,8 @@ CG_HANDLER(cg_rpc_budget_commit)
         char entry[CG_UUID_LEN + 1];
         st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, spent, -unhold,
                                usage.cost_micros, -unhold_cost, &serr);
+        if (st == CG_OK)
+            st = cg_rpc_emit_path(call, env, path, n, spent, -unhold, &serr);
         /* ACTIVE -> COMMITTED; found past its expiry -> EXPIRED; RELEASED stays so. */
         int settled = res.state == 1 ? 2 : holds_tokens(&res) ? 4 : 0;
         if (st == CG_OK && settled != 0)
@@ -1026,7 +1134,7 @@ CG_HANDLER(cg_rpc_budget_commit)
     if ((resp->reservation = reservation_out(call, &res)) == NULL ||
         (resp->recorded_usage = cg_rpc_usage_out(call, &usage)) == NULL)
         return OOM(call);
-    resp->price_known = usage.cost_micros > 0;
+    resp->price_known = price_known;
     resp->calibration_factor = 1.0;
     if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
         return st;
@@ -1065,6 +1173,9 @@ CG_HANDLER(cg_rpc_budget_record_usage)
     int n = 0;
     st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, cg_wall_ms(),
                             path, &n, &serr);
+    /* What the caller sent, for comparing a retry; what is recorded carries a price. */
+    struct cg_usage asked = usage;
+    bool price_known = price_usage(env, req->model, &usage);
     char entry[CG_UUID_LEN + 1] = "";
     struct cg_usage previous;
     char previous_model[CG_MODEL_MAX * 4 + 1] = "";
@@ -1075,18 +1186,21 @@ CG_HANDLER(cg_rpc_budget_record_usage)
     bool replayed = false;
     if (st == CG_ALREADY_EXISTS) {
         cg_store_rollback(env->store);
-        if (!same_usage(&usage, &previous) || strcmp(req->model, previous_model) != 0)
+        if (!same_usage(&asked, &previous) || strcmp(req->model, previous_model) != 0)
             return cg_err_set(&call->err, CG_ALREADY_EXISTS,
                               "idempotency_key '%s' was recorded with another usage",
                               req->idempotency_key);
         replayed = true;
         usage = previous;
+        price_known = usage.cost_micros > 0;
         if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
             return st;
     } else {
         if (st == CG_OK)
             st = cg_store_path_add(env->store, call->principal.tenant_id, path, n,
                                    usage_tokens(&usage), 0, usage.cost_micros, 0, &serr);
+        if (st == CG_OK)
+            st = cg_rpc_emit_path(call, env, path, n, usage_tokens(&usage), 0, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
@@ -1101,7 +1215,7 @@ CG_HANDLER(cg_rpc_budget_record_usage)
         (resp->ledger_entry_id = cg_arena_strdup(call->arena, entry)) == NULL)
         return OOM(call);
     resp->replayed = replayed;
-    resp->price_known = usage.cost_micros > 0;
+    resp->price_known = price_known;
     resp->calibration_factor = 1.0;
     if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
         return st;

@@ -71,7 +71,65 @@ cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *en
                            const struct cg_scope_ids *ids, struct cg_budget_row *path,
                            int *n) CG_MUST_CHECK;
 
+/* WatchUsage events (rpc_budget_events.c), inside the open transaction of the change,
+ * after it was applied: emit_path after cg_store_path_add(path, n, used_delta,
+ * reserved_delta) (path as updated); emit_budget after cg_store_budget_put (before: the
+ * scope's row before, NULL when new). emit_closed runs a transaction of its own (after
+ * cg_store_scope_close). Store errors in serr (the caller rolls back). */
+cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                           const struct cg_budget_row *path, int n, int64_t used_delta,
+                           int64_t reserved_delta, struct cg_err *serr) CG_MUST_CHECK;
+cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                             const struct cg_budget_row *before, const struct cg_budget_row *after,
+                             struct cg_err *serr) CG_MUST_CHECK;
+cg_status cg_rpc_emit_closed(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                             const struct cg_scope_ids *ids, struct cg_err *serr) CG_MUST_CHECK;
+
+/* A ScopeUsage without children (rpc_budget_scopes.c; NULL when out of memory). */
+Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
+                                                 const struct cg_scope_usage *node);
+
 /* Holds the reply delay_ms on the timer unless RETURN_ONLY; returns what is held. */
 uint32_t cg_rpc_hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms);
+
+/* ---- approvals (rpc_budget_approvals.c) ---- */
+
+#define CG_APPROVAL_TTL_MIN_MS 60000u
+#define CG_APPROVAL_TTL_MAX_MS 604800000u
+#define CG_APPROVAL_TTL_DEFAULT_MS 3600000u
+
+/* What the approval step of a request found or did. */
+struct cg_rpc_approval_gate {
+    bool involved; /* an approval answers the request (approval and outcome are set) */
+    struct cg_approval approval;
+    cg_approval_outcome outcome;
+};
+
+/* The approval step of a CheckBudget (not a dry run) or Reserve whose decision over path[]
+ * was REQUIRE_APPROVAL, in a transaction of its own: locks the path of ids, decides again
+ * on tokens (path, *n and *r are replaced by what the transaction read), and when the
+ * decision is still REQUIRE_APPROVAL opens or finds the approval of the tightest
+ * APPROVAL level (cg_store_approval_request) and commits. gate->involved tells whether it
+ * did. On error call->err is set and nothing is written. */
+cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                               const struct cg_scope_ids *ids, int64_t tokens, const char *model,
+                               struct cg_budget_row *path, int *n, struct cg_budget_result *r,
+                               struct cg_rpc_approval_gate *gate) CG_MUST_CHECK;
+
+/* Appends the gate's reason (APPROVAL_REQUESTED, _PENDING or _DENIED) to reasons[] (which
+ * cg_rpc_reasons_out sized for it). */
+cg_status cg_rpc_approval_reason(struct cg_rpc_call *call, const struct cg_rpc_approval_gate *gate,
+                                 Ctxguard__V1__DecisionReason **reasons,
+                                 size_t *nreasons) CG_MUST_CHECK;
+
+/* Appends an APPROVED_EXTENSION reason for each level that passes only thanks to its
+ * approved extension (room for n of them is in reasons[]). */
+cg_status cg_rpc_extension_reasons(struct cg_rpc_call *call, const struct cg_budget_row *rows,
+                                   int n, const struct cg_budget_result *r,
+                                   Ctxguard__V1__DecisionReason **reasons,
+                                   size_t *nreasons) CG_MUST_CHECK;
+
+/* An Approval message (NULL when out of memory). */
+Ctxguard__V1__Approval *cg_rpc_approval_out(struct cg_rpc_call *call, const struct cg_approval *a);
 
 #endif

@@ -2,9 +2,9 @@
  *
  * validate -> store (store.h "scopes: close, usage tree, listing": one transaction per
  * call) -> reply. What this version does not keep is answered honestly: allocation from the
- * parent and approvals do not exist yet, so returned_tokens, allocated_tokens,
- * approved_extra_tokens, expired_approvals and pending_approvals are 0 because nothing can
- * be allocated, approved or pending; the per-model breakdown (include_by_model) and the
+ * parent does not exist yet, so returned_tokens and allocated_tokens are 0 because nothing
+ * can be allocated; ScopeUsage.pending_approvals is not counted yet (0: list them with
+ * ListApprovals); the per-model breakdown (include_by_model) and the
  * LAST_ACTIVITY_DESC order need data the store does not keep and are UNIMPLEMENTED.
  * ScopeUsage.usage (spend by kind) and last_activity_unix_ms are left unset for the same
  * reason (the counters hold totals only).
@@ -54,6 +54,7 @@ static Ctxguard__V1__ScopeUsage *usage_out(struct cg_rpc_call *call,
     cg_rpc_decide(row, 1, 0, 0, &r);
     u->used_tokens = row->used_tokens;
     u->reserved_tokens = row->reserved_tokens;
+    u->approved_extra_tokens = row->approved_extra_tokens;
     u->remaining_tokens = r.levels[0].remaining_tokens;
     u->usage_ratio = r.levels[0].usage_ratio;
     u->reserved_cost_micros = row->reserved_cost_micros;
@@ -67,6 +68,12 @@ static Ctxguard__V1__ScopeUsage *usage_out(struct cg_rpc_call *call,
     u->created_at_unix_ms = row->version > 0 || row->level > 1 ? row->created_at_ms : 0;
     u->child_count = node->child_count;
     return u;
+}
+
+Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
+                                                 const struct cg_scope_usage *node)
+{
+    return usage_out(call, node);
 }
 
 /* ---------------------------------------------------------------- CloseScope ------ */
@@ -88,6 +95,8 @@ CG_HANDLER(cg_rpc_budget_close_scope)
     struct cg_err serr;
     cg_err_clear(&serr);
     st = cg_store_scope_close(env->store, call->principal.tenant_id, &ids, &closed, &serr);
+    if (st == CG_OK && !closed.already_closed) /* WatchUsage (its own transaction) */
+        st = cg_rpc_emit_closed(call, env, &ids, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
 
@@ -98,9 +107,9 @@ CG_HANDLER(cg_rpc_budget_close_scope)
     resp->released_reservations = closed.released_reservations;
     resp->released_tokens = closed.released_tokens;
     /* Nothing is carved out of a parent in this version (SetBudget refuses
-     * allocate_from_parent), and there are no approvals to expire. */
+     * allocate_from_parent). */
     resp->returned_tokens = 0;
-    resp->expired_approvals = 0;
+    resp->expired_approvals = closed.expired_approvals;
     resp->closed_scopes = closed.closed_scopes;
     resp->already_closed = closed.already_closed;
     *response = &resp->base;

@@ -11,7 +11,7 @@
 /* rpc_health.c */
 CG_HANDLER(cg_rpc_health_check);
 cg_status cg_rpc_health_watch(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              const ProtobufCMessage *request, unsigned *version,
+                              const ProtobufCMessage *request, struct cg_rpc_stream *stream,
                               ProtobufCMessage **response, bool *finished);
 
 /* rpc_admin.c */
@@ -33,10 +33,22 @@ CG_HANDLER(cg_rpc_budget_commit);
 CG_HANDLER(cg_rpc_budget_release);
 CG_HANDLER(cg_rpc_budget_record_usage);
 
+/* rpc_watch.c: WatchUsage (server stream; open on the pool, poll on the queue) */
+cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const ProtobufCMessage *request, struct cg_rpc_stream *stream);
+cg_status cg_rpc_watch_poll(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const ProtobufCMessage *request, struct cg_rpc_stream *stream,
+                            ProtobufCMessage **response, bool *finished);
+
 /* rpc_budget_scopes.c */
 CG_HANDLER(cg_rpc_budget_close_scope);
 CG_HANDLER(cg_rpc_budget_get_usage);
 CG_HANDLER(cg_rpc_budget_list_scopes);
+
+/* rpc_budget_approvals.c */
+CG_HANDLER(cg_rpc_budget_resolve_approval);
+CG_HANDLER(cg_rpc_budget_get_approval);
+CG_HANDLER(cg_rpc_budget_list_approvals);
 
 /* Checks a required text field: 1..max_chars code points, no control characters.
  * On error fills call->err naming `field`. */

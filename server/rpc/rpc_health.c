@@ -62,11 +62,12 @@ cg_status cg_rpc_health_check(struct cg_rpc_call *call, const struct cg_rpc_env 
 }
 
 cg_status cg_rpc_health_watch(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              const ProtobufCMessage *request, unsigned *version,
+                              const ProtobufCMessage *request, struct cg_rpc_stream *stream,
                               ProtobufCMessage **response, bool *finished)
 {
     const Grpc__Health__V1__HealthCheckRequest *req =
         (const Grpc__Health__V1__HealthCheckRequest *)request;
+    unsigned *version = &stream->version;
     *response = NULL;
     *finished = false;
     /* *version holds 1 + the serving state last sent (0: nothing sent yet), so an update

@@ -24,14 +24,14 @@
 #define UNARY(svc, name, auth_, blocking_, req, resp, fn)                                          \
     {                                                                                              \
         "/" svc "/" #name, svc, CG_RPC_UNARY, auth_, blocking_, &req##__descriptor,                \
-            &resp##__descriptor, fn, NULL, NULL                                                    \
+            &resp##__descriptor, fn, NULL, NULL, NULL                                              \
     }
 
 /* A tenant method whose work is planned: authenticated on the pool, then UNIMPLEMENTED. */
 #define PLANNED(svc, name, kind, req, resp, pending)                                               \
     {                                                                                              \
         "/" svc "/" #name, svc, kind, CG_AUTH_TENANT, true, &req##__descriptor,                    \
-            &resp##__descriptor, NULL, NULL, pending                                               \
+            &resp##__descriptor, NULL, NULL, pending, NULL                                         \
     }
 
 static const struct cg_rpc_method methods[] = {
@@ -39,16 +39,16 @@ static const struct cg_rpc_method methods[] = {
           grpc__health__v1__health_check_response, cg_rpc_health_check),
     {"/" HEALTH "/Watch", HEALTH, CG_RPC_SERVER_STREAM, CG_AUTH_NONE, false,
      &grpc__health__v1__health_check_request__descriptor,
-     &grpc__health__v1__health_check_response__descriptor, NULL, cg_rpc_health_watch, NULL},
+     &grpc__health__v1__health_check_response__descriptor, NULL, cg_rpc_health_watch, NULL, NULL},
     {"/" REFL_V1 "/ServerReflectionInfo", REFL_V1, CG_RPC_BIDI_EACH, CG_AUTH_NONE, false,
      &grpc__reflection__v1__server_reflection_request__descriptor,
      &grpc__reflection__v1__server_reflection_response__descriptor, cg_rpc_reflection_info, NULL,
-     NULL},
+     NULL, NULL},
     /* v1alpha has the same messages on the wire; the v1 descriptors decode and encode it. */
     {"/" REFL_V1A "/ServerReflectionInfo", REFL_V1A, CG_RPC_BIDI_EACH, CG_AUTH_NONE, false,
      &grpc__reflection__v1__server_reflection_request__descriptor,
      &grpc__reflection__v1__server_reflection_response__descriptor, cg_rpc_reflection_info, NULL,
-     NULL},
+     NULL, NULL},
 
     UNARY(ADMIN, CreateTenant, CG_AUTH_ADMIN, true, ctxguard__v1__create_tenant_request,
           ctxguard__v1__create_tenant_response, cg_rpc_admin_create_tenant),
@@ -88,14 +88,15 @@ static const struct cg_rpc_method methods[] = {
           ctxguard__v1__get_usage_response, cg_rpc_budget_get_usage),
     UNARY(BUDGET, ListScopes, CG_AUTH_TENANT, true, ctxguard__v1__list_scopes_request,
           ctxguard__v1__list_scopes_response, cg_rpc_budget_list_scopes),
-    PLANNED(BUDGET, WatchUsage, CG_RPC_SERVER_STREAM, ctxguard__v1__watch_usage_request,
-            ctxguard__v1__usage_event, "the budget hierarchy"),
-    PLANNED(BUDGET, ResolveApproval, CG_RPC_UNARY, ctxguard__v1__resolve_approval_request,
-            ctxguard__v1__resolve_approval_response, "the budget hierarchy"),
-    PLANNED(BUDGET, GetApproval, CG_RPC_UNARY, ctxguard__v1__get_approval_request,
-            ctxguard__v1__get_approval_response, "the budget hierarchy"),
-    PLANNED(BUDGET, ListApprovals, CG_RPC_UNARY, ctxguard__v1__list_approvals_request,
-            ctxguard__v1__list_approvals_response, "the budget hierarchy"),
+    {"/" BUDGET "/WatchUsage", BUDGET, CG_RPC_SERVER_STREAM, CG_AUTH_TENANT, true,
+     &ctxguard__v1__watch_usage_request__descriptor, &ctxguard__v1__usage_event__descriptor, NULL,
+     cg_rpc_watch_poll, NULL, cg_rpc_watch_open},
+    UNARY(BUDGET, ResolveApproval, CG_AUTH_TENANT, true, ctxguard__v1__resolve_approval_request,
+          ctxguard__v1__resolve_approval_response, cg_rpc_budget_resolve_approval),
+    UNARY(BUDGET, GetApproval, CG_AUTH_TENANT, true, ctxguard__v1__get_approval_request,
+          ctxguard__v1__get_approval_response, cg_rpc_budget_get_approval),
+    UNARY(BUDGET, ListApprovals, CG_AUTH_TENANT, true, ctxguard__v1__list_approvals_request,
+          ctxguard__v1__list_approvals_response, cg_rpc_budget_list_approvals),
     PLANNED(CONTEXT, CountTokens, CG_RPC_UNARY, ctxguard__v1__count_tokens_request,
             ctxguard__v1__count_tokens_response, "token counting"),
     PLANNED(CONTEXT, Compress, CG_RPC_UNARY, ctxguard__v1__compress_request,

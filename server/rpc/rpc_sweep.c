@@ -1,7 +1,7 @@
 /* rpc_sweep.c - one pass of the sweeper: for every tenant, the budget reset that is due
- * and the reservations that expired are settled, in small transactions (store.h, "sweeper
- * and resets"). The server's background thread calls it every sweep_interval_ms; several
- * replicas may run it at once, the store makes that safe.
+ * and the reservations and pending approvals that expired are settled, in small transactions
+ * (store.h, "sweeper and resets"). The server's background thread calls it every
+ * sweep_interval_ms; several replicas may run it at once, the store makes that safe.
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +15,7 @@
 /* Batches per tenant and pass: a tenant with a flood of expired holds gets them back over a
  * few passes and does not hold up the tenants after it. */
 #define SWEEP_BATCHES_PER_TENANT 20
+#define CG_EVENTS_KEEP_MS (3600 * 1000) /* how long events are kept */
 
 /* Whether an error means that PostgreSQL is out of reach, so that the rest of the pass
  * would only fail the same way. */
@@ -43,6 +44,20 @@ static cg_status sweep_tenant(struct cg_store *store, const char *tenant_id, int
         *expired += n;
         if (n < SWEEP_BATCH)
             break;
+    }
+    if (st == CG_OK) {
+        /* WatchUsage's event log keeps an hour (store.h, "events"). */
+        int deleted = 0;
+        st = cg_store_events_expire(store, tenant_id, now_ms - CG_EVENTS_KEEP_MS, 10000, &deleted,
+                                    &err);
+    }
+    /* Approvals past their expiry: one indexed update (approvals_expiry_due) per tenant. */
+    if (st == CG_OK) {
+        int n = 0;
+        st = cg_store_approvals_expire(store, tenant_id, now_ms, SWEEP_BATCH, &n, &err);
+        if (n > 0)
+            cg_log(CG_LOG_INFO, MOD, NULL, "sweep: %d approvals of tenant %s expired", n,
+                   tenant_id);
     }
     if (st != CG_OK)
         cg_log(CG_LOG_WARN, MOD, NULL, "sweep of tenant %s failed: %s", tenant_id,

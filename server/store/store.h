@@ -193,6 +193,10 @@ struct cg_budget_row {
      * [period_start_ms, next_reset_ms) in unix ms; both 0 without a reset period */
     int64_t period_start_ms;
     int64_t next_reset_ms;
+    /* approvals (APPROVAL mode): how long an approval stays PENDING (0 outside that mode),
+     * and the tokens approvals added to limit_tokens since the last SetBudget or reset */
+    uint32_t approval_ttl_ms;
+    int64_t approved_extra_tokens;
 };
 
 struct cg_usage {
@@ -432,8 +436,9 @@ struct cg_scope_close {
     uint32_t released_reservations; /* ACTIVE ones (expired or not) of the subtree settled */
     int64_t released_tokens;        /* the tokens they held, back on every level of the path */
     int64_t released_cost_micros;
-    uint32_t closed_scopes; /* scopes of the subtree closed by this call */
-    bool already_closed;    /* the scope itself was closed before */
+    uint32_t closed_scopes;     /* scopes of the subtree closed by this call */
+    bool already_closed;        /* the scope itself was closed before */
+    uint32_t expired_approvals; /* PENDING approvals of the subtree expired by this call */
 };
 
 /* Closes a session, task or agent and its descendants in one transaction: every ACTIVE
@@ -499,5 +504,262 @@ cg_status cg_store_scope_list(struct cg_store *store, const char *tenant_id,
                               int order, const struct cg_scope_cursor *after, int limit,
                               struct cg_scope_usage *out, int *count, bool *more,
                               struct cg_scope_cursor *next, struct cg_err *err) CG_MUST_CHECK;
+
+/* --- approvals ------------------------------------------------------------------------ *
+ *
+ * A request (CheckBudget that is not a dry run, Reserve) that would cross the limit of an
+ * APPROVAL-mode level opens an approval: PENDING -> APPROVED | DENIED | EXPIRED, never
+ * back, with who and when. At most one PENDING approval per scope (the request's scope).
+ * Approving adds granted_tokens to the level's approved_extra_tokens, which decisions add
+ * to limit_tokens until the next SetBudget of that scope (cg_store_budget_put sets it to
+ * 0) or, for the tenant level, the next reset. A DENIED approval makes requests that would
+ * cross the same level's limit answer DENY while that level's budget version and period
+ * are those it was opened under. A PENDING approval past its expiry reads as EXPIRED
+ * everywhere; the sweeper (cg_store_approvals_expire), the next request of its scope, a
+ * ResolveApproval or CloseScope store that. Times are unix ms from the caller (cg_wall_ms()
+ * in production), so tests can put the clock anywhere. Lock order: the path's scope rows
+ * (tenant first), then approval rows. Not thread-safe (one store per thread). Every
+ * statement is keyed by tenant_id: another tenant's approvals are CG_NOT_FOUND.
+ */
+
+#define CG_APPROVAL_NOTE_MAX 1000   /* characters of a decision note */
+#define CG_APPROVAL_REASON_MAX 1000 /* characters of the reason text */
+
+typedef enum {
+    CG_APPROVAL_PENDING = 1,
+    CG_APPROVAL_APPROVED = 2,
+    CG_APPROVAL_DENIED = 3,
+    CG_APPROVAL_EXPIRED = 4,
+} cg_approval_state;
+
+struct cg_approval {
+    char approval_id[CG_UUID_LEN + 1];
+    struct cg_scope_ids ids; /* the scope whose request opened it */
+    int level;               /* the level whose limit would be crossed, 1..4 */
+    int state;               /* cg_approval_state */
+    int64_t requested_tokens;
+    int64_t overage_tokens;
+    int64_t granted_tokens; /* APPROVED: added to the level's limit */
+    int64_t limit_tokens;   /* the level when it was opened */
+    int64_t used_tokens;
+    int64_t reserved_tokens;
+    int64_t budget_version;  /* the level's version when it was opened */
+    int64_t period_start_ms; /* the level's period when it was opened (0: none) */
+    char model[CG_MODEL_MAX * 4 + 1];
+    int64_t estimated_cost_micros;
+    char reason[CG_APPROVAL_REASON_MAX * 4 + 1];
+    char requested_by_key_id[CG_KEY_ID_LEN + 1];
+    int64_t requested_at_ms;
+    int64_t expires_at_ms;
+    int64_t decided_at_ms; /* 0 while PENDING */
+    char decided_by[CG_NAME_MAX * 4 + 1];
+    char decided_by_key_id[CG_KEY_ID_LEN + 1];
+    char decision_note[CG_APPROVAL_NOTE_MAX * 4 + 1];
+};
+
+/* What cg_store_approval_request found or did. */
+typedef enum {
+    CG_APPROVAL_OPENED = 1,    /* a new PENDING approval */
+    CG_APPROVAL_STILL_PENDING, /* the scope's PENDING approval, opened before */
+    CG_APPROVAL_WAS_DENIED,    /* a DENIED approval of the same limit: answer DENY */
+} cg_approval_outcome;
+
+/* Inside a transaction, after cg_store_path_read with lock on ids' path (rows[0..n)):
+ * the approval step of a request of scope ids that would cross the limit of the APPROVAL
+ * level rows[level_index]. In this order: the scope's PENDING approval, when it has one
+ * that has not expired at now_ms (one that has is stored EXPIRED first), is the answer
+ * (CG_APPROVAL_STILL_PENDING); else a DENIED approval of that level (opened by any scope
+ * under it) under its current budget version and period (CG_APPROVAL_WAS_DENIED); else
+ * a new PENDING approval is opened (CG_APPROVAL_OPENED) from *request's requested_tokens,
+ * overage_tokens, model, estimated_cost_micros, reason and requested_by_key_id, with the
+ * level's limit, counters, version and period, requested at now_ms and expiring ttl_ms
+ * later. Concurrent callers for one scope open one approval (the others get it as
+ * STILL_PENDING). *out gets the approval. CG_INVALID_ARGUMENT naming the argument when
+ * rows, n, level_index, ttl_ms (> 0) or a text is out of range; the store's errors
+ * otherwise (the caller rolls back). */
+cg_status cg_store_approval_request(struct cg_store *store, const char *tenant_id,
+                                    const struct cg_scope_ids *ids,
+                                    const struct cg_budget_row *rows, int n, int level_index,
+                                    const struct cg_approval *request, uint32_t ttl_ms,
+                                    int64_t now_ms, struct cg_approval *out,
+                                    cg_approval_outcome *outcome, struct cg_err *err) CG_MUST_CHECK;
+
+/* In a transaction of its own: decides approval_id as decision (CG_APPROVAL_APPROVED or
+ * CG_APPROVAL_DENIED, else CG_INVALID_ARGUMENT naming `decision`) at now_ms. APPROVED adds
+ * granted_tokens (1..10^15; 0 means the requested tokens; must be 0 with DENIED, else
+ * CG_INVALID_ARGUMENT naming `granted_tokens`) to the level's approved_extra_tokens.
+ * decided_by (at most CG_NAME_MAX characters; NULL or "" means key_id) and note (at most
+ * CG_APPROVAL_NOTE_MAX characters) are recorded with key_id. A decided approval decided
+ * again the same way is answered as recorded with *replayed true; another decision, or
+ * any decision on an EXPIRED one (a PENDING one past expiry is stored EXPIRED first, and
+ * that is committed), is CG_FAILED_PRECONDITION naming approval_id and its state. No such
+ * approval (or not a UUID): CG_NOT_FOUND naming `approval_id`. *out gets the approval. */
+cg_status cg_store_approval_resolve(struct cg_store *store, const char *tenant_id,
+                                    const char *approval_id, int decision, int64_t granted_tokens,
+                                    const char *decided_by, const char *key_id, const char *note,
+                                    int64_t now_ms, struct cg_approval *out, bool *replayed,
+                                    struct cg_err *err) CG_MUST_CHECK;
+
+/* One statement: reads an approval; a PENDING one past its expiry at now_ms reads as
+ * EXPIRED (decided at its expiry). CG_NOT_FOUND naming `approval_id` when there is none. */
+cg_status cg_store_approval_get(struct cg_store *store, const char *tenant_id,
+                                const char *approval_id, int64_t now_ms, struct cg_approval *out,
+                                struct cg_err *err) CG_MUST_CHECK;
+
+/* Where a page of cg_store_approval_list starts: after this approval, newest first. */
+struct cg_approval_cursor {
+    int64_t requested_at_us;
+    char approval_id[CG_UUID_LEN + 1];
+};
+
+/* One page of the approvals of scope ids (the tenant for an empty scope), with
+ * include_descendants also of the scopes below it, newest first (requested_at, then id,
+ * descending), only those whose state as read at now_ms (expiry applied) has its bit
+ * (1u << state) in states_mask (0: all). after NULL starts at the newest. Fills up to
+ * limit (1..CG_STORE_PAGE_MAX, else CG_INVALID_ARGUMENT naming `limit`) entries of out
+ * (caller-allocated); *count gets how many, *more whether another page follows and *next
+ * (when more) its cursor. A scope that does not exist: CG_NOT_FOUND naming its first
+ * unknown id. */
+cg_status cg_store_approval_list(struct cg_store *store, const char *tenant_id,
+                                 const struct cg_scope_ids *ids, bool include_descendants,
+                                 unsigned states_mask, const struct cg_approval_cursor *after,
+                                 int limit, int64_t now_ms, struct cg_approval *out, int *count,
+                                 bool *more, struct cg_approval_cursor *next,
+                                 struct cg_err *err) CG_MUST_CHECK;
+
+/* In a transaction of its own (one statement): stores as EXPIRED (decided at their expiry)
+ * up to limit (1..CG_SWEEP_BATCH_MAX, else CG_INVALID_ARGUMENT naming `limit`) of the
+ * tenant's PENDING approvals whose expiry is at or before now_ms, soonest first; those
+ * another transaction holds are skipped. *expired gets how many. A tenant id that is not a
+ * UUID has none. */
+cg_status cg_store_approvals_expire(struct cg_store *store, const char *tenant_id, int64_t now_ms,
+                                    int limit, int *expired, struct cg_err *err) CG_MUST_CHECK;
+
+/* --- events ------------------------------------------------------------------------ *
+ *
+ * The durable log behind WatchUsage (migrations/0006_events.sql): each scope numbers its
+ * events 1, 2, 3, ...; an event is appended inside the transaction of the change it
+ * describes (so it commits or rolls back with it) and announced with NOTIFY cg_events,
+ * which PostgreSQL delivers at commit, in commit order, to every server's listener.
+ * Events are kept for an hour (cg_store_events_expire, from the sweeper).
+ */
+
+#define CG_EVENT_MESSAGE_MAX 160
+
+/* What an event type adds to the scope's state (zero what does not apply). */
+struct cg_event_fields {
+    double threshold_ratio;             /* THRESHOLD_CROSSED, WARNING */
+    bool falling;                       /* THRESHOLD_CROSSED downwards */
+    uint32_t delay_ms;                  /* the backpressure delay in force at the scope after it */
+    int64_t period_start_ms;            /* RESET */
+    char ref_id[CG_UUID_LEN + 1];       /* RESERVATION_EXPIRED, APPROVAL_*: the id */
+    int64_t ref_tokens;                 /* the reservation's or approval's tokens */
+    int ref_state;                      /* the reservation's or approval's state */
+    char message[CG_EVENT_MESSAGE_MAX]; /* human-readable summary; "" for a default */
+};
+
+/* One event to append. */
+struct cg_event_in {
+    struct cg_scope_ids ids;
+    int type; /* cg_event_type (core/budget_events.h) = UsageEventType */
+    struct cg_event_fields fields;
+};
+
+/* One event as stored: the scope's row right after the change, and the fields. */
+struct cg_event {
+    char tenant_id[CG_UUID_LEN + 1];
+    struct cg_scope_ids ids;
+    int level;
+    int64_t seq;
+    char event_id[CG_UUID_LEN + 1];
+    int type;
+    int64_t occurred_at_ms;
+    bool has_budget;
+    int mode;
+    int64_t limit_tokens;
+    int64_t limit_cost_micros;
+    double warning_ratio;
+    int64_t used_tokens;
+    int64_t reserved_tokens;
+    int64_t used_cost_micros;
+    int64_t reserved_cost_micros;
+    bool closed;
+    struct cg_event_fields fields;
+};
+
+/* Inside a transaction: appends one event of `type` to the scope ids (which must exist:
+ * CG_NOT_FOUND naming its deepest id otherwise, and the transaction is aborted), numbered
+ * after the scope's last, stamped now_ms (unix ms) and with the scope's counters as they
+ * are at this point of the transaction. fields may be NULL (all zero). Lock order: the
+ * scope row is updated (locked) here, so callers append after cg_store_path_read with lock
+ * of a path that contains it (or, for a scope not on a locked path, with no other row
+ * locks held after). For the approvals: APPROVAL_REQUESTED / APPROVAL_DECIDED with
+ * fields.ref_id = the approval id, ref_tokens its tokens, ref_state its ApprovalState. */
+cg_status cg_store_event_append(struct cg_store *store, const char *tenant_id,
+                                const struct cg_scope_ids *ids, int type,
+                                const struct cg_event_fields *fields, int64_t now_ms,
+                                struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: appends n (1..64) events in order, in one statement (each as
+ * cg_store_event_append). */
+cg_status cg_store_events_append(struct cg_store *store, const char *tenant_id,
+                                 const struct cg_event_in *events, int n, int64_t now_ms,
+                                 struct cg_err *err) CG_MUST_CHECK;
+
+/* Reads up to max events of the scope ids with seq > after_seq, in seq order, into out
+ * (caller-allocated); *count gets how many. One statement, outside or inside a
+ * transaction. */
+cg_status cg_store_events_read(struct cg_store *store, const char *tenant_id,
+                               const struct cg_scope_ids *ids, int64_t after_seq, int max,
+                               struct cg_event *out, int *count, struct cg_err *err) CG_MUST_CHECK;
+
+/* Deletes up to limit (1..100000) of the tenant's events that occurred before before_ms
+ * (unix ms); *deleted gets how many. One statement, outside a transaction. */
+cg_status cg_store_events_expire(struct cg_store *store, const char *tenant_id, int64_t before_ms,
+                                 int limit, int *deleted, struct cg_err *err) CG_MUST_CHECK;
+
+/* A LISTEN connection of its own (one per server process), for the events' delivery
+ * thread. Not thread-safe: one thread uses it. */
+struct cg_store_listener;
+
+/* Which event a notification announced. */
+struct cg_event_notice {
+    char tenant_id[CG_UUID_LEN + 1];
+    struct cg_scope_ids ids;
+    int64_t seq;
+};
+
+/* A range of one scope's events to fetch: seq in (after_seq, upto_seq]; upto 0: no bound. */
+struct cg_event_want {
+    struct cg_scope_ids ids;
+    int64_t after_seq;
+    int64_t upto_seq;
+};
+
+/* A listener; connects lazily (only opts->pg_dsn and the PostgreSQL timeouts are used; the
+ * strings are copied). NULL when out of memory. */
+struct cg_store_listener *cg_store_listener_new(const struct cg_store_opts *opts);
+
+/* Closes the connection and frees the listener; NULL is a no-op. */
+void cg_store_listener_free(struct cg_store_listener *l);
+
+/* (Re)establishes LISTEN when needed (*relistened is then true: notifications sent while
+ * it was not listening are lost, and the caller catches up from the table), then returns
+ * the notifications already received, or waits up to timeout_ms for some (poll() on the
+ * socket: no busy loop). Fills up to max of out, *count how many (more stay queued for the
+ * next call). CG_UNAVAILABLE when PostgreSQL cannot be reached (the caller retries later;
+ * the connection is remade then). */
+cg_status cg_store_listener_wait(struct cg_store_listener *l, int timeout_ms,
+                                 struct cg_event_notice *out, int max, int *count, bool *relistened,
+                                 struct cg_err *err) CG_MUST_CHECK;
+
+/* Fetches the events of one tenant in the ranges of wants[0..nwants) (at most 256), in
+ * order of scope then seq, up to max into out; *count gets how many. With since_ms > 0,
+ * also every event of the tenant that occurred at or after since_ms (unix ms) in scopes not
+ * named by wants (catch-up after a reconnection). One statement. */
+cg_status cg_store_listener_fetch(struct cg_store_listener *l, const char *tenant_id,
+                                  const struct cg_event_want *wants, int nwants, int64_t since_ms,
+                                  struct cg_event *out, int max, int *count,
+                                  struct cg_err *err) CG_MUST_CHECK;
 
 #endif

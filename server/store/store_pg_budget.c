@@ -23,7 +23,8 @@
     " floor(extract(epoch FROM updated_at) * 1000)::int8,"                                         \
     " coalesce(floor(extract(epoch FROM closed_at) * 1000)::int8, 0), updated_by_key_id,"          \
     " coalesce(floor(extract(epoch FROM period_start) * 1000)::int8, 0),"                          \
-    " coalesce(floor(extract(epoch FROM next_reset_at) * 1000)::int8, 0)"
+    " coalesce(floor(extract(epoch FROM next_reset_at) * 1000)::int8, 0),"                         \
+    " approval_ttl_ms, approved_extra_tokens"
 
 /* The rows of a path, tenant first: ('', '', ''), (s, '', ''), (s, t, ''), (s, t, a). For
  * shorter paths the tuples repeat, which selects nothing more. Each tuple is a primary key
@@ -121,6 +122,8 @@ static bool read_scope(PGresult *res, int row, struct cg_budget_row *out)
                     PQgetvalue(res, row, 25));
     out->period_start_ms = cg__pg_parse_i64(PQgetvalue(res, row, 26));
     out->next_reset_ms = cg__pg_parse_i64(PQgetvalue(res, row, 27));
+    out->approval_ttl_ms = (uint32_t)cg__pg_parse_i64(PQgetvalue(res, row, 28));
+    out->approved_extra_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 29));
     return tiers_ok && out->level >= 1 && out->level <= 4;
 }
 
@@ -300,6 +303,8 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         return cg__pg_not_in_tx(pg, "budget_put", err);
     char level[8], mode[8], limit[24], cost[24], warning[32], ratios[256], delays[128];
     char on_failure[8], allowance[24], reset[8], ttl[16], expected[24], now_text[24];
+    char approval_ttl[16];
+    snprintf(approval_ttl, sizeof approval_ttl, "%u", (unsigned)row->approval_ttl_ms);
     snprintf(level, sizeof level, "%d", row->level);
     snprintf(mode, sizeof mode, "%d", row->mode);
     snprintf(limit, sizeof limit, "%lld", (long long)row->limit_tokens);
@@ -337,7 +342,8 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
                             parent_session,
                             parent_task,
                             expected,
-                            now_text};
+                            now_text,
+                            approval_ttl};
     /* One statement: the SELECT's WHERE refuses a missing parent, and a missing row when a
      * version is expected (no insert is even tried); the DO UPDATE's WHERE refuses a
      * stored version other than the expected one. Either way no row comes back and
@@ -354,12 +360,13 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         " INSERT INTO scopes AS s (tenant_id, session_id, task_id, agent_id, level, has_budget,"
         " mode, limit_tokens, limit_cost_micros, warning_ratio, backpressure_disabled,"
         " tier_ratio, tier_delay_ms, on_store_failure, local_allowance_tokens, reset_period,"
-        " reservation_ttl_ms, description, version, updated_by_key_id, period_start, next_reset_at)"
+        " reservation_ttl_ms, description, version, updated_by_key_id, period_start, next_reset_at,"
+        " approval_ttl_ms)"
         " SELECT $1::uuid, $2::text, $3::text, $4::text, $5::int2, $6::boolean, $7::int2,"
         "  $8::int8, $9::int8, $10::float8, $11::boolean, $12::float8[], $13::int4[], $14::int2,"
         "  $15::int8, $16::int2, $17::int4, $18::text, 1, $19::text,"
         "  cg_period_start($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)),"
-        "  cg_period_next($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0))"
+        "  cg_period_next($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)), $24::int4"
         " FROM (SELECT (SELECT time_zone FROM tenants WHERE tenant_id = $1::uuid) AS time_zone) tz"
         " WHERE ($5::int2 <= 2 OR EXISTS (SELECT 1 FROM scopes p WHERE p.tenant_id = $1::uuid"
         "   AND p.session_id = $20::text AND p.task_id = $21::text AND p.agent_id = ''))"
@@ -379,13 +386,15 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         "  next_reset_at = CASE WHEN s.reset_period = excluded.reset_period THEN s.next_reset_at"
         "   ELSE excluded.next_reset_at END,"
         "  reservation_ttl_ms = excluded.reservation_ttl_ms,"
+        /* A new budget ends the approved extensions of the old one. */
+        "  approval_ttl_ms = excluded.approval_ttl_ms, approved_extra_tokens = 0,"
         "  description = excluded.description, version = s.version + 1, updated_at = now(),"
         /* A row that existed only to count usage (the tenant's) gets its budget now. */
         "  created_at = CASE WHEN s.version = 0 THEN now() ELSE s.created_at END,"
         "  updated_by_key_id = excluded.updated_by_key_id"
         " WHERE $22::int8 = 0 OR s.version = $22::int8"
         " RETURNING " SCOPE_COLUMNS,
-        23, values, NULL, NULL, 0, &res, err);
+        24, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         /* scopes_parent only fires for a parent made missing meanwhile (the WHERE checks
          * first); the tenants foreign key for a tenant that does not exist. */

@@ -38,7 +38,7 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
  * and $2 whether closed children count. The two counts are index lookups: children by the
  * primary key prefix (or scopes_level_created for the tenant's sessions), open reservations
  * by the partial index reservations_active_scope. */
-#define NODE_COLUMNS                                                                               \
+#define NODE_COLUMNS_0003                                                                          \
     "s.session_id, s.task_id, s.agent_id, s.level, s.has_budget, s.mode, s.limit_tokens,"          \
     " s.limit_cost_micros, s.warning_ratio, s.backpressure_disabled,"                              \
     " array_to_string(s.tier_ratio, ','), array_to_string(s.tier_delay_ms, ','),"                  \
@@ -95,7 +95,9 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
                                                                                   "at") ") * "     \
                                                                                         "1000)::"  \
                                                                                         "int8, 0)"
-#define NODE_NCOLUMNS 31
+/* ... and what later migrations added (0005: approvals). */
+#define NODE_COLUMNS NODE_COLUMNS_0003 ", " DUE_OR("0", "s.approved_extra_tokens")
+#define NODE_NCOLUMNS 32
 
 /* The rows of a path, tenant first (as in store_pg_budget.c): $3..$5 the ids. */
 #define PATH_TUPLES                                                                                \
@@ -199,6 +201,7 @@ static bool read_node(PGresult *res, int row, int first, struct cg_scope_usage *
     out->child_count = (uint32_t)cg__pg_parse_i64(COL(28));
     b->period_start_ms = cg__pg_parse_i64(COL(29));
     b->next_reset_ms = cg__pg_parse_i64(COL(30));
+    b->approved_extra_tokens = cg__pg_parse_i64(COL(31));
 #undef COL
     out->parent = -1;
     return tiers_ok && b->level >= 1 && b->level <= 4;
@@ -396,6 +399,19 @@ cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struc
     if (rc != CG_OK)
         goto out;
     out->closed_scopes = (uint32_t)PQntuples(res);
+    PQclear(res);
+    res = NULL;
+
+    /* 4b. The subtree's PENDING approvals expire with it (approval rows after scope rows:
+     * the order of Reserve and ResolveApproval). */
+    rc = run_close_step(pg, "scope_close_approvals",
+                        "UPDATE approvals a SET state = 4, decided_at = statement_timestamp()"
+                        " WHERE a.tenant_id = $1::uuid AND $2::boolean AND a.state = 1"
+                        " AND " SUBTREE("a") " RETURNING 1",
+                        values, &res, err);
+    if (rc != CG_OK)
+        goto out;
+    out->expired_approvals = (uint32_t)PQntuples(res);
     PQclear(res);
     res = NULL;
 

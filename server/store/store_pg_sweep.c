@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "store/store_pg_events.h"
 #include "store/store_pg_internal.h"
 
 /* The caller's clock comes in as unix ms and is used as to_timestamp(ms / 1e3): float8
@@ -38,28 +39,33 @@ cg_status cg__pg_reset_if_due(struct cg_pg *pg, const char *tenant_id, int64_t n
      * COMMITTED re-checks an updated row), so a boundary is reset once, by whoever locks
      * the row first after it; reserved counters are live holds and stay. */
     PGresult *res = NULL;
-    cg_status rc =
-        cg__pg_run(pg, "reset",
-                   "UPDATE scopes s SET used_tokens = 0, used_cost_micros = 0,"
-                   " period_start = cg_period_start(s.reset_period, t.time_zone,"
-                   "  to_timestamp($2::int8 / 1e3)),"
-                   " next_reset_at = cg_period_next(s.reset_period, t.time_zone,"
-                   "  to_timestamp($2::int8 / 1e3))"
-                   " FROM tenants t"
-                   " WHERE t.tenant_id = $1::uuid AND s.tenant_id = $1::uuid AND s.session_id = ''"
-                   "  AND s.task_id = '' AND s.agent_id = '' AND s.reset_period <> 1"
-                   "  AND s.next_reset_at <= to_timestamp($2::int8 / 1e3)"
-                   " RETURNING floor(extract(epoch FROM s.period_start) * 1000)::int8,"
-                   "  floor(extract(epoch FROM s.next_reset_at) * 1000)::int8",
-                   2, values, NULL, NULL, 0, &res, err);
+    cg_status rc = cg__pg_run(
+        pg, "reset",
+        "UPDATE scopes s SET used_tokens = 0, used_cost_micros = 0, approved_extra_tokens = 0,"
+        " period_start = cg_period_start(s.reset_period, t.time_zone,"
+        "  to_timestamp($2::int8 / 1e3)),"
+        " next_reset_at = cg_period_next(s.reset_period, t.time_zone,"
+        "  to_timestamp($2::int8 / 1e3))"
+        " FROM tenants t"
+        " WHERE t.tenant_id = $1::uuid AND s.tenant_id = $1::uuid AND s.session_id = ''"
+        "  AND s.task_id = '' AND s.agent_id = '' AND s.reset_period <> 1"
+        "  AND s.next_reset_at <= to_timestamp($2::int8 / 1e3)"
+        " RETURNING floor(extract(epoch FROM s.period_start) * 1000)::int8,"
+        "  floor(extract(epoch FROM s.next_reset_at) * 1000)::int8",
+        2, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK)
         goto out;
     if (PQntuples(res) == 1) {
         *applied = true;
         tenant_row->used_tokens = 0;
         tenant_row->used_cost_micros = 0;
+        tenant_row->approved_extra_tokens = 0; /* a reset ends approved extensions */
         tenant_row->period_start_ms = cg__pg_parse_i64(PQgetvalue(res, 0, 0));
         tenant_row->next_reset_ms = cg__pg_parse_i64(PQgetvalue(res, 0, 1));
+        /* WatchUsage: the reset's event commits with it. */
+        struct cg_event_in ev = {.type = 8 /* RESET */};
+        ev.fields.period_start_ms = tenant_row->period_start_ms;
+        rc = cg__pg_events_append(pg, tenant_id, &ev, 1, now_ms, err);
         cg_log(CG_LOG_INFO, MOD, cg__pg_rid(pg),
                "tenant budget reset: tenant=%s period_start_ms=%lld next_reset_ms=%lld", tenant_id,
                (long long)tenant_row->period_start_ms, (long long)tenant_row->next_reset_ms);
@@ -244,6 +250,26 @@ static cg_status settle_expired(struct cg_pg *pg, const char *tenant_id, const c
     return rc;
 }
 
+/* WatchUsage: USAGE_CHANGED on every level of the path, then RESERVATION_EXPIRED on the
+ * reservation's scope, in the transaction that settles it. */
+static cg_status expired_events(struct cg_pg *pg, const char *tenant_id, const struct expiring *e,
+                                const struct cg_budget_row *rows, int depth, int64_t now_ms,
+                                struct cg_err *err)
+{
+    struct cg_event_in ev[5];
+    memset(ev, 0, sizeof ev);
+    for (int i = 0; i < depth; i++) {
+        ev[i].ids = rows[i].ids;
+        ev[i].type = 2; /* USAGE_CHANGED */
+    }
+    ev[depth].ids = e->ids;
+    ev[depth].type = 11; /* RESERVATION_EXPIRED */
+    cg__pg_copy_str(ev[depth].fields.ref_id, sizeof ev[depth].fields.ref_id, e->reservation_id);
+    ev[depth].fields.ref_tokens = e->tokens;
+    ev[depth].fields.ref_state = 4;
+    return cg__pg_events_append(pg, tenant_id, ev, depth + 1, now_ms, err);
+}
+
 cg_status cg_pg_reservations_expire(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
                                     int limit, int *expired, struct cg_err *err)
 {
@@ -268,6 +294,8 @@ cg_status cg_pg_reservations_expire(struct cg_pg *pg, const char *tenant_id, int
         if (rc == CG_OK)
             rc = cg_pg_path_add(pg, tenant_id, rows, depth, 0, -list[i].tokens, 0,
                                 -list[i].cost_micros, err);
+        if (rc == CG_OK)
+            rc = expired_events(pg, tenant_id, &list[i], rows, depth, now_ms, err);
     }
     if (rc == CG_OK && n > 0)
         rc = settle_expired(pg, tenant_id, now_text, list, n, err);

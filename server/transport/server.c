@@ -69,6 +69,7 @@ struct cg_server {
     const struct cg_config *cfg;
     struct cg_health *health;
     const struct cg_reflection *reflection;
+    const struct cg_price_table *prices;
     grpc_server *server;
     int port;
     int nworkers;
@@ -89,6 +90,11 @@ struct cg_server {
     /* Open server streams, woken when the state they watch changes. */
     pthread_mutex_t streams_lock;
     struct call *streams;
+
+    /* WatchUsage's delivery: one LISTEN connection, one thread (cg_rpc_events_step). */
+    pthread_t events;
+    bool events_started;
+    atomic_bool events_stop;
 
     /* PostgreSQL probe for the health service. */
     pthread_t monitor;
@@ -141,7 +147,7 @@ struct call {
 
     /* server streams */
     ProtobufCMessage *stream_request;
-    unsigned stream_version;
+    struct cg_rpc_stream stream; /* the method's state between polls (rpc.h) */
     atomic_bool wake_posted;
     bool registered;
     struct call *next_stream, *prev_stream;
@@ -229,6 +235,8 @@ static void call_free(struct call *c)
         grpc_byte_buffer_destroy(c->recv_bb);
     if (c->has_status_details)
         grpc_slice_unref(c->status_details);
+    if (c->stream.state_free != NULL)
+        c->stream.state_free(c->stream.state);
     cg_arena_free(c->arena);
     cg_arena_free(c->msg_arena);
     free(c);
@@ -401,8 +409,8 @@ static void pool_job(struct cg_job *job, void *thread_ctx)
     } else {
         cg_store_set_deadline(env->store, c->rc.deadline_ms);
         if (c->method->kind == CG_RPC_SERVER_STREAM)
-            c->st =
-                cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len, &c->stream_request);
+            c->st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len,
+                                       &c->stream_request, &c->stream);
         else
             c->st =
                 cg_rpc_invoke(c->method, &c->rc, env, c->req, c->req_len, &c->resp, &c->resp_len);
@@ -483,6 +491,12 @@ static void wake_streams(struct cg_server *srv)
     pthread_mutex_unlock(&srv->streams_lock);
 }
 
+/* The rpc layer's way to wake the streams (cg_rpc_env.wake_streams). */
+static void wake_streams_cb(void *ctx)
+{
+    wake_streams(ctx);
+}
+
 /* Points the call's allocations at a fresh per-message arena, so that a long stream
  * holds one message's memory at a time rather than all of them. The previous message was
  * copied into its grpc buffer when it was sent. */
@@ -514,7 +528,7 @@ static void stream_pump(struct call *c)
         return;
     }
     cg_status st =
-        c->method->poll(&c->rc, &c->w->env, c->stream_request, &c->stream_version, &msg, &finished);
+        c->method->poll(&c->rc, &c->w->env, c->stream_request, &c->stream, &msg, &finished);
     if (st != CG_OK) {
         c->st = st;
         reply_error(c);
@@ -822,7 +836,7 @@ static void start_call(struct worker *w, struct call *c, grpc_byte_buffer *paylo
     if (!c->method->blocking) {
         if (c->method->kind == CG_RPC_SERVER_STREAM) {
             c->st = cg_rpc_stream_open(c->method, &c->rc, &w->env, c->req, c->req_len,
-                                       &c->stream_request);
+                                       &c->stream_request, &c->stream);
             begin_stream(c);
         } else {
             run_inline(c);
@@ -958,6 +972,9 @@ static void *pool_thread_init(void *arg, int index)
     ctx->env.config = srv->cfg;
     ctx->env.health = srv->health;
     ctx->env.reflection = srv->reflection;
+    ctx->env.prices = srv->prices;
+    ctx->env.wake_streams = wake_streams_cb;
+    ctx->env.wake_ctx = srv;
     ctx->env.store = cg_store_new(&o);
     if (ctx->env.store == NULL) {
         free(ctx);
@@ -1023,6 +1040,37 @@ static void *monitor_main(void *arg)
     }
     pthread_mutex_unlock(&srv->monitor_lock);
     pool_thread_cleanup(ctx);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- events ----------- */
+
+/* How long the delivery thread waits for a notification: also the granularity of the
+ * streams' heartbeats, since each step wakes the streams, and of stopping. */
+#define EVENTS_TICK_MS 250
+
+static void *events_main(void *arg)
+{
+    struct cg_server *srv = arg;
+    struct cg_store_opts o = {
+        .pg_dsn = srv->cfg->pg_dsn,
+        .pg_connect_timeout_ms = (int)srv->cfg->pg_connect_timeout_ms,
+        .pg_statement_timeout_ms = (int)srv->cfg->pg_statement_timeout_ms,
+    };
+    struct cg_store_listener *listener = cg_store_listener_new(&o);
+    if (listener == NULL) {
+        cg_log(CG_LOG_ERROR, "events", NULL, "cannot start the event listener: out of memory");
+        return NULL;
+    }
+    struct cg_rpc_env env = {.config = srv->cfg,
+                             .health = srv->health,
+                             .reflection = srv->reflection,
+                             .prices = srv->prices,
+                             .wake_streams = wake_streams_cb,
+                             .wake_ctx = srv};
+    while (!atomic_load(&srv->events_stop))
+        cg_rpc_events_step(&env, listener, EVENTS_TICK_MS);
+    cg_store_listener_free(listener);
     return NULL;
 }
 
@@ -1094,7 +1142,8 @@ static grpc_server_credentials *make_credentials(const struct cg_config *cfg, st
 /* ---------------------------------------------------------------- start/stop ------- */
 
 struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health *health,
-                                  const struct cg_reflection *reflection, struct cg_err *err)
+                                  const struct cg_reflection *reflection,
+                                  const struct cg_price_table *prices, struct cg_err *err)
 {
     struct cg_server *srv = calloc(1, sizeof *srv);
     if (srv == NULL) {
@@ -1104,6 +1153,7 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
     srv->cfg = cfg;
     srv->health = health;
     srv->reflection = reflection;
+    srv->prices = prices;
     atomic_init(&srv->stopping, false);
     pthread_mutex_init(&srv->live_lock, NULL);
     pthread_condattr_t ca;
@@ -1176,6 +1226,9 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
         w->env.config = cfg;
         w->env.health = health;
         w->env.reflection = reflection;
+        w->env.wake_streams = wake_streams_cb;
+        w->env.wake_ctx = srv;
+        w->env.prices = prices;
         cg_timer_heap_init(&w->timers);
         grpc_server_register_completion_queue(srv->server, w->cq, NULL);
     }
@@ -1217,6 +1270,9 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
     }
     if (pthread_create(&srv->monitor, NULL, monitor_main, srv) == 0)
         srv->monitor_started = true;
+    atomic_init(&srv->events_stop, false);
+    if (pthread_create(&srv->events, NULL, events_main, srv) == 0)
+        srv->events_started = true;
     return srv;
 
 fail_started:
@@ -1300,6 +1356,11 @@ void cg_server_shutdown(struct cg_server *srv)
         pthread_mutex_unlock(&srv->monitor_lock);
         pthread_join(srv->monitor, NULL);
         srv->monitor_started = false;
+    }
+    if (srv->events_started) {
+        atomic_store(&srv->events_stop, true);
+        pthread_join(srv->events, NULL);
+        srv->events_started = false;
     }
     cg_pool_stop(srv->pool);
     for (int i = 0; i < srv->nworkers; i++)

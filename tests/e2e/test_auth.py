@@ -7,7 +7,7 @@ import uuid
 import grpc
 
 import cgtest
-from cgtest import admin_pb2, budget_pb2, budget_pb2_grpc
+from cgtest import admin_pb2, budget_pb2, budget_pb2_grpc, context_pb2, context_pb2_grpc
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
 PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED
@@ -27,6 +27,7 @@ class Auth(cgtest.TestCase):
         cls.ch = cls.srv.channel()
         cls.admin = cls.srv.admin(cls.ch)
         cls.budget = budget_pb2_grpc.BudgetServiceStub(cls.ch)
+        cls.context = context_pb2_grpc.ContextServiceStub(cls.ch)
         cls.tenant = cls.srv.create_tenant("acme-" + uuid.uuid4().hex[:6], "Europe/Berlin")
         cls.created = cls.srv.create_key(cls.tenant.tenant_id, "ci")
         cls.key = cls.created.secret
@@ -182,9 +183,9 @@ class Auth(cgtest.TestCase):
 
     def test_tenant_key_passes_authentication_on_tenant_rpcs(self):
         # Past authentication the not-yet-implemented RPC says so...
-        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.budget.ListApprovals,
-                            budget_pb2.ListApprovalsRequest(), metadata=cgtest.bearer(self.key),
-                            timeout=10, contains="ListApprovals")
+        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.context.GetArtifact,
+                            context_pb2.GetArtifactRequest(), metadata=cgtest.bearer(self.key),
+                            timeout=10, contains="GetArtifact")
         # ...and an implemented one judges the request itself.
         self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.budget.SetBudget,
                             budget_pb2.SetBudgetRequest(), metadata=cgtest.bearer(self.key),

@@ -221,7 +221,7 @@ class Budgets(cgtest.TestCase):
                 self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, fn, *args, contains=field)
         self.assertRpcError(grpc.StatusCode.NOT_FOUND, self.t.commit, str(uuid.uuid4()), usage(1))
         self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.t.set, scope(self.s, "a"), 10,
-                            APPROVAL)
+                            allocate_from_parent=True)
         after = self.t.get(self.task)
         self.assertEqual(after.usage.used_tokens, before.used_tokens)
         self.assertEqual(after.usage.reserved_tokens, before.reserved_tokens)

@@ -14,7 +14,8 @@ SERVICES = ((budget_pb2, "BudgetService"), (context_pb2, "ContextService"))
 # RPCs built so far; every other one must still answer UNIMPLEMENTED.
 IMPLEMENTED = {("BudgetService", m) for m in ("SetBudget", "GetBudget", "CheckBudget", "Reserve",
                                               "Commit", "Release", "RecordUsage", "CloseScope",
-                                              "GetUsage", "ListScopes")}
+                                              "GetUsage", "ListScopes", "WatchUsage",
+                                              "ResolveApproval", "GetApproval", "ListApprovals")}
 
 
 def all_methods():
@@ -71,6 +72,8 @@ class Contract(cgtest.TestCase):
         names = {(s.rsplit(".", 1)[1], m): (s, ss) for s, m, ss in all_methods()}
         for key in sorted(IMPLEMENTED):
             service, ss = names[key]
+            if ss:
+                continue  # a stream on an empty request runs until its deadline: see below
             with self.subTest(rpc=f"{service}/{key[1]}"):
                 try:
                     call(self.ch, service, key[1], ss, md)
@@ -93,12 +96,13 @@ class Contract(cgtest.TestCase):
                                     method, ss, cgtest.bearer("cgk_nope"))
 
     def test_watch_usage_stream(self):
-        # Through the generated stub too: the server stream fails when iterated.
+        # Through the generated stub: WatchUsage streams (a heartbeat on an idle tenant).
         stub = cgtest.budget_pb2_grpc.BudgetServiceStub(self.ch)
-        it = stub.WatchUsage(budget_pb2.WatchUsageRequest(), metadata=cgtest.bearer(self.key),
-                             timeout=10)
-        err = self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, list, it, contains="WatchUsage")
-        self.assertEqual(err.code(), grpc.StatusCode.UNIMPLEMENTED)
+        it = stub.WatchUsage(budget_pb2.WatchUsageRequest(heartbeat_interval_ms=1000),
+                             metadata=cgtest.bearer(self.key), timeout=10)
+        first = next(it)
+        self.assertEqual(first.type, budget_pb2.USAGE_EVENT_TYPE_HEARTBEAT)
+        it.cancel()
         it = stub.WatchUsage(budget_pb2.WatchUsageRequest(), timeout=10)
         self.assertRpcError(grpc.StatusCode.UNAUTHENTICATED, list, it)
 

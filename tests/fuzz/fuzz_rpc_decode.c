@@ -8,12 +8,14 @@
 
 #include "base/arena.h"
 #include "base/config.h"
+#include "core/price.h"
 #include "rpc/reflection.h"
 #include "rpc/rpc.h"
 
 static struct cg_config config;
 static struct cg_health health;
 static struct cg_reflection *reflection;
+static struct cg_price_table prices;
 
 static void setup(void)
 {
@@ -58,7 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
     }
     if (!m->blocking && m->kind != CG_RPC_SERVER_STREAM) {
-        struct cg_rpc_env env = {.config = &config, .health = &health, .reflection = reflection};
+        struct cg_rpc_env env = {
+            .config = &config, .health = &health, .reflection = reflection, .prices = &prices};
         cg_arena_reset(arena);
         cg_err_clear(&call.err);
         uint8_t *out;

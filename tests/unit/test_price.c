@@ -10,9 +10,9 @@ static struct cg_price_table table;
 Test(price, parses_entries_and_defaults_cache_prices_to_input, .timeout = 10)
 {
     struct cg_err err;
-    cr_assert_eq(cg_price_parse(" gpt-4o = 2.5/10/1.25 ; claude-sonnet-4*=3/15/0.3/3.75;;", &table,
-                                &err),
-                 CG_OK, "%s", err.msg);
+    cr_assert_eq(
+        cg_price_parse(" gpt-4o = 2.5/10/1.25 ; claude-sonnet-4*=3/15/0.3/3.75;;", &table, &err),
+        CG_OK, "%s", err.msg);
     cr_assert_eq(table.n, 2);
     const struct cg_price *p = cg_price_lookup(&table, "gpt-4o");
     cr_assert_not_null(p);
@@ -53,7 +53,7 @@ Test(price, cost_is_tokens_times_dollars_per_million_in_micros, .timeout = 10)
 
 Test(price, bad_entries_name_the_entry, .timeout = 10)
 {
-    const char *bad[] = {"gpt-4o", "gpt-4o=1", "=1/2", "a=1/2/3/4/5", "a=-1/2", "a=1e3/2",
+    const char *bad[] = {"gpt-4o",  "gpt-4o=1",     "=1/2",    "a=1/2/3/4/5", "a=-1/2", "a=1e3/2",
                          "a=nan/1", "a=1/2; a=3/4", "a b=1/2", "a=2000000/1", "a=1/x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct cg_err err;

@@ -1,0 +1,94 @@
+/* rpc_budget_events.c - WatchUsage's events of the BudgetService writes: what a change of a
+ * path's counters or of a budget is worth (core/budget_events.c), appended in the
+ * transaction of the change (store.h, "events"), so that they commit or roll back with it.
+ */
+#include <string.h>
+
+#include "base/clock.h"
+#include "core/budget_events.h"
+#include "rpc/rpc_budget.h"
+
+/* Appends the events of each level of rows from before to after, tenant first. */
+static cg_status append_levels(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                               const struct cg_budget_row *before,
+                               const struct cg_budget_row *after, int n, int extra_type,
+                               struct cg_err *serr)
+{
+    struct cg_event_in events[CG_PATH_MAX * CG_LEVEL_EVENTS_MAX + 1];
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        struct cg_budget_level b, a;
+        cg_rpc_level_from_row(&before[i], &b);
+        cg_rpc_level_from_row(&after[i], &a);
+        struct cg_level_event le[CG_LEVEL_EVENTS_MAX];
+        int k = cg_budget_level_events(&b, &a, le);
+        if (extra_type != 0 && i == n - 1) {
+            struct cg_event_in *e = &events[count++];
+            memset(e, 0, sizeof *e);
+            e->ids = after[i].ids;
+            e->type = extra_type;
+            e->fields.delay_ms = cg_budget_level_delay(&a);
+        }
+        for (int j = 0; j < k; j++) {
+            struct cg_event_in *e = &events[count++];
+            memset(e, 0, sizeof *e);
+            e->ids = after[i].ids;
+            e->type = (int)le[j].type;
+            e->fields.threshold_ratio = le[j].threshold_ratio;
+            e->fields.falling = le[j].falling;
+            e->fields.delay_ms = le[j].delay_ms;
+        }
+    }
+    if (count == 0)
+        return CG_OK;
+    (void)call;
+    return cg_store_events_append(env->store, call->principal.tenant_id, events, count,
+                                  cg_wall_ms(), serr);
+}
+
+cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                           const struct cg_budget_row *path, int n, int64_t used_delta,
+                           int64_t reserved_delta, struct cg_err *serr)
+{
+    struct cg_budget_row before[CG_PATH_MAX];
+    if (n < 1 || n > CG_PATH_MAX)
+        return CG_OK;
+    /* path_add keeps counters >= 0; a clamp there (a caller's bug) only blurs a crossing. */
+    for (int i = 0; i < n; i++) {
+        before[i] = path[i];
+        before[i].used_tokens -= used_delta;
+        before[i].reserved_tokens -= reserved_delta;
+        if (before[i].used_tokens < 0)
+            before[i].used_tokens = 0;
+        if (before[i].reserved_tokens < 0)
+            before[i].reserved_tokens = 0;
+    }
+    return append_levels(call, env, before, path, n, 0, serr);
+}
+
+cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                             const struct cg_budget_row *before, const struct cg_budget_row *after,
+                             struct cg_err *serr)
+{
+    struct cg_budget_row none;
+    if (before == NULL) {
+        none = *after;
+        none.has_budget = false;
+        before = &none;
+    }
+    return append_levels(call, env, before, after, 1, 9 /* BUDGET_CHANGED */, serr);
+}
+
+cg_status cg_rpc_emit_closed(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                             const struct cg_scope_ids *ids, struct cg_err *serr)
+{
+    cg_status st = cg_store_begin(env->store, serr);
+    if (st == CG_OK)
+        st = cg_store_event_append(env->store, call->principal.tenant_id, ids,
+                                   CG_EVENT_SCOPE_CLOSED, NULL, cg_wall_ms(), serr);
+    if (st == CG_OK)
+        st = cg_store_commit(env->store, serr);
+    if (st != CG_OK)
+        cg_store_rollback(env->store);
+    return st;
+}

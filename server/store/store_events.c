@@ -1,0 +1,161 @@
+/* store_events.c - the facade of the event log and of the LISTEN connection: checks,
+ * deadline, then PostgreSQL (store_pg_events.c). See store.h, "events". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store_internal.h"
+#include "store/store_pg_events.h"
+
+#define APPEND_MAX 64
+#define FETCH_WANTS_MAX 256
+#define EXPIRE_LIMIT_MAX 100000
+#define DEFAULT_CONNECT_TIMEOUT_MS 3000
+#define DEFAULT_STATEMENT_TIMEOUT_MS 5000
+
+struct cg_store_listener {
+    struct cg_pg *pg;
+    void *listening; /* the connection LISTEN was sent on (compared, never dereferenced) */
+};
+
+/* Ids of at most CG_SCOPE_ID_MAX bytes of UTF-8 in the right shape. */
+static cg_status check_ids(const struct cg_scope_ids *ids, struct cg_err *err)
+{
+    if (ids == NULL)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "scope: missing");
+    const char *parts[] = {ids->session_id, ids->task_id, ids->agent_id};
+    const char *names[] = {"scope.session_id", "scope.task_id", "scope.agent_id"};
+    for (int i = 0; i < 3; i++)
+        if (strnlen(parts[i], CG_SCOPE_ID_MAX + 1) > CG_SCOPE_ID_MAX ||
+            cg__store_utf8_chars(parts[i]) < 0 || strchr(parts[i], ' ') != NULL)
+            return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: not a scope id", names[i]);
+    if ((ids->task_id[0] && !ids->session_id[0]) || (ids->agent_id[0] && !ids->task_id[0]))
+        return cg_err_set(err, CG_INVALID_ARGUMENT,
+                          "scope: a task needs a session, an agent a task");
+    return CG_OK;
+}
+
+cg_status cg_store_event_append(struct cg_store *store, const char *tenant_id,
+                                const struct cg_scope_ids *ids, int type,
+                                const struct cg_event_fields *fields, int64_t now_ms,
+                                struct cg_err *err)
+{
+    struct cg_event_in e;
+    memset(&e, 0, sizeof e);
+    if (ids != NULL)
+        e.ids = *ids;
+    e.type = type;
+    if (fields != NULL)
+        e.fields = *fields;
+    return cg_store_events_append(store, tenant_id, &e, 1, now_ms, err);
+}
+
+cg_status cg_store_events_append(struct cg_store *store, const char *tenant_id,
+                                 const struct cg_event_in *events, int n, int64_t now_ms,
+                                 struct cg_err *err)
+{
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    if (events == NULL || n < 1 || n > APPEND_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "events: 1..%d needed", APPEND_MAX);
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    for (int i = 0; i < n; i++) {
+        cg_status rc = check_ids(&events[i].ids, err);
+        if (rc != CG_OK)
+            return rc;
+        if (events[i].type < 1 || events[i].type > 12)
+            return cg_err_set(err, CG_INVALID_ARGUMENT, "type: not an event type");
+    }
+    return cg__pg_events_append(store->pg, id, events, n, now_ms, err);
+}
+
+cg_status cg_store_events_read(struct cg_store *store, const char *tenant_id,
+                               const struct cg_scope_ids *ids, int64_t after_seq, int max,
+                               struct cg_event *out, int *count, struct cg_err *err)
+{
+    *count = 0;
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    if (max < 1 || max > CG_STORE_PAGE_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "max: must be 1..%d", CG_STORE_PAGE_MAX);
+    cg_status rc = check_ids(ids, err);
+    if (rc != CG_OK)
+        return rc;
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return CG_OK;
+    return cg_pg_events_read(store->pg, id, ids, after_seq, max, out, count, err);
+}
+
+cg_status cg_store_events_expire(struct cg_store *store, const char *tenant_id, int64_t before_ms,
+                                 int limit, int *deleted, struct cg_err *err)
+{
+    *deleted = 0;
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    if (limit < 1 || limit > EXPIRE_LIMIT_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", EXPIRE_LIMIT_MAX);
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return CG_OK;
+    return cg_pg_events_expire(store->pg, id, before_ms, limit, deleted, err);
+}
+
+struct cg_store_listener *cg_store_listener_new(const struct cg_store_opts *opts)
+{
+    struct cg_store_listener *l = calloc(1, sizeof *l);
+    if (l == NULL)
+        return NULL;
+    l->pg = cg_pg_new(opts->pg_dsn,
+                      opts->pg_connect_timeout_ms > 0 ? opts->pg_connect_timeout_ms
+                                                      : DEFAULT_CONNECT_TIMEOUT_MS,
+                      opts->pg_statement_timeout_ms > 0 ? opts->pg_statement_timeout_ms
+                                                        : DEFAULT_STATEMENT_TIMEOUT_MS);
+    if (l->pg == NULL) {
+        free(l);
+        return NULL;
+    }
+    cg_pg_set_request_id(l->pg, "events");
+    return l;
+}
+
+void cg_store_listener_free(struct cg_store_listener *l)
+{
+    if (l == NULL)
+        return;
+    cg_pg_free(l->pg);
+    free(l);
+}
+
+cg_status cg_store_listener_wait(struct cg_store_listener *l, int timeout_ms,
+                                 struct cg_event_notice *out, int max, int *count, bool *relistened,
+                                 struct cg_err *err)
+{
+    *count = 0;
+    *relistened = false;
+    if (max < 1 || out == NULL)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "max: must be at least 1");
+    return cg_pg_listen_wait(l->pg, &l->listening, timeout_ms < 0 ? 0 : timeout_ms, out, max, count,
+                             relistened, err);
+}
+
+cg_status cg_store_listener_fetch(struct cg_store_listener *l, const char *tenant_id,
+                                  const struct cg_event_want *wants, int nwants, int64_t since_ms,
+                                  struct cg_event *out, int max, int *count, struct cg_err *err)
+{
+    *count = 0;
+    if (nwants < 0 || nwants > FETCH_WANTS_MAX || (nwants > 0 && wants == NULL))
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "wants: at most %d", FETCH_WANTS_MAX);
+    if (max < 1 || max > CG_STORE_PAGE_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "max: must be 1..%d", CG_STORE_PAGE_MAX);
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return CG_OK;
+    for (int i = 0; i < nwants; i++) {
+        cg_status rc = check_ids(&wants[i].ids, err);
+        if (rc != CG_OK)
+            return rc;
+    }
+    return cg_pg_events_fetch(l->pg, id, wants, nwants, since_ms, out, max, count, err);
+}

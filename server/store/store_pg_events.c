@@ -1,0 +1,353 @@
+/* store_pg_events.c - the event log's SQL and the LISTEN connection (see store.h,
+ * "events", and migrations/0006_events.sql). Events are appended by the SQL function
+ * cg_events_append, which numbers them per scope under the scope row's lock and NOTIFYs
+ * cg_events; every statement is keyed by tenant_id.
+ */
+#include "store/store_pg_events.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "store/store_pg_internal.h"
+
+#define EVENT_COLUMNS                                                                              \
+    "e.tenant_id::text, e.session_id, e.task_id, e.agent_id, e.level, e.seq, e.event_id::text,"    \
+    " e.type, floor(extract(epoch FROM e.occurred_at) * 1000)::int8, e.has_budget, e.mode,"        \
+    " e.limit_tokens, e.limit_cost_micros, e.warning_ratio, e.used_tokens, e.reserved_tokens,"     \
+    " e.used_cost_micros, e.reserved_cost_micros, e.closed, e.threshold_ratio, e.falling,"         \
+    " e.delay_ms, e.period_start_ms, e.ref_id, e.ref_tokens, e.ref_state, e.message"
+
+/* A growable text buffer with a cap (JSON parameters). */
+struct buf {
+    char *data;
+    size_t len, cap;
+    bool failed;
+};
+
+static void buf_add(struct buf *b, const char *s, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
+        char *d = cap > (1u << 24) ? NULL : realloc(b->data, cap);
+        if (d == NULL) {
+            b->failed = true;
+            return;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void buf_printf(struct buf *b, const char *fmt, ...)
+{
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        b->failed = true;
+    else
+        buf_add(b, tmp, (size_t)n);
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void buf_json_str(struct buf *b, const char *key, const char *s)
+{
+    buf_printf(b, "\"%s\":\"", key);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            char esc[2] = {'\\', (char)*p};
+            buf_add(b, esc, 2);
+        } else if (*p < 0x20) {
+            buf_printf(b, "\\u%04x", *p);
+        } else {
+            buf_add(b, (const char *)p, 1);
+        }
+    }
+    buf_add(b, "\"", 1);
+}
+
+static void buf_json_ids(struct buf *b, const struct cg_scope_ids *ids)
+{
+    buf_json_str(b, "s", ids->session_id);
+    buf_add(b, ",", 1);
+    buf_json_str(b, "t", ids->task_id);
+    buf_add(b, ",", 1);
+    buf_json_str(b, "a", ids->agent_id);
+}
+
+cg_status cg__pg_events_append(struct cg_pg *pg, const char *tenant_id,
+                               const struct cg_event_in *events, int n, int64_t now_ms,
+                               struct cg_err *err)
+{
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "events_append", err);
+    struct buf b = {0};
+    buf_add(&b, "[", 1);
+    for (int i = 0; i < n; i++) {
+        const struct cg_event_in *e = &events[i];
+        const struct cg_event_fields *f = &e->fields;
+        buf_add(&b, i ? ",{" : "{", i ? 2 : 1);
+        buf_json_ids(&b, &e->ids);
+        buf_printf(&b, ",\"type\":%d,\"thr\":%.17g,\"fall\":%s,\"delay\":%u,\"ps\":%lld,", e->type,
+                   f->threshold_ratio, f->falling ? "true" : "false", f->delay_ms,
+                   (long long)f->period_start_ms);
+        buf_json_str(&b, "ref", f->ref_id);
+        buf_printf(&b, ",\"reft\":%lld,\"refs\":%d,", (long long)f->ref_tokens, f->ref_state);
+        buf_json_str(&b, "msg", f->message);
+        buf_add(&b, "}", 1);
+    }
+    buf_add(&b, "]", 1);
+    if (b.failed) {
+        free(b.data);
+        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    char now_text[24];
+    snprintf(now_text, sizeof now_text, "%lld", (long long)now_ms);
+    const char *values[] = {tenant_id, b.data, now_text};
+    PGresult *res = NULL;
+    cg_status rc =
+        cg__pg_run(pg, "events_append", "SELECT cg_events_append($1::uuid, $2::jsonb, $3::int8)", 3,
+                   values, NULL, NULL, 0, &res, err);
+    if (rc != CG_OK && cg__pg_sqlstate_is(pg, "P0002")) {
+        const struct cg_scope_ids *ids = &events[0].ids;
+        rc = cg_err_set(err, CG_NOT_FOUND, "%s: no such scope",
+                        ids->agent_id[0]     ? "scope.agent_id"
+                        : ids->task_id[0]    ? "scope.task_id"
+                        : ids->session_id[0] ? "scope.session_id"
+                                             : "tenant_id");
+    }
+    PQclear(res);
+    free(b.data);
+    return rc;
+}
+
+static void row_to_event(PGresult *res, int i, struct cg_event *e)
+{
+    memset(e, 0, sizeof *e);
+    int c = 0;
+    cg__pg_copy_str(e->tenant_id, sizeof e->tenant_id, PQgetvalue(res, i, c++));
+    cg__pg_copy_str(e->ids.session_id, sizeof e->ids.session_id, PQgetvalue(res, i, c++));
+    cg__pg_copy_str(e->ids.task_id, sizeof e->ids.task_id, PQgetvalue(res, i, c++));
+    cg__pg_copy_str(e->ids.agent_id, sizeof e->ids.agent_id, PQgetvalue(res, i, c++));
+    e->level = (int)cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->seq = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    cg__pg_copy_str(e->event_id, sizeof e->event_id, PQgetvalue(res, i, c++));
+    e->type = (int)cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->occurred_at_ms = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->has_budget = PQgetvalue(res, i, c++)[0] == 't';
+    e->mode = (int)cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->limit_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->limit_cost_micros = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->warning_ratio = strtod(PQgetvalue(res, i, c++), NULL);
+    e->used_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->reserved_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->used_cost_micros = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->reserved_cost_micros = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->closed = PQgetvalue(res, i, c++)[0] == 't';
+    e->fields.threshold_ratio = strtod(PQgetvalue(res, i, c++), NULL);
+    e->fields.falling = PQgetvalue(res, i, c++)[0] == 't';
+    e->fields.delay_ms = (uint32_t)cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->fields.period_start_ms = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    cg__pg_copy_str(e->fields.ref_id, sizeof e->fields.ref_id, PQgetvalue(res, i, c++));
+    e->fields.ref_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->fields.ref_state = (int)cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    cg__pg_copy_str(e->fields.message, sizeof e->fields.message, PQgetvalue(res, i, c++));
+}
+
+static void rows_to_events(PGresult *res, struct cg_event *out, int max, int *count)
+{
+    int rows = PQntuples(res);
+    if (rows > max)
+        rows = max;
+    for (int i = 0; i < rows; i++)
+        row_to_event(res, i, &out[i]);
+    *count = rows;
+}
+
+cg_status cg_pg_events_read(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
+                            int64_t after_seq, int max, struct cg_event *out, int *count,
+                            struct cg_err *err)
+{
+    *count = 0;
+    char after_text[24], max_text[16];
+    snprintf(after_text, sizeof after_text, "%lld", (long long)after_seq);
+    snprintf(max_text, sizeof max_text, "%d", max);
+    const char *values[] = {tenant_id,     ids->session_id, ids->task_id,
+                            ids->agent_id, after_text,      max_text};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(pg, "events_read",
+                              "SELECT " EVENT_COLUMNS " FROM scope_events e"
+                              " WHERE e.tenant_id = $1::uuid AND e.session_id = $2"
+                              "  AND e.task_id = $3 AND e.agent_id = $4 AND e.seq > $5::int8"
+                              " ORDER BY e.seq LIMIT $6::int",
+                              6, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc == CG_OK)
+        rows_to_events(res, out, max, count);
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_events_expire(struct cg_pg *pg, const char *tenant_id, int64_t before_ms, int limit,
+                              int *deleted, struct cg_err *err)
+{
+    *deleted = 0;
+    char before_text[24], limit_text[16];
+    snprintf(before_text, sizeof before_text, "%lld", (long long)before_ms);
+    snprintf(limit_text, sizeof limit_text, "%d", limit);
+    const char *values[] = {tenant_id, before_text, limit_text};
+    PGresult *res = NULL;
+    /* Through scope_events_age (tenant_id, occurred_at); bounded so that one statement
+     * stays short after a long outage of the sweeper. */
+    cg_status rc = cg__pg_run(
+        pg, "events_expire",
+        "DELETE FROM scope_events WHERE (tenant_id, session_id, task_id, agent_id, seq) IN"
+        " (SELECT tenant_id, session_id, task_id, agent_id, seq FROM scope_events"
+        "  WHERE tenant_id = $1::uuid AND occurred_at < to_timestamp($2::int8 / 1e3)"
+        "  LIMIT $3::int)",
+        3, values, NULL, NULL, 0, &res, err);
+    if (rc == CG_OK)
+        *deleted = (int)cg__pg_parse_i64(PQcmdTuples(res));
+    PQclear(res);
+    return rc;
+}
+
+/* "<tenant> <seq> <session> <task> <agent>"; false when it is not one of ours. */
+static bool parse_notice(const char *payload, struct cg_event_notice *out)
+{
+    memset(out, 0, sizeof *out);
+    char *fields[5];
+    size_t lens[5];
+    const char *p = payload;
+    for (int i = 0; i < 5; i++) {
+        const char *sp = i < 4 ? strchr(p, ' ') : p + strlen(p);
+        if (sp == NULL)
+            return false;
+        fields[i] = (char *)p;
+        lens[i] = (size_t)(sp - p);
+        p = sp + 1;
+    }
+    if (lens[0] != CG_UUID_LEN || lens[2] > CG_SCOPE_ID_MAX || lens[3] > CG_SCOPE_ID_MAX ||
+        lens[4] > CG_SCOPE_ID_MAX || lens[1] == 0 || lens[1] > 19)
+        return false;
+    memcpy(out->tenant_id, fields[0], lens[0]);
+    char seq[20];
+    memcpy(seq, fields[1], lens[1]);
+    seq[lens[1]] = '\0';
+    out->seq = cg__pg_parse_i64(seq);
+    memcpy(out->ids.session_id, fields[2], lens[2]);
+    memcpy(out->ids.task_id, fields[3], lens[3]);
+    memcpy(out->ids.agent_id, fields[4], lens[4]);
+    return out->seq > 0;
+}
+
+static void drain(PGconn *conn, struct cg_event_notice *out, int max, int *count)
+{
+    PGnotify *n;
+    while (*count < max && (n = PQnotifies(conn)) != NULL) {
+        if (strcmp(n->relname, "cg_events") == 0 && parse_notice(n->extra, &out[*count]))
+            (*count)++;
+        PQfreemem(n);
+    }
+}
+
+cg_status cg_pg_listen_wait(struct cg_pg *pg, void **listening, int timeout_ms,
+                            struct cg_event_notice *out, int max, int *count, bool *relistened,
+                            struct cg_err *err)
+{
+    *count = 0;
+    *relistened = false;
+    if (pg->conn == NULL || (void *)pg->conn != *listening) {
+        *listening = NULL;
+        PGresult *res = NULL;
+        cg_status rc =
+            cg__pg_run(pg, "listen", "LISTEN cg_events", 0, NULL, NULL, NULL, 0, &res, err);
+        PQclear(res);
+        if (rc != CG_OK)
+            return rc;
+        *listening = pg->conn;
+        *relistened = true;
+    }
+    PGconn *conn = pg->conn;
+    drain(conn, out, max, count);
+    if (*count > 0)
+        return CG_OK;
+    struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+    if (p.fd < 0)
+        goto lost;
+    int ready = poll(&p, 1, timeout_ms);
+    if (ready < 0 && errno != EINTR)
+        goto lost;
+    if (ready > 0) {
+        if (!PQconsumeInput(conn) || PQstatus(conn) != CONNECTION_OK)
+            goto lost;
+        drain(conn, out, max, count);
+    }
+    return CG_OK;
+lost:
+    cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "listening connection lost: %s", PQerrorMessage(conn));
+    PQfinish(conn);
+    pg->conn = NULL;
+    pg->session_timeout_ms = -1;
+    *listening = NULL;
+    return cg_err_set(err, CG_UNAVAILABLE, "storage unavailable");
+}
+
+cg_status cg_pg_events_fetch(struct cg_pg *pg, const char *tenant_id,
+                             const struct cg_event_want *wants, int nwants, int64_t since_ms,
+                             struct cg_event *out, int max, int *count, struct cg_err *err)
+{
+    *count = 0;
+    struct buf b = {0};
+    buf_add(&b, "[", 1);
+    for (int i = 0; i < nwants; i++) {
+        buf_add(&b, i ? ",{" : "{", i ? 2 : 1);
+        buf_json_ids(&b, &wants[i].ids);
+        buf_printf(&b, ",\"after\":%lld,\"upto\":%lld}", (long long)wants[i].after_seq,
+                   (long long)wants[i].upto_seq);
+    }
+    buf_add(&b, "]", 1);
+    if (b.failed) {
+        free(b.data);
+        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    char since_text[24], max_text[16];
+    snprintf(since_text, sizeof since_text, "%lld", (long long)since_ms);
+    snprintf(max_text, sizeof max_text, "%d", max);
+    const char *values[] = {tenant_id, b.data, since_text, max_text};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(
+        pg, "events_fetch",
+        "WITH k AS (SELECT * FROM jsonb_to_recordset($2::jsonb)"
+        "  AS k(s text, t text, a text, after int8, upto int8))"
+        " SELECT * FROM ("
+        "  SELECT " EVENT_COLUMNS " FROM k JOIN scope_events e ON e.tenant_id = $1::uuid"
+        "   AND e.session_id = k.s AND e.task_id = k.t AND e.agent_id = k.a AND e.seq > k.after"
+        "   AND (k.upto = 0 OR e.seq <= k.upto)"
+        "  UNION ALL"
+        "  SELECT " EVENT_COLUMNS " FROM scope_events e WHERE $3::int8 > 0"
+        "   AND e.tenant_id = $1::uuid AND e.occurred_at >= to_timestamp($3::int8 / 1e3)"
+        "   AND NOT EXISTS (SELECT 1 FROM k WHERE k.s = e.session_id AND k.t = e.task_id"
+        "                   AND k.a = e.agent_id)) x"
+        " ORDER BY 2, 3, 4, 6 LIMIT $4::int",
+        4, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc == CG_OK)
+        rows_to_events(res, out, max, count);
+    PQclear(res);
+    free(b.data);
+    return rc;
+}

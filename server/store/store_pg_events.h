@@ -1,0 +1,40 @@
+/* store_pg_events.h - the PostgreSQL side of the event log (internal to server/store; see
+ * store.h, "events", for what the functions mean). Arguments are checked by the facade
+ * (store_events.c); a cg_pg belongs to one thread.
+ */
+#ifndef CG_STORE_STORE_PG_EVENTS_H
+#define CG_STORE_STORE_PG_EVENTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "store/store.h"
+
+struct cg_pg;
+
+/* Inside a transaction: appends events (see cg_store_events_append). Also used by the
+ * sweeper's SQL (store_pg_sweep.c) for resets and expired reservations. */
+cg_status cg__pg_events_append(struct cg_pg *pg, const char *tenant_id,
+                               const struct cg_event_in *events, int n, int64_t now_ms,
+                               struct cg_err *err) CG_MUST_CHECK;
+
+cg_status cg_pg_events_read(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
+                            int64_t after_seq, int max, struct cg_event *out, int *count,
+                            struct cg_err *err) CG_MUST_CHECK;
+
+cg_status cg_pg_events_expire(struct cg_pg *pg, const char *tenant_id, int64_t before_ms, int limit,
+                              int *deleted, struct cg_err *err) CG_MUST_CHECK;
+
+/* LISTEN cg_events when conn is not *listening (a new or remade connection); then drains
+ * notifications or waits up to timeout_ms. See cg_store_listener_wait. */
+cg_status cg_pg_listen_wait(struct cg_pg *pg, void **listening, int timeout_ms,
+                            struct cg_event_notice *out, int max, int *count, bool *relistened,
+                            struct cg_err *err) CG_MUST_CHECK;
+
+cg_status cg_pg_events_fetch(struct cg_pg *pg, const char *tenant_id,
+                             const struct cg_event_want *wants, int nwants, int64_t since_ms,
+                             struct cg_event *out, int max, int *count,
+                             struct cg_err *err) CG_MUST_CHECK;
+
+#endif

@@ -1,0 +1,194 @@
+/* test_events_store.c - the event log (store.h, "events") against a real PostgreSQL:
+ * events commit and roll back with their transaction, are numbered per scope, reach a
+ * listener through NOTIFY, are caught up after a reconnection, and expire. */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "pgtest.h"
+#include "store/store.h"
+
+static struct cg_pgtest T;
+
+static void setup(void)
+{
+    cg_pgtest_setup_migrated(&T);
+}
+
+static void teardown(void)
+{
+    cg_pgtest_teardown(&T);
+}
+
+static struct cg_store *test_store(void)
+{
+    struct cg_store_opts opts = cg_pgtest_store_opts(&T);
+    struct cg_store *s = cg_store_new(&opts);
+    cr_assert(s != NULL);
+    return s;
+}
+
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        struct cg_err err_;                                                                        \
+        cg_err_clear(&err_);                                                                       \
+        cg_status rc_ = (expr);                                                                    \
+        (void)err_;                                                                                \
+        cr_assert_eq(rc_, CG_OK, "%s: %s", #expr, cg_status_name(rc_));                            \
+    } while (0)
+
+/* A tenant with a session scope "s1" (created by a budget). */
+static void make_scope(struct cg_store *s, char tenant[CG_UUID_LEN + 1], struct cg_scope_ids *ids)
+{
+    struct cg_tenant t;
+    struct cg_err err;
+    OK(cg_store_tenant_create(s, "events", "UTC", &t, &err));
+    snprintf(tenant, CG_UUID_LEN + 1, "%s", t.tenant_id);
+    memset(ids, 0, sizeof *ids);
+    snprintf(ids->session_id, sizeof ids->session_id, "s1");
+    struct cg_budget_row row, out, path[4];
+    memset(&row, 0, sizeof row);
+    row.ids = *ids;
+    row.has_budget = true;
+    row.mode = 1;
+    row.limit_tokens = 1000;
+    row.warning_ratio = 0.8;
+    row.on_store_failure = 1;
+    row.reset_period = 1;
+    bool created;
+    int n;
+    OK(cg_store_begin(s, &err));
+    OK(cg_store_path_read(s, tenant, ids, true, true, cg_wall_ms(), path, &n, &err));
+    OK(cg_store_budget_put(s, tenant, &row, 0, NULL, cg_wall_ms(), &out, &created, &err));
+    OK(cg_store_commit(s, &err));
+}
+
+static void append(struct cg_store *s, const char *tenant, const struct cg_scope_ids *ids, int type,
+                   bool commit)
+{
+    struct cg_err err;
+    struct cg_event_fields f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.ref_id, sizeof f.ref_id, "%s", "6f1c1e9e-0000-4000-8000-000000000001");
+    f.ref_state = 2;
+    OK(cg_store_begin(s, &err));
+    OK(cg_store_event_append(s, tenant, ids, type, &f, cg_wall_ms(), &err));
+    if (commit)
+        OK(cg_store_commit(s, &err));
+    else
+        cg_store_rollback(s);
+}
+
+Test(events_store, numbered_per_scope_and_transactional, .init = setup, .fini = teardown,
+     .timeout = 60)
+{
+    struct cg_store *s = test_store();
+    char tenant[CG_UUID_LEN + 1];
+    struct cg_scope_ids ids;
+    make_scope(s, tenant, &ids);
+    append(s, tenant, &ids, 2, true);
+    append(s, tenant, &ids, 4, false); /* rolled back: no event, no number used */
+    append(s, tenant, &ids, 7, true);
+    struct cg_event ev[8];
+    int count = 0;
+    struct cg_err err;
+    OK(cg_store_events_read(s, tenant, &ids, 0, 8, ev, &count, &err));
+    cr_assert_eq(count, 2);
+    cr_assert_eq(ev[0].seq, 1);
+    cr_assert_eq(ev[0].type, 2);
+    cr_assert_eq(ev[1].seq, 2);
+    cr_assert_eq(ev[1].type, 7);
+    cr_assert_eq(ev[1].level, 2);
+    cr_assert(ev[1].has_budget && ev[1].limit_tokens == 1000);
+    cr_assert_str_eq(ev[1].fields.ref_id, "6f1c1e9e-0000-4000-8000-000000000001");
+    cr_assert_eq(ev[1].fields.ref_state, 2);
+    cr_assert_str_neq(ev[0].event_id, ev[1].event_id);
+    /* A scope that does not exist. */
+    struct cg_scope_ids missing = ids;
+    snprintf(missing.session_id, sizeof missing.session_id, "nope");
+    OK(cg_store_begin(s, &err));
+    cg_status rc = cg_store_event_append(s, tenant, &missing, 2, NULL, cg_wall_ms(), &err);
+    cr_assert_eq(rc, CG_NOT_FOUND);
+    cg_store_rollback(s);
+    cg_store_free(s);
+}
+
+Test(events_store, listener_hears_commits_in_order_and_catches_up, .init = setup, .fini = teardown,
+     .timeout = 60)
+{
+    struct cg_store *s = test_store();
+    char tenant[CG_UUID_LEN + 1];
+    struct cg_scope_ids ids;
+    make_scope(s, tenant, &ids);
+    struct cg_store_opts opts = cg_pgtest_store_opts(&T);
+    struct cg_store_listener *l = cg_store_listener_new(&opts);
+    cr_assert(l != NULL);
+    struct cg_event_notice notices[16];
+    int count = 0;
+    bool relistened = false;
+    struct cg_err err;
+    OK(cg_store_listener_wait(l, 10, notices, 16, &count, &relistened, &err));
+    cr_assert(relistened);
+    append(s, tenant, &ids, 2, true);
+    append(s, tenant, &ids, 3, false);
+    append(s, tenant, &ids, 6, true);
+    int got = 0;
+    struct cg_event_notice all[16];
+    for (int tries = 0; tries < 50 && got < 2; tries++) {
+        OK(cg_store_listener_wait(l, 100, notices, 16, &count, &relistened, &err));
+        for (int i = 0; i < count; i++)
+            if (strcmp(notices[i].tenant_id, tenant) == 0)
+                all[got++] = notices[i];
+    }
+    cr_assert_eq(got, 2, "the rolled-back event is never announced");
+    cr_assert_eq(all[0].seq, 1);
+    cr_assert_eq(all[1].seq, 2);
+    cr_assert_str_eq(all[1].ids.session_id, "s1");
+    struct cg_event_want want = {.ids = ids, .after_seq = 0, .upto_seq = 2};
+    struct cg_event ev[8];
+    OK(cg_store_listener_fetch(l, tenant, &want, 1, 0, ev, 8, &count, &err));
+    cr_assert_eq(count, 2);
+    cr_assert_eq(ev[1].type, 6);
+    /* Catch-up: events since a time, for scopes not named. */
+    OK(cg_store_listener_fetch(l, tenant, NULL, 0, cg_wall_ms() - 60000, ev, 8, &count, &err));
+    cr_assert_eq(count, 2);
+    /* After the connection is killed, the next wait listens again. */
+    cr_assert(cg_pgtest_kill_backends(&T) >= 1);
+    relistened = false;
+    for (int tries = 0; tries < 20 && !relistened; tries++) {
+        struct cg_err e2;
+        cg_status rc = cg_store_listener_wait(l, 100, notices, 16, &count, &relistened, &e2);
+        (void)rc;
+    }
+    cr_assert(relistened, "listening again after the connection was lost");
+    cg_store_listener_free(l);
+    cg_store_free(s);
+}
+
+Test(events_store, retention_deletes_old_events, .init = setup, .fini = teardown, .timeout = 60)
+{
+    struct cg_store *s = test_store();
+    char tenant[CG_UUID_LEN + 1];
+    struct cg_scope_ids ids;
+    make_scope(s, tenant, &ids);
+    append(s, tenant, &ids, 2, true);
+    append(s, tenant, &ids, 2, true);
+    int deleted = 0;
+    struct cg_err err;
+    OK(cg_store_events_expire(s, tenant, cg_wall_ms() - 3600000, 100, &deleted, &err));
+    cr_assert_eq(deleted, 0, "recent events stay");
+    OK(cg_store_events_expire(s, tenant, cg_wall_ms() + 1000, 100, &deleted, &err));
+    cr_assert_eq(deleted, 2);
+    struct cg_event ev[4];
+    int count = 0;
+    OK(cg_store_events_read(s, tenant, &ids, 0, 4, ev, &count, &err));
+    cr_assert_eq(count, 0);
+    /* Numbering goes on after them. */
+    append(s, tenant, &ids, 2, true);
+    OK(cg_store_events_read(s, tenant, &ids, 0, 4, ev, &count, &err));
+    cr_assert_eq(count, 1);
+    cr_assert_eq(ev[0].seq, 3);
+    cg_store_free(s);
+}
