@@ -74,16 +74,14 @@ cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *en
 /* WatchUsage events (rpc_budget_events.c), inside the open transaction of the change,
  * after it was applied: emit_path after cg_store_path_add(path, n, used_delta,
  * reserved_delta) (path as updated); emit_budget after cg_store_budget_put (before: the
- * scope's row before, NULL when new). emit_closed runs a transaction of its own (after
- * cg_store_scope_close). Store errors in serr (the caller rolls back). */
+ * scope's row before, NULL when new). (SCOPE_CLOSED is appended by cg_store_scope_close
+ * itself, in its transaction.) Store errors in serr (the caller rolls back). */
 cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
                            const struct cg_budget_row *path, int n, int64_t used_delta,
                            int64_t reserved_delta, struct cg_err *serr) CG_MUST_CHECK;
 cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
                              const struct cg_budget_row *before, const struct cg_budget_row *after,
                              struct cg_err *serr) CG_MUST_CHECK;
-cg_status cg_rpc_emit_closed(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const struct cg_scope_ids *ids, struct cg_err *serr) CG_MUST_CHECK;
 
 /* A ScopeUsage without children (rpc_budget_scopes.c; NULL when out of memory). */
 Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,

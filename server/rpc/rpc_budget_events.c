@@ -78,17 +78,3 @@ cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc
     }
     return append_levels(call, env, before, after, 1, 9 /* BUDGET_CHANGED */, serr);
 }
-
-cg_status cg_rpc_emit_closed(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const struct cg_scope_ids *ids, struct cg_err *serr)
-{
-    cg_status st = cg_store_begin(env->store, serr);
-    if (st == CG_OK)
-        st = cg_store_event_append(env->store, call->principal.tenant_id, ids,
-                                   CG_EVENT_SCOPE_CLOSED, NULL, cg_wall_ms(), serr);
-    if (st == CG_OK)
-        st = cg_store_commit(env->store, serr);
-    if (st != CG_OK)
-        cg_store_rollback(env->store);
-    return st;
-}

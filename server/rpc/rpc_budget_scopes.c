@@ -94,9 +94,8 @@ CG_HANDLER(cg_rpc_budget_close_scope)
     struct cg_scope_close closed;
     struct cg_err serr;
     cg_err_clear(&serr);
+    /* The close and its SCOPE_CLOSED event commit together (store_scopes.c). */
     st = cg_store_scope_close(env->store, call->principal.tenant_id, &ids, &closed, &serr);
-    if (st == CG_OK && !closed.already_closed) /* WatchUsage (its own transaction) */
-        st = cg_rpc_emit_closed(call, env, &ids, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
 

@@ -441,7 +441,7 @@ cg_status cg_rpc_watch_poll(struct cg_rpc_call *call, const struct cg_rpc_env *e
     (void)request;
     struct watch *w = stream->state;
     *response = NULL;
-    *finished = w->decided; /* the decision went out with the previous message */
+    *finished = w->decided; /* already over (the transport ends it after the message) */
     if (w->decided)
         return CG_OK;
     int64_t now = cg_mono_ms();
@@ -501,7 +501,10 @@ cg_status cg_rpc_watch_poll(struct cg_rpc_call *call, const struct cg_rpc_env *e
         w->missed = 0;
         w->last_sent_ms = now;
         *response = &m->base;
+        /* In approval_id mode the decision is the last message: the stream ends with OK
+         * once it is out. */
         w->decided = w->approval_id[0] != '\0' && e.type == CG_EVENT_APPROVAL_DECIDED;
+        *finished = w->decided;
         return CG_OK;
     }
     if (now - w->last_sent_ms >= w->heartbeat_ms) {

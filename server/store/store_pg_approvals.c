@@ -8,6 +8,7 @@
  * read as EXPIRED (decided at its expiry) by every read, so that no answer depends on when
  * the sweeper last ran.
  */
+#include "store/store_pg_events.h"
 #include "store/store_pg_internal.h"
 
 #include <stdio.h>
@@ -131,6 +132,23 @@ static cg_status store_expired(struct cg_pg *pg, const char *tenant_id, const ch
     return rc;
 }
 
+/* WatchUsage: an approval's event, committed with the change it reports (the path is
+ * locked by then, as events_append needs). */
+static cg_status approval_event(struct cg_pg *pg, const char *tenant_id,
+                                const struct cg_approval *a, int type, int64_t now_ms,
+                                struct cg_err *err)
+{
+    struct cg_event_in ev;
+    memset(&ev, 0, sizeof ev);
+    ev.ids = a->ids;
+    ev.type = type;
+    cg__pg_copy_str(ev.fields.ref_id, sizeof ev.fields.ref_id, a->approval_id);
+    ev.fields.ref_tokens =
+        type == 7 && a->state == CG_APPROVAL_APPROVED ? a->granted_tokens : a->requested_tokens;
+    ev.fields.ref_state = a->state;
+    return cg__pg_events_append(pg, tenant_id, &ev, 1, now_ms, err);
+}
+
 cg_status cg_pg_approval_request(struct cg_pg *pg, const char *tenant_id,
                                  const struct cg_scope_ids *ids, const struct cg_budget_row *level,
                                  const struct cg_approval *request, uint32_t ttl_ms, int64_t now_ms,
@@ -251,6 +269,9 @@ cg_status cg_pg_approval_request(struct cg_pg *pg, const char *tenant_id,
         cg_log(CG_LOG_INFO, MOD, cg__pg_rid(pg),
                "approval opened: tenant=%s approval_id=%s level=%d requested_tokens=%lld",
                tenant_id, out->approval_id, out->level, (long long)out->requested_tokens);
+        PQclear(res);
+        res = NULL;
+        rc = approval_event(pg, tenant_id, out, 6 /* APPROVAL_REQUESTED */, now_ms, err);
         goto out;
     }
     PQclear(res);
@@ -383,6 +404,8 @@ cg_status cg_pg_approval_resolve(struct cg_pg *pg, const char *tenant_id, const 
     if (out->state == CG_APPROVAL_PENDING) {
         rc = decide(pg, tenant_id, out, decision, granted_tokens, decided_by, key_id, note,
                     now_text, err);
+        if (rc == CG_OK)
+            rc = approval_event(pg, tenant_id, out, 7 /* APPROVAL_DECIDED */, now_ms, err);
     } else if (out->state == decision) {
         *replayed = true;
     } else {

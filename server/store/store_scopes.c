@@ -2,6 +2,9 @@
  * deadline and the transaction around each call, then PostgreSQL (store_pg_scopes.c). */
 #include "store/store_internal.h"
 
+#include "base/clock.h"
+#include "store/store_pg_events.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +115,14 @@ cg_status cg_store_scope_close(struct cg_store *store, const char *tenant_id,
     if ((rc = cg_pg_begin(store->pg, err)) != CG_OK)
         return rc;
     rc = cg_pg_scope_close(store->pg, id, ids, out, err);
+    /* WatchUsage's SCOPE_CLOSED commits with the close, or neither happens. */
+    if (rc == CG_OK && !out->already_closed) {
+        struct cg_event_in ev;
+        memset(&ev, 0, sizeof ev);
+        ev.ids = *ids;
+        ev.type = 10; /* SCOPE_CLOSED */
+        rc = cg__pg_events_append(store->pg, id, &ev, 1, cg_wall_ms(), err);
+    }
     rc = close_call(store, rc, err);
     if (rc != CG_OK)
         memset(out, 0, sizeof *out);

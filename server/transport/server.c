@@ -116,8 +116,9 @@ struct call {
     bool closed;
     bool initial_md_sent;
     bool sending;
-    bool replied;       /* the final status went out */
-    const char *detail; /* the status message, for the log line (static or in rc.err) */
+    bool finish_after_send; /* poll said this message is the stream's last */
+    bool replied;           /* the final status went out */
+    const char *detail;     /* the status message, for the log line (static or in rc.err) */
 
     struct tag close_tag, status_tag, pool_tag, msg_tag, recv_tag, wake_tag;
     struct cg_timer timer;
@@ -554,8 +555,10 @@ static void stream_pump(struct call *c)
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n].data.send_message.send_message = c->send_bb;
         n++;
-        if (start_batch(c, ops, n, &c->msg_tag))
+        if (start_batch(c, ops, n, &c->msg_tag)) {
             c->sending = true;
+            c->finish_after_send = finished; /* the last message: end once it is out */
+        }
         return;
     }
     if (finished || atomic_load(&c->w->srv->stopping))
@@ -569,7 +572,9 @@ static void on_stream_sent(struct worker *w, struct tag *t, bool ok)
     struct call *c = container_of(t, struct call, msg_tag);
     c->pending--;
     c->sending = false;
-    if (ok)
+    if (ok && c->finish_after_send && c->phase != PHASE_DONE && !c->closed)
+        send_final(c, CG_OK, NULL);
+    else if (ok)
         stream_pump(c);
     call_maybe_free(c);
 }

@@ -84,6 +84,27 @@ class Approvals(cgtest.TestCase):
         self.task = scope(self.s, "t1")
         self.t.set(self.task, 1000, SOFT)
 
+    def test_the_orchestrator_waits_for_the_decision_on_watch_usage(self):
+        watcher = self.t.stub.WatchUsage(B.WatchUsageRequest(
+            scope=self.sess, include_descendants=True,
+            event_types=[B.USAGE_EVENT_TYPE_APPROVAL_REQUESTED]), metadata=self.t.md, timeout=30)
+        first = self.t.reserve(self.task, 1200)
+        self.assertEqual(first.decision, B.DECISION_REQUIRE_APPROVAL)
+        opened = next(watcher)
+        self.assertEqual(opened.type, B.USAGE_EVENT_TYPE_APPROVAL_REQUESTED)
+        self.assertEqual(opened.approval.approval_id, first.approval_id)
+        self.assertEqual(opened.approval.state, PENDING)
+        watcher.cancel()
+        # Waiting on the approval itself: the stream ends with OK after the decision.
+        wait = self.t.stub.WatchUsage(B.WatchUsageRequest(scope=self.sess,
+                                                          approval_id=first.approval_id),
+                                      metadata=self.t.md, timeout=30)
+        self.t.resolve(first.approval_id, APPROVED)
+        events = list(wait)  # ends (OK) once the decision is out
+        self.assertEqual([e.type for e in events][-1], B.USAGE_EVENT_TYPE_APPROVAL_DECIDED,
+                         [e.type for e in events])
+        self.assertEqual(events[-1].approval.state, APPROVED)
+
     def test_settings_show_the_mode_and_the_default_ttl(self):
         got = self.t.stub.GetBudget(B.GetBudgetRequest(scope=self.sess), metadata=self.t.md,
                                     timeout=10).budget.settings
