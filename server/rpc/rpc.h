@@ -177,8 +177,9 @@ bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired);
  * events of the tenants watched in this process into the in-process buffer (after a
  * reconnection: catches up from the table) and wakes the streams through
  * env->wake_streams, also when nothing arrived (heartbeats are due by time). Logs store
- * trouble and returns; the caller loops until it stops. */
-void cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *listener,
+ * trouble and returns false when PostgreSQL is away, so that the caller pauses (for
+ * timeout_ms) before the next step; the caller loops until it stops. */
+bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *listener,
                         int timeout_ms);
 
 #endif

@@ -193,7 +193,7 @@ static cg_status fetch_into_feed(struct cg_store_listener *l, const char *tenant
     return st;
 }
 
-void cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *listener,
+bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *listener,
                         int timeout_ms)
 {
     static struct cg_event_notice notices[NOTICES_MAX];
@@ -207,12 +207,10 @@ void cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *
     cg_status st = cg_store_listener_wait(listener, timeout_ms, notices, NOTICES_MAX, &count,
                                           &relistened, &err);
     if (st != CG_OK) {
-        /* PostgreSQL away: the streams still get their heartbeats; retry after a pause. */
+        /* PostgreSQL away: the streams still get their heartbeats; the caller pauses. */
         if (env->wake_streams)
             env->wake_streams(env->wake_ctx);
-        struct timespec pause = {.tv_sec = 0, .tv_nsec = (long)timeout_ms * 1000000};
-        nanosleep(&pause, NULL);
-        return;
+        return false;
     }
     if (relistened) {
         /* Notifications sent while nobody listened are lost: read what the table has. */
@@ -260,6 +258,7 @@ void cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *
         cg_log(CG_LOG_WARN, MOD, NULL, "reading events failed: %s", cg_err_text(&err));
     if (env->wake_streams)
         env->wake_streams(env->wake_ctx);
+    return st == CG_OK; /* a failed read: pause, then catch up */
 }
 
 /* ---------------------------------------------------------------- streams --------- */

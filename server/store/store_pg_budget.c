@@ -66,7 +66,7 @@ static bool is_true(const char *s)
 
 /* Parses the comma-separated tier columns (float8 output is exact: the shortest text that
  * reads back as the same double). */
-static bool parse_tiers(const char *ratios, const char *delays, struct cg_budget_row *out)
+bool cg__pg_parse_tiers(const char *ratios, const char *delays, struct cg_budget_row *out)
 {
     int n = 0;
     while (*ratios != '\0' || *delays != '\0') {
@@ -104,7 +104,7 @@ static bool read_scope(PGresult *res, int row, struct cg_budget_row *out)
     out->limit_cost_micros = cg__pg_parse_i64(PQgetvalue(res, row, 7));
     out->warning_ratio = parse_double(PQgetvalue(res, row, 8));
     out->backpressure_disabled = is_true(PQgetvalue(res, row, 9));
-    bool tiers_ok = parse_tiers(PQgetvalue(res, row, 10), PQgetvalue(res, row, 11), out);
+    bool tiers_ok = cg__pg_parse_tiers(PQgetvalue(res, row, 10), PQgetvalue(res, row, 11), out);
     out->on_store_failure = (int)cg__pg_parse_i64(PQgetvalue(res, row, 12));
     out->local_allowance_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 13));
     out->reset_period = (int)cg__pg_parse_i64(PQgetvalue(res, row, 14));

@@ -65,6 +65,10 @@ cg_status cg__pg_run_one(struct cg_pg *pg, const char *label, const char *sql, i
                          const char *const *values, int flags, const char *missing, PGresult **out,
                          struct cg_err *err);
 
+/* Parses the comma-separated tier columns of a scope row (float8 text reads back exactly)
+ * into out's tiers. False when they are malformed or too many. (store_pg_budget.c) */
+bool cg__pg_parse_tiers(const char *ratios, const char *delays, struct cg_budget_row *out);
+
 /* CG_INTERNAL (and a log line) when no transaction is open for `what`. */
 cg_status cg__pg_not_in_tx(struct cg_pg *pg, const char *what, struct cg_err *err);
 

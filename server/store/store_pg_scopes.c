@@ -139,32 +139,6 @@ static bool is_true(const char *s)
     return s[0] == 't';
 }
 
-/* The comma-separated tier columns (as store_pg_budget.c stores them). */
-static bool parse_tiers(const char *ratios, const char *delays, struct cg_budget_row *out)
-{
-    int n = 0;
-    while (*ratios != '\0' || *delays != '\0') {
-        if (n == CG_TIERS_STORE_MAX)
-            return false;
-        char *end = NULL;
-        double ratio = strtod(ratios, &end);
-        if (end == ratios || (*end != ',' && *end != '\0'))
-            return false;
-        ratios = *end == ',' ? end + 1 : end;
-        errno = 0;
-        long long delay = strtoll(delays, &end, 10);
-        if (errno != 0 || end == delays || (*end != ',' && *end != '\0') || delay < 0 ||
-            delay > UINT32_MAX)
-            return false;
-        delays = *end == ',' ? end + 1 : end;
-        out->tier_ratio[n] = ratio;
-        out->tier_delay_ms[n] = (uint32_t)delay;
-        n++;
-    }
-    out->ntiers = n;
-    return true;
-}
-
 /* Reads NODE_COLUMNS starting at column `first` of row. */
 static bool read_node(PGresult *res, int row, int first, struct cg_scope_usage *out)
 {
@@ -181,7 +155,7 @@ static bool read_node(PGresult *res, int row, int first, struct cg_scope_usage *
     b->limit_cost_micros = cg__pg_parse_i64(COL(7));
     b->warning_ratio = parse_double(COL(8));
     b->backpressure_disabled = is_true(COL(9));
-    bool tiers_ok = parse_tiers(COL(10), COL(11), b);
+    bool tiers_ok = cg__pg_parse_tiers(COL(10), COL(11), b);
     b->on_store_failure = (int)cg__pg_parse_i64(COL(12));
     b->local_allowance_tokens = cg__pg_parse_i64(COL(13));
     b->reset_period = (int)cg__pg_parse_i64(COL(14));

@@ -1073,8 +1073,22 @@ static void *events_main(void *arg)
                              .prices = srv->prices,
                              .wake_streams = wake_streams_cb,
                              .wake_ctx = srv};
-    while (!atomic_load(&srv->events_stop))
-        cg_rpc_events_step(&env, listener, EVENTS_TICK_MS);
+    while (!atomic_load(&srv->events_stop)) {
+        if (cg_rpc_events_step(&env, listener, EVENTS_TICK_MS))
+            continue;
+        /* PostgreSQL away: pause one tick before retrying; shutdown cuts the pause short. */
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += EVENTS_TICK_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&srv->monitor_lock);
+        if (!atomic_load(&srv->events_stop))
+            pthread_cond_timedwait(&srv->monitor_cond, &srv->monitor_lock, &until);
+        pthread_mutex_unlock(&srv->monitor_lock);
+    }
     cg_store_listener_free(listener);
     return NULL;
 }
@@ -1364,6 +1378,9 @@ void cg_server_shutdown(struct cg_server *srv)
     }
     if (srv->events_started) {
         atomic_store(&srv->events_stop, true);
+        pthread_mutex_lock(&srv->monitor_lock);
+        pthread_cond_broadcast(&srv->monitor_cond); /* a pausing events thread */
+        pthread_mutex_unlock(&srv->monitor_lock);
         pthread_join(srv->events, NULL);
         srv->events_started = false;
     }
