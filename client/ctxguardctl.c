@@ -17,7 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/ioctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/status.h"
@@ -661,12 +664,10 @@ static void print_scope_name(const Ctxguard__V1__Scope *sc)
     print_text(stdout, id);
 }
 
-/* One line of the usage tree: `task t1  [#######.....]  640/1000 (64%)  reserved 50`. */
-static void print_usage_line(int indent, const Ctxguard__V1__Scope *sc, bool has_budget,
-                             int64_t limit, int64_t used, int64_t reserved, bool closed)
+/* The bar part of a usage line: `  [#######.....]  640/1000 (64%)`, or `  (no budget)  used N`
+ * (shared by `usage` and the live view of `watch`). */
+static void print_usage_bar(bool has_budget, int64_t limit, int64_t used)
 {
-    printf("%*s", indent * 2, "");
-    print_scope_name(sc);
     if (has_budget && limit > 0) {
         char bar[USAGE_BAR_WIDTH + 1];
         int64_t shown = used < 0 ? 0 : used > limit ? limit : used;
@@ -679,13 +680,27 @@ static void print_usage_line(int indent, const Ctxguard__V1__Scope *sc, bool has
     } else {
         printf("  (no budget)  used %" PRId64, used);
     }
-    printf("  reserved %" PRId64 "%s\n", reserved, closed ? "  closed" : "");
+}
+
+/* One line of the usage tree: `task t1  [#######.....]  640/1000 (64%)  reserved 50`, then
+ * `  delay 300ms` when delay_ms is not 0. */
+static void print_usage_line(int indent, const Ctxguard__V1__Scope *sc, bool has_budget,
+                             int64_t limit, int64_t used, int64_t reserved, uint32_t delay_ms,
+                             bool closed)
+{
+    printf("%*s", indent * 2, "");
+    print_scope_name(sc);
+    print_usage_bar(has_budget, limit, used);
+    printf("  reserved %" PRId64, reserved);
+    if (delay_ms > 0)
+        printf("  delay %" PRIu32 "ms", delay_ms);
+    printf("%s\n", closed ? "  closed" : "");
 }
 
 static void print_usage_tree(const Ctxguard__V1__ScopeUsage *u, int indent)
 {
     int64_t limit = u->budget && u->budget->settings ? u->budget->settings->limit_tokens : 0;
-    print_usage_line(indent, u->scope, u->has_budget, limit, u->used_tokens, u->reserved_tokens,
+    print_usage_line(indent, u->scope, u->has_budget, limit, u->used_tokens, u->reserved_tokens, 0,
                      u->state == CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED);
     for (size_t i = 0; i < u->n_children; i++)
         print_usage_tree(u->children[i], indent + 1);
@@ -790,7 +805,7 @@ static int cmd_usage(struct ctl *ctl, const struct command *cmd, const struct cm
     for (size_t i = 0; i < resp->n_path; i++) {
         const Ctxguard__V1__LevelStatus *l = resp->path[i];
         print_usage_line((int)i, l->scope, l->has_budget, l->limit_tokens, l->used_tokens,
-                         l->reserved_tokens,
+                         l->reserved_tokens, 0,
                          l->state == CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED);
     }
     print_usage_tree(resp->root, (int)resp->n_path);
@@ -802,63 +817,393 @@ out:
 
 static const char *level_name(int level);
 
-/* watch: WatchUsage, one line per event until the stream ends or the user interrupts. */
+/* watch: WatchUsage until the stream ends or the user interrupts (SIGINT, SIGTERM, SIGHUP:
+ * exit 0). Two outputs: a line per event (`--lines`, --json, or stdout not a terminal), or
+ * a live view redrawn in place on every event (`--live`, or stdout a terminal). */
+
+#define WATCH_POLL_MS 200     /* how often a waiting read looks at the interrupt flag */
+#define LIVE_MAX_SCOPES 1000  /* scopes remembered by the live view */
+#define LIVE_SHOW_SCOPES 200  /* scopes drawn at most (fewer when the terminal is shorter) */
+#define LIVE_NOTES 5          /* notable events kept for the footer */
+#define LIVE_NOTE_MAX 240     /* bytes of one footer line (truncated beyond) */
+#define LIVE_SNAPSHOT_DEPTH 4 /* tenant, session, task, agent */
+#define LIVE_STDOUT_BUF 65536 /* one write per frame, so a redraw does not flicker */
+#define LIVE_FIXED_ROWS 6     /* header, blank, "... more", blank, "recent:", bottom line */
+#define ANSI_HOME_CLEAR "\033[H\033[J"
+#define ANSI_HIDE_CURSOR "\033[?25l"
+#define ANSI_SHOW_CURSOR "\033[?25h"
+
+static volatile sig_atomic_t watch_interrupted;
+
+static void watch_on_signal(int sig)
+{
+    (void)sig;
+    watch_interrupted = 1;
+}
+
+/* Ends the watch on SIGINT/SIGTERM/SIGHUP at the next read poll, between two writes: the
+ * output is never cut in the middle of a line or an escape sequence. */
+static void watch_catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = watch_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* a write to the terminal resumes instead of failing */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+/* The latest known status of one scope. */
+struct live_scope {
+    char ids[3][SCOPE_ID_MAX + 1]; /* session, task, agent; "" below the scope's level */
+    bool has_budget;
+    bool closed;
+    int64_t limit;
+    int64_t used;
+    int64_t reserved;
+    uint32_t delay_ms;
+};
+
+struct live_view {
+    const char *target;
+    const char *scope_text;
+    int base_depth; /* levels below the tenant of the watched scope: indentation 0 */
+    int64_t at_ms;  /* time of the last event or heartbeat */
+    uint64_t events;
+    bool untracked; /* a scope was seen after LIVE_MAX_SCOPES were remembered */
+    size_t n_scopes;
+    size_t n_notes;   /* 0..LIVE_NOTES */
+    size_t next_note; /* the ring's slot for the next note */
+    char notes[LIVE_NOTES][LIVE_NOTE_MAX];
+    struct live_scope scopes[LIVE_MAX_SCOPES]; /* in tree order */
+};
+
+static int scope_depth(const char *const ids[3])
+{
+    int depth = 0;
+    while (depth < 3 && ids[depth][0] != '\0')
+        depth++;
+    return depth;
+}
+
+/* Tree order: a parent (its lower ids "") sorts before its children, siblings by id. */
+static int live_compare(const char *const a[3], const char ids[3][SCOPE_ID_MAX + 1])
+{
+    for (int i = 0; i < 3; i++) {
+        int c = strcmp(a[i], ids[i]);
+        if (c != 0)
+            return c;
+    }
+    return 0;
+}
+
+/* The entry of sc, added in tree order when new; NULL when the view is full. */
+static struct live_scope *live_scope_of(struct live_view *v, const Ctxguard__V1__Scope *sc)
+{
+    const char *ids[3] = {"", "", ""};
+    if (sc != NULL) {
+        ids[0] = sc->session_id != NULL ? sc->session_id : "";
+        ids[1] = ids[0][0] != '\0' && sc->task_id != NULL ? sc->task_id : "";
+        ids[2] = ids[1][0] != '\0' && sc->agent_id != NULL ? sc->agent_id : "";
+    }
+    size_t lo = 0, hi = v->n_scopes;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = live_compare(ids, v->scopes[mid].ids);
+        if (c == 0)
+            return &v->scopes[mid];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (v->n_scopes >= LIVE_MAX_SCOPES) {
+        v->untracked = true;
+        return NULL;
+    }
+    memmove(&v->scopes[lo + 1], &v->scopes[lo], (v->n_scopes - lo) * sizeof v->scopes[0]);
+    v->n_scopes++;
+    struct live_scope *ls = &v->scopes[lo];
+    memset(ls, 0, sizeof *ls);
+    for (int i = 0; i < 3; i++)
+        snprintf(ls->ids[i], sizeof ls->ids[i], "%s", ids[i]);
+    return ls;
+}
+
+static void live_take_usage(struct live_view *v, const Ctxguard__V1__ScopeUsage *u, int depth)
+{
+    struct live_scope *ls = live_scope_of(v, u->scope);
+    if (ls != NULL) {
+        ls->has_budget = u->has_budget;
+        ls->limit = u->budget && u->budget->settings ? u->budget->settings->limit_tokens : 0;
+        ls->used = u->used_tokens;
+        ls->reserved = u->reserved_tokens;
+        ls->delay_ms = u->backpressure_delay_ms;
+        ls->closed = u->state == CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED;
+    }
+    if (depth + 1 >= LIVE_SNAPSHOT_DEPTH)
+        return;
+    for (size_t i = 0; i < u->n_children; i++) {
+        if (u->children[i] != NULL)
+            live_take_usage(v, u->children[i], depth + 1);
+    }
+}
+
+static void live_take_status(struct live_view *v, const Ctxguard__V1__LevelStatus *l,
+                             const Ctxguard__V1__Scope *event_scope)
+{
+    struct live_scope *ls = live_scope_of(v, l->scope != NULL ? l->scope : event_scope);
+    if (ls == NULL)
+        return;
+    ls->has_budget = l->has_budget;
+    ls->limit = l->limit_tokens;
+    ls->used = l->used_tokens;
+    ls->reserved = l->reserved_tokens;
+    ls->delay_ms = l->backpressure_delay_ms;
+    ls->closed = l->state == CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED;
+}
+
+static bool event_is_notable(Ctxguard__V1__UsageEventType type)
+{
+    switch (type) {
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_THRESHOLD_CROSSED:
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_WARNING:
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_EXHAUSTED:
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_APPROVAL_REQUESTED:
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_APPROVAL_DECIDED:
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_RESET:
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_SCOPE_CLOSED:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* "threshold crossed": an event type in words. */
+static void event_type_words(Ctxguard__V1__UsageEventType type, char *buf, size_t len)
+{
+    const ProtobufCEnumValue *tv = protobuf_c_enum_descriptor_get_value(
+        &ctxguard__v1__usage_event_type__descriptor, (int)type);
+    const char *name = tv ? tv->name + strlen("USAGE_EVENT_TYPE_") : "?";
+    size_t i = 0;
+    for (; name[i] != '\0' && i + 1 < len; i++) {
+        char c = name[i];
+        buf[i] = c == '_' ? ' ' : c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+    }
+    buf[i] = '\0';
+}
+
+/* One footer line: `12:00:01.250Z  warning  task s1/t1  at 0.80  <message>`. Kept raw;
+ * made safe for the terminal when drawn. */
+static void live_note(struct live_view *v, const Ctxguard__V1__UsageEvent *e)
+{
+    char when[40], type[40], threshold[40] = "";
+    const Ctxguard__V1__Scope *sc = e->scope;
+    const char *s = sc && sc->session_id ? sc->session_id : "";
+    const char *t = s[0] && sc->task_id ? sc->task_id : "";
+    const char *a = t[0] && sc->agent_id ? sc->agent_id : "";
+    const char *clock = format_time(e->occurred_at_unix_ms, when, sizeof when);
+    const char *tee = strchr(clock, 'T');
+
+    event_type_words(e->type, type, sizeof type);
+    if (e->threshold_ratio > 0)
+        snprintf(threshold, sizeof threshold, "  at %.2f%s", e->threshold_ratio,
+                 e->falling ? " falling" : "");
+    /* The message, unless it only repeats the type. */
+    const char *message = e->message != NULL && strcmp(e->message, type) != 0 ? e->message : "";
+    snprintf(v->notes[v->next_note], LIVE_NOTE_MAX, "%s  %s  %s%s%s%s%s%s%s%s%s%s",
+             tee != NULL ? tee + 1 : clock, type, level_name((int)e->level), s[0] ? " " : "", s,
+             t[0] ? "/" : "", t, a[0] ? "/" : "", a, threshold, message[0] != '\0' ? "  " : "",
+             message);
+    v->next_note = (v->next_note + 1) % LIVE_NOTES;
+    if (v->n_notes < LIVE_NOTES)
+        v->n_notes++;
+}
+
+static int64_t now_unix_ms(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
+        return 0;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void live_take_event(struct live_view *v, const Ctxguard__V1__UsageEvent *e)
+{
+    v->at_ms = e->occurred_at_unix_ms > 0 ? e->occurred_at_unix_ms : now_unix_ms();
+    if (e->type == CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_HEARTBEAT)
+        return; /* the stream is alive: only the header's time moves */
+    v->events++;
+    if (e->snapshot != NULL)
+        live_take_usage(v, e->snapshot, 0);
+    if (e->status != NULL)
+        live_take_status(v, e->status, e->scope);
+    if (event_is_notable(e->type))
+        live_note(v, e);
+}
+
+/* How many scope rows fit: the terminal's height less the rest of the frame (and one row
+ * so that the last newline does not scroll the header away); LIVE_SHOW_SCOPES at most. */
+static size_t live_rows_for_scopes(const struct live_view *v)
+{
+    struct winsize ws;
+    size_t fixed = LIVE_FIXED_ROWS + (v->n_notes > 0 ? v->n_notes : 1);
+    size_t rows = LIVE_SHOW_SCOPES;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0)
+        rows = ws.ws_row > fixed ? ws.ws_row - fixed : 1;
+    return rows < LIVE_SHOW_SCOPES ? rows : LIVE_SHOW_SCOPES;
+}
+
+static void live_draw(const struct live_view *v)
+{
+    char when[40];
+    size_t show = live_rows_for_scopes(v);
+
+    fputs(ANSI_HOME_CLEAR, stdout);
+    fputs(PROG " watch  ", stdout);
+    print_text(stdout, v->target);
+    fputs("  scope ", stdout);
+    print_text(stdout, v->scope_text);
+    printf("  at %s  events %" PRIu64 "\n\n", format_time(v->at_ms, when, sizeof when), v->events);
+    if (v->n_scopes == 0)
+        fputs("(waiting for the first event)\n", stdout);
+    for (size_t i = 0; i < v->n_scopes && i < show; i++) {
+        const struct live_scope *ls = &v->scopes[i];
+        const char *ids[3] = {ls->ids[0], ls->ids[1], ls->ids[2]};
+        Ctxguard__V1__Scope sc = CTXGUARD__V1__SCOPE__INIT;
+        int indent = scope_depth(ids) - v->base_depth;
+        sc.session_id = (char *)ids[0];
+        sc.task_id = (char *)ids[1];
+        sc.agent_id = (char *)ids[2];
+        print_usage_line(indent > 0 ? indent : 0, &sc, ls->has_budget, ls->limit, ls->used,
+                         ls->reserved, ls->delay_ms, ls->closed);
+    }
+    if (v->n_scopes > show || v->untracked)
+        printf("... %zu more scopes%s\n", v->n_scopes > show ? v->n_scopes - show : 0,
+               v->untracked ? " (and more not tracked)" : "");
+    fputs("\nrecent:\n", stdout);
+    if (v->n_notes == 0)
+        fputs("  (no threshold, warning, exhausted, approval, reset or close yet)\n", stdout);
+    for (size_t i = 0; i < v->n_notes; i++) {
+        size_t slot = (v->next_note + LIVE_NOTES - v->n_notes + i) % LIVE_NOTES;
+        fputs("  ", stdout);
+        print_text(stdout, v->notes[slot]);
+        fputc('\n', stdout);
+    }
+    fflush(stdout);
+}
+
+/* A line of the line-per-event output. */
+static void print_event_line(const Ctxguard__V1__UsageEvent *e)
+{
+    const ProtobufCEnumValue *tv = protobuf_c_enum_descriptor_get_value(
+        &ctxguard__v1__usage_event_type__descriptor, (int)e->type);
+    const char *type = tv ? tv->name + strlen("USAGE_EVENT_TYPE_") : "?";
+    const Ctxguard__V1__Scope *s = e->scope;
+    printf("%-19s %-8s %s/%s/%s", type, level_name((int)e->level),
+           s && s->session_id[0] ? s->session_id : "-", s && s->task_id[0] ? s->task_id : "-",
+           s && s->agent_id[0] ? s->agent_id : "-");
+    if (e->sequence > 0)
+        printf(" #%lld", (long long)e->sequence);
+    if (e->status != NULL)
+        printf(" used=%lld reserved=%lld limit=%lld (%.0f%%)", (long long)e->status->used_tokens,
+               (long long)e->status->reserved_tokens, (long long)e->status->limit_tokens,
+               e->status->usage_ratio * 100);
+    if (e->threshold_ratio > 0)
+        printf(" threshold=%.2f%s", e->threshold_ratio, e->falling ? " falling" : "");
+    if (e->snapshot != NULL)
+        printf(" used=%lld reserved=%lld children=%zu", (long long)e->snapshot->used_tokens,
+               (long long)e->snapshot->reserved_tokens, e->snapshot->n_children);
+    printf("\n");
+}
+
 static int cmd_watch(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
 {
     Ctxguard__V1__WatchUsageRequest req = CTXGUARD__V1__WATCH_USAGE_REQUEST__INIT;
     struct scope_arg sc;
     struct cg_client_status st;
     struct cg_client_stream *stream = NULL;
-    struct cg_client *client = ctl_client(ctl);
+    struct live_view *view = NULL;
+    const char *scope_text = args->positional_count > 0 ? args->positional[0] : "";
+    bool want_live = option_value(cmd, args, "--live") != NULL;
+    bool want_lines = option_value(cmd, args, "--lines") != NULL;
 
+    if (want_live && want_lines)
+        return usage_error("watch: --live and --lines exclude each other");
+    if (want_live && ctl->json)
+        return usage_error("watch: --live has no JSON form (--json prints an object per event)");
+    bool live = want_live || (!want_lines && !ctl->json && isatty(STDOUT_FILENO));
+    if (!parse_scope(scope_text, &sc))
+        return EXIT_USAGE;
+    struct cg_client *client = ctl_client(ctl);
     if (client == NULL)
         return EXIT_USAGE;
-    if (!parse_scope(args->positional_count > 0 ? args->positional[0] : "", &sc))
-        return EXIT_USAGE;
+    if (live) {
+        view = calloc(1, sizeof *view);
+        if (view == NULL) {
+            fprintf(stderr, PROG ": out of memory\n");
+            return EXIT_FAIL;
+        }
+        view->target = ctl->target != NULL ? ctl->target : CG_CLIENT_DEFAULT_TARGET;
+        view->scope_text =
+            scope_text[0] != '\0' && strcmp(scope_text, "-") != 0 ? scope_text : "tenant";
+        const char *ids[3] = {sc.ids[0], sc.ids[1], sc.ids[2]};
+        view->base_depth = scope_depth(ids);
+    }
     req.scope = &sc.scope;
-    req.include_descendants = option_value(cmd, args, "--descendants") != NULL;
+    req.include_descendants = live || option_value(cmd, args, "--descendants") != NULL;
     req.send_snapshot = true;
     if (cg_client_stream_open(client, BUDGET_METHOD("WatchUsage"), &req.base, NULL, &stream, &st) !=
-        CG_OK)
+        CG_OK) {
+        free(view);
         return fail_status(&st);
+    }
+    watch_catch_signals();
+    if (live) {
+        /* Before anything is written: stdout's own buffer holds a whole frame. */
+        setvbuf(stdout, NULL, _IOFBF, LIVE_STDOUT_BUF);
+        fputs(ANSI_HIDE_CURSOR, stdout);
+        live_draw(view);
+    }
     int rc = EXIT_OK;
-    for (;;) {
+    while (!watch_interrupted) {
         ProtobufCMessage *msg = NULL;
-        cg_status read =
-            cg_client_stream_read(stream, -1, &ctxguard__v1__usage_event__descriptor, &msg, &st);
+        cg_status read = cg_client_stream_read(stream, WATCH_POLL_MS,
+                                               &ctxguard__v1__usage_event__descriptor, &msg, &st);
         if (msg == NULL) {
-            if (read != CG_OK)
+            if (read == CG_DEADLINE_EXCEEDED && st.local && !cg_client_stream_done(stream))
+                continue; /* nothing yet: look at the interrupt flag, then wait again */
+            if (read != CG_OK) {
+                if (live) {
+                    fputs(ANSI_SHOW_CURSOR, stdout);
+                    fflush(stdout);
+                    live = false;
+                }
                 rc = fail_status(&st);
+            }
             break;
         }
         const Ctxguard__V1__UsageEvent *e = (const void *)msg;
-        if (ctl->json) {
-            print_json(msg);
+        if (live) {
+            live_take_event(view, e);
+            live_draw(view);
         } else {
-            const ProtobufCEnumValue *tv = protobuf_c_enum_descriptor_get_value(
-                &ctxguard__v1__usage_event_type__descriptor, (int)e->type);
-            const char *type = tv ? tv->name + strlen("USAGE_EVENT_TYPE_") : "?";
-            const Ctxguard__V1__Scope *s = e->scope;
-            printf("%-19s %-8s %s/%s/%s", type, level_name((int)e->level),
-                   s && s->session_id[0] ? s->session_id : "-",
-                   s && s->task_id[0] ? s->task_id : "-", s && s->agent_id[0] ? s->agent_id : "-");
-            if (e->sequence > 0)
-                printf(" #%lld", (long long)e->sequence);
-            if (e->status != NULL)
-                printf(" used=%lld reserved=%lld limit=%lld (%.0f%%)",
-                       (long long)e->status->used_tokens, (long long)e->status->reserved_tokens,
-                       (long long)e->status->limit_tokens, e->status->usage_ratio * 100);
-            if (e->threshold_ratio > 0)
-                printf(" threshold=%.2f%s", e->threshold_ratio, e->falling ? " falling" : "");
-            if (e->snapshot != NULL)
-                printf(" used=%lld reserved=%lld children=%zu", (long long)e->snapshot->used_tokens,
-                       (long long)e->snapshot->reserved_tokens, e->snapshot->n_children);
-            printf("\n");
+            if (ctl->json)
+                print_json(msg);
+            else
+                print_event_line(e);
+            fflush(stdout);
         }
-        fflush(stdout);
         protobuf_c_message_free_unpacked(msg, NULL);
     }
+    if (live) {
+        fputs(ANSI_SHOW_CURSOR, stdout);
+        fflush(stdout);
+    }
     cg_client_stream_free(stream);
+    free(view);
     return rc;
 }
 
@@ -1099,10 +1444,14 @@ static const struct command commands[] = {
      .run = cmd_usage},
     {.words = "watch",
      .arg_usage = "[SCOPE]",
-     .summary = "live events of SCOPE (default the tenant): a line per event, until interrupted",
+     .summary = "live events of SCOPE (default the tenant) until interrupted: a view redrawn "
+                "per event on a terminal, else a line per event",
      .key = KEY_TENANT,
      .max_positional = 1,
-     .options = {{"--descendants", NULL, "also the events of every scope below it"}},
+     .options = {{"--descendants", NULL, "also the events of every scope below it (lines)"},
+                 {"--live", NULL,
+                  "redraw the usage of SCOPE and below in place (default on a terminal)"},
+                 {"--lines", NULL, "a line per event (default when stdout is not a terminal)"}},
      .run = cmd_watch},
     {.words = "approve",
      .arg_usage = "APPROVAL_ID",

@@ -570,8 +570,8 @@ CG_HANDLER(cg_rpc_budget_set)
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
 
-    /* Nesting: under the parent's limit, and above every existing child's is not checked
-     * here (children are capped at their own limits; the parent's is the stricter). */
+    /* Nesting: not over the nearest budgeted ancestor's limit, and not under the limit of
+     * any budget below (the path lock holds the parent rows every child SetBudget locks). */
     struct cg_budget_level mine, parent;
     cg_rpc_level_from_row(&row, &mine);
     int parent_index = level - 2; /* path[level-1] is this scope when it exists */
@@ -585,6 +585,23 @@ CG_HANDLER(cg_rpc_budget_set)
             return CG_INVALID_ARGUMENT;
         }
         break;
+    }
+    int64_t below_tokens = 0, below_cost = 0;
+    st = cg_store_subtree_max_limits(env->store, call->principal.tenant_id, &row.ids, &below_tokens,
+                                     &below_cost, &serr);
+    if (st != CG_OK)
+        return cg_rpc_store_fail(call, env, &serr);
+    if (row.limit_tokens < below_tokens ||
+        (row.limit_cost_micros > 0 && row.limit_cost_micros < below_cost)) {
+        cg_store_rollback(env->store);
+        bool tokens = row.limit_tokens < below_tokens;
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "%s %lld of the %s is below the %s %lld of a scope under it",
+                          tokens ? "limit_tokens" : "limit_cost_micros",
+                          (long long)(tokens ? row.limit_tokens : row.limit_cost_micros),
+                          cg_level_name((cg_level)level),
+                          tokens ? "limit_tokens" : "limit_cost_micros",
+                          (long long)(tokens ? below_tokens : below_cost));
     }
 
     struct cg_budget_row stored;

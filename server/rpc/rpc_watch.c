@@ -280,6 +280,7 @@ struct watch {
     char approval_id[CG_UUID_LEN + 1];
     int64_t heartbeat_ms, update_ms;
     uint64_t position;
+    int64_t start_seq;          /* the scope's events up to this one came before the stream */
     int64_t last_sent_ms;       /* cg_mono_ms */
     uint64_t missed;            /* events lost to an overflow, not yet told */
     bool decided;               /* approval_id mode: its decision was sent; the stream ends */
@@ -303,8 +304,13 @@ static bool matches(const struct watch *w, const struct cg_event *e)
                strcmp(e->fields.ref_id, w->approval_id) == 0;
     if (w->types != 0 && !(w->types & (1u << e->type)))
         return false;
+    /* The watched scope's events committed before the stream opened are not news (the
+     * delivery thread may fetch them after the stream joined the tenant's feed). Scopes
+     * below it may still show a few such events; their sequence numbers tell. */
+    if (ids_equal(&w->ids, &e->ids))
+        return e->seq > w->start_seq;
     if (!w->descendants)
-        return ids_equal(&w->ids, &e->ids);
+        return false;
     const char *mine[] = {w->ids.session_id, w->ids.task_id, w->ids.agent_id};
     const char *theirs[] = {e->ids.session_id, e->ids.task_id, e->ids.agent_id};
     for (int i = 0; i < w->level - 1; i++)
@@ -620,6 +626,10 @@ cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *e
     stream->state_free = watch_free;
     if ((st = cg_rpc_read_path(call, env, &w->ids, path, &n)) != CG_OK)
         return st;
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    if (cg_store_event_seq(env->store, w->tenant_id, &w->ids, &w->start_seq, &serr) != CG_OK)
+        return cg_rpc_store_error(call, &serr);
     if (req->send_snapshot && (st = snapshot_in(call, env, w)) != CG_OK)
         return st;
     /* Delivery may not be running yet in a process that just started; it catches up. */

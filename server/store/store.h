@@ -280,6 +280,13 @@ cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
                               const char *key_id, int64_t now_ms, struct cg_budget_row *out,
                               bool *created, struct cg_err *err) CG_MUST_CHECK;
 
+/* Inside a transaction, after cg_store_path_read with lock on ids' path: the largest token
+ * limit and the largest cost limit (0: none) among the budgets of the scopes under ids, so
+ * that SetBudget cannot lower a parent below a child. */
+cg_status cg_store_subtree_max_limits(struct cg_store *store, const char *tenant_id,
+                                      const struct cg_scope_ids *ids, int64_t *max_tokens,
+                                      int64_t *max_cost_micros, struct cg_err *err) CG_MUST_CHECK;
+
 /* Inside a transaction, after cg_store_path_read with lock: adds the deltas to the counters
  * of the first n rows of the path (used/reserved tokens and cost micros; deltas may be
  * negative; counters never go below 0) and updates rows[] to match. rows[n - 1].ids names
@@ -712,6 +719,12 @@ cg_status cg_store_events_append(struct cg_store *store, const char *tenant_id,
 cg_status cg_store_events_read(struct cg_store *store, const char *tenant_id,
                                const struct cg_scope_ids *ids, int64_t after_seq, int max,
                                struct cg_event *out, int *count, struct cg_err *err) CG_MUST_CHECK;
+
+/* The sequence number of the scope's latest event (0: none yet), so that a new watcher
+ * starts after it. One statement. CG_NOT_FOUND when the scope does not exist. */
+cg_status cg_store_event_seq(struct cg_store *store, const char *tenant_id,
+                             const struct cg_scope_ids *ids, int64_t *seq,
+                             struct cg_err *err) CG_MUST_CHECK;
 
 /* Deletes up to limit (1..100000) of the tenant's events that occurred before before_ms
  * (unix ms); *deleted gets how many. One statement, outside a transaction. */

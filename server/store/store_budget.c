@@ -342,3 +342,20 @@ cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
     return cg_pg_ledger_append(store->pg, id, ids, usage, model, idempotency_key, rid, entry_id,
                                previous, previous_model, err);
 }
+
+cg_status cg_store_subtree_max_limits(struct cg_store *store, const char *tenant_id,
+                                      const struct cg_scope_ids *ids, int64_t *max_tokens,
+                                      int64_t *max_cost_micros, struct cg_err *err)
+{
+    *max_tokens = 0;
+    *max_cost_micros = 0;
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    cg_status rc = check_scope_ids(ids, err);
+    if (rc != CG_OK)
+        return rc;
+    return cg_pg_subtree_max_limits(store->pg, id, ids, max_tokens, max_cost_micros, err);
+}

@@ -159,3 +159,18 @@ cg_status cg_store_listener_fetch(struct cg_store_listener *l, const char *tenan
     }
     return cg_pg_events_fetch(l->pg, id, wants, nwants, since_ms, out, max, count, err);
 }
+
+cg_status cg_store_event_seq(struct cg_store *store, const char *tenant_id,
+                             const struct cg_scope_ids *ids, int64_t *seq, struct cg_err *err)
+{
+    *seq = 0;
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    cg_status rc = check_ids(ids, err);
+    if (rc != CG_OK)
+        return rc;
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    return cg_pg_event_seq(store->pg, id, ids, seq, err);
+}

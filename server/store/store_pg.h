@@ -177,4 +177,9 @@ cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
                               const char *reservation_id, char *entry_id, struct cg_usage *previous,
                               char *previous_model, struct cg_err *err) CG_MUST_CHECK;
 
+/* See cg_store_subtree_max_limits (store.h). */
+cg_status cg_pg_subtree_max_limits(struct cg_pg *pg, const char *tenant_id,
+                                   const struct cg_scope_ids *ids, int64_t *max_tokens,
+                                   int64_t *max_cost_micros, struct cg_err *err);
+
 #endif

@@ -746,3 +746,34 @@ out:
     PQclear(res);
     return rc;
 }
+
+cg_status cg_pg_subtree_max_limits(struct cg_pg *pg, const char *tenant_id,
+                                   const struct cg_scope_ids *ids, int64_t *max_tokens,
+                                   int64_t *max_cost_micros, struct cg_err *err)
+{
+    *max_tokens = 0;
+    *max_cost_micros = 0;
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "subtree_max_limits", err);
+    int depth = scope_depth(ids);
+    if (depth == 4)
+        return CG_OK; /* an agent has nothing under it */
+    char depth_text[4];
+    snprintf(depth_text, sizeof depth_text, "%d", depth);
+    const char *values[] = {tenant_id, ids->session_id, ids->task_id, depth_text};
+    PGresult *res = NULL;
+    /* The scopes below: deeper levels whose ids start with ids' (a primary key prefix). */
+    cg_status rc = cg__pg_run(
+        pg, "subtree_max_limits",
+        "SELECT coalesce(max(limit_tokens), 0),"
+        " coalesce(max(limit_cost_micros) FILTER (WHERE limit_cost_micros > 0), 0)"
+        " FROM scopes WHERE tenant_id = $1::uuid AND has_budget AND level > $4::int"
+        " AND ($4::int < 2 OR session_id = $2::text) AND ($4::int < 3 OR task_id = $3::text)",
+        4, values, NULL, NULL, RUN_PINNED, &res, err);
+    if (rc == CG_OK && PQntuples(res) == 1) {
+        *max_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 0));
+        *max_cost_micros = cg__pg_parse_i64(PQgetvalue(res, 0, 1));
+    }
+    PQclear(res);
+    return rc;
+}

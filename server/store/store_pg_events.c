@@ -351,3 +351,18 @@ cg_status cg_pg_events_fetch(struct cg_pg *pg, const char *tenant_id,
     free(b.data);
     return rc;
 }
+
+cg_status cg_pg_event_seq(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
+                          int64_t *seq, struct cg_err *err)
+{
+    const char *values[] = {tenant_id, ids->session_id, ids->task_id, ids->agent_id};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run_one(pg, "event_seq",
+                                  "SELECT event_seq FROM scopes WHERE tenant_id = $1::uuid"
+                                  " AND session_id = $2 AND task_id = $3 AND agent_id = $4",
+                                  4, values, RUN_READ, "scope: no such scope", &res, err);
+    if (rc == CG_OK)
+        *seq = cg__pg_parse_i64(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return rc;
+}

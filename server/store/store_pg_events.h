@@ -23,6 +23,9 @@ cg_status cg_pg_events_read(struct cg_pg *pg, const char *tenant_id, const struc
                             int64_t after_seq, int max, struct cg_event *out, int *count,
                             struct cg_err *err) CG_MUST_CHECK;
 
+cg_status cg_pg_event_seq(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
+                          int64_t *seq, struct cg_err *err) CG_MUST_CHECK;
+
 cg_status cg_pg_events_expire(struct cg_pg *pg, const char *tenant_id, int64_t before_ms, int limit,
                               int *deleted, struct cg_err *err) CG_MUST_CHECK;
 

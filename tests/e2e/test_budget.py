@@ -98,6 +98,21 @@ class Budgets(cgtest.TestCase):
         self.assertIn("session", err.details())
         self.assertIn("task", err.details())
 
+    def test_parent_limit_may_not_drop_below_a_child(self):
+        # setUp: session 10,000 > task t1 1,000. The session may not go under 1,000...
+        err = self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.t.set, scope(self.s),
+                                  999, contains="limit_tokens")
+        self.assertIn("below", err.details())
+        self.assertEqual(self.t.get(scope(self.s)).budget.settings.limit_tokens, 10000,
+                         "nothing changed")
+        # ...nor under a grandchild's (an agent below a task without budget).
+        self.t.set(scope(self.s, "t9"), 5000)
+        self.t.set(scope(self.s, "t9", "a"), 4000)
+        self.t.set(scope(self.s, "t9"), 4000)  # equal is fine
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.t.set, scope(self.s, "t9"),
+                            3999, contains="below")
+        self.t.set(scope(self.s), 5000)  # still above every scope under it
+
     def test_unknown_parent_is_not_found_naming_the_field(self):
         self.assertRpcError(grpc.StatusCode.NOT_FOUND, self.t.set, scope("nope", "t"), 10,
                             contains="session_id")

@@ -26,9 +26,19 @@ class Watcher:
 
     def __init__(self, stub, md, **req):
         self.q = queue.Queue()
+        # The snapshot is made once the server has subscribed the stream: waiting for it
+        # tells the test that writes from now on will be seen. It is dropped unless the
+        # test asked for it.
+        self.keep_snapshot = req.get("send_snapshot", False)
+        req["send_snapshot"] = True
         self.it = stub.WatchUsage(B.WatchUsageRequest(**req), metadata=md, timeout=120)
         self.error = None
         threading.Thread(target=self._run, daemon=True).start()
+        first = self.q.get(timeout=10)
+        if first is None or first.type != B.USAGE_EVENT_TYPE_SNAPSHOT:
+            raise AssertionError(f"the stream did not open with its snapshot: {self.error}")
+        if self.keep_snapshot:
+            self.q.queue.appendleft(first)
 
     def _run(self):
         try:
@@ -103,26 +113,23 @@ class Watch(cgtest.TestCase):
             metadata=self.md, timeout=10)
 
     def watch(self, stub=None, **req):
-        w = Watcher(stub or self.sb, self.md, **req)
+        w = Watcher(stub or self.sb, self.md, **req)  # returns once subscribed
         self.addCleanup(w.cancel)
-        time.sleep(0.3)  # subscribed before the writes
         return w
 
     def test_events_of_writes_on_a_replica_reach_a_watcher_on_another_in_order(self):
         task = scope(self.s, "t1")
-        # USAGE_CHANGED at most once per 1 ms per scope (0 would mean the default, 1 s):
-        # the writes are spaced so that none is merged and every sequence number is seen.
+        # USAGE_CHANGED at most once per 1 ms per scope (0 would mean the default, 1 s): each
+        # write starts after the previous one's events arrived, a round trip later, so none
+        # is merged and every sequence number is seen.
         w = self.watch(scope=task, min_update_interval_ms=1)
         rid = self.reserve(task, 700)
         got = w.collect(T.Value("USAGE_EVENT_TYPE_USAGE_CHANGED"))
-        time.sleep(0.1)
         self.commit(rid, 820)      # 82 %: crosses 80 % and the warning ratio
         got += w.collect(T.Value("USAGE_EVENT_TYPE_WARNING"))
-        time.sleep(0.1)
         rid = self.reserve(task, 90)   # 91 %: 85 %, 90 %
         got += w.collect(T.Value("USAGE_EVENT_TYPE_THRESHOLD_CROSSED"))
         got += w.collect(T.Value("USAGE_EVENT_TYPE_THRESHOLD_CROSSED"))
-        time.sleep(0.1)
         self.commit(rid, 180)      # 100 %: 95 %, exhausted
         got += w.collect(T.Value("USAGE_EVENT_TYPE_EXHAUSTED"))
         self.set(task, 2000)       # budget changed, the ratio falls to 50 %
