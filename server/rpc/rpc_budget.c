@@ -631,11 +631,21 @@ cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *en
                            const struct cg_scope_ids *ids, struct cg_budget_row *path, int *n)
 {
     struct cg_err serr;
-    cg_status st = cg_rpc_begin(call, env, &serr);
+    cg_err_clear(&serr);
+    int64_t now = cg_wall_ms();
+    /* Usually one statement; a transaction only when the read must write first. */
+    bool need_tx = false;
+    cg_status st = cg_store_path_peek(env->store, call->principal.tenant_id, ids, now, path, n,
+                                      &need_tx, &serr);
+    if (st != CG_OK)
+        return cg_rpc_store_error(call, &serr);
+    if (!need_tx)
+        return CG_OK;
+    st = cg_rpc_begin(call, env, &serr);
     if (st != CG_OK)
         return st;
-    st = cg_store_path_read(env->store, call->principal.tenant_id, ids, false, false, cg_wall_ms(),
-                            path, n, &serr);
+    st = cg_store_path_read(env->store, call->principal.tenant_id, ids, false, false, now, path, n,
+                            &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     return cg_rpc_commit(call, env, &serr);

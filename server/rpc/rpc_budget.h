@@ -60,7 +60,8 @@ cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_ro
                              size_t *nout) CG_MUST_CHECK;
 
 /* Transactions: begin/commit copy a store error into call->err; store_fail rolls back and
- * does the same. read_path reads a path (no locks) in a short transaction of its own. */
+ * does the same. read_path reads a path without locks: one statement, or a short
+ * transaction of its own when the read must write first (cg_store_path_peek). */
 cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                        struct cg_err *serr) CG_MUST_CHECK;
 cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,

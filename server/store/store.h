@@ -280,6 +280,16 @@ cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
                               const char *key_id, int64_t now_ms, struct cg_budget_row *out,
                               bool *created, struct cg_err *err) CG_MUST_CHECK;
 
+/* Outside a transaction: reads the path like cg_store_path_read without locks, in one
+ * statement (a consistent snapshot of the rows), for answers that only read. When that
+ * read cannot be the answer without writing first (the tenant row does not exist yet, or
+ * a reset is due at now_ms), *need_tx is set and the caller reads with cg_store_path_read
+ * in a transaction instead. CG_NOT_FOUND naming the field for a missing scope. */
+cg_status cg_store_path_peek(struct cg_store *store, const char *tenant_id,
+                             const struct cg_scope_ids *ids, int64_t now_ms,
+                             struct cg_budget_row out[4], int *n, bool *need_tx,
+                             struct cg_err *err) CG_MUST_CHECK;
+
 /* Inside a transaction, after cg_store_path_read with lock on ids' path: the largest token
  * limit and the largest cost limit (0: none) among the budgets of the scopes under ids, so
  * that SetBudget cannot lower a parent below a child. */

@@ -359,3 +359,20 @@ cg_status cg_store_subtree_max_limits(struct cg_store *store, const char *tenant
         return rc;
     return cg_pg_subtree_max_limits(store->pg, id, ids, max_tokens, max_cost_micros, err);
 }
+
+cg_status cg_store_path_peek(struct cg_store *store, const char *tenant_id,
+                             const struct cg_scope_ids *ids, int64_t now_ms,
+                             struct cg_budget_row out[4], int *n, bool *need_tx, struct cg_err *err)
+{
+    *n = 0;
+    *need_tx = false;
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    cg_status rc = check_scope_ids(ids, err);
+    if (rc != CG_OK)
+        return rc;
+    return cg_pg_path_peek(store->pg, id, ids, now_ms, out, n, need_tx, err);
+}

@@ -182,4 +182,9 @@ cg_status cg_pg_subtree_max_limits(struct cg_pg *pg, const char *tenant_id,
                                    const struct cg_scope_ids *ids, int64_t *max_tokens,
                                    int64_t *max_cost_micros, struct cg_err *err);
 
+/* See cg_store_path_peek (store.h). */
+cg_status cg_pg_path_peek(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
+                          int64_t now_ms, struct cg_budget_row out[4], int *n, bool *need_tx,
+                          struct cg_err *err);
+
 #endif

@@ -777,3 +777,27 @@ cg_status cg_pg_subtree_max_limits(struct cg_pg *pg, const char *tenant_id,
     PQclear(res);
     return rc;
 }
+
+cg_status cg_pg_path_peek(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
+                          int64_t now_ms, struct cg_budget_row out[4], int *n, bool *need_tx,
+                          struct cg_err *err)
+{
+    *n = 0;
+    *need_tx = false;
+    unsigned present = 0;
+    cg_status rc = select_path(pg, tenant_id, ids, false, out, &present, err);
+    if (rc != CG_OK)
+        return rc;
+    /* A missing tenant row or a due reset needs writes, which commit with their events:
+     * the caller reads again inside a transaction (cg_pg_path_read). */
+    if (!(present & 1u) || (out[0].next_reset_ms != 0 && out[0].next_reset_ms <= now_ms)) {
+        *need_tx = true;
+        return CG_OK;
+    }
+    int depth = scope_depth(ids);
+    for (int level = 2; level <= depth; level++)
+        if (!(present & (1u << (level - 1))))
+            return cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[level - 1]);
+    *n = depth;
+    return CG_OK;
+}

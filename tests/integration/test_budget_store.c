@@ -1339,3 +1339,37 @@ Test(budget_store, a_lock_wait_cut_off_is_unavailable_not_retried, .init = setup
     PQfinish(locker);
     cg_store_free(s);
 }
+
+/* The read-only path: one statement without a transaction, or "read in a transaction"
+ * when the answer needs a write first. */
+Test(budget_store, path_peek_reads_without_a_transaction_or_asks_for_one, .init = setup,
+     .fini = teardown, .timeout = 30)
+{
+    struct cg_store *s = test_store();
+    struct cg_tenant t = make_tenant(s, "peek");
+    struct cg_budget_row rows[4];
+    int n = -1;
+    bool need_tx = false;
+    struct cg_err err;
+    /* No tenant row yet: creating it is a write. */
+    cg_status rc = cg_store_path_peek(s, t.tenant_id, &(struct cg_scope_ids){0}, cg_wall_ms(), rows,
+                                      &n, &need_tx, &err);
+    cr_assert_eq(rc, CG_OK, "%s", err.msg);
+    cr_assert(need_tx, "a missing tenant row needs a transaction");
+
+    struct cg_budget_row session = budget("s1", "", "", 500);
+    put(s, t.tenant_id, &session);
+    struct cg_scope_ids ids = scope("s1", "", "");
+    rc = cg_store_path_peek(s, t.tenant_id, &ids, cg_wall_ms(), rows, &n, &need_tx, &err);
+    cr_assert_eq(rc, CG_OK, "%s", err.msg);
+    cr_assert(!need_tx);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(rows[1].limit_tokens, 500);
+    cr_assert_eq(rows[0].level, 1);
+
+    struct cg_scope_ids missing = scope("s1", "nope", "");
+    rc = cg_store_path_peek(s, t.tenant_id, &missing, cg_wall_ms(), rows, &n, &need_tx, &err);
+    cr_assert_eq(rc, CG_NOT_FOUND);
+    cr_assert(strstr(err.msg, "task_id") != NULL, "%s", err.msg);
+    cg_store_free(s);
+}
