@@ -987,6 +987,20 @@ static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env 
     return st;
 }
 
+/* Opens the transaction of a Commit or Release and locks the reservation (first: the lock
+ * order of store.h). On error the transaction is rolled back and call->err filled. */
+static cg_status begin_with_reservation(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                        const char *reservation_id, struct cg_reservation *res,
+                                        struct cg_err *serr)
+{
+    cg_status st = cg_rpc_begin(call, env, serr);
+    if (st != CG_OK)
+        return st;
+    st =
+        cg_store_reservation_lock(env->store, call->principal.tenant_id, reservation_id, res, serr);
+    return st == CG_OK ? CG_OK : cg_rpc_store_fail(call, env, serr);
+}
+
 CG_HANDLER(cg_rpc_budget_release)
 {
     const Ctxguard__V1__ReleaseRequest *req = (const Ctxguard__V1__ReleaseRequest *)request;
@@ -994,13 +1008,9 @@ CG_HANDLER(cg_rpc_budget_release)
     if (st != CG_OK)
         return st;
     struct cg_err serr;
-    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
-        return st;
     struct cg_reservation res;
-    st = cg_store_reservation_lock(env->store, call->principal.tenant_id, req->reservation_id, &res,
-                                   &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
+    if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
+        return st;
 
     Ctxguard__V1__ReleaseResponse *resp =
         NEW(call, Ctxguard__V1__ReleaseResponse, ctxguard__v1__release_response__init);
@@ -1071,13 +1081,9 @@ CG_HANDLER(cg_rpc_budget_commit)
         return st;
 
     struct cg_err serr;
-    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
-        return st;
     struct cg_reservation res;
-    st = cg_store_reservation_lock(env->store, call->principal.tenant_id, req->reservation_id, &res,
-                                   &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
+    if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
+        return st;
 
     Ctxguard__V1__CommitResponse *resp =
         NEW(call, Ctxguard__V1__CommitResponse, ctxguard__v1__commit_response__init);

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -329,4 +330,67 @@ cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, con
     if (rc == CG_OK && cache_enabled(store))
         cg_redis_key_put(store->redis, id, key_id, out, store->key_cache_ttl_s);
     return rc;
+}
+
+/* ------------------------------------------------------------------ shared checks --- */
+
+cg_status cg__store_check_text(const char *s, size_t cap, size_t max_bytes, long max_chars,
+                               const char *field, struct cg_err *err)
+{
+    size_t n = cap > 0 ? strnlen(s, cap) : strlen(s);
+    if ((cap > 0 && n == cap) || (max_bytes > 0 && n > max_bytes))
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: longer than %zu bytes", field,
+                          max_bytes > 0 ? max_bytes : cap - 1);
+    long chars = cg__store_utf8_chars(s);
+    if (chars < 0)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: not valid UTF-8", field);
+    if (max_chars > 0 && chars > max_chars)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: longer than %ld characters", field,
+                          max_chars);
+    return CG_OK;
+}
+
+int cg__store_scope_depth(const struct cg_scope_ids *ids)
+{
+    if (ids->session_id[0] == '\0')
+        return 1;
+    if (ids->task_id[0] == '\0')
+        return 2;
+    if (ids->agent_id[0] == '\0')
+        return 3;
+    return 4;
+}
+
+cg_status cg__store_check_ids(const struct cg_scope_ids *ids, const char *prefix,
+                              struct cg_err *err)
+{
+    if (ids == NULL)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: missing", prefix);
+    const char *parts[] = {ids->session_id, ids->task_id, ids->agent_id};
+    const char *names[] = {"session_id", "task_id", "agent_id"};
+    for (int i = 0; i < 3; i++) {
+        char field[48];
+        snprintf(field, sizeof field, "%s.%s", prefix, names[i]);
+        cg_status rc =
+            cg__store_check_text(parts[i], CG_SCOPE_ID_MAX + 1, CG_SCOPE_ID_MAX, 0, field, err);
+        if (rc != CG_OK)
+            return rc;
+    }
+    if (ids->task_id[0] != '\0' && ids->session_id[0] == '\0')
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s.task_id: needs a %s.session_id", prefix,
+                          prefix);
+    if (ids->agent_id[0] != '\0' && ids->task_id[0] == '\0')
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s.agent_id: needs a %s.task_id", prefix,
+                          prefix);
+    return CG_OK;
+}
+
+cg_status cg__store_open_call(struct cg_store *store, const char *tenant_id,
+                              char id[CG_UUID_LEN + 1], struct cg_err *err)
+{
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    if (tenant_id == NULL || !cg__store_normalize_uuid(tenant_id, id))
+        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    return CG_OK;
 }

@@ -27,55 +27,6 @@ cg_status cg_pg_approvals_expire(struct cg_pg *pg, const char *tenant_id, int64_
 
 #define GRANTED_MAX 1000000000000000LL /* 10^15 */
 
-/* Valid UTF-8 of at most max_chars characters, terminated within cap bytes (cap 0: a plain
- * string). */
-static cg_status check_text(const char *s, size_t cap, long max_chars, const char *field,
-                            struct cg_err *err)
-{
-    if (cap > 0 && strnlen(s, cap) == cap)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: longer than %zu bytes", field, cap - 1);
-    long chars = cg__store_utf8_chars(s);
-    if (chars < 0)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: not valid UTF-8", field);
-    if (chars > max_chars)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: longer than %ld characters", field,
-                          max_chars);
-    return CG_OK;
-}
-
-/* The same scope rules as the budget functions: ids within their arrays, valid UTF-8, a
- * task needs a session and an agent a task. */
-static cg_status check_ids(const struct cg_scope_ids *ids, struct cg_err *err)
-{
-    if (ids == NULL)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "scope: missing");
-    cg_status rc = check_text(ids->session_id, sizeof ids->session_id, CG_SCOPE_ID_MAX,
-                              "scope.session_id", err);
-    if (rc == CG_OK)
-        rc = check_text(ids->task_id, sizeof ids->task_id, CG_SCOPE_ID_MAX, "scope.task_id", err);
-    if (rc == CG_OK)
-        rc =
-            check_text(ids->agent_id, sizeof ids->agent_id, CG_SCOPE_ID_MAX, "scope.agent_id", err);
-    if (rc != CG_OK)
-        return rc;
-    if (ids->task_id[0] != '\0' && ids->session_id[0] == '\0')
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "scope.task_id: needs a scope.session_id");
-    if (ids->agent_id[0] != '\0' && ids->task_id[0] == '\0')
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "scope.agent_id: needs a scope.task_id");
-    return CG_OK;
-}
-
-/* Deadline, then the tenant id normalized into id. */
-static cg_status open_call(struct cg_store *store, const char *tenant_id, char id[CG_UUID_LEN + 1],
-                           struct cg_err *err)
-{
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
-    if (tenant_id == NULL || !cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-    return CG_OK;
-}
-
 /* An approval id: a canonical UUID (either case) into id, else CG_NOT_FOUND as an unknown
  * one (there is no approval with an id that is not a UUID). */
 static cg_status approval_id_in(const char *approval_id, char id[CG_UUID_LEN + 1],
@@ -106,9 +57,9 @@ cg_status cg_store_approval_request(struct cg_store *store, const char *tenant_i
     memset(out, 0, sizeof *out);
     *outcome = CG_APPROVAL_STILL_PENDING;
     char id[CG_UUID_LEN + 1];
-    cg_status rc = open_call(store, tenant_id, id, err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
     if (rc == CG_OK)
-        rc = check_ids(ids, err);
+        rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     if (rows == NULL || n < 1 || n > 4)
@@ -123,10 +74,10 @@ cg_status cg_store_approval_request(struct cg_store *store, const char *tenant_i
     if (request->requested_tokens < 0 || request->overage_tokens < 0 ||
         request->estimated_cost_micros < 0)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "request: amounts must not be negative");
-    rc = check_text(request->model, sizeof request->model, CG_MODEL_MAX, "model", err);
+    rc = cg__store_check_text(request->model, sizeof request->model, 0, CG_MODEL_MAX, "model", err);
     if (rc == CG_OK)
-        rc = check_text(request->reason, sizeof request->reason, CG_APPROVAL_REASON_MAX, "reason",
-                        err);
+        rc = cg__store_check_text(request->reason, sizeof request->reason, 0,
+                                  CG_APPROVAL_REASON_MAX, "reason", err);
     if (rc == CG_OK && request->requested_by_key_id[0] != '\0' &&
         !cg__store_key_id_valid(request->requested_by_key_id))
         rc = cg_err_set(err, CG_INVALID_ARGUMENT, "requested_by_key_id: not a key id");
@@ -145,7 +96,7 @@ cg_status cg_store_approval_resolve(struct cg_store *store, const char *tenant_i
     *replayed = false;
     /* approval_id may point into *out (a re-read): copied before out is cleared. */
     char id[CG_UUID_LEN + 1], approval[CG_UUID_LEN + 1];
-    cg_status rc = open_call(store, tenant_id, id, err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
     if (rc == CG_OK)
         rc = approval_id_in(approval_id, approval, err);
     memset(out, 0, sizeof *out);
@@ -164,9 +115,9 @@ cg_status cg_store_approval_resolve(struct cg_store *store, const char *tenant_i
         note = "";
     if (key_id == NULL)
         key_id = "";
-    rc = check_text(decided_by, 0, CG_NAME_MAX, "decided_by", err);
+    rc = cg__store_check_text(decided_by, 0, 0, CG_NAME_MAX, "decided_by", err);
     if (rc == CG_OK)
-        rc = check_text(note, 0, CG_APPROVAL_NOTE_MAX, "note", err);
+        rc = cg__store_check_text(note, 0, 0, CG_APPROVAL_NOTE_MAX, "note", err);
     if (rc == CG_OK && key_id[0] != '\0' && !cg__store_key_id_valid(key_id))
         rc = cg_err_set(err, CG_INVALID_ARGUMENT, "key_id: not a key id");
     if (rc != CG_OK)
@@ -181,7 +132,7 @@ cg_status cg_store_approval_get(struct cg_store *store, const char *tenant_id,
 {
     /* approval_id may point into *out (a re-read): copied before out is cleared. */
     char id[CG_UUID_LEN + 1], approval[CG_UUID_LEN + 1];
-    cg_status rc = open_call(store, tenant_id, id, err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
     if (rc == CG_OK)
         rc = approval_id_in(approval_id, approval, err);
     memset(out, 0, sizeof *out);
@@ -199,9 +150,9 @@ cg_status cg_store_approval_list(struct cg_store *store, const char *tenant_id,
     *count = 0;
     *more = false;
     char id[CG_UUID_LEN + 1];
-    cg_status rc = open_call(store, tenant_id, id, err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
     if (rc == CG_OK)
-        rc = check_ids(ids, err);
+        rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     if (limit < 1 || limit > CG_STORE_PAGE_MAX)

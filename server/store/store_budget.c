@@ -12,56 +12,6 @@
 /* Checks a text argument: valid UTF-8, at most max_bytes bytes (when > 0) and max_chars
  * characters (when > 0). cap is the size of the buffer it lives in, if any (0: a plain
  * string), so that an unterminated fixed array is caught too. */
-static cg_status check_text(const char *s, size_t cap, size_t max_bytes, long max_chars,
-                            const char *field, struct cg_err *err)
-{
-    size_t n = cap > 0 ? strnlen(s, cap) : strlen(s);
-    if ((cap > 0 && n == cap) || (max_bytes > 0 && n > max_bytes))
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: longer than %zu bytes", field,
-                          max_bytes > 0 ? max_bytes : cap - 1);
-    long chars = cg__store_utf8_chars(s);
-    if (chars < 0)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: not valid UTF-8", field);
-    if (max_chars > 0 && chars > max_chars)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: longer than %ld characters", field,
-                          max_chars);
-    return CG_OK;
-}
-
-/* 1 tenant .. 4 agent: the level that well-formed ids name. */
-static int scope_depth(const struct cg_scope_ids *ids)
-{
-    if (ids->session_id[0] == '\0')
-        return 1;
-    if (ids->task_id[0] == '\0')
-        return 2;
-    if (ids->agent_id[0] == '\0')
-        return 3;
-    return 4;
-}
-
-/* Each id at most CG_SCOPE_ID_MAX bytes of valid UTF-8; a task needs a session, an agent a
- * task. */
-static cg_status check_scope_ids(const struct cg_scope_ids *ids, struct cg_err *err)
-{
-    if (ids == NULL)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "scope: missing");
-    cg_status rc = check_text(ids->session_id, sizeof ids->session_id, CG_SCOPE_ID_MAX, 0,
-                              "scope.session_id", err);
-    if (rc == CG_OK)
-        rc =
-            check_text(ids->task_id, sizeof ids->task_id, CG_SCOPE_ID_MAX, 0, "scope.task_id", err);
-    if (rc == CG_OK)
-        rc = check_text(ids->agent_id, sizeof ids->agent_id, CG_SCOPE_ID_MAX, 0, "scope.agent_id",
-                        err);
-    if (rc != CG_OK)
-        return rc;
-    if (ids->task_id[0] != '\0' && ids->session_id[0] == '\0')
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "scope.task_id: needs a scope.session_id");
-    if (ids->agent_id[0] != '\0' && ids->task_id[0] == '\0')
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "scope.agent_id: needs a scope.task_id");
-    return CG_OK;
-}
 
 static cg_status check_usage(const struct cg_usage *usage, struct cg_err *err)
 {
@@ -163,7 +113,7 @@ cg_status cg_store_path_read(struct cg_store *store, const char *tenant_id,
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
         return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-    cg_status rc = check_scope_ids(ids, err);
+    cg_status rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     return cg_pg_path_read(store->pg, id, ids, lock, allow_missing_last, now_ms, out, n, err);
@@ -182,7 +132,7 @@ cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
         return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
     if (row == NULL)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "settings: missing");
-    cg_status rc = check_scope_ids(&row->ids, err);
+    cg_status rc = cg__store_check_ids(&row->ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     if (expected_version < 0)
@@ -190,15 +140,15 @@ cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
     if (key_id != NULL && key_id[0] != '\0' && !cg__store_key_id_valid(key_id))
         return cg_err_set(err, CG_INVALID_ARGUMENT,
                           "key_id: must be 1..%d characters of A-Z a-z 0-9 _ -", CG_KEY_ID_LEN);
-    rc = check_text(row->description, sizeof row->description, 0, CG_NAME_MAX,
-                    "settings.description", err);
+    rc = cg__store_check_text(row->description, sizeof row->description, 0, CG_NAME_MAX,
+                              "settings.description", err);
     if (rc != CG_OK)
         return rc;
 
     /* The level follows from the ids; a row without a budget keeps neutral settings, so
      * that what it stores never depends on fields that mean nothing. */
     struct cg_budget_row stored = *row;
-    stored.level = scope_depth(&row->ids);
+    stored.level = cg__store_scope_depth(&row->ids);
     if (stored.has_budget) {
         rc = check_settings(&stored, stored.level, err);
         if (rc != CG_OK)
@@ -231,10 +181,10 @@ cg_status cg_store_path_add(struct cg_store *store, const char *tenant_id,
         return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
     if (rows == NULL || n < 1 || n > 4)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "n: must be 1..4 rows of a path");
-    cg_status rc = check_scope_ids(&rows[n - 1].ids, err);
+    cg_status rc = cg__store_check_ids(&rows[n - 1].ids, "scope", err);
     if (rc != CG_OK)
         return rc;
-    if (scope_depth(&rows[n - 1].ids) != n)
+    if (cg__store_scope_depth(&rows[n - 1].ids) != n)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "n: does not match the path in rows");
     return cg_pg_path_add(store->pg, id, rows, n, used_tokens, reserved_tokens, used_cost_micros,
                           reserved_cost_micros, err);
@@ -252,7 +202,7 @@ cg_status cg_store_reservation_insert(struct cg_store *store, const char *tenant
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
         return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-    cg_status rc = check_scope_ids(ids, err);
+    cg_status rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     if (tokens < 0)
@@ -264,11 +214,12 @@ cg_status cg_store_reservation_insert(struct cg_store *store, const char *tenant
     model = model ? model : "";
     estimate_id = estimate_id ? estimate_id : "";
     idempotency_key = idempotency_key ? idempotency_key : "";
-    rc = check_text(model, 0, 0, CG_MODEL_MAX, "model", err);
+    rc = cg__store_check_text(model, 0, 0, CG_MODEL_MAX, "model", err);
     if (rc == CG_OK)
-        rc = check_text(estimate_id, 0, CG_IDEMPOTENCY_MAX, 0, "estimate_id", err);
+        rc = cg__store_check_text(estimate_id, 0, CG_IDEMPOTENCY_MAX, 0, "estimate_id", err);
     if (rc == CG_OK)
-        rc = check_text(idempotency_key, 0, CG_IDEMPOTENCY_MAX, 0, "idempotency_key", err);
+        rc =
+            cg__store_check_text(idempotency_key, 0, CG_IDEMPOTENCY_MAX, 0, "idempotency_key", err);
     if (rc != CG_OK)
         return rc;
     return cg_pg_reservation_insert(store->pg, id, ids, tokens, cost_micros, model, estimate_id,
@@ -324,15 +275,16 @@ cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
         return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
     if (entry_id == NULL)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "entry_id: missing");
-    cg_status rc = check_scope_ids(ids, err);
+    cg_status rc = cg__store_check_ids(ids, "scope", err);
     if (rc == CG_OK)
         rc = check_usage(usage, err);
     model = model ? model : "";
     idempotency_key = idempotency_key ? idempotency_key : "";
     if (rc == CG_OK)
-        rc = check_text(model, 0, 0, CG_MODEL_MAX, "model", err);
+        rc = cg__store_check_text(model, 0, 0, CG_MODEL_MAX, "model", err);
     if (rc == CG_OK)
-        rc = check_text(idempotency_key, 0, CG_IDEMPOTENCY_MAX, 0, "idempotency_key", err);
+        rc =
+            cg__store_check_text(idempotency_key, 0, CG_IDEMPOTENCY_MAX, 0, "idempotency_key", err);
     if (rc != CG_OK)
         return rc;
     char rid[CG_UUID_LEN + 1] = "";
@@ -354,7 +306,7 @@ cg_status cg_store_subtree_max_limits(struct cg_store *store, const char *tenant
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
         return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-    cg_status rc = check_scope_ids(ids, err);
+    cg_status rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     return cg_pg_subtree_max_limits(store->pg, id, ids, max_tokens, max_cost_micros, err);
@@ -371,7 +323,7 @@ cg_status cg_store_path_peek(struct cg_store *store, const char *tenant_id,
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
         return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-    cg_status rc = check_scope_ids(ids, err);
+    cg_status rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     return cg_pg_path_peek(store->pg, id, ids, now_ms, out, n, need_tx, err);

@@ -17,23 +17,6 @@ struct cg_store_listener {
     void *listening; /* the connection LISTEN was sent on (compared, never dereferenced) */
 };
 
-/* Ids of at most CG_SCOPE_ID_MAX bytes of UTF-8 in the right shape. */
-static cg_status check_ids(const struct cg_scope_ids *ids, struct cg_err *err)
-{
-    if (ids == NULL)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "scope: missing");
-    const char *parts[] = {ids->session_id, ids->task_id, ids->agent_id};
-    const char *names[] = {"scope.session_id", "scope.task_id", "scope.agent_id"};
-    for (int i = 0; i < 3; i++)
-        if (strnlen(parts[i], CG_SCOPE_ID_MAX + 1) > CG_SCOPE_ID_MAX ||
-            cg__store_utf8_chars(parts[i]) < 0 || strchr(parts[i], ' ') != NULL)
-            return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: not a scope id", names[i]);
-    if ((ids->task_id[0] && !ids->session_id[0]) || (ids->agent_id[0] && !ids->task_id[0]))
-        return cg_err_set(err, CG_INVALID_ARGUMENT,
-                          "scope: a task needs a session, an agent a task");
-    return CG_OK;
-}
-
 cg_status cg_store_event_append(struct cg_store *store, const char *tenant_id,
                                 const struct cg_scope_ids *ids, int type,
                                 const struct cg_event_fields *fields, int64_t now_ms,
@@ -61,7 +44,7 @@ cg_status cg_store_events_append(struct cg_store *store, const char *tenant_id,
     if (!cg__store_normalize_uuid(tenant_id, id))
         return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
     for (int i = 0; i < n; i++) {
-        cg_status rc = check_ids(&events[i].ids, err);
+        cg_status rc = cg__store_check_ids(&events[i].ids, "scope", err);
         if (rc != CG_OK)
             return rc;
         if (events[i].type < 1 || events[i].type > 12)
@@ -79,7 +62,7 @@ cg_status cg_store_events_read(struct cg_store *store, const char *tenant_id,
         return cg__store_deadline_exceeded(err);
     if (max < 1 || max > CG_STORE_PAGE_MAX)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "max: must be 1..%d", CG_STORE_PAGE_MAX);
-    cg_status rc = check_ids(ids, err);
+    cg_status rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     char id[CG_UUID_LEN + 1];
@@ -153,7 +136,7 @@ cg_status cg_store_listener_fetch(struct cg_store_listener *l, const char *tenan
     if (!cg__store_normalize_uuid(tenant_id, id))
         return CG_OK;
     for (int i = 0; i < nwants; i++) {
-        cg_status rc = check_ids(&wants[i].ids, err);
+        cg_status rc = cg__store_check_ids(&wants[i].ids, "scope", err);
         if (rc != CG_OK)
             return rc;
     }
@@ -166,7 +149,7 @@ cg_status cg_store_event_seq(struct cg_store *store, const char *tenant_id,
     *seq = 0;
     if (cg__store_deadline_passed(store))
         return cg__store_deadline_exceeded(err);
-    cg_status rc = check_ids(ids, err);
+    cg_status rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     char id[CG_UUID_LEN + 1];

@@ -32,4 +32,22 @@ long cg__store_utf8_chars(const char *s);
 /* Whether s is a key id as API keys use them (1..16 of [A-Za-z0-9_-]). */
 bool cg__store_key_id_valid(const char *s);
 
+/* Valid UTF-8, terminated within cap bytes (cap 0: a plain string), at most max_bytes
+ * bytes and max_chars characters (0: no such limit). INVALID_ARGUMENT naming field. */
+cg_status cg__store_check_text(const char *s, size_t cap, size_t max_bytes, long max_chars,
+                               const char *field, struct cg_err *err);
+
+/* 1 tenant .. 4 agent: the level that well-formed ids name. */
+int cg__store_scope_depth(const struct cg_scope_ids *ids);
+
+/* Scope ids: each at most CG_SCOPE_ID_MAX bytes of UTF-8; a task needs a session and an
+ * agent a task. prefix names the argument in messages ("scope", "parent"). */
+cg_status cg__store_check_ids(const struct cg_scope_ids *ids, const char *prefix,
+                              struct cg_err *err);
+
+/* The common start of a call: the deadline, then the tenant id normalized into id
+ * (CG_NOT_FOUND for one that is not a UUID). */
+cg_status cg__store_open_call(struct cg_store *store, const char *tenant_id,
+                              char id[CG_UUID_LEN + 1], struct cg_err *err);
+
 #endif

@@ -33,7 +33,7 @@
     " WHERE tenant_id = $1::uuid AND (session_id, task_id, agent_id) IN (('', '', ''),"            \
     " ($2::text, '', ''), ($2::text, $3::text, ''), ($2::text, $3::text, $4::text))"
 
-static const char *const no_such_scope[] = {
+const char *const cg__pg_no_such_scope[4] = {
     "tenant_id: no such tenant",
     "scope.session_id: no such session",
     "scope.task_id: no such task",
@@ -41,7 +41,7 @@ static const char *const no_such_scope[] = {
 };
 
 /* 1 tenant .. 4 agent: the level of the scope ids name. */
-static int scope_depth(const struct cg_scope_ids *ids)
+int cg__pg_scope_depth(const struct cg_scope_ids *ids)
 {
     if (ids->session_id[0] == '\0')
         return 1;
@@ -52,14 +52,14 @@ static int scope_depth(const struct cg_scope_ids *ids)
     return 4;
 }
 
-static double parse_double(const char *s)
+double cg__pg_parse_double(const char *s)
 {
     char *end = NULL;
     double v = strtod(s, &end);
     return end == s ? 0 : v;
 }
 
-static bool is_true(const char *s)
+bool cg__pg_is_true(const char *s)
 {
     return s[0] == 't';
 }
@@ -98,12 +98,12 @@ static bool read_scope(PGresult *res, int row, struct cg_budget_row *out)
     cg__pg_copy_str(out->ids.task_id, sizeof out->ids.task_id, PQgetvalue(res, row, 1));
     cg__pg_copy_str(out->ids.agent_id, sizeof out->ids.agent_id, PQgetvalue(res, row, 2));
     out->level = (int)cg__pg_parse_i64(PQgetvalue(res, row, 3));
-    out->has_budget = is_true(PQgetvalue(res, row, 4));
+    out->has_budget = cg__pg_is_true(PQgetvalue(res, row, 4));
     out->mode = (int)cg__pg_parse_i64(PQgetvalue(res, row, 5));
     out->limit_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 6));
     out->limit_cost_micros = cg__pg_parse_i64(PQgetvalue(res, row, 7));
-    out->warning_ratio = parse_double(PQgetvalue(res, row, 8));
-    out->backpressure_disabled = is_true(PQgetvalue(res, row, 9));
+    out->warning_ratio = cg__pg_parse_double(PQgetvalue(res, row, 8));
+    out->backpressure_disabled = cg__pg_is_true(PQgetvalue(res, row, 9));
     bool tiers_ok = cg__pg_parse_tiers(PQgetvalue(res, row, 10), PQgetvalue(res, row, 11), out);
     out->on_store_failure = (int)cg__pg_parse_i64(PQgetvalue(res, row, 12));
     out->local_allowance_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 13));
@@ -151,7 +151,7 @@ static cg_status select_path(struct cg_pg *pg, const char *tenant_id,
     cg_status rc = cg__pg_run(pg, label, sql, 4, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
         goto out;
     }
     for (int i = 0; i < PQntuples(res); i++) {
@@ -199,7 +199,7 @@ cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct 
         PQclear(res);
         if (rc != CG_OK) {
             if (cg__pg_sqlstate_is(pg, "23503"))
-                rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+                rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
             return rc;
         }
         rc = select_path(pg, tenant_id, ids, lock, out, &present, err);
@@ -222,7 +222,7 @@ cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct 
         if (rc != CG_OK)
             return rc;
     }
-    int depth = scope_depth(ids);
+    int depth = cg__pg_scope_depth(ids);
     for (int level = 2; level <= depth; level++) {
         if (present & (1u << (level - 1)))
             continue;
@@ -230,7 +230,7 @@ cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct 
             *n = depth - 1;
             return CG_OK;
         }
-        return cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[level - 1]);
+        return cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[level - 1]);
     }
     *n = depth;
     return CG_OK;
@@ -277,10 +277,10 @@ static cg_status explain_put_refusal(struct cg_pg *pg, const char *tenant_id,
         rc = cg_err_set(err, CG_ABORTED,
                         "expected_version %lld does not match the stored version %lld",
                         (long long)expected_version, (long long)stored);
-    } else if (row->level >= 3 && !is_true(PQgetvalue(res, 0, 1))) {
-        rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[1]);
-    } else if (row->level == 4 && !is_true(PQgetvalue(res, 0, 2))) {
-        rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[2]);
+    } else if (row->level >= 3 && !cg__pg_is_true(PQgetvalue(res, 0, 1))) {
+        rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[1]);
+    } else if (row->level == 4 && !cg__pg_is_true(PQgetvalue(res, 0, 2))) {
+        rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[2]);
     } else if (!exists && expected_version > 0) {
         rc = cg_err_set(err, CG_ABORTED,
                         "expected_version %lld does not match the stored version 0 (no budget)",
@@ -400,9 +400,9 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
          * first); the tenants foreign key for a tenant that does not exist. */
         if (cg__pg_sqlstate_is(pg, "23503") && strcmp(pg->constraint, "scopes_parent") == 0)
             rc = cg_err_set(err, CG_NOT_FOUND, "%s",
-                            no_such_scope[row->level >= 2 ? row->level - 2 : 0]);
+                            cg__pg_no_such_scope[row->level >= 2 ? row->level - 2 : 0]);
         else if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "settings: invalid value");
         goto out;
@@ -455,7 +455,7 @@ cg_status cg_pg_path_add(struct cg_pg *pg, const char *tenant_id, struct cg_budg
         if (cg__pg_sqlstate_is(pg, "22003"))
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "tokens: a counter would leave its range");
         else if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
         goto out;
     }
     struct cg_budget_row updated[4];
@@ -471,7 +471,7 @@ cg_status cg_pg_path_add(struct cg_pg *pg, const char *tenant_id, struct cg_budg
     }
     for (int level = 1; level <= n; level++) {
         if (!(present & (1u << (level - 1)))) {
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[level - 1]);
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[level - 1]);
             goto out;
         }
     }
@@ -546,7 +546,8 @@ cg_status cg_pg_reservation_insert(struct cg_pg *pg, const char *tenant_id,
                    10, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[scope_depth(ids) - 1]);
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s",
+                            cg__pg_no_such_scope[cg__pg_scope_depth(ids) - 1]);
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "reservation: invalid value");
         goto out;
@@ -706,7 +707,8 @@ cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
                  strcmp(pg->constraint, "ledger_reservation_exists") == 0)
             rc = cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
         else if (cg__pg_sqlstate_is(pg, "23503"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[scope_depth(ids) - 1]);
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s",
+                            cg__pg_no_such_scope[cg__pg_scope_depth(ids) - 1]);
         else if (cg__pg_sqlstate_is(pg, "22P02"))
             rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id or reservation_id: not found");
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
@@ -755,7 +757,7 @@ cg_status cg_pg_subtree_max_limits(struct cg_pg *pg, const char *tenant_id,
     *max_cost_micros = 0;
     if (!pg->in_tx)
         return cg__pg_not_in_tx(pg, "subtree_max_limits", err);
-    int depth = scope_depth(ids);
+    int depth = cg__pg_scope_depth(ids);
     if (depth == 4)
         return CG_OK; /* an agent has nothing under it */
     char depth_text[4];
@@ -794,10 +796,10 @@ cg_status cg_pg_path_peek(struct cg_pg *pg, const char *tenant_id, const struct 
         *need_tx = true;
         return CG_OK;
     }
-    int depth = scope_depth(ids);
+    int depth = cg__pg_scope_depth(ids);
     for (int level = 2; level <= depth; level++)
         if (!(present & (1u << (level - 1))))
-            return cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[level - 1]);
+            return cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[level - 1]);
     *n = depth;
     return CG_OK;
 }

@@ -69,6 +69,16 @@ cg_status cg__pg_run_one(struct cg_pg *pg, const char *label, const char *sql, i
  * into out's tiers. False when they are malformed or too many. (store_pg_budget.c) */
 bool cg__pg_parse_tiers(const char *ratios, const char *delays, struct cg_budget_row *out);
 
+/* "tenant_id: no such tenant", "scope.session_id: no such session", ... by level - 1. */
+extern const char *const cg__pg_no_such_scope[4];
+
+/* 1 tenant .. 4 agent: the level that ids name. */
+int cg__pg_scope_depth(const struct cg_scope_ids *ids);
+
+/* A float8 / boolean from PostgreSQL's text output (0 / false for garbage). */
+double cg__pg_parse_double(const char *s);
+bool cg__pg_is_true(const char *s);
+
 /* CG_INTERNAL (and a log line) when no transaction is open for `what`. */
 cg_status cg__pg_not_in_tx(struct cg_pg *pg, const char *what, struct cg_err *err);
 

@@ -109,36 +109,6 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
     alias ".session_id = $3::text AND ($4::text = '' OR " alias ".task_id = $4::text)"             \
           " AND ($5::text = '' OR " alias ".agent_id = $5::text)"
 
-static const char *const no_such_scope[] = {
-    "tenant_id: no such tenant",
-    "scope.session_id: no such session",
-    "scope.task_id: no such task",
-    "scope.agent_id: no such agent",
-};
-
-static int scope_depth(const struct cg_scope_ids *ids)
-{
-    if (ids->session_id[0] == '\0')
-        return 1;
-    if (ids->task_id[0] == '\0')
-        return 2;
-    if (ids->agent_id[0] == '\0')
-        return 3;
-    return 4;
-}
-
-static double parse_double(const char *s)
-{
-    char *end = NULL;
-    double v = strtod(s, &end);
-    return end == s ? 0 : v;
-}
-
-static bool is_true(const char *s)
-{
-    return s[0] == 't';
-}
-
 /* Reads NODE_COLUMNS starting at column `first` of row. */
 static bool read_node(PGresult *res, int row, int first, struct cg_scope_usage *out)
 {
@@ -149,12 +119,12 @@ static bool read_node(PGresult *res, int row, int first, struct cg_scope_usage *
     cg__pg_copy_str(b->ids.task_id, sizeof b->ids.task_id, COL(1));
     cg__pg_copy_str(b->ids.agent_id, sizeof b->ids.agent_id, COL(2));
     b->level = (int)cg__pg_parse_i64(COL(3));
-    b->has_budget = is_true(COL(4));
+    b->has_budget = cg__pg_is_true(COL(4));
     b->mode = (int)cg__pg_parse_i64(COL(5));
     b->limit_tokens = cg__pg_parse_i64(COL(6));
     b->limit_cost_micros = cg__pg_parse_i64(COL(7));
-    b->warning_ratio = parse_double(COL(8));
-    b->backpressure_disabled = is_true(COL(9));
+    b->warning_ratio = cg__pg_parse_double(COL(8));
+    b->backpressure_disabled = cg__pg_is_true(COL(9));
     bool tiers_ok = cg__pg_parse_tiers(COL(10), COL(11), b);
     b->on_store_failure = (int)cg__pg_parse_i64(COL(12));
     b->local_allowance_tokens = cg__pg_parse_i64(COL(13));
@@ -202,7 +172,7 @@ static cg_status select_path(struct cg_pg *pg, const char *tenant_id,
                               5, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
         goto out;
     }
     for (int i = 0; i < PQntuples(res); i++) {
@@ -222,10 +192,10 @@ out:
 /* CG_NOT_FOUND naming the first level of the path to ids that is missing from present. */
 static cg_status check_path(const struct cg_scope_ids *ids, unsigned present, struct cg_err *err)
 {
-    int depth = scope_depth(ids);
+    int depth = cg__pg_scope_depth(ids);
     for (int level = 2; level <= depth; level++)
         if (!(present & (1u << (level - 1))))
-            return cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[level - 1]);
+            return cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[level - 1]);
     return CG_OK;
 }
 
@@ -249,7 +219,7 @@ static cg_status run_close_step(struct cg_pg *pg, const char *label, const char 
 {
     cg_status rc = cg__pg_run(pg, label, sql, 5, values, NULL, NULL, 0, res, err);
     if (rc != CG_OK && cg__pg_sqlstate_is(pg, "22P02"))
-        rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+        rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
     return rc;
 }
 
@@ -292,7 +262,7 @@ cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struc
         values, &res, err);
     if (rc != CG_OK)
         goto out;
-    int depth = scope_depth(ids);
+    int depth = cg__pg_scope_depth(ids);
     unsigned present = 0;
     for (int i = 0; i < PQntuples(res); i++) {
         int level = (int)cg__pg_parse_i64(PQgetvalue(res, i, 0));
@@ -306,7 +276,7 @@ cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struc
         if (level == 1 || on_path)
             present |= 1u << (level - 1);
         if (level == depth && on_path)
-            out->already_closed = is_true(PQgetvalue(res, i, 4));
+            out->already_closed = cg__pg_is_true(PQgetvalue(res, i, 4));
     }
     if ((rc = check_path(ids, present, err)) != CG_OK)
         goto out;
@@ -540,14 +510,14 @@ cg_status cg_pg_usage_tree(struct cg_pg *pg, const char *tenant_id, const struct
         return rc;
     if (!(present & 1u)) {
         /* No scope of this tenant was ever used: nothing below it exists either. */
-        if (scope_depth(ids) > 1)
-            return cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[1]);
+        if (cg__pg_scope_depth(ids) > 1)
+            return cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[1]);
         empty_tenant(&found[0]);
         present = 1u;
     }
     if ((rc = check_path(ids, present, err)) != CG_OK)
         return rc;
-    int root_level = scope_depth(ids);
+    int root_level = cg__pg_scope_depth(ids);
     for (int i = 0; i < root_level; i++)
         out->path[i] = found[i].row;
     out->npath = root_level;
@@ -602,7 +572,7 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
     res = NULL;
     if (rc != CG_OK)
         return rc;
-    int parent_level = scope_depth(parent);
+    int parent_level = cg__pg_scope_depth(parent);
     if (parent_level > 1) {
         struct cg_scope_usage found[4];
         unsigned present = 0;
@@ -656,7 +626,7 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
     rc = cg__pg_run(pg, "scope_list", sql, 12, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", no_such_scope[0]);
+            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
         goto out;
     }
     int rows = PQntuples(res);

@@ -21,68 +21,6 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
                            struct cg_scope_usage *out, int *count, bool *more,
                            struct cg_scope_cursor *next, struct cg_err *err);
 
-/* 1 tenant .. 4 agent: the level that well-formed ids name. */
-static int scope_depth(const struct cg_scope_ids *ids)
-{
-    if (ids->session_id[0] == '\0')
-        return 1;
-    if (ids->task_id[0] == '\0')
-        return 2;
-    if (ids->agent_id[0] == '\0')
-        return 3;
-    return 4;
-}
-
-/* One id: terminated within its array, at most CG_SCOPE_ID_MAX bytes, valid UTF-8. */
-static cg_status check_id(const char *id, size_t cap, const char *field, struct cg_err *err)
-{
-    size_t n = strnlen(id, cap);
-    if (n == cap || n > CG_SCOPE_ID_MAX)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: longer than %d bytes", field,
-                          CG_SCOPE_ID_MAX);
-    if (cg__store_utf8_chars(id) < 0)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: not valid UTF-8", field);
-    return CG_OK;
-}
-
-/* The same rules as the budget functions (store_budget.c): each id checked, a task needs a
- * session and an agent a task. prefix names the argument ("scope", "parent"). */
-static cg_status check_scope_ids(const struct cg_scope_ids *ids, const char *prefix,
-                                 struct cg_err *err)
-{
-    if (ids == NULL)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s: missing", prefix);
-    char field[32];
-    snprintf(field, sizeof field, "%s.session_id", prefix);
-    cg_status rc = check_id(ids->session_id, sizeof ids->session_id, field, err);
-    snprintf(field, sizeof field, "%s.task_id", prefix);
-    if (rc == CG_OK)
-        rc = check_id(ids->task_id, sizeof ids->task_id, field, err);
-    snprintf(field, sizeof field, "%s.agent_id", prefix);
-    if (rc == CG_OK)
-        rc = check_id(ids->agent_id, sizeof ids->agent_id, field, err);
-    if (rc != CG_OK)
-        return rc;
-    if (ids->task_id[0] != '\0' && ids->session_id[0] == '\0')
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s.task_id: needs a %s.session_id", prefix,
-                          prefix);
-    if (ids->agent_id[0] != '\0' && ids->task_id[0] == '\0')
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "%s.agent_id: needs a %s.task_id", prefix,
-                          prefix);
-    return CG_OK;
-}
-
-/* Opens the call's transaction after the common checks; *id gets the normalized tenant. */
-static cg_status open_call(struct cg_store *store, const char *tenant_id, char id[CG_UUID_LEN + 1],
-                           struct cg_err *err)
-{
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-    return CG_OK;
-}
-
 /* Ends the call's transaction: commits after rc == CG_OK, else rolls back. */
 static cg_status close_call(struct cg_store *store, cg_status rc, struct cg_err *err)
 {
@@ -103,12 +41,12 @@ cg_status cg_store_scope_close(struct cg_store *store, const char *tenant_id,
 {
     memset(out, 0, sizeof *out);
     char id[CG_UUID_LEN + 1];
-    cg_status rc = open_call(store, tenant_id, id, err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
     if (rc == CG_OK)
-        rc = check_scope_ids(ids, "scope", err);
+        rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
-    if (scope_depth(ids) == 1)
+    if (cg__store_scope_depth(ids) == 1)
         return cg_err_set(err, CG_INVALID_ARGUMENT,
                           "scope: the tenant scope cannot be closed (name a session, task or"
                           " agent)");
@@ -135,9 +73,9 @@ cg_status cg_store_usage_tree(struct cg_store *store, const char *tenant_id,
 {
     memset(out, 0, sizeof *out);
     char id[CG_UUID_LEN + 1];
-    cg_status rc = open_call(store, tenant_id, id, err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
     if (rc == CG_OK)
-        rc = check_scope_ids(ids, "scope", err);
+        rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     if (depth < 0 || depth > 3)
@@ -172,12 +110,12 @@ cg_status cg_store_scope_list(struct cg_store *store, const char *tenant_id,
     *count = 0;
     *more = false;
     char id[CG_UUID_LEN + 1];
-    cg_status rc = open_call(store, tenant_id, id, err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
     if (rc == CG_OK)
-        rc = check_scope_ids(parent, "parent", err);
+        rc = cg__store_check_ids(parent, "parent", err);
     if (rc != CG_OK)
         return rc;
-    if (level <= scope_depth(parent) || level > 4)
+    if (level <= cg__store_scope_depth(parent) || level > 4)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "level: must be below the parent's level");
     if (order != 1 && order != 3)
         return cg_err_set(err, CG_INVALID_ARGUMENT,
@@ -186,7 +124,7 @@ cg_status cg_store_scope_list(struct cg_store *store, const char *tenant_id,
         return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", CG_STORE_PAGE_MAX);
     if (out == NULL || next == NULL)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "out: missing");
-    if (after != NULL && (rc = check_scope_ids(&after->ids, "after", err)) != CG_OK)
+    if (after != NULL && (rc = cg__store_check_ids(&after->ids, "after", err)) != CG_OK)
         return rc;
     if ((rc = cg_pg_begin(store->pg, err)) != CG_OK)
         return rc;
