@@ -108,12 +108,10 @@ cg_status cg_store_path_read(struct cg_store *store, const char *tenant_id,
                              struct cg_err *err)
 {
     *n = 0;
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-    cg_status rc = cg__store_check_ids(ids, "scope", err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc == CG_OK)
+        rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     return cg_pg_path_read(store->pg, id, ids, lock, allow_missing_last, now_ms, out, n, err);
@@ -125,14 +123,13 @@ cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
                               bool *created, struct cg_err *err)
 {
     *created = false;
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK)
+        return rc;
     if (row == NULL)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "settings: missing");
-    cg_status rc = cg__store_check_ids(&row->ids, "scope", err);
+    rc = cg__store_check_ids(&row->ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     if (expected_version < 0)
@@ -174,14 +171,13 @@ cg_status cg_store_path_add(struct cg_store *store, const char *tenant_id,
                             int64_t reserved_tokens, int64_t used_cost_micros,
                             int64_t reserved_cost_micros, struct cg_err *err)
 {
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK)
+        return rc;
     if (rows == NULL || n < 1 || n > 4)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "n: must be 1..4 rows of a path");
-    cg_status rc = cg__store_check_ids(&rows[n - 1].ids, "scope", err);
+    rc = cg__store_check_ids(&rows[n - 1].ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     if (cg__store_scope_depth(&rows[n - 1].ids) != n)
@@ -197,12 +193,10 @@ cg_status cg_store_reservation_insert(struct cg_store *store, const char *tenant
                                       uint32_t ttl_ms, struct cg_reservation *out,
                                       struct cg_err *err)
 {
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-    cg_status rc = cg__store_check_ids(ids, "scope", err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc == CG_OK)
+        rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     if (tokens < 0)
@@ -268,14 +262,13 @@ cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
 {
     if (entry_id != NULL)
         entry_id[0] = '\0';
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK)
+        return rc;
     if (entry_id == NULL)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "entry_id: missing");
-    cg_status rc = cg__store_check_ids(ids, "scope", err);
+    rc = cg__store_check_ids(ids, "scope", err);
     if (rc == CG_OK)
         rc = check_usage(usage, err);
     model = model ? model : "";
@@ -301,12 +294,10 @@ cg_status cg_store_subtree_max_limits(struct cg_store *store, const char *tenant
 {
     *max_tokens = 0;
     *max_cost_micros = 0;
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-    cg_status rc = cg__store_check_ids(ids, "scope", err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc == CG_OK)
+        rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     return cg_pg_subtree_max_limits(store->pg, id, ids, max_tokens, max_cost_micros, err);
@@ -318,12 +309,10 @@ cg_status cg_store_path_peek(struct cg_store *store, const char *tenant_id,
 {
     *n = 0;
     *need_tx = false;
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
-    cg_status rc = cg__store_check_ids(ids, "scope", err);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc == CG_OK)
+        rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
     return cg_pg_path_peek(store->pg, id, ids, now_ms, out, n, need_tx, err);
