@@ -36,7 +36,9 @@
     /* internal codes: never leave the process as such, mapped to a gRPC code */                   \
     XX(NOMEM, 8, "out of memory")                                                                  \
     XX(CONFIG, 3, "invalid configuration")                                                         \
-    XX(IO, 13, "input/output error")
+    XX(IO, 13, "input/output error")                                                               \
+    /* a handler handed its call on; answered later (rpc.h cg_rpc_complete) */                     \
+    XX(DEFERRED, 13, "deferred")
 
 typedef enum {
 #define CG_STATUS_ENUM(name, code, text) CG_##name,

@@ -298,6 +298,8 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
 
     ProtobufCMessage *response = NULL;
     st = m->handler(call, env, request, &response);
+    if (st == CG_DEFERRED)
+        return st; /* the call may already be answered and gone */
     if (st != CG_OK) {
         if (call->err.code != st)
             cg_err_set(&call->err, st, "%s", cg_status_str(st));
@@ -306,6 +308,23 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
     if (response == NULL)
         return cg_err_set(&call->err, CG_INTERNAL, "handler of %s gave no response", m->path);
     return cg_rpc_encode(call, response, out, out_len);
+}
+
+void cg_rpc_complete(struct cg_rpc_call *call, cg_status st, const ProtobufCMessage *response)
+{
+    uint8_t *out = NULL;
+    size_t out_len = 0;
+    if (st == CG_OK && response == NULL)
+        st = cg_err_set(&call->err, CG_INTERNAL, "a deferred handler gave no response");
+    if (st == CG_OK)
+        st = cg_rpc_encode(call, response, &out, &out_len);
+    else if (call->err.code != st)
+        cg_err_set(&call->err, st, "%s", cg_status_str(st));
+    if (st != CG_OK) {
+        out = NULL;
+        out_len = 0;
+    }
+    call->resume(call, st, out, out_len);
 }
 
 cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *call,

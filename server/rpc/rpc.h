@@ -57,6 +57,9 @@ struct cg_rpc_env {
      * the transport; any thread; NULL where there are no streams). */
     void (*wake_streams)(void *ctx);
     void *wake_ctx;
+    /* Groups concurrent budget writes of a tenant into shared transactions (owned by the
+     * transport, shared by its pool threads; NULL: every write runs on its own). */
+    struct cg_rpc_batcher *batcher;
 };
 
 /* One call as this layer sees it. The transport fills the inputs; the handler the outputs. */
@@ -71,6 +74,10 @@ struct cg_rpc_call {
     struct cg_principal principal;
     uint32_t reply_delay_ms; /* hold the (successful) reply this long on a timer */
     struct cg_err err;       /* what the client sees when the status is not OK */
+    /* Set by the transport when the call may be answered later from another thread (a
+     * handler returned CG_DEFERRED): takes the final status and the encoded answer (in the
+     * arena), then the call belongs to the transport again. NULL: not deferrable. */
+    void (*resume)(struct cg_rpc_call *call, cg_status st, uint8_t *out, size_t out_len);
 };
 
 typedef cg_status (*cg_rpc_handler_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -145,10 +152,22 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
 
 /* The whole unary (and bidi-each) path: authenticate, decode, handle, encode.
  * On success out and out_len hold the encoded answer (in the arena). On error call->err
- * holds what the client should see and *out is NULL. */
+ * holds what the client should see and *out is NULL. CG_DEFERRED: the handler handed the
+ * call on (only when call->resume is set); it is answered through call->resume, maybe
+ * already, so neither call nor out may be touched. */
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
                         size_t *out_len) CG_MUST_CHECK;
+
+/* The batcher of rpc_budget_batch.c (env->batcher): thread-safe; freed after every pool
+ * thread that may lead a batch has stopped. NULL when out of memory. */
+struct cg_rpc_batcher *cg_rpc_batcher_new(void);
+void cg_rpc_batcher_free(struct cg_rpc_batcher *batcher);
+
+/* Answers a deferred call (see cg_rpc_call.resume): encodes response when st is CG_OK
+ * (or fills call->err with st's text when the handler left it empty) and hands the call
+ * back to the transport. Any thread; the call must not be touched afterwards. */
+void cg_rpc_complete(struct cg_rpc_call *call, cg_status st, const ProtobufCMessage *response);
 
 /* Start of a server stream: authenticate, decode, then the method's open (with stream);
  * *request gets the decoded request. */

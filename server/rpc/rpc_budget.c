@@ -388,7 +388,7 @@ cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_ro
 }
 
 /* A RESOURCE_EXHAUSTED message naming the level that refused. */
-static cg_status deny(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
+cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
                       const struct cg_budget_result *r, int64_t tokens)
 {
     for (int i = n - 1; i >= 0; i--) {
@@ -792,7 +792,7 @@ Ctxguard__V1__TokenUsage *cg_rpc_usage_out(struct cg_rpc_call *call, const struc
     return t;
 }
 
-static Ctxguard__V1__Reservation *reservation_out(struct cg_rpc_call *call,
+Ctxguard__V1__Reservation *cg_rpc_reservation_out(struct cg_rpc_call *call,
                                                   const struct cg_reservation *res)
 {
     Ctxguard__V1__Reservation *r =
@@ -847,7 +847,61 @@ CG_HANDLER(cg_rpc_budget_reserve)
         st = cg_rpc_check_delay_mode(call, req->delay_mode);
     if (st != CG_OK)
         return st;
+    if (cg_rpc_batch_can_defer(call, env))
+        return cg_rpc_batch_submit(call, env, CG_BATCH_RESERVE, &req->base, &ids);
+    return cg_rpc_reserve_single(call, env, req, &ids, response);
+}
 
+uint32_t cg_rpc_reserve_ttl(const Ctxguard__V1__ReserveRequest *req,
+                            const struct cg_budget_row *scope_row)
+{
+    uint32_t ttl = req->ttl_ms ? req->ttl_ms : scope_row->reservation_ttl_ms;
+    return ttl ? ttl : DEFAULT_RESERVATION_TTL_MS;
+}
+
+int64_t cg_rpc_reserve_cost(const struct cg_rpc_env *env, const Ctxguard__V1__ReserveRequest *req)
+{
+    /* The hold is priced as well, so that cost limits see it. */
+    return price_estimate(env, req->model, req->tokens, req->estimated_output_tokens);
+}
+
+cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__ReserveRequest *req,
+                               const struct cg_budget_row *path, int n,
+                               const struct cg_budget_result *decided,
+                               const struct cg_reservation *res, ProtobufCMessage **response)
+{
+    Ctxguard__V1__ReserveResponse *resp =
+        NEW(call, Ctxguard__V1__ReserveResponse, ctxguard__v1__reserve_response__init);
+    if (resp == NULL)
+        return OOM(call);
+    cg_status st;
+    resp->decision = (Ctxguard__V1__Decision)decided->decision;
+    resp->backpressure_delay_ms = decided->delay_ms;
+    resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, decided->delay_ms);
+    if ((st = cg_rpc_reasons_out(call, path, n, decided, &resp->reasons, &resp->n_reasons)) !=
+        CG_OK)
+        return st;
+    if (decided->tightest >= 0) {
+        resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[decided->tightest].level;
+        resp->tightest_ratio = decided->tightest_ratio;
+    }
+    /* Levels after the hold. */
+    struct cg_budget_result r;
+    cg_rpc_decide(path, n, 0, 0, &r);
+    if ((resp->reservation = cg_rpc_reservation_out(call, res)) == NULL)
+        return OOM(call);
+    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
+        return st;
+    *response = &resp->base;
+    return CG_OK;
+}
+
+cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                const Ctxguard__V1__ReserveRequest *req,
+                                const struct cg_scope_ids *scope_ids, ProtobufCMessage **response)
+{
+    struct cg_scope_ids ids = *scope_ids;
+    cg_status st;
     struct cg_err serr;
     if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
@@ -858,11 +912,8 @@ CG_HANDLER(cg_rpc_budget_reserve)
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
 
-    uint32_t ttl = req->ttl_ms ? req->ttl_ms : path[n - 1].reservation_ttl_ms;
-    if (ttl == 0)
-        ttl = DEFAULT_RESERVATION_TTL_MS;
-    /* The hold is priced as well, so that cost limits see it. */
-    int64_t hold_cost = price_estimate(env, req->model, req->tokens, req->estimated_output_tokens);
+    uint32_t ttl = cg_rpc_reserve_ttl(req, &path[n - 1]);
+    int64_t hold_cost = cg_rpc_reserve_cost(env, req);
     struct cg_reservation res;
     st = cg_store_reservation_insert(env->store, call->principal.tenant_id, &ids, req->tokens,
                                      hold_cost, req->model, req->estimate_id, req->idempotency_key,
@@ -900,7 +951,7 @@ CG_HANDLER(cg_rpc_budget_reserve)
                                   cg_level_name((cg_level)gate.approval.level),
                                   gate.approval.approval_id);
             if (r.decision == CG_DECISION_DENY)
-                return deny(call, path, n, &r, req->tokens);
+                return cg_rpc_deny(call, path, n, &r, req->tokens);
             if (!gate.involved)
                 return cg_err_set(&call->err, CG_ABORTED,
                                   "the budget changed while this Reserve was decided; retry");
@@ -925,7 +976,7 @@ CG_HANDLER(cg_rpc_budget_reserve)
         }
         if (r.decision == CG_DECISION_DENY) {
             cg_store_rollback(env->store);
-            return deny(call, path, n, &r, req->tokens);
+            return cg_rpc_deny(call, path, n, &r, req->tokens);
         }
         st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, req->tokens, 0,
                                hold_cost, &serr);
@@ -935,19 +986,9 @@ CG_HANDLER(cg_rpc_budget_reserve)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
-        resp->decision = (Ctxguard__V1__Decision)r.decision;
-        resp->backpressure_delay_ms = r.delay_ms;
-        resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, r.delay_ms);
-        if ((st = cg_rpc_reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) != CG_OK)
-            return st;
-        if (r.tightest >= 0) {
-            resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
-            resp->tightest_ratio = r.tightest_ratio;
-        }
-        /* Levels after the hold. */
-        cg_rpc_decide(path, n, 0, 0, &r);
+        return cg_rpc_reserve_reply(call, req, path, n, &r, &res, response);
     }
-    if ((resp->reservation = reservation_out(call, &res)) == NULL)
+    if ((resp->reservation = cg_rpc_reservation_out(call, &res)) == NULL)
         return OOM(call);
     if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
         return st;
@@ -1048,7 +1089,7 @@ CG_HANDLER(cg_rpc_budget_release)
     }
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
         return st;
-    if ((resp->reservation = reservation_out(call, &res)) == NULL)
+    if ((resp->reservation = cg_rpc_reservation_out(call, &res)) == NULL)
         return OOM(call);
     *response = &resp->base;
     return CG_OK;
@@ -1066,7 +1107,6 @@ CG_HANDLER(cg_rpc_budget_commit)
 {
     const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)request;
     struct cg_usage usage;
-    bool price_known = false;
     cg_status st = check_reservation_id(call, req->reservation_id);
     if (st == CG_OK)
         st = cg_rpc_usage_in(call, req->usage, &usage);
@@ -1079,7 +1119,48 @@ CG_HANDLER(cg_rpc_budget_commit)
                                 CG_TOKENS_PER_CALL_MAX * 3);
     if (st != CG_OK)
         return st;
+    if (cg_rpc_batch_can_defer(call, env))
+        return cg_rpc_batch_submit(call, env, CG_BATCH_COMMIT, &req->base, NULL);
+    return cg_rpc_commit_single(call, env, req, response);
+}
 
+cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitResponse *resp,
+                               const struct cg_reservation *res, const struct cg_usage *usage,
+                               bool price_known, const struct cg_budget_row *path, int n,
+                               ProtobufCMessage **response)
+{
+    struct cg_budget_result r;
+    cg_rpc_decide(path, n, 0, 0, &r);
+    if ((resp->reservation = cg_rpc_reservation_out(call, res)) == NULL ||
+        (resp->recorded_usage = cg_rpc_usage_out(call, usage)) == NULL)
+        return OOM(call);
+    resp->price_known = price_known;
+    resp->calibration_factor = 1.0;
+    cg_status st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels);
+    if (st != CG_OK)
+        return st;
+    *response = &resp->base;
+    return CG_OK;
+}
+
+bool cg_rpc_price_usage(const struct cg_rpc_env *env, const char *model, struct cg_usage *u)
+{
+    return price_usage(env, model, u);
+}
+
+int64_t cg_rpc_usage_tokens(const struct cg_usage *u)
+{
+    return usage_tokens(u);
+}
+
+cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                               const Ctxguard__V1__CommitRequest *req, ProtobufCMessage **response)
+{
+    struct cg_usage usage;
+    bool price_known = false;
+    cg_status st = cg_rpc_usage_in(call, req->usage, &usage);
+    if (st != CG_OK)
+        return st;
     struct cg_err serr;
     struct cg_reservation res;
     if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
@@ -1103,6 +1184,12 @@ CG_HANDLER(cg_rpc_budget_commit)
         resp->replayed = true;
         usage = res.committed;
         price_known = usage.cost_micros > 0;
+        char entry[CG_UUID_LEN + 1];
+        if (cg_store_ledger_entry_of(env->store, call->principal.tenant_id, res.reservation_id,
+                                     entry, &serr) != CG_OK)
+            return cg_rpc_store_error(call, &serr);
+        if ((resp->ledger_entry_id = cg_arena_strdup(call->arena, entry)) == NULL)
+            return OOM(call);
         if ((st = cg_rpc_read_path(call, env, &res.ids, path, &n)) != CG_OK)
             return st;
     } else {
@@ -1162,17 +1249,7 @@ CG_HANDLER(cg_rpc_budget_commit)
             res.settled_at_ms = cg_wall_ms();
         }
     }
-    struct cg_budget_result r;
-    cg_rpc_decide(path, n, 0, 0, &r);
-    if ((resp->reservation = reservation_out(call, &res)) == NULL ||
-        (resp->recorded_usage = cg_rpc_usage_out(call, &usage)) == NULL)
-        return OOM(call);
-    resp->price_known = price_known;
-    resp->calibration_factor = 1.0;
-    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
-        return st;
-    *response = &resp->base;
-    return CG_OK;
+    return cg_rpc_commit_finish(call, resp, &res, &usage, price_known, path, n, response);
 }
 
 CG_HANDLER(cg_rpc_budget_record_usage)

@@ -131,4 +131,69 @@ cg_status cg_rpc_extension_reasons(struct cg_rpc_call *call, const struct cg_bud
 /* An Approval message (NULL when out of memory). */
 Ctxguard__V1__Approval *cg_rpc_approval_out(struct cg_rpc_call *call, const struct cg_approval *a);
 
+/* ---- Reserve and Commit, one request or a batch (rpc_budget_batch.c) ---- */
+
+/* The Reserve / Commit of one request in a transaction of its own: the path when no batch
+ * runs, and a batch's fallback for what it does not decide itself (replays, approvals,
+ * expired reservations, errors). The request is already checked. */
+cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                const Ctxguard__V1__ReserveRequest *req,
+                                const struct cg_scope_ids *ids,
+                                ProtobufCMessage **response) CG_MUST_CHECK;
+cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                               const Ctxguard__V1__CommitRequest *req,
+                               ProtobufCMessage **response) CG_MUST_CHECK;
+
+/* A Reserve's TTL (the request's, else the scope's, else the default) and priced hold. */
+uint32_t cg_rpc_reserve_ttl(const Ctxguard__V1__ReserveRequest *req,
+                            const struct cg_budget_row *scope_row);
+int64_t cg_rpc_reserve_cost(const struct cg_rpc_env *env, const Ctxguard__V1__ReserveRequest *req);
+
+/* The answer of a Reserve that held its tokens: path is the path right after the hold,
+ * decided the decision taken before it. */
+cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__ReserveRequest *req,
+                               const struct cg_budget_row *path, int n,
+                               const struct cg_budget_result *decided,
+                               const struct cg_reservation *res,
+                               ProtobufCMessage **response) CG_MUST_CHECK;
+
+/* Fills the common part of a Commit answer (reservation, usage, levels of path) and sets
+ * *response to resp. */
+cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitResponse *resp,
+                               const struct cg_reservation *res, const struct cg_usage *usage,
+                               bool price_known, const struct cg_budget_row *path, int n,
+                               ProtobufCMessage **response) CG_MUST_CHECK;
+
+/* RESOURCE_EXHAUSTED naming the level that refused tokens (a HARD DENY of r). */
+cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
+                      const struct cg_budget_result *r, int64_t tokens);
+
+Ctxguard__V1__Reservation *cg_rpc_reservation_out(struct cg_rpc_call *call,
+                                                  const struct cg_reservation *res);
+
+/* Prices u from the price table when it has no cost; whether the cost is known. */
+bool cg_rpc_price_usage(const struct cg_rpc_env *env, const char *model, struct cg_usage *u);
+
+/* Input + output + cache tokens of u. */
+int64_t cg_rpc_usage_tokens(const struct cg_usage *u);
+
+/* The events of each level from before to after (tenant first), appended to out (cap
+ * entries; *count advanced). Returns false when they do not fit. */
+bool cg_rpc_collect_events(const struct cg_budget_row *before, const struct cg_budget_row *after,
+                           int n, struct cg_event_in *out, int cap, int *count);
+
+typedef enum { CG_BATCH_RESERVE = 1, CG_BATCH_COMMIT = 2 } cg_batch_kind;
+
+/* Whether this call may be deferred into a batch (the transport can resume it later and
+ * the server has a batcher). */
+bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call, const struct cg_rpc_env *env);
+
+/* Queues the checked request into its tenant's batch and returns CG_DEFERRED: the call is
+ * answered later (cg_rpc_complete) by whichever pool thread leads the tenant's batches,
+ * possibly this one before this returns. After this the caller must not touch call.
+ * ids: the Reserve's scope (NULL for Commit). */
+cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              cg_batch_kind kind, const ProtobufCMessage *request,
+                              const struct cg_scope_ids *ids);
+
 #endif

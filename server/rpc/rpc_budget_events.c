@@ -8,20 +8,22 @@
 #include "core/budget_events.h"
 #include "rpc/rpc_budget.h"
 
-/* Appends the events of each level of rows from before to after, tenant first. */
-static cg_status append_levels(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const struct cg_budget_row *before,
-                               const struct cg_budget_row *after, int n, int extra_type,
-                               struct cg_err *serr)
+/* The events of each level of rows from before to after, tenant first, into events
+ * (cap entries, *count advanced); false when they do not fit. extra_type (0: none) is an
+ * event of the last level put before its own. */
+static bool collect_levels(const struct cg_budget_row *before, const struct cg_budget_row *after,
+                           int n, int extra_type, struct cg_event_in *events, int cap,
+                           int *count_io)
 {
-    struct cg_event_in events[CG_PATH_MAX * CG_LEVEL_EVENTS_MAX + 1];
-    int count = 0;
+    int count = *count_io;
     for (int i = 0; i < n; i++) {
         struct cg_budget_level b, a;
         cg_rpc_level_from_row(&before[i], &b);
         cg_rpc_level_from_row(&after[i], &a);
         struct cg_level_event le[CG_LEVEL_EVENTS_MAX];
         int k = cg_budget_level_events(&b, &a, le);
+        if (count + k + 1 > cap)
+            return false;
         if (extra_type != 0 && i == n - 1) {
             struct cg_event_in *e = &events[count++];
             memset(e, 0, sizeof *e);
@@ -39,6 +41,27 @@ static cg_status append_levels(const struct cg_rpc_call *call, const struct cg_r
             e->fields.delay_ms = le[j].delay_ms;
         }
     }
+    *count_io = count;
+    return true;
+}
+
+bool cg_rpc_collect_events(const struct cg_budget_row *before, const struct cg_budget_row *after,
+                           int n, struct cg_event_in *out, int cap, int *count)
+{
+    return collect_levels(before, after, n, 0, out, cap, count);
+}
+
+/* Appends the events of each level of rows from before to after, tenant first. */
+static cg_status append_levels(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                               const struct cg_budget_row *before,
+                               const struct cg_budget_row *after, int n, int extra_type,
+                               struct cg_err *serr)
+{
+    struct cg_event_in events[CG_PATH_MAX * CG_LEVEL_EVENTS_MAX + 1];
+    int count = 0;
+    if (!collect_levels(before, after, n, extra_type, events, (int)(sizeof events / sizeof *events),
+                        &count))
+        return cg_err_set(serr, CG_INTERNAL, "too many events");
     if (count == 0)
         return CG_OK;
     (void)call;

@@ -394,3 +394,19 @@ cg_status cg__store_open_call(struct cg_store *store, const char *tenant_id,
         return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
     return CG_OK;
 }
+
+bool cg_store_uuid_canonical(const char *s, char out[CG_UUID_LEN + 1])
+{
+    return cg__store_normalize_uuid(s, out);
+}
+
+void cg_store_path_ids(const struct cg_scope_ids *ids, int level, struct cg_scope_ids *out)
+{
+    memset(out, 0, sizeof *out);
+    if (level >= 2)
+        memcpy(out->session_id, ids->session_id, sizeof out->session_id);
+    if (level >= 3)
+        memcpy(out->task_id, ids->task_id, sizeof out->task_id);
+    if (level >= 4)
+        memcpy(out->agent_id, ids->agent_id, sizeof out->agent_id);
+}

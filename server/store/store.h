@@ -24,6 +24,10 @@
 #include "base/status.h"
 
 #define CG_UUID_LEN 36
+/* Requests of one batched transaction, at most (store.h "batches"). */
+#define CG_BATCH_MAX 128
+/* Rows of one scope path: tenant, session, task, agent. */
+#define CG_PATH_ROWS_MAX 4
 #define CG_KEY_ID_LEN 16
 #define CG_NAME_MAX 200
 #define CG_TZ_MAX 64
@@ -296,6 +300,92 @@ cg_status cg_store_path_peek(struct cg_store *store, const char *tenant_id,
 cg_status cg_store_subtree_max_limits(struct cg_store *store, const char *tenant_id,
                                       const struct cg_scope_ids *ids, int64_t *max_tokens,
                                       int64_t *max_cost_micros, struct cg_err *err) CG_MUST_CHECK;
+
+/* The id of the ledger entry that settled the reservation (entry_id: CG_UUID_LEN + 1
+ * bytes). CG_NOT_FOUND when it has none. One statement, in or out of a transaction. */
+cg_status cg_store_ledger_entry_of(struct cg_store *store, const char *tenant_id,
+                                   const char *reservation_id, char *entry_id,
+                                   struct cg_err *err) CG_MUST_CHECK;
+
+/* ---- batches: many Reserves and Commits of one tenant in one transaction ----------
+ * (rpc_budget_batch.c). The lock order is the one above: reservations first (in id
+ * order), then the scope rows (tenant first, then by level and ids). */
+
+/* Inside a transaction: locks and reads the reservations ids[0..n) (n <= CG_BATCH_MAX,
+ * canonical lower-case UUIDs). found[i] says whether ids[i] exists; out[i] is its row. */
+cg_status cg_store_batch_lock_reservations(struct cg_store *store, const char *tenant_id,
+                                           char (*const ids)[CG_UUID_LEN + 1], int n,
+                                           struct cg_reservation *out, bool *found,
+                                           struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: locks and reads the scope rows named by keys[0..n) (each row of
+ * every path the batch touches, tenant row included; duplicates allowed) into out
+ * (cap rows), tenant first; *nout gets how many exist. Missing rows are simply absent. */
+cg_status cg_store_batch_lock_scopes(struct cg_store *store, const char *tenant_id,
+                                     const struct cg_scope_ids *keys, int n,
+                                     struct cg_budget_row *out, int cap, int *nout,
+                                     struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction, after the scope locks: used[i] = whether keys[i] is the
+ * idempotency key of a reservation of the tenant. */
+cg_status cg_store_batch_keys_used(struct cg_store *store, const char *tenant_id,
+                                   const char *const *keys, int n, bool *used,
+                                   struct cg_err *err) CG_MUST_CHECK;
+
+/* A reservation the batch makes. created_at_ms / expires_at_ms are filled by the write. */
+struct cg_batch_new {
+    char reservation_id[CG_UUID_LEN + 1]; /* made by the caller (cg_store_uuid) */
+    struct cg_scope_ids ids;
+    int64_t tokens, cost_micros;
+    const char *model, *estimate_id, *idempotency_key; /* "" for none */
+    uint32_t ttl_ms;
+    int64_t created_at_ms, expires_at_ms;
+};
+
+/* An ACTIVE reservation the batch settles (state 2 COMMITTED with usage, 3, 4). */
+struct cg_batch_settle {
+    char reservation_id[CG_UUID_LEN + 1];
+    int state;
+    struct cg_usage usage;
+};
+
+/* A ledger entry the batch appends. */
+struct cg_batch_ledger {
+    char entry_id[CG_UUID_LEN + 1]; /* made by the caller */
+    struct cg_scope_ids ids;
+    struct cg_usage usage;
+    const char *model;
+    const char *idempotency_key; /* "" for none */
+    const char *reservation_id;
+};
+
+/* Everything a batch writes. counters are the locked rows with their new counter values
+ * (absolute: the caller decided on the locked values); only the four counters are
+ * written. */
+struct cg_batch_write {
+    struct cg_batch_new *new_res;
+    int n_new;
+    const struct cg_batch_settle *settle;
+    int n_settle;
+    const struct cg_batch_ledger *ledger;
+    int n_ledger;
+    const struct cg_budget_row *counters;
+    int n_counters;
+};
+
+/* Inside a transaction, after the locks: writes the batch in one statement. CG_ABORTED
+ * when a row did not change as the locks promised (nothing should then be committed). */
+cg_status cg_store_batch_write(struct cg_store *store, const char *tenant_id,
+                               const struct cg_batch_write *w, struct cg_err *err) CG_MUST_CHECK;
+
+/* The canonical (lower-case) form of a UUID into out; false when s is not one. */
+bool cg_store_uuid_canonical(const char *s, char out[CG_UUID_LEN + 1]);
+
+/* The ids of the level-th row (1 tenant .. 4 agent) of the path to ids. */
+void cg_store_path_ids(const struct cg_scope_ids *ids, int level, struct cg_scope_ids *out);
+
+/* A new random (version 4) UUID in canonical text form. */
+cg_status cg_store_uuid(char out[CG_UUID_LEN + 1]) CG_MUST_CHECK;
 
 /* Inside a transaction, after cg_store_path_read with lock: adds the deltas to the counters
  * of the first n rows of the path (used/reserved tokens and cost micros; deltas may be

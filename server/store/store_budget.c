@@ -317,3 +317,16 @@ cg_status cg_store_path_peek(struct cg_store *store, const char *tenant_id,
         return rc;
     return cg_pg_path_peek(store->pg, id, ids, now_ms, out, n, need_tx, err);
 }
+
+cg_status cg_store_ledger_entry_of(struct cg_store *store, const char *tenant_id,
+                                   const char *reservation_id, char *entry_id, struct cg_err *err)
+{
+    entry_id[0] = '\0';
+    char id[CG_UUID_LEN + 1], rid[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK)
+        return rc;
+    if (!cg__store_normalize_uuid(reservation_id, rid))
+        return cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
+    return cg_pg_ledger_entry_of(store->pg, id, rid, entry_id, err);
+}

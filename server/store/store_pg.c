@@ -588,8 +588,86 @@ void cg_pg_free(struct cg_pg *pg)
     if (pg == NULL)
         return;
     drop_conn(pg);
+    free(pg->notices);
     free(pg->dsn);
     free(pg);
+}
+
+/* At most this many bytes of payloads wait for a commit; past it, wake-ups are dropped
+ * (the events themselves are not). */
+#define NOTICES_CAP (1u << 20)
+
+bool cg__pg_notice_add(struct cg_pg *pg, const char *payload)
+{
+    size_t n = strlen(payload) + 1;
+    if (pg->notices_len + n > NOTICES_CAP)
+        return false;
+    if (pg->notices_len + n > pg->notices_cap) {
+        size_t cap = pg->notices_cap ? pg->notices_cap : 1024;
+        while (cap < pg->notices_len + n)
+            cap *= 2;
+        char *b = realloc(pg->notices, cap);
+        if (b == NULL)
+            return false;
+        pg->notices = b;
+        pg->notices_cap = cap;
+    }
+    memcpy(pg->notices + pg->notices_len, payload, n);
+    pg->notices_len += n;
+    pg->nnotices++;
+    return true;
+}
+
+/* Sends the queued notifications in one statement of their own, after the COMMIT that made
+ * their events visible. Best effort: a failure is logged, the write stands. */
+static void send_notices(struct cg_pg *pg)
+{
+    if (pg->nnotices == 0)
+        return;
+    /* A text array literal of the payloads, each quoted. */
+    size_t cap = pg->notices_len * 2 + 2 * (size_t)pg->nnotices + 3;
+    char *lit = malloc(cap);
+    if (lit == NULL) {
+        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "events committed but not announced: no memory");
+        return;
+    }
+    size_t k = 0;
+    lit[k++] = '{';
+    const char *p = pg->notices;
+    for (int i = 0; i < pg->nnotices; i++) {
+        if (i)
+            lit[k++] = ',';
+        lit[k++] = '"';
+        for (; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                lit[k++] = '\\';
+            lit[k++] = *p;
+        }
+        p++;
+        lit[k++] = '"';
+    }
+    lit[k++] = '}';
+    lit[k] = '\0';
+    /* Past the call's deadline too: the write is done and others wait for the news. */
+    int64_t deadline = pg->deadline_mono_ms;
+    pg->deadline_mono_ms = 0;
+    const char *values[] = {lit};
+    PGresult *res = NULL;
+    struct cg_err err;
+    cg_status rc =
+        cg__pg_run(pg, "notify", "SELECT pg_notify('cg_events', p) FROM unnest($1::text[]) AS p", 1,
+                   values, NULL, NULL, RUN_READ, &res, &err);
+    pg->deadline_mono_ms = deadline;
+    if (rc != CG_OK)
+        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "events committed but not announced: %s", err.msg);
+    PQclear(res);
+    free(lit);
+}
+
+static void notices_clear(struct cg_pg *pg)
+{
+    pg->notices_len = 0;
+    pg->nnotices = 0;
 }
 
 void cg_pg_set_deadline(struct cg_pg *pg, int64_t deadline_mono_ms)
@@ -793,6 +871,7 @@ void cg_pg_rollback(struct cg_pg *pg)
         PQclear(res);
     }
     tx_over(pg, false);
+    notices_clear(pg);
 }
 
 cg_status cg_pg_begin(struct cg_pg *pg, struct cg_err *err)
@@ -835,5 +914,9 @@ cg_status cg_pg_commit(struct cg_pg *pg, struct cg_err *err)
      * the caller's rollback ends it then. */
     if (pg->conn == NULL || PQtransactionStatus(pg->conn) == PQTRANS_IDLE)
         tx_over(pg, rc == CG_OK);
+    if (rc == CG_OK)
+        send_notices(pg);
+    if (!pg->in_tx)
+        notices_clear(pg);
     return rc;
 }

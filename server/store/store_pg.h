@@ -187,4 +187,20 @@ cg_status cg_pg_path_peek(struct cg_pg *pg, const char *tenant_id, const struct 
                           int64_t now_ms, struct cg_budget_row out[4], int *n, bool *need_tx,
                           struct cg_err *err);
 
+cg_status cg_pg_ledger_entry_of(struct cg_pg *pg, const char *tenant_id, const char *reservation_id,
+                                char *entry_id, struct cg_err *err);
+
+/* Batches (store.h "batches"; store_pg_batch.c). */
+cg_status cg_pg_batch_lock_reservations(struct cg_pg *pg, const char *tenant_id,
+                                        char (*const ids)[CG_UUID_LEN + 1], int n,
+                                        struct cg_reservation *out, bool *found,
+                                        struct cg_err *err);
+cg_status cg_pg_batch_lock_scopes(struct cg_pg *pg, const char *tenant_id,
+                                  const struct cg_scope_ids *keys, int n, struct cg_budget_row *out,
+                                  int cap, int *nout, struct cg_err *err);
+cg_status cg_pg_batch_keys_used(struct cg_pg *pg, const char *tenant_id, const char *const *keys,
+                                int n, bool *used, struct cg_err *err);
+cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struct cg_batch_write *w,
+                            struct cg_err *err);
+
 #endif

@@ -292,17 +292,6 @@ out:
     return rc;
 }
 
-/* The ids of the level-th row of the path to ids. */
-static void level_ids(const struct cg_scope_ids *ids, int level, struct cg_scope_ids *out)
-{
-    memset(out, 0, sizeof *out);
-    if (level >= 2)
-        memcpy(out->session_id, ids->session_id, sizeof out->session_id);
-    if (level >= 3)
-        memcpy(out->task_id, ids->task_id, sizeof out->task_id);
-    if (level >= 4)
-        memcpy(out->agent_id, ids->agent_id, sizeof out->agent_id);
-}
 
 /* Inside the resolve transaction: the decision itself on a locked PENDING approval. */
 static cg_status decide(struct cg_pg *pg, const char *tenant_id, struct cg_approval *a,
@@ -343,7 +332,7 @@ static cg_status decide(struct cg_pg *pg, const char *tenant_id, struct cg_appro
     res = NULL;
     if (granted > 0) {
         struct cg_scope_ids row;
-        level_ids(&a->ids, a->level, &row);
+        cg_store_path_ids(&a->ids, a->level, &row);
         const char *extra_values[] = {tenant_id, row.session_id, row.task_id, row.agent_id,
                                       granted_text};
         rc = cg__pg_run(pg, "approval_extend",

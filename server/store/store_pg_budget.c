@@ -12,20 +12,6 @@
 
 /* ------------------------------------------------------------------ scopes --- */
 
-/* The columns read_scope() expects, in order. */
-#define SCOPE_COLUMNS                                                                              \
-    "session_id, task_id, agent_id, level, has_budget, mode, limit_tokens, limit_cost_micros,"     \
-    " warning_ratio, backpressure_disabled, array_to_string(tier_ratio, ','),"                     \
-    " array_to_string(tier_delay_ms, ','), on_store_failure, local_allowance_tokens,"              \
-    " reset_period, reservation_ttl_ms, description, used_tokens, reserved_tokens,"                \
-    " used_cost_micros, reserved_cost_micros, version,"                                            \
-    " floor(extract(epoch FROM created_at) * 1000)::int8,"                                         \
-    " floor(extract(epoch FROM updated_at) * 1000)::int8,"                                         \
-    " coalesce(floor(extract(epoch FROM closed_at) * 1000)::int8, 0), updated_by_key_id,"          \
-    " coalesce(floor(extract(epoch FROM period_start) * 1000)::int8, 0),"                          \
-    " coalesce(floor(extract(epoch FROM next_reset_at) * 1000)::int8, 0),"                         \
-    " approval_ttl_ms, approved_extra_tokens"
-
 /* The rows of a path, tenant first: ('', '', ''), (s, '', ''), (s, t, ''), (s, t, a). For
  * shorter paths the tuples repeat, which selects nothing more. Each tuple is a primary key
  * lookup. */
@@ -91,7 +77,7 @@ bool cg__pg_parse_tiers(const char *ratios, const char *delays, struct cg_budget
     return true;
 }
 
-static bool read_scope(PGresult *res, int row, struct cg_budget_row *out)
+bool cg__pg_read_scope(PGresult *res, int row, struct cg_budget_row *out)
 {
     memset(out, 0, sizeof *out);
     cg__pg_copy_str(out->ids.session_id, sizeof out->ids.session_id, PQgetvalue(res, row, 0));
@@ -156,7 +142,7 @@ static cg_status select_path(struct cg_pg *pg, const char *tenant_id,
     }
     for (int i = 0; i < PQntuples(res); i++) {
         struct cg_budget_row row;
-        if (!read_scope(res, i, &row)) {
+        if (!cg__pg_read_scope(res, i, &row)) {
             rc = bad_row(pg, label, err);
             goto out;
         }
@@ -411,7 +397,7 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         rc = explain_put_refusal(pg, tenant_id, row, expected_version, err);
         goto out;
     }
-    if (!read_scope(res, 0, out)) {
+    if (!cg__pg_read_scope(res, 0, out)) {
         rc = bad_row(pg, "budget_put", err);
         goto out;
     }
@@ -462,7 +448,7 @@ cg_status cg_pg_path_add(struct cg_pg *pg, const char *tenant_id, struct cg_budg
     unsigned present = 0;
     for (int i = 0; i < PQntuples(res); i++) {
         struct cg_budget_row row;
-        if (!read_scope(res, i, &row) || row.level > n) {
+        if (!cg__pg_read_scope(res, i, &row) || row.level > n) {
             rc = bad_row(pg, "path_add", err);
             goto out;
         }
@@ -483,18 +469,7 @@ out:
 
 /* ------------------------------------------------------------------ reservations --- */
 
-/* The columns read_reservation() expects. An ACTIVE reservation past its expiry reads as
- * EXPIRED (4) until somebody settles it. */
-#define RESERVATION_COLUMNS                                                                        \
-    "reservation_id::text, session_id, task_id, agent_id, tokens, cost_micros, model,"             \
-    " estimate_id, CASE WHEN state = 1 AND expires_at <= now() THEN 4 ELSE state END,"             \
-    " floor(extract(epoch FROM created_at) * 1000)::int8,"                                         \
-    " floor(extract(epoch FROM expires_at) * 1000)::int8,"                                         \
-    " coalesce(floor(extract(epoch FROM settled_at) * 1000)::int8, 0),"                            \
-    " committed_input_tokens, committed_output_tokens, committed_cache_read_tokens,"               \
-    " committed_cache_write_tokens, committed_cost_micros"
-
-static void read_reservation(PGresult *res, int row, struct cg_reservation *out)
+void cg__pg_read_reservation(PGresult *res, int row, struct cg_reservation *out)
 {
     memset(out, 0, sizeof *out);
     cg__pg_copy_str(out->reservation_id, sizeof out->reservation_id, PQgetvalue(res, row, 0));
@@ -553,7 +528,7 @@ cg_status cg_pg_reservation_insert(struct cg_pg *pg, const char *tenant_id,
         goto out;
     }
     if (PQntuples(res) == 1) {
-        read_reservation(res, 0, out);
+        cg__pg_read_reservation(res, 0, out);
         goto out;
     }
     PQclear(res);
@@ -571,7 +546,7 @@ cg_status cg_pg_reservation_insert(struct cg_pg *pg, const char *tenant_id,
         rc = cg_err_set(err, CG_ABORTED, "conflict with a concurrent change; retry");
         goto out;
     }
-    read_reservation(res, 0, out);
+    cg__pg_read_reservation(res, 0, out);
     out->replayed = true;
 out:
     PQclear(res);
@@ -592,7 +567,7 @@ cg_status cg_pg_reservation_lock(struct cg_pg *pg, const char *tenant_id,
                                   " FOR NO KEY UPDATE",
                                   2, values, 0, "reservation_id: no such reservation", &res, err);
     if (rc == CG_OK)
-        read_reservation(res, 0, out);
+        cg__pg_read_reservation(res, 0, out);
     PQclear(res);
     return rc;
 }
@@ -802,4 +777,21 @@ cg_status cg_pg_path_peek(struct cg_pg *pg, const char *tenant_id, const struct 
             return cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[level - 1]);
     *n = depth;
     return CG_OK;
+}
+
+cg_status cg_pg_ledger_entry_of(struct cg_pg *pg, const char *tenant_id, const char *reservation_id,
+                                char *entry_id, struct cg_err *err)
+{
+    entry_id[0] = '\0';
+    const char *values[] = {tenant_id, reservation_id};
+    PGresult *res = NULL;
+    cg_status rc =
+        cg__pg_run_one(pg, "ledger_entry_of",
+                       "SELECT entry_id::text FROM ledger"
+                       " WHERE tenant_id = $1::uuid AND reservation_id = $2::uuid",
+                       2, values, RUN_READ, "reservation_id: not in the ledger", &res, err);
+    if (rc == CG_OK)
+        cg__pg_copy_str(entry_id, CG_UUID_LEN + 1, PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return rc;
 }

@@ -120,9 +120,15 @@ cg_status cg__pg_events_append(struct cg_pg *pg, const char *tenant_id,
     snprintf(now_text, sizeof now_text, "%lld", (long long)now_ms);
     const char *values[] = {tenant_id, b.data, now_text};
     PGresult *res = NULL;
-    cg_status rc =
-        cg__pg_run(pg, "events_append", "SELECT cg_events_append($1::uuid, $2::jsonb, $3::int8)", 3,
-                   values, NULL, NULL, 0, &res, err);
+    cg_status rc = cg__pg_run(pg, "events_append",
+                              "SELECT p FROM cg_events_append($1::uuid, $2::jsonb, $3::int8) AS p",
+                              3, values, NULL, NULL, 0, &res, err);
+    /* The wake-ups go out after COMMIT (cg_pg_commit), never inside the transaction. */
+    for (int i = 0; rc == CG_OK && i < PQntuples(res); i++)
+        if (!cg__pg_notice_add(pg, PQgetvalue(res, i, 0)))
+            cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg),
+                   "too many events in one transaction to "
+                   "announce; watchers learn of them later");
     if (rc != CG_OK && cg__pg_sqlstate_is(pg, "P0002")) {
         const struct cg_scope_ids *ids = &events[0].ids;
         rc = cg_err_set(err, CG_NOT_FOUND, "%s: no such scope",

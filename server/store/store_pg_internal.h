@@ -35,7 +35,16 @@ struct cg_pg {
      * connection is lost, so that later statements fail instead of running outside it. */
     bool in_tx;
     bool timeout_set_in_tx; /* statement_timeout changed inside it: a rollback undoes that */
+    /* Payloads of the events appended in the open transaction, NOTIFYd right after its
+     * COMMIT (migrations/0007): NUL-terminated, back to back. */
+    char *notices;
+    size_t notices_len, notices_cap;
+    int nnotices;
 };
+
+/* Queues a payload to NOTIFY after the open transaction commits (store_pg.c). False when
+ * out of memory (the event is committed all the same; only its wake-up is lost). */
+bool cg__pg_notice_add(struct cg_pg *pg, const char *payload);
 
 /* The request id of the current call, for log lines ("" when none). */
 const char *cg__pg_rid(const struct cg_pg *pg);
@@ -81,5 +90,36 @@ bool cg__pg_is_true(const char *s);
 
 /* CG_INTERNAL (and a log line) when no transaction is open for `what`. */
 cg_status cg__pg_not_in_tx(struct cg_pg *pg, const char *what, struct cg_err *err);
+
+/* The columns cg__pg_read_scope() expects, in order. */
+#define SCOPE_COLUMNS                                                                              \
+    "session_id, task_id, agent_id, level, has_budget, mode, limit_tokens, limit_cost_micros,"     \
+    " warning_ratio, backpressure_disabled, array_to_string(tier_ratio, ','),"                     \
+    " array_to_string(tier_delay_ms, ','), on_store_failure, local_allowance_tokens,"              \
+    " reset_period, reservation_ttl_ms, description, used_tokens, reserved_tokens,"                \
+    " used_cost_micros, reserved_cost_micros, version,"                                            \
+    " floor(extract(epoch FROM created_at) * 1000)::int8,"                                         \
+    " floor(extract(epoch FROM updated_at) * 1000)::int8,"                                         \
+    " coalesce(floor(extract(epoch FROM closed_at) * 1000)::int8, 0), updated_by_key_id,"          \
+    " coalesce(floor(extract(epoch FROM period_start) * 1000)::int8, 0),"                          \
+    " coalesce(floor(extract(epoch FROM next_reset_at) * 1000)::int8, 0),"                         \
+    " approval_ttl_ms, approved_extra_tokens"
+
+/* Reads row `row` of res (SCOPE_COLUMNS) into out. False when it does not parse. */
+bool cg__pg_read_scope(PGresult *res, int row, struct cg_budget_row *out);
+
+/* The columns cg__pg_read_reservation() expects. An ACTIVE reservation past its expiry reads as
+ * EXPIRED (4) until somebody settles it. */
+#define RESERVATION_COLUMNS                                                                        \
+    "reservation_id::text, session_id, task_id, agent_id, tokens, cost_micros, model,"             \
+    " estimate_id, CASE WHEN state = 1 AND expires_at <= now() THEN 4 ELSE state END,"             \
+    " floor(extract(epoch FROM created_at) * 1000)::int8,"                                         \
+    " floor(extract(epoch FROM expires_at) * 1000)::int8,"                                         \
+    " coalesce(floor(extract(epoch FROM settled_at) * 1000)::int8, 0),"                            \
+    " committed_input_tokens, committed_output_tokens, committed_cache_read_tokens,"               \
+    " committed_cache_write_tokens, committed_cost_micros"
+
+/* Reads row `row` of res (RESERVATION_COLUMNS) into out. */
+void cg__pg_read_reservation(PGresult *res, int row, struct cg_reservation *out);
 
 #endif

@@ -78,6 +78,7 @@ struct cg_server {
     size_t nmethods;
     void **handles;
     struct cg_pool *pool;
+    struct cg_rpc_batcher *batcher; /* NULL when write_batching is off */
     atomic_bool stopping;
 
     /* Calls alive anywhere and request slots posted; shutdown waits for both to reach
@@ -398,6 +399,24 @@ static void run_inline(struct call *c)
     finish_unary(c);
 }
 
+/* The pool is done with the call: wake its queue (on_pool_done runs there). */
+static void wake_after_pool(struct call *c)
+{
+    grpc_call_error e = grpc_call_start_batch(c->gcall, NULL, 0, &c->pool_tag, NULL);
+    if (e != GRPC_CALL_OK)
+        cg_log(CG_LOG_ERROR, "transport", c->rid, "cannot wake the call's queue: %d", (int)e);
+}
+
+/* cg_rpc_call.resume: a deferred call's answer, from whichever thread has it. */
+static void resume_deferred(struct cg_rpc_call *rc, cg_status st, uint8_t *out, size_t out_len)
+{
+    struct call *c = container_of(rc, struct call, rc);
+    c->st = st;
+    c->resp = out;
+    c->resp_len = out_len;
+    wake_after_pool(c);
+}
+
 static void pool_job(struct cg_job *job, void *thread_ctx)
 {
     struct call *c = container_of(job, struct call, job);
@@ -409,17 +428,19 @@ static void pool_job(struct cg_job *job, void *thread_ctx)
                            "deadline passed before the call could run");
     } else {
         cg_store_set_deadline(env->store, c->rc.deadline_ms);
+        cg_status st;
         if (c->method->kind == CG_RPC_SERVER_STREAM)
-            c->st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len,
-                                       &c->stream_request, &c->stream);
+            st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len, &c->stream_request,
+                                    &c->stream);
         else
-            c->st =
-                cg_rpc_invoke(c->method, &c->rc, env, c->req, c->req_len, &c->resp, &c->resp_len);
+            st = cg_rpc_invoke(c->method, &c->rc, env, c->req, c->req_len, &c->resp, &c->resp_len);
         cg_store_set_deadline(env->store, 0);
+        /* Deferred: resume_deferred wakes the queue, perhaps already did; c may be gone. */
+        if (st == CG_DEFERRED)
+            return;
+        c->st = st;
     }
-    grpc_call_error e = grpc_call_start_batch(c->gcall, NULL, 0, &c->pool_tag, NULL);
-    if (e != GRPC_CALL_OK)
-        cg_log(CG_LOG_ERROR, "transport", c->rid, "cannot wake the call's queue: %d", (int)e);
+    wake_after_pool(c);
 }
 
 static void on_pool_done(struct worker *w, struct tag *t, bool ok)
@@ -758,6 +779,7 @@ static struct call *call_new(struct worker *w, struct slot *s)
     cg_timer_init(&c->timer, c);
     c->rc.arena = c->arena;
     c->rc.max_message_bytes = (size_t)srv->cfg->max_message_bytes;
+    c->rc.resume = resume_deferred;
     cg_err_clear(&c->rc.err);
 
     /* The call's deadline: the caller's, cut to max_call_ms. */
@@ -980,6 +1002,7 @@ static void *pool_thread_init(void *arg, int index)
     ctx->env.prices = srv->prices;
     ctx->env.wake_streams = wake_streams_cb;
     ctx->env.wake_ctx = srv;
+    ctx->env.batcher = srv->batcher;
     ctx->env.store = cg_store_new(&o);
     if (ctx->env.store == NULL) {
         free(ctx);
@@ -1192,6 +1215,10 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
         srv->nworkers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
     }
 
+    if (cfg->write_batching && (srv->batcher = cg_rpc_batcher_new()) == NULL) {
+        cg_err_set(err, CG_NOMEM, "out of memory");
+        goto fail;
+    }
     struct cg_pool_opts popts = {
         .threads = (int)cfg->io_threads,
         .max_queue = (size_t)cfg->io_threads * POOL_QUEUE_PER_THREAD,
@@ -1317,6 +1344,7 @@ fail:
     srv->workers = NULL;
     cg_pool_free(srv->pool);
     srv->pool = NULL;
+    cg_rpc_batcher_free(srv->batcher);
     free(srv->handles);
     free(srv);
     grpc_shutdown();
@@ -1412,6 +1440,7 @@ void cg_server_free(struct cg_server *srv)
     }
     free(srv->workers);
     cg_pool_free(srv->pool);
+    cg_rpc_batcher_free(srv->batcher);
     free(srv->handles);
     pthread_mutex_destroy(&srv->live_lock);
     pthread_cond_destroy(&srv->live_zero);

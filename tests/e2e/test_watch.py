@@ -192,16 +192,18 @@ class Watch(cgtest.TestCase):
         self.assertGreater(last.sequence, first.sequence + 1, "the gap shows what was merged")
 
     def test_approval_id_mode_ends_ok_after_the_decision(self):
-        # Approvals are another piece of work: synthetic events through the same SQL
-        # function that cg_store_event_append calls stand in for them.
+        # Synthetic approval events through the same SQL function that
+        # cg_store_event_append calls, announced as the server announces them (after the
+        # append, with the payloads the function returns).
         approval, other = str(uuid.uuid4()), str(uuid.uuid4())
         w = self.watch(approval_id=approval.upper())
 
         def append(ref, type_name, state):
             t = T.Value(type_name)
-            cgtest.psql(f"SELECT cg_events_append('{self.tenant}', '[{{\"s\":\"{self.s}\","
+            cgtest.psql(f"SELECT pg_notify('cg_events', p) FROM cg_events_append("
+                        f"'{self.tenant}', '[{{\"s\":\"{self.s}\","
                         f"\"t\":\"\",\"a\":\"\",\"type\":{t},\"ref\":\"{ref}\","
-                        f"\"refs\":{state}}}]', {int(time.time() * 1000)})", dsn=self.a.dsn)
+                        f"\"refs\":{state}}}]', {int(time.time() * 1000)}) AS p", dsn=self.a.dsn)
 
         append(other, "USAGE_EVENT_TYPE_APPROVAL_REQUESTED", 1)
         append(approval, "USAGE_EVENT_TYPE_APPROVAL_REQUESTED", 1)

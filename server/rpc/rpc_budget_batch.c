@@ -1,0 +1,707 @@
+/* rpc_budget_batch.c - group commit for Reserve and Commit.
+ *
+ * A durable write costs a WAL flush, and every write of a tenant locks the tenant's scope
+ * row (store.h lock order), so one transaction per request caps a tenant at one request
+ * per flush. Here concurrent Reserves and Commits of a tenant share transactions: a pool
+ * thread that finds no batch running for its tenant becomes the tenant's leader and runs
+ * batches of whatever has queued up until the queue is empty; the others queue their call
+ * and return to the pool at once (the call is deferred, rpc.h). A batch is
+ *
+ *   BEGIN; lock the Commits' reservations (id order); lock every scope row of every path
+ *   (tenant first); check the Reserves' idempotency keys; decide each request in arrival
+ *   order on the locked counters (core/budget, as a request of its own would); write the
+ *   new reservations, settlements, ledger entries and counters in one statement; append the
+ *   events; COMMIT; answer.
+ *
+ * so a success reply still means committed, and decisions are those of the requests run
+ * one after the other in a transaction each. What a batch does not decide itself goes to
+ * the one-request path afterwards, on the leader's thread: idempotent replays, approvals,
+ * expired or settled reservations, missing scopes, a due reset, a batch whose write fails
+ * for any reason but an unreachable store. Events of a batch show each scope's row as it
+ * is after the whole batch (in order per scope, as always).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "core/budget_events.h"
+#include "rpc/rpc_budget.h"
+
+#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
+
+/* One queued request. Lives in its call's arena. */
+struct item {
+    cg_batch_kind kind;
+    struct cg_rpc_call *call;
+    const ProtobufCMessage *request;
+    struct cg_scope_ids ids;              /* Reserve: its scope; Commit: its reservation's */
+    char reservation_id[CG_UUID_LEN + 1]; /* Commit: canonical; Reserve: the new one's */
+    struct item *next;
+    /* the batch's work (its state is the batch's: once answered, an item is gone) */
+    int n;                                   /* rows of its path */
+    struct cg_budget_row after[CG_PATH_MAX]; /* its path right after it */
+    struct cg_budget_result decided;         /* Reserve: the decision before the hold */
+    struct cg_reservation res;               /* the reservation it made or settled */
+    struct cg_usage usage;                   /* Commit: recorded */
+    bool price_known;
+    int64_t spent;
+    char entry_id[CG_UUID_LEN + 1];
+    char ledger_key[CG_IDEMPOTENCY_MAX + 1];
+    int new_index, settle_index;
+};
+
+/* A tenant's queue. */
+struct group {
+    char tenant_id[CG_UUID_LEN + 1];
+    struct item *head, *tail;
+    struct group *next;
+};
+
+/* Where an item of the running batch stands. Answering an item is the last thing done
+ * with it: its call (and the item, in the call's arena) may be freed at once. */
+typedef enum {
+    ITEM_PENDING,  /* not decided yet */
+    ITEM_DONE,     /* answered */
+    ITEM_FALLBACK, /* to the one-request path after the batch */
+    ITEM_BATCHED,  /* decided by the batch: answered after COMMIT */
+    ITEM_DENIED,   /* refused by the batch: answered after COMMIT (or retried alone) */
+} item_state;
+
+struct batch;
+
+struct cg_rpc_batcher {
+    pthread_mutex_t lock;
+    struct group *groups; /* tenants with a leader (their queue may be empty) */
+    struct batch **spare; /* batch buffers not in use, for the next leader */
+    int nspare, capspare;
+};
+
+struct cg_rpc_batcher *cg_rpc_batcher_new(void)
+{
+    struct cg_rpc_batcher *b = calloc(1, sizeof *b);
+    if (b != NULL)
+        pthread_mutex_init(&b->lock, NULL);
+    return b;
+}
+
+void cg_rpc_batcher_free(struct cg_rpc_batcher *b)
+{
+    if (b == NULL)
+        return;
+    /* Leaders run on pool threads, which are joined before this: no group is left. */
+    for (int i = 0; i < b->nspare; i++)
+        free(b->spare[i]);
+    free(b->spare);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call, const struct cg_rpc_env *env)
+{
+    return env->batcher != NULL && call->resume != NULL;
+}
+
+/* ------------------------------------------------------------------ deciding --- */
+
+static int depth(const struct cg_scope_ids *ids)
+{
+    return ids->agent_id[0] ? 4 : ids->task_id[0] ? 3 : ids->session_id[0] ? 2 : 1;
+}
+
+static bool same_ids(const struct cg_scope_ids *a, const struct cg_scope_ids *b)
+{
+    return strcmp(a->session_id, b->session_id) == 0 && strcmp(a->task_id, b->task_id) == 0 &&
+           strcmp(a->agent_id, b->agent_id) == 0;
+}
+
+/* The locked rows, their working counters and whether the batch changed them. */
+struct rows {
+    struct cg_budget_row *row;
+    bool *dirty;
+    int n;
+};
+
+static int find_row(const struct rows *rows, const struct cg_scope_ids *ids)
+{
+    for (int i = 0; i < rows->n; i++)
+        if (same_ids(&rows->row[i].ids, ids))
+            return i;
+    return -1;
+}
+
+/* Indexes of the rows of the path of ids into at[]; false when one is missing. */
+static bool path_of(const struct rows *rows, const struct cg_scope_ids *ids, int at[CG_PATH_MAX],
+                    int *n)
+{
+    *n = depth(ids);
+    for (int level = 1; level <= *n; level++) {
+        struct cg_scope_ids p;
+        cg_store_path_ids(ids, level, &p);
+        if ((at[level - 1] = find_row(rows, &p)) < 0)
+            return false;
+    }
+    return true;
+}
+
+static int64_t add_floor0(int64_t v, int64_t delta)
+{
+    int64_t r = v + delta;
+    return r < 0 ? 0 : r;
+}
+
+static bool fits(int64_t v, int64_t delta)
+{
+    return delta <= 0 || v <= INT64_MAX - delta;
+}
+
+/* Applies the deltas to the path's working rows (counters >= 0, as path_add), keeping a
+ * copy of the path before and after. False (nothing changed) when a counter would leave
+ * its range: that request goes to the one-request path, which answers it. */
+static bool apply(struct rows *rows, const int *at, int n, int64_t used, int64_t reserved,
+                  int64_t used_cost, int64_t reserved_cost, struct cg_budget_row *before,
+                  struct cg_budget_row *after)
+{
+    for (int i = 0; i < n; i++) {
+        const struct cg_budget_row *r = &rows->row[at[i]];
+        if (!fits(r->used_tokens, used) || !fits(r->reserved_tokens, reserved) ||
+            !fits(r->used_cost_micros, used_cost) || !fits(r->reserved_cost_micros, reserved_cost))
+            return false;
+    }
+    for (int i = 0; i < n; i++) {
+        struct cg_budget_row *r = &rows->row[at[i]];
+        before[i] = *r;
+        r->used_tokens = add_floor0(r->used_tokens, used);
+        r->reserved_tokens = add_floor0(r->reserved_tokens, reserved);
+        r->used_cost_micros = add_floor0(r->used_cost_micros, used_cost);
+        r->reserved_cost_micros = add_floor0(r->reserved_cost_micros, reserved_cost);
+        rows->dirty[at[i]] = true;
+        after[i] = *r;
+    }
+    return true;
+}
+
+/* Everything one batch holds; reused from batch to batch (nothing is cleared between
+ * them: every array is written before it is read). */
+struct batch {
+    struct item *items[CG_BATCH_MAX];
+    item_state state[CG_BATCH_MAX];
+    int n;
+    struct cg_scope_ids keys[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
+    struct cg_budget_row rowbuf[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
+    bool dirty[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
+    char res_ids[CG_BATCH_MAX][CG_UUID_LEN + 1];
+    struct cg_reservation res[CG_BATCH_MAX];
+    bool found[CG_BATCH_MAX];
+    int res_owner[CG_BATCH_MAX];
+    const char *keys_text[CG_BATCH_MAX];
+    bool key_used[CG_BATCH_MAX];
+    int key_owner[CG_BATCH_MAX];
+    struct cg_batch_new new_res[CG_BATCH_MAX];
+    struct cg_batch_settle settle[CG_BATCH_MAX];
+    struct cg_batch_ledger ledger[CG_BATCH_MAX];
+    struct cg_budget_row counters[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
+    struct cg_event_in events[CG_BATCH_MAX * (CG_PATH_MAX * CG_LEVEL_EVENTS_MAX + 1)];
+};
+
+/* Answers item i now (an error), which is the last thing done with it. */
+static void finish_error(struct batch *b, int i, cg_status st)
+{
+    b->state[i] = ITEM_DONE;
+    cg_rpc_complete(b->items[i]->call, st, NULL);
+}
+
+/* Locks the Commits' reservations; decides which Commits the batch can settle. */
+static cg_status lock_reservations(const struct cg_rpc_env *env, const char *tenant,
+                                   struct batch *b, struct cg_err *serr)
+{
+    int nres = 0;
+    for (int i = 0; i < b->n; i++) {
+        struct item *it = b->items[i];
+        if (it->kind != CG_BATCH_COMMIT || b->state[i] != ITEM_PENDING)
+            continue;
+        const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)it->request;
+        if (!cg_store_uuid_canonical(req->reservation_id, it->reservation_id)) {
+            b->state[i] = ITEM_FALLBACK; /* the one-request path says NOT_FOUND as ever */
+            continue;
+        }
+        bool twice = false;
+        for (int j = 0; j < nres; j++)
+            twice |= strcmp(b->res_ids[j], it->reservation_id) == 0;
+        if (twice) {
+            b->state[i] = ITEM_FALLBACK; /* the second Commit of one reservation: a replay */
+            continue;
+        }
+        memcpy(b->res_ids[nres], it->reservation_id, CG_UUID_LEN + 1);
+        b->res_owner[nres++] = i;
+    }
+    cg_status st = cg_store_batch_lock_reservations(env->store, tenant, b->res_ids, nres, b->res,
+                                                    b->found, serr);
+    if (st != CG_OK)
+        return st;
+    for (int j = 0; j < nres; j++) {
+        int i = b->res_owner[j];
+        /* Unknown, settled or past expiry: the one-request path has the answers. */
+        if (!b->found[j] || b->res[j].state != 1) {
+            b->state[i] = ITEM_FALLBACK;
+            continue;
+        }
+        b->items[i]->res = b->res[j];
+        b->items[i]->ids = b->res[j].ids;
+    }
+    return CG_OK;
+}
+
+/* Locks every row of every path. *whole_fallback: the batch cannot decide (the tenant row
+ * is missing or its period must reset first). */
+static cg_status lock_scopes(const struct cg_rpc_env *env, const char *tenant, struct batch *b,
+                             struct rows *rows, int64_t now_ms, bool *whole_fallback,
+                             struct cg_err *serr)
+{
+    int nkeys = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (b->state[i] != ITEM_PENDING)
+            continue;
+        const struct cg_scope_ids *ids = &b->items[i]->ids;
+        for (int level = 1; level <= depth(ids); level++)
+            cg_store_path_ids(ids, level, &b->keys[nkeys++]);
+    }
+    int nrows = 0;
+    cg_status st = cg_store_batch_lock_scopes(env->store, tenant, b->keys, nkeys, b->rowbuf,
+                                              CG_BATCH_MAX * CG_PATH_ROWS_MAX, &nrows, serr);
+    if (st != CG_OK)
+        return st;
+    rows->row = b->rowbuf;
+    rows->dirty = b->dirty;
+    rows->n = nrows;
+    memset(b->dirty, 0, sizeof b->dirty);
+    *whole_fallback = nrows == 0 || b->rowbuf[0].level != 1 ||
+                      (b->rowbuf[0].next_reset_ms != 0 && b->rowbuf[0].next_reset_ms <= now_ms);
+    return CG_OK;
+}
+
+/* Idempotency keys of the Reserves: a key seen before is a replay (one-request path). */
+static cg_status check_keys(const struct cg_rpc_env *env, const char *tenant, struct batch *b,
+                            struct cg_err *serr)
+{
+    int nkeys = 0;
+    for (int i = 0; i < b->n; i++) {
+        struct item *it = b->items[i];
+        if (it->kind != CG_BATCH_RESERVE || b->state[i] != ITEM_PENDING)
+            continue;
+        const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)it->request;
+        if (req->idempotency_key[0] == '\0')
+            continue;
+        bool twice = false;
+        for (int j = 0; j < nkeys; j++)
+            twice |= strcmp(b->keys_text[j], req->idempotency_key) == 0;
+        if (twice) {
+            b->state[i] = ITEM_FALLBACK;
+            continue;
+        }
+        b->keys_text[nkeys] = req->idempotency_key;
+        b->key_owner[nkeys++] = i;
+    }
+    cg_status st =
+        cg_store_batch_keys_used(env->store, tenant, b->keys_text, nkeys, b->key_used, serr);
+    if (st != CG_OK)
+        return st;
+    for (int j = 0; j < nkeys; j++)
+        if (b->key_used[j])
+            b->state[b->key_owner[j]] = ITEM_FALLBACK;
+    return CG_OK;
+}
+
+/* Decides Reserve i on the working rows. */
+static void decide_reserve(const struct cg_rpc_env *env, struct batch *b, struct rows *rows, int i,
+                           int *n_new, int *n_events)
+{
+    struct item *it = b->items[i];
+    const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)it->request;
+    int at[CG_PATH_MAX], n;
+    if (!path_of(rows, &it->ids, at, &n)) {
+        b->state[i] = ITEM_FALLBACK; /* a missing scope: the one-request path names it */
+        return;
+    }
+    struct cg_budget_row before[CG_PATH_MAX];
+    for (int l = 0; l < n; l++)
+        it->after[l] = rows->row[at[l]];
+    it->n = n;
+    int64_t hold_cost = cg_rpc_reserve_cost(env, req);
+    cg_rpc_decide(it->after, n, req->tokens, hold_cost, &it->decided);
+    if (it->decided.decision == CG_DECISION_REQUIRE_APPROVAL) {
+        b->state[i] = ITEM_FALLBACK;
+        return;
+    }
+    if (it->decided.decision == CG_DECISION_DENY) {
+        /* Answered once the batch commits: it saw holds of this batch that a failed write
+         * would take back. */
+        b->state[i] = ITEM_DENIED;
+        return;
+    }
+    uint32_t ttl = cg_rpc_reserve_ttl(req, &it->after[n - 1]);
+    if (cg_store_uuid(it->reservation_id) != CG_OK ||
+        !apply(rows, at, n, 0, req->tokens, 0, hold_cost, before, it->after)) {
+        b->state[i] = ITEM_FALLBACK;
+        return;
+    }
+    b->state[i] = ITEM_BATCHED;
+    struct cg_batch_new *nr = &b->new_res[*n_new];
+    it->new_index = (*n_new)++;
+    memset(nr, 0, sizeof *nr);
+    memcpy(nr->reservation_id, it->reservation_id, sizeof nr->reservation_id);
+    nr->ids = it->ids;
+    nr->tokens = req->tokens;
+    nr->cost_micros = hold_cost;
+    nr->model = req->model;
+    nr->estimate_id = req->estimate_id;
+    nr->idempotency_key = req->idempotency_key;
+    nr->ttl_ms = ttl;
+    int cap = (int)(sizeof b->events / sizeof *b->events);
+    (void)cg_rpc_collect_events(before, it->after, n, b->events, cap, n_events);
+}
+
+/* Decides Commit i (of an ACTIVE reservation) on the working rows. */
+static void decide_commit(const struct cg_rpc_env *env, struct batch *b, struct rows *rows, int i,
+                          int *n_settle, int *n_events)
+{
+    struct item *it = b->items[i];
+    const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)it->request;
+    int at[CG_PATH_MAX], n;
+    /* The usage was checked by the handler: this cannot fail here. */
+    if (!path_of(rows, &it->ids, at, &n) ||
+        cg_rpc_usage_in(it->call, req->usage, &it->usage) != CG_OK) {
+        b->state[i] = ITEM_FALLBACK;
+        return;
+    }
+    it->price_known =
+        cg_rpc_price_usage(env, req->model[0] ? req->model : it->res.model, &it->usage);
+    it->spent = cg_rpc_usage_tokens(&it->usage);
+    struct cg_budget_row before[CG_PATH_MAX];
+    if (cg_store_uuid(it->entry_id) != CG_OK ||
+        !apply(rows, at, n, it->spent, -it->res.tokens, it->usage.cost_micros, -it->res.cost_micros,
+               before, it->after)) {
+        b->state[i] = ITEM_FALLBACK;
+        return;
+    }
+    it->n = n;
+    b->state[i] = ITEM_BATCHED;
+    snprintf(it->ledger_key, sizeof it->ledger_key, "reservation:%s", it->reservation_id);
+    struct cg_batch_settle *s = &b->settle[*n_settle];
+    struct cg_batch_ledger *l = &b->ledger[*n_settle];
+    it->settle_index = (*n_settle)++;
+    memcpy(s->reservation_id, it->reservation_id, sizeof s->reservation_id);
+    s->state = 2;
+    s->usage = it->usage;
+    memset(l, 0, sizeof *l);
+    memcpy(l->entry_id, it->entry_id, sizeof l->entry_id);
+    l->ids = it->ids;
+    l->usage = it->usage;
+    l->model = req->model[0] ? req->model : it->res.model;
+    l->idempotency_key = it->ledger_key;
+    l->reservation_id = it->reservation_id;
+    int cap = (int)(sizeof b->events / sizeof *b->events);
+    (void)cg_rpc_collect_events(before, it->after, n, b->events, cap, n_events);
+}
+
+/* The answer of item i, decided by the batch, once committed. */
+static void answer(struct batch *b, int i, int64_t now_ms)
+{
+    struct item *it = b->items[i];
+    ProtobufCMessage *response = NULL;
+    cg_status st;
+    if (b->state[i] == ITEM_DENIED) {
+        const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)it->request;
+        st = cg_rpc_deny(it->call, it->after, it->n, &it->decided, req->tokens);
+    } else if (it->kind == CG_BATCH_RESERVE) {
+        const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)it->request;
+        const struct cg_batch_new *nr = &b->new_res[it->new_index];
+        memset(&it->res, 0, sizeof it->res);
+        memcpy(it->res.reservation_id, nr->reservation_id, sizeof nr->reservation_id);
+        it->res.ids = nr->ids;
+        it->res.tokens = nr->tokens;
+        it->res.cost_micros = nr->cost_micros;
+        snprintf(it->res.model, sizeof it->res.model, "%s", nr->model);
+        snprintf(it->res.estimate_id, sizeof it->res.estimate_id, "%s", nr->estimate_id);
+        it->res.state = 1;
+        it->res.created_at_ms = nr->created_at_ms;
+        it->res.expires_at_ms = nr->expires_at_ms;
+        st = cg_rpc_reserve_reply(it->call, req, it->after, it->n, &it->decided, &it->res,
+                                  &response);
+    } else {
+        Ctxguard__V1__CommitResponse *resp =
+            cg_arena_alloc(it->call->arena, sizeof(Ctxguard__V1__CommitResponse));
+        if (resp == NULL) {
+            st = OOM(it->call);
+        } else {
+            ctxguard__v1__commit_response__init(resp);
+            resp->ledger_entry_id = cg_arena_strdup(it->call->arena, it->entry_id);
+            resp->released_tokens = it->res.tokens > it->spent ? it->res.tokens - it->spent : 0;
+            resp->overrun_tokens = it->spent > it->res.tokens ? it->spent - it->res.tokens : 0;
+            it->res.state = 2;
+            it->res.committed = it->usage;
+            it->res.settled_at_ms = now_ms;
+            st = resp->ledger_entry_id == NULL
+                     ? OOM(it->call)
+                     : cg_rpc_commit_finish(it->call, resp, &it->res, &it->usage, it->price_known,
+                                            it->after, it->n, &response);
+        }
+    }
+    b->state[i] = ITEM_DONE;
+    cg_rpc_complete(it->call, st, response);
+}
+
+/* The one-request path for item i, which the batch left. */
+static void run_single(const struct cg_rpc_env *env, struct batch *b, int i)
+{
+    struct item *it = b->items[i];
+    cg_store_set_deadline(env->store, it->call->deadline_ms);
+    ProtobufCMessage *response = NULL;
+    cg_status st;
+    if (cg_mono_ms() >= it->call->deadline_ms)
+        st = cg_err_set(&it->call->err, CG_DEADLINE_EXCEEDED, "deadline passed in the queue");
+    else if (it->kind == CG_BATCH_RESERVE)
+        st = cg_rpc_reserve_single(it->call, env, (const Ctxguard__V1__ReserveRequest *)it->request,
+                                   &it->ids, &response);
+    else
+        st = cg_rpc_commit_single(it->call, env, (const Ctxguard__V1__CommitRequest *)it->request,
+                                  &response);
+    b->state[i] = ITEM_DONE;
+    cg_rpc_complete(it->call, st, response);
+}
+
+/* Every event shows its scope's row as it is when appended, after the whole batch, so a
+ * scope's USAGE_CHANGED events of one batch would all say the same: only the last one of
+ * each scope is kept (the others' order is unchanged). Returns the new count. */
+static int coalesce_usage_events(struct cg_event_in *events, int n)
+{
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        bool later = false;
+        if (events[i].type == CG_EVENT_USAGE_CHANGED)
+            for (int j = i + 1; j < n && !later; j++)
+                later = events[j].type == CG_EVENT_USAGE_CHANGED &&
+                        same_ids(&events[j].ids, &events[i].ids);
+        if (!later)
+            events[kept++] = events[i];
+    }
+    return kept;
+}
+
+/* Decides and writes what it can of the batch in one transaction. CG_OK when committed
+ * (or when there was nothing to write); otherwise serr says why and nothing is. */
+static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tenant, struct batch *b,
+                                  int64_t now_ms, bool *whole_fallback, struct cg_err *serr)
+{
+    struct rows rows = {0};
+    int n_new = 0, n_settle = 0, n_events = 0;
+    cg_status st = cg_store_begin(env->store, serr);
+    if (st == CG_OK)
+        st = lock_reservations(env, tenant, b, serr);
+    if (st == CG_OK)
+        st = lock_scopes(env, tenant, b, &rows, now_ms, whole_fallback, serr);
+    if (st == CG_OK && !*whole_fallback)
+        st = check_keys(env, tenant, b, serr);
+    if (st != CG_OK || *whole_fallback) {
+        cg_store_rollback(env->store);
+        return st;
+    }
+    for (int i = 0; i < b->n; i++) {
+        if (b->state[i] != ITEM_PENDING)
+            continue;
+        if (b->items[i]->kind == CG_BATCH_RESERVE)
+            decide_reserve(env, b, &rows, i, &n_new, &n_events);
+        else
+            decide_commit(env, b, &rows, i, &n_settle, &n_events);
+    }
+    if (n_new + n_settle == 0) {
+        cg_store_rollback(env->store);
+        return CG_OK;
+    }
+    n_events = coalesce_usage_events(b->events, n_events);
+    int n_counters = 0;
+    for (int i = 0; i < rows.n; i++)
+        if (rows.dirty[i])
+            b->counters[n_counters++] = rows.row[i];
+    struct cg_batch_write w = {
+        .new_res = b->new_res,
+        .n_new = n_new,
+        .settle = b->settle,
+        .n_settle = n_settle,
+        .ledger = b->ledger,
+        .n_ledger = n_settle,
+        .counters = b->counters,
+        .n_counters = n_counters,
+    };
+    st = cg_store_batch_write(env->store, tenant, &w, serr);
+    for (int off = 0; st == CG_OK && off < n_events; off += 64) {
+        int k = n_events - off < 64 ? n_events - off : 64;
+        st = cg_store_events_append(env->store, tenant, &b->events[off], k, now_ms, serr);
+    }
+    if (st == CG_OK)
+        st = cg_store_commit(env->store, serr);
+    if (st != CG_OK)
+        cg_store_rollback(env->store);
+    return st;
+}
+
+/* Runs one batch of a tenant's items on this thread's store and answers every item. */
+static void run_batch(const struct cg_rpc_env *env, const char *tenant, struct batch *b)
+{
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    int64_t latest = 0;
+    for (int i = 0; i < b->n; i++) {
+        b->state[i] = ITEM_PENDING;
+        struct cg_rpc_call *call = b->items[i]->call;
+        if (cg_mono_ms() >= call->deadline_ms)
+            finish_error(
+                b, i, cg_err_set(&call->err, CG_DEADLINE_EXCEEDED, "deadline passed in the queue"));
+        else if (call->deadline_ms > latest)
+            latest = call->deadline_ms;
+    }
+    cg_store_set_deadline(env->store, latest);
+    int64_t now_ms = cg_wall_ms();
+    bool whole_fallback = false;
+    int64_t t0 = cg_mono_ms();
+    cg_status st = decide_and_write(env, tenant, b, now_ms, &whole_fallback, &serr);
+    cg_log(CG_LOG_DEBUG, "rpc_batch", NULL, "batch n=%d ms=%lld st=%d", b->n,
+           (long long)(cg_mono_ms() - t0), (int)st);
+    bool unreachable = serr.code == CG_UNAVAILABLE || serr.code == CG_DEADLINE_EXCEEDED;
+    if (st != CG_OK && !unreachable && b->n > 0)
+        cg_log(CG_LOG_INFO, "rpc_batch", NULL,
+               "batch of %d failed (%s: %s); its requests run one by one", b->n,
+               cg_status_str(serr.code), serr.msg);
+    for (int i = 0; i < b->n; i++) {
+        if (b->state[i] == ITEM_DONE)
+            continue;
+        if (st == CG_OK && !whole_fallback &&
+            (b->state[i] == ITEM_BATCHED || b->state[i] == ITEM_DENIED))
+            answer(b, i, now_ms);
+        else if (st != CG_OK && unreachable)
+            finish_error(b, i, cg_rpc_store_error(b->items[i]->call, &serr));
+        else
+            b->state[i] = ITEM_FALLBACK; /* a second try, one request at a time */
+    }
+    for (int i = 0; i < b->n; i++)
+        if (b->state[i] == ITEM_FALLBACK)
+            run_single(env, b, i);
+    cg_store_set_deadline(env->store, 0);
+}
+
+/* ------------------------------------------------------------------ the queue --- */
+
+static struct group *group_find(struct cg_rpc_batcher *bt, const char *tenant)
+{
+    for (struct group *g = bt->groups; g != NULL; g = g->next)
+        if (strcmp(g->tenant_id, tenant) == 0)
+            return g;
+    return NULL;
+}
+
+static void group_remove(struct cg_rpc_batcher *bt, struct group *g)
+{
+    for (struct group **p = &bt->groups; *p != NULL; p = &(*p)->next) {
+        if (*p == g) {
+            *p = g->next;
+            return;
+        }
+    }
+}
+
+/* Under the lock: a batch buffer, spare or new (NULL when out of memory). */
+static struct batch *batch_take(struct cg_rpc_batcher *bt)
+{
+    if (bt->nspare > 0)
+        return bt->spare[--bt->nspare];
+    return malloc(sizeof(struct batch));
+}
+
+/* Under the lock: keeps b for the next leader (frees it when that cannot be). */
+static void batch_give_back(struct cg_rpc_batcher *bt, struct batch *b)
+{
+    if (bt->nspare == bt->capspare) {
+        int cap = bt->capspare ? bt->capspare * 2 : 8;
+        struct batch **spare = realloc(bt->spare, (size_t)cap * sizeof *spare);
+        if (spare == NULL) {
+            free(b);
+            return;
+        }
+        bt->spare = spare;
+        bt->capspare = cap;
+    }
+    bt->spare[bt->nspare++] = b;
+}
+
+/* Leads the tenant's batches until its queue is empty, then frees the group. */
+static void lead(const struct cg_rpc_env *env, struct group *g, struct batch *b)
+{
+    struct cg_rpc_batcher *bt = env->batcher;
+    for (;;) {
+        pthread_mutex_lock(&bt->lock);
+        int n = 0;
+        while (g->head != NULL && n < CG_BATCH_MAX) {
+            b->items[n++] = g->head;
+            g->head = g->head->next;
+        }
+        if (g->head == NULL)
+            g->tail = NULL;
+        if (n == 0) {
+            group_remove(bt, g);
+            batch_give_back(bt, b);
+            pthread_mutex_unlock(&bt->lock);
+            free(g);
+            return;
+        }
+        pthread_mutex_unlock(&bt->lock);
+        b->n = n;
+        run_batch(env, g->tenant_id, b);
+    }
+}
+
+cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              cg_batch_kind kind, const ProtobufCMessage *request,
+                              const struct cg_scope_ids *ids)
+{
+    struct item *it = cg_arena_alloc(call->arena, sizeof *it);
+    if (it == NULL)
+        return OOM(call);
+    memset(it, 0, sizeof *it);
+    it->kind = kind;
+    it->call = call;
+    it->request = request;
+    if (ids != NULL)
+        it->ids = *ids;
+
+    struct cg_rpc_batcher *bt = env->batcher;
+    struct group *mine = NULL;
+    struct batch *b = NULL;
+    pthread_mutex_lock(&bt->lock);
+    struct group *g = group_find(bt, call->principal.tenant_id);
+    if (g == NULL) {
+        /* Nobody leads this tenant: this thread will, until the queue runs dry. */
+        g = calloc(1, sizeof *g);
+        b = g ? batch_take(bt) : NULL;
+        if (b == NULL) {
+            pthread_mutex_unlock(&bt->lock);
+            free(g);
+            return OOM(call);
+        }
+        memcpy(g->tenant_id, call->principal.tenant_id, sizeof g->tenant_id);
+        g->next = bt->groups;
+        bt->groups = g;
+        mine = g;
+    }
+    if (g->tail != NULL)
+        g->tail->next = it;
+    else
+        g->head = it;
+    g->tail = it;
+    pthread_mutex_unlock(&bt->lock);
+    /* From here on the call may be answered (and gone) at any moment. */
+    if (mine != NULL)
+        lead(env, mine, b);
+    return CG_DEFERRED;
+}

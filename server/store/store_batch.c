@@ -1,0 +1,97 @@
+/* store_batch.c - the facade of batched budget writes: argument checks and the call's
+ * deadline, then PostgreSQL (store_pg_batch.c). */
+#include "store/store_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/crypto.h"
+
+static cg_status check_count(int n, struct cg_err *err)
+{
+    if (n < 0 || n > CG_BATCH_MAX * CG_PATH_ROWS_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "n: out of range");
+    return CG_OK;
+}
+
+cg_status cg_store_batch_lock_reservations(struct cg_store *store, const char *tenant_id,
+                                           char (*const ids)[CG_UUID_LEN + 1], int n,
+                                           struct cg_reservation *out, bool *found,
+                                           struct cg_err *err)
+{
+    char id[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc == CG_OK)
+        rc = check_count(n, err);
+    for (int i = 0; rc == CG_OK && i < n; i++) {
+        char canonical[CG_UUID_LEN + 1];
+        if (!cg__store_normalize_uuid(ids[i], canonical) || strcmp(canonical, ids[i]) != 0)
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "ids[%d]: not a canonical UUID", i);
+    }
+    if (rc != CG_OK)
+        return rc;
+    return cg_pg_batch_lock_reservations(store->pg, id, ids, n, out, found, err);
+}
+
+cg_status cg_store_batch_lock_scopes(struct cg_store *store, const char *tenant_id,
+                                     const struct cg_scope_ids *keys, int n,
+                                     struct cg_budget_row *out, int cap, int *nout,
+                                     struct cg_err *err)
+{
+    *nout = 0;
+    char id[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc == CG_OK)
+        rc = check_count(n, err);
+    for (int i = 0; rc == CG_OK && i < n; i++)
+        rc = cg__store_check_ids(&keys[i], "keys", err);
+    if (rc != CG_OK)
+        return rc;
+    return cg_pg_batch_lock_scopes(store->pg, id, keys, n, out, cap, nout, err);
+}
+
+cg_status cg_store_batch_keys_used(struct cg_store *store, const char *tenant_id,
+                                   const char *const *keys, int n, bool *used, struct cg_err *err)
+{
+    char id[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc == CG_OK)
+        rc = check_count(n, err);
+    for (int i = 0; rc == CG_OK && i < n; i++)
+        rc = cg__store_check_text(keys[i], 0, CG_IDEMPOTENCY_MAX, 0, "keys", err);
+    if (rc != CG_OK)
+        return rc;
+    return cg_pg_batch_keys_used(store->pg, id, keys, n, used, err);
+}
+
+cg_status cg_store_batch_write(struct cg_store *store, const char *tenant_id,
+                               const struct cg_batch_write *w, struct cg_err *err)
+{
+    char id[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc == CG_OK)
+        rc = check_count(w->n_new + w->n_settle + w->n_ledger + w->n_counters, err);
+    if (rc != CG_OK)
+        return rc;
+    for (int i = 0; i < w->n_counters; i++) {
+        const struct cg_budget_row *c = &w->counters[i];
+        if (c->used_tokens < 0 || c->reserved_tokens < 0 || c->used_cost_micros < 0 ||
+            c->reserved_cost_micros < 0)
+            return cg_err_set(err, CG_INVALID_ARGUMENT, "counters[%d]: negative", i);
+    }
+    return cg_pg_batch_write(store->pg, id, w, err);
+}
+
+cg_status cg_store_uuid(char out[CG_UUID_LEN + 1])
+{
+    uint8_t b[16];
+    if (cg_random_bytes(b, sizeof b) != CG_OK)
+        return CG_INTERNAL;
+    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    snprintf(out, CG_UUID_LEN + 1,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+             b[15]);
+    return CG_OK;
+}

@@ -1,0 +1,425 @@
+/* store_pg_batch.c - the set-based statements of a batched budget transaction: many
+ * Reserves and Commits of one tenant decided together under one set of row locks and
+ * written by one statement (rpc_budget_batch.c drives them).
+ *
+ * Arrays travel as text array literals ("{...}") built here, every element quoted, so that
+ * one statement carries the whole batch whatever its size (bounded by the caller).
+ */
+#include "store/store_pg_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+
+/* ------------------------------------------------------------------ array literals --- */
+
+/* A growing "{...}" literal. On allocation failure it stays failed (ok = false). */
+struct lit {
+    char *buf;
+    size_t len, cap;
+    bool ok;
+    bool first;
+};
+
+static void lit_init(struct lit *l)
+{
+    memset(l, 0, sizeof *l);
+    l->ok = true;
+    l->first = true;
+}
+
+static void lit_put(struct lit *l, const char *s, size_t n)
+{
+    if (!l->ok)
+        return;
+    if (l->len + n + 3 > l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        while (cap < l->len + n + 3)
+            cap *= 2;
+        char *b = realloc(l->buf, cap);
+        if (b == NULL) {
+            l->ok = false;
+            return;
+        }
+        l->buf = b;
+        l->cap = cap;
+    }
+    memcpy(l->buf + l->len, s, n);
+    l->len += n;
+    l->buf[l->len] = '\0';
+}
+
+static void lit_sep(struct lit *l)
+{
+    lit_put(l, l->first ? "{" : ",", 1);
+    l->first = false;
+}
+
+/* One quoted element: backslash and double quote escaped, as array_in wants. */
+static void lit_text(struct lit *l, const char *s)
+{
+    lit_sep(l);
+    lit_put(l, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            lit_put(l, "\\", 1);
+        lit_put(l, p, 1);
+    }
+    lit_put(l, "\"", 1);
+}
+
+static void lit_i64(struct lit *l, int64_t v)
+{
+    char num[24];
+    int n = snprintf(num, sizeof num, "%lld", (long long)v);
+    lit_sep(l);
+    lit_put(l, num, (size_t)n);
+}
+
+/* The literal, "{}" when empty; NULL after an allocation failure. */
+static const char *lit_done(struct lit *l)
+{
+    if (l->first)
+        lit_put(l, "{", 1);
+    lit_put(l, "}", 1);
+    return l->ok ? l->buf : NULL;
+}
+
+static void lits_free(struct lit *lits, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(lits[i].buf);
+}
+
+/* Finishes n literals into values[first..]; false when one failed. */
+static bool lits_done(struct lit *lits, int n, const char **values, int first)
+{
+    for (int i = 0; i < n; i++)
+        if ((values[first + i] = lit_done(&lits[i])) == NULL)
+            return false;
+    return true;
+}
+
+static cg_status no_memory(struct cg_err *err)
+{
+    return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* ------------------------------------------------------------------ locks --- */
+
+cg_status cg_pg_batch_lock_reservations(struct cg_pg *pg, const char *tenant_id,
+                                        char (*const ids)[CG_UUID_LEN + 1], int n,
+                                        struct cg_reservation *out, bool *found, struct cg_err *err)
+{
+    for (int i = 0; i < n; i++)
+        found[i] = false;
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "batch_lock_reservations", err);
+    if (n == 0)
+        return CG_OK;
+    struct lit l;
+    lit_init(&l);
+    for (int i = 0; i < n; i++)
+        lit_text(&l, ids[i]);
+    const char *values[2] = {tenant_id, lit_done(&l)};
+    if (values[1] == NULL) {
+        free(l.buf);
+        return no_memory(err);
+    }
+    /* In id order, so that two batches locking overlapping sets wait, not deadlock. */
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(pg, "batch_lock_reservations",
+                              "SELECT " RESERVATION_COLUMNS " FROM reservations"
+                              " WHERE tenant_id = $1::uuid AND reservation_id = ANY($2::uuid[])"
+                              " ORDER BY reservation_id FOR NO KEY UPDATE",
+                              2, values, NULL, NULL, 0, &res, err);
+    free(l.buf);
+    if (rc != CG_OK)
+        return rc;
+    for (int r = 0; r < PQntuples(res); r++) {
+        struct cg_reservation row;
+        cg__pg_read_reservation(res, r, &row);
+        for (int i = 0; i < n; i++) {
+            if (!found[i] && strcmp(ids[i], row.reservation_id) == 0) {
+                out[i] = row;
+                found[i] = true;
+            }
+        }
+    }
+    PQclear(res);
+    return CG_OK;
+}
+
+cg_status cg_pg_batch_lock_scopes(struct cg_pg *pg, const char *tenant_id,
+                                  const struct cg_scope_ids *keys, int n, struct cg_budget_row *out,
+                                  int cap, int *nout, struct cg_err *err)
+{
+    *nout = 0;
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "batch_lock_scopes", err);
+    struct lit lits[3];
+    for (int i = 0; i < 3; i++)
+        lit_init(&lits[i]);
+    for (int i = 0; i < n; i++) {
+        lit_text(&lits[0], keys[i].session_id);
+        lit_text(&lits[1], keys[i].task_id);
+        lit_text(&lits[2], keys[i].agent_id);
+    }
+    const char *values[4] = {tenant_id};
+    if (!lits_done(lits, 3, values, 1)) {
+        lits_free(lits, 3);
+        return no_memory(err);
+    }
+    /* LockRows runs above the sort: rows are locked tenant first, then by level and ids,
+     * the order every writer of store.h follows. */
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(pg, "batch_lock_scopes",
+                              "SELECT " SCOPE_COLUMNS " FROM scopes"
+                              " WHERE tenant_id = $1::uuid AND (session_id, task_id, agent_id) IN"
+                              " (SELECT * FROM unnest($2::text[], $3::text[], $4::text[]))"
+                              " ORDER BY level, session_id, task_id, agent_id FOR NO KEY UPDATE",
+                              4, values, NULL, NULL, 0, &res, err);
+    lits_free(lits, 3);
+    if (rc != CG_OK)
+        return rc;
+    int rows = PQntuples(res);
+    if (rows > cap) {
+        PQclear(res);
+        return cg_err_set(err, CG_INTERNAL, "batch: more scope rows than expected");
+    }
+    for (int r = 0; r < rows; r++) {
+        if (!cg__pg_read_scope(res, r, &out[r])) {
+            PQclear(res);
+            cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg), "batch_lock_scopes: a row does not parse");
+            return cg_err_set(err, CG_INTERNAL, "storage error");
+        }
+    }
+    *nout = rows;
+    PQclear(res);
+    return CG_OK;
+}
+
+cg_status cg_pg_batch_keys_used(struct cg_pg *pg, const char *tenant_id, const char *const *keys,
+                                int n, bool *used, struct cg_err *err)
+{
+    for (int i = 0; i < n; i++)
+        used[i] = false;
+    if (n == 0)
+        return CG_OK;
+    struct lit l;
+    lit_init(&l);
+    for (int i = 0; i < n; i++)
+        lit_text(&l, keys[i]);
+    const char *values[2] = {tenant_id, lit_done(&l)};
+    if (values[1] == NULL) {
+        free(l.buf);
+        return no_memory(err);
+    }
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(pg, "batch_keys_used",
+                              "SELECT idempotency_key FROM reservations"
+                              " WHERE tenant_id = $1::uuid AND idempotency_key = ANY($2::text[])",
+                              2, values, NULL, NULL, 0, &res, err);
+    free(l.buf);
+    if (rc != CG_OK)
+        return rc;
+    for (int r = 0; r < PQntuples(res); r++)
+        for (int i = 0; i < n; i++)
+            if (strcmp(keys[i], PQgetvalue(res, r, 0)) == 0)
+                used[i] = true;
+    PQclear(res);
+    return CG_OK;
+}
+
+/* ------------------------------------------------------------------ the write --- */
+
+/* Parameters of the write statement, in order ($1 is the tenant). */
+enum {
+    NEW_ID,
+    NEW_S,
+    NEW_T,
+    NEW_A,
+    NEW_TOKENS,
+    NEW_COST,
+    NEW_MODEL,
+    NEW_ESTIMATE,
+    NEW_KEY,
+    NEW_TTL,
+    SET_ID,
+    SET_STATE,
+    SET_IN,
+    SET_OUT,
+    SET_CR,
+    SET_CW,
+    SET_COST,
+    LED_ID,
+    LED_S,
+    LED_T,
+    LED_A,
+    LED_IN,
+    LED_OUT,
+    LED_CR,
+    LED_CW,
+    LED_COST,
+    LED_MODEL,
+    LED_KEY,
+    LED_RES,
+    CNT_S,
+    CNT_T,
+    CNT_A,
+    CNT_USED,
+    CNT_RESERVED,
+    CNT_USED_COST,
+    CNT_RESERVED_COST,
+    PARAM_ARRAYS
+};
+
+static const char WRITE_SQL[] =
+    "WITH new_res AS ("
+    " INSERT INTO reservations (tenant_id, reservation_id, session_id, task_id, agent_id,"
+    " tokens, cost_micros, model, estimate_id, idempotency_key, expires_at)"
+    " SELECT $1::uuid, r.id, r.s, r.t, r.a, r.tokens, r.cost, r.model, r.est, NULLIF(r.k, ''),"
+    " now() + r.ttl * interval '1 millisecond'"
+    " FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[],"
+    " $8::text[], $9::text[], $10::text[], $11::int8[])"
+    " AS r(id, s, t, a, tokens, cost, model, est, k, ttl)"
+    " RETURNING reservation_id::text AS id,"
+    " floor(extract(epoch FROM created_at) * 1000)::int8 AS c,"
+    " floor(extract(epoch FROM expires_at) * 1000)::int8 AS e),"
+    " settled AS ("
+    " UPDATE reservations r SET state = d.state, settled_at = now(),"
+    " committed_input_tokens = d.i, committed_output_tokens = d.o,"
+    " committed_cache_read_tokens = d.cr, committed_cache_write_tokens = d.cw,"
+    " committed_cost_micros = d.cost"
+    " FROM unnest($12::uuid[], $13::int2[], $14::int8[], $15::int8[], $16::int8[], $17::int8[],"
+    " $18::int8[]) AS d(id, state, i, o, cr, cw, cost)"
+    " WHERE r.tenant_id = $1::uuid AND r.reservation_id = d.id AND r.state = 1"
+    " RETURNING 1),"
+    " led AS ("
+    " INSERT INTO ledger (tenant_id, entry_id, session_id, task_id, agent_id, input_tokens,"
+    " output_tokens, cache_read_tokens, cache_write_tokens, cost_micros, model,"
+    " idempotency_key, reservation_id)"
+    " SELECT $1::uuid, l.id, l.s, l.t, l.a, l.i, l.o, l.cr, l.cw, l.cost, l.model,"
+    " NULLIF(l.k, ''), l.res"
+    " FROM unnest($19::uuid[], $20::text[], $21::text[], $22::text[], $23::int8[], $24::int8[],"
+    " $25::int8[], $26::int8[], $27::int8[], $28::text[], $29::text[], $30::uuid[])"
+    " AS l(id, s, t, a, i, o, cr, cw, cost, model, k, res)"
+    " RETURNING 1),"
+    " counters AS ("
+    " UPDATE scopes s SET used_tokens = c.u, reserved_tokens = c.r, used_cost_micros = c.uc,"
+    " reserved_cost_micros = c.rc"
+    " FROM unnest($31::text[], $32::text[], $33::text[], $34::int8[], $35::int8[], $36::int8[],"
+    " $37::int8[]) AS c(s, t, a, u, r, uc, rc)"
+    " WHERE s.tenant_id = $1::uuid AND s.session_id = c.s AND s.task_id = c.t"
+    " AND s.agent_id = c.a"
+    " RETURNING 1)"
+    " SELECT 'r', id, c, e FROM new_res"
+    " UNION ALL SELECT 's', count(*)::text, 0, 0 FROM settled"
+    " UNION ALL SELECT 'l', count(*)::text, 0, 0 FROM led"
+    " UNION ALL SELECT 'c', count(*)::text, 0, 0 FROM counters";
+
+cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struct cg_batch_write *w,
+                            struct cg_err *err)
+{
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "batch_write", err);
+    struct lit lits[PARAM_ARRAYS];
+    for (int i = 0; i < PARAM_ARRAYS; i++)
+        lit_init(&lits[i]);
+    for (int i = 0; i < w->n_new; i++) {
+        struct cg_batch_new *r = &w->new_res[i];
+        lit_text(&lits[NEW_ID], r->reservation_id);
+        lit_text(&lits[NEW_S], r->ids.session_id);
+        lit_text(&lits[NEW_T], r->ids.task_id);
+        lit_text(&lits[NEW_A], r->ids.agent_id);
+        lit_i64(&lits[NEW_TOKENS], r->tokens);
+        lit_i64(&lits[NEW_COST], r->cost_micros);
+        lit_text(&lits[NEW_MODEL], r->model);
+        lit_text(&lits[NEW_ESTIMATE], r->estimate_id);
+        lit_text(&lits[NEW_KEY], r->idempotency_key);
+        lit_i64(&lits[NEW_TTL], r->ttl_ms);
+    }
+    for (int i = 0; i < w->n_settle; i++) {
+        const struct cg_batch_settle *s = &w->settle[i];
+        lit_text(&lits[SET_ID], s->reservation_id);
+        lit_i64(&lits[SET_STATE], s->state);
+        lit_i64(&lits[SET_IN], s->usage.input_tokens);
+        lit_i64(&lits[SET_OUT], s->usage.output_tokens);
+        lit_i64(&lits[SET_CR], s->usage.cache_read_tokens);
+        lit_i64(&lits[SET_CW], s->usage.cache_write_tokens);
+        lit_i64(&lits[SET_COST], s->usage.cost_micros);
+    }
+    for (int i = 0; i < w->n_ledger; i++) {
+        const struct cg_batch_ledger *l = &w->ledger[i];
+        lit_text(&lits[LED_ID], l->entry_id);
+        lit_text(&lits[LED_S], l->ids.session_id);
+        lit_text(&lits[LED_T], l->ids.task_id);
+        lit_text(&lits[LED_A], l->ids.agent_id);
+        lit_i64(&lits[LED_IN], l->usage.input_tokens);
+        lit_i64(&lits[LED_OUT], l->usage.output_tokens);
+        lit_i64(&lits[LED_CR], l->usage.cache_read_tokens);
+        lit_i64(&lits[LED_CW], l->usage.cache_write_tokens);
+        lit_i64(&lits[LED_COST], l->usage.cost_micros);
+        lit_text(&lits[LED_MODEL], l->model);
+        lit_text(&lits[LED_KEY], l->idempotency_key);
+        lit_text(&lits[LED_RES], l->reservation_id);
+    }
+    for (int i = 0; i < w->n_counters; i++) {
+        const struct cg_budget_row *c = &w->counters[i];
+        lit_text(&lits[CNT_S], c->ids.session_id);
+        lit_text(&lits[CNT_T], c->ids.task_id);
+        lit_text(&lits[CNT_A], c->ids.agent_id);
+        lit_i64(&lits[CNT_USED], c->used_tokens);
+        lit_i64(&lits[CNT_RESERVED], c->reserved_tokens);
+        lit_i64(&lits[CNT_USED_COST], c->used_cost_micros);
+        lit_i64(&lits[CNT_RESERVED_COST], c->reserved_cost_micros);
+    }
+    const char *values[1 + PARAM_ARRAYS] = {tenant_id};
+    if (!lits_done(lits, PARAM_ARRAYS, values, 1)) {
+        lits_free(lits, PARAM_ARRAYS);
+        return no_memory(err);
+    }
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(pg, "batch_write", WRITE_SQL, 1 + PARAM_ARRAYS, values, NULL, NULL, 0,
+                              &res, err);
+    lits_free(lits, PARAM_ARRAYS);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "23505") || cg__pg_sqlstate_is(pg, "23503") ||
+            cg__pg_sqlstate_is(pg, "23514"))
+            rc = cg_err_set(err, CG_ABORTED, "batch: a row changed under the batch; retry");
+        return rc;
+    }
+    /* Every row the batch meant to change must have changed: the locks taken before make
+     * anything else a bug, and a bug must not become a half-applied batch. */
+    int settled = -1, ledger = -1, counters = -1, inserted = 0;
+    for (int r = 0; r < PQntuples(res); r++) {
+        const char *kind = PQgetvalue(res, r, 0);
+        const char *v = PQgetvalue(res, r, 1);
+        if (kind[0] == 'r') {
+            for (int i = 0; i < w->n_new; i++) {
+                if (strcmp(w->new_res[i].reservation_id, v) == 0) {
+                    w->new_res[i].created_at_ms = cg__pg_parse_i64(PQgetvalue(res, r, 2));
+                    w->new_res[i].expires_at_ms = cg__pg_parse_i64(PQgetvalue(res, r, 3));
+                    inserted++;
+                }
+            }
+        } else if (kind[0] == 's') {
+            settled = (int)cg__pg_parse_i64(v);
+        } else if (kind[0] == 'l') {
+            ledger = (int)cg__pg_parse_i64(v);
+        } else if (kind[0] == 'c') {
+            counters = (int)cg__pg_parse_i64(v);
+        }
+    }
+    PQclear(res);
+    if (inserted != w->n_new || settled != w->n_settle || ledger != w->n_ledger ||
+        counters != w->n_counters) {
+        cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg),
+               "batch_write: changed %d/%d/%d/%d rows, meant %d/%d/%d/%d", inserted, settled,
+               ledger, counters, w->n_new, w->n_settle, w->n_ledger, w->n_counters);
+        return cg_err_set(err, CG_ABORTED, "batch: a row changed under the batch; retry");
+    }
+    return CG_OK;
+}

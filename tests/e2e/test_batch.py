@@ -1,0 +1,146 @@
+"""Group commit of Reserve and Commit (server/rpc/rpc_budget_batch.c): concurrent requests of
+a tenant share transactions, and every decision is still the one a request of its own would
+get: HARD limits hold, idempotency keys count once, a reservation is settled once, every
+acknowledged Commit is in the ledger. The same requests with write_batching off give the
+same results."""
+
+import threading
+import uuid
+
+import grpc
+
+import cgtest
+from cgtest import budget_pb2, budget_pb2_grpc, common_pb2
+
+B = budget_pb2
+
+
+def scope(session="", task=""):
+    return common_pb2.Scope(session_id=session, task_id=task)
+
+
+def run_together(n, fn):
+    """Runs fn(i) on n threads released at once; returns the results (or exceptions)."""
+    barrier = threading.Barrier(n)
+    out = [None] * n
+
+    def one(i):
+        barrier.wait()
+        try:
+            out[i] = fn(i)
+        except grpc.RpcError as e:
+            out[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+class BatchedWrites(cgtest.TestCase):
+    BATCHING = True
+
+    @classmethod
+    def setUpClass(cls):
+        env = {"CTXGUARD_LOG_LEVEL": "debug", "CTXGUARD_IO_THREADS": "8",
+               "CTXGUARD_WRITE_BATCHING": "true" if cls.BATCHING else "false"}
+        cls.srv = cgtest.start_class_server(cls, env=env)
+
+    def setUp(self):
+        t = self.srv.create_tenant()
+        self.tenant = t.tenant_id
+        self.md = cgtest.bearer(self.srv.create_key(t.tenant_id).secret)
+        self.stub = budget_pb2_grpc.BudgetServiceStub(self.srv.channel())
+        self.s = "s-" + uuid.uuid4().hex[:8]
+        self.task = scope(self.s, "t")
+        for sc, limit in ((scope(), 10**9), (scope(self.s), 10**8), (self.task, 1000)):
+            self.stub.SetBudget(B.SetBudgetRequest(
+                scope=sc, settings=B.BudgetSettings(limit_tokens=limit,
+                                                    mode=B.BUDGET_MODE_HARD)),
+                metadata=self.md, timeout=10)
+
+    def reserve(self, tokens, **kw):
+        return self.stub.Reserve(B.ReserveRequest(scope=self.task, tokens=tokens,
+                                                  delay_mode=B.DELAY_MODE_RETURN_ONLY, **kw),
+                                 metadata=self.md, timeout=30)
+
+    def commit(self, rid, tokens):
+        return self.stub.Commit(B.CommitRequest(reservation_id=rid,
+                                                usage=common_pb2.TokenUsage(input_tokens=tokens)),
+                                metadata=self.md, timeout=30)
+
+    def usage(self):
+        return self.stub.GetBudget(B.GetBudgetRequest(scope=self.task), metadata=self.md,
+                                   timeout=10).usage
+
+    def batch_sizes(self):
+        sizes = []
+        for line in self.srv.log_text().splitlines():
+            if "batch n=" in line:
+                sizes.append(int(line.split("batch n=")[1].split()[0]))
+        return sizes
+
+    def test_hard_limit_holds_for_requests_decided_together(self):
+        results = run_together(48, lambda i: self.reserve(50))
+        ok = [r for r in results if not isinstance(r, grpc.RpcError)]
+        refused = [r for r in results if isinstance(r, grpc.RpcError)]
+        self.assertEqual(len(ok), 20, "1000 tokens hold exactly 20 reservations of 50")
+        self.assertTrue(all(e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED for e in refused),
+                        [e.details() for e in refused])
+        self.assertEqual(len({r.reservation.reservation_id for r in ok}), 20)
+        u = self.usage()
+        self.assertEqual(u.reserved_tokens, 1000)
+        self.assertEqual(u.used_tokens, 0)
+        if self.BATCHING:
+            self.assertGreaterEqual(max(self.batch_sizes(), default=0), 2,
+                                    "48 requests at once on 8 pool threads share transactions")
+        else:
+            self.assertEqual(self.batch_sizes(), [])
+
+    def test_one_idempotency_key_holds_once(self):
+        key = "k-" + uuid.uuid4().hex
+        results = run_together(24, lambda i: self.reserve(40, idempotency_key=key))
+        errors = [r for r in results if isinstance(r, grpc.RpcError)]
+        self.assertEqual(errors, [])
+        self.assertEqual(len({r.reservation.reservation_id for r in results}), 1)
+        self.assertEqual(sum(1 for r in results if not r.replayed), 1)
+        self.assertEqual(self.usage().reserved_tokens, 40)
+
+    def test_one_reservation_is_settled_once(self):
+        rid = self.reserve(100).reservation.reservation_id
+        results = run_together(16, lambda i: self.commit(rid, 70))
+        errors = [r for r in results if isinstance(r, grpc.RpcError)]
+        self.assertEqual(errors, [])
+        self.assertEqual(sum(1 for r in results if not r.replayed), 1)
+        self.assertEqual(len({r.ledger_entry_id for r in results}), 1)
+        u = self.usage()
+        self.assertEqual((u.used_tokens, u.reserved_tokens), (70, 0))
+        rows = cgtest.psql(f"SELECT count(*) FROM ledger WHERE tenant_id = '{self.tenant}'",
+                           dsn=self.srv.dsn).strip()
+        self.assertEqual(rows, "1")
+
+    def test_reserves_and_commits_mixed_all_reach_the_ledger(self):
+        def pairs(i):
+            spent = 0
+            for k in range(6):
+                rid = self.reserve(5).reservation.reservation_id
+                tokens = 1 + (i + k) % 4
+                self.commit(rid, tokens)
+                spent += tokens
+            return spent
+
+        results = run_together(24, pairs)
+        errors = [r for r in results if isinstance(r, grpc.RpcError)]
+        self.assertEqual(errors, [])
+        u = self.usage()
+        self.assertEqual((u.used_tokens, u.reserved_tokens), (sum(results), 0))
+        out = cgtest.psql(f"SELECT count(*), sum(input_tokens) FROM ledger"
+                          f" WHERE tenant_id = '{self.tenant}'", dsn=self.srv.dsn).strip()
+        self.assertEqual(out.replace(" ", ""), f"144|{sum(results)}")
+
+
+class UnbatchedWrites(BatchedWrites):
+    BATCHING = False
+
