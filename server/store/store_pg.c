@@ -135,6 +135,7 @@ static void drop_conn(struct cg_pg *pg)
         pg->conn = NULL;
     }
     pg->session_timeout_ms = -1;
+    pg->nprepared = 0; /* prepared statements die with their session */
 }
 
 static void note_outage(const struct cg_pg *pg, const char *what, const char *detail)
@@ -327,19 +328,12 @@ static cg_status no_answer(struct cg_pg *pg, const char *label, struct cg_err *e
 /* Sends one statement (or, with RUN_SIMPLE, a script) and waits for its result. CG_OK with
  * *out set (it may be an error result: the first error of a script, else the last result);
  * on a transport failure the connection is dropped and *out stays NULL. */
-static cg_status send_wait(struct cg_pg *pg, const char *label, const char *sql, int nparams,
-                           const char *const *values, const int *lengths, const int *formats,
-                           int flags, PGresult **out, struct cg_err *err)
+/* Flushes what was sent and collects the command's result (the last one; an error wins). */
+static cg_status collect(struct cg_pg *pg, const char *label, int64_t until, PGresult **out,
+                         struct cg_err *err)
 {
     PGconn *conn = pg->conn;
-    int64_t until = response_until(pg);
     *out = NULL;
-
-    int sent = (flags & RUN_SIMPLE)
-                   ? PQsendQuery(conn, sql)
-                   : PQsendQueryParams(conn, sql, nparams, NULL, values, lengths, formats, 0);
-    if (!sent)
-        return conn_lost(pg, label, err);
     for (;;) {
         int rc = PQflush(conn);
         if (rc == 0)
@@ -380,6 +374,101 @@ static cg_status send_wait(struct cg_pg *pg, const char *label, const char *sql,
         return conn_lost(pg, label, err);
     *out = keep;
     return CG_OK;
+}
+
+/* FNV-1a of a statement's text: its prepared statement's name on a connection. */
+static uint64_t sql_hash(const char *sql)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)sql; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+static bool is_prepared(const struct cg_pg *pg, uint64_t h)
+{
+    for (int i = 0; i < pg->nprepared; i++)
+        if (pg->prepared[i] == h)
+            return true;
+    return false;
+}
+
+static bool result_sqlstate_is(const PGresult *res, const char *state)
+{
+    const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    return s != NULL && strcmp(s, state) == 0;
+}
+
+/* Prepares sql as `name` on this connection unless done before. CG_OK with *failed set
+ * (the error result, for the caller to report) when the server refused it. */
+static cg_status prepare(struct cg_pg *pg, const char *label, const char *name, uint64_t h,
+                         const char *sql, int nparams, int64_t until, PGresult **failed,
+                         struct cg_err *err)
+{
+    *failed = NULL;
+    if (is_prepared(pg, h))
+        return CG_OK;
+    if (!PQsendPrepare(pg->conn, name, sql, nparams, NULL))
+        return conn_lost(pg, label, err);
+    PGresult *res = NULL;
+    cg_status rc = collect(pg, label, until, &res, err);
+    if (rc != CG_OK)
+        return rc;
+    /* 42P05: the session has it already (a pooler's connection, say): use it. */
+    if (PQresultStatus(res) != PGRES_COMMAND_OK && !result_sqlstate_is(res, "42P05")) {
+        *failed = res;
+        return CG_OK;
+    }
+    PQclear(res);
+    pg->prepared[pg->nprepared++] = h;
+    return CG_OK;
+}
+
+/* Sends one statement and waits (bounded by the deadline and the statement timeout) for
+ * its result. Statements with parameters run as prepared statements, prepared once per
+ * connection: parsing and planning them on every call cost more than running them. */
+static cg_status send_wait(struct cg_pg *pg, const char *label, const char *sql, int nparams,
+                           const char *const *values, const int *lengths, const int *formats,
+                           int flags, PGresult **out, struct cg_err *err)
+{
+    PGconn *conn = pg->conn;
+    int64_t until = response_until(pg);
+    *out = NULL;
+    bool named = !(flags & RUN_SIMPLE) && nparams > 0;
+    uint64_t h = named ? sql_hash(sql) : 0;
+    named = named && (is_prepared(pg, h) || pg->nprepared < CG_PG_PREPARED_MAX);
+    char name[24];
+    snprintf(name, sizeof name, "cg_%016llx", (unsigned long long)h);
+    for (int attempt = 0;; attempt++) {
+        int sent;
+        if (named) {
+            PGresult *failed = NULL;
+            cg_status rc = prepare(pg, label, name, h, sql, nparams, until, &failed, err);
+            if (rc != CG_OK)
+                return rc;
+            if (failed != NULL) {
+                *out = failed;
+                return CG_OK;
+            }
+            sent = PQsendQueryPrepared(conn, name, nparams, values, lengths, formats, 0);
+        } else {
+            sent = (flags & RUN_SIMPLE)
+                       ? PQsendQuery(conn, sql)
+                       : PQsendQueryParams(conn, sql, nparams, NULL, values, lengths, formats, 0);
+        }
+        if (!sent)
+            return conn_lost(pg, label, err);
+        cg_status rc = collect(pg, label, until, out, err);
+        /* 26000: the session lost its prepared statements (DISCARD ALL by a pooler): the
+         * statement did not run; prepare again and run it once more. */
+        if (rc == CG_OK && named && attempt == 0 && result_sqlstate_is(*out, "26000")) {
+            PQclear(*out);
+            *out = NULL;
+            pg->nprepared = 0;
+            continue;
+        }
+        return rc;
+    }
 }
 
 /* The band of statement timeouts acceptable for the next statement: never more than what

@@ -292,7 +292,6 @@ out:
     return rc;
 }
 
-
 /* Inside the resolve transaction: the decision itself on a locked PENDING approval. */
 static cg_status decide(struct cg_pg *pg, const char *tenant_id, struct cg_approval *a,
                         int decision, int64_t granted_tokens, const char *decided_by,

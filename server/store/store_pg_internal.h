@@ -13,6 +13,9 @@
 
 #define MOD "store_pg"
 
+/* Statements kept prepared per connection; more run unnamed. */
+#define CG_PG_PREPARED_MAX 160
+
 /* cg__pg_run() flags */
 enum {
     RUN_READ = 1,   /* idempotent: may be re-sent once on a new connection */
@@ -35,6 +38,9 @@ struct cg_pg {
      * connection is lost, so that later statements fail instead of running outside it. */
     bool in_tx;
     bool timeout_set_in_tx; /* statement_timeout changed inside it: a rollback undoes that */
+    /* Hashes of the statements prepared on this connection (store_pg.c send_wait). */
+    uint64_t prepared[CG_PG_PREPARED_MAX];
+    int nprepared;
     /* Payloads of the events appended in the open transaction, NOTIFYd right after its
      * COMMIT (migrations/0007): NUL-terminated, back to back. */
     char *notices;
