@@ -118,29 +118,15 @@ for spec in "1 1" "4 16"; do
     printf '%-34s %5d %10s %9s %9s %7s\n' BudgetService/CheckBudget "$conc" "$rps" "$p50" "$p99" "$ratio"
 done
 
-# Reserve + Commit (durable) against pgbench single-row updates on the same PostgreSQL.
-PGBENCH=/usr/lib/postgresql/15/bin/pgbench
-PGURL=${CTXGUARD_PG_DSN%/*}/pgbench
-psql -X -q -d "$CTXGUARD_PG_DSN" -c 'DROP DATABASE IF EXISTS pgbench' -c 'CREATE DATABASE pgbench' >/dev/null
-"$PGBENCH" -q -i -s 4 "$PGURL" >/dev/null 2>&1
-printf '\\set aid random(1, 400000)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n' \
-    >"$OUT/single_update.sql"
-printf '\n%-34s %7s %10s %9s %9s %7s\n' 'durable writes' clients 'per_s' 'p50_us' 'p99_us' ratio
-for clients in 16 64; do
-    tps=$("$PGBENCH" -n -c "$clients" -j 2 -T "$SECONDS_PER_RUN" -f "$OUT/single_update.sql" "$PGURL" 2>/dev/null |
-          sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
-    printf '%-34s %7d %10.0f %9s %9s %7s\n' 'pgbench single-row UPDATE' "$clients" "$tps" - - 1.00
-    line=$("$BUILD/bin/bench_budget" reserve-commit "127.0.0.1:$PORT" "$KEY" benchs "$clients" "$SECONDS_PER_RUN")
-    pps=$(sed -n 's/.*pairs_per_s=\([0-9.]*\).*/\1/p' <<<"$line")
-    p50=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
-    p99=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
-    ratio=$(/usr/bin/python3 -c "print(f'{$pps/$tps:.2f}' if $tps else 'n/a')")
-    printf '%-34s %7d %10.0f %9s %9s %7s\n' 'Reserve+Commit pairs' "$clients" "$pps" "$p50" "$p99" "$ratio"
-    echo "  ($line)"
-done
+# Durable writes (Reserve + Commit against pgbench) need a durable PostgreSQL: bench/writes.sh,
+# after this script's own server has stopped (see the end).
 
 # h2load counts HTTP 200s; a gRPC error also travels in a 200. Check once that the RPCs
 # measured really succeed.
 "${CTL[@]}" health >/dev/null
 "${CTL[@]}" --key "$KEY" whoami >/dev/null
 echo "bench: both RPCs answer OK; raw h2load output in $OUT/"
+
+cleanup
+trap - EXIT
+bench/writes.sh
