@@ -686,7 +686,9 @@ static void breaker_report(struct cg_llm *llm, struct cg_breaker_ticket ticket,
 
 static void log_call(cg_llm_result result, const struct cg_llm_reply *reply, const char *rid)
 {
-    cg_log_level level = result == CG_LLM_OK ? CG_LOG_DEBUG : CG_LOG_WARN;
+    /* A refusal by the open breaker is routine until it closes; its opening was logged. */
+    cg_log_level level =
+        result == CG_LLM_OK || result == CG_LLM_CIRCUIT_OPEN ? CG_LOG_DEBUG : CG_LOG_WARN;
     if (!cg_log_enabled(level))
         return;
     char attempts[16], status[16], elapsed[24];
@@ -736,8 +738,11 @@ cg_llm_result cg_llm_chat(struct cg_llm *llm, const struct cg_llm_request *req,
     if (req->deadline_ms > 0 && req->deadline_ms < end)
         end = req->deadline_ms;
     if (end - start < llm->opts.min_attempt_ms) {
-        snprintf(reply->detail, sizeof reply->detail, "only %lld ms left of the deadline",
-                 (long long)(end - start));
+        if (end - start <= 0)
+            snprintf(reply->detail, sizeof reply->detail, "the deadline has passed");
+        else
+            snprintf(reply->detail, sizeof reply->detail, "only %lld ms left of the deadline",
+                     (long long)(end - start));
         result = CG_LLM_DEADLINE;
         goto out;
     }
