@@ -36,10 +36,14 @@ cg_backoff_verdict cg_backoff_next(const struct cg_backoff_policy *policy, int a
         return CG_BACKOFF_NO_RETRIES_LEFT;
     if (min_attempt_ms < 0)
         min_attempt_ms = 0;
-    /* The latest moment a retry may start; computed so that nothing overflows. */
-    if (deadline_ms < now_ms || deadline_ms - now_ms < min_attempt_ms)
+    /* How long the wait may be; in unsigned arithmetic so that no pair of times overflows. */
+    if (deadline_ms < now_ms)
         return CG_BACKOFF_NO_TIME_LEFT;
-    int64_t room = deadline_ms - now_ms - min_attempt_ms;
+    uint64_t left = (uint64_t)deadline_ms - (uint64_t)now_ms;
+    if (left < (uint64_t)min_attempt_ms)
+        return CG_BACKOFF_NO_TIME_LEFT;
+    uint64_t room_u = left - (uint64_t)min_attempt_ms;
+    int64_t room = room_u > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)room_u;
 
     if (retry_after_ms >= 0) {
         if (retry_after_ms > policy->max_retry_after_ms)

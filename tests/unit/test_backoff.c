@@ -114,8 +114,15 @@ Test(backoff, jittered_delay_is_shortened_to_fit_the_deadline, .timeout = 10)
                  CG_BACKOFF_NO_TIME_LEFT);
     cr_assert_eq(cg_backoff_next(&policy, 1, -1, 1000, 900, 0, 100, &delay),
                  CG_BACKOFF_NO_TIME_LEFT, "deadline already past");
-    cr_assert_eq(cg_backoff_next(&policy, 1, -1, INT64_MIN, INT64_MAX, INT64_MAX, 1, &delay),
-                 CG_BACKOFF_NO_TIME_LEFT, "extreme values do not overflow");
+    /* Extreme times do not overflow. */
+    cr_assert_eq(cg_backoff_next(&policy, 1, -1, INT64_MIN, INT64_MAX, INT64_MAX, 100, &delay),
+                 CG_BACKOFF_RETRY);
+    cr_assert_eq(delay, 100);
+    cr_assert_eq(cg_backoff_next(&policy, 1, 7, INT64_MAX - 5, INT64_MAX, 10, 1, &delay),
+                 CG_BACKOFF_NO_TIME_LEFT);
+    cr_assert_eq(cg_backoff_next(&policy, 1, 5, INT64_MAX - 5, INT64_MAX, 0, 1, &delay),
+                 CG_BACKOFF_RETRY);
+    cr_assert_eq(delay, 5);
     cr_assert_eq(cg_backoff_next(&policy, 1, -1, 0, 1000, -50, 100, &delay), CG_BACKOFF_RETRY);
     cr_assert_eq(delay, 100, "a negative min_attempt_ms counts as 0");
 }
