@@ -372,6 +372,15 @@ struct cg_llm *cg_llm_new(const struct cg_llm_opts *opts, struct cg_llm_breaker 
                    curl_easy_strerror(curl_init_rc));
         goto fail;
     }
+    /* A URL libcurl cannot parse fails here, at start-up, not on every call. */
+    CURLU *parsed = curl_url();
+    CURLUcode uc = parsed ? curl_url_set(parsed, CURLUPART_URL, llm->url, 0) : CURLUE_OUT_OF_MEMORY;
+    curl_url_cleanup(parsed);
+    if (uc != CURLUE_OK) {
+        cg_err_set(err, uc == CURLUE_OUT_OF_MEMORY ? CG_NOMEM : CG_CONFIG,
+                   "llm_base_url: not a valid URL (%s)", curl_url_strerror(uc));
+        goto fail;
+    }
     llm->curl = curl_easy_init();
     if (llm->curl == NULL) {
         cg_err_set(err, CG_NOMEM, "llm: curl_easy_init failed");
@@ -500,12 +509,11 @@ static bool all_space(const char *s, size_t n)
     return true;
 }
 
-/* Reads the assistant's text and the usage out of a 2xx body. */
-static cg_llm_result parse_answer(const struct body *body, struct cg_llm_reply *reply)
+cg_llm_result cg_llm_parse_answer(const char *body, size_t len, struct cg_llm_reply *reply)
 {
     cg_llm_result result = CG_LLM_INVALID_OUTPUT;
     json_error_t jerr;
-    json_t *root = json_loadb(body->data ? body->data : "", body->len, 0, &jerr);
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, &jerr);
     if (root == NULL || !json_is_object(root)) {
         snprintf(reply->detail, sizeof reply->detail, "the answer is not a JSON object");
         goto out;
@@ -523,21 +531,21 @@ static cg_llm_result parse_answer(const struct body *body, struct cg_llm_reply *
         goto out;
     }
     const char *text = json_string_value(content);
-    size_t len = json_string_length(content);
-    if (len == 0 || all_space(text, len)) {
+    size_t text_len = json_string_length(content);
+    if (text_len == 0 || all_space(text, text_len)) {
         snprintf(reply->detail, sizeof reply->detail, "the answer's content is empty");
         goto out;
     }
     /* json_loadb rejects \u0000 by default, so text has no NUL before len. */
-    reply->content = malloc(len + 1);
+    reply->content = malloc(text_len + 1);
     if (reply->content == NULL) {
         snprintf(reply->detail, sizeof reply->detail, "out of memory reading the answer");
         result = CG_LLM_ERROR;
         goto out;
     }
-    memcpy(reply->content, text, len);
-    reply->content[len] = '\0';
-    reply->content_len = len;
+    memcpy(reply->content, text, text_len);
+    reply->content[text_len] = '\0';
+    reply->content_len = text_len;
 
     json_t *finish = json_object_get(choice, "finish_reason");
     if (json_is_string(finish))
@@ -605,7 +613,7 @@ static struct attempt attempt_once(struct cg_llm *llm, int64_t budget_ms,
 
     if (rc == CURLE_OK) {
         if (status >= 200 && status < 300) {
-            a.result = parse_answer(b, reply);
+            a.result = cg_llm_parse_answer(b->data, b->len, reply);
             return a;
         }
         snprintf(reply->detail, sizeof reply->detail, "HTTP %ld", status);

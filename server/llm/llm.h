@@ -15,7 +15,8 @@
  * Breaker: a shared circuit breaker (core/breaker.h) counts each call as one outcome; while
  * it is open, calls return CG_LLM_CIRCUIT_OPEN at once without any I/O.
  * Secrets: the API key is sent only in the Authorization header and never logged; neither
- * are request or response bodies (they hold user text).
+ * are request or response bodies (they hold user text). libcurl's usual proxy variables
+ * (https_proxy, no_proxy, ...) apply; redirects are not followed.
  *
  * Threads: a struct cg_llm belongs to one thread at a time (a worker-pool thread owns one):
  * it keeps one curl easy handle whose connection is reused (keep-alive). The breaker is
@@ -140,10 +141,19 @@ bool cg_llm_is_configured(const struct cg_llm *llm);
  * holds the assistant's text (non-empty, not only white space); otherwise reply->detail
  * says why (never the key or the bodies) and content is NULL. Either way the reply is the
  * caller's to clean with cg_llm_reply_cleanup. Messages that are not valid UTF-8, no
- * messages or a NULL role give CG_LLM_ERROR without I/O. Logs one line per call that did
- * not succeed (warn) and per success (debug), with rid. Not thread-safe for one client. */
+ * messages or a NULL role give CG_LLM_ERROR without I/O. Logs one line per call with rid:
+ * warn when it failed, debug when it succeeded or the breaker refused it (the opening was
+ * logged), none when not configured. Not thread-safe for one client. */
 cg_llm_result cg_llm_chat(struct cg_llm *llm, const struct cg_llm_request *req,
                           struct cg_llm_reply *reply) CG_MUST_CHECK;
+
+/* Reads the assistant's text (choices[0].message.content), finish_reason and usage out of
+ * a chat-completions response body of len bytes into reply, whose content must be NULL
+ * (a zeroed reply). CG_LLM_OK, or CG_LLM_INVALID_OUTPUT with reply->detail saying what is
+ * wrong (not JSON, no choices, no content, empty content), or CG_LLM_ERROR when out of
+ * memory. cg_llm_chat uses it on 2xx answers; exposed for tests and fuzzing. Thread-safe. */
+cg_llm_result cg_llm_parse_answer(const char *body, size_t len,
+                                  struct cg_llm_reply *reply) CG_MUST_CHECK;
 
 /* Frees what a reply holds. Safe on a zeroed reply and idempotent. */
 void cg_llm_reply_cleanup(struct cg_llm_reply *reply);

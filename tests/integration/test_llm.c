@@ -647,9 +647,10 @@ Test(llm, bad_options_are_refused)
         const char *url, *model;
         double temperature;
     } bad[] = {
-        {"ftp://127.0.0.1/v1", "m", 0.2}, {"127.0.0.1:8080/v1", "m", 0.2},
-        {"http://127.0.0.1/v1", "", 0.2}, {"http://127.0.0.1/v1", "m", 2.5},
-        {"http://127.0.0.1/v1", "m", -1},
+        {"ftp://127.0.0.1/v1", "m", 0.2},     {"127.0.0.1:8080/v1", "m", 0.2},
+        {"http://127.0.0.1/v1", "", 0.2},     {"http://127.0.0.1/v1", "m", 2.5},
+        {"http://127.0.0.1/v1", "m", -1},     {"http://[::1/v1", "m", 0.2},
+        {"http://exa mple.com/v1", "m", 0.2},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct cg_llm_opts o = test_opts(bad[i].model);
@@ -736,4 +737,41 @@ Test(llm, result_names_match_the_proto)
     cr_assert_eq((int)CG_LLM_CIRCUIT_OPEN, (int)FALLBACK(CIRCUIT_OPEN));
     cr_assert_eq((int)CG_LLM_INVALID_OUTPUT, (int)FALLBACK(INVALID_OUTPUT));
     cr_assert_eq((int)CG_LLM_DEADLINE, (int)FALLBACK(DEADLINE));
+}
+
+Test(llm, parse_answer_reads_usage_only_when_it_is_sane)
+{
+    struct cg_llm_reply reply = {0};
+    const char ok[] = "{\"choices\":[{\"message\":{\"content\":\"fine\"}}]}";
+    reply.prompt_tokens = reply.completion_tokens = -1;
+    cr_assert_eq(cg_llm_parse_answer(ok, sizeof ok - 1, &reply), CG_LLM_OK, "%s", reply.detail);
+    cr_assert_str_eq(reply.content, "fine");
+    cr_assert_eq(reply.prompt_tokens, -1, "no usage: unknown, not 0");
+    cr_assert_str_eq(reply.finish_reason, "");
+    cg_llm_reply_cleanup(&reply);
+
+    const char odd[] = "{\"choices\":[{\"message\":{\"content\":\"x\"},\"finish_reason\":"
+                       "\"a-finish-reason-much-longer-than-the-buffer-holds\"}],"
+                       "\"usage\":{\"prompt_tokens\":-5,\"completion_tokens\":\"7\"}}";
+    memset(&reply, 0, sizeof reply);
+    reply.prompt_tokens = reply.completion_tokens = -1;
+    cr_assert_eq(cg_llm_parse_answer(odd, sizeof odd - 1, &reply), CG_LLM_OK);
+    cr_assert_eq(reply.prompt_tokens, -1);
+    cr_assert_eq(reply.completion_tokens, -1);
+    cr_assert_eq(strlen(reply.finish_reason), sizeof reply.finish_reason - 1, "truncated");
+    cg_llm_reply_cleanup(&reply);
+
+    const char *bad[] = {"",
+                         "[]",
+                         "null",
+                         "{\"choices\":{}}",
+                         "{\"choices\":[1]}",
+                         "{\"choices\":[{\"message\":{\"content\":\"a\\u0000b\"}}]}",
+                         "{\"choices\":[{\"message\":{\"content\":7}}]}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&reply, 0, sizeof reply);
+        cr_assert_eq(cg_llm_parse_answer(bad[i], strlen(bad[i]), &reply), CG_LLM_INVALID_OUTPUT,
+                     "'%s'", bad[i]);
+        cr_assert_null(reply.content);
+    }
 }
