@@ -8,11 +8,14 @@
  */
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -356,12 +359,20 @@ Test(llm, a_connection_closed_mid_answer_is_retried_then_llm_error)
     cg_llm_free(llm);
 }
 
-Test(llm, a_server_that_is_gone_is_llm_error)
+Test(llm, a_port_nobody_listens_on_is_llm_error)
 {
-    struct cg_llm_opts o = test_opts("ok");
+    /* A socket bound but not listening holds the port, so connections to it are refused
+     * and no other test's server can take it meanwhile. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof addr;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&addr, &alen), 0);
     char url[64];
-    snprintf(url, sizeof url, "%s", F.base_url);
-    cg_fake_llm_stop(&F); /* nothing listens on the port any more */
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", ntohs(addr.sin_port));
+    struct cg_llm_opts o = test_opts("ok");
     o.base_url = url;
     struct cg_llm *llm = client(&o, NULL);
     struct cg_llm_reply reply;
@@ -371,6 +382,7 @@ Test(llm, a_server_that_is_gone_is_llm_error)
     cr_assert_lt(reply.elapsed_ms, 3000);
     cg_llm_reply_cleanup(&reply);
     cg_llm_free(llm);
+    close(fd);
 }
 
 /* ----------------------------------------------------------------- time --- */
