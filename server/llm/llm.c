@@ -1,5 +1,5 @@
-/* llm.c - the chat-completions client over libcurl and jansson. The only file that includes
- * curl.
+/* llm.c - the chat-completions client over libcurl. The only file that includes curl; the
+ * JSON is llm_json.c's, the shared breaker llm_breaker.c's.
  *
  * One call is a loop of attempts on one reused easy handle, bounded in time by the call's
  * end (timeout_ms or the caller's deadline, the earlier), in number by max_retries, and
@@ -19,12 +19,12 @@
 #include <time.h>
 
 #include <curl/curl.h>
-#include <jansson.h>
 
 #include "base/clock.h"
 #include "base/crypto.h"
 #include "base/log.h"
 #include "core/backoff.h"
+#include "llm/llm_internal.h"
 
 #define MOD "llm"
 #define PATH "/chat/completions"
@@ -34,20 +34,6 @@
 #define BODY_INITIAL_CAP 16384
 #define BODY_KEEP_CAP 65536 /* a bigger buffer is freed after the call that needed it */
 #define RESPONSE_BYTES_MAX ((size_t)1 << 30)
-
-/* The ratio rule of the breaker: half of the last 20 calls, once 10 are known. It catches an
- * endpoint that fails often without failing llm_breaker_failures times in a row. */
-#define RATIO_WINDOW 20
-#define RATIO_MIN_CALLS 10
-#define RATIO 0.5
-
-struct cg_llm_breaker {
-    pthread_mutex_t lock;
-    struct cg_breaker state;
-    struct cg_breaker_policy policy;
-    int64_t (*now_ms)(void *arg);
-    void *clock_arg;
-};
 
 /* The response body of the current attempt, capped at max bytes. */
 struct body {
@@ -124,55 +110,6 @@ void cg_llm_opts_from_config(const struct cg_config *cfg, struct cg_llm_opts *op
     opts->timeout_ms = cfg->llm_timeout_ms;
     opts->max_retries = (int)cfg->llm_max_retries;
     opts->max_response_bytes = (size_t)cfg->llm_max_response_bytes;
-}
-
-void cg_llm_breaker_opts_from_config(const struct cg_config *cfg, struct cg_llm_breaker_opts *opts)
-{
-    memset(opts, 0, sizeof *opts);
-    opts->policy.failure_threshold = (int)cfg->llm_breaker_failures;
-    opts->policy.cooldown_ms = cfg->llm_breaker_cooldown_ms;
-    opts->policy.ratio_window = RATIO_WINDOW;
-    opts->policy.ratio_min_calls = RATIO_MIN_CALLS;
-    opts->policy.failure_ratio = RATIO;
-}
-
-static int64_t mono_clock(void *arg)
-{
-    (void)arg;
-    return cg_mono_ms();
-}
-
-struct cg_llm_breaker *cg_llm_breaker_new(const struct cg_llm_breaker_opts *opts)
-{
-    struct cg_llm_breaker *b = calloc(1, sizeof *b);
-    if (b == NULL)
-        return NULL;
-    if (pthread_mutex_init(&b->lock, NULL) != 0) {
-        free(b);
-        return NULL;
-    }
-    cg_breaker_init(&b->state);
-    b->policy = opts->policy;
-    b->now_ms = opts->now_ms ? opts->now_ms : mono_clock;
-    b->clock_arg = opts->clock_arg;
-    return b;
-}
-
-void cg_llm_breaker_free(struct cg_llm_breaker *breaker)
-{
-    if (breaker == NULL)
-        return;
-    pthread_mutex_destroy(&breaker->lock);
-    free(breaker);
-}
-
-cg_breaker_state cg_llm_breaker_state(struct cg_llm_breaker *breaker)
-{
-    pthread_mutex_lock(&breaker->lock);
-    cg_breaker_state s =
-        cg_breaker_state_at(&breaker->state, &breaker->policy, breaker->now_ms(breaker->clock_arg));
-    pthread_mutex_unlock(&breaker->lock);
-    return s;
 }
 
 /* ------------------------------------------------------------- callbacks --- */
@@ -451,121 +388,6 @@ static uint64_t next_random(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* The JSON body, or NULL with reply->detail saying why. Caller frees with free(). */
-static char *build_body(const struct cg_llm *llm, const struct cg_llm_request *req,
-                        struct cg_llm_reply *reply)
-{
-    char *text = NULL;
-    json_t *root = json_object();
-    json_t *messages = json_array();
-    if (root == NULL || messages == NULL ||
-        json_object_set_new(root, "model", json_string(llm->model)) != 0 ||
-        json_object_set(root, "messages", messages) != 0)
-        goto nomem;
-    for (size_t i = 0; i < req->n_messages; i++) {
-        const struct cg_llm_message *m = &req->messages[i];
-        if (m->role == NULL || (m->content == NULL && m->content_len > 0)) {
-            snprintf(reply->detail, sizeof reply->detail, "message %zu has no role or content", i);
-            goto out;
-        }
-        json_t *role = json_string(m->role);
-        json_t *content = json_stringn(m->content ? m->content : "", m->content_len);
-        if (role == NULL || content == NULL) {
-            json_decref(role);
-            json_decref(content);
-            snprintf(reply->detail, sizeof reply->detail, "message %zu is not valid UTF-8", i);
-            goto out;
-        }
-        /* The _new setters take their value even when they fail, so nothing leaks. */
-        json_t *msg = json_object();
-        int bad = json_object_set_new(msg, "role", role);
-        bad |= json_object_set_new(msg, "content", content);
-        bad |= json_array_append_new(messages, msg);
-        if (msg == NULL || bad)
-            goto nomem;
-    }
-    int max_tokens = req->max_tokens > 0 ? req->max_tokens : llm->opts.max_tokens;
-    if (json_object_set_new(root, "temperature", json_real(llm->opts.temperature)) != 0 ||
-        (max_tokens > 0 && json_object_set_new(root, "max_tokens", json_integer(max_tokens)) != 0))
-        goto nomem;
-    /* Four significant digits print 0.2 as 0.2, not 0.20000000000000001. */
-    text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(4));
-    if (text == NULL)
-        goto nomem;
-    goto out;
-nomem:
-    snprintf(reply->detail, sizeof reply->detail, "out of memory building the request");
-out:
-    json_decref(messages);
-    json_decref(root);
-    return text;
-}
-
-static bool all_space(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r')
-            return false;
-    return true;
-}
-
-cg_llm_result cg_llm_parse_answer(const char *body, size_t len, struct cg_llm_reply *reply)
-{
-    cg_llm_result result = CG_LLM_INVALID_OUTPUT;
-    json_error_t jerr;
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, &jerr);
-    if (root == NULL || !json_is_object(root)) {
-        snprintf(reply->detail, sizeof reply->detail, "the answer is not a JSON object");
-        goto out;
-    }
-    json_t *choices = json_object_get(root, "choices");
-    if (!json_is_array(choices) || json_array_size(choices) == 0) {
-        snprintf(reply->detail, sizeof reply->detail, "the answer has no choices");
-        goto out;
-    }
-    json_t *choice = json_array_get(choices, 0);
-    json_t *message = json_is_object(choice) ? json_object_get(choice, "message") : NULL;
-    json_t *content = json_is_object(message) ? json_object_get(message, "content") : NULL;
-    if (!json_is_string(content)) {
-        snprintf(reply->detail, sizeof reply->detail, "the answer has no message content");
-        goto out;
-    }
-    const char *text = json_string_value(content);
-    size_t text_len = json_string_length(content);
-    if (text_len == 0 || all_space(text, text_len)) {
-        snprintf(reply->detail, sizeof reply->detail, "the answer's content is empty");
-        goto out;
-    }
-    /* json_loadb rejects \u0000 by default, so text has no NUL before len. */
-    reply->content = malloc(text_len + 1);
-    if (reply->content == NULL) {
-        snprintf(reply->detail, sizeof reply->detail, "out of memory reading the answer");
-        result = CG_LLM_ERROR;
-        goto out;
-    }
-    memcpy(reply->content, text, text_len);
-    reply->content[text_len] = '\0';
-    reply->content_len = text_len;
-
-    json_t *finish = json_object_get(choice, "finish_reason");
-    if (json_is_string(finish))
-        snprintf(reply->finish_reason, sizeof reply->finish_reason, "%s",
-                 json_string_value(finish));
-    json_t *usage = json_object_get(root, "usage");
-    if (json_is_object(usage)) {
-        json_t *p = json_object_get(usage, "prompt_tokens");
-        json_t *c = json_object_get(usage, "completion_tokens");
-        if (json_is_integer(p) && json_integer_value(p) >= 0)
-            reply->prompt_tokens = json_integer_value(p);
-        if (json_is_integer(c) && json_integer_value(c) >= 0)
-            reply->completion_tokens = json_integer_value(c);
-    }
-    result = CG_LLM_OK;
-out:
-    json_decref(root);
-    return result;
-}
-
 static bool transport_retryable(CURLcode rc)
 {
     switch (rc) {
@@ -649,49 +471,6 @@ static void sleep_until_mono_ms(int64_t until_ms)
         ;
 }
 
-/* Takes a breaker ticket; returns false (and fills the reply) when the breaker refuses. */
-static bool breaker_acquire(struct cg_llm *llm, struct cg_breaker_ticket *ticket,
-                            struct cg_llm_reply *reply)
-{
-    struct cg_llm_breaker *br = llm->breaker;
-    ticket->allowed = true;
-    ticket->probe = false;
-    if (br == NULL)
-        return true;
-    pthread_mutex_lock(&br->lock);
-    int64_t now = br->now_ms(br->clock_arg);
-    *ticket = cg_breaker_acquire(&br->state, &br->policy, now);
-    int64_t wait = ticket->allowed ? 0 : cg_breaker_wait_ms(&br->state, &br->policy, now);
-    pthread_mutex_unlock(&br->lock);
-    if (!ticket->allowed)
-        snprintf(reply->detail, sizeof reply->detail, "circuit breaker open; next probe in %lld ms",
-                 (long long)wait);
-    return ticket->allowed;
-}
-
-static void breaker_report(struct cg_llm *llm, struct cg_breaker_ticket ticket,
-                           const struct attempt *last, const char *rid)
-{
-    struct cg_llm_breaker *br = llm->breaker;
-    if (br == NULL)
-        return;
-    pthread_mutex_lock(&br->lock);
-    cg_breaker_state before = br->state.state;
-    if (last->result == CG_LLM_OK || last->counts_for_breaker)
-        cg_breaker_record(&br->state, &br->policy, ticket, last->result == CG_LLM_OK,
-                          br->now_ms(br->clock_arg));
-    else
-        cg_breaker_release(&br->state, ticket);
-    cg_breaker_state after = br->state.state;
-    pthread_mutex_unlock(&br->lock);
-    /* Logged where the state changed, once per change. */
-    if (after != before && after == CG_BREAKER_OPEN)
-        cg_log(CG_LOG_WARN, MOD, rid, "circuit breaker opened: LLM calls refused for %lld ms",
-               (long long)br->policy.cooldown_ms);
-    else if (after != before && after == CG_BREAKER_CLOSED)
-        cg_log(CG_LOG_INFO, MOD, rid, "circuit breaker closed: the LLM answered a probe");
-}
-
 static void log_call(cg_llm_result result, const struct cg_llm_reply *reply, const char *rid)
 {
     /* A refusal by the open breaker is routine until it closes; its opening was logged. */
@@ -754,13 +533,16 @@ cg_llm_result cg_llm_chat(struct cg_llm *llm, const struct cg_llm_request *req,
         result = CG_LLM_DEADLINE;
         goto out;
     }
-    request_body = build_body(llm, req, reply);
+    int max_tokens = req->max_tokens > 0 ? req->max_tokens : llm->opts.max_tokens;
+    request_body =
+        cg__llm_request_json(llm->model, llm->opts.temperature, max_tokens, req->messages,
+                             req->n_messages, reply->detail, sizeof reply->detail);
     if (request_body == NULL) {
         result = CG_LLM_ERROR;
         goto out;
     }
     struct cg_breaker_ticket ticket;
-    if (!breaker_acquire(llm, &ticket, reply)) {
+    if (!cg__llm_breaker_acquire(llm->breaker, &ticket, reply->detail, sizeof reply->detail)) {
         result = CG_LLM_CIRCUIT_OPEN;
         goto out;
     }
@@ -791,7 +573,8 @@ cg_llm_result cg_llm_chat(struct cg_llm *llm, const struct cg_llm_request *req,
                  reply->attempts);
     }
     result = a.result;
-    breaker_report(llm, ticket, &a, rid);
+    cg__llm_breaker_report(llm->breaker, ticket, a.result == CG_LLM_OK || a.counts_for_breaker,
+                           a.result == CG_LLM_OK, rid);
 out:
     /* The body may hold user text; it is freed, never kept or logged. */
     free(request_body);
