@@ -554,6 +554,7 @@ cg_llm_result cg_llm_chat(struct cg_llm *llm, const struct cg_llm_request *req,
                                              .max_ms = llm->opts.backoff_max_ms,
                                              .max_retry_after_ms = llm->opts.max_retry_after_ms};
     struct attempt a;
+    bool wait_refused = false; /* the server named a delay that does not fit */
     for (;;) {
         a = attempt_once(llm, end - cg_mono_ms(), reply);
         if (a.result == CG_LLM_OK || !a.retryable)
@@ -562,16 +563,21 @@ cg_llm_result cg_llm_chat(struct cg_llm *llm, const struct cg_llm_request *req,
         cg_backoff_verdict v =
             cg_backoff_next(&policy, reply->attempts, a.retry_after_ms, now, end,
                             llm->opts.min_attempt_ms, next_random(&llm->rng), &delay);
-        if (v != CG_BACKOFF_RETRY)
+        if (v != CG_BACKOFF_RETRY) {
+            wait_refused = a.retry_after_ms >= 0 && v != CG_BACKOFF_NO_RETRIES_LEFT;
             break;
+        }
         sleep_until_mono_ms(now + delay);
     }
-    /* Keep the last attempt's reason and say how many attempts it took. */
-    if (a.result != CG_LLM_OK && reply->attempts > 1) {
-        size_t n = strlen(reply->detail);
-        snprintf(reply->detail + n, sizeof reply->detail - n, " (after %d attempts)",
-                 reply->attempts);
-    }
+    /* Keep the last attempt's reason and say how many attempts it took, and why no more. */
+    size_t n = strlen(reply->detail);
+    if (a.result != CG_LLM_OK && reply->attempts > 1)
+        n += (size_t)snprintf(reply->detail + n, sizeof reply->detail - n, " (after %d attempts)",
+                              reply->attempts);
+    if (wait_refused && n < sizeof reply->detail)
+        snprintf(reply->detail + n, sizeof reply->detail - n,
+                 "; the server asked to wait %lld ms, more than the call has left",
+                 (long long)a.retry_after_ms);
     result = a.result;
     cg__llm_breaker_report(llm->breaker, ticket, a.result == CG_LLM_OK || a.counts_for_breaker,
                            a.result == CG_LLM_OK, rid);

@@ -342,6 +342,7 @@ Test(llm, a_retry_after_past_the_deadline_is_not_waited_for)
     cr_assert_eq(chat(llm, &reply), CG_LLM_RATE_LIMITED, "%s", reply.detail);
     cr_assert_eq(reply.attempts, 1);
     cr_assert_lt(reply.elapsed_ms, 1000, "gave up at once instead of sleeping");
+    cr_assert(strstr(reply.detail, "asked to wait 5000 ms") != NULL, "%s", reply.detail);
     cr_assert_eq(cg_fake_llm_count(&F), 1);
     cg_llm_reply_cleanup(&reply);
     cg_llm_free(llm);
@@ -786,4 +787,38 @@ Test(llm, parse_answer_reads_usage_only_when_it_is_sane)
                      "'%s'", bad[i]);
         cr_assert_null(reply.content);
     }
+}
+
+Test(llm, options_come_from_the_config_table)
+{
+    struct cg_config cfg;
+    struct cg_err err;
+    cr_assert_eq(cg_config_init(&cfg), CG_OK);
+    cr_assert_eq(cg_config_set(&cfg, "llm_base_url", F.base_url, "test", &err), CG_OK);
+    cr_assert_eq(cg_config_set(&cfg, "llm_api_key", TEST_KEY, "test", &err), CG_OK);
+    cr_assert_eq(cg_config_set(&cfg, "llm_model", "ok", "test", &err), CG_OK);
+    cr_assert_eq(cg_config_set(&cfg, "llm_temperature", "0.7", "test", &err), CG_OK);
+    cr_assert_eq(cg_config_set(&cfg, "llm_breaker_failures", "4", "test", &err), CG_OK);
+    struct cg_llm_opts o;
+    cg_llm_opts_from_config(&cfg, &o);
+    cr_assert_eq(o.timeout_ms, 20000);
+    cr_assert_eq(o.max_retries, 2);
+    cr_assert_eq(o.max_response_bytes, 1048576);
+    struct cg_llm_breaker_opts bo;
+    cg_llm_breaker_opts_from_config(&cfg, &bo);
+    cr_assert_eq(bo.policy.failure_threshold, 4);
+    cr_assert_eq(bo.policy.cooldown_ms, 30000);
+    cr_assert_null(bo.now_ms, "the real clock");
+    struct cg_llm_breaker *breaker = cg_llm_breaker_new(&bo);
+    struct cg_llm *llm = client(&o, breaker);
+    struct cg_llm_reply reply;
+    cr_assert_eq(chat(llm, &reply), CG_LLM_OK, "%s", reply.detail);
+    cg_llm_reply_cleanup(&reply);
+    json_t *all = cg_fake_llm_requests(&F);
+    json_t *body = json_object_get(nth_request(all, 0), "body");
+    cr_assert_float_eq(json_number_value(json_object_get(body, "temperature")), 0.7, 1e-9);
+    json_decref(all);
+    cg_llm_free(llm);
+    cg_llm_breaker_free(breaker);
+    cg_config_cleanup(&cfg);
 }
