@@ -217,8 +217,8 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         last = texts[-1] if texts else ""
-        self.send_json(200, completion("Summary of %d messages. Last: %s" % (len(texts), last[:200]),
-                                       body, model))
+        answer = "Summary of %d messages. Last: %s" % (len(texts), last[:200])
+        self.send_json(200, completion(answer, body, model))
 
 
 def main():
