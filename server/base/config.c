@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-enum cfg_type { T_STR, T_SECRET, T_DSN, T_ENUM, T_INT, T_BOOL };
+enum cfg_type { T_STR, T_SECRET, T_DSN, T_ENUM, T_INT, T_DOUBLE, T_BOOL };
 
 struct cfg_row {
     const char *key;
@@ -28,7 +28,8 @@ static const struct cfg_row rows[] = {
 };
 
 #define ROW_COUNT (sizeof rows / sizeof rows[0])
-_Static_assert(ROW_COUNT <= 32, "grow cg_config.origin");
+_Static_assert(ROW_COUNT <= sizeof((struct cg_config *)0)->origin / sizeof(char *),
+               "grow cg_config.origin");
 
 #define ENV_PREFIX "CTXGUARD_"
 #define LINE_CAP 4096
@@ -131,6 +132,22 @@ static cg_status set_row(struct cg_config *cfg, const struct cfg_row *row, const
                               "config key '%s' (%s, from %s): %lld is out of range %lld..%lld",
                               row->key, env, origin, v, (long long)row->min, (long long)row->max);
         *(int64_t *)field = v;
+    } else if (row->type == T_DOUBLE) {
+        errno = 0;
+        char *end = NULL;
+        double v = strtod(value, &end);
+        /* Plain decimals only: no hex floats, inf or nan (isdigit on the first byte). */
+        bool plain = isdigit((unsigned char)value[0]) ||
+                     (value[0] == '-' && isdigit((unsigned char)value[1]));
+        if (!plain || *end != '\0' || errno == ERANGE || strpbrk(value, "xXpP") != NULL)
+            return cg_err_set(err, CG_CONFIG,
+                              "config key '%s' (%s, from %s): '%.40s' is not a number", row->key,
+                              env, origin, value);
+        if (v < (double)row->min || v > (double)row->max)
+            return cg_err_set(err, CG_CONFIG,
+                              "config key '%s' (%s, from %s): %g is out of range %lld..%lld",
+                              row->key, env, origin, v, (long long)row->min, (long long)row->max);
+        *(double *)field = v;
     } else {
         bool b;
         if (!parse_bool(value, &b))
@@ -393,6 +410,15 @@ cg_status cg_config_validate(const struct cg_config *cfg, struct cg_err *err)
                           "config keys 'tls_cert' and 'tls_key': set both or neither");
     if (cfg->tls_client_ca[0] != '\0' && cfg->tls_cert[0] == '\0')
         return cg_err_set(err, CG_CONFIG, "config key 'tls_client_ca': needs tls_cert and tls_key");
+    if (cfg->llm_base_url[0] != '\0' && strncmp(cfg->llm_base_url, "http://", 7) != 0 &&
+        strncmp(cfg->llm_base_url, "https://", 8) != 0)
+        return cg_err_set(err, CG_CONFIG,
+                          "config key 'llm_base_url' (CTXGUARD_LLM_BASE_URL): must start with "
+                          "http:// or https://");
+    if (cfg->llm_base_url[0] != '\0' && cfg->llm_model[0] == '\0')
+        return cg_err_set(err, CG_CONFIG,
+                          "config key 'llm_model' (CTXGUARD_LLM_MODEL): must not be empty when "
+                          "llm_base_url is set");
     return CG_OK;
 }
 
@@ -471,6 +497,9 @@ void cg_config_print(const struct cg_config *cfg, FILE *out)
         case T_INT:
             snprintf(buf, sizeof buf, "%lld", (long long)*(const int64_t *)field);
             break;
+        case T_DOUBLE:
+            snprintf(buf, sizeof buf, "%g", *(const double *)field);
+            break;
         case T_BOOL:
             snprintf(buf, sizeof buf, "%s", *(const bool *)field ? "true" : "false");
             break;
@@ -481,7 +510,8 @@ void cg_config_print(const struct cg_config *cfg, FILE *out)
 
 void cg_config_print_reference(FILE *out)
 {
-    static const char *const type_names[] = {"string", "secret", "dsn", "enum", "int", "bool"};
+    static const char *const type_names[] = {"string", "secret", "dsn", "enum",
+                                             "int",    "number", "bool"};
     for (size_t i = 0; i < ROW_COUNT; i++) {
         const struct cfg_row *row = &rows[i];
         char env[64];
@@ -492,7 +522,7 @@ void cg_config_print_reference(FILE *out)
             flag[k] = row->key[k] == '_' ? '-' : row->key[k];
         flag[k] = '\0';
         fprintf(out, "  --%-24s %-32s %s", flag, env, type_names[row->type]);
-        if (row->type == T_INT)
+        if (row->type == T_INT || row->type == T_DOUBLE)
             fprintf(out, " %lld..%lld", (long long)row->min, (long long)row->max);
         if (row->type == T_ENUM)
             fprintf(out, " %s", row->choices);

@@ -18,12 +18,14 @@
 
 /* Types: STR plain text; SECRET text never printed; DSN a connection URL or
  * keyword string whose password is never printed; INT a bounded integer;
- * BOOL true/false/1/0/yes/no/on/off; ENUM one of the `|`-separated choices. */
+ * DOUBLE a bounded decimal number; BOOL true/false/1/0/yes/no/on/off; ENUM one of the
+ * `|`-separated choices. */
 #define CG_CFG_CTYPE_STR char *
 #define CG_CFG_CTYPE_SECRET char *
 #define CG_CFG_CTYPE_DSN char *
 #define CG_CFG_CTYPE_ENUM char *
 #define CG_CFG_CTYPE_INT int64_t
+#define CG_CFG_CTYPE_DOUBLE double
 #define CG_CFG_CTYPE_BOOL bool
 
 /* XX(key, type, default, min, max, choices, help) */
@@ -69,7 +71,24 @@
     XX(tls_cert, STR, "", 0, 0, NULL, "PEM certificate chain file; with tls_key enables TLS")      \
     XX(tls_key, STR, "", 0, 0, NULL, "PEM private key file for tls_cert")                          \
     XX(tls_client_ca, STR, "", 0, 0, NULL,                                                         \
-       "PEM CA bundle; when set, clients must present a certificate it signed")
+       "PEM CA bundle; when set, clients must present a certificate it signed")                    \
+    XX(llm_base_url, STR, "", 0, 0, NULL,                                                          \
+       "OpenAI-compatible API base URL (http:// or https://, e.g. https://api.openai.com/v1); "    \
+       "empty: no LLM, summaries are extractive")                                                  \
+    XX(llm_api_key, SECRET, "", 0, 0, NULL, "bearer key of the LLM endpoint")                      \
+    XX(llm_model, STR, "gpt-4o-mini", 0, 0, NULL, "model that writes summaries")                   \
+    XX(llm_temperature, DOUBLE, "0.2", 0, 2, NULL, "sampling temperature of summaries")            \
+    XX(llm_connect_timeout_ms, INT, "2000", 10, 60000, NULL, "LLM connect timeout per attempt")    \
+    XX(llm_timeout_ms, INT, "20000", 100, 600000, NULL,                                            \
+       "longest one LLM call may take, retries included (a call's deadline shortens it)")          \
+    XX(llm_max_retries, INT, "2", 0, 10, NULL,                                                     \
+       "LLM retries after transport errors, 408, 409, 429 and 5xx (backoff with jitter)")          \
+    XX(llm_breaker_failures, INT, "5", 1, 1000, NULL,                                              \
+       "consecutive failed LLM calls that open the circuit breaker")                               \
+    XX(llm_breaker_cooldown_ms, INT, "30000", 100, 3600000, NULL,                                  \
+       "how long the open breaker refuses LLM calls before one probe")                             \
+    XX(llm_max_response_bytes, INT, "1048576", 1024, 67108864, NULL,                               \
+       "largest LLM response body accepted")
 
 struct cg_config {
 #define CG_CFG_FIELD(key, type, def, min, max, choices, help) CG_CFG_CTYPE_##type key;
@@ -77,7 +96,7 @@ struct cg_config {
 #undef CG_CFG_FIELD
     /* Where each key's value came from ("default", "file:PATH:LINE", "env", "flag"),
      * in table order. */
-    const char *origin[32];
+    const char *origin[48];
 };
 
 /* What the command line asked for besides configuration values. */
