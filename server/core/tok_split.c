@@ -5,7 +5,7 @@
  * character is matched by one of them, so a match always starts at pos. The comments name
  * the alternative each branch reproduces; where backtracking decides the result, the comment
  * says what the backtracking amounts to. `$` is the end of the text only, and \s is
- * White_Space. Character classes come from unicode_classes (Unicode 15.0).
+ * White_Space. Character classes come from unicode_classes (Unicode 16.0).
  */
 #include "core/tok.h"
 #include "core/unicode_classes.h"
@@ -74,6 +74,14 @@ static inline size_t run_none(const unsigned char *s, size_t n, size_t i, unsign
 static inline size_t run_crlf(const unsigned char *s, size_t n, size_t i)
 {
     while (i < n && (s[i] == '\r' || s[i] == '\n'))
+        i++;
+    return i;
+}
+
+/* [\r\n/]* of o200k_base: after the greedy punctuation run, '/' can still follow a \r or \n. */
+static inline size_t run_crlf_slash(const unsigned char *s, size_t n, size_t i)
+{
+    while (i < n && (s[i] == '\r' || s[i] == '\n' || s[i] == '/'))
         i++;
     return i;
 }
@@ -226,14 +234,13 @@ static size_t o200k_end(const unsigned char *s, size_t n, size_t i)
             k += cl;
         return k;
     }
-    /* ?[^\s\p{L}\p{N}]+[\r\n/]*: '/' is itself in the bracket, so after the greedy run only
-     * \r and \n can follow. */
+    /* ?[^\s\p{L}\p{N}]+[\r\n/]* */
     if (!(f0 & WS))
-        return run_crlf(s, n, run_none(s, n, i, WS | L | N));
+        return run_crlf_slash(s, n, run_none(s, n, i, WS | L | N));
     if (s[i] == ' ' && j < n) {
         size_t c1len;
         if (!(flags_at(s, n, j, &c1len) & (WS | L | N)))
-            return run_crlf(s, n, run_none(s, n, j, WS | L | N));
+            return run_crlf_slash(s, n, run_none(s, n, j, WS | L | N));
     }
     return whitespace(s, n, i, c0len, true);
 }

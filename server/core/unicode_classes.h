@@ -1,6 +1,6 @@
 /* unicode_classes.h - the character classes of the tokenizer's pre-tokenizers, per code point.
  *
- * Unicode 15.0 (the version of the regex tables inside npm tiktoken), generated into
+ * Unicode 16.0 (the version of the regex tables inside npm tiktoken), generated into
  * unicode_classes.c by scripts/gen_unicode_classes.sh. Pure, read-only, thread-safe. */
 #ifndef CG_CORE_UNICODE_CLASSES_H
 #define CG_CORE_UNICODE_CLASSES_H
