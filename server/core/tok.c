@@ -297,17 +297,36 @@ static int64_t merge_small(const struct cg_tok_encoding *enc, const unsigned cha
     return (int64_t)parts;
 }
 
-/* A binary min-heap of (rank << 32 | position). */
+/* A 4-ary min-heap of (rank << 32 | position): half the depth of a binary heap, and the four
+ * children of a node share a cache line. */
 struct heap {
     uint64_t *v;
     size_t n;
 };
 
+static void heap_sift_down(struct heap *h, size_t i, uint64_t x)
+{
+    for (;;) {
+        size_t c = 4 * i + 1;
+        if (c >= h->n)
+            break;
+        size_t best = c, last = c + 4 < h->n ? c + 4 : h->n;
+        for (size_t k = c + 1; k < last; k++)
+            if (h->v[k] < h->v[best])
+                best = k;
+        if (h->v[best] >= x)
+            break;
+        h->v[i] = h->v[best];
+        i = best;
+    }
+    h->v[i] = x;
+}
+
 static void heap_push(struct heap *h, uint64_t x)
 {
     size_t i = h->n++;
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
+        size_t parent = (i - 1) / 4;
         if (h->v[parent] <= x)
             break;
         h->v[i] = h->v[parent];
@@ -319,76 +338,72 @@ static void heap_push(struct heap *h, uint64_t x)
 static uint64_t heap_pop(struct heap *h)
 {
     uint64_t top = h->v[0], x = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && h->v[c + 1] < h->v[c])
-            c++;
-        if (h->v[c] >= x)
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
     if (h->n > 0)
-        h->v[i] = x;
+        heap_sift_down(h, 0, x);
     return top;
 }
 
-/* Parts are a linked list over byte positions (next[i] is the start of the part after the
- * one starting at i, len for the last); pair_rank[i] is the rank of the part at i joined
- * with the next one, NO_RANK when none or when i is no longer a part. Each merge pushes at
- * most two pairs, so the heap holds fewer than 3 * len entries; stale entries are those
- * whose rank no longer matches pair_rank[] and are skipped. */
+/* Orders v[0..n) into a heap in O(n). */
+static void heap_build(struct heap *h)
+{
+    for (size_t i = h->n / 4 + 1; i-- > 0;)
+        if (i < h->n)
+            heap_sift_down(h, i, h->v[i]);
+}
+
+/* One part of a long piece: a linked list over byte positions (next is the start of the part
+ * after this one, len for the last); rank is that of this part joined with the next one,
+ * NO_RANK when there is none or when this position no longer starts a part. */
+struct part {
+    uint32_t next, prev, rank;
+};
+
+/* Each merge pushes at most two pairs, so the heap holds fewer than 2 * len entries beyond
+ * the initial len; stale entries (whose rank no longer matches the part's) are skipped. */
 static int64_t merge_large(const struct cg_tok_encoding *enc, const unsigned char *p, size_t len)
 {
     if (len > UINT32_MAX - 1)
         return -1;
-    uint32_t *next = malloc(len * sizeof *next);
-    uint32_t *prev = malloc(len * sizeof *prev);
-    uint32_t *pair_rank = malloc(len * sizeof *pair_rank);
+    struct part *parts = malloc(len * sizeof *parts);
     struct heap h = {.v = malloc(3 * len * sizeof(uint64_t)), .n = 0};
-    int64_t parts = -1;
-    if (next == NULL || prev == NULL || pair_rank == NULL || h.v == NULL)
+    int64_t count = -1;
+    if (parts == NULL || h.v == NULL)
         goto out;
     for (size_t i = 0; i < len; i++) {
-        next[i] = (uint32_t)(i + 1);
-        prev[i] = (uint32_t)(i == 0 ? UINT32_MAX : i - 1);
-        pair_rank[i] = i + 1 < len ? lookup(enc, p + i, 2) : NO_RANK;
-        if (pair_rank[i] != NO_RANK)
-            heap_push(&h, (uint64_t)pair_rank[i] << 32 | i);
+        uint32_t rank = i + 1 < len ? lookup(enc, p + i, 2) : NO_RANK;
+        parts[i] = (struct part){(uint32_t)(i + 1), (uint32_t)(i == 0 ? UINT32_MAX : i - 1), rank};
+        if (rank != NO_RANK)
+            h.v[h.n++] = (uint64_t)rank << 32 | i;
     }
-    parts = (int64_t)len;
+    heap_build(&h);
+    count = (int64_t)len;
     while (h.n > 0) {
         uint64_t top = heap_pop(&h);
         uint32_t rank = (uint32_t)(top >> 32), at = (uint32_t)top;
-        if (pair_rank[at] != rank)
+        struct part *pa = &parts[at];
+        if (pa->rank != rank)
             continue;
-        uint32_t gone = next[at];
-        next[at] = next[gone];
-        if (next[gone] < len)
-            prev[next[gone]] = at;
-        pair_rank[gone] = NO_RANK;
-        parts--;
-        uint32_t after = next[at];
-        pair_rank[at] = after < len ? lookup(enc, p + at, (after < len ? next[after] : len) - at)
-                                    : NO_RANK;
-        if (pair_rank[at] != NO_RANK)
-            heap_push(&h, (uint64_t)pair_rank[at] << 32 | at);
-        if (prev[at] != UINT32_MAX) {
-            uint32_t before = prev[at];
-            pair_rank[before] = lookup(enc, p + before, (size_t)next[at] - before);
-            if (pair_rank[before] != NO_RANK)
-                heap_push(&h, (uint64_t)pair_rank[before] << 32 | before);
+        uint32_t gone = pa->next;
+        pa->next = parts[gone].next;
+        if (pa->next < len)
+            parts[pa->next].prev = at;
+        parts[gone].rank = NO_RANK;
+        count--;
+        uint32_t after = pa->next;
+        pa->rank = after < len ? lookup(enc, p + at, parts[after].next - at) : NO_RANK;
+        if (pa->rank != NO_RANK)
+            heap_push(&h, (uint64_t)pa->rank << 32 | at);
+        if (pa->prev != UINT32_MAX) {
+            uint32_t before = pa->prev;
+            parts[before].rank = lookup(enc, p + before, (size_t)after - before);
+            if (parts[before].rank != NO_RANK)
+                heap_push(&h, (uint64_t)parts[before].rank << 32 | before);
         }
     }
 out:
-    free(next);
-    free(prev);
-    free(pair_rank);
+    free(parts);
     free(h.v);
-    return parts;
+    return count;
 }
 
 static inline int64_t piece_count(const struct cg_tok_encoding *enc, const unsigned char *p,

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """make_corpus.py - the corpus of the token counter's exactness test.
 
-    make_corpus.py OUT.records [BUDGET_MB]
+    make_corpus.py [--real] OUT.records [BUDGET_MB]
+
+--real keeps only real text (conversations and files: the benchmark's mixed corpus).
 
 Records (u32 little-endian length + bytes) from:
   - every string in the conversations under $CG_CONVERSATIONS_DIR (default
@@ -23,8 +25,11 @@ import random
 import struct
 import sys
 
-out_path = sys.argv[1]
-budget = int(float(sys.argv[2] if len(sys.argv) > 2 else 8) * 1e6)
+args = sys.argv[1:]
+real_only = "--real" in args
+args = [a for a in args if a != "--real"]
+out_path = args[0]
+budget = int(float(args[1] if len(args) > 1 else 8) * 1e6)
 rng = random.Random(4)
 records = []
 stats = {}
@@ -93,6 +98,21 @@ for kind, paths in file_sources():
         used += 2 * len(data)
 
 # -- code point sweep ---------------------------------------------------------------------
+def write_and_exit():
+    with open(out_path, "wb") as f:
+        for r in records:
+            f.write(struct.pack("<I", len(r)))
+            f.write(r)
+    total = sum(stats.values())
+    print(f"make_corpus: {len(records)} records, {total / 1e6:.1f} MB ("
+          + ", ".join(f"{k} {v / 1e6:.2f}" for k, v in stats.items()) + ")", file=sys.stderr)
+    sys.exit(0)
+
+
+if real_only:
+    write_and_exit()
+
+
 def sweep_points():
     for cp in range(0, 0x20000):
         yield cp
@@ -158,10 +178,4 @@ for n in (4096, 12000):
     add("long", "".join(rng.choice(["\U0001F600", "\u4e2d", "\u00e9", "\u0301"])
                         for _ in range(n // 4)))
 
-with open(out_path, "wb") as f:
-    for r in records:
-        f.write(struct.pack("<I", len(r)))
-        f.write(r)
-total = sum(stats.values())
-print(f"make_corpus: {len(records)} records, {total / 1e6:.1f} MB ("
-      + ", ".join(f"{k} {v / 1e6:.2f}" for k, v in stats.items()) + ")", file=sys.stderr)
+write_and_exit()
