@@ -17,6 +17,7 @@
 
 #define NO_RANK UINT32_MAX
 #define SMALL_PIECE 64 /* longest piece merged by the quadratic loop */
+#define FILTER_BITS (1u << 21) /* 256 KB: most misses are answered without the big table */
 
 struct slot {
     uint64_t head; /* the token's first 8 bytes, zero-padded */
@@ -38,6 +39,8 @@ struct cg_tok_encoding {
     unsigned char *blob;
     const struct special *specials;
     size_t n_specials;
+    uint32_t *pair_rank; /* rank of every 2-byte string (first byte << 8 | second), 256 KB */
+    uint64_t *filter;    /* one bit per hash value (bits 40..60): set for every token */
 };
 
 /* The special tokens of each encoding (tiktoken's lists; ranks do not matter for counts). */
@@ -98,7 +101,11 @@ static inline uint32_t lookup(const struct cg_tok_encoding *enc, const unsigned 
     if (len > CG_TOK_TOKEN_BYTES_MAX)
         return NO_RANK;
     uint64_t head = load_head(p, len);
-    uint64_t i = hash_bytes(head, p, len) & enc->mask;
+    uint64_t h = hash_bytes(head, p, len);
+    uint64_t bit = (h >> 40) & (FILTER_BITS - 1);
+    if (!(enc->filter[bit / 64] & (1ULL << (bit % 64))))
+        return NO_RANK;
+    uint64_t i = h & enc->mask;
     for (;;) {
         const struct slot *sl = &enc->slots[i];
         uint32_t slen = sl->meta & 0xFF;
@@ -171,9 +178,10 @@ cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encodi
         cap <<= 1;
     enc->mask = cap - 1;
     enc->slots = calloc(cap, sizeof *enc->slots);
+    enc->filter = calloc(FILTER_BITS / 64, sizeof *enc->filter);
     /* +8 so that the blob can be read in whole words past its last token */
     enc->blob = malloc((size_t)blob_bytes + 8);
-    if (enc->slots == NULL || enc->blob == NULL)
+    if (enc->slots == NULL || enc->blob == NULL || enc->filter == NULL)
         goto nomem;
     memcpy(enc->blob, d + CG_TOK_HEADER_SIZE + records, blob_bytes);
     memset(enc->blob + blob_bytes, 0, 8);
@@ -213,8 +221,9 @@ cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encodi
         }
         if (tlen == 1)
             bytes_seen[tok[0]] = true;
-        uint64_t head = load_head(tok, tlen);
-        uint64_t i = hash_bytes(head, tok, tlen) & enc->mask;
+        uint64_t head = load_head(tok, tlen), h = hash_bytes(head, tok, tlen);
+        uint64_t bit = (h >> 40) & (FILTER_BITS - 1), i = h & enc->mask;
+        enc->filter[bit / 64] |= 1ULL << (bit % 64);
         while (enc->slots[i].meta != 0)
             i = (i + 1) & enc->mask;
         enc->slots[i] = (struct slot){.head = head, .rank = rank, .meta = tlen | (uint32_t)off << 8};
@@ -233,6 +242,14 @@ cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encodi
                             "token rank data: byte 0x%02x has no rank of its own", b);
             goto out;
         }
+    /* Every merge starts from byte pairs: a direct table saves a hash probe per byte. */
+    enc->pair_rank = malloc(65536 * sizeof *enc->pair_rank);
+    if (enc->pair_rank == NULL)
+        goto nomem;
+    for (unsigned pair = 0; pair < 65536; pair++) {
+        unsigned char two[2] = {(unsigned char)(pair >> 8), (unsigned char)pair};
+        enc->pair_rank[pair] = lookup(enc, two, 2);
+    }
     *out = enc;
     return CG_OK;
 nomem:
@@ -246,6 +263,8 @@ void cg_tok_encoding_free(struct cg_tok_encoding *enc)
 {
     if (enc == NULL)
         return;
+    free(enc->pair_rank);
+    free(enc->filter);
     free(enc->slots);
     free(enc->blob);
     free(enc);
@@ -263,6 +282,11 @@ size_t cg_tok_encoding_size(const struct cg_tok_encoding *enc)
 
 /* ------------------------------------------------------------------ merging ----------- */
 
+static inline uint32_t lookup_pair(const struct cg_tok_encoding *enc, const unsigned char *p)
+{
+    return enc->pair_rank[(unsigned)p[0] << 8 | p[1]];
+}
+
 /* tiktoken's loop: parts are start offsets, pair_rank[k] the rank of parts k and k+1
  * together; merge the lowest (leftmost among equals) until no pair has a rank. */
 static int64_t merge_small(const struct cg_tok_encoding *enc, const unsigned char *p, size_t len)
@@ -273,7 +297,7 @@ static int64_t merge_small(const struct cg_tok_encoding *enc, const unsigned cha
     for (size_t k = 0; k <= len; k++)
         start[k] = (uint8_t)k;
     for (size_t k = 0; k + 1 < len; k++)
-        pair_rank[k] = lookup(enc, p + k, 2);
+        pair_rank[k] = lookup_pair(enc, p + k);
     while (parts > 1) {
         uint32_t best = NO_RANK;
         size_t at = 0;
@@ -370,7 +394,7 @@ static int64_t merge_large(const struct cg_tok_encoding *enc, const unsigned cha
     if (parts == NULL || h.v == NULL)
         goto out;
     for (size_t i = 0; i < len; i++) {
-        uint32_t rank = i + 1 < len ? lookup(enc, p + i, 2) : NO_RANK;
+        uint32_t rank = i + 1 < len ? lookup_pair(enc, p + i) : NO_RANK;
         parts[i] = (struct part){(uint32_t)(i + 1), (uint32_t)(i == 0 ? UINT32_MAX : i - 1), rank};
         if (rank != NO_RANK)
             h.v[h.n++] = (uint64_t)rank << 32 | i;
