@@ -10,7 +10,8 @@
  * "PEER ENCODING worst BYTES SECONDS" for the single-piece case); the table then shows the
  * ratios to npm tiktoken and to the fastest of gpt-tokenizer / ai-tokenizer.
  * Worst case: one piece of 256 KB random lower-case ASCII letters (one piece in both patterns;
- * no merge beyond a few letters applies), median of 5 counts. Prints figures; never fails on time. */
+ * no merge beyond a few letters applies), median of 5 counts. Prints figures; never fails on time.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,8 +143,9 @@ int main(int argc, char **argv)
         }
     }
     if (corpus == NULL || parts < 1 || parts > MAX_PARTS) {
-        fprintf(stderr, "bench_tokens: --corpus FILE is needed (bench/tokens.sh makes one); "
-                        "--parts 1..%d\n",
+        fprintf(stderr,
+                "bench_tokens: --corpus FILE is needed (bench/tokens.sh makes one); "
+                "--parts 1..%d\n",
                 MAX_PARTS);
         return 2;
     }
@@ -177,8 +179,8 @@ int main(int argc, char **argv)
     }
     const char *names[2] = {"cl100k_base", "o200k_base"};
     printf("corpus: %zu records, %.1f MB, %d parts; single thread\n", n, total / 1e6, parts);
-    printf("%-12s %10s %14s %8s %16s %8s %12s %14s\n", "encoding", "MB/s", "tiktoken MB/s",
-           "ratio", "fastest js MB/s", "ratio", "worst 256K s", "peers worst");
+    printf("%-12s %10s %14s %8s %16s %8s %12s %14s\n", "encoding", "MB/s", "tiktoken MB/s", "ratio",
+           "fastest js MB/s", "ratio", "worst 256K s", "peers worst");
     char *worst = malloc(WORST_BYTES);
     srand(4);
     for (size_t i = 0; worst != NULL && i < WORST_BYTES; i++)

@@ -41,9 +41,8 @@ static cg_status check(const unsigned char *d, size_t len, const char *encoding,
     uint64_t n_tokens = get_u32(d + 24), blob = get_u32(d + 28);
     if (len - CG_TOKDATA_HEADER_SIZE != n_tokens * 5 + blob)
         return cg_err_set(err, CG_CONFIG,
-                          "token data %s: truncated or padded (%zu bytes, header says %llu)",
-                          path, len, (unsigned long long)(CG_TOKDATA_HEADER_SIZE + n_tokens * 5 +
-                                                          blob));
+                          "token data %s: truncated or padded (%zu bytes, header says %llu)", path,
+                          len, (unsigned long long)(CG_TOKDATA_HEADER_SIZE + n_tokens * 5 + blob));
     uint8_t sum[CG_SHA256_LEN];
     cg_sha256(d + CG_TOKDATA_HEADER_SIZE, len - CG_TOKDATA_HEADER_SIZE, sum);
     if (memcmp(sum, d + 36, CG_SHA256_LEN) != 0)
@@ -63,8 +62,8 @@ cg_status cg_tokdata_load(const char *dir, const char *encoding, struct cg_tokda
         strchr(encoding, '/') != NULL)
         return cg_err_set(err, CG_CONFIG, "token data: invalid encoding name");
     char path[4096];
-    int w = snprintf(path, sizeof path, "%s/%s.cgtok", dir != NULL ? dir : CG_TOKDATA_DIR,
-                     encoding);
+    int w =
+        snprintf(path, sizeof path, "%s/%s.cgtok", dir != NULL ? dir : CG_TOKDATA_DIR, encoding);
     if (w < 0 || (size_t)w >= sizeof path)
         return cg_err_set(err, CG_CONFIG, "token data: directory path too long");
     fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -16,7 +16,7 @@
 #include "core/utf8.h"
 
 #define NO_RANK UINT32_MAX
-#define SMALL_PIECE 64 /* longest piece merged by the quadratic loop */
+#define SMALL_PIECE 64         /* longest piece merged by the quadratic loop */
 #define FILTER_BITS (1u << 21) /* 256 KB: most misses are answered without the big table */
 
 struct slot {
@@ -45,8 +45,8 @@ struct cg_tok_encoding {
 
 /* The special tokens of each encoding (tiktoken's lists; ranks do not matter for counts). */
 static const struct special CL100K_SPECIALS[] = {
-    {"<|endoftext|>", 13},   {"<|fim_prefix|>", 14}, {"<|fim_middle|>", 14},
-    {"<|fim_suffix|>", 14},  {"<|endofprompt|>", 15},
+    {"<|endoftext|>", 13},  {"<|fim_prefix|>", 14},  {"<|fim_middle|>", 14},
+    {"<|fim_suffix|>", 14}, {"<|endofprompt|>", 15},
 };
 static const struct special O200K_SPECIALS[] = {
     {"<|endoftext|>", 13},
@@ -95,8 +95,7 @@ static inline uint64_t hash_bytes(uint64_t head, const unsigned char *p, size_t 
     return mix(h);
 }
 
-static inline uint32_t lookup(const struct cg_tok_encoding *enc, const unsigned char *p,
-                              size_t len)
+static inline uint32_t lookup(const struct cg_tok_encoding *enc, const unsigned char *p, size_t len)
 {
     if (len > CG_TOK_TOKEN_BYTES_MAX)
         return NO_RANK;
@@ -226,7 +225,8 @@ cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encodi
         enc->filter[bit / 64] |= 1ULL << (bit % 64);
         while (enc->slots[i].meta != 0)
             i = (i + 1) & enc->mask;
-        enc->slots[i] = (struct slot){.head = head, .rank = rank, .meta = tlen | (uint32_t)off << 8};
+        enc->slots[i] =
+            (struct slot){.head = head, .rank = rank, .meta = tlen | (uint32_t)off << 8};
         off += tlen;
     }
     free(seen);
@@ -316,7 +316,8 @@ static int64_t merge_small(const struct cg_tok_encoding *enc, const unsigned cha
         if (at + 1 < parts)
             pair_rank[at] = lookup(enc, p + start[at], (size_t)start[at + 2] - start[at]);
         if (at > 0)
-            pair_rank[at - 1] = lookup(enc, p + start[at - 1], (size_t)start[at + 1] - start[at - 1]);
+            pair_rank[at - 1] =
+                lookup(enc, p + start[at - 1], (size_t)start[at + 1] - start[at - 1]);
     }
     return (int64_t)parts;
 }
@@ -377,28 +378,66 @@ static void heap_build(struct heap *h)
 
 /* One part of a long piece: a linked list over byte positions (next is the start of the part
  * after this one, len for the last); rank is that of this part joined with the next one,
- * NO_RANK when there is none or when this position no longer starts a part. */
+ * NO_RANK when there is none or when this position no longer starts a part; queued is the
+ * rank this position was last pushed with (NO_RANK: not since its rank last changed). */
 struct part {
-    uint32_t next, prev, rank;
+    uint32_t next, prev, rank, queued;
 };
 
-/* Each merge pushes at most two pairs, so the heap holds fewer than 2 * len entries beyond
- * the initial len; stale entries (whose rank no longer matches the part's) are skipped. */
+static inline uint64_t part_key(const struct part *parts, uint32_t i)
+{
+    return (uint64_t)parts[i].rank << 32 | i;
+}
+
+/* Whether the pair at i merges before both neighbouring pairs: (rank, position) below theirs.
+ * The next merge, the least pair of all, is always such a local minimum. */
+static inline bool local_min(const struct part *parts, uint32_t i, size_t len)
+{
+    if (parts[i].rank == NO_RANK)
+        return false;
+    uint64_t key = part_key(parts, i);
+    uint32_t before = parts[i].prev, after = parts[i].next;
+    return (before == UINT32_MAX || part_key(parts, before) > key) &&
+           (after >= len || part_key(parts, after) > key);
+}
+
+static inline void consider(struct heap *h, struct part *parts, uint32_t i, size_t len)
+{
+    if (i < len && local_min(parts, i, len) && parts[i].queued != parts[i].rank) {
+        parts[i].queued = parts[i].rank;
+        heap_push(h, part_key(parts, i));
+    }
+}
+
+static inline void set_rank(struct part *parts, uint32_t i, uint32_t rank)
+{
+    if (parts[i].rank != rank)
+        parts[i].queued = NO_RANK;
+    parts[i].rank = rank;
+}
+
+/* The heap holds every pair that is a local minimum (and stale entries, skipped when popped
+ * because their rank is no longer the pair's): the least entry whose rank is current is then
+ * the least pair overall, the one tiktoken's scan would merge. Keeping only local minima
+ * makes the heap a fraction of the piece; each merge changes two ranks and re-examines the
+ * four pairs around it, so at most four pushes per merge, and a heap of at most 5 * len. */
 static int64_t merge_large(const struct cg_tok_encoding *enc, const unsigned char *p, size_t len)
 {
     if (len > UINT32_MAX - 1)
         return -1;
     struct part *parts = malloc(len * sizeof *parts);
-    struct heap h = {.v = malloc(3 * len * sizeof(uint64_t)), .n = 0};
+    struct heap h = {.v = malloc(5 * len * sizeof(uint64_t)), .n = 0};
     int64_t count = -1;
     if (parts == NULL || h.v == NULL)
         goto out;
-    for (size_t i = 0; i < len; i++) {
-        uint32_t rank = i + 1 < len ? lookup_pair(enc, p + i) : NO_RANK;
-        parts[i] = (struct part){(uint32_t)(i + 1), (uint32_t)(i == 0 ? UINT32_MAX : i - 1), rank};
-        if (rank != NO_RANK)
-            h.v[h.n++] = (uint64_t)rank << 32 | i;
-    }
+    for (size_t i = 0; i < len; i++)
+        parts[i] = (struct part){(uint32_t)(i + 1), (uint32_t)(i == 0 ? UINT32_MAX : i - 1),
+                                 i + 1 < len ? lookup_pair(enc, p + i) : NO_RANK, NO_RANK};
+    for (uint32_t i = 0; i < len; i++)
+        if (local_min(parts, i, len)) {
+            parts[i].queued = parts[i].rank;
+            h.v[h.n++] = part_key(parts, i);
+        }
     heap_build(&h);
     count = (int64_t)len;
     while (h.n > 0) {
@@ -411,18 +450,17 @@ static int64_t merge_large(const struct cg_tok_encoding *enc, const unsigned cha
         pa->next = parts[gone].next;
         if (pa->next < len)
             parts[pa->next].prev = at;
-        parts[gone].rank = NO_RANK;
+        set_rank(parts, gone, NO_RANK);
         count--;
-        uint32_t after = pa->next;
-        pa->rank = after < len ? lookup(enc, p + at, parts[after].next - at) : NO_RANK;
-        if (pa->rank != NO_RANK)
-            heap_push(&h, (uint64_t)pa->rank << 32 | at);
-        if (pa->prev != UINT32_MAX) {
-            uint32_t before = pa->prev;
-            parts[before].rank = lookup(enc, p + before, (size_t)after - before);
-            if (parts[before].rank != NO_RANK)
-                heap_push(&h, (uint64_t)parts[before].rank << 32 | before);
+        uint32_t after = pa->next, before = pa->prev;
+        set_rank(parts, at, after < len ? lookup(enc, p + at, parts[after].next - at) : NO_RANK);
+        if (before != UINT32_MAX) {
+            set_rank(parts, before, lookup(enc, p + before, (size_t)after - before));
+            consider(&h, parts, parts[before].prev, len);
+            consider(&h, parts, before, len);
         }
+        consider(&h, parts, at, len);
+        consider(&h, parts, after, len);
     }
 out:
     free(parts);

@@ -43,9 +43,9 @@
 #define CG_TOK_MAGIC "CGTOKBP1"
 #define CG_TOK_HEADER_SIZE 72
 #define CG_TOK_NAME_MAX 16
-#define CG_TOK_TOKEN_BYTES_MAX 128      /* the longest token of either encoding */
-#define CG_TOK_TOKENS_MAX 1000000       /* records accepted in rank data */
-#define CG_TOK_BLOB_MAX (16u << 20)     /* token bytes accepted in rank data */
+#define CG_TOK_TOKEN_BYTES_MAX 128        /* the longest token of either encoding */
+#define CG_TOK_TOKENS_MAX 1000000         /* records accepted in rank data */
+#define CG_TOK_BLOB_MAX (16u << 20)       /* token bytes accepted in rank data */
 #define CG_TOK_TEXT_MAX ((size_t)1 << 31) /* longest text counted (2 GiB) */
 
 /* Which pre-tokenization regex an encoding uses. */

@@ -30,8 +30,8 @@ static struct cg_tok_encoding *load(const char *name)
         cg_tokdata_cleanup(&data);
         return enc;
     }
-    const char *merges[] = {"ab", "abc", "  ", "\n\n", "th", "the", " the", "12", "123",
-                            "\xE4\xB8", "\xE4\xB8\xAD", "<|", "|>", NULL};
+    const char *merges[] = {"ab", "abc", "  ",       "\n\n",         "th", "the", " the",
+                            "12", "123", "\xE4\xB8", "\xE4\xB8\xAD", "<|", "|>",  NULL};
     struct vocab v = vocab_make(name, merges);
     if (cg_tok_encoding_new(v.data, v.len, &enc, &err) != CG_OK)
         abort();
@@ -64,8 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!special && cg_utf8_valid(text, len, NULL)) {
         if (c > (int64_t)len)
             abort();
-        cg_tok_pattern pattern =
-            (opts & 1) ? CG_TOK_PATTERN_O200K : CG_TOK_PATTERN_CL100K;
+        cg_tok_pattern pattern = (opts & 1) ? CG_TOK_PATTERN_O200K : CG_TOK_PATTERN_CL100K;
         int64_t sum = 0;
         for (size_t i = 0; i < len;) {
             size_t e = cg_tok_piece_end(pattern, text, len, i);

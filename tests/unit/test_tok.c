@@ -28,8 +28,10 @@ static const char *split(cg_tok_pattern pattern, const char *text, size_t len)
     return out;
 }
 
-#define CL(text, expected) cr_expect_str_eq(split(CG_TOK_PATTERN_CL100K, text, strlen(text)), expected)
-#define O2(text, expected) cr_expect_str_eq(split(CG_TOK_PATTERN_O200K, text, strlen(text)), expected)
+#define CL(text, expected)                                                                         \
+    cr_expect_str_eq(split(CG_TOK_PATTERN_CL100K, text, strlen(text)), expected)
+#define O2(text, expected)                                                                         \
+    cr_expect_str_eq(split(CG_TOK_PATTERN_O200K, text, strlen(text)), expected)
 
 Test(tok, cl100k_pieces_follow_the_regex, .timeout = 10)
 {
@@ -46,7 +48,10 @@ Test(tok, cl100k_pieces_follow_the_regex, .timeout = 10)
     CL("!!!\n\nx", "!!!\n\n|x");
     CL(" !!x", " !!|x");
     CL("\t\tx", "\t|\tx");
-    CL("\xE4\xB8\xAD\xE6\x96\x87" "abc", "\xE4\xB8\xAD\xE6\x96\x87" "abc"); /* CJK are letters */
+    CL("\xE4\xB8\xAD\xE6\x96\x87"
+       "abc",
+       "\xE4\xB8\xAD\xE6\x96\x87"
+       "abc"); /* CJK are letters */
     CL("\xF0\x9F\x98\x80\xF0\x9F\x98\x80 ok", "\xF0\x9F\x98\x80\xF0\x9F\x98\x80| ok");
     CL("e\xCC\x81", "e|\xCC\x81"); /* a combining mark is not \p{L} */
     CL("//\n//", "//\n|//");
@@ -65,10 +70,16 @@ Test(tok, o200k_pieces_follow_the_regex, .timeout = 10)
     O2("  \n  ", "  \n|  "); /* \s*[\r\n]+ comes first here */
     O2("x  ", "x|  ");
     O2("e\xCC\x81x", "e\xCC\x81x"); /* marks are in both case classes */
-    O2("\xE4\xB8\xAD\xE6\x96\x87" "abc", "\xE4\xB8\xAD\xE6\x96\x87" "abc");
+    O2("\xE4\xB8\xAD\xE6\x96\x87"
+       "abc",
+       "\xE4\xB8\xAD\xE6\x96\x87"
+       "abc");
     O2(" $100", " $|100");
     O2("(hello)", "(hello|)");
-    O2("\xC7\x85" "ab", "\xC7\x85" "ab"); /* titlecase U+01C5 then lower */
+    O2("\xC7\x85"
+       "ab",
+       "\xC7\x85"
+       "ab"); /* titlecase U+01C5 then lower */
 }
 
 static struct cg_tok_encoding *make(const char *name, const char *const *merges)
@@ -129,8 +140,8 @@ static int64_t reference_merge(const struct cg_tok_encoding *enc, const char *p,
                 continue;
             /* rank order: the pair's rank is unknown here, so the vocabulary of this test
              * makes ranks increase with length and then with bytes (see below) */
-            int64_t key = (int64_t)l << 32 | (unsigned char)p[start[k]] << 8 |
-                          (unsigned char)p[start[k] + 1];
+            int64_t key =
+                (int64_t)l << 32 | (unsigned char)p[start[k]] << 8 | (unsigned char)p[start[k] + 1];
             if (best < 0 || key < best) {
                 best = key;
                 at = k;
@@ -226,7 +237,14 @@ Test(tok, invalid_utf8_counts_as_replacement_characters, .timeout = 10)
     struct cg_tok_encoding *enc = make("o200k_base", NULL);
     const char fffd[] = "\xEF\xBF\xBD";
     cr_expect_eq(cg_tok_count(enc, "\xFF", 1, false), 3);
-    cr_expect_eq(cg_tok_count(enc, "a\xFF" "b", 3, false), count(enc, "a\xEF\xBF\xBD" "b", false));
+    cr_expect_eq(cg_tok_count(enc,
+                              "a\xFF"
+                              "b",
+                              3, false),
+                 count(enc,
+                       "a\xEF\xBF\xBD"
+                       "b",
+                       false));
     /* maximal subparts: E2 82 is one, ED A0 80 (a surrogate) is three */
     cr_expect_eq(cg_tok_count(enc, "\xE2\x82", 2, false), 3);
     cr_expect_eq(cg_tok_count(enc, "\xED\xA0\x80", 3, false), 9);
