@@ -326,7 +326,7 @@ static int64_t merge_small(const struct cg_tok_encoding *enc, const unsigned cha
  * children of a node share a cache line. */
 struct heap {
     uint64_t *v;
-    size_t n;
+    size_t n, cap;
 };
 
 static void heap_sift_down(struct heap *h, size_t i, uint64_t x)
@@ -347,8 +347,16 @@ static void heap_sift_down(struct heap *h, size_t i, uint64_t x)
     h->v[i] = x;
 }
 
-static void heap_push(struct heap *h, uint64_t x)
+/* False when the heap cannot grow (out of memory). */
+static bool heap_push(struct heap *h, uint64_t x)
 {
+    if (h->n == h->cap) {
+        uint64_t *bigger = realloc(h->v, 2 * h->cap * sizeof *h->v);
+        if (bigger == NULL)
+            return false;
+        h->v = bigger;
+        h->cap *= 2;
+    }
     size_t i = h->n++;
     while (i > 0) {
         size_t parent = (i - 1) / 4;
@@ -358,6 +366,7 @@ static void heap_push(struct heap *h, uint64_t x)
         i = parent;
     }
     h->v[i] = x;
+    return true;
 }
 
 static uint64_t heap_pop(struct heap *h)
@@ -401,12 +410,15 @@ static inline bool local_min(const struct part *parts, uint32_t i, size_t len)
            (after >= len || part_key(parts, after) > key);
 }
 
-static inline void consider(struct heap *h, struct part *parts, uint32_t i, size_t len)
+/* Pushes the pair at i when it is a local minimum not yet queued with its rank; false when
+ * memory runs out. */
+static inline bool consider(struct heap *h, struct part *parts, uint32_t i, size_t len)
 {
     if (i < len && local_min(parts, i, len) && parts[i].queued != parts[i].rank) {
         parts[i].queued = parts[i].rank;
-        heap_push(h, part_key(parts, i));
+        return heap_push(h, part_key(parts, i));
     }
+    return true;
 }
 
 static inline void set_rank(struct part *parts, uint32_t i, uint32_t rank)
@@ -419,14 +431,15 @@ static inline void set_rank(struct part *parts, uint32_t i, uint32_t rank)
 /* The heap holds every pair that is a local minimum (and stale entries, skipped when popped
  * because their rank is no longer the pair's): the least entry whose rank is current is then
  * the least pair overall, the one tiktoken's scan would merge. Keeping only local minima
- * makes the heap a fraction of the piece; each merge changes two ranks and re-examines the
- * four pairs around it, so at most four pushes per merge, and a heap of at most 5 * len. */
+ * makes the heap a fraction of the piece (no two neighbours are both minima); each merge
+ * changes two ranks and re-examines the four pairs around it. The heap starts at len / 2
+ * entries and grows when needed; memory is about 20 bytes per byte of the piece. */
 static int64_t merge_large(const struct cg_tok_encoding *enc, const unsigned char *p, size_t len)
 {
     if (len > UINT32_MAX - 1)
         return -1;
     struct part *parts = malloc(len * sizeof *parts);
-    struct heap h = {.v = malloc(5 * len * sizeof(uint64_t)), .n = 0};
+    struct heap h = {.v = malloc((len / 2 + 64) * sizeof(uint64_t)), .n = 0, .cap = len / 2 + 64};
     int64_t count = -1;
     if (parts == NULL || h.v == NULL)
         goto out;
@@ -439,7 +452,7 @@ static int64_t merge_large(const struct cg_tok_encoding *enc, const unsigned cha
             h.v[h.n++] = part_key(parts, i);
         }
     heap_build(&h);
-    count = (int64_t)len;
+    int64_t parts_left = (int64_t)len;
     while (h.n > 0) {
         uint64_t top = heap_pop(&h);
         uint32_t rank = (uint32_t)(top >> 32), at = (uint32_t)top;
@@ -451,17 +464,18 @@ static int64_t merge_large(const struct cg_tok_encoding *enc, const unsigned cha
         if (pa->next < len)
             parts[pa->next].prev = at;
         set_rank(parts, gone, NO_RANK);
-        count--;
+        parts_left--;
         uint32_t after = pa->next, before = pa->prev;
         set_rank(parts, at, after < len ? lookup(enc, p + at, parts[after].next - at) : NO_RANK);
+        bool ok = true;
         if (before != UINT32_MAX) {
             set_rank(parts, before, lookup(enc, p + before, (size_t)after - before));
-            consider(&h, parts, parts[before].prev, len);
-            consider(&h, parts, before, len);
+            ok = consider(&h, parts, parts[before].prev, len) && consider(&h, parts, before, len);
         }
-        consider(&h, parts, at, len);
-        consider(&h, parts, after, len);
+        if (!ok || !consider(&h, parts, at, len) || !consider(&h, parts, after, len))
+            goto out;
     }
+    count = parts_left;
 out:
     free(parts);
     free(h.v);

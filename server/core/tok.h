@@ -75,8 +75,10 @@ size_t cg_tok_encoding_size(const struct cg_tok_encoding *enc);
 
 /* Number of tokens of text[0..len) (any bytes; see "Bytes counted"). With allow_special the
  * special tokens' texts (e.g. "<|endoftext|>") count as one token each; otherwise they are
- * ordinary text. Returns -1 when len > CG_TOK_TEXT_MAX or memory runs out (long pieces and
- * invalid UTF-8 need a buffer of the size of the text). Thread-safe. */
+ * ordinary text. len 0 is 0 tokens (text may then be NULL). Returns -1 when
+ * len > CG_TOK_TEXT_MAX or memory runs out: invalid UTF-8 needs a copy of up to 3 * len
+ * bytes, and a piece longer than 64 bytes about 20 bytes per byte of it while it is merged
+ * (ordinary text needs nothing). Thread-safe. */
 int64_t cg_tok_count(const struct cg_tok_encoding *enc, const char *text, size_t len,
                      bool allow_special);
 

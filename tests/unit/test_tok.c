@@ -105,6 +105,9 @@ Test(tok, merges_lowest_rank_first, .timeout = 10)
     cr_expect_eq(cg_tok_encoding_size(enc), 260);
     cr_expect_str_eq(cg_tok_encoding_name(enc), "cl100k_base");
     cr_expect_eq(count(enc, "", false), 0);
+    cr_expect_eq(cg_tok_count(enc, NULL, 0, true), 0);
+    cr_expect_eq(cg_tok_count(enc, "x", (size_t)CG_TOK_TEXT_MAX + 1, false), -1,
+                 "over the maximum size: refused before reading");
     cr_expect_eq(count(enc, "abc", false), 1);
     /* ab (256) before bc (257): [ab][c][d] -> cd (258) -> [ab][cd]; bc first would give 3 */
     cr_expect_eq(count(enc, "abcd", false), 2);
