@@ -177,5 +177,12 @@ for n in (4096, 12000):
     add("long", bytes(rng.randrange(256) for _ in range(n)))
     add("long", "".join(rng.choice(["\U0001F600", "\u4e2d", "\u00e9", "\u0301"])
                         for _ in range(n // 4)))
+    add("long", " " * n + "x")
+    add("long", "\n" * n)
+    add("long", "ab" * (n // 2))
+    add("long", "\u4e2d" * (n // 3))
+    add("long", "".join(rng.choice("!@#$%^&*()_+-=[]{};:,.<>?/|~") for _ in range(n)))
+    add("long", "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(n)))
+    add("long", "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n)))
 
 write_and_exit()
