@@ -9,6 +9,7 @@
  */
 #include "core/tok.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,9 +125,23 @@ static uint32_t get_u32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* Fills err (when not NULL) and returns code; the core does not call into base/ for this. */
+static cg_status set_err(struct cg_err *err, cg_status code, const char *fmt, ...) CG_PRINTF(3, 4);
+static cg_status set_err(struct cg_err *err, cg_status code, const char *fmt, ...)
+{
+    if (err != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
 static cg_status bad(struct cg_err *err, const char *what, size_t index)
 {
-    return cg_err_set(err, CG_INVALID_ARGUMENT, "token rank data: %s (record %zu)", what, index);
+    return set_err(err, CG_INVALID_ARGUMENT, "token rank data: %s (record %zu)", what, index);
 }
 
 cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encoding **out,
@@ -137,7 +152,7 @@ cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encodi
     cg_status rc = CG_OK;
     *out = NULL;
     if (d == NULL || len < CG_TOK_HEADER_SIZE || memcmp(d, CG_TOK_MAGIC, 8) != 0)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "token rank data: not in the CGTOKBP1 form");
+        return set_err(err, CG_INVALID_ARGUMENT, "token rank data: not in the CGTOKBP1 form");
     char name[CG_TOK_NAME_MAX + 1] = {0};
     memcpy(name, d + 8, CG_TOK_NAME_MAX);
     cg_tok_pattern pattern;
@@ -146,19 +161,17 @@ cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encodi
     else if (strcmp(name, "o200k_base") == 0)
         pattern = CG_TOK_PATTERN_O200K;
     else
-        return cg_err_set(err, CG_INVALID_ARGUMENT,
-                          "token rank data: unknown encoding '%.16s' (cl100k_base, o200k_base)",
-                          name);
+        return set_err(err, CG_INVALID_ARGUMENT,
+                       "token rank data: unknown encoding '%.16s' (cl100k_base, o200k_base)", name);
     uint32_t n_tokens = get_u32(d + 24), blob_bytes = get_u32(d + 28);
     if (n_tokens < 256 || n_tokens > CG_TOK_TOKENS_MAX || blob_bytes > CG_TOK_BLOB_MAX)
-        return cg_err_set(err, CG_INVALID_ARGUMENT,
-                          "token rank data: %u tokens, %u bytes: out of bounds", n_tokens,
-                          blob_bytes);
+        return set_err(err, CG_INVALID_ARGUMENT,
+                       "token rank data: %u tokens, %u bytes: out of bounds", n_tokens, blob_bytes);
     size_t records = (size_t)n_tokens * 5;
     if (len - CG_TOK_HEADER_SIZE != records + blob_bytes)
-        return cg_err_set(err, CG_INVALID_ARGUMENT,
-                          "token rank data: %zu bytes where the header says %zu",
-                          len - CG_TOK_HEADER_SIZE, records + blob_bytes);
+        return set_err(err, CG_INVALID_ARGUMENT,
+                       "token rank data: %zu bytes where the header says %zu",
+                       len - CG_TOK_HEADER_SIZE, records + blob_bytes);
     enc = calloc(1, sizeof *enc);
     if (enc == NULL)
         goto nomem;
@@ -238,8 +251,8 @@ cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encodi
     }
     for (int b = 0; b < 256; b++)
         if (!bytes_seen[b]) {
-            rc = cg_err_set(err, CG_INVALID_ARGUMENT,
-                            "token rank data: byte 0x%02x has no rank of its own", b);
+            rc = set_err(err, CG_INVALID_ARGUMENT,
+                         "token rank data: byte 0x%02x has no rank of its own", b);
             goto out;
         }
     /* Every merge starts from byte pairs: a direct table saves a hash probe per byte. */
@@ -253,7 +266,7 @@ cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encodi
     *out = enc;
     return CG_OK;
 nomem:
-    rc = cg_err_set(err, CG_NOMEM, "token rank data: out of memory building the table");
+    rc = set_err(err, CG_NOMEM, "token rank data: out of memory building the table");
 out:
     cg_tok_encoding_free(enc);
     return rc;
