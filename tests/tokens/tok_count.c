@@ -83,6 +83,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (records == NULL && first >= argc) {
+        fprintf(stderr, "usage: tok_count [--dir DIR] (--records FILE | FILE...)\n");
+        return 2;
+    }
     struct cg_tok_encoding *encs[2] = {load(dir, "cl100k_base"), load(dir, "o200k_base")};
     int rc = 0;
     if (records != NULL) {
