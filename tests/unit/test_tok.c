@@ -3,6 +3,7 @@
  * data the test makes itself; tests/tokens/exactness.sh compares with npm tiktoken on the
  * real encodings. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -326,4 +327,46 @@ Test(tok, malformed_rank_data_is_refused_with_a_reason, .timeout = 10)
     cr_expect_eq(try_build(w.data, w.len, &err), CG_INVALID_ARGUMENT);
     free(w.data);
     free(v.data);
+}
+
+struct shared_count {
+    const struct cg_tok_encoding *enc;
+    const char *text;
+    size_t len;
+    int64_t result;
+};
+
+static void *count_in_thread(void *arg)
+{
+    struct shared_count *job = arg;
+    for (int k = 0; k < 20; k++) {
+        int64_t c = cg_tok_count(job->enc, job->text, job->len, k % 2 == 0);
+        if (k > 0 && c != job->result)
+            job->result = -2;
+        else
+            job->result = c;
+    }
+    return NULL;
+}
+
+Test(tok, one_encoding_counts_in_many_threads, .timeout = 30)
+{
+    const char *merges[] = {"ab", "abc", "  ", " the", "th", "the", NULL};
+    struct cg_tok_encoding *enc = make("o200k_base", merges);
+    static char text[200000];
+    srand(3);
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = "abc the  \n"[rand() % 10];
+    memset(text + 5000, 'a', 3000); /* a long piece: the heap path */
+    struct shared_count jobs[4];
+    pthread_t threads[4];
+    for (int t = 0; t < 4; t++) {
+        jobs[t] = (struct shared_count){enc, text, sizeof text - (size_t)t * 1000, 0};
+        cr_assert_eq(pthread_create(&threads[t], NULL, count_in_thread, &jobs[t]), 0);
+    }
+    for (int t = 0; t < 4; t++) {
+        pthread_join(threads[t], NULL);
+        cr_expect_eq(jobs[t].result, cg_tok_count(enc, text, jobs[t].len, true), "thread %d", t);
+    }
+    cg_tok_encoding_free(enc);
 }
