@@ -41,6 +41,12 @@ missing_packages() {
 }
 
 mapfile -t MISSING < <(missing_packages)
+# Node.js and npm fetch the tokenizer's rank data (scripts/fetch_tokens.sh) and the npm
+# packages the token tests compare against. Any node >= 18 will do: Debian's when none is
+# installed (a machine may have its own, e.g. from nodesource, which must not be replaced).
+if ! command -v npm >/dev/null 2>&1; then
+    MISSING+=(nodejs npm)
+fi
 if ((${#MISSING[@]} == 0)); then
     exit 0
 fi
