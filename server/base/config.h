@@ -57,6 +57,8 @@
        "how often expired reservations are returned and due budget resets applied")                \
     XX(key_cache_ttl_s, INT, "30", 0, 3600, NULL,                                                  \
        "seconds an API key lookup stays in the Redis cache (0: no caching)")                       \
+    XX(cache_row_ttl_ms, INT, "1000", 0, 60000, NULL,                                              \
+       "ms a budget row stays in the process cache for CheckBudget (0: no process cache)")         \
     XX(migrate_on_start, BOOL, "true", 0, 0, NULL,                                                 \
        "apply pending migrations at start-up (under an advisory lock)")                            \
     XX(prices, STR, "", 0, 0, NULL,                                                                \

@@ -24,7 +24,7 @@
     " coalesce(floor(extract(epoch FROM closed_at) * 1000)::int8, 0), updated_by_key_id,"          \
     " coalesce(floor(extract(epoch FROM period_start) * 1000)::int8, 0),"                          \
     " coalesce(floor(extract(epoch FROM next_reset_at) * 1000)::int8, 0),"                         \
-    " approval_ttl_ms, approved_extra_tokens"
+    " approval_ttl_ms, approved_extra_tokens, row_version"
 
 /* The rows of a path, tenant first: ('', '', ''), (s, '', ''), (s, t, ''), (s, t, a). For
  * shorter paths the tuples repeat, which selects nothing more. Each tuple is a primary key
@@ -124,6 +124,7 @@ static bool read_scope(PGresult *res, int row, struct cg_budget_row *out)
     out->next_reset_ms = cg__pg_parse_i64(PQgetvalue(res, row, 27));
     out->approval_ttl_ms = (uint32_t)cg__pg_parse_i64(PQgetvalue(res, row, 28));
     out->approved_extra_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 29));
+    out->row_version = cg__pg_parse_i64(PQgetvalue(res, row, 30));
     return tiers_ok && out->level >= 1 && out->level <= 4;
 }
 
