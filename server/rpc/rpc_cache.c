@@ -344,6 +344,11 @@ int cg_cache_rows_put(struct cg_cache *cache, const char *tenant_id,
 {
     if (cache == NULL || rows == NULL)
         return 0;
+    if (ticket < atomic_load(&cache->flush_seq)) { /* read before everything was dropped */
+        atomic_fetch_add_explicit(&cache->rows_refused, (uint_fast64_t)(n > 0 ? n : 0),
+                                  memory_order_relaxed);
+        return 0;
+    }
     int stored = 0;
     for (int i = 0; i < n; i++) {
         char name[NAME_MAX_BYTES];
