@@ -53,12 +53,14 @@ struct entry {
     uint64_t fill_ticket; /* ticket of the fill (or write) that stored the value */
     uint64_t drop_seq;    /* ticket of the last drop of this entry */
     int64_t filled_ms;    /* cg_mono_ms of that fill */
-    /* rows */
-    struct cg_budget_row row;
-    uint64_t allowance_epoch;
-    int64_t allowance_spent;
-    /* keys */
-    struct cg_key_auth key;
+    union { /* an entry of the rows table, or of the keys table */
+        struct {
+            struct cg_budget_row row;
+            uint64_t allowance_epoch;
+            int64_t allowance_spent;
+        };
+        struct cg_key_auth key;
+    };
 };
 
 struct shard {
