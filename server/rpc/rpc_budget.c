@@ -765,9 +765,13 @@ static cg_status check_path(struct cg_rpc_call *call, const struct cg_rpc_env *e
     /* Taken before the reads: a write announced meanwhile refuses what they read. */
     uint64_t ticket = cg_cache_ticket(env->cache);
     int64_t gen = -1;
+    /* Redis answers only when every row it gave is at least as new as what this process
+     * knows (the process cache refuses older ones) and no write was announced meanwhile;
+     * without a process cache, Redis alone answers. */
     if (cg_store_cache_path_get(env->store, tenant, ids, path, n, &gen) &&
-        !reset_due(path, *n, wall)) {
-        (void)cg_cache_rows_put(env->cache, tenant, path, *n, ticket, cg_mono_ms());
+        !reset_due(path, *n, wall) &&
+        (env->cache == NULL ||
+         cg_cache_rows_put(env->cache, tenant, path, *n, ticket, cg_mono_ms()) == *n)) {
         *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE;
         return CG_OK;
     }
