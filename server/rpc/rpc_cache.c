@@ -26,6 +26,18 @@
  *     known to the drop. A drop keeps the entry (for the on_store_failure policy and for
  *     its version) but marks it not fresh. For keys that are not cached, the shard
  *     remembers its latest drop instead (a rare extra miss, never a stale hit).
+ *
+ * Why other replicas' plain counter moves are bounded by a TTL instead of announced: the
+ * notifications heard are the WatchUsage events' (migrations/0006_events.sql), which
+ * every write that changes a decision emits (thresholds, exhaustion, budgets, resets,
+ * closes, approvals); a NOTIFY on every write would make every write transaction take
+ * PostgreSQL's database-wide notify lock at commit, which serializes the commits of all
+ * writers (no group commit) and would cap the durable write path that is being batched.
+ * The writer updates the Redis rows instead (cg_rpc_cache_written), so a replica whose
+ * row expired re-reads the newest value from Redis without touching PostgreSQL.
+ * Listener down: the cache stops serving (cg_cache_set_live) rather than serving within
+ * a TTL, because an outage of the LISTEN connection usually means PostgreSQL is away
+ * too, where the on_store_failure policy (which reads the kept rows) is the answer.
  */
 #include "rpc/rpc_cache.h"
 
