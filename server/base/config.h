@@ -61,6 +61,8 @@
        "seconds an API key lookup stays in the Redis cache (0: no caching)")                       \
     XX(write_batching, BOOL, "true", 0, 0, NULL,                                                   \
        "group concurrent Reserves and Commits of a tenant into shared transactions")               \
+    XX(cache_row_ttl_ms, INT, "1000", 0, 60000, NULL,                                              \
+       "ms a budget row stays in the process cache for CheckBudget (0: no process cache)")         \
     XX(migrate_on_start, BOOL, "true", 0, 0, NULL,                                                 \
        "apply pending migrations at start-up (under an advisory lock)")                            \
     XX(prices, STR, "", 0, 0, NULL,                                                                \

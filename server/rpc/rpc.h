@@ -22,6 +22,7 @@
 
 struct cg_reflection;
 struct cg_price_table;
+struct cg_cache;
 
 typedef enum {
     CG_AUTH_NONE,   /* anyone (health, reflection) */
@@ -46,13 +47,15 @@ struct cg_principal {
 };
 
 /* What handlers may use. One per thread: store is that thread's own connections and is
- * NULL on completion-queue threads (methods that need it are marked `blocking`). */
+ * NULL on completion-queue threads (methods that need it are marked `blocking`); cache is
+ * the process's one (rpc_cache.h), shared by every thread (NULL: no cache). */
 struct cg_rpc_env {
     const struct cg_config *config;
     struct cg_store *store;
     struct cg_health *health;
     const struct cg_reflection *reflection;
     const struct cg_price_table *prices; /* the `prices` setting, parsed; never NULL */
+    struct cg_cache *cache;
     /* Wakes every open server stream of this process so that its poll runs again (set by
      * the transport; any thread; NULL where there are no streams). */
     void (*wake_streams)(void *ctx);
@@ -73,6 +76,7 @@ struct cg_rpc_call {
     /* outputs */
     struct cg_principal principal;
     uint32_t reply_delay_ms; /* hold the (successful) reply this long on a timer */
+    bool needs_pool;         /* try_inline methods without a store: run me again on the pool */
     struct cg_err err;       /* what the client sees when the status is not OK */
     /* Set by the transport when the call may be answered later from another thread (a
      * handler returned CG_DEFERRED): takes the final status and the encoded answer (in the
@@ -121,6 +125,12 @@ struct cg_rpc_method {
     cg_rpc_poll_fn poll;       /* server streams */
     const char *pending;       /* for unimplemented methods: which work delivers it */
     cg_rpc_open_fn open;       /* server streams, optional */
+    /* blocking methods only: first tried on the completion-queue thread (env->store NULL),
+     * where the handler answers from env->cache or, when it would need the store, sets
+     * call->needs_pool and returns (any status); the transport then runs the call again
+     * from the start on the pool, as for any blocking method. Authentication on that
+     * thread uses the key cache only (a miss also sets needs_pool). */
+    bool try_inline;
 };
 
 /* The method table (borrowed, static). */
@@ -175,6 +185,21 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
                              const struct cg_rpc_env *env, const uint8_t *req, size_t len,
                              ProtobufCMessage **request,
                              struct cg_rpc_stream *stream) CG_MUST_CHECK;
+
+/* After every successful commit that changed scope rows: rows[0..n) (one tenant, as they
+ * are after the commit, row_version included: what cg_store_path_read with lock and
+ * cg_store_path_add left in the caller's array) replace the cached ones in env->cache
+ * (this process: CheckBudget sees the write at once) and in Redis through env->store (for
+ * the other replicas; best effort, one round trip). The newest row_version wins, so calls
+ * racing each other or a fill cannot go backwards. Never fails; rows with row_version 0
+ * are ignored. Call it on the thread that committed, after the commit (never before: a
+ * rolled-back write must not be cached), also from batched paths, once per tenant. */
+void cg_rpc_cache_written(const struct cg_rpc_env *env, const char *tenant_id,
+                          const struct cg_budget_row *rows, int n);
+
+/* For committed writes that do not have their rows at hand (sweeper, CloseScope,
+ * ResolveApproval): drops every cached row of the tenant, here and in Redis. */
+void cg_rpc_cache_dropped(const struct cg_rpc_env *env, const char *tenant_id);
 
 /* Probes PostgreSQL through env->store and records the result in env->health.
  * Returns whether the serving state changed. */

@@ -13,6 +13,7 @@
 #include "core/apikey.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/admin.pb-c.h"
+#include "rpc/rpc_cache.h"
 
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
@@ -310,6 +311,14 @@ CG_HANDLER(cg_rpc_admin_revoke_api_key)
     struct cg_err serr;
     cg_err_clear(&serr);
     st = cg_store_key_revoke(env->store, req->tenant_id, req->key_id, &k, &serr);
+    /* This process stops accepting the key at once (also when the outcome is unknown);
+     * other replicas within key_cache_ttl_s, as with the Redis entry. */
+    char tenant[CG_UUID_LEN + 1];
+    snprintf(tenant, sizeof tenant, "%s", req->tenant_id);
+    for (char *c = tenant; *c != '\0'; c++) /* keys name their tenant in lower case */
+        if (*c >= 'A' && *c <= 'F')
+            *c = (char)(*c - 'A' + 'a');
+    cg_cache_key_drop(env->cache, tenant, req->key_id);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     Ctxguard__V1__RevokeApiKeyResponse *resp =

@@ -11,19 +11,24 @@
 #include "rpc/rpc_budget.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "core/budget.h"
 #include "core/price.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/budget.pb-c.h"
+#include "rpc/rpc_cache.h"
 
 #define DEFAULT_WARNING 0.8
 #define DEFAULT_RESERVATION_TTL_MS 300000u
 #define RESERVATION_TTL_MIN_MS 1000u
 #define RESERVATION_TTL_MAX_MS 3600000u
+#define LOCAL_ALLOWANCE_MAX 10000000LL
 
 #define NEW(call, type, init)                                                                      \
     ({                                                                                             \
@@ -456,11 +461,15 @@ static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__Budge
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'settings.on_store_failure': unknown value %d",
                           s->on_store_failure);
-    if (s->on_store_failure > CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_CLOSED)
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "settings.on_store_failure other than FAIL_CLOSED is not implemented in "
-                          "this version");
-    if (s->local_allowance_tokens != 0)
+    bool allowance =
+        s->on_store_failure == CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE;
+    if (allowance &&
+        (s->local_allowance_tokens < 1 || s->local_allowance_tokens > LOCAL_ALLOWANCE_MAX))
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.local_allowance_tokens' must be between 1 and %lld "
+                          "with on_store_failure LOCAL_ALLOWANCE",
+                          (long long)LOCAL_ALLOWANCE_MAX);
+    if (!allowance && s->local_allowance_tokens != 0)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'settings.local_allowance_tokens' needs on_store_failure "
                           "LOCAL_ALLOWANCE");
@@ -533,7 +542,10 @@ static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__Budge
         row->tier_ratio[i] = l.tiers[i].ratio;
         row->tier_delay_ms[i] = l.tiers[i].delay_ms;
     }
-    row->on_store_failure = CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_CLOSED;
+    row->on_store_failure = s->on_store_failure
+                                ? s->on_store_failure
+                                : CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_CLOSED;
+    row->local_allowance_tokens = s->local_allowance_tokens;
     row->reset_period =
         s->reset_period ? s->reset_period : CTXGUARD__V1__RESET_PERIOD__RESET_PERIOD_NONE;
     row->reservation_ttl_ms =
@@ -614,6 +626,7 @@ CG_HANDLER(cg_rpc_budget_set)
         return cg_rpc_store_fail(call, env, &serr);
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
         return st;
+    cg_rpc_cache_written(env, call->principal.tenant_id, &stored, 1);
 
     Ctxguard__V1__SetBudgetResponse *resp =
         NEW(call, Ctxguard__V1__SetBudgetResponse, ctxguard__v1__set_budget_response__init);
@@ -711,6 +724,183 @@ uint32_t cg_rpc_hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms
     return delay_ms;
 }
 
+/* Whether the tenant row of a path has a reset due at now_ms: the answer must then come
+ * from a read that applies it (cg_rpc_read_path), not from a cache. */
+static bool reset_due(const struct cg_budget_row *path, int n, int64_t now_ms)
+{
+    return n > 0 && path[0].next_reset_ms != 0 && path[0].next_reset_ms <= now_ms;
+}
+
+/* Whether the health probe's last answer was that PostgreSQL is unreachable. */
+static bool store_known_down(const struct cg_rpc_env *env)
+{
+    return env->health != NULL && atomic_load(&env->health->store_ok) == 0;
+}
+
+/* Needs the store on a thread without one: the transport runs the call again on the pool. */
+static cg_status needs_pool(struct cg_rpc_call *call)
+{
+    call->needs_pool = true;
+    return cg_err_set(&call->err, CG_INTERNAL, "CheckBudget needs the store");
+}
+
+/* CheckBudget's read of the path: the process's cache (fresh rows only), then Redis, then
+ * PostgreSQL; what Redis or PostgreSQL gave fills the caches above it. *source says which
+ * answered. CG_UNAVAILABLE (call->err set) when PostgreSQL is unreachable or known to be. */
+static cg_status check_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const struct cg_scope_ids *ids, struct cg_budget_row *path, int *n,
+                            Ctxguard__V1__BudgetSource *source)
+{
+    const char *tenant = call->principal.tenant_id;
+    int64_t wall = cg_wall_ms();
+    if (cg_cache_path_get(env->cache, tenant, ids, cg_mono_ms(), false, path, n, NULL) &&
+        !reset_due(path, *n, wall)) {
+        *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE;
+        return CG_OK;
+    }
+    if (store_known_down(env))
+        return cg_err_set(&call->err, CG_UNAVAILABLE, "storage unavailable");
+    if (env->store == NULL)
+        return needs_pool(call);
+    /* Taken before the reads: a write announced meanwhile refuses what they read. */
+    uint64_t ticket = cg_cache_ticket(env->cache);
+    int64_t gen = -1;
+    /* Redis answers only when every row it gave is at least as new as what this process
+     * knows (the process cache refuses older ones) and no write was announced meanwhile;
+     * without a process cache, Redis alone answers. */
+    if (cg_store_cache_path_get(env->store, tenant, ids, path, n, &gen) &&
+        !reset_due(path, *n, wall) &&
+        (env->cache == NULL ||
+         cg_cache_rows_put(env->cache, tenant, path, *n, ticket, cg_mono_ms()) == *n)) {
+        *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE;
+        return CG_OK;
+    }
+    cg_status st = cg_rpc_read_path(call, env, ids, path, n);
+    if (st == CG_UNAVAILABLE)
+        cg_cache_store_state(env->cache, false);
+    if (st != CG_OK)
+        return st;
+    cg_cache_store_state(env->cache, true);
+    (void)cg_cache_rows_put(env->cache, tenant, path, *n, ticket, cg_mono_ms());
+    if (gen >= 0)
+        cg_store_cache_rows_put(env->store, tenant, path, *n, gen);
+    *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
+    return CG_OK;
+}
+
+/* How strict an on_store_failure is: FAIL_CLOSED (and unset) > LOCAL_ALLOWANCE > FAIL_OPEN. */
+static int policy_strictness(int policy)
+{
+    switch (policy) {
+    case CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_OPEN:
+        return 1;
+    case CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE:
+        return 2;
+    default:
+        return 3;
+    }
+}
+
+/* PostgreSQL is unreachable: the strictest on_store_failure of the budgets of the cached
+ * path decides (rpc_cache.h keeps rows for this, however old). FAIL_CLOSED, no budget or
+ * no cached path: the UNAVAILABLE already in call->err. FAIL_OPEN: ALLOW_WITH_WARNING.
+ * LOCAL_ALLOWANCE: ALLOW while this process's allowance of every such level covers the
+ * estimate (counted since the outage began), DENY after. The levels show the cached rows;
+ * the usage they show may be as old as the outage. */
+static cg_status store_failure_answer(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      const Ctxguard__V1__CheckBudgetRequest *req,
+                                      const struct cg_scope_ids *ids, int64_t est_cost,
+                                      ProtobufCMessage **response)
+{
+    const char *tenant = call->principal.tenant_id;
+    struct cg_budget_row path[CG_PATH_MAX];
+    int n = 0;
+    if (!cg_cache_path_get(env->cache, tenant, ids, cg_mono_ms(), true, path, &n, NULL))
+        return CG_UNAVAILABLE;
+    int strictest = 0, policy = 0;
+    for (int i = 0; i < n; i++) {
+        if (!path[i].has_budget)
+            continue;
+        int k = policy_strictness(path[i].on_store_failure);
+        if (k > strictest) {
+            strictest = k;
+            policy = path[i].on_store_failure;
+        }
+    }
+    if (strictest == 0 || strictest == 3) {
+        cg_log(CG_LOG_DEBUG, "budget", call->request_id,
+               "storage unavailable: CheckBudget fails closed");
+        return CG_UNAVAILABLE;
+    }
+    bool allow = true;
+    int refused_level = 0;
+    if (policy == CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE) {
+        int taken = 0;
+        for (int i = 0; i < n && allow; i++, taken++) {
+            if (!path[i].has_budget ||
+                path[i].on_store_failure !=
+                    CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE)
+                continue;
+            if (!cg_cache_allowance_take(env->cache, tenant, &path[i].ids, req->estimated_tokens,
+                                         path[i].local_allowance_tokens)) {
+                allow = false;
+                refused_level = path[i].level;
+            }
+        }
+        for (int i = 0; !allow && i < taken - 1; i++) /* all or nothing: give back */
+            if (path[i].has_budget &&
+                path[i].on_store_failure ==
+                    CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE)
+                (void)cg_cache_allowance_take(env->cache, tenant, &path[i].ids,
+                                              -req->estimated_tokens, INT64_MAX);
+    }
+    struct cg_budget_result r;
+    cg_rpc_decide(path, n, req->estimated_tokens, est_cost, &r);
+    Ctxguard__V1__CheckBudgetResponse *resp =
+        NEW(call, Ctxguard__V1__CheckBudgetResponse, ctxguard__v1__check_budget_response__init);
+    Ctxguard__V1__DecisionReason *why =
+        NEW(call, Ctxguard__V1__DecisionReason, ctxguard__v1__decision_reason__init);
+    if (resp == NULL || why == NULL)
+        return OOM(call);
+    cg_status st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels);
+    if (st != CG_OK)
+        return st;
+    resp->reasons = cg_arena_calloc(call->arena, 2, sizeof *resp->reasons);
+    if (resp->reasons == NULL)
+        return OOM(call);
+    if (policy == CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_OPEN) {
+        resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW_WITH_WARNING;
+        why->code = CTXGUARD__V1__REASON_CODE__REASON_CODE_STORE_UNAVAILABLE;
+        why->message = "the store is unreachable; allowed by on_store_failure FAIL_OPEN";
+    } else {
+        resp->decision =
+            allow ? CTXGUARD__V1__DECISION__DECISION_ALLOW : CTXGUARD__V1__DECISION__DECISION_DENY;
+        why->code = CTXGUARD__V1__REASON_CODE__REASON_CODE_LOCAL_ALLOWANCE;
+        why->level = (Ctxguard__V1__ScopeLevel)refused_level;
+        why->message = allow
+                           ? "the store is unreachable; allowed from this replica's local allowance"
+                           : cg_arena_sprintf(call->arena,
+                                              "the store is unreachable and this replica's local "
+                                              "allowance of the %s is spent",
+                                              cg_level_name((cg_level)refused_level));
+        if (why->message == NULL)
+            return OOM(call);
+    }
+    resp->reasons[0] = why;
+    resp->n_reasons = 1;
+    resp->estimated_cost_micros = est_cost;
+    if (r.tightest >= 0) {
+        resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
+        resp->tightest_ratio = r.tightest_ratio;
+    }
+    resp->available_tokens = r.available_tokens;
+    resp->source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_STORE_FAILURE_POLICY;
+    resp->evaluated_at_unix_ms = cg_wall_ms();
+    cg_err_clear(&call->err);
+    *response = &resp->base;
+    return CG_OK;
+}
+
 CG_HANDLER(cg_rpc_budget_check)
 {
     const Ctxguard__V1__CheckBudgetRequest *req = (const Ctxguard__V1__CheckBudgetRequest *)request;
@@ -729,20 +919,28 @@ CG_HANDLER(cg_rpc_budget_check)
         st = cg_rpc_check_delay_mode(call, req->delay_mode);
     if (st != CG_OK)
         return st;
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
-        return st;
-    struct cg_budget_result r;
     int64_t est_cost =
         price_estimate(env, req->model, req->estimated_tokens, req->estimated_output_tokens);
+    struct cg_budget_row path[CG_PATH_MAX];
+    int n = 0;
+    Ctxguard__V1__BudgetSource source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
+    st = check_path(call, env, &ids, path, &n, &source);
+    if (st == CG_UNAVAILABLE)
+        return store_failure_answer(call, env, req, &ids, est_cost, response);
+    if (st != CG_OK)
+        return st;
+    struct cg_budget_result r;
     cg_rpc_decide(path, n, req->estimated_tokens, est_cost, &r);
     /* APPROVAL mode over the limit: open (or find) the approval, unless only asking. */
     struct cg_rpc_approval_gate gate = {.involved = false};
-    if (r.decision == CG_DECISION_REQUIRE_APPROVAL && !req->dry_run &&
-        (st = cg_rpc_approval_gate(call, env, &ids, req->estimated_tokens, req->model, path, &n, &r,
-                                   &gate)) != CG_OK)
-        return st;
+    if (r.decision == CG_DECISION_REQUIRE_APPROVAL && !req->dry_run) {
+        if (env->store == NULL)
+            return needs_pool(call);
+        if ((st = cg_rpc_approval_gate(call, env, &ids, req->estimated_tokens, req->model, path, &n,
+                                       &r, &gate)) != CG_OK)
+            return st;
+        source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
+    }
 
     Ctxguard__V1__CheckBudgetResponse *resp =
         NEW(call, Ctxguard__V1__CheckBudgetResponse, ctxguard__v1__check_budget_response__init);
@@ -770,7 +968,7 @@ CG_HANDLER(cg_rpc_budget_check)
         resp->tightest_ratio = r.tightest_ratio;
     }
     resp->available_tokens = r.available_tokens;
-    resp->source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
+    resp->source = source;
     resp->evaluated_at_unix_ms = cg_wall_ms();
     *response = &resp->base;
     return CG_OK;
@@ -932,6 +1130,7 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
         /* The first Reserve with this key already held the tokens: answer it again. */
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
+        cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
         cg_rpc_decide(path, n, 0, 0, &r);
         resp->replayed = true;
         resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW;
@@ -986,6 +1185,7 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
+        cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
         return cg_rpc_reserve_reply(call, req, path, n, &r, &res, response);
     }
     if ((resp->reservation = cg_rpc_reservation_out(call, &res)) == NULL)
@@ -1089,6 +1289,7 @@ CG_HANDLER(cg_rpc_budget_release)
     }
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
         return st;
+    cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
     if ((resp->reservation = cg_rpc_reservation_out(call, &res)) == NULL)
         return OOM(call);
     *response = &resp->base;
@@ -1201,6 +1402,7 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
                     return cg_rpc_store_fail(call, env, &serr);
                 if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
                     return st;
+                cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
             } else {
                 cg_store_rollback(env->store);
             }
@@ -1239,6 +1441,7 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
+        cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
         resp->ledger_entry_id = cg_arena_strdup(call->arena, entry);
         resp->released_tokens = expired ? 0 : (res.tokens > spent ? res.tokens - spent : 0);
         resp->overrun_tokens = expired ? 0 : (spent > res.tokens ? spent - res.tokens : 0);
@@ -1315,6 +1518,7 @@ CG_HANDLER(cg_rpc_budget_record_usage)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
+        cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
     }
 
     struct cg_budget_result r;

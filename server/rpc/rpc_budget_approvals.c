@@ -60,8 +60,11 @@ cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env
         return cg_rpc_store_fail(call, env, &serr);
     cg_rpc_decide(path, *n, tokens, 0, r);
     int at = r->decision == CG_DECISION_REQUIRE_APPROVAL ? approval_level(r, *n) : -1;
-    if (at < 0) /* the budget moved meanwhile: the new decision stands */
-        return cg_rpc_commit(call, env, &serr);
+    if (at < 0) { /* the budget moved meanwhile: the new decision stands */
+        if ((st = cg_rpc_commit(call, env, &serr)) == CG_OK)
+            cg_rpc_cache_written(env, call->principal.tenant_id, path, *n);
+        return st;
+    }
 
     const struct cg_budget_row *level = &path[at];
     int64_t effective = level->limit_tokens + level->approved_extra_tokens;
@@ -89,6 +92,7 @@ cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env
         return cg_rpc_store_fail(call, env, &serr);
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
         return st;
+    cg_rpc_cache_written(env, call->principal.tenant_id, path, *n);
     gate->involved = true;
     return CG_OK;
 }
@@ -246,6 +250,8 @@ CG_HANDLER(cg_rpc_budget_resolve_approval)
                                    &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
+    if (!replayed) /* an approval moves approved_extra_tokens of its scope's row */
+        cg_rpc_cache_dropped(env, call->principal.tenant_id);
     Ctxguard__V1__ResolveApprovalResponse *resp = NEW(
         call, Ctxguard__V1__ResolveApprovalResponse, ctxguard__v1__resolve_approval_response__init);
     if (resp == NULL || (resp->approval = cg_rpc_approval_out(call, a)) == NULL)

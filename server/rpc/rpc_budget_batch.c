@@ -542,9 +542,13 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
     }
     if (st == CG_OK)
         st = cg_store_commit(env->store, serr);
-    if (st != CG_OK)
+    if (st != CG_OK) {
         cg_store_rollback(env->store);
-    return st;
+        return st;
+    }
+    /* The caches of CheckBudget learn the rows as committed (with their new row_version). */
+    cg_rpc_cache_written(env, tenant, b->counters, n_counters);
+    return CG_OK;
 }
 
 /* Runs one batch of a tenant's items on this thread's store and answers every item. */

@@ -98,6 +98,7 @@ CG_HANDLER(cg_rpc_budget_close_scope)
     st = cg_store_scope_close(env->store, call->principal.tenant_id, &ids, &closed, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
+    cg_rpc_cache_dropped(env, call->principal.tenant_id);
 
     Ctxguard__V1__CloseScopeResponse *resp =
         NEW(call, Ctxguard__V1__CloseScopeResponse, ctxguard__v1__close_scope_response__init);

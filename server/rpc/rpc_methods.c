@@ -24,14 +24,22 @@
 #define UNARY(svc, name, auth_, blocking_, req, resp, fn)                                          \
     {                                                                                              \
         "/" svc "/" #name, svc, CG_RPC_UNARY, auth_, blocking_, &req##__descriptor,                \
-            &resp##__descriptor, fn, NULL, NULL, NULL                                              \
+            &resp##__descriptor, fn, NULL, NULL, NULL, false                                       \
+    }
+
+/* A blocking unary method that is first tried on the completion-queue thread (rpc.h,
+ * try_inline): CheckBudget answers from the process's cache there when it can. */
+#define UNARY_TRY_INLINE(svc, name, auth_, req, resp, fn)                                          \
+    {                                                                                              \
+        "/" svc "/" #name, svc, CG_RPC_UNARY, auth_, true, &req##__descriptor,                     \
+            &resp##__descriptor, fn, NULL, NULL, NULL, true                                        \
     }
 
 /* A tenant method whose work is planned: authenticated on the pool, then UNIMPLEMENTED. */
 #define PLANNED(svc, name, kind, req, resp, pending)                                               \
     {                                                                                              \
         "/" svc "/" #name, svc, kind, CG_AUTH_TENANT, true, &req##__descriptor,                    \
-            &resp##__descriptor, NULL, NULL, pending, NULL                                         \
+            &resp##__descriptor, NULL, NULL, pending, NULL, false                                  \
     }
 
 static const struct cg_rpc_method methods[] = {
@@ -39,16 +47,17 @@ static const struct cg_rpc_method methods[] = {
           grpc__health__v1__health_check_response, cg_rpc_health_check),
     {"/" HEALTH "/Watch", HEALTH, CG_RPC_SERVER_STREAM, CG_AUTH_NONE, false,
      &grpc__health__v1__health_check_request__descriptor,
-     &grpc__health__v1__health_check_response__descriptor, NULL, cg_rpc_health_watch, NULL, NULL},
+     &grpc__health__v1__health_check_response__descriptor, NULL, cg_rpc_health_watch, NULL, NULL,
+     false},
     {"/" REFL_V1 "/ServerReflectionInfo", REFL_V1, CG_RPC_BIDI_EACH, CG_AUTH_NONE, false,
      &grpc__reflection__v1__server_reflection_request__descriptor,
      &grpc__reflection__v1__server_reflection_response__descriptor, cg_rpc_reflection_info, NULL,
-     NULL, NULL},
+     NULL, NULL, false},
     /* v1alpha has the same messages on the wire; the v1 descriptors decode and encode it. */
     {"/" REFL_V1A "/ServerReflectionInfo", REFL_V1A, CG_RPC_BIDI_EACH, CG_AUTH_NONE, false,
      &grpc__reflection__v1__server_reflection_request__descriptor,
      &grpc__reflection__v1__server_reflection_response__descriptor, cg_rpc_reflection_info, NULL,
-     NULL, NULL},
+     NULL, NULL, false},
 
     UNARY(ADMIN, CreateTenant, CG_AUTH_ADMIN, true, ctxguard__v1__create_tenant_request,
           ctxguard__v1__create_tenant_response, cg_rpc_admin_create_tenant),
@@ -72,8 +81,8 @@ static const struct cg_rpc_method methods[] = {
           ctxguard__v1__set_budget_response, cg_rpc_budget_set),
     UNARY(BUDGET, GetBudget, CG_AUTH_TENANT, true, ctxguard__v1__get_budget_request,
           ctxguard__v1__get_budget_response, cg_rpc_budget_get),
-    UNARY(BUDGET, CheckBudget, CG_AUTH_TENANT, true, ctxguard__v1__check_budget_request,
-          ctxguard__v1__check_budget_response, cg_rpc_budget_check),
+    UNARY_TRY_INLINE(BUDGET, CheckBudget, CG_AUTH_TENANT, ctxguard__v1__check_budget_request,
+                     ctxguard__v1__check_budget_response, cg_rpc_budget_check),
     UNARY(BUDGET, Reserve, CG_AUTH_TENANT, true, ctxguard__v1__reserve_request,
           ctxguard__v1__reserve_response, cg_rpc_budget_reserve),
     UNARY(BUDGET, Commit, CG_AUTH_TENANT, true, ctxguard__v1__commit_request,
@@ -90,7 +99,7 @@ static const struct cg_rpc_method methods[] = {
           ctxguard__v1__list_scopes_response, cg_rpc_budget_list_scopes),
     {"/" BUDGET "/WatchUsage", BUDGET, CG_RPC_SERVER_STREAM, CG_AUTH_TENANT, true,
      &ctxguard__v1__watch_usage_request__descriptor, &ctxguard__v1__usage_event__descriptor, NULL,
-     cg_rpc_watch_poll, NULL, cg_rpc_watch_open},
+     cg_rpc_watch_poll, NULL, cg_rpc_watch_open, false},
     UNARY(BUDGET, ResolveApproval, CG_AUTH_TENANT, true, ctxguard__v1__resolve_approval_request,
           ctxguard__v1__resolve_approval_response, cg_rpc_budget_resolve_approval),
     UNARY(BUDGET, GetApproval, CG_AUTH_TENANT, true, ctxguard__v1__get_approval_request,

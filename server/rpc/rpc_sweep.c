@@ -91,7 +91,11 @@ bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired)
             break;
         }
         for (int i = 0; i < count; i++) {
+            int expired_before = *expired, resets_before = resets;
             st = sweep_tenant(store, ids[i], now_ms, expired, &resets);
+            /* Rows this pass changed are not at hand: the tenant's cached rows go. */
+            if (*expired != expired_before || resets != resets_before)
+                cg_rpc_cache_dropped(env, ids[i]);
             if (st != CG_OK)
                 ok = false;
             if (store_down(st))

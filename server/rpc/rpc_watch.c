@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "core/budget_events.h"
 #include "rpc/rpc_budget.h"
+#include "rpc/rpc_cache.h"
 
 #define MOD "watch"
 #define FEED_RING 1024    /* events buffered per watched tenant */
@@ -207,11 +208,20 @@ bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *
     cg_status st = cg_store_listener_wait(listener, timeout_ms, notices, NOTICES_MAX, &count,
                                           &relistened, &err);
     if (st != CG_OK) {
+        /* Writes of other replicas go unheard: the process's cache stops serving rows. */
+        cg_cache_set_live(env->cache, false);
         /* PostgreSQL away: the streams still get their heartbeats; the caller pauses. */
         if (env->wake_streams)
             env->wake_streams(env->wake_ctx);
         return false;
     }
+    /* The cache hears of other replicas' writes here (rpc_cache.h): after a (re)connection
+     * it forgets what it had, then each notice drops the rows of its path. */
+    if (relistened)
+        cg_cache_set_live(env->cache, false);
+    cg_cache_set_live(env->cache, true);
+    for (int i = 0; i < count; i++)
+        cg_cache_drop_path(env->cache, notices[i].tenant_id, &notices[i].ids);
     if (relistened) {
         /* Notifications sent while nobody listened are lost: read what the table has. */
         int64_t since = listen_ok_ms > 0 ? listen_ok_ms - CATCHUP_MARGIN_MS : 0;

@@ -410,3 +410,33 @@ void cg_store_path_ids(const struct cg_scope_ids *ids, int level, struct cg_scop
     if (level >= 4)
         memcpy(out->agent_id, ids->agent_id, sizeof out->agent_id);
 }
+
+/* ------------------------------------------------------------------ row cache --- */
+
+bool cg_store_cache_path_get(struct cg_store *store, const char *tenant_id,
+                             const struct cg_scope_ids *ids, struct cg_budget_row out[4], int *n,
+                             int64_t *gen)
+{
+    *gen = -1;
+    char id[CG_UUID_LEN + 1];
+    if (store->redis == NULL || !cg__store_normalize_uuid(tenant_id, id))
+        return false;
+    return cg_redis_path_get(store->redis, id, ids, out, n, gen);
+}
+
+void cg_store_cache_rows_put(struct cg_store *store, const char *tenant_id,
+                             const struct cg_budget_row *rows, int n, int64_t fill_gen)
+{
+    char id[CG_UUID_LEN + 1];
+    if (store->redis == NULL || !cg__store_normalize_uuid(tenant_id, id))
+        return;
+    cg_redis_rows_put(store->redis, id, rows, n, fill_gen);
+}
+
+void cg_store_cache_tenant_drop(struct cg_store *store, const char *tenant_id)
+{
+    char id[CG_UUID_LEN + 1];
+    if (store->redis == NULL || !cg__store_normalize_uuid(tenant_id, id))
+        return;
+    (void)cg_redis_tenant_bump(store->redis, id);
+}

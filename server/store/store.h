@@ -188,7 +188,8 @@ struct cg_budget_row {
     int64_t used_cost_micros;
     int64_t reserved_cost_micros;
     /* bookkeeping */
-    int64_t version; /* +1 on every SetBudget */
+    int64_t version;     /* +1 on every SetBudget */
+    int64_t row_version; /* +1 on every write of the row (migration 0008); 0: unknown */
     int64_t created_at_ms;
     int64_t updated_at_ms;
     int64_t closed_at_ms; /* 0 while open */
@@ -369,7 +370,7 @@ struct cg_batch_write {
     int n_settle;
     const struct cg_batch_ledger *ledger;
     int n_ledger;
-    const struct cg_budget_row *counters;
+    struct cg_budget_row *counters; /* row_version set to the new one by the write */
     int n_counters;
 };
 
@@ -443,6 +444,30 @@ cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
                                  const char *reservation_id, char *entry_id,
                                  struct cg_usage *previous, char *previous_model,
                                  struct cg_err *err) CG_MUST_CHECK;
+
+/* --- the shared row cache (Redis) --------------------------------------------------- *
+ *
+ * CheckBudget's hot cache of scope rows across replicas (store_redis.h says how it is
+ * kept). Never an error: Redis trouble is a miss (and a warning), a put that fails is
+ * skipped. Rows carry row_version; the cache keeps the newest.
+ */
+
+/* Reads the cached path to ids (levels 1..depth) into out[] and *n: true when every row is
+ * cached and current. *gen gets the tenant's cache generation (-1 when Redis did not
+ * answer or is disabled), to hand to cg_store_cache_rows_put after reading PostgreSQL. */
+bool cg_store_cache_path_get(struct cg_store *store, const char *tenant_id,
+                             const struct cg_scope_ids *ids, struct cg_budget_row out[4], int *n,
+                             int64_t *gen);
+
+/* Caches rows[0..n) (1..4) of one tenant, each only when newer than the cached one.
+ * fill_gen: the *gen of the cg_store_cache_path_get that preceded the PostgreSQL read (a
+ * fill; refused when the tenant's rows were dropped since), or -1 for rows as a committed
+ * write left them. */
+void cg_store_cache_rows_put(struct cg_store *store, const char *tenant_id,
+                             const struct cg_budget_row *rows, int n, int64_t fill_gen);
+
+/* Invalidates every cached row of the tenant (for writes that do not know their rows). */
+void cg_store_cache_tenant_drop(struct cg_store *store, const char *tenant_id);
 
 /* --- sweeper and resets ----------------------------------------------------------- *
  *

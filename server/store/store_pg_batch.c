@@ -314,11 +314,11 @@ static const char WRITE_SQL[] =
     " $37::int8[]) AS c(s, t, a, u, r, uc, rc)"
     " WHERE s.tenant_id = $1::uuid AND s.session_id = c.s AND s.task_id = c.t"
     " AND s.agent_id = c.a"
-    " RETURNING 1)"
+    " RETURNING s.session_id || ' ' || s.task_id || ' ' || s.agent_id AS ids, s.row_version)"
     " SELECT 'r', id, c, e FROM new_res"
     " UNION ALL SELECT 's', count(*)::text, 0, 0 FROM settled"
     " UNION ALL SELECT 'l', count(*)::text, 0, 0 FROM led"
-    " UNION ALL SELECT 'c', count(*)::text, 0, 0 FROM counters";
+    " UNION ALL SELECT 'c', ids, row_version, 0 FROM counters";
 
 cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struct cg_batch_write *w,
                             struct cg_err *err)
@@ -393,7 +393,7 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
     }
     /* Every row the batch meant to change must have changed: the locks taken before make
      * anything else a bug, and a bug must not become a half-applied batch. */
-    int settled = -1, ledger = -1, counters = -1, inserted = 0;
+    int settled = -1, ledger = -1, counters = 0, inserted = 0;
     for (int r = 0; r < PQntuples(res); r++) {
         const char *kind = PQgetvalue(res, r, 0);
         const char *v = PQgetvalue(res, r, 1);
@@ -410,7 +410,17 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
         } else if (kind[0] == 'l') {
             ledger = (int)cg__pg_parse_i64(v);
         } else if (kind[0] == 'c') {
-            counters = (int)cg__pg_parse_i64(v);
+            /* The row's new row_version (migration 0008), for the caches. Ids hold no
+             * spaces (store.h), so "session task agent" names one row. */
+            counters++;
+            for (int i = 0; i < w->n_counters; i++) {
+                struct cg_budget_row *c = &w->counters[i];
+                char ids[3 * (CG_SCOPE_ID_MAX + 1)];
+                snprintf(ids, sizeof ids, "%s %s %s", c->ids.session_id, c->ids.task_id,
+                         c->ids.agent_id);
+                if (strcmp(ids, v) == 0)
+                    c->row_version = cg__pg_parse_i64(PQgetvalue(res, r, 2));
+            }
         }
     }
     PQclear(res);

@@ -110,6 +110,7 @@ bool cg__pg_read_scope(PGresult *res, int row, struct cg_budget_row *out)
     out->next_reset_ms = cg__pg_parse_i64(PQgetvalue(res, row, 27));
     out->approval_ttl_ms = (uint32_t)cg__pg_parse_i64(PQgetvalue(res, row, 28));
     out->approved_extra_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 29));
+    out->row_version = cg__pg_parse_i64(PQgetvalue(res, row, 30));
     return tiers_ok && out->level >= 1 && out->level <= 4;
 }
 

@@ -9,6 +9,7 @@
 #include "store/store_redis.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -441,6 +442,313 @@ bool cg_redis_key_drop(struct cg_redis *redis, const char *tenant_id, const char
         return false;
     const char *argv[] = {"DEL", key};
     redisReply *reply = command(redis, "DEL", 2, argv, NULL);
+    if (reply == NULL)
+        return false;
+    freeReplyObject(reply);
+    return true;
+}
+
+/* ------------------------------------------------------------------ budget rows --- */
+
+/* Keeps the newest row_version of each key. ARGV[1] the expiry (ms), ARGV[2] the fill's
+ * generation ("-1": a committed write, stored in the current generation), then per key its
+ * row_version and its text without the leading "<row_version> <generation> ". KEYS[1] is
+ * the tenant's generation key, KEYS[2..] the rows. Returns how many rows were stored. */
+static const char rows_put_script[] =
+    "local g = tonumber(redis.call('GET', KEYS[1]) or '0') "
+    "local fill = tonumber(ARGV[2]) "
+    "if fill >= 0 and fill ~= g then return 0 end "
+    "local n = 0 "
+    "for i = 2, #KEYS do "
+    "  local v = tonumber(ARGV[2 * i - 1]) "
+    "  local cur = redis.call('GET', KEYS[i]) "
+    "  local cv, cg = 0, -1 "
+    "  if cur then "
+    "    local a, b = string.match(cur, '^(%d+) (%d+) ') "
+    "    cv, cg = tonumber(a or '0'), tonumber(b or '-1') "
+    "  end "
+    "  if cg ~= g or v > cv then "
+    "    redis.call('SET', KEYS[i], ARGV[2 * i - 1] .. ' ' .. g .. ' ' .. ARGV[2 * i], "
+    "               'PX', ARGV[1]) "
+    "    n = n + 1 "
+    "  end "
+    "end "
+    "return n";
+
+static bool row_key_name(const char *tenant_id, const struct cg_scope_ids *ids, char *buf,
+                         size_t cap)
+{
+    int n = snprintf(buf, cap, "cg:{%s}:row:%s %s %s", tenant_id, ids->session_id, ids->task_id,
+                     ids->agent_id);
+    return n > 0 && (size_t)n < cap;
+}
+
+static bool gen_key_name(const char *tenant_id, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, "cg:{%s}:gen", tenant_id);
+    return n > 0 && (size_t)n < cap;
+}
+
+size_t cg_redis_row_encode(const struct cg_budget_row *row, int64_t gen, char *buf, size_t cap)
+{
+    size_t len = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        int k_ = snprintf(buf + len, cap - len, __VA_ARGS__);                                      \
+        if (k_ < 0 || (size_t)k_ >= cap - len)                                                     \
+            return 0;                                                                              \
+        len += (size_t)k_;                                                                         \
+    } while (0)
+    PUT("%lld %lld %d %d %d %lld %lld %.17g %d %d", (long long)row->row_version, (long long)gen,
+        row->level, row->has_budget ? 1 : 0, row->mode, (long long)row->limit_tokens,
+        (long long)row->limit_cost_micros, row->warning_ratio, row->backpressure_disabled ? 1 : 0,
+        row->ntiers);
+    for (int i = 0; i < row->ntiers && i < CG_TIERS_STORE_MAX; i++)
+        PUT(" %.17g %u", row->tier_ratio[i], (unsigned)row->tier_delay_ms[i]);
+    PUT(" %d %lld %d %u %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %lld =%s\n%s",
+        row->on_store_failure, (long long)row->local_allowance_tokens, row->reset_period,
+        (unsigned)row->reservation_ttl_ms, (long long)row->used_tokens,
+        (long long)row->reserved_tokens, (long long)row->used_cost_micros,
+        (long long)row->reserved_cost_micros, (long long)row->version,
+        (long long)row->created_at_ms, (long long)row->updated_at_ms, (long long)row->closed_at_ms,
+        (long long)row->period_start_ms, (long long)row->next_reset_ms,
+        (unsigned)row->approval_ttl_ms, (long long)row->approved_extra_tokens,
+        row->updated_by_key_id, row->description);
+#undef PUT
+    return len;
+}
+
+/* A cursor over the cached text (NUL-terminated copy). */
+struct cursor {
+    const char *p;
+    bool ok;
+};
+
+static int64_t next_i64(struct cursor *c, int64_t min, int64_t max)
+{
+    if (!c->ok)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(c->p, &end, 10);
+    if (errno != 0 || end == c->p || (*end != ' ' && *end != '\n') || v < min || v > max) {
+        c->ok = false;
+        return 0;
+    }
+    c->p = end + 1;
+    return v;
+}
+
+static double next_double(struct cursor *c, double min, double max)
+{
+    if (!c->ok)
+        return 0;
+    char *end = NULL;
+    double v = strtod(c->p, &end);
+    if (end == c->p || *end != ' ' || !(v >= min && v <= max)) { /* NaN fails too */
+        c->ok = false;
+        return 0;
+    }
+    c->p = end + 1;
+    return v;
+}
+
+bool cg_redis_row_decode(const char *text, size_t len, struct cg_budget_row *row, int64_t *gen)
+{
+    char copy[CG_REDIS_ROW_TEXT_MAX];
+    if (len >= sizeof copy || memchr(text, '\0', len) != NULL)
+        return false;
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    struct cursor c = {copy, true};
+    const int64_t big = INT64_MAX;
+    row->row_version = next_i64(&c, 1, big);
+    *gen = next_i64(&c, 0, big);
+    row->level = (int)next_i64(&c, 1, 4);
+    row->has_budget = next_i64(&c, 0, 1) == 1;
+    row->mode = (int)next_i64(&c, 1, 3);
+    row->limit_tokens = next_i64(&c, 0, big);
+    row->limit_cost_micros = next_i64(&c, 0, big);
+    row->warning_ratio = next_double(&c, 0, 1e6);
+    row->backpressure_disabled = next_i64(&c, 0, 1) == 1;
+    row->ntiers = (int)next_i64(&c, 0, CG_TIERS_STORE_MAX);
+    for (int i = 0; c.ok && i < row->ntiers; i++) {
+        row->tier_ratio[i] = next_double(&c, 0, 1e6);
+        row->tier_delay_ms[i] = (uint32_t)next_i64(&c, 0, UINT32_MAX);
+    }
+    row->on_store_failure = (int)next_i64(&c, 1, 3);
+    row->local_allowance_tokens = next_i64(&c, 0, big);
+    row->reset_period = (int)next_i64(&c, 1, 3);
+    row->reservation_ttl_ms = (uint32_t)next_i64(&c, 0, UINT32_MAX);
+    row->used_tokens = next_i64(&c, 0, big);
+    row->reserved_tokens = next_i64(&c, 0, big);
+    row->used_cost_micros = next_i64(&c, 0, big);
+    row->reserved_cost_micros = next_i64(&c, 0, big);
+    row->version = next_i64(&c, 0, big);
+    row->created_at_ms = next_i64(&c, INT64_MIN, big);
+    row->updated_at_ms = next_i64(&c, INT64_MIN, big);
+    row->closed_at_ms = next_i64(&c, 0, big);
+    row->period_start_ms = next_i64(&c, INT64_MIN, big);
+    row->next_reset_ms = next_i64(&c, INT64_MIN, big);
+    row->approval_ttl_ms = (uint32_t)next_i64(&c, 0, UINT32_MAX);
+    row->approved_extra_tokens = next_i64(&c, 0, big);
+    if (!c.ok || *c.p != '=')
+        return false;
+    const char *key_end = strchr(c.p, '\n');
+    if (key_end == NULL || (size_t)(key_end - c.p - 1) >= sizeof row->updated_by_key_id)
+        return false;
+    copy_str(row->updated_by_key_id, sizeof row->updated_by_key_id, c.p + 1,
+             (size_t)(key_end - c.p - 1));
+    size_t dlen = strlen(key_end + 1);
+    if (dlen >= sizeof row->description)
+        return false;
+    memcpy(row->description, key_end + 1, dlen + 1);
+    return true;
+}
+
+static void level_ids(const struct cg_scope_ids *ids, int level, struct cg_scope_ids *out)
+{
+    memset(out, 0, sizeof *out);
+    if (level >= 2)
+        memcpy(out->session_id, ids->session_id, sizeof out->session_id);
+    if (level >= 3)
+        memcpy(out->task_id, ids->task_id, sizeof out->task_id);
+    if (level >= 4)
+        memcpy(out->agent_id, ids->agent_id, sizeof out->agent_id);
+}
+
+static int ids_depth(const struct cg_scope_ids *ids)
+{
+    return ids->session_id[0] == '\0' ? 1
+           : ids->task_id[0] == '\0'  ? 2
+           : ids->agent_id[0] == '\0' ? 3
+                                      : 4;
+}
+
+#define ROW_KEY_MAX (CG_UUID_LEN + 3 * (CG_SCOPE_ID_MAX + 1) + 16)
+
+bool cg_redis_path_get(struct cg_redis *redis, const char *tenant_id,
+                       const struct cg_scope_ids *ids, struct cg_budget_row out[4], int *n,
+                       int64_t *gen)
+{
+    *gen = -1;
+    char keys[5][ROW_KEY_MAX];
+    const char *argv[6] = {"MGET"};
+    int depth = ids_depth(ids);
+    struct cg_scope_ids level[4];
+    if (!gen_key_name(tenant_id, keys[0], sizeof keys[0]))
+        return false;
+    argv[1] = keys[0];
+    for (int i = 0; i < depth; i++) {
+        level_ids(ids, i + 1, &level[i]);
+        if (!row_key_name(tenant_id, &level[i], keys[i + 1], sizeof keys[i + 1]))
+            return false;
+        argv[i + 2] = keys[i + 1];
+    }
+    redisReply *reply = command(redis, "MGET", depth + 2, argv, NULL);
+    if (reply == NULL)
+        return false;
+    bool hit = false;
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t)depth + 1) {
+        const redisReply *g = reply->element[0];
+        int64_t current = 0;
+        bool gen_ok = true;
+        if (g->type == REDIS_REPLY_STRING) {
+            char *end = NULL;
+            char tmp[24];
+            copy_str(tmp, sizeof tmp, g->str, g->len);
+            errno = 0;
+            long long v = strtoll(tmp, &end, 10);
+            gen_ok = errno == 0 && end != tmp && *end == '\0' && v >= 0;
+            current = gen_ok ? v : 0;
+        }
+        if (gen_ok)
+            *gen = current;
+        hit = gen_ok;
+        for (int i = 0; hit && i < depth; i++) {
+            const redisReply *e = reply->element[i + 1];
+            int64_t row_gen = -1;
+            memset(&out[i], 0, sizeof out[i]);
+            if (e->type != REDIS_REPLY_STRING) {
+                hit = false;
+            } else if (!cg_redis_row_decode(e->str, e->len, &out[i], &row_gen) ||
+                       out[i].level != i + 1) {
+                cg_log(CG_LOG_WARN, MOD, NULL, "malformed cache entry, ignored key=%s",
+                       keys[i + 1]);
+                hit = false;
+            } else {
+                out[i].ids = level[i];
+                hit = row_gen == current;
+            }
+        }
+    }
+    freeReplyObject(reply);
+    if (hit)
+        *n = depth;
+    return hit;
+}
+
+void cg_redis_rows_put(struct cg_redis *redis, const char *tenant_id,
+                       const struct cg_budget_row *rows, int n, int64_t fill_gen)
+{
+    if (n < 1 || n > 4)
+        return;
+    char keys[5][ROW_KEY_MAX];
+    char versions[4][24];
+    char texts[4][CG_REDIS_ROW_TEXT_MAX];
+    char ttl[16], fill[24], nkeys[16];
+    const char *argv[3 + 5 + 2 + 8];
+    size_t lens[3 + 5 + 2 + 8];
+    int k = 0, count = 0;
+    if (!gen_key_name(tenant_id, keys[0], sizeof keys[0]))
+        return;
+    const char *row_args[8];
+    size_t row_lens[8];
+    for (int i = 0; i < n; i++) {
+        if (rows[i].row_version <= 0 ||
+            !row_key_name(tenant_id, &rows[i].ids, keys[count + 1], sizeof keys[count + 1]))
+            continue;
+        char full[CG_REDIS_ROW_TEXT_MAX];
+        size_t len = cg_redis_row_encode(&rows[i], 0, full, sizeof full);
+        const char *rest = len ? strchr(full, ' ') : NULL;
+        rest = rest ? strchr(rest + 1, ' ') : NULL; /* past "<row_version> <generation>" */
+        if (rest == NULL)
+            continue;
+        snprintf(versions[count], sizeof versions[count], "%lld", (long long)rows[i].row_version);
+        size_t rest_len = len - (size_t)(rest + 1 - full);
+        memcpy(texts[count], rest + 1, rest_len);
+        row_args[2 * count] = versions[count];
+        row_lens[2 * count] = strlen(versions[count]);
+        row_args[2 * count + 1] = texts[count];
+        row_lens[2 * count + 1] = rest_len;
+        count++;
+    }
+    if (count == 0)
+        return;
+    snprintf(ttl, sizeof ttl, "%d", CG_REDIS_ROW_TTL_MS);
+    snprintf(fill, sizeof fill, "%lld", (long long)(fill_gen < 0 ? -1 : fill_gen));
+    snprintf(nkeys, sizeof nkeys, "%d", count + 1);
+    argv[k] = "EVAL", lens[k++] = 4;
+    argv[k] = rows_put_script, lens[k++] = sizeof rows_put_script - 1;
+    argv[k] = nkeys, lens[k++] = strlen(nkeys);
+    for (int i = 0; i <= count; i++)
+        argv[k] = keys[i], lens[k++] = strlen(keys[i]);
+    argv[k] = ttl, lens[k++] = strlen(ttl);
+    argv[k] = fill, lens[k++] = strlen(fill);
+    for (int i = 0; i < 2 * count; i++)
+        argv[k] = row_args[i], lens[k++] = row_lens[i];
+    redisReply *reply = command(redis, "EVAL", k, argv, lens);
+    if (reply != NULL)
+        freeReplyObject(reply);
+}
+
+bool cg_redis_tenant_bump(struct cg_redis *redis, const char *tenant_id)
+{
+    char key[KEY_NAME_MAX];
+    if (!gen_key_name(tenant_id, key, sizeof key))
+        return false;
+    const char *argv[] = {"INCR", key};
+    redisReply *reply = command(redis, "INCR", 2, argv, NULL);
     if (reply == NULL)
         return false;
     freeReplyObject(reply);

@@ -10,6 +10,16 @@
  * Keys carry the tenant as a hash tag so that Redis Cluster keeps a tenant's keys on one
  * slot: the entry of an API key is the hash `cg:{<tenant_id>}:key:<key_id>` with the fields
  * tenant_name, secret_hash (64 lower-case hex digits) and revoked ("0" or "1").
+ *
+ * Budget rows (the shared hot cache of CheckBudget): the row of a scope is the string
+ * `cg:{<tenant_id>}:row:<session_id> <task_id> <agent_id>` (ids hold no spaces), "<row_version>
+ * <generation> <fields...>\n<description>" (see cg_redis_row_encode), expiring after
+ * CG_REDIS_ROW_TTL_MS; `cg:{<tenant_id>}:gen` is the tenant's generation, a counter that
+ * invalidates all its rows at once (a row counts only while its generation is the current
+ * one). Writes go through a Lua script that keeps the newest row_version: a fill read
+ * before a write can never replace the row that write stored, and a fill read before a
+ * generation bump is refused. All keys of a tenant share one hash slot, so one script
+ * covers a whole path.
  * Not thread-safe: one cg_redis belongs to one thread at a time.
  */
 #ifndef CG_STORE_STORE_REDIS_H
@@ -23,6 +33,8 @@
 
 #define CG_REDIS_HOST_MAX 255
 #define CG_REDIS_SECRET_MAX 255
+#define CG_REDIS_ROW_TTL_MS 10000
+#define CG_REDIS_ROW_TEXT_MAX 2048
 
 /* The parts of redis://[[user]:password@]host[:port][/db]. */
 struct cg_redis_addr {
@@ -65,5 +77,33 @@ bool cg_redis_key_drop(struct cg_redis *redis, const char *tenant_id, const char
 /* Writes the cache key of (tenant_id, key_id) into buf of size cap. Returns false when it
  * does not fit. Thread-safe. */
 bool cg_redis_key_name(const char *tenant_id, const char *key_id, char *buf, size_t cap);
+
+/* Encodes row (with generation gen) as the cached text into buf of size cap; returns its
+ * length, 0 when it does not fit. Thread-safe. */
+size_t cg_redis_row_encode(const struct cg_budget_row *row, int64_t gen, char *buf, size_t cap);
+
+/* Decodes len bytes of cached text into *row (ids not touched) and *gen; false when they
+ * are not a well-formed row (hostile input: every field is bounded and checked).
+ * Thread-safe. */
+bool cg_redis_row_decode(const char *text, size_t len, struct cg_budget_row *row, int64_t *gen);
+
+/* Reads the path to ids (levels 1..depth, tenant first) in one MGET into out[] (each
+ * row's ids filled from ids): true when every row is cached in the current generation.
+ * *gen gets the tenant's generation when Redis answered (0 when none yet), -1 otherwise;
+ * a fill that read PostgreSQL after this call passes it to cg_redis_rows_put. */
+bool cg_redis_path_get(struct cg_redis *redis, const char *tenant_id,
+                       const struct cg_scope_ids *ids, struct cg_budget_row out[4], int *n,
+                       int64_t *gen);
+
+/* Stores rows[0..n) (1..4, one tenant) in one script, each only when newer than the cached
+ * one (row_version; rows with row_version 0 are skipped). fill_gen >= 0: a fill, refused
+ * when the tenant's generation moved past fill_gen; -1: a committed write, stored in the
+ * current generation. Best effort. */
+void cg_redis_rows_put(struct cg_redis *redis, const char *tenant_id,
+                       const struct cg_budget_row *rows, int n, int64_t fill_gen);
+
+/* Invalidates every cached row of the tenant (its generation + 1). Best effort: returns
+ * whether Redis confirmed it. */
+bool cg_redis_tenant_bump(struct cg_redis *redis, const char *tenant_id);
 
 #endif

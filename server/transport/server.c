@@ -29,6 +29,7 @@
 #include "base/pool.h"
 #include "base/timerheap.h"
 #include "rpc/rpc.h"
+#include "rpc/rpc_cache.h"
 #include "store/store.h"
 
 #define GENERIC_SLOTS 8
@@ -79,6 +80,7 @@ struct cg_server {
     void **handles;
     struct cg_pool *pool;
     struct cg_rpc_batcher *batcher; /* NULL when write_batching is off */
+    struct cg_cache *cache; /* keys and budget rows for every thread (rpc_cache.h); may be NULL */
     atomic_bool stopping;
 
     /* Calls alive anywhere and request slots posted; shutdown waits for both to reach
@@ -415,6 +417,28 @@ static void resume_deferred(struct cg_rpc_call *rc, cg_status st, uint8_t *out, 
     c->resp = out;
     c->resp_len = out_len;
     wake_after_pool(c);
+}
+
+/* A try_inline method (rpc.h) on this completion-queue thread, without a store: true when
+ * it answered (from the cache); false when it needs the pool, with everything it set reset
+ * so that the pool runs the call from the start. */
+static bool try_inline(struct call *c)
+{
+    c->rc.needs_pool = false;
+    c->st =
+        cg_rpc_invoke(c->method, &c->rc, &c->w->env, c->req, c->req_len, &c->resp, &c->resp_len);
+    if (!c->rc.needs_pool) {
+        finish_unary(c);
+        return true;
+    }
+    c->rc.needs_pool = false;
+    c->rc.reply_delay_ms = 0;
+    cg_err_clear(&c->rc.err);
+    memset(&c->rc.principal, 0, sizeof c->rc.principal);
+    c->resp = NULL;
+    c->resp_len = 0;
+    c->st = CG_OK;
+    return false;
 }
 
 static void pool_job(struct cg_job *job, void *thread_ctx)
@@ -860,6 +884,9 @@ static void start_call(struct worker *w, struct call *c, grpc_byte_buffer *paylo
 
     if (c->method->kind == CG_RPC_SERVER_STREAM)
         c->msg_tag.fn = on_stream_sent;
+    if (c->method->blocking && c->method->try_inline && c->method->kind == CG_RPC_UNARY &&
+        try_inline(c))
+        return;
     if (!c->method->blocking) {
         if (c->method->kind == CG_RPC_SERVER_STREAM) {
             c->st = cg_rpc_stream_open(c->method, &c->rc, &w->env, c->req, c->req_len,
@@ -1003,6 +1030,7 @@ static void *pool_thread_init(void *arg, int index)
     ctx->env.wake_streams = wake_streams_cb;
     ctx->env.wake_ctx = srv;
     ctx->env.batcher = srv->batcher;
+    ctx->env.cache = srv->cache;
     ctx->env.store = cg_store_new(&o);
     if (ctx->env.store == NULL) {
         free(ctx);
@@ -1095,7 +1123,9 @@ static void *events_main(void *arg)
                              .reflection = srv->reflection,
                              .prices = srv->prices,
                              .wake_streams = wake_streams_cb,
-                             .wake_ctx = srv};
+                             .wake_ctx = srv,
+                             .cache = srv->cache};
+    /* With no events thread the cache is never live: nothing served from it as fresh. */
     while (!atomic_load(&srv->events_stop)) {
         if (cg_rpc_events_step(&env, listener, EVENTS_TICK_MS))
             continue;
@@ -1219,6 +1249,18 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
         cg_err_set(err, CG_NOMEM, "out of memory");
         goto fail;
     }
+    /* The process's cache: before the pool, whose threads get it in their env. Without a
+     * row TTL there is none at all (every CheckBudget goes to the pool, as before). */
+    if (cfg->cache_row_ttl_ms > 0) {
+        struct cg_cache_opts copts = {.key_ttl_ms = (int64_t)cfg->key_cache_ttl_s * 1000,
+                                      .row_ttl_ms = cfg->cache_row_ttl_ms};
+        srv->cache = cg_cache_new(&copts);
+        if (srv->cache == NULL) {
+            cg_err_set(err, CG_NOMEM, "out of memory for the cache");
+            goto fail;
+        }
+    }
+
     struct cg_pool_opts popts = {
         .threads = (int)cfg->io_threads,
         .max_queue = (size_t)cfg->io_threads * POOL_QUEUE_PER_THREAD,
@@ -1275,6 +1317,7 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
         w->env.wake_streams = wake_streams_cb;
         w->env.wake_ctx = srv;
         w->env.prices = prices;
+        w->env.cache = srv->cache;
         cg_timer_heap_init(&w->timers);
         grpc_server_register_completion_queue(srv->server, w->cq, NULL);
     }
@@ -1345,6 +1388,7 @@ fail:
     cg_pool_free(srv->pool);
     srv->pool = NULL;
     cg_rpc_batcher_free(srv->batcher);
+    cg_cache_free(srv->cache);
     free(srv->handles);
     free(srv);
     grpc_shutdown();
@@ -1441,6 +1485,7 @@ void cg_server_free(struct cg_server *srv)
     free(srv->workers);
     cg_pool_free(srv->pool);
     cg_rpc_batcher_free(srv->batcher);
+    cg_cache_free(srv->cache); /* after every thread that used it */
     free(srv->handles);
     pthread_mutex_destroy(&srv->live_lock);
     pthread_cond_destroy(&srv->live_zero);

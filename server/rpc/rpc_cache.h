@@ -1,0 +1,133 @@
+/* rpc_cache.h - the process-wide in-memory cache behind CheckBudget's fast path: API keys
+ * that authenticated, and budget rows (struct cg_budget_row, one per scope) with their
+ * row_version. See rpc_cache.c for why it lives here and how it stays correct.
+ *
+ * One struct cg_cache per server process, made and freed by its owner (the transport's
+ * cg_server) and reached through cg_rpc_env.cache. Every function is thread-safe and never
+ * blocks on I/O: they may run on completion-queue threads. Bounded: at most
+ * CG_CACHE_KEYS_MAX keys and CG_CACHE_ROWS_MAX rows (the oldest go first), fixed memory
+ * allocated by cg_cache_new.
+ *
+ * Staleness (what a hit may be behind PostgreSQL):
+ *   - writes committed by this process: none (cg_rpc_cache_written, after every commit);
+ *   - writes of other replicas that emit a WatchUsage event (threshold crossings,
+ *     warnings, exhaustion, budget changes, resets, closes, approvals): the time the
+ *     NOTIFY takes to arrive (cg_cache_drop_path from the events thread);
+ *   - other counter moves of other replicas: at most row_ttl_ms (a row is served for
+ *     row_ttl_ms after it was read from PostgreSQL or Redis, then read again);
+ *   - while the LISTEN connection is down nothing is served as fresh (cg_cache_set_live),
+ *     and what was filled before it came back is never served as fresh again.
+ * Stale rows stay readable for the on_store_failure policy (cg_cache_path_get with
+ * allow_stale), which is what they are kept for during a PostgreSQL outage.
+ */
+#ifndef CG_RPC_CACHE_H
+#define CG_RPC_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/store.h"
+
+#define CG_CACHE_KEYS_MAX 4096
+#define CG_CACHE_ROWS_MAX 8192
+#define CG_CACHE_ROW_TTL_MS_DEFAULT 1000
+
+struct cg_cache;
+
+struct cg_cache_opts {
+    int64_t key_ttl_ms; /* how long a key stays (key_cache_ttl_s); 0: keys are not cached */
+    int64_t row_ttl_ms; /* how long a row is served after its fill; <= 0: the default */
+    size_t max_keys;    /* 0 or more than CG_CACHE_KEYS_MAX: CG_CACHE_KEYS_MAX */
+    size_t max_rows;    /* 0 or more than CG_CACHE_ROWS_MAX: CG_CACHE_ROWS_MAX */
+};
+
+/* A new cache, empty and not live (nothing is served as fresh before cg_cache_set_live).
+ * NULL when out of memory. */
+struct cg_cache *cg_cache_new(const struct cg_cache_opts *opts);
+
+/* Frees the cache. NULL is a no-op. No other thread may use it any more. */
+void cg_cache_free(struct cg_cache *cache);
+
+/* ---- API keys ---- */
+
+/* The entry of (tenant_id, key_id) cached less than key_ttl_ms before now_ms (cg_mono_ms
+ * clock) into *out: true on a hit. A NULL cache misses. */
+bool cg_cache_key_get(struct cg_cache *cache, const char *tenant_id, const char *key_id,
+                      int64_t now_ms, struct cg_key_auth *out);
+
+/* Caches an entry (copied) at now_ms, unless a drop of the same key came after ticket
+ * (cg_cache_ticket taken before the lookup that produced entry): a revocation that raced
+ * the lookup wins. NULL cache: no-op. */
+void cg_cache_key_put(struct cg_cache *cache, const char *tenant_id, const char *key_id,
+                      const struct cg_key_auth *entry, uint64_t ticket, int64_t now_ms);
+
+/* Forgets a key at once (revocation). NULL cache: no-op. */
+void cg_cache_key_drop(struct cg_cache *cache, const char *tenant_id, const char *key_id);
+
+/* ---- budget rows ---- */
+
+/* The current invalidation ticket: take it before reading what will be put, so that a
+ * drop made meanwhile wins over the (older) value read. 0 for a NULL cache. */
+uint64_t cg_cache_ticket(struct cg_cache *cache);
+
+/* Stores rows[0..n) of tenant_id (each keyed by its ids), read or written with ticket.
+ * The version rule, per row: a row whose row_version is 0 (unknown) is ignored; one older
+ * than the cached row_version never replaces it (a stale fill cannot undo a write); an
+ * equal one only renews the fill time; a newer one replaces it. A row dropped after
+ * ticket (cg_cache_drop_path, or a reconnection of the listener) is not stored either.
+ * Returns how many rows were stored or renewed. NULL cache: 0. */
+int cg_cache_rows_put(struct cg_cache *cache, const char *tenant_id,
+                      const struct cg_budget_row *rows, int n, uint64_t ticket, int64_t now_ms);
+
+/* The path to ids (tenant first, levels 1..depth) from the cache into out[], *n its
+ * length: true when every row of the path is cached and, unless allow_stale, fresh (the
+ * cache is live, the row was filled after the last reconnection and less than row_ttl_ms
+ * before now_ms, and was not dropped since). *oldest_fill_ms gets the fill time of the
+ * oldest row (may be NULL). NULL cache: false. */
+bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
+                       const struct cg_scope_ids *ids, int64_t now_ms, bool allow_stale,
+                       struct cg_budget_row out[4], int *n, int64_t *oldest_fill_ms);
+
+/* Drops the rows of the path to ids (the scope and its ancestors: what one write of that
+ * scope's path may have changed) so that the next read fills them again. A dropped row
+ * stays readable with allow_stale. NULL cache: no-op. */
+void cg_cache_drop_path(struct cg_cache *cache, const char *tenant_id,
+                        const struct cg_scope_ids *ids);
+
+/* Drops every row of the tenant (as cg_cache_drop_path). NULL cache: no-op. */
+void cg_cache_drop_tenant(struct cg_cache *cache, const char *tenant_id);
+
+/* Drops every row of every tenant (as cg_cache_drop_path). NULL cache: no-op. */
+void cg_cache_drop_all(struct cg_cache *cache);
+
+/* Whether writes of other replicas are being heard (the events thread's LISTEN connection
+ * is up). Going down stops fresh hits; coming back (true after false) also drops
+ * everything filled before, since notifications sent meanwhile were lost. */
+void cg_cache_set_live(struct cg_cache *cache, bool live);
+bool cg_cache_is_live(const struct cg_cache *cache);
+
+/* ---- on_store_failure LOCAL_ALLOWANCE ---- */
+
+/* Marks PostgreSQL as answering (ok) or not. An outage that ends starts a new allowance
+ * period: the next outage counts local spend from 0 again. */
+void cg_cache_store_state(struct cg_cache *cache, bool ok);
+
+/* Takes tokens from this process's allowance of the scope row (tenant_id, ids) for the
+ * current outage: true when spent + tokens <= allowance (and then spent grows), false
+ * when it would go past it (nothing taken) or the row is not cached. Negative tokens give
+ * back (spent never goes below 0; allowance is then not read). The count lives with the
+ * cached row: a row evicted meanwhile starts again from 0. */
+bool cg_cache_allowance_take(struct cg_cache *cache, const char *tenant_id,
+                             const struct cg_scope_ids *ids, int64_t tokens, int64_t allowance);
+
+/* ---- figures (tests and logs) ---- */
+
+struct cg_cache_stats {
+    uint64_t row_hits, row_misses, rows_stored, rows_refused, key_hits, key_misses;
+};
+
+/* A snapshot of the counters. NULL cache: zeros. */
+void cg_cache_stats(const struct cg_cache *cache, struct cg_cache_stats *out);
+
+#endif
