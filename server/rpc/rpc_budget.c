@@ -5,8 +5,8 @@
  * tenant first (store.h), so no interleaving of callers on any number of replicas can act
  * on stale counters; core/budget decides on what the transaction read. A success reply
  * means the transaction committed. Settings this version does not enforce yet (allocation
- * from the parent, store-failure policies other than failing closed,
- * presets) are refused with UNIMPLEMENTED rather than stored and ignored.
+ * from the parent, cache-read exclusion) are refused with UNIMPLEMENTED rather than
+ * stored and ignored.
  */
 #include "rpc/rpc_budget.h"
 
@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "core/budget.h"
+#include "core/preset.h"
 #include "core/price.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/budget.pb-c.h"
@@ -442,14 +443,37 @@ cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env, 
 
 /* ---------------------------------------------------------------- SetBudget ------- */
 
-static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__BudgetSettings *s,
-                             int level, struct cg_budget_row *row)
+/* The token limit of settings: the one given, else the preset's for the level (the
+ * request's preset, else the server's default_preset). */
+static cg_status limit_in(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                          const Ctxguard__V1__BudgetSettings *s, int level, int64_t *limit)
+{
+    *limit = s->limit_tokens;
+    const struct cg_preset *p =
+        s->preset ? cg_preset_get((int)s->preset) : cg_preset_by_name(env->config->default_preset);
+    if (s->preset != 0 && p == NULL)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.preset': unknown value %d", (int)s->preset);
+    if (s->limit_tokens != 0)
+        return CG_OK;
+    if ((*limit = cg_preset_budget(p, level)) == 0)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.limit_tokens' is required: preset %s gives no "
+                          "budget to a %s",
+                          p ? p->name : "(none)", cg_level_name((cg_level)level));
+    return CG_OK;
+}
+
+static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                             const Ctxguard__V1__BudgetSettings *s, int level,
+                             struct cg_budget_row *row)
 {
     if (s == NULL)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'settings' is required");
-    if (s->preset != 0 && s->limit_tokens == 0)
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "settings.preset is not implemented in this version");
+    int64_t limit_tokens;
+    cg_status lst = limit_in(call, env, s, level, &limit_tokens);
+    if (lst != CG_OK)
+        return lst;
     if (s->allocate_from_parent)
         return cg_err_set(&call->err, CG_UNIMPLEMENTED,
                           "settings.allocate_from_parent is not implemented in this version");
@@ -516,7 +540,7 @@ static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__Budge
     l.level = (cg_level)level;
     l.has_budget = true;
     l.mode = s->mode ? (cg_budget_mode)s->mode : CG_MODE_HARD;
-    l.limit_tokens = s->limit_tokens;
+    l.limit_tokens = limit_tokens;
     l.limit_cost_micros = s->limit_cost_micros;
     l.warning_ratio = s->warning_ratio != 0 ? s->warning_ratio : DEFAULT_WARNING;
     l.backpressure_disabled = s->backpressure_disabled;
@@ -565,7 +589,7 @@ CG_HANDLER(cg_rpc_budget_set)
     int level;
     cg_status st = cg_rpc_scope_in(call, req->scope, &row.ids, &level);
     if (st == CG_OK)
-        st = settings_in(call, req->settings, level, &row);
+        st = settings_in(call, env, req->settings, level, &row);
     if (st == CG_OK && req->expected_version < 0)
         st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                         "field 'expected_version' must not be negative");

@@ -92,6 +92,27 @@ class Budgets(cgtest.TestCase):
         self.assertRpcError(grpc.StatusCode.ABORTED, self.t.stub.SetBudget, stale,
                             metadata=self.t.md, timeout=10, contains="expected_version")
 
+    def test_presets_supply_a_missing_limit(self):
+        agent = scope(self.s, "t1", "a1")
+        # No limit and no preset: the server's default preset (general) gives agents 25,000,
+        # more than this task's 1,000 allows.
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.t.set, agent, 0,
+                            contains=("limit",))
+        self.t.set(scope(), 10**9)
+        self.t.set(scope(self.s), 1000000)
+        self.t.set(self.task, 100000)
+        self.assertEqual(self.t.set(agent, 0).budget.settings.limit_tokens, 25000)
+        r = self.t.set(scope(self.s, "t1", "a2"), 0, preset=common_pb2.USE_CASE_PRESET_DEBUGGING)
+        self.assertEqual(r.budget.settings.limit_tokens, 75000)
+        self.assertEqual(self.t.set(agent, 123, preset=common_pb2.USE_CASE_PRESET_DEBUGGING)
+                         .budget.settings.limit_tokens, 123, "a given limit wins")
+        r = self.t.set(scope(self.s, "t9"), 0, preset=common_pb2.USE_CASE_PRESET_LONG_RUNNING)
+        self.assertEqual(r.budget.settings.limit_tokens, 300000)
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.t.set, scope(self.s, "t8"), 0,
+                            contains=("settings.limit_tokens", "general", "task"))
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.t.set, scope(self.s, "t8"), 0,
+                            preset=9, contains=("settings.preset",))
+
     def test_child_limit_may_not_exceed_parent(self):
         err = self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.t.set,
                                   scope(self.s, "big"), 20000)
