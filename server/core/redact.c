@@ -1140,39 +1140,84 @@ static size_t find_pem(struct scan *sc, size_t i)
 
 /* ---- dispatch ---- */
 
-static size_t at_digit(struct scan *sc, size_t i)
+/* The detectors are gated by what the first characters and the word's end allow, so that
+ * an ordinary word costs a few comparisons beyond the scan that finds its end. */
+static size_t at_digit(struct scan *sc, size_t i, size_t w)
 {
     size_t d = run_of_digits(sc, i, 20);
     unsigned next = k_at(sc, i + d);
+    unsigned char nc = i + d < sc->n ? sc->s[i + d] : 0;
     size_t r;
-    if (d <= 4 && (ch_at(sc, i + d, ':') || (next & K_HEX)) && (r = find_ipv6(sc, i)))
+    if (d <= 4 && (nc == ':' || (next & K_HEX)) && (r = find_ipv6(sc, i)))
         return r;
-    if (d <= 3 && ch_at(sc, i + d, '.') && (r = find_ipv4(sc, i)))
+    if (d <= 3 && nc == '.' && (r = find_ipv4(sc, i)))
         return r;
-    if (d == 3 && ch_at(sc, i + d, '-') && (r = find_ssn(sc, i)))
+    if (d == 3 && nc == '-' && (r = find_ssn(sc, i)))
         return r;
-    if ((d == 4 || d >= 13) && (r = find_card(sc, i)))
+    if (((d == 4 && (nc == ' ' || nc == '-')) || d >= 13) && (r = find_card(sc, i)))
         return r;
-    if (d <= 5 && (r = find_national_phone(sc, i)))
+    bool sep = is_phone_sep(nc) || nc == '/';
+    if (((d == 3 && sep) || (d == 1 && sc->s[i] == '1' && sep) ||
+         (sc->s[i] == '0' && d >= 2 && d <= 5 && sep)) &&
+        (r = find_national_phone(sc, i)))
         return r;
-    if (next & (K_ALPHA | K_B64X | K_UNDER))
+    if ((next & (K_ALPHA | K_B64X | K_UNDER)) || w - i >= sc->opt->entropy_min_len)
         return find_entropy_token(sc, i);
     return 0;
 }
 
-static size_t at_letter(struct scan *sc, size_t i)
+/* Whether the two first characters can start a key with a known prefix (or a JWT). */
+static bool key_prefix_gate(unsigned char c0, unsigned char c1)
 {
-    size_t r;
-    if ((r = find_prefixed_key(sc, i)) || (r = find_bearer(sc, i)) || (r = find_secret_pair(sc, i)))
+    switch (c0) {
+    case 's':
+    case 'r':
+        return c1 == 'k';
+    case 'g':
+        return c1 == 'h' || c1 == 'i' || c1 == 'l';
+    case 'x':
+        return c1 == 'o';
+    case 'n':
+        return c1 == 'p';
+    case 'h':
+        return c1 == 'f';
+    case 'A':
+        return c1 == 'K' || c1 == 'S' || c1 == 'I';
+    case 'e':
+        return c1 == 'y';
+    default:
+        return false;
+    }
+}
+
+static size_t at_letter(struct scan *sc, size_t i, size_t w)
+{
+    const unsigned char *s = sc->s;
+    size_t n = sc->n, r;
+    unsigned char c0 = s[i], c1 = i + 1 < n ? s[i + 1] : 0;
+    if (key_prefix_gate(c0, c1) && (r = find_prefixed_key(sc, i)))
         return r;
-    if (kind[sc->s[i]] & K_HEX) {
-        size_t h = 1;
-        while (h < 5 && (k_at(sc, i + h) & K_HEX))
+    if ((c0 == 'B' || c0 == 'b') && w - i == 6 && (r = find_bearer(sc, i)))
+        return r;
+    /* a secret pair needs '=' or ':' after the key (past a quote and a few spaces) */
+    size_t p = w;
+    bool longer_key = w + 1 < n && (s[w] == '.' || s[w] == '-') && (kind[s[w + 1]] & K_WORD);
+    if (p < n && (s[p] == '"' || s[p] == '\''))
+        p++;
+    while (p < n && p - w < 5 && (s[p] == ' ' || s[p] == '\t'))
+        p++;
+    if ((longer_key || (p < n && (s[p] == '=' || s[p] == ':'))) && (r = find_secret_pair(sc, i)))
+        return r;
+    if (w - i <= 4 && w < n && s[w] == ':' && (kind[c0] & K_HEX)) {
+        size_t h = i;
+        while (h < w && (kind[s[h]] & K_HEX))
             h++;
-        if (ch_at(sc, i + h, ':') && (r = find_ipv6(sc, i)))
+        if (h == w && (r = find_ipv6(sc, i)))
             return r;
     }
-    return find_entropy_token(sc, i);
+    if (w - i >= sc->opt->entropy_min_len || (w < n && (kind[s[w]] & K_B64X)))
+        return find_entropy_token(sc, i);
+    return 0;
 }
 
 static size_t at_trigger(struct scan *sc, size_t i)
@@ -1184,11 +1229,11 @@ static size_t at_trigger(struct scan *sc, size_t i)
             return r;
         return find_email(sc, i);
     case '+':
-        return find_intl_phone(sc, i);
+        return is_digit_at(sc, i + 1) ? find_intl_phone(sc, i) : 0;
     case '(':
-        return find_national_phone(sc, i);
+        return is_digit_at(sc, i + 1) ? find_national_phone(sc, i) : 0;
     case '-':
-        return find_pem(sc, i);
+        return ch_at(sc, i + 1, '-') ? find_pem(sc, i) : 0;
     case ':':
         return ch_at(sc, i + 1, ':') ? find_ipv6(sc, i) : 0;
     default:
@@ -1208,16 +1253,17 @@ static void scan_all(struct scan *sc)
         }
         size_t next = 0;
         if (k & K_WORD) {
+            size_t w = i + 1;
+            while (w < n && (kind[s[w]] & K_WORD))
+                w++;
             if (i == 0 || !(kind[s[i - 1]] & K_WORD)) {
-                next = (k & K_DIGIT) ? at_digit(sc, i) : at_letter(sc, i);
+                next = (k & K_DIGIT) ? at_digit(sc, i, w) : at_letter(sc, i, w);
                 if (next > i) {
                     i = next;
                     continue;
                 }
             }
-            do
-                i++;
-            while (i < n && (kind[s[i]] & K_WORD));
+            i = w;
             continue;
         }
         next = at_trigger(sc, i);
