@@ -837,7 +837,7 @@ static size_t find_prefixed_key(struct scan *sc, size_t i)
 
 static size_t find_bearer(struct scan *sc, size_t i)
 {
-    if (!enabled(sc, CG_PII_API_KEY) || !(starts(sc, i, "Bearer") || starts(sc, i, "bearer")))
+    if (!enabled(sc, CG_PII_API_KEY) || !starts(sc, i, "Bearer"))
         return 0;
     size_t p = i + 6, sp = 0;
     while (sp < 4 && ch_at(sc, p, ' ')) {
@@ -1197,7 +1197,7 @@ static size_t at_letter(struct scan *sc, size_t i, size_t w)
     unsigned char c0 = s[i], c1 = i + 1 < n ? s[i + 1] : 0;
     if (key_prefix_gate(c0, c1) && (r = find_prefixed_key(sc, i)))
         return r;
-    if ((c0 == 'B' || c0 == 'b') && w - i == 6 && (r = find_bearer(sc, i)))
+    if (c0 == 'B' && w - i == 6 && (r = find_bearer(sc, i)))
         return r;
     /* a secret pair needs '=' or ':' after the key (past a quote and a few spaces) */
     size_t p = w;
@@ -1241,33 +1241,83 @@ static size_t at_trigger(struct scan *sc, size_t i)
     }
 }
 
+/* Characters after a word that may make it worth a look (see at_letter's gates): '-' '.' '+'
+ * '/' ':' '=' and quotes always; spaces when a '=' or ':' follows them. */
+#define F_ALWAYS 1u
+#define F_SPACE 2u
+static const unsigned char follow[256] = {
+    ['-'] = F_ALWAYS, ['.'] = F_ALWAYS, ['+'] = F_ALWAYS,  ['/'] = F_ALWAYS, [':'] = F_ALWAYS,
+    ['='] = F_ALWAYS, ['"'] = F_ALWAYS, ['\''] = F_ALWAYS, [' '] = F_SPACE,  ['\t'] = F_SPACE,
+};
+
+/* Whether the letter word s[i..w) can start anything: most words are answered here. */
+static inline bool letter_word_worth_a_look(const unsigned char *s, size_t n, size_t i, size_t w,
+                                            size_t long_word)
+{
+    if (w - i >= long_word || w >= n)
+        return w - i >= long_word;
+    unsigned f = follow[s[w]];
+    if (f & F_ALWAYS)
+        return true;
+    if (w - i == 6 && s[i] == 'B')
+        return true; /* Bearer */
+    if (!(f & F_SPACE) || w + 1 >= n)
+        return false;
+    unsigned char c = s[w + 1];
+    if (c == '=' || c == ':')
+        return true;
+    if (c != ' ' && c != '\t')
+        return false; /* the usual case: a word, a space, a word */
+    size_t p = w + 2;
+    while (p < n && p - w < 5 && (s[p] == ' ' || s[p] == '\t'))
+        p++;
+    return p < n && (s[p] == '=' || s[p] == ':');
+}
+
+/* The end of the word that goes on at w. */
+static inline size_t word_end(const unsigned char *s, size_t n, size_t w)
+{
+    while (w < n && (kind[s[w]] & K_WORD))
+        w++;
+    return w;
+}
+
+/* The first byte at or after i that is a word character or a trigger (n when none). */
+static inline size_t next_candidate(const unsigned char *s, size_t n, size_t i)
+{
+    while (i < n && !(kind[s[i]] & (K_WORD | K_TRIG)))
+        i++;
+    return i;
+}
+
 static void scan_all(struct scan *sc)
 {
     const unsigned char *s = sc->s;
-    size_t n = sc->n, i = 0;
-    while (i < n && sc->st == CG_OK) {
+    const size_t n = sc->n;
+    /* the shortest word that may be a key by its length alone (prefixed keys: 18) */
+    const size_t long_word = sc->opt->entropy_min_len < 18 ? sc->opt->entropy_min_len : 18;
+    size_t i = next_candidate(s, n, 0);
+    while (i < n) {
         unsigned k = kind[s[i]];
-        if (!(k & (K_WORD | K_TRIG))) {
-            i++;
-            continue;
-        }
         size_t next = 0;
         if (k & K_WORD) {
-            size_t w = i + 1;
-            while (w < n && (kind[s[w]] & K_WORD))
-                w++;
+            size_t w = word_end(s, n, i + 1);
             if (i == 0 || !(kind[s[i - 1]] & K_WORD)) {
-                next = (k & K_DIGIT) ? at_digit(sc, i, w) : at_letter(sc, i, w);
-                if (next > i) {
-                    i = next;
-                    continue;
-                }
+                if (k & K_DIGIT)
+                    next = at_digit(sc, i, w);
+                else if (letter_word_worth_a_look(s, n, i, w, long_word))
+                    next = at_letter(sc, i, w);
             }
-            i = w;
-            continue;
+            if (next <= i)
+                next = w;
+        } else {
+            next = at_trigger(sc, i); /* next_candidate stops only at words and triggers */
+            if (next <= i)
+                next = i + 1;
         }
-        next = at_trigger(sc, i);
-        i = next > i ? next : i + 1;
+        if (sc->st != CG_OK)
+            return;
+        i = next_candidate(s, n, next);
     }
     flush_to(sc, n);
 }

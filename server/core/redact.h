@@ -22,7 +22,7 @@
  *   scopes (`B::C`) and times (`12:30:45`) or MAC addresses (six groups) are not addresses.
  * - API_KEY: known prefixes (sk-, sk-ant-, sk_live_, ghp_/gho_/ghu_/ghs_/ghr_, github_pat_,
  *   xoxb-/xoxp-/xoxa-/xoxs-/xoxr-, AKIA/ASIA, AIza, glpat-, npm_, hf_), JWTs (three base64url
- *   parts, the first `eyJ`), `Bearer TOKEN`, and high-entropy tokens: at least entropy_min_len
+ *   parts, the first `eyJ`), `Bearer TOKEN` (that spelling), and high-entropy tokens: at least entropy_min_len
  *   characters of [A-Za-z0-9+/_-], upper case, lower case and digits all present, Shannon
  *   entropy >= entropy_min_bits per character, and a change of character class on at least
  *   36 % of the characters (random text: ~60 %; CamelCaseIdentifiers2: ~30 %).
