@@ -61,6 +61,7 @@ struct scan {
     size_t copied; /* s[0..copied) is in out */
     int64_t counts[CG_PII_TYPE_COUNT];
     bool session_full;
+    struct cg_redact_spans *spans; /* NULL: not wanted */
     cg_status st;
     /* The first "-----END " at or after pem_from is at pem_at (n: none): searched once. */
     size_t pem_from, pem_at;
@@ -269,6 +270,13 @@ static size_t label(struct scan *sc, cg_pii_type type, size_t a, size_t b, enum 
     char digits[12];
     flush_to(sc, a);
     uint32_t number = session_number(sc, type, a, b, norm);
+    if (sc->spans != NULL) {
+        struct cg_redact_spans *sp = sc->spans;
+        if (sp->len < sp->cap && sp->items != NULL)
+            sp->items[sp->len++] = (struct cg_redact_span){a, b - a, type, number};
+        else
+            sp->dropped++;
+    }
     int nd = 0;
     do {
         digits[nd++] = (char)('0' + number % 10);
@@ -1372,7 +1380,19 @@ cg_status cg_redact(const struct cg_redact_options *options, struct cg_redact_se
                     const char *in, size_t len, struct cg_redact_buf *out,
                     struct cg_redact_counts *counts, struct cg_err *err)
 {
+    return cg_redact_with_spans(options, session, in, len, out, counts, NULL, err);
+}
+
+cg_status cg_redact_with_spans(const struct cg_redact_options *options,
+                               struct cg_redact_session *session, const char *in, size_t len,
+                               struct cg_redact_buf *out, struct cg_redact_counts *counts,
+                               struct cg_redact_spans *spans, struct cg_err *err)
+{
     struct cg_redact_options defaults;
+    if (spans != NULL) {
+        spans->len = 0;
+        spans->dropped = 0;
+    }
     if (session == NULL || out == NULL || (in == NULL && len > 0)) {
         if (out != NULL)
             out->len = 0;
@@ -1395,6 +1415,7 @@ cg_status cg_redact(const struct cg_redact_options *options, struct cg_redact_se
         .st = CG_OK,
         .pem_from = 1,
         .pem_at = 0, /* empty cache */
+        .spans = spans,
     };
     out->len = 0;
     /* Labels can be longer than what they replace, but rarely: reserve the input's size. */
@@ -1403,6 +1424,8 @@ cg_status cg_redact(const struct cg_redact_options *options, struct cg_redact_se
     if (sc.st == CG_OK && !out_reserve(&sc, 0))
         sc.st = CG_NOMEM;
     if (sc.st != CG_OK) {
+        if (spans != NULL)
+            spans->len = 0;
         out->len = 0;
         if (out->data != NULL)
             out->data[0] = '\0';

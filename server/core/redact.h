@@ -22,12 +22,12 @@
  *   scopes (`B::C`) and times (`12:30:45`) or MAC addresses (six groups) are not addresses.
  * - API_KEY: known prefixes (sk-, sk-ant-, sk_live_, ghp_/gho_/ghu_/ghs_/ghr_, github_pat_,
  *   xoxb-/xoxp-/xoxa-/xoxs-/xoxr-, AKIA/ASIA, AIza, glpat-, npm_, hf_), JWTs (three base64url
- *   parts, the first `eyJ`), `Bearer TOKEN` (that spelling), and high-entropy tokens: at least entropy_min_len
- *   characters of [A-Za-z0-9+/_-], upper case, lower case and digits all present, Shannon
- *   entropy >= entropy_min_bits per character, and a change of character class on at least
- *   36 % of the characters (random text: ~60 %; CamelCaseIdentifiers2: ~30 %).
- *   Decision: hex digests (git SHAs, SHA-256) and UUIDs are NOT secrets (one letter case and
- *   digits only); they are redacted only as the value of a secret pair.
+ *   parts, the first `eyJ`), `Bearer TOKEN` (that spelling), and high-entropy tokens: at least
+ * entropy_min_len characters of [A-Za-z0-9+/_-], upper case, lower case and digits all present,
+ * Shannon entropy >= entropy_min_bits per character, and a change of character class on at least 36
+ * % of the characters (random text: ~60 %; CamelCaseIdentifiers2: ~30 %). Decision: hex digests
+ * (git SHAs, SHA-256) and UUIDs are NOT secrets (one letter case and digits only); they are
+ * redacted only as the value of a secret pair.
  * - SECRET: the value of `password=`, `secret:`, `token=`, `api_key:`, `"passwd": "..."`
  *   pairs (the key is any identifier ending in password, passwd, passphrase, secret, token,
  *   api_key, apikey, api-key, access_key, secret_key, private_key; the key is kept, the value
@@ -109,6 +109,22 @@ struct cg_redact_counts {
     bool session_full; /* a value was labelled without being remembered */
 };
 
+/* Where one value was found: input bytes [start, start + len) became <TYPE_number>. */
+struct cg_redact_span {
+    size_t start, len;
+    cg_pii_type type;
+    uint32_t number;
+};
+
+/* Caller-owned room for the spans of one call: items[0..cap) is filled in input order,
+ * len says how many; dropped counts the spans beyond cap (they are redacted all the same). */
+struct cg_redact_spans {
+    struct cg_redact_span *items;
+    size_t cap;
+    size_t len;
+    size_t dropped;
+};
+
 /* Defaults: every type enabled, entropy tokens of 24+ characters at 3.5 bits. */
 void cg_redact_options_init(struct cg_redact_options *options);
 
@@ -131,6 +147,13 @@ void cg_redact_buf_cleanup(struct cg_redact_buf *buf);
 cg_status cg_redact(const struct cg_redact_options *options, struct cg_redact_session *session,
                     const char *in, size_t len, struct cg_redact_buf *out,
                     struct cg_redact_counts *counts, struct cg_err *err) CG_MUST_CHECK;
+
+/* cg_redact that also reports where each value was (spans may be NULL; its len and dropped
+ * are reset first). On error spans->len is 0. */
+cg_status cg_redact_with_spans(const struct cg_redact_options *options,
+                               struct cg_redact_session *session, const char *in, size_t len,
+                               struct cg_redact_buf *out, struct cg_redact_counts *counts,
+                               struct cg_redact_spans *spans, struct cg_err *err) CG_MUST_CHECK;
 
 /* The label name of a type ("EMAIL", "CARD_NUMBER"), or NULL outside 1..8. */
 const char *cg_pii_type_name(cg_pii_type type);
