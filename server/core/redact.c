@@ -617,8 +617,8 @@ static size_t nanp_len(const struct scan *sc, size_t i)
         sep = sc->s[p + 3];
         p += 4;
     }
-    if (run_of_digits(sc, p, 3) != 3 || sc->s[p] < '2' || p + 3 >= sc->n ||
-        !is_phone_sep(sc->s[p + 3]))
+    /* the exchange may start with any digit: 555-123-4567 is how people write examples */
+    if (run_of_digits(sc, p, 3) != 3 || p + 3 >= sc->n || !is_phone_sep(sc->s[p + 3]))
         return 0;
     if (!paren && sc->s[p + 3] != sep)
         return 0;
@@ -679,9 +679,20 @@ static size_t find_intl_phone(struct scan *sc, size_t i)
         return 0;
     if (!is_digit_at(sc, i + 1) || sc->s[i + 1] == '0')
         return 0;
-    size_t p = i + 1;
+    size_t p = i + 1, start = i;
     int total = 0, ng = 0, singles = 0;
     bool paren_seen = false;
+    if (pc == '(' && i - 1 >= sc->copied) { /* (+44) 20 7946 0958: the parentheses too */
+        size_t cc = run_of_digits(sc, p, 4);
+        if (cc >= 1 && cc <= 3 && ch_at(sc, p + cc, ')') && ch_at(sc, p + cc + 1, ' ') &&
+            is_digit_at(sc, p + cc + 2)) {
+            total = (int)cc;
+            ng = 1;
+            paren_seen = true;
+            p += cc + 2;
+            start = i - 1;
+        }
+    }
     for (;;) {
         bool paren = ch_at(sc, p, '(') && !paren_seen;
         size_t g;
@@ -714,7 +725,7 @@ static size_t find_intl_phone(struct scan *sc, size_t i)
     }
     if (total < 10 || !number_next_ok(sc, p))
         return 0;
-    return label(sc, CG_PII_PHONE, i, p, NORM_DIGITS);
+    return label(sc, CG_PII_PHONE, start, p, NORM_DIGITS);
 }
 
 /* ---- words: keys, tokens, secret pairs ---- */
@@ -818,6 +829,15 @@ static size_t prefixed_key_end(const struct scan *sc, size_t i)
         }
         return 0;
     }
+    if (c == 'S' && starts(sc, i, "SG.")) { /* SendGrid: SG.<22>.<43> */
+        size_t a = body_len(sc, i + 3, K_WORD | K_B64X, false);
+        if (a >= 16 && ch_at(sc, i + 3 + a, '.')) {
+            size_t b = body_len(sc, i + 4 + a, K_WORD | K_B64X, false);
+            if (b >= 30)
+                return i + 4 + a + b;
+        }
+        return 0;
+    }
     if (c != 's' && c != 'r' && c != 'g' && c != 'x' && c != 'n' && c != 'h' && c != 'A')
         return 0;
     for (size_t k = 0; k < sizeof key_prefixes / sizeof key_prefixes[0]; k++) {
@@ -843,11 +863,39 @@ static size_t find_prefixed_key(struct scan *sc, size_t i)
     return e ? label(sc, CG_PII_API_KEY, i, e, NORM_RAW) : 0;
 }
 
+static bool ends_with_ci(const struct scan *sc, size_t a, size_t b, const char *suffix)
+{
+    size_t len = strlen(suffix);
+    if (b - a < len)
+        return false;
+    for (size_t k = 0; k < len; k++)
+        if (lower(sc->s[b - len + k]) != (unsigned char)suffix[k])
+            return false;
+    return true;
+}
+
+static bool equals_ci(const struct scan *sc, size_t a, size_t b, const char *word)
+{
+    return b - a == strlen(word) && ends_with_ci(sc, a, b, word);
+}
+
+/* Whether "Authorization:" (any case, spaces after) ends just before i. */
+static bool after_authorization(const struct scan *sc, size_t i)
+{
+    size_t p = i;
+    while (p > 0 && i - p < 8 && sc->s[p - 1] == ' ')
+        p--;
+    return p >= 14 && equals_ci(sc, p - 14, p, "authorization:");
+}
+
+/* `Bearer TOKEN` (an API key) and `Authorization: Basic CREDENTIALS` (a secret). */
 static size_t find_bearer(struct scan *sc, size_t i)
 {
-    if (!enabled(sc, CG_PII_API_KEY) || !starts(sc, i, "Bearer"))
+    bool basic = starts(sc, i, "Basic ");
+    cg_pii_type type = basic ? CG_PII_SECRET : CG_PII_API_KEY;
+    if (!enabled(sc, type) || !(basic ? after_authorization(sc, i) : starts(sc, i, "Bearer")))
         return 0;
-    size_t p = i + 6, sp = 0;
+    size_t p = i + (basic ? 5 : 6), sp = 0;
     while (sp < 4 && ch_at(sc, p, ' ')) {
         p++;
         sp++;
@@ -864,9 +912,9 @@ static size_t find_bearer(struct scan *sc, size_t i)
         e++;
         pad++;
     }
-    if (e - p < 12 || popcount3(classes_of(sc, p, e)) < 2)
+    if (e - p < (basic ? 4 : 12) || popcount3(classes_of(sc, p, e)) < 2)
         return 0;
-    return label(sc, CG_PII_API_KEY, p, e, NORM_RAW);
+    return label(sc, type, p, e, NORM_RAW);
 }
 
 static size_t find_entropy_token(struct scan *sc, size_t i)
@@ -895,22 +943,6 @@ static const char *const secret_keys[] = {
     "password", "passwd",  "passphrase", "secret",     "token",       "api_key",
     "apikey",   "api-key", "access_key", "secret_key", "private_key",
 };
-
-static bool ends_with_ci(const struct scan *sc, size_t a, size_t b, const char *suffix)
-{
-    size_t len = strlen(suffix);
-    if (b - a < len)
-        return false;
-    for (size_t k = 0; k < len; k++)
-        if (lower(sc->s[b - len + k]) != (unsigned char)suffix[k])
-            return false;
-    return true;
-}
-
-static bool equals_ci(const struct scan *sc, size_t a, size_t b, const char *word)
-{
-    return b - a == strlen(word) && ends_with_ci(sc, a, b, word);
-}
 
 /* Values that say there is no secret: references, placeholders, labels, literals. */
 static bool placeholder(const struct scan *sc, size_t a, size_t b, bool token_like)
@@ -1193,6 +1225,8 @@ static bool key_prefix_gate(unsigned char c0, unsigned char c1)
         return c1 == 'K' || c1 == 'S' || c1 == 'I';
     case 'e':
         return c1 == 'y';
+    case 'S':
+        return c1 == 'G';
     default:
         return false;
     }
@@ -1205,7 +1239,7 @@ static size_t at_letter(struct scan *sc, size_t i, size_t w)
     unsigned char c0 = s[i], c1 = i + 1 < n ? s[i + 1] : 0;
     if (key_prefix_gate(c0, c1) && (r = find_prefixed_key(sc, i)))
         return r;
-    if (c0 == 'B' && w - i == 6 && (r = find_bearer(sc, i)))
+    if (c0 == 'B' && (w - i == 6 || w - i == 5) && (r = find_bearer(sc, i)))
         return r;
     /* a secret pair needs '=' or ':' after the key (past a quote and a few spaces) */
     size_t p = w;
@@ -1267,8 +1301,8 @@ static inline bool letter_word_worth_a_look(const unsigned char *s, size_t n, si
     unsigned f = follow[s[w]];
     if (f & F_ALWAYS)
         return true;
-    if (w - i == 6 && s[i] == 'B')
-        return true; /* Bearer */
+    if ((w - i == 6 || w - i == 5) && s[i] == 'B')
+        return true; /* Bearer, Basic */
     if (!(f & F_SPACE) || w + 1 >= n)
         return false;
     unsigned char c = s[w + 1];
