@@ -9,34 +9,41 @@
  * What is found (hand-written scanners, one pass, no regex library):
  * - EMAIL: local@domain.tld (ASCII; the TLD alphabetic; not `name@2x.png`-style file names,
  *   not scp-style remotes `git@host:path`).
- * - PHONE: `+CC ...` with 10-15 digits; NANP `(415) 555-0100`, `415-555-0100`,
- *   `415.555.0100`, `1-800-555-0199` (area and exchange 2-9); national numbers starting with
- *   one 0 (`020 7946 0958`, `06 12 34 56 78`) with 10-11 digits and one kind of separator.
- *   Unseparated national numbers, numbers inside paths or identifiers are left alone.
+ * - PHONE: `+CC ...` / `(+CC) ...` with 10-15 digits; NANP `(415) 555-0100`, `415-555-0100`,
+ *   `415.555.0100`, `1-800-555-0199` (area code 2-9); national numbers with one trunk 0
+ *   (`020 7946 0958`, `06 12 34 56 78`, `03-1234-5678`, `030/1234567`): 10-11 digits, one
+ *   kind of separator. Unseparated national numbers and numbers inside paths or identifiers
+ *   (`/proc/4155550100`, `run_415-555-0100.log`) are left alone.
  * - CARD_NUMBER: 13-19 digits, unseparated or in groups of 4 (Amex 4-6-5, Diners 4-6-4)
  *   with one kind of separator (space or dash), a known IIN for the length, and Luhn.
  * - SSN: AAA-GG-SSSS with dashes, excluding area 000, 666 and 900-999, group 00, serial 0000.
  * - IPV4: four decimal octets 0-255 without leading zeros, not part of a longer dotted number,
- *   not a version (`v1.2.3.4`, `pkg-1.2.3.4`, `1.2.5.1-2`, after the word "version").
+ *   not a version (`v1.2.3.4`, `pkg-1.2.3.4`, `1.2.5.1-2`, after the word "version"). A bare
+ *   four-part version after any other word (`Pandoc 2.14.0.3`) cannot be told from an address
+ *   and is redacted.
  * - IPV6: full, `::`-compressed, with an embedded IPv4; must hold a decimal digit, so C++
- *   scopes (`B::C`) and times (`12:30:45`) or MAC addresses (six groups) are not addresses.
+ *   scopes (`B::C`), `dead::beef`, times (`12:30:45`) and MAC addresses are not addresses.
  * - API_KEY: known prefixes (sk-, sk-ant-, sk_live_, ghp_/gho_/ghu_/ghs_/ghr_, github_pat_,
- *   xoxb-/xoxp-/xoxa-/xoxs-/xoxr-, AKIA/ASIA, AIza, glpat-, npm_, hf_), JWTs (three base64url
- *   parts, the first `eyJ`), `Bearer TOKEN` (that spelling), and high-entropy tokens: at least
- * entropy_min_len characters of [A-Za-z0-9+/_-], upper case, lower case and digits all present,
- * Shannon entropy >= entropy_min_bits per character, and a change of character class on at least 36
- * % of the characters (random text: ~60 %; CamelCaseIdentifiers2: ~30 %). Decision: hex digests
- * (git SHAs, SHA-256) and UUIDs are NOT secrets (one letter case and digits only); they are
- * redacted only as the value of a secret pair.
+ *   xoxb-/xoxp-/xoxa-/xoxs-/xoxr-, AKIA/ASIA, AIza, glpat-, npm_, hf_, SG.), JWTs (three
+ *   base64url parts, the first `eyJ`), `Bearer TOKEN` (that spelling), and high-entropy
+ *   tokens: at least entropy_min_len characters of [A-Za-z0-9+/_-], upper case, lower case
+ *   and digits all present, Shannon entropy >= entropy_min_bits per character, and a change
+ *   of character class on at least 36 % of the characters (random text: ~60 %;
+ *   CamelCaseIdentifiers2: ~30 %).
+ *   Decision: hex digests (git SHAs, SHA-256) and UUIDs are NOT secrets (one letter case and
+ *   digits only); they are redacted only as the value of a secret pair.
  * - SECRET: the value of `password=`, `secret:`, `token=`, `api_key:`, `"passwd": "..."`
  *   pairs (the key is any identifier ending in password, passwd, passphrase, secret, token,
  *   api_key, apikey, api-key, access_key, secret_key, private_key; the key is kept, the value
- *   redacted; placeholders such as `${X}`, `<X>`, null/true/false are left); the user:password
- *   of a URL (`https://<SECRET_1>@host`); the body of a PEM private key block (the BEGIN and
- *   END lines kept). PEM certificates and public keys are public and left whole.
+ *   redacted, as API_KEY when the value is a known key; placeholders such as `${X}`, `<X>`,
+ *   null/true/false and short numbers after a *token key are left); the user:password of a
+ *   URL (`https://<SECRET_1>@host`); `Authorization: Basic CREDENTIALS`; the body of a PEM
+ *   private key block (BEGIN and END lines kept; without END, the rest of the text).
+ *   PEM certificates and public keys are public and left whole.
  *
  * Bytes are ASCII to the scanners: other bytes (UTF-8 or not) and NULs are separators and
- * are copied unchanged. A label never matches again, so redacting twice changes nothing.
+ * are copied unchanged. A label is never matched itself, so a second pass leaves labels
+ * whole (it may still find a neighbour whose context the label changed).
  * Pure: no I/O, no globals; thread-safe as long as a session is used by one call at a time.
  */
 #ifndef CG_CORE_REDACT_H

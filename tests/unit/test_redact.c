@@ -341,7 +341,7 @@ Test(redact, pem_private_key_body_is_redacted_certificates_are_kept, .timeout = 
     free(ses);
 }
 
-Test(redact, redacting_twice_changes_nothing, .timeout = 10)
+Test(redact, a_second_pass_over_redacted_text_changes_nothing, .timeout = 10)
 {
     const char *text = "From: a@example.com (+44 20 7946 0958), host 192.168.1.20 / fe80::3, "
                        "token=abcd1234efgh, card 5555555555554444, ssn 078-05-1120, key "
