@@ -234,7 +234,7 @@ static bool out_reserve(struct scan *sc, size_t extra)
     size_t cap = b->cap < 256 ? 256 : b->cap;
     while (cap < need)
         cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    if (cap > b->max + 1)
+    if (b->max < SIZE_MAX && cap > b->max + 1)
         cap = b->max + 1;
     char *p = realloc(b->data, cap);
     if (p == NULL) {
@@ -405,10 +405,8 @@ static size_t ipv6_len(const struct scan *sc, size_t i)
             break;
         if (g > 4)
             return 0;
-        if (ch_at(sc, p + g, '.')) {
-            size_t v4 = ipv4_len(sc, p);
-            if (v4 == 0)
-                return 0;
+        size_t v4 = ch_at(sc, p + g, '.') ? ipv4_len(sc, p) : 0;
+        if (v4 != 0) { /* ::ffff:192.0.2.1; otherwise the '.' ends the address */
             groups += 2;
             digit = true;
             end = p + v4;

@@ -408,3 +408,26 @@ Test(redact, seeds_do_not_change_labels, .timeout = 10)
     free(a);
     free(b);
 }
+
+Test(redact, spans_say_where_each_value_was, .timeout = 10)
+{
+    const char *text = "mail x@example.com, then 10.0.0.1 and x@example.com";
+    struct cg_redact_session *ses = session_new();
+    struct cg_redact_buf out;
+    struct cg_redact_span items[2];
+    struct cg_redact_spans spans = {.items = items, .cap = 2, .len = 99, .dropped = 99};
+    cg_redact_buf_init(&out, SIZE_MAX); /* no cap at all works too */
+    cr_assert_eq(cg_redact_with_spans(NULL, ses, text, strlen(text), &out, NULL, &spans, NULL),
+                 CG_OK);
+    cr_assert_str_eq(out.data, "mail <EMAIL_1>, then <IPV4_1> and <EMAIL_1>");
+    cr_assert_eq(spans.len, 2);
+    cr_assert_eq(spans.dropped, 1, "the third value found no room");
+    cr_assert_eq(items[0].start, 5);
+    cr_assert_eq(items[0].len, strlen("x@example.com"));
+    cr_assert_eq(items[0].type, CG_PII_EMAIL);
+    cr_assert_eq(items[0].number, 1);
+    cr_assert_eq(items[1].start, (size_t)(strstr(text, "10.0") - text));
+    cr_assert_eq(items[1].type, CG_PII_IPV4);
+    cg_redact_buf_cleanup(&out);
+    free(ses);
+}
