@@ -1000,6 +1000,9 @@ static size_t find_secret_pair(struct scan *sc, size_t i)
     } else {
         return 0;
     }
+    unsigned char last = lower(sc->s[e - 1]);
+    if (last != 'd' && last != 'e' && last != 't' && last != 'n' && last != 'y')
+        return 0; /* no secret word ends so: the usual `name: value` */
     int which = -1;
     for (size_t k = 0; k < sizeof secret_keys / sizeof secret_keys[0] && which < 0; k++)
         if (ends_with_ci(sc, i, e, secret_keys[k]))
