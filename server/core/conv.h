@@ -161,6 +161,8 @@ struct cg_conv {
     cg_conv_origin origin; /* set by the JSON readers */
     bool top_is_object;    /* the JSON form was an object (not a bare array) */
     bool has_tools_key;    /* the JSON object had a "tools" key */
+    bool tools_external;   /* the tools came with the request, not in its JSON: JSON writers
+                            * leave them out (the caller returns them beside the JSON) */
     /* The JSON object's other keys, in order, as a JSON object text in which the keys the model
      * owns (messages, tools, model, system) still appear with null values, so that writing back
      * in the same format keeps the key order. Empty for arrays. */

@@ -1781,7 +1781,8 @@ cg_status cg_conv_json_write(const struct cg_conv *conv, cg_conv_json_format for
         st = openai_message_out(&w, &conv->messages[mi], mi, messages);
     if (st == CG_OK && format == CG_CONV_JSON_ANTHROPIC)
         st = anthropic_messages_out(&w, first, messages);
-    bool want_tools = conv->n_tools > 0 || (conv->has_tools_key && w.same_origin);
+    bool want_tools =
+        !conv->tools_external && (conv->n_tools > 0 || (conv->has_tools_key && w.same_origin));
     if (st == CG_OK && want_tools)
         st = format == CG_CONV_JSON_OPENAI ? openai_tools_out(&w, &tools)
                                            : anthropic_tools_out(&w, &tools);
