@@ -160,6 +160,11 @@ static bool scan(const char *s, size_t len, size_t stop, int depth_max, char *pa
 out:;
     size_t n = (size_t)snprintf(path, pathsz, "$");
     for (int d = 0; d < depth && n + 1 < pathsz; d++) {
+        if (d == 8 && depth > 10) {
+            /* A deep path says where it starts and how deep it goes. */
+            snprintf(path + n, pathsz - n, "... (%d levels)", depth);
+            break;
+        }
         if (frames[d].object) {
             if (frames[d].key == NULL)
                 continue;
@@ -182,7 +187,7 @@ static json_t *load(struct ctx *c, const char *text, size_t len)
         return NULL;
     }
     json_error_t jerr;
-    json_t *root = json_loadb(text, len, JSON_ALLOW_NUL, &jerr);
+    json_t *root = json_loadb(text, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
     if (root == NULL) {
         size_t at = jerr.position > 0 ? (size_t)jerr.position : 0;
         scan(text, len, at, CG_CONV_JSON_DEPTH_MAX, c->path, sizeof c->path);
@@ -1660,6 +1665,15 @@ static cg_status anthropic_messages_out(struct wctx *w, size_t first, json_t *ar
                                  i);
             if ((st = anthropic_blocks_out(w, m, mi, open_results)) != CG_OK)
                 return st;
+            continue;
+        }
+        if (open_results != NULL && m->role == CG_ROLE_USER) {
+            /* A user message right after tool results joins their user message (Anthropic
+             * takes results first, then text, in one turn). */
+            cg_status st2 = anthropic_blocks_out(w, m, mi, open_results);
+            open_results = NULL;
+            if (st2 != CG_OK)
+                return st2;
             continue;
         }
         open_results = NULL;

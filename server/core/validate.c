@@ -388,7 +388,8 @@ cg_status cg_validate(const struct cg_validate_input *in, struct cg_validate_res
                 add(&s, CG_ISSUE_WRONG_FIRST_ROLE, sev(&s, NONE, E, E, W), (int64_t)mi, -1, NULL,
                     "the first message after the system prompt is from the %s",
                     cg_conv_role_name(m->role));
-            bool merged = m->role == CG_ROLE_TOOL && last_was_tool;
+            /* Tool results and the user message right after them make one user turn. */
+            bool merged = last_was_tool && (m->role == CG_ROLE_TOOL || m->role == CG_ROLE_USER);
             if (last_turn == turn && !merged)
                 add(&s, CG_ISSUE_NON_ALTERNATING_ROLES, sev(&s, NONE, E, E, W), (int64_t)mi, -1,
                     NULL, "two %s turns in a row", turn == CG_ROLE_USER ? "user" : "assistant");

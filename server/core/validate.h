@@ -23,7 +23,8 @@
  * Google and generic only before the next assistant message. An OpenAI assistant message
  * without content or tool calls is an ERROR (empty); Anthropic allows an empty final assistant
  * message and rejects an empty text block anywhere. For alternation, tool messages count as
- * user turns and consecutive tool messages as one turn; system and developer messages are
+ * user turns, and consecutive tool messages with the user message after them as one turn (the
+ * Anthropic writer merges them into one user message); system and developer messages are
  * skipped. A user message may carry tool_result parts (Anthropic's shape) in every dialect.
  * Pure; thread-safe.
  */
