@@ -241,12 +241,13 @@ Test(conv_json, deep_nesting_is_refused_before_parsing, .timeout = 10)
 {
     size_t depth = 100000;
     char *s = malloc(2 * depth + 64);
-    size_t n = (size_t)sprintf(s, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"k\":");
+    size_t n =
+        (size_t)snprintf(s, 64, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"k\":");
     for (size_t i = 0; i < depth; i++)
         s[n++] = '[';
     for (size_t i = 0; i < depth; i++)
         s[n++] = ']';
-    n += (size_t)sprintf(s + n, "}]}");
+    n += (size_t)snprintf(s + n, 8, "}]}");
     expect_error(CG_CONV_JSON_OPENAI, s, n, CG_INVALID_ARGUMENT, "nested deeper than 100");
     expect_error(CG_CONV_JSON_OPENAI, s, n, CG_INVALID_ARGUMENT, "$.messages[0].k");
     cr_assert_not(cg_conv_json_is_valid(s + 40, 2 * depth, false));
@@ -257,10 +258,10 @@ Test(conv_json, sizes_over_the_caps_are_resource_exhausted, .timeout = 30)
 {
     size_t big = 8u << 20;
     char *s = malloc(big + 64);
-    size_t n = (size_t)sprintf(s, "[{\"role\":\"user\",\"content\":\"");
+    size_t n = (size_t)snprintf(s, 64, "[{\"role\":\"user\",\"content\":\"");
     memset(s + n, 'a', big);
     n += big;
-    n += (size_t)sprintf(s + n, "\"}]");
+    n += (size_t)snprintf(s + n, 8, "\"}]");
     struct cg_conv_limits small = {.max_bytes = 1u << 20};
     struct cg_conv *conv = NULL;
     struct cg_err err = {0};
