@@ -60,7 +60,7 @@ static cg_status fail(struct ctx *c, cg_status code, const char *fmt, ...)
         const char *ellipsis = "";
         if (plen > 80) {
             path += plen - 77;
-            ellipsis = "...";
+            ellipsis = "$...";
         }
         if (snprintf(c->err->msg, sizeof c->err->msg, "%s%.80s: %s", ellipsis, path, what) < 0)
             c->err->msg[0] = '\0';
@@ -722,6 +722,12 @@ static cg_status openai_tool(struct ctx *c, json_t *tool)
     if (st != CG_OK || (st = get_string(c, tool, "type", false, &t->type)) != CG_OK)
         return st;
     json_t *fn = json_object_get(tool, "function");
+    if (fn == NULL && (t->type.len == 0 || strcmp(t->type.ptr, "function") == 0)) {
+        size_t saved = path_push(c, ".function");
+        st = fail(c, CG_INVALID_ARGUMENT, "required");
+        path_pop(c, saved);
+        return st;
+    }
     if (fn == NULL) {
         /* A built-in tool type: counted by its name. */
         if ((st = get_string(c, tool, "name", false, &t->name)) != CG_OK)

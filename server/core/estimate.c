@@ -102,6 +102,7 @@ static void scan_scalar(const unsigned char *s, size_t len, struct prev pv,
 #ifdef __SSE2__
 /* Counters kept as 16 lanes of bytes, flushed to 64-bit totals before any lane can wrap. */
 #define NCOUNT 17
+#define NCOUNT_ASCII 12 /* the counters of ASCII classes come first */
 #define FLUSH_EVERY 255
 
 /* In-range test for signed bytes: lo <= x <= hi as 0xFF lanes (x already biased to signed). */
@@ -109,6 +110,28 @@ static inline __m128i in_range(__m128i x, char lo, char hi)
 {
     return _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8((char)(lo - 1))),
                          _mm_cmplt_epi8(x, _mm_set1_epi8((char)(hi + 1))));
+}
+
+/* The counters' totals in the order of the vector paths. */
+static void add_totals(struct cg_est_features *f, const uint64_t *tot)
+{
+    f->letters += tot[0];
+    f->upper += tot[1];
+    f->word_starts += tot[2];
+    f->digits += tot[3];
+    f->digit_starts += tot[4];
+    f->punct += tot[5];
+    f->punct_starts += tot[6];
+    f->quotes += tot[7];
+    f->spaces += tot[8];
+    f->space_runs += tot[9];
+    f->newlines += tot[10];
+    f->tabs += tot[11];
+    f->lead2_latin += tot[12];
+    f->lead2 += tot[13];
+    f->lead3_cjk += tot[14];
+    f->lead3_other += tot[15];
+    f->lead4 += tot[16];
 }
 
 static size_t scan_sse2(const unsigned char *s, size_t len, struct cg_est_features *f,
@@ -152,8 +175,7 @@ static size_t scan_sse2(const unsigned char *s, size_t len, struct cg_est_featur
         carry_punct = _mm_srli_si128(punct, 15);
         carry_space = _mm_srli_si128(space, 15);
         carry_space2 = _mm_srli_si128(space, 14);
-        __m128i sv = _mm_xor_si128(v, bias); /* bytes 0x80.. become -128.. */
-        __m128i m[NCOUNT] = {
+        __m128i m[NCOUNT_ASCII] = {
             letter,
             upper,
             _mm_andnot_si128(prev_l, letter),
@@ -166,16 +188,26 @@ static size_t scan_sse2(const unsigned char *s, size_t len, struct cg_est_featur
             _mm_andnot_si128(prev_s2, _mm_and_si128(space, prev_s)),
             _mm_cmpeq_epi8(v, _mm_set1_epi8('\n')),
             _mm_cmpeq_epi8(v, _mm_set1_epi8('\t')),
-            in_range(sv, (char)(0xC2 ^ 0x80), (char)(0xC5 ^ 0x80)),
-            _mm_or_si128(in_range(sv, (char)(0xC0 ^ 0x80), (char)(0xC1 ^ 0x80)),
-                         in_range(sv, (char)(0xC6 ^ 0x80), (char)(0xDF ^ 0x80))),
-            in_range(sv, (char)(0xE3 ^ 0x80), (char)(0xED ^ 0x80)),
-            _mm_or_si128(in_range(sv, (char)(0xE0 ^ 0x80), (char)(0xE2 ^ 0x80)),
-                         in_range(sv, (char)(0xEE ^ 0x80), (char)(0xEF ^ 0x80))),
-            in_range(sv, (char)(0xF0 ^ 0x80), (char)(0xF7 ^ 0x80)),
         };
-        for (int k = 0; k < NCOUNT; k++)
+#pragma GCC unroll 12
+        for (int k = 0; k < NCOUNT_ASCII; k++)
             acc[k] = _mm_sub_epi8(acc[k], m[k]);
+        /* Lead bytes only where the block has bytes >= 0x80 (most text has few). */
+        if (_mm_movemask_epi8(v) != 0) {
+            __m128i sv = _mm_xor_si128(v, bias); /* bytes 0x80.. become -128.. */
+            __m128i h[NCOUNT - NCOUNT_ASCII] = {
+                in_range(sv, (char)(0xC2 ^ 0x80), (char)(0xC5 ^ 0x80)),
+                _mm_or_si128(in_range(sv, (char)(0xC0 ^ 0x80), (char)(0xC1 ^ 0x80)),
+                             in_range(sv, (char)(0xC6 ^ 0x80), (char)(0xDF ^ 0x80))),
+                in_range(sv, (char)(0xE3 ^ 0x80), (char)(0xED ^ 0x80)),
+                _mm_or_si128(in_range(sv, (char)(0xE0 ^ 0x80), (char)(0xE2 ^ 0x80)),
+                             in_range(sv, (char)(0xEE ^ 0x80), (char)(0xEF ^ 0x80))),
+                in_range(sv, (char)(0xF0 ^ 0x80), (char)(0xF7 ^ 0x80)),
+            };
+#pragma GCC unroll 5
+            for (int k = 0; k < NCOUNT - NCOUNT_ASCII; k++)
+                acc[NCOUNT_ASCII + k] = _mm_sub_epi8(acc[NCOUNT_ASCII + k], h[k]);
+        }
         if (++steps == FLUSH_EVERY) {
             for (int k = 0; k < NCOUNT; k++) {
                 __m128i sad = _mm_sad_epu8(acc[k], zero);
@@ -191,28 +223,120 @@ static size_t scan_sse2(const unsigned char *s, size_t len, struct cg_est_featur
         tot[k] += (uint64_t)_mm_cvtsi128_si64(sad) +
                   (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(sad, sad));
     }
-    f->letters += tot[0];
-    f->upper += tot[1];
-    f->word_starts += tot[2];
-    f->digits += tot[3];
-    f->digit_starts += tot[4];
-    f->punct += tot[5];
-    f->punct_starts += tot[6];
-    f->quotes += tot[7];
-    f->spaces += tot[8];
-    f->space_runs += tot[9];
-    f->newlines += tot[10];
-    f->tabs += tot[11];
-    f->lead2_latin += tot[12];
-    f->lead2 += tot[13];
-    f->lead3_cjk += tot[14];
-    f->lead3_other += tot[15];
-    f->lead4 += tot[16];
+    add_totals(f, tot);
     pv->letter = (_mm_cvtsi128_si32(carry_letter) & 0xFF) != 0;
     pv->digit = (_mm_cvtsi128_si32(carry_digit) & 0xFF) != 0;
     pv->punct = (_mm_cvtsi128_si32(carry_punct) & 0xFF) != 0;
     pv->space = (_mm_cvtsi128_si32(carry_space) & 0xFF) != 0;
     pv->space2 = (_mm_cvtsi128_si32(carry_space2) & 0xFF) != 0;
+    return i;
+}
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+
+/* The same counts 32 bytes a step, for CPUs with AVX2 (chosen at run time). */
+#define AVX2 __attribute__((target("avx2")))
+
+AVX2 static inline __m256i range256(__m256i v, unsigned char lo, unsigned char hi)
+{
+    __m256i d = _mm256_sub_epi8(v, _mm256_set1_epi8((char)lo));
+    return _mm256_cmpeq_epi8(_mm256_min_epu8(d, _mm256_set1_epi8((char)(hi - lo))), d);
+}
+
+/* x shifted one (or two) bytes towards the end, the previous block's last byte(s) in front. */
+AVX2 static inline __m256i shift1(__m256i x, __m256i before)
+{
+    return _mm256_alignr_epi8(x, _mm256_permute2x128_si256(before, x, 0x21), 15);
+}
+
+AVX2 static inline __m256i shift2(__m256i x, __m256i before)
+{
+    return _mm256_alignr_epi8(x, _mm256_permute2x128_si256(before, x, 0x21), 14);
+}
+
+AVX2 static uint64_t hsum256(__m256i acc)
+{
+    __m256i sad = _mm256_sad_epu8(acc, _mm256_setzero_si256());
+    __m128i lo = _mm256_castsi256_si128(sad), hi = _mm256_extracti128_si256(sad, 1);
+    __m128i sum = _mm_add_epi64(lo, hi);
+    return (uint64_t)_mm_cvtsi128_si64(sum) +
+           (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(sum, sum));
+}
+
+AVX2 static size_t scan_avx2(const unsigned char *s, size_t len, struct cg_est_features *f,
+                             struct prev *pv)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i acc[NCOUNT];
+    uint64_t tot[NCOUNT] = {0};
+#pragma GCC unroll 17
+    for (int k = 0; k < NCOUNT; k++)
+        acc[k] = zero;
+    __m256i last_letter = zero, last_digit = zero, last_punct = zero, last_space = zero;
+    size_t i = 0;
+    int steps = 0;
+    for (; i + 32 <= len; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(s + i));
+        __m256i letter = range256(_mm256_or_si256(v, _mm256_set1_epi8(0x20)), 'a', 'z');
+        __m256i digit = range256(v, '0', '9');
+        __m256i punct =
+            _mm256_andnot_si256(_mm256_or_si256(letter, digit), range256(v, 0x21, 0x7e));
+        __m256i space = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(' '));
+        __m256i m[NCOUNT_ASCII] = {
+            letter,
+            range256(v, 'A', 'Z'),
+            _mm256_andnot_si256(shift1(letter, last_letter), letter),
+            digit,
+            _mm256_andnot_si256(shift1(digit, last_digit), digit),
+            punct,
+            _mm256_andnot_si256(shift1(punct, last_punct), punct),
+            _mm256_cmpeq_epi8(v, _mm256_set1_epi8('"')),
+            space,
+            _mm256_andnot_si256(shift2(space, last_space),
+                                _mm256_and_si256(space, shift1(space, last_space))),
+            _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\n')),
+            _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\t')),
+        };
+        last_letter = letter;
+        last_digit = digit;
+        last_punct = punct;
+        last_space = space;
+#pragma GCC unroll 12
+        for (int k = 0; k < NCOUNT_ASCII; k++)
+            acc[k] = _mm256_sub_epi8(acc[k], m[k]);
+        if (_mm256_movemask_epi8(v) != 0) {
+            __m256i h[NCOUNT - NCOUNT_ASCII] = {
+                range256(v, 0xC2, 0xC5),
+                _mm256_or_si256(range256(v, 0xC0, 0xC1), range256(v, 0xC6, 0xDF)),
+                range256(v, 0xE3, 0xED),
+                _mm256_or_si256(range256(v, 0xE0, 0xE2), range256(v, 0xEE, 0xEF)),
+                range256(v, 0xF0, 0xF7),
+            };
+#pragma GCC unroll 5
+            for (int k = 0; k < NCOUNT - NCOUNT_ASCII; k++)
+                acc[NCOUNT_ASCII + k] = _mm256_sub_epi8(acc[NCOUNT_ASCII + k], h[k]);
+        }
+        if (++steps == FLUSH_EVERY) {
+            for (int k = 0; k < NCOUNT; k++) {
+                tot[k] += hsum256(acc[k]);
+                acc[k] = zero;
+            }
+            steps = 0;
+        }
+    }
+    for (int k = 0; k < NCOUNT; k++)
+        tot[k] += hsum256(acc[k]);
+    add_totals(f, tot);
+    if (i > 0) {
+        pv->letter = s[i - 1] < 0x80 && (byte_class(s[i - 1]) & B_LETTER);
+        pv->digit = (byte_class(s[i - 1]) & B_DIGIT) != 0;
+        pv->punct = (byte_class(s[i - 1]) & B_PUNCT) != 0;
+        pv->space = s[i - 1] == ' ';
+        pv->space2 = i > 1 && s[i - 2] == ' ';
+    }
     return i;
 }
 #endif
@@ -223,8 +347,13 @@ void cg_estimate_scan(const char *text, size_t len, struct cg_est_features *f)
     struct prev pv = {0};
     size_t done = 0;
     f->bytes += len;
+#ifdef HAVE_AVX2_PATH
+    if (len >= 64 && __builtin_cpu_supports("avx2"))
+        done = scan_avx2(s, len, f, &pv);
+#endif
 #ifdef __SSE2__
-    done = scan_sse2(s, len, f, &pv);
+    if (done == 0)
+        done = scan_sse2(s, len, f, &pv);
 #endif
     scan_scalar(s + done, len - done, pv, f);
 }
