@@ -89,7 +89,7 @@ def report(rows, beta, label):
         q = lambda p: es[min(n - 1, int(p * n))]
         absq = sorted(abs(e) for e in es)
         print(f"{key:22s} n={n:5d} under={under:5.1%} mean={sum(es)/n:+6.1%} p5={q(0.05):+6.1%} "
-              f"p95={q(0.95):+6.1%} |e|p90={absq[int(0.9*n)]:5.1%} worst={es[0]:+6.1%}")
+              f"p95={q(0.95):+6.1%} |e|p90={absq[int(0.9*n)]:5.1%} |e|p95={absq[min(n-1,int(0.95*n))]:5.1%} worst={es[0]:+6.1%}")
 
 # Script counts are sparse in any corpus of this machine's files: a negative weight there is
 # noise, so such a feature is fixed at a prior (tokens per character) and the rest refitted.
@@ -144,6 +144,6 @@ def report2(rows, label):
         es = sorted(by[key]); n = len(es)
         absq = sorted(abs(e) for e in es)
         print(f"{key:22s} n={n:5d} under={sum(1 for e in es if e < 0)/n:5.1%} mean={sum(es)/n:+6.1%} "
-              f"p5={es[int(0.05*n)]:+6.1%} p95={es[min(n-1,int(0.95*n))]:+6.1%} |e|p90={absq[int(0.9*n)]:5.1%} worst={es[0]:+6.1%}")
+              f"p5={es[int(0.05*n)]:+6.1%} p95={es[min(n-1,int(0.95*n))]:+6.1%} |e|p90={absq[int(0.9*n)]:5.1%} |e|p95={absq[min(n-1,int(0.95*n))]:5.1%} worst={es[0]:+6.1%}")
 report2(fitrows, "fit")
 report2(hold, "held out")
