@@ -15,8 +15,9 @@
  * - OpenAI: a `tool` message's content array is joined into one text (written back as one
  *   text part); an arguments value that is an object instead of a string is kept as its compact
  *   JSON text; `reasoning_content` (DeepSeek/Kimi-style) becomes a reasoning part; legacy
- *   `function_call` and unknown keys stay in `extra`; keys of `function` other than name,
- *   description, parameters and arguments are dropped.
+ *   `function_call` and unknown keys stay in `extra`; keys of a tool call's `function` other
+ *   than name and arguments, and keys of a tool definition beside `type` and `function`, are
+ *   dropped.
  * - Anthropic: tool_use `input` is kept as its compact JSON text (number spellings may change);
  *   a tool_result's text blocks are joined with "\n"; base64 images are decoded to bytes and
  *   their width and height read from the header when it is PNG, GIF, JPEG or WebP.
