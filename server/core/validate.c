@@ -27,6 +27,8 @@ struct state {
     size_t n_calls;
     size_t *table; /* open addressing: index + 1 into calls, 0 empty */
     size_t table_size;
+    size_t *tool_table; /* the same for the names of the tool definitions */
+    size_t tool_table_size;
     bool oom;
 };
 
@@ -163,12 +165,39 @@ static bool text_is_empty(const struct cg_str *t)
     return true;
 }
 
-static bool known_tool(const struct cg_conv *conv, const struct cg_str *name)
+/* Hashes the tool definitions' names (a conversation may have many calls and many tools). */
+static bool index_tools(struct state *s)
 {
-    for (size_t i = 0; i < conv->n_tools; i++)
-        if (conv->tools[i].name.len == name->len &&
-            memcmp(conv->tools[i].name.ptr, name->ptr, name->len) == 0)
+    const struct cg_conv *conv = s->in->conv;
+    if (conv->n_tools == 0)
+        return true;
+    s->tool_table_size = 16;
+    while (s->tool_table_size < 2 * conv->n_tools)
+        s->tool_table_size *= 2;
+    s->tool_table = calloc(s->tool_table_size, sizeof *s->tool_table);
+    if (s->tool_table == NULL)
+        return false;
+    size_t mask = s->tool_table_size - 1;
+    for (size_t t = 0; t < conv->n_tools; t++) {
+        const struct cg_str *name = &conv->tools[t].name;
+        size_t i = hash_bytes(name->ptr, name->len) & mask;
+        while (s->tool_table[i] != 0)
+            i = (i + 1) & mask;
+        s->tool_table[i] = t + 1;
+    }
+    return true;
+}
+
+static bool known_tool(const struct state *s, const struct cg_str *name)
+{
+    const struct cg_conv *conv = s->in->conv;
+    size_t mask = s->tool_table_size - 1;
+    for (size_t i = hash_bytes(name->ptr, name->len) & mask; s->tool_table[i] != 0;
+         i = (i + 1) & mask) {
+        const struct cg_str *t = &conv->tools[s->tool_table[i] - 1].name;
+        if (t->len == name->len && memcmp(t->ptr, name->ptr, name->len) == 0)
             return true;
+    }
     return false;
 }
 
@@ -210,7 +239,6 @@ static bool collect_calls(struct state *s)
 /* Parts the message's role cannot carry, arguments and tool names. */
 static void check_parts(struct state *s, size_t mi, const struct cg_message *m)
 {
-    const struct cg_conv *conv = s->in->conv;
     bool system = cg_conv_role_is_system(m->role);
     for (size_t pi = 0; pi < m->n_parts; pi++) {
         const struct cg_part *p = &m->parts[pi];
@@ -234,7 +262,7 @@ static void check_parts(struct state *s, size_t mi, const struct cg_message *m)
                 add(s, CG_ISSUE_INVALID_TOOL_ARGUMENTS, sev(s, W, E, E, W), (int64_t)mi,
                     (int64_t)pi, &tc->id, "arguments of \"%.60s\" are not a JSON object",
                     tc->name.ptr);
-            if (conv->n_tools > 0 && !known_tool(conv, &tc->name))
+            if (s->tool_table != NULL && !known_tool(s, &tc->name))
                 add(s, CG_ISSUE_UNKNOWN_TOOL, W, (int64_t)mi, (int64_t)pi, &tc->id,
                     "tool \"%.60s\" is not among the tool definitions", tc->name.ptr);
             break;
@@ -357,7 +385,7 @@ cg_status cg_validate(const struct cg_validate_input *in, struct cg_validate_res
     if (s.d == CG_DIALECT_UNSPECIFIED)
         s.d = CG_DIALECT_GENERIC;
     const struct cg_conv *conv = in->conv;
-    if (!collect_calls(&s))
+    if (!collect_calls(&s) || !index_tools(&s))
         s.oom = true;
     bool seen_non_system = false, results_open = false;
     int last_turn = 0; /* 0 none, CG_ROLE_USER or CG_ROLE_ASSISTANT */
@@ -435,6 +463,7 @@ cg_status cg_validate(const struct cg_validate_input *in, struct cg_validate_res
         s.oom = true;
     free(s.calls);
     free(s.table);
+    free(s.tool_table);
     if (s.oom) {
         cg_validate_result_free(out);
         if (err != NULL) {
