@@ -59,8 +59,8 @@
        "how often expired reservations are returned and due budget resets applied")                \
     XX(key_cache_ttl_s, INT, "30", 0, 3600, NULL,                                                  \
        "seconds an API key lookup stays in the Redis cache (0: no caching)")                       \
-    XX(default_preset, ENUM, "general", 0, 0, "general|debugging|long_running",                  \
-       "use-case preset when a request names none (budgets without a limit, compression)")        \
+    XX(default_preset, ENUM, "general", 0, 0, "general|debugging|long_running",                    \
+       "use-case preset when a request names none (budgets without a limit, compression)")         \
     XX(write_batching, BOOL, "true", 0, 0, NULL,                                                   \
        "group concurrent Reserves and Commits of a tenant into shared transactions")               \
     XX(cache_row_ttl_ms, INT, "1000", 0, 60000, NULL,                                              \

@@ -5,8 +5,7 @@
  * tenant first (store.h), so no interleaving of callers on any number of replicas can act
  * on stale counters; core/budget decides on what the transaction read. A success reply
  * means the transaction committed. Settings this version does not enforce yet (allocation
- * from the parent, cache-read exclusion) are refused with UNIMPLEMENTED rather than
- * stored and ignored.
+ * from the parent) are refused with UNIMPLEMENTED rather than stored and ignored.
  */
 #include "rpc/rpc_budget.h"
 
@@ -29,6 +28,8 @@
 #define DEFAULT_RESERVATION_TTL_MS 300000u
 #define RESERVATION_TTL_MIN_MS 1000u
 #define RESERVATION_TTL_MAX_MS 3600000u
+/* How far in the future a RecordUsage time may be: the caller's clock may run ahead. */
+#define OCCURRED_AT_SKEW_MS 60000
 #define LOCAL_ALLOWANCE_MAX 10000000LL
 
 #define NEW(call, type, init)                                                                      \
@@ -252,6 +253,7 @@ static Ctxguard__V1__BudgetSettings *settings_out(struct cg_rpc_call *call,
     s->mode = (Ctxguard__V1__BudgetMode)row->mode;
     s->warning_ratio = row->warning_ratio;
     s->backpressure_disabled = row->backpressure_disabled;
+    s->exclude_cache_read_tokens = row->exclude_cache_read_tokens;
     /* Defaults are shown as what applies. */
     struct cg_tier tiers[CG_TIERS_MAX];
     int n = row->ntiers;
@@ -477,9 +479,6 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     if (s->allocate_from_parent)
         return cg_err_set(&call->err, CG_UNIMPLEMENTED,
                           "settings.allocate_from_parent is not implemented in this version");
-    if (s->exclude_cache_read_tokens)
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "settings.exclude_cache_read_tokens is not implemented in this version");
     if (s->on_store_failure > CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE ||
         s->on_store_failure < 0)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
@@ -556,6 +555,7 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
 
     row->level = level;
     row->has_budget = true;
+    row->exclude_cache_read_tokens = s->exclude_cache_read_tokens;
     row->mode = l.mode;
     row->limit_tokens = l.limit_tokens;
     row->limit_cost_micros = l.limit_cost_micros;
@@ -1204,7 +1204,7 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
         st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, req->tokens, 0,
                                hold_cost, &serr);
         if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, 0, req->tokens, &serr);
+            st = cg_rpc_emit_path(call, env, path, n, 0, 0, req->tokens, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
@@ -1245,7 +1245,7 @@ static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env 
         st = cg_store_path_add(env->store, call->principal.tenant_id, path, *n, 0, -res->tokens, 0,
                                -res->cost_micros, serr);
     if (st == CG_OK)
-        st = cg_rpc_emit_path(call, env, path, *n, 0, -res->tokens, serr);
+        st = cg_rpc_emit_path(call, env, path, *n, 0, 0, -res->tokens, serr);
     if (st == CG_OK)
         st = cg_store_reservation_settle(env->store, call->principal.tenant_id, res->reservation_id,
                                          4, NULL, serr);
@@ -1293,7 +1293,7 @@ CG_HANDLER(cg_rpc_budget_release)
             st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, -res.tokens,
                                    0, -res.cost_micros, &serr);
         if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, 0, -res.tokens, &serr);
+            st = cg_rpc_emit_path(call, env, path, n, 0, 0, -res.tokens, &serr);
         if (st == CG_OK)
             st = cg_store_reservation_settle(env->store, call->principal.tenant_id,
                                              res.reservation_id, res.state == 1 ? 3 : 4, NULL,
@@ -1447,10 +1447,11 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
         char key[CG_IDEMPOTENCY_MAX + 1];
         snprintf(key, sizeof key, "reservation:%s", res.reservation_id);
         char entry[CG_UUID_LEN + 1];
-        st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, spent, -unhold,
-                               usage.cost_micros, -unhold_cost, &serr);
+        st = cg_store_path_spend(env->store, call->principal.tenant_id, path, n, &usage, -unhold,
+                                 -unhold_cost, &serr);
         if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, spent, -unhold, &serr);
+            st = cg_rpc_emit_path(call, env, path, n, spent, usage.cache_read_tokens, -unhold,
+                                  &serr);
         /* ACTIVE -> COMMITTED; found past its expiry -> EXPIRED; RELEASED stays so. */
         int settled = res.state == 1 ? 2 : holds_tokens(&res) ? 4 : 0;
         if (st == CG_OK && settled != 0)
@@ -1497,9 +1498,12 @@ CG_HANDLER(cg_rpc_budget_record_usage)
                         "field 'idempotency_key': the prefix 'reservation:' is reserved");
     if (st == CG_OK)
         st = cg_rpc_check_key(call, "estimate_id", req->estimate_id, false);
-    if (st == CG_OK && req->occurred_at_unix_ms != 0)
-        st = cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                        "occurred_at_unix_ms is not implemented in this version (0: now)");
+    int64_t now_ms = cg_wall_ms();
+    if (st == CG_OK &&
+        (req->occurred_at_unix_ms < 0 || req->occurred_at_unix_ms > now_ms + OCCURRED_AT_SKEW_MS))
+        st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                        "field 'occurred_at_unix_ms' must not be in the future (%lld > now %lld)",
+                        (long long)req->occurred_at_unix_ms, (long long)now_ms);
     if (st != CG_OK)
         return st;
 
@@ -1508,8 +1512,17 @@ CG_HANDLER(cg_rpc_budget_record_usage)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, cg_wall_ms(),
-                            path, &n, &serr);
+    st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, now_ms, path,
+                            &n, &serr);
+    /* Spend before the tenant's current period would count in a period that is over. */
+    if (st == CG_OK && req->occurred_at_unix_ms != 0 && path[0].period_start_ms != 0 &&
+        req->occurred_at_unix_ms < path[0].period_start_ms) {
+        cg_store_rollback(env->store);
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'occurred_at_unix_ms' is before the current period, which "
+                          "started at %lld",
+                          (long long)path[0].period_start_ms);
+    }
     /* What the caller sent, for comparing a retry; what is recorded carries a price. */
     struct cg_usage asked = usage;
     bool price_known = price_usage(env, req->model, &usage);
@@ -1517,9 +1530,9 @@ CG_HANDLER(cg_rpc_budget_record_usage)
     struct cg_usage previous;
     char previous_model[CG_MODEL_MAX * 4 + 1] = "";
     if (st == CG_OK)
-        st = cg_store_ledger_append(env->store, call->principal.tenant_id, &ids, &usage, req->model,
-                                    req->idempotency_key, NULL, entry, &previous, previous_model,
-                                    &serr);
+        st = cg_store_ledger_append_at(
+            env->store, call->principal.tenant_id, &ids, &usage, req->model, req->idempotency_key,
+            NULL, req->occurred_at_unix_ms, entry, &previous, previous_model, &serr);
     bool replayed = false;
     if (st == CG_ALREADY_EXISTS) {
         cg_store_rollback(env->store);
@@ -1534,10 +1547,11 @@ CG_HANDLER(cg_rpc_budget_record_usage)
             return st;
     } else {
         if (st == CG_OK)
-            st = cg_store_path_add(env->store, call->principal.tenant_id, path, n,
-                                   usage_tokens(&usage), 0, usage.cost_micros, 0, &serr);
+            st = cg_store_path_spend(env->store, call->principal.tenant_id, path, n, &usage, 0, 0,
+                                     &serr);
         if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, usage_tokens(&usage), 0, &serr);
+            st = cg_rpc_emit_path(call, env, path, n, usage_tokens(&usage), usage.cache_read_tokens,
+                                  0, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)

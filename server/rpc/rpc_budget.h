@@ -73,13 +73,16 @@ cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *en
                            int *n) CG_MUST_CHECK;
 
 /* WatchUsage events (rpc_budget_events.c), inside the open transaction of the change,
- * after it was applied: emit_path after cg_store_path_add(path, n, used_delta,
- * reserved_delta) (path as updated); emit_budget after cg_store_budget_put (before: the
- * scope's row before, NULL when new). (SCOPE_CLOSED is appended by cg_store_scope_close
- * itself, in its transaction.) Store errors in serr (the caller rolls back). */
+ * after it was applied: emit_path after cg_store_path_add / cg_store_path_spend (path as
+ * updated; used_delta the tokens spent, of which cache_read_delta were cache reads, which a
+ * level with exclude_cache_read_tokens did not count); emit_budget after cg_store_budget_put
+ * (before: the scope's row before, NULL when new). (SCOPE_CLOSED is appended by
+ * cg_store_scope_close itself, in its transaction.) Store errors in serr (the caller rolls back).
+ */
 cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
                            const struct cg_budget_row *path, int n, int64_t used_delta,
-                           int64_t reserved_delta, struct cg_err *serr) CG_MUST_CHECK;
+                           int64_t cache_read_delta, int64_t reserved_delta,
+                           struct cg_err *serr) CG_MUST_CHECK;
 cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
                              const struct cg_budget_row *before, const struct cg_budget_row *after,
                              struct cg_err *serr) CG_MUST_CHECK;

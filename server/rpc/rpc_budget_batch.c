@@ -157,26 +157,41 @@ static bool fits(int64_t v, int64_t delta)
     return delta <= 0 || v <= INT64_MAX - delta;
 }
 
-/* Applies the deltas to the path's working rows (counters >= 0, as path_add), keeping a
- * copy of the path before and after. False (nothing changed) when a counter would leave
- * its range: that request goes to the one-request path, which answers it. */
-static bool apply(struct rows *rows, const int *at, int n, int64_t used, int64_t reserved,
-                  int64_t used_cost, int64_t reserved_cost, struct cg_budget_row *before,
+/* Applies a request to the path's working rows as cg_store_path_add / cg_store_path_spend
+ * would (counters >= 0; spent counts on each level but for cache reads on a level that
+ * leaves them out), keeping a copy of the path before and after. False (nothing changed)
+ * when a counter would leave its range: that request goes to the one-request path. */
+static bool apply(struct rows *rows, const int *at, int n, const struct cg_usage *spent,
+                  int64_t reserved, int64_t reserved_cost, struct cg_budget_row *before,
                   struct cg_budget_row *after)
 {
+    static const struct cg_usage none;
+    const struct cg_usage *k = spent ? spent : &none;
+    int64_t used =
+        k->input_tokens + k->output_tokens + k->cache_read_tokens + k->cache_write_tokens;
     for (int i = 0; i < n; i++) {
         const struct cg_budget_row *r = &rows->row[at[i]];
         if (!fits(r->used_tokens, used) || !fits(r->reserved_tokens, reserved) ||
-            !fits(r->used_cost_micros, used_cost) || !fits(r->reserved_cost_micros, reserved_cost))
+            !fits(r->used_cost_micros, k->cost_micros) ||
+            !fits(r->reserved_cost_micros, reserved_cost) ||
+            !fits(r->spent_input_tokens, k->input_tokens) ||
+            !fits(r->spent_output_tokens, k->output_tokens) ||
+            !fits(r->spent_cache_read_tokens, k->cache_read_tokens) ||
+            !fits(r->spent_cache_write_tokens, k->cache_write_tokens))
             return false;
     }
     for (int i = 0; i < n; i++) {
         struct cg_budget_row *r = &rows->row[at[i]];
         before[i] = *r;
-        r->used_tokens = add_floor0(r->used_tokens, used);
+        r->used_tokens = add_floor0(
+            r->used_tokens, used - (r->exclude_cache_read_tokens ? k->cache_read_tokens : 0));
         r->reserved_tokens = add_floor0(r->reserved_tokens, reserved);
-        r->used_cost_micros = add_floor0(r->used_cost_micros, used_cost);
+        r->used_cost_micros = add_floor0(r->used_cost_micros, k->cost_micros);
         r->reserved_cost_micros = add_floor0(r->reserved_cost_micros, reserved_cost);
+        r->spent_input_tokens += k->input_tokens;
+        r->spent_output_tokens += k->output_tokens;
+        r->spent_cache_read_tokens += k->cache_read_tokens;
+        r->spent_cache_write_tokens += k->cache_write_tokens;
         rows->dirty[at[i]] = true;
         after[i] = *r;
     }
@@ -343,7 +358,7 @@ static void decide_reserve(const struct cg_rpc_env *env, struct batch *b, struct
     }
     uint32_t ttl = cg_rpc_reserve_ttl(req, &it->after[n - 1]);
     if (cg_store_uuid(it->reservation_id) != CG_OK ||
-        !apply(rows, at, n, 0, req->tokens, 0, hold_cost, before, it->after)) {
+        !apply(rows, at, n, NULL, req->tokens, hold_cost, before, it->after)) {
         b->state[i] = ITEM_FALLBACK;
         return;
     }
@@ -381,8 +396,7 @@ static void decide_commit(const struct cg_rpc_env *env, struct batch *b, struct 
     it->spent = cg_rpc_usage_tokens(&it->usage);
     struct cg_budget_row before[CG_PATH_MAX];
     if (cg_store_uuid(it->entry_id) != CG_OK ||
-        !apply(rows, at, n, it->spent, -it->res.tokens, it->usage.cost_micros, -it->res.cost_micros,
-               before, it->after)) {
+        !apply(rows, at, n, &it->usage, -it->res.tokens, -it->res.cost_micros, before, it->after)) {
         b->state[i] = ITEM_FALLBACK;
         return;
     }

@@ -71,7 +71,7 @@ static cg_status append_levels(const struct cg_rpc_call *call, const struct cg_r
 
 cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
                            const struct cg_budget_row *path, int n, int64_t used_delta,
-                           int64_t reserved_delta, struct cg_err *serr)
+                           int64_t cache_read_delta, int64_t reserved_delta, struct cg_err *serr)
 {
     struct cg_budget_row before[CG_PATH_MAX];
     if (n < 1 || n > CG_PATH_MAX)
@@ -79,7 +79,8 @@ cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_e
     /* path_add keeps counters >= 0; a clamp there (a caller's bug) only blurs a crossing. */
     for (int i = 0; i < n; i++) {
         before[i] = path[i];
-        before[i].used_tokens -= used_delta;
+        before[i].used_tokens -=
+            used_delta - (path[i].exclude_cache_read_tokens ? cache_read_delta : 0);
         before[i].reserved_tokens -= reserved_delta;
         if (before[i].used_tokens < 0)
             before[i].used_tokens = 0;

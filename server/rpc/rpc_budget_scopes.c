@@ -4,10 +4,8 @@
  * call) -> reply. What this version does not keep is answered honestly: allocation from the
  * parent does not exist yet, so returned_tokens and allocated_tokens are 0 because nothing
  * can be allocated; ScopeUsage.pending_approvals is not counted yet (0: list them with
- * ListApprovals); the per-model breakdown (include_by_model) and the
- * LAST_ACTIVITY_DESC order need data the store does not keep and are UNIMPLEMENTED.
- * ScopeUsage.usage (spend by kind) and last_activity_unix_ms are left unset for the same
- * reason (the counters hold totals only).
+ * ListApprovals). ScopeUsage.usage and last_activity_unix_ms come from the scope's spent_*
+ * counters and last activity (migration 0011), by_model from the ledger.
  */
 #include "rpc/rpc_budget.h"
 
@@ -67,6 +65,14 @@ static Ctxguard__V1__ScopeUsage *usage_out(struct cg_rpc_call *call,
     /* A tenant row that only counts usage was not created by a SetBudget. */
     u->created_at_unix_ms = row->version > 0 || row->level > 1 ? row->created_at_ms : 0;
     u->child_count = node->child_count;
+    u->last_activity_unix_ms = row->last_activity_ms;
+    struct cg_usage spent = {.input_tokens = row->spent_input_tokens,
+                             .output_tokens = row->spent_output_tokens,
+                             .cache_read_tokens = row->spent_cache_read_tokens,
+                             .cache_write_tokens = row->spent_cache_write_tokens,
+                             .cost_micros = row->used_cost_micros};
+    if ((u->usage = cg_rpc_usage_out(call, &spent)) == NULL)
+        return NULL;
     return u;
 }
 
@@ -118,6 +124,55 @@ CG_HANDLER(cg_rpc_budget_close_scope)
 
 /* ---------------------------------------------------------------- GetUsage -------- */
 
+/* Models listed per node with include_by_model, most used first. */
+#define BY_MODEL_PER_NODE 20
+
+/* Fills by_model on every node of the tree (GetUsage include_by_model). */
+static cg_status by_model_out(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              const struct cg_usage_tree *tree, Ctxguard__V1__ScopeUsage **nodes)
+{
+    if (tree->count > CG_STORE_USAGE_NODES_MAX)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'include_by_model': at most %d nodes (this tree has %d; lower "
+                          "depth or max_children)",
+                          CG_STORE_USAGE_NODES_MAX, tree->count);
+    int cap = tree->count * BY_MODEL_PER_NODE;
+    struct cg_model_usage *m = calloc((size_t)cap, sizeof *m);
+    if (m == NULL)
+        return OOM(call);
+    int count = 0;
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    cg_status st = cg_store_usage_by_model(env->store, call->principal.tenant_id, tree->nodes,
+                                           tree->count, BY_MODEL_PER_NODE, m, cap, &count, &serr);
+    if (st != CG_OK) {
+        free(m);
+        return cg_rpc_store_error(call, &serr);
+    }
+    for (int i = 0; i < count; i++) {
+        if (m[i].node < 0 || m[i].node >= tree->count)
+            continue;
+        Ctxguard__V1__ScopeUsage *u = nodes[m[i].node];
+        if (u->by_model == NULL &&
+            (u->by_model = cg_arena_calloc(call->arena, BY_MODEL_PER_NODE, sizeof(void *))) == NULL)
+            goto oom;
+        if (u->n_by_model >= BY_MODEL_PER_NODE)
+            continue;
+        Ctxguard__V1__ModelUsage *mu =
+            NEW(call, Ctxguard__V1__ModelUsage, ctxguard__v1__model_usage__init);
+        if (mu == NULL || (mu->model = cg_arena_strdup(call->arena, m[i].model)) == NULL ||
+            (mu->usage = cg_rpc_usage_out(call, &m[i].usage)) == NULL)
+            goto oom;
+        mu->calls = m[i].calls;
+        u->by_model[u->n_by_model++] = mu;
+    }
+    free(m);
+    return CG_OK;
+oom:
+    free(m);
+    return OOM(call);
+}
+
 CG_HANDLER(cg_rpc_budget_get_usage)
 {
     const Ctxguard__V1__GetUsageRequest *req = (const Ctxguard__V1__GetUsageRequest *)request;
@@ -133,10 +188,6 @@ CG_HANDLER(cg_rpc_budget_get_usage)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'max_children' must be 1..%d (0 means %d), not %u", PAGE_MAX,
                           CHILDREN_DEFAULT, req->max_children);
-    if (req->include_by_model)
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "field 'include_by_model': the per-model breakdown is not implemented"
-                          " in this version");
     int max_children = req->max_children ? (int)req->max_children : CHILDREN_DEFAULT;
 
     struct cg_usage_tree tree;
@@ -172,6 +223,10 @@ CG_HANDLER(cg_rpc_budget_get_usage)
         }
     }
     resp->root = nodes[0];
+    if (req->include_by_model && (st = by_model_out(call, env, &tree, nodes)) != CG_OK) {
+        cg_usage_tree_cleanup(&tree);
+        return st;
+    }
 
     /* The ancestors, judged as a request's path would be (no estimate). */
     if (tree.npath > 1) {
@@ -250,7 +305,7 @@ static bool hex_decode(const char *s, size_t len, char *out, size_t cap)
     return true;
 }
 
-/* "1.<filters hash>.<used>.<created us>.<session hex>.<task hex>.<agent hex>" */
+/* "1.<filters hash>.<sort key>.<created us>.<session hex>.<task hex>.<agent hex>" */
 static char *token_out(struct cg_rpc_call *call, const struct list_filters *f,
                        const struct cg_scope_cursor *c)
 {
@@ -260,7 +315,7 @@ static char *token_out(struct cg_rpc_call *call, const struct list_filters *f,
     hex_encode(c->ids.agent_id, a);
     char buf[TOKEN_MAX];
     snprintf(buf, sizeof buf, "1.%016" PRIx64 ".%" PRId64 ".%" PRId64 ".%s.%s.%s", filters_hash(f),
-             c->used_tokens, c->created_at_us, s, t, a);
+             c->sort_key, c->created_at_us, s, t, a);
     return cg_arena_strdup(call->arena, buf);
 }
 
@@ -306,7 +361,7 @@ static cg_status token_in(struct cg_rpc_call *call, const char *token, const str
     hash[16] = '\0';
     char *end = NULL;
     uint64_t h = strtoull(hash, &end, 16);
-    if (*end != '\0' || !parse_i64_field(fields[2], lens[2], &out->used_tokens) ||
+    if (*end != '\0' || !parse_i64_field(fields[2], lens[2], &out->sort_key) ||
         !parse_i64_field(fields[3], lens[3], &out->created_at_us) ||
         !hex_decode(fields[4], lens[4], out->ids.session_id, sizeof out->ids.session_id) ||
         !hex_decode(fields[5], lens[5], out->ids.task_id, sizeof out->ids.task_id) ||
@@ -370,8 +425,8 @@ CG_HANDLER(cg_rpc_budget_list_scopes)
         f.order = 3;
         break;
     case CTXGUARD__V1__SCOPE_ORDER__SCOPE_ORDER_LAST_ACTIVITY_DESC:
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "field 'order': LAST_ACTIVITY_DESC is not implemented in this version");
+        f.order = 2;
+        break;
     default:
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'order': unknown value %d",
                           (int)req->order);

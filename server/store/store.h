@@ -31,7 +31,8 @@
 #define CG_KEY_ID_LEN 16
 #define CG_NAME_MAX 200
 #define CG_TZ_MAX 64
-#define CG_STORE_PAGE_MAX 1000 /* largest `limit` of the list functions */
+#define CG_STORE_PAGE_MAX 1000        /* largest `limit` of the list functions */
+#define CG_STORE_USAGE_NODES_MAX 5000 /* most nodes of one cg_store_usage_by_model call */
 
 struct cg_store;
 
@@ -202,6 +203,15 @@ struct cg_budget_row {
      * and the tokens approvals added to limit_tokens since the last SetBudget or reset */
     uint32_t approval_ttl_ms;
     int64_t approved_extra_tokens;
+    /* migration 0011: used_tokens leaves cache reads out when set; spent_* count every
+     * token recorded on the scope or below by kind (current period, like used_tokens);
+     * last_activity_ms is the last reservation or usage (0: none) */
+    bool exclude_cache_read_tokens;
+    int64_t spent_input_tokens;
+    int64_t spent_output_tokens;
+    int64_t spent_cache_read_tokens;
+    int64_t spent_cache_write_tokens;
+    int64_t last_activity_ms;
 };
 
 struct cg_usage {
@@ -398,6 +408,15 @@ cg_status cg_store_path_add(struct cg_store *store, const char *tenant_id,
                             int64_t reserved_tokens, int64_t used_cost_micros,
                             int64_t reserved_cost_micros, struct cg_err *err) CG_MUST_CHECK;
 
+/* As cg_store_path_add, for recorded usage: spent (by kind, with its cost) counts on every
+ * level of the path — in used_tokens, but for cache reads on a level whose budget leaves
+ * them out — and in the spent_* counters; reserved_* change by the deltas; every level's
+ * last activity becomes now. */
+cg_status cg_store_path_spend(struct cg_store *store, const char *tenant_id,
+                              struct cg_budget_row *rows, int n, const struct cg_usage *spent,
+                              int64_t reserved_tokens, int64_t reserved_cost_micros,
+                              struct cg_err *err) CG_MUST_CHECK;
+
 /* Inside a transaction: records a new ACTIVE reservation expiring ttl_ms from now (the
  * database's clock). With an idempotency key that the tenant used before, nothing is
  * inserted: *out gets the earlier reservation with replayed = true (whatever its amounts;
@@ -444,6 +463,15 @@ cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
                                  const char *reservation_id, char *entry_id,
                                  struct cg_usage *previous, char *previous_model,
                                  struct cg_err *err) CG_MUST_CHECK;
+
+/* As cg_store_ledger_append, with the time the spend happened (unix ms; 0: now) as the
+ * entry's time. The caller checks it against the period (RecordUsage). */
+cg_status cg_store_ledger_append_at(struct cg_store *store, const char *tenant_id,
+                                    const struct cg_scope_ids *ids, const struct cg_usage *usage,
+                                    const char *model, const char *idempotency_key,
+                                    const char *reservation_id, int64_t occurred_at_ms,
+                                    char *entry_id, struct cg_usage *previous, char *previous_model,
+                                    struct cg_err *err) CG_MUST_CHECK;
 
 /* --- the shared row cache (Redis) --------------------------------------------------- *
  *
@@ -558,6 +586,7 @@ struct cg_scope_usage {
     int64_t created_at_us;      /* created_at in microseconds: exact, for page cursors */
     uint32_t open_reservations; /* ACTIVE, unexpired reservations in the scope and below */
     uint32_t child_count;       /* children; closed ones only when the call includes them */
+    int64_t last_activity_us;   /* last reservation or usage in µs (0: none), for cursors */
     int parent;                 /* in a usage tree: index of the parent node; -1 elsewhere */
     int nchildren;              /* in a usage tree: children present in the tree */
 };
@@ -611,12 +640,29 @@ cg_status cg_store_usage_tree(struct cg_store *store, const char *tenant_id,
                               bool include_closed, struct cg_usage_tree *out,
                               struct cg_err *err) CG_MUST_CHECK;
 
+/* Spend of one node of a usage tree with one model (GetUsage include_by_model). */
+struct cg_model_usage {
+    int node; /* index into the nodes given */
+    char model[CG_MODEL_MAX * 4 + 1];
+    struct cg_usage usage;
+    int64_t calls; /* ledger entries */
+};
+
+/* The ledger of each of nodes[0..n) (the scope and everything under it; for a tenant row
+ * with a reset period, since its period start), summed by model: up to cap entries into
+ * out, by node, then most tokens first (then model name); at most per_node models a node.
+ * *count gets how many. One statement, outside a transaction. */
+cg_status cg_store_usage_by_model(struct cg_store *store, const char *tenant_id,
+                                  const struct cg_scope_usage *nodes, int n, int per_node,
+                                  struct cg_model_usage *out, int cap, int *count,
+                                  struct cg_err *err) CG_MUST_CHECK;
+
 /* Frees what cg_store_usage_tree put in *tree; harmless twice and on a zeroed tree. */
 void cg_usage_tree_cleanup(struct cg_usage_tree *tree);
 
 /* Where a page of cg_store_scope_list starts: after this scope in the page's order. */
 struct cg_scope_cursor {
-    int64_t used_tokens; /* for order 3 */
+    int64_t sort_key; /* order 2: last activity in µs; order 3: used_tokens; order 1: 0 */
     int64_t created_at_us;
     struct cg_scope_ids ids;
 };
@@ -624,8 +670,9 @@ struct cg_scope_cursor {
 /* One page of the scopes at `level` (2..4, below the parent's level, else
  * CG_INVALID_ARGUMENT naming `level`) under parent (an empty scope: the tenant), open ones
  * only unless include_closed, in order 1 (created_at, ids ascending: stable across pages)
- * or 3 (used_tokens descending, then as 1; scopes that move meanwhile may repeat or be
- * missed); another order is CG_INVALID_ARGUMENT naming `order`. after NULL starts at the
+ * or 2 (last activity descending, never-active last, then as 1) or 3 (used_tokens
+ * descending, then as 1) — with 2 and 3, scopes that move meanwhile may repeat or be
+ * missed; another order is CG_INVALID_ARGUMENT naming `order`. after NULL starts at the
  * beginning. Fills up to limit (1..CG_STORE_PAGE_MAX, else CG_INVALID_ARGUMENT naming
  * `limit`) entries of out (caller-allocated; child_count counts open children only unless
  * include_closed); *count gets how many, *more whether another page follows, and *next

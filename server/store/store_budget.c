@@ -166,6 +166,19 @@ cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
                             err);
 }
 
+/* rows[0..n) must be the rows of one path, tenant first. */
+static cg_status check_path_rows(const struct cg_budget_row *rows, int n, struct cg_err *err)
+{
+    if (rows == NULL || n < 1 || n > 4)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "n: must be 1..4 rows of a path");
+    cg_status rc = cg__store_check_ids(&rows[n - 1].ids, "scope", err);
+    if (rc != CG_OK)
+        return rc;
+    if (cg__store_scope_depth(&rows[n - 1].ids) != n)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "n: does not match the path in rows");
+    return CG_OK;
+}
+
 cg_status cg_store_path_add(struct cg_store *store, const char *tenant_id,
                             struct cg_budget_row *rows, int n, int64_t used_tokens,
                             int64_t reserved_tokens, int64_t used_cost_micros,
@@ -175,15 +188,25 @@ cg_status cg_store_path_add(struct cg_store *store, const char *tenant_id,
     cg_status rc = cg__store_open_call(store, tenant_id, id, err);
     if (rc != CG_OK)
         return rc;
-    if (rows == NULL || n < 1 || n > 4)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "n: must be 1..4 rows of a path");
-    rc = cg__store_check_ids(&rows[n - 1].ids, "scope", err);
-    if (rc != CG_OK)
+    if ((rc = check_path_rows(rows, n, err)) != CG_OK)
         return rc;
-    if (cg__store_scope_depth(&rows[n - 1].ids) != n)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "n: does not match the path in rows");
     return cg_pg_path_add(store->pg, id, rows, n, used_tokens, reserved_tokens, used_cost_micros,
                           reserved_cost_micros, err);
+}
+
+cg_status cg_store_path_spend(struct cg_store *store, const char *tenant_id,
+                              struct cg_budget_row *rows, int n, const struct cg_usage *spent,
+                              int64_t reserved_tokens, int64_t reserved_cost_micros,
+                              struct cg_err *err)
+{
+    char id[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK)
+        return rc;
+    if ((rc = check_path_rows(rows, n, err)) != CG_OK || (rc = check_usage(spent, err)) != CG_OK)
+        return rc;
+    return cg_pg_path_change(store->pg, id, rows, n, spent, 0, reserved_tokens, 0,
+                             reserved_cost_micros, err);
 }
 
 cg_status cg_store_reservation_insert(struct cg_store *store, const char *tenant_id,
@@ -260,6 +283,17 @@ cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
                                  struct cg_usage *previous, char *previous_model,
                                  struct cg_err *err)
 {
+    return cg_store_ledger_append_at(store, tenant_id, ids, usage, model, idempotency_key,
+                                     reservation_id, 0, entry_id, previous, previous_model, err);
+}
+
+cg_status cg_store_ledger_append_at(struct cg_store *store, const char *tenant_id,
+                                    const struct cg_scope_ids *ids, const struct cg_usage *usage,
+                                    const char *model, const char *idempotency_key,
+                                    const char *reservation_id, int64_t occurred_at_ms,
+                                    char *entry_id, struct cg_usage *previous, char *previous_model,
+                                    struct cg_err *err)
+{
     if (entry_id != NULL)
         entry_id[0] = '\0';
     char id[CG_UUID_LEN + 1];
@@ -284,8 +318,10 @@ cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
     if (reservation_id != NULL && reservation_id[0] != '\0' &&
         !cg__store_normalize_uuid(reservation_id, rid))
         return cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
-    return cg_pg_ledger_append(store->pg, id, ids, usage, model, idempotency_key, rid, entry_id,
-                               previous, previous_model, err);
+    if (occurred_at_ms < 0)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "occurred_at_ms: must not be negative");
+    return cg_pg_ledger_append(store->pg, id, ids, usage, model, idempotency_key, rid,
+                               occurred_at_ms, entry_id, previous, previous_model, err);
 }
 
 cg_status cg_store_subtree_max_limits(struct cg_store *store, const char *tenant_id,

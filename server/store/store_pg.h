@@ -146,6 +146,10 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
 cg_status cg_pg_path_add(struct cg_pg *pg, const char *tenant_id, struct cg_budget_row *rows, int n,
                          int64_t used_tokens, int64_t reserved_tokens, int64_t used_cost_micros,
                          int64_t reserved_cost_micros, struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_pg_path_change(struct cg_pg *pg, const char *tenant_id, struct cg_budget_row *rows,
+                            int n, const struct cg_usage *spent, int64_t used_tokens,
+                            int64_t reserved_tokens, int64_t used_cost_micros,
+                            int64_t reserved_cost_micros, struct cg_err *err);
 
 /* Inside a transaction: see cg_store_reservation_insert. idempotency_key "" means none.
  * The scope row must exist (CG_NOT_FOUND naming its deepest id). */
@@ -174,8 +178,9 @@ cg_status cg_pg_reservation_settle(struct cg_pg *pg, const char *tenant_id,
 cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
                               const struct cg_scope_ids *ids, const struct cg_usage *usage,
                               const char *model, const char *idempotency_key,
-                              const char *reservation_id, char *entry_id, struct cg_usage *previous,
-                              char *previous_model, struct cg_err *err) CG_MUST_CHECK;
+                              const char *reservation_id, int64_t occurred_at_ms, char *entry_id,
+                              struct cg_usage *previous, char *previous_model,
+                              struct cg_err *err) CG_MUST_CHECK;
 
 /* See cg_store_subtree_max_limits (store.h). */
 cg_status cg_pg_subtree_max_limits(struct cg_pg *pg, const char *tenant_id,
@@ -202,5 +207,9 @@ cg_status cg_pg_batch_keys_used(struct cg_pg *pg, const char *tenant_id, const c
                                 int n, bool *used, struct cg_err *err);
 cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struct cg_batch_write *w,
                             struct cg_err *err);
+
+cg_status cg_pg_usage_by_model(struct cg_pg *pg, const char *tenant_id,
+                               const struct cg_scope_usage *nodes, int n, int per_node,
+                               struct cg_model_usage *out, int cap, int *count, struct cg_err *err);
 
 #endif

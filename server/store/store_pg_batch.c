@@ -273,6 +273,10 @@ enum {
     CNT_RESERVED,
     CNT_USED_COST,
     CNT_RESERVED_COST,
+    CNT_IN,
+    CNT_OUT,
+    CNT_CR,
+    CNT_CW,
     PARAM_ARRAYS
 };
 
@@ -309,9 +313,12 @@ static const char WRITE_SQL[] =
     " RETURNING 1),"
     " counters AS ("
     " UPDATE scopes s SET used_tokens = c.u, reserved_tokens = c.r, used_cost_micros = c.uc,"
-    " reserved_cost_micros = c.rc"
+    " reserved_cost_micros = c.rc, spent_input_tokens = c.si, spent_output_tokens = c.so,"
+    " spent_cache_read_tokens = c.scr, spent_cache_write_tokens = c.scw,"
+    " last_activity_at = now()"
     " FROM unnest($31::text[], $32::text[], $33::text[], $34::int8[], $35::int8[], $36::int8[],"
-    " $37::int8[]) AS c(s, t, a, u, r, uc, rc)"
+    " $37::int8[], $38::int8[], $39::int8[], $40::int8[], $41::int8[])"
+    " AS c(s, t, a, u, r, uc, rc, si, so, scr, scw)"
     " WHERE s.tenant_id = $1::uuid AND s.session_id = c.s AND s.task_id = c.t"
     " AND s.agent_id = c.a"
     " RETURNING s.session_id || ' ' || s.task_id || ' ' || s.agent_id AS ids, s.row_version)"
@@ -375,6 +382,10 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
         lit_i64(&lits[CNT_RESERVED], c->reserved_tokens);
         lit_i64(&lits[CNT_USED_COST], c->used_cost_micros);
         lit_i64(&lits[CNT_RESERVED_COST], c->reserved_cost_micros);
+        lit_i64(&lits[CNT_IN], c->spent_input_tokens);
+        lit_i64(&lits[CNT_OUT], c->spent_output_tokens);
+        lit_i64(&lits[CNT_CR], c->spent_cache_read_tokens);
+        lit_i64(&lits[CNT_CW], c->spent_cache_write_tokens);
     }
     const char *values[1 + PARAM_ARRAYS] = {tenant_id};
     if (!lits_done(lits, PARAM_ARRAYS, values, 1)) {

@@ -111,6 +111,12 @@ bool cg__pg_read_scope(PGresult *res, int row, struct cg_budget_row *out)
     out->approval_ttl_ms = (uint32_t)cg__pg_parse_i64(PQgetvalue(res, row, 28));
     out->approved_extra_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 29));
     out->row_version = cg__pg_parse_i64(PQgetvalue(res, row, 30));
+    out->exclude_cache_read_tokens = cg__pg_is_true(PQgetvalue(res, row, 31));
+    out->spent_input_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 32));
+    out->spent_output_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 33));
+    out->spent_cache_read_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 34));
+    out->spent_cache_write_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 35));
+    out->last_activity_ms = cg__pg_parse_i64(PQgetvalue(res, row, 36));
     return tiers_ok && out->level >= 1 && out->level <= 4;
 }
 
@@ -330,7 +336,8 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
                             parent_task,
                             expected,
                             now_text,
-                            approval_ttl};
+                            approval_ttl,
+                            row->exclude_cache_read_tokens ? "t" : "f"};
     /* One statement: the SELECT's WHERE refuses a missing parent, and a missing row when a
      * version is expected (no insert is even tried); the DO UPDATE's WHERE refuses a
      * stored version other than the expected one. Either way no row comes back and
@@ -348,12 +355,13 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         " mode, limit_tokens, limit_cost_micros, warning_ratio, backpressure_disabled,"
         " tier_ratio, tier_delay_ms, on_store_failure, local_allowance_tokens, reset_period,"
         " reservation_ttl_ms, description, version, updated_by_key_id, period_start, next_reset_at,"
-        " approval_ttl_ms)"
+        " approval_ttl_ms, exclude_cache_read_tokens)"
         " SELECT $1::uuid, $2::text, $3::text, $4::text, $5::int2, $6::boolean, $7::int2,"
         "  $8::int8, $9::int8, $10::float8, $11::boolean, $12::float8[], $13::int4[], $14::int2,"
         "  $15::int8, $16::int2, $17::int4, $18::text, 1, $19::text,"
         "  cg_period_start($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)),"
-        "  cg_period_next($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)), $24::int4"
+        "  cg_period_next($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)), $24::int4,"
+        "  $25::boolean"
         " FROM (SELECT (SELECT time_zone FROM tenants WHERE tenant_id = $1::uuid) AS time_zone) tz"
         " WHERE ($5::int2 <= 2 OR EXISTS (SELECT 1 FROM scopes p WHERE p.tenant_id = $1::uuid"
         "   AND p.session_id = $20::text AND p.task_id = $21::text AND p.agent_id = ''))"
@@ -378,10 +386,18 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         "  description = excluded.description, version = s.version + 1, updated_at = now(),"
         /* A row that existed only to count usage (the tenant's) gets its budget now. */
         "  created_at = CASE WHEN s.version = 0 THEN now() ELSE s.created_at END,"
-        "  updated_by_key_id = excluded.updated_by_key_id"
+        "  updated_by_key_id = excluded.updated_by_key_id,"
+        /* used_tokens is what the limit sees: a budget that starts or stops leaving cache
+         * reads out takes them out of it or puts them back (spent_cache_read_tokens counts
+         * the same period). */
+        "  exclude_cache_read_tokens = excluded.exclude_cache_read_tokens,"
+        "  used_tokens = CASE WHEN s.exclude_cache_read_tokens = excluded.exclude_cache_read_tokens"
+        "   THEN s.used_tokens WHEN excluded.exclude_cache_read_tokens"
+        "   THEN greatest(0, s.used_tokens - s.spent_cache_read_tokens)"
+        "   ELSE s.used_tokens + s.spent_cache_read_tokens END"
         " WHERE $22::int8 = 0 OR s.version = $22::int8"
         " RETURNING " SCOPE_COLUMNS,
-        24, values, NULL, NULL, 0, &res, err);
+        25, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         /* scopes_parent only fires for a parent made missing meanwhile (the WHERE checks
          * first); the tenants foreign key for a tenant that does not exist. */
@@ -412,32 +428,57 @@ cg_status cg_pg_path_add(struct cg_pg *pg, const char *tenant_id, struct cg_budg
                          int64_t used_tokens, int64_t reserved_tokens, int64_t used_cost_micros,
                          int64_t reserved_cost_micros, struct cg_err *err)
 {
+    return cg_pg_path_change(pg, tenant_id, rows, n, NULL, used_tokens, reserved_tokens,
+                             used_cost_micros, reserved_cost_micros, err);
+}
+
+cg_status cg_pg_path_change(struct cg_pg *pg, const char *tenant_id, struct cg_budget_row *rows,
+                            int n, const struct cg_usage *spent, int64_t used_tokens,
+                            int64_t reserved_tokens, int64_t used_cost_micros,
+                            int64_t reserved_cost_micros, struct cg_err *err)
+{
     if (!pg->in_tx)
         return cg__pg_not_in_tx(pg, "path_add", err);
-    if (used_tokens == 0 && reserved_tokens == 0 && used_cost_micros == 0 &&
+    static const struct cg_usage none;
+    const struct cg_usage *k = spent ? spent : &none;
+    if (spent == NULL && used_tokens == 0 && reserved_tokens == 0 && used_cost_micros == 0 &&
         reserved_cost_micros == 0)
         return CG_OK;
+    bool activity = spent != NULL || used_tokens > 0 || reserved_tokens > 0;
     const struct cg_scope_ids *ids = &rows[n - 1].ids;
-    char deltas[4][24];
-    snprintf(deltas[0], sizeof deltas[0], "%lld", (long long)used_tokens);
-    snprintf(deltas[1], sizeof deltas[1], "%lld", (long long)reserved_tokens);
-    snprintf(deltas[2], sizeof deltas[2], "%lld", (long long)used_cost_micros);
-    snprintf(deltas[3], sizeof deltas[3], "%lld", (long long)reserved_cost_micros);
-    const char *values[] = {tenant_id, ids->session_id, ids->task_id, ids->agent_id,
-                            deltas[0], deltas[1],       deltas[2],    deltas[3]};
+    int64_t nums[9] = {used_tokens,          reserved_tokens,       used_cost_micros,
+                       reserved_cost_micros, k->input_tokens,       k->output_tokens,
+                       k->cache_read_tokens, k->cache_write_tokens, k->cost_micros};
+    char text[9][24];
+    for (int i = 0; i < 9; i++)
+        snprintf(text[i], sizeof text[i], "%lld", (long long)nums[i]);
+    const char *values[] = {tenant_id,    ids->session_id,
+                            ids->task_id, ids->agent_id,
+                            text[0],      text[1],
+                            text[2],      text[3],
+                            text[4],      text[5],
+                            text[6],      text[7],
+                            text[8],      activity ? "t" : "f"};
     /* The rows are already locked (cg_pg_path_read), so the order in which this UPDATE
      * visits them cannot deadlock. A negative delta larger than the counter (a release
-     * after a reset, say) stops at 0. */
+     * after a reset, say) stops at 0. What was spent counts against each level's limit,
+     * but for cache reads on a level that leaves them out (migration 0011). */
     PGresult *res = NULL;
-    cg_status rc =
-        cg__pg_run(pg, "path_add",
-                   "UPDATE scopes SET"
-                   " used_tokens = greatest(0, used_tokens + $5::int8),"
-                   " reserved_tokens = greatest(0, reserved_tokens + $6::int8),"
-                   " used_cost_micros = greatest(0, used_cost_micros + $7::int8),"
-                   " reserved_cost_micros = greatest(0, reserved_cost_micros + $8::int8)" PATH_WHERE
-                   " RETURNING " SCOPE_COLUMNS,
-                   8, values, NULL, NULL, 0, &res, err);
+    cg_status rc = cg__pg_run(
+        pg, "path_add",
+        "UPDATE scopes SET"
+        " used_tokens = greatest(0, used_tokens + $5::int8 + $9::int8 + $10::int8 + $11::int8"
+        "  + $12::int8 - CASE WHEN exclude_cache_read_tokens THEN $11::int8 ELSE 0 END),"
+        " reserved_tokens = greatest(0, reserved_tokens + $6::int8),"
+        " used_cost_micros = greatest(0, used_cost_micros + $7::int8 + $13::int8),"
+        " reserved_cost_micros = greatest(0, reserved_cost_micros + $8::int8),"
+        " spent_input_tokens = spent_input_tokens + $9::int8,"
+        " spent_output_tokens = spent_output_tokens + $10::int8,"
+        " spent_cache_read_tokens = spent_cache_read_tokens + $11::int8,"
+        " spent_cache_write_tokens = spent_cache_write_tokens + $12::int8,"
+        " last_activity_at = CASE WHEN $14::boolean THEN now() ELSE last_activity_at END" PATH_WHERE
+        " RETURNING " SCOPE_COLUMNS,
+        14, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "22003"))
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "tokens: a counter would leave its range");
@@ -646,8 +687,8 @@ out:
 cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
                               const struct cg_scope_ids *ids, const struct cg_usage *usage,
                               const char *model, const char *idempotency_key,
-                              const char *reservation_id, char *entry_id, struct cg_usage *previous,
-                              char *previous_model, struct cg_err *err)
+                              const char *reservation_id, int64_t occurred_at_ms, char *entry_id,
+                              struct cg_usage *previous, char *previous_model, struct cg_err *err)
 {
     entry_id[0] = '\0';
     if (!pg->in_tx)
@@ -658,9 +699,12 @@ cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
     snprintf(amounts[2], sizeof amounts[2], "%lld", (long long)usage->cache_read_tokens);
     snprintf(amounts[3], sizeof amounts[3], "%lld", (long long)usage->cache_write_tokens);
     snprintf(amounts[4], sizeof amounts[4], "%lld", (long long)usage->cost_micros);
+    char occurred[24];
+    snprintf(occurred, sizeof occurred, "%lld", (long long)occurred_at_ms);
     const char *values[] = {tenant_id,  ids->session_id, ids->task_id,    ids->agent_id,
                             amounts[0], amounts[1],      amounts[2],      amounts[3],
-                            amounts[4], model,           idempotency_key, reservation_id};
+                            amounts[4], model,           idempotency_key, reservation_id,
+                            occurred};
     /* ON CONFLICT DO NOTHING rather than a unique violation, which would abort the
      * caller's transaction: a repeated key is an answer (the first entry), not a failure. */
     PGresult *res = NULL;
@@ -668,13 +712,14 @@ cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
         cg__pg_run(pg, "ledger_append",
                    "INSERT INTO ledger (tenant_id, session_id, task_id, agent_id, input_tokens,"
                    " output_tokens, cache_read_tokens, cache_write_tokens, cost_micros, model,"
-                   " idempotency_key, reservation_id)"
+                   " idempotency_key, reservation_id, created_at)"
                    " VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::int8, $6::int8,"
                    " $7::int8, $8::int8, $9::int8, $10::text, NULLIF($11::text, ''),"
-                   " NULLIF($12::text, '')::uuid)"
+                   " NULLIF($12::text, '')::uuid,"
+                   " CASE WHEN $13::int8 = 0 THEN now() ELSE to_timestamp($13::int8 / 1000.0) END)"
                    " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
                    " RETURNING entry_id::text",
-                   12, values, NULL, NULL, 0, &res, err);
+                   13, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23505") && strcmp(pg->constraint, "ledger_reservation") == 0)
             rc = cg_err_set(err, CG_FAILED_PRECONDITION,

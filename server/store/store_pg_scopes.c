@@ -34,6 +34,9 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
     "CASE WHEN s.next_reset_at <= now() THEN " due " ELSE " otherwise " END"
 #define TENANT_TZ "(SELECT t.time_zone FROM tenants t WHERE t.tenant_id = $1::uuid)"
 
+/* A scope's last activity in microseconds (0: never): ListScopes' LAST_ACTIVITY_DESC key. */
+#define ACTIVITY_US "coalesce((extract(epoch FROM s.last_activity_at) * 1000000)::int8, 0)"
+
 /* The columns read_node() expects, in order, for a scopes row aliased `s`; $1 is the tenant
  * and $2 whether closed children count. The two counts are index lookups: children by the
  * primary key prefix (or scopes_level_created for the tenant's sessions), open reservations
@@ -96,8 +99,103 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
                                                                                         "1000)::"  \
                                                                                         "int8, 0)"
 /* ... and what later migrations added (0005: approvals). */
-#define NODE_COLUMNS NODE_COLUMNS_0003 ", " DUE_OR("0", "s.approved_extra_tokens")
-#define NODE_NCOLUMNS 32
+#define NODE_COLUMNS                                                                                            \
+    NODE_COLUMNS_0003                                                                                           \
+    ", " DUE_OR("0", "s.approved_extra_tokens") ", s.exclude_cache_read_tokens, " DUE_OR("0", "s."              \
+                                                                                              "sp"              \
+                                                                                              "en"              \
+                                                                                              "t_"              \
+                                                                                              "in"              \
+                                                                                              "pu"              \
+                                                                                              "t_"              \
+                                                                                              "to"              \
+                                                                                              "ke"              \
+                                                                                              "n"               \
+                                                                                              "s") ", " DUE_OR( \
+        "0",                                                                                                    \
+        "s.spent_output_tokens") ", " DUE_OR("0",                                                               \
+                                             "s.spent_cache_read_tokens") ", " DUE_OR("0",                      \
+                                                                                      "s."                      \
+                                                                                      "spent_"                  \
+                                                                                      "cache_"                  \
+                                                                                      "write_"                  \
+                                                                                      "token"                   \
+                                                                                      "s") ","                  \
+                                                                                           " "                  \
+                                                                                           "c"                  \
+                                                                                           "o"                  \
+                                                                                           "a"                  \
+                                                                                           "l"                  \
+                                                                                           "e"                  \
+                                                                                           "s"                  \
+                                                                                           "c"                  \
+                                                                                           "e"                  \
+                                                                                           "("                  \
+                                                                                           "f"                  \
+                                                                                           "l"                  \
+                                                                                           "o"                  \
+                                                                                           "o"                  \
+                                                                                           "r"                  \
+                                                                                           "("                  \
+                                                                                           "e"                  \
+                                                                                           "x"                  \
+                                                                                           "t"                  \
+                                                                                           "r"                  \
+                                                                                           "a"                  \
+                                                                                           "c"                  \
+                                                                                           "t"                  \
+                                                                                           "("                  \
+                                                                                           "e"                  \
+                                                                                           "p"                  \
+                                                                                           "o"                  \
+                                                                                           "c"                  \
+                                                                                           "h"                  \
+                                                                                           " "                  \
+                                                                                           "F"                  \
+                                                                                           "R"                  \
+                                                                                           "O"                  \
+                                                                                           "M"                  \
+                                                                                           " "                  \
+                                                                                           "s"                  \
+                                                                                           "."                  \
+                                                                                           "l"                  \
+                                                                                           "a"                  \
+                                                                                           "s"                  \
+                                                                                           "t"                  \
+                                                                                           "_"                  \
+                                                                                           "a"                  \
+                                                                                           "c"                  \
+                                                                                           "t"                  \
+                                                                                           "i"                  \
+                                                                                           "v"                  \
+                                                                                           "i"                  \
+                                                                                           "t"                  \
+                                                                                           "y"                  \
+                                                                                           "_"                  \
+                                                                                           "a"                  \
+                                                                                           "t"                  \
+                                                                                           ")"                  \
+                                                                                           " "                  \
+                                                                                           "*"                  \
+                                                                                           " "                  \
+                                                                                           "1"                  \
+                                                                                           "0"                  \
+                                                                                           "0"                  \
+                                                                                           "0"                  \
+                                                                                           ")"                  \
+                                                                                           ":"                  \
+                                                                                           ":"                  \
+                                                                                           "i"                  \
+                                                                                           "n"                  \
+                                                                                           "t"                  \
+                                                                                           "8"                  \
+                                                                                           ","                  \
+                                                                                           " "                  \
+                                                                                           "0"                  \
+                                                                                           ")"                  \
+                                                                                           ","                  \
+                                                                                           " " ACTIVITY_US
+#define NODE_NCOLUMNS 39
 
 /* The rows of a path, tenant first (as in store_pg_budget.c): $3..$5 the ids. */
 #define PATH_TUPLES                                                                                \
@@ -146,6 +244,13 @@ static bool read_node(PGresult *res, int row, int first, struct cg_scope_usage *
     b->period_start_ms = cg__pg_parse_i64(COL(29));
     b->next_reset_ms = cg__pg_parse_i64(COL(30));
     b->approved_extra_tokens = cg__pg_parse_i64(COL(31));
+    b->exclude_cache_read_tokens = cg__pg_is_true(COL(32));
+    b->spent_input_tokens = cg__pg_parse_i64(COL(33));
+    b->spent_output_tokens = cg__pg_parse_i64(COL(34));
+    b->spent_cache_read_tokens = cg__pg_parse_i64(COL(35));
+    b->spent_cache_write_tokens = cg__pg_parse_i64(COL(36));
+    b->last_activity_ms = cg__pg_parse_i64(COL(37));
+    out->last_activity_us = cg__pg_parse_i64(COL(38));
 #undef COL
     out->parent = -1;
     return tiers_ok && b->level >= 1 && b->level <= 4;
@@ -586,7 +691,7 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
     char level_text[8], limit_text[16], used[24], created[24];
     snprintf(level_text, sizeof level_text, "%d", level);
     snprintf(limit_text, sizeof limit_text, "%d", limit + 1);
-    snprintf(used, sizeof used, "%lld", after ? (long long)after->used_tokens : 0LL);
+    snprintf(used, sizeof used, "%lld", after ? (long long)after->sort_key : 0LL);
     snprintf(created, sizeof created, "%lld", after ? (long long)after->created_at_us : 0LL);
     const char *values[] = {tenant_id,
                             include_closed ? "t" : "f",
@@ -610,13 +715,17 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
     "(s.created_at, s.session_id, s.task_id, s.agent_id) > ('epoch'::timestamptz"                  \
     " + $9::int8 * interval '1 microsecond', $10::text, $11::text, $12::text)"
     const char *position =
-        order == 1 ? " AND (NOT $7::boolean OR ($8::int8 IS NOT NULL AND " AFTER_CREATED "))"
-                   : " AND (NOT $7::boolean OR s.used_tokens < $8::int8"
-                     " OR (s.used_tokens = $8::int8 AND " AFTER_CREATED "))";
+        order == 1   ? " AND (NOT $7::boolean OR ($8::int8 IS NOT NULL AND " AFTER_CREATED "))"
+        : order == 2 ? " AND (NOT $7::boolean OR " ACTIVITY_US " < $8::int8"
+                       " OR (" ACTIVITY_US " = $8::int8 AND " AFTER_CREATED "))"
+                     : " AND (NOT $7::boolean OR s.used_tokens < $8::int8"
+                       " OR (s.used_tokens = $8::int8 AND " AFTER_CREATED "))";
 #undef AFTER_CREATED
-    const char *sort = order == 1 ? " ORDER BY s.created_at, s.session_id, s.task_id, s.agent_id"
-                                  : " ORDER BY s.used_tokens DESC, s.created_at, s.session_id,"
-                                    " s.task_id, s.agent_id";
+    const char *sort = order == 1   ? " ORDER BY s.created_at, s.session_id, s.task_id, s.agent_id"
+                       : order == 2 ? " ORDER BY " ACTIVITY_US " DESC, s.created_at, s.session_id,"
+                                      " s.task_id, s.agent_id"
+                                    : " ORDER BY s.used_tokens DESC, s.created_at, s.session_id,"
+                                      " s.task_id, s.agent_id";
     char sql[4096];
     snprintf(sql, sizeof sql,
              "SELECT " NODE_COLUMNS " FROM scopes s WHERE s.tenant_id = $1::uuid"
@@ -641,11 +750,122 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
         const struct cg_scope_usage *last = &out[*count - 1];
         *more = true;
         memset(next, 0, sizeof *next);
-        next->used_tokens = last->row.used_tokens;
+        next->sort_key = order == 2 ? last->last_activity_us : last->row.used_tokens;
         next->created_at_us = last->created_at_us;
         next->ids = last->row.ids;
     }
 out:
     PQclear(res);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ by model --- */
+
+/* Text array literal of n strings (quoted, backslash and quote escaped) into buf; false when
+ * it does not fit. */
+static bool text_array(const char *const *items, int n, char *buf, size_t cap)
+{
+    size_t k = 0;
+#define PUT(c)                                                                                     \
+    do {                                                                                           \
+        if (k + 2 > cap)                                                                           \
+            return false;                                                                          \
+        buf[k++] = (c);                                                                            \
+    } while (0)
+    PUT('{');
+    for (int i = 0; i < n; i++) {
+        if (i)
+            PUT(',');
+        PUT('"');
+        for (const char *p = items[i]; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                PUT('\\');
+            PUT(*p);
+        }
+        PUT('"');
+    }
+    PUT('}');
+#undef PUT
+    buf[k] = '\0';
+    return true;
+}
+
+cg_status cg_pg_usage_by_model(struct cg_pg *pg, const char *tenant_id,
+                               const struct cg_scope_usage *nodes, int n, int per_node,
+                               struct cg_model_usage *out, int cap, int *count, struct cg_err *err)
+{
+    *count = 0;
+    const char **cols[4];
+    char(*since)[24] = calloc((size_t)n, sizeof *since);
+    for (int c = 0; c < 4; c++)
+        cols[c] = calloc((size_t)n, sizeof(char *));
+    size_t lit_cap = (size_t)n * (2 * (CG_SCOPE_ID_MAX + 1) + 4) + 4;
+    char *lits[4];
+    for (int c = 0; c < 4; c++)
+        lits[c] = malloc(lit_cap);
+    cg_status rc = CG_OK;
+    PGresult *res = NULL;
+    if (since == NULL || !cols[0] || !cols[1] || !cols[2] || !cols[3] || !lits[0] || !lits[1] ||
+        !lits[2] || !lits[3]) {
+        rc = cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const struct cg_budget_row *r = &nodes[i].row;
+        cols[0][i] = r->ids.session_id;
+        cols[1][i] = r->ids.task_id;
+        cols[2][i] = r->ids.agent_id;
+        snprintf(since[i], sizeof since[i], "%lld",
+                 (long long)(r->level == 1 ? r->period_start_ms : 0));
+        cols[3][i] = since[i];
+    }
+    for (int c = 0; c < 4; c++) {
+        if (!text_array(cols[c], n, lits[c], lit_cap)) {
+            rc = cg_err_set(err, CG_INTERNAL, "by_model: arrays too long");
+            goto out;
+        }
+    }
+    char per_text[16];
+    snprintf(per_text, sizeof per_text, "%d", per_node);
+    const char *values[] = {tenant_id, lits[0], lits[1], lits[2], lits[3], per_text};
+    /* Each node's subtree through the ledger's (tenant, session, task, agent, time) index. */
+    rc = cg__pg_run(pg, "usage_by_model",
+                    "SELECT idx, model, i, o, cr, cw, cost, calls FROM ("
+                    " SELECT n.idx, g.model, sum(g.input_tokens) AS i,"
+                    "  sum(g.output_tokens) AS o, sum(g.cache_read_tokens) AS cr,"
+                    "  sum(g.cache_write_tokens) AS cw, sum(g.cost_micros) AS cost,"
+                    "  count(*) AS calls, row_number() OVER (PARTITION BY n.idx ORDER BY"
+                    "  sum(g.input_tokens + g.output_tokens + g.cache_read_tokens"
+                    "  + g.cache_write_tokens) DESC, g.model) AS rank"
+                    " FROM unnest($2::text[], $3::text[], $4::text[], $5::int8[])"
+                    "  WITH ORDINALITY AS n(s, t, a, since, idx)"
+                    " JOIN ledger g ON g.tenant_id = $1::uuid"
+                    "  AND (n.s = '' OR g.session_id = n.s) AND (n.t = '' OR g.task_id = n.t)"
+                    "  AND (n.a = '' OR g.agent_id = n.a)"
+                    "  AND g.created_at >= to_timestamp(n.since / 1000.0)"
+                    " GROUP BY n.idx, g.model) m"
+                    " WHERE rank <= $6::int8 ORDER BY idx, rank",
+                    6, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc != CG_OK)
+        goto out;
+    for (int r = 0; r < PQntuples(res) && *count < cap; r++) {
+        struct cg_model_usage *m = &out[(*count)++];
+        memset(m, 0, sizeof *m);
+        m->node = (int)cg__pg_parse_i64(PQgetvalue(res, r, 0)) - 1;
+        cg__pg_copy_str(m->model, sizeof m->model, PQgetvalue(res, r, 1));
+        m->usage.input_tokens = cg__pg_parse_i64(PQgetvalue(res, r, 2));
+        m->usage.output_tokens = cg__pg_parse_i64(PQgetvalue(res, r, 3));
+        m->usage.cache_read_tokens = cg__pg_parse_i64(PQgetvalue(res, r, 4));
+        m->usage.cache_write_tokens = cg__pg_parse_i64(PQgetvalue(res, r, 5));
+        m->usage.cost_micros = cg__pg_parse_i64(PQgetvalue(res, r, 6));
+        m->calls = cg__pg_parse_i64(PQgetvalue(res, r, 7));
+    }
+out:
+    PQclear(res);
+    free(since);
+    for (int c = 0; c < 4; c++) {
+        free(cols[c]);
+        free(lits[c]);
+    }
     return rc;
 }

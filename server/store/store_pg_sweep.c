@@ -42,6 +42,8 @@ cg_status cg__pg_reset_if_due(struct cg_pg *pg, const char *tenant_id, int64_t n
     cg_status rc = cg__pg_run(
         pg, "reset",
         "UPDATE scopes s SET used_tokens = 0, used_cost_micros = 0, approved_extra_tokens = 0,"
+        " spent_input_tokens = 0, spent_output_tokens = 0, spent_cache_read_tokens = 0,"
+        " spent_cache_write_tokens = 0,"
         " period_start = cg_period_start(s.reset_period, t.time_zone,"
         "  to_timestamp($2::int8 / 1e3)),"
         " next_reset_at = cg_period_next(s.reset_period, t.time_zone,"
@@ -59,6 +61,10 @@ cg_status cg__pg_reset_if_due(struct cg_pg *pg, const char *tenant_id, int64_t n
         *applied = true;
         tenant_row->used_tokens = 0;
         tenant_row->used_cost_micros = 0;
+        tenant_row->spent_input_tokens = 0;
+        tenant_row->spent_output_tokens = 0;
+        tenant_row->spent_cache_read_tokens = 0;
+        tenant_row->spent_cache_write_tokens = 0;
         tenant_row->approved_extra_tokens = 0; /* a reset ends approved extensions */
         tenant_row->period_start_ms = cg__pg_parse_i64(PQgetvalue(res, 0, 0));
         tenant_row->next_reset_ms = cg__pg_parse_i64(PQgetvalue(res, 0, 1));

@@ -117,7 +117,7 @@ cg_status cg_store_scope_list(struct cg_store *store, const char *tenant_id,
         return rc;
     if (level <= cg__store_scope_depth(parent) || level > 4)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "level: must be below the parent's level");
-    if (order != 1 && order != 3)
+    if (order < 1 || order > 3)
         return cg_err_set(err, CG_INVALID_ARGUMENT,
                           "order: must be 1 CREATED_ASC or 3 USED_TOKENS_DESC");
     if (limit < 1 || limit > CG_STORE_PAGE_MAX)
@@ -136,4 +136,21 @@ cg_status cg_store_scope_list(struct cg_store *store, const char *tenant_id,
         *more = false;
     }
     return rc;
+}
+
+cg_status cg_store_usage_by_model(struct cg_store *store, const char *tenant_id,
+                                  const struct cg_scope_usage *nodes, int n, int per_node,
+                                  struct cg_model_usage *out, int cap, int *count,
+                                  struct cg_err *err)
+{
+    *count = 0;
+    char id[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK)
+        return rc;
+    if (n < 0 || n > CG_STORE_USAGE_NODES_MAX || per_node < 1 || cap < 0)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "n, per_node or cap: out of range");
+    if (n == 0)
+        return CG_OK;
+    return cg_pg_usage_by_model(store->pg, id, nodes, n, per_node, out, cap, count, err);
 }

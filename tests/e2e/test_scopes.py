@@ -5,6 +5,7 @@ finishing its work see, bad input named by field, and tenants kept apart."""
 import json
 import os
 import subprocess
+import time
 import uuid
 
 import grpc
@@ -47,6 +48,11 @@ class Tenant:
     def close(self, sc):
         return self.stub.CloseScope(B.CloseScopeRequest(scope=sc), metadata=self.md, timeout=10)
 
+    def record(self, sc, u, key=None, **kw):
+        return self.stub.RecordUsage(B.RecordUsageRequest(
+            scope=sc, usage=u, idempotency_key=key or "k-" + uuid.uuid4().hex, **kw),
+            metadata=self.md, timeout=10)
+
     def usage(self, sc=None, **kw):
         return self.stub.GetUsage(B.GetUsageRequest(scope=sc, **kw), metadata=self.md,
                                   timeout=10)
@@ -69,6 +75,79 @@ class Scopes(cgtest.TestCase):
         self.t.set(scope(self.s, "t1"), 5000)
         self.t.set(scope(self.s, "t1", "a1"), 1000)
         self.t.set(scope(self.s, "t2"), 5000)
+
+    # ------------------------------------------------------------------ usage detail --
+
+    def test_usage_by_kind_model_and_last_activity(self):
+        a1, t2 = scope(self.s, "t1", "a1"), scope(self.s, "t2")
+        self.t.record(a1, common_pb2.TokenUsage(input_tokens=100, output_tokens=20,
+                                                cache_read_tokens=300, cache_write_tokens=4),
+                      model="gpt-4o")
+        self.t.record(a1, common_pb2.TokenUsage(input_tokens=10), model="claude-sonnet")
+        self.t.record(t2, common_pb2.TokenUsage(input_tokens=7, output_tokens=1), model="gpt-4o")
+        root = self.t.usage(scope(self.s), depth=2, include_by_model=True).root
+        u = root.usage
+        self.assertEqual((u.input_tokens, u.output_tokens, u.cache_read_tokens,
+                          u.cache_write_tokens), (117, 21, 300, 4))
+        self.assertEqual([(m.model, m.calls, m.usage.input_tokens) for m in root.by_model],
+                         [("gpt-4o", 2, 107), ("claude-sonnet", 1, 10)], "most used first")
+        t1 = next(c for c in root.children if c.scope.task_id == "t1")
+        a1_node = t1.children[0]
+        self.assertEqual([m.model for m in a1_node.by_model], ["gpt-4o", "claude-sonnet"])
+        self.assertEqual(a1_node.usage.cache_read_tokens, 300)
+        self.assertGreater(a1_node.last_activity_unix_ms, 0)
+        self.assertGreaterEqual(root.last_activity_unix_ms, a1_node.last_activity_unix_ms)
+        self.assertEqual(len(self.t.usage(scope(self.s)).root.by_model), 0, "only when asked")
+
+    def test_exclude_cache_read_tokens_leaves_them_out_of_that_limit(self):
+        a1 = scope(self.s, "t1", "a1")
+        r = self.t.set(a1, 1000, exclude_cache_read_tokens=True)
+        self.assertTrue(r.budget.settings.exclude_cache_read_tokens)
+        self.t.record(a1, common_pb2.TokenUsage(input_tokens=50, cache_read_tokens=400))
+        rid = self.t.reserve(a1, 100).reservation.reservation_id
+        self.t.stub.Commit(B.CommitRequest(reservation_id=rid, usage=common_pb2.TokenUsage(
+            input_tokens=30, cache_read_tokens=200)), metadata=self.t.md, timeout=10)
+        nodes = self.t.usage(scope(self.s, "t1"), depth=1).root
+        agent = nodes.children[0]
+        self.assertEqual(agent.used_tokens, 80, "the agent's limit leaves cache reads out")
+        self.assertEqual(nodes.used_tokens, 680, "the task's limit counts them")
+        self.assertEqual(agent.usage.cache_read_tokens, 600, "they are still reported")
+        # Turning the exclusion off puts them back; on again takes them out.
+        self.t.set(a1, 1000)
+        self.assertEqual(self.t.usage(a1).root.used_tokens, 680)
+        self.t.set(a1, 1000, exclude_cache_read_tokens=True)
+        self.assertEqual(self.t.usage(a1).root.used_tokens, 80)
+
+    def test_list_by_last_activity_pages_most_recent_first(self):
+        for t in ("t3", "t4", "t5"):
+            self.t.set(scope(self.s, t), 100)
+        order = ["t4", "t1", "t5", "t2"]
+        for t in order:
+            self.t.record(scope(self.s, t), common_pb2.TokenUsage(input_tokens=1))
+        seen, token = [], ""
+        while True:
+            page = self.t.list(scope(self.s), order=B.SCOPE_ORDER_LAST_ACTIVITY_DESC,
+                               page_size=2, page_token=token)
+            seen += [u.scope.task_id for u in page.scopes]
+            token = page.next_page_token
+            if not token:
+                break
+        self.assertEqual(seen, list(reversed(order)) + ["t3"], "never active comes last")
+
+    def test_record_usage_at_a_past_time_counts_and_keeps_its_time(self):
+        a1 = scope(self.s, "t1", "a1")
+        past = int(time.time() * 1000) - 3_600_000
+        self.t.record(a1, common_pb2.TokenUsage(input_tokens=5), key="past-1",
+                      occurred_at_unix_ms=past)
+        self.assertEqual(self.t.usage(a1).root.used_tokens, 5)
+        stored = cgtest.psql(f"SELECT floor(extract(epoch FROM created_at) * 1000)::int8"
+                             f" FROM ledger WHERE tenant_id = '{self.t.id}'"
+                             f" AND idempotency_key = 'past-1'", dsn=self.srv.dsn).strip()
+        self.assertEqual(int(stored), past)
+        self.assertRpcError(INVALID, self.t.record, a1, common_pb2.TokenUsage(input_tokens=5),
+                            occurred_at_unix_ms=int(time.time() * 1000) + 3_600_000,
+                            contains=("occurred_at_unix_ms",))
+        self.assertEqual(self.t.usage(a1).root.used_tokens, 5, "nothing recorded")
 
     # ------------------------------------------------------------------ CloseScope --
 
@@ -151,12 +230,10 @@ class Scopes(cgtest.TestCase):
         self.assertEqual(whole.children[0].child_count, 2)
         self.assertEqual(len(self.t.usage(depth=0).root.children), 0)
 
-    def test_usage_bad_input_unimplemented_and_isolation(self):
+    def test_usage_bad_input_and_isolation(self):
         self.assertRpcError(INVALID, self.t.usage, scope(self.s), depth=4, contains=("depth",))
         self.assertRpcError(INVALID, self.t.usage, scope(self.s), max_children=1001,
                             contains=("max_children",))
-        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.t.usage, scope(self.s),
-                            include_by_model=True, contains=("include_by_model",))
         self.assertRpcError(NOT_FOUND, self.t.usage, scope(self.s, "t1", "zz"),
                             contains=("scope.agent_id",))
         other = Tenant(self.srv)
@@ -228,8 +305,6 @@ class Scopes(cgtest.TestCase):
         self.assertRpcError(INVALID, self.t.list, scope(self.s, "t1", "a1"), contains=("level",))
         self.assertRpcError(INVALID, self.t.list, scope(self.s), level=9, contains=("level",))
         self.assertRpcError(INVALID, self.t.list, scope(self.s), order=9, contains=("order",))
-        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.t.list, scope(self.s),
-                            order=B.SCOPE_ORDER_LAST_ACTIVITY_DESC, contains=("order",))
         self.assertRpcError(INVALID, self.t.list, scope("", "t1"), contains=("parent.session_id",))
         self.assertRpcError(NOT_FOUND, self.t.list, scope(self.s, "nope"),
                             contains=("parent.task_id",))

@@ -605,7 +605,7 @@ Test(scopes_store, listing_pages_by_creation_and_by_use, .init = setup, .fini = 
                                      &more, &next, &err),
                  CG_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "level") != NULL, "%s", err.msg);
-    cr_assert_eq(cg_store_scope_list(s, t.tenant_id, &session, 3, false, 2, NULL, 2, page, &count,
+    cr_assert_eq(cg_store_scope_list(s, t.tenant_id, &session, 3, false, 4, NULL, 2, page, &count,
                                      &more, &next, &err),
                  CG_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "order") != NULL, "%s", err.msg);
