@@ -295,6 +295,8 @@ struct watch {
     uint64_t missed;            /* events lost to an overflow, not yet told */
     bool decided;               /* approval_id mode: its decision was sent; the stream ends */
     ProtobufCMessage *snapshot; /* in the call's arena; sent first */
+    ProtobufCMessage *decision; /* approval_id mode, decided before the stream opened: the
+                                 * only message (in the call's arena) */
     struct throttle throttle[THROTTLE_SLOTS];
 };
 
@@ -466,6 +468,13 @@ cg_status cg_rpc_watch_poll(struct cg_rpc_call *call, const struct cg_rpc_env *e
         w->last_sent_ms = now;
         return CG_OK;
     }
+    if (w->decision != NULL) {
+        *response = w->decision;
+        w->decision = NULL;
+        w->decided = true;
+        *finished = true;
+        return CG_OK;
+    }
     struct cg_event e;
     bool found = false;
     /* USAGE_CHANGED held back by the throttle whose time has come. */
@@ -534,6 +543,39 @@ cg_status cg_rpc_watch_poll(struct cg_rpc_call *call, const struct cg_rpc_env *e
         w->last_sent_ms = now;
         *response = &m->base;
     }
+    return CG_OK;
+}
+
+/* approval_id mode: the approval must be the tenant's (a watcher of a typo would wait
+ * forever); one decided before the stream opened is its only message, at once. */
+static cg_status decision_in(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                             struct watch *w)
+{
+    struct cg_approval a;
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    cg_status st =
+        cg_store_approval_get(env->store, w->tenant_id, w->approval_id, cg_wall_ms(), &a, &serr);
+    if (st == CG_NOT_FOUND)
+        return cg_err_set(&call->err, CG_NOT_FOUND, "field 'approval_id': no such approval");
+    if (st != CG_OK)
+        return cg_rpc_store_error(call, &serr);
+    if (a.state == CTXGUARD__V1__APPROVAL_STATE__APPROVAL_STATE_PENDING)
+        return CG_OK;
+    struct cg_event e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.tenant_id, sizeof e.tenant_id, "%s", w->tenant_id);
+    e.ids = a.ids;
+    e.level = a.level;
+    e.type = CG_EVENT_APPROVAL_DECIDED;
+    e.occurred_at_ms = a.decided_at_ms ? a.decided_at_ms : a.expires_at_ms;
+    snprintf(e.fields.ref_id, sizeof e.fields.ref_id, "%s", a.approval_id);
+    e.fields.ref_tokens = a.granted_tokens;
+    e.fields.ref_state = a.state;
+    Ctxguard__V1__UsageEvent *m = event_out(call, &e, 0);
+    if (m == NULL)
+        return OOM(call);
+    w->decision = &m->base;
     return CG_OK;
 }
 
@@ -641,6 +683,8 @@ cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *e
     if (cg_store_event_seq(env->store, w->tenant_id, &w->ids, &w->start_seq, &serr) != CG_OK)
         return cg_rpc_store_error(call, &serr);
     if (req->send_snapshot && (st = snapshot_in(call, env, w)) != CG_OK)
+        return st;
+    if (w->approval_id[0] != '\0' && (st = decision_in(call, env, w)) != CG_OK)
         return st;
     /* Delivery may not be running yet in a process that just started; it catches up. */
     if (env->wake_streams)

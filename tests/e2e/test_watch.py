@@ -191,31 +191,52 @@ class Watch(cgtest.TestCase):
         self.assertEqual(last.status.reserved_tokens, 40)
         self.assertGreater(last.sequence, first.sequence + 1, "the gap shows what was merged")
 
+    def open_approval(self):
+        """A PENDING approval of a task in APPROVAL mode; its id."""
+        sc = scope(self.s, "ap")
+        self.set(sc, 100, mode=B.BUDGET_MODE_APPROVAL)
+        r = self.sa.Reserve(B.ReserveRequest(scope=sc, tokens=200, delay_mode=2),
+                            metadata=self.md, timeout=10)
+        self.assertEqual(r.decision, B.DECISION_REQUIRE_APPROVAL)
+        return r.approval_id
+
+    def decide(self, approval_id):
+        self.sa.ResolveApproval(B.ResolveApprovalRequest(
+            approval_id=approval_id, decision=B.APPROVAL_STATE_APPROVED), metadata=self.md,
+            timeout=10)
+
     def test_approval_id_mode_ends_ok_after_the_decision(self):
-        # Synthetic approval events through the same SQL function that
-        # cg_store_event_append calls, announced as the server announces them (after the
-        # append, with the payloads the function returns).
-        approval, other = str(uuid.uuid4()), str(uuid.uuid4())
+        approval = self.open_approval()
         w = self.watch(approval_id=approval.upper())
-
-        def append(ref, type_name, state):
-            t = T.Value(type_name)
-            cgtest.psql(f"SELECT pg_notify('cg_events', p) FROM cg_events_append("
-                        f"'{self.tenant}', '[{{\"s\":\"{self.s}\","
-                        f"\"t\":\"\",\"a\":\"\",\"type\":{t},\"ref\":\"{ref}\","
-                        f"\"refs\":{state}}}]', {int(time.time() * 1000)}) AS p", dsn=self.a.dsn)
-
-        append(other, "USAGE_EVENT_TYPE_APPROVAL_REQUESTED", 1)
-        append(approval, "USAGE_EVENT_TYPE_APPROVAL_REQUESTED", 1)
+        # Another approval's events (synthetic, through the SQL function the server uses and
+        # announced as the server announces them) are not this stream's.
+        other = str(uuid.uuid4())
+        t = T.Value("USAGE_EVENT_TYPE_APPROVAL_REQUESTED")
+        cgtest.psql(f"SELECT pg_notify('cg_events', p) FROM cg_events_append("
+                    f"'{self.tenant}', '[{{\"s\":\"{self.s}\",\"t\":\"\",\"a\":\"\","
+                    f"\"type\":{t},\"ref\":\"{other}\",\"refs\":1}}]',"
+                    f" {int(time.time() * 1000)}) AS p", dsn=self.a.dsn)
         self.reserve(scope(self.s), 10)
-        append(approval, "USAGE_EVENT_TYPE_APPROVAL_DECIDED", 2)
-        got = [w.next(), w.next()]
-        self.assertEqual([e.type for e in got], [T.Value("USAGE_EVENT_TYPE_APPROVAL_REQUESTED"),
-                                                 T.Value("USAGE_EVENT_TYPE_APPROVAL_DECIDED")])
-        self.assertEqual({e.approval.approval_id for e in got}, {approval})
-        self.assertEqual(got[1].approval.state, 2)
+        self.decide(approval)
+        got = w.next()
+        self.assertEqual(got.type, T.Value("USAGE_EVENT_TYPE_APPROVAL_DECIDED"))
+        self.assertEqual(got.approval.approval_id, approval)
+        self.assertEqual(got.approval.state, B.APPROVAL_STATE_APPROVED)
         self.assertIsNone(w.next(), "the stream ends after the decision")
         self.assertIsNone(w.error, "with OK")
+
+    def test_approval_decided_before_the_stream_opened_is_sent_at_once(self):
+        approval = self.open_approval()
+        self.decide(approval)
+        it = self.sb.WatchUsage(B.WatchUsageRequest(approval_id=approval), metadata=self.md,
+                                timeout=10)
+        events = list(it)  # no wait for an event that happened already: ends with OK
+        self.assertEqual([e.type for e in events],
+                         [T.Value("USAGE_EVENT_TYPE_APPROVAL_DECIDED")])
+        self.assertEqual(events[0].approval.state, B.APPROVAL_STATE_APPROVED)
+        self.assertRpcError(grpc.StatusCode.NOT_FOUND, lambda: list(self.sb.WatchUsage(
+            B.WatchUsageRequest(approval_id=str(uuid.uuid4())), metadata=self.md, timeout=10)),
+            contains=("approval_id",))
 
     def test_heartbeat(self):
         w = self.watch(scope=scope(self.s), heartbeat_interval_ms=1000)
