@@ -548,12 +548,11 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
         .n_ledger = n_settle,
         .counters = b->counters,
         .n_counters = n_counters,
+        .events = b->events,
+        .n_events = n_events,
+        .now_ms = now_ms,
     };
     st = cg_store_batch_write(env->store, tenant, &w, serr);
-    for (int off = 0; st == CG_OK && off < n_events; off += 64) {
-        int k = n_events - off < 64 ? n_events - off : 64;
-        st = cg_store_events_append(env->store, tenant, &b->events[off], k, now_ms, serr);
-    }
     if (st == CG_OK)
         st = cg_store_commit(env->store, serr);
     if (st != CG_OK) {

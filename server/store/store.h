@@ -382,10 +382,18 @@ struct cg_batch_write {
     int n_ledger;
     struct cg_budget_row *counters; /* row_version set to the new one by the write */
     int n_counters;
+    /* WatchUsage events of the batch, in order; each names one of the counters' rows and
+     * stores that row as the write leaves it (numbered per scope as cg_store_events_append
+     * does; announced after COMMIT). Only the fields threshold_ratio, falling and delay_ms
+     * are kept. */
+    const struct cg_event_in *events;
+    int n_events;
+    int64_t now_ms; /* the events' time */
 };
 
-/* Inside a transaction, after the locks: writes the batch in one statement. CG_ABORTED
- * when a row did not change as the locks promised (nothing should then be committed). */
+/* Inside a transaction, after the locks: writes the batch, events included, in one
+ * statement. CG_ABORTED when a row did not change as the locks promised (nothing should
+ * then be committed). */
 cg_status cg_store_batch_write(struct cg_store *store, const char *tenant_id,
                                const struct cg_batch_write *w, struct cg_err *err) CG_MUST_CHECK;
 

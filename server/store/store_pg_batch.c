@@ -70,6 +70,21 @@ static void lit_text(struct lit *l, const char *s)
     lit_put(l, "\"", 1);
 }
 
+/* A float8 element, printed so that it reads back exactly. */
+static void lit_double(struct lit *l, double v)
+{
+    char num[32];
+    int n = snprintf(num, sizeof num, "%.17g", v);
+    lit_sep(l);
+    lit_put(l, num, (size_t)n);
+}
+
+static bool same_scope(const struct cg_scope_ids *a, const struct cg_scope_ids *b)
+{
+    return strcmp(a->session_id, b->session_id) == 0 && strcmp(a->task_id, b->task_id) == 0 &&
+           strcmp(a->agent_id, b->agent_id) == 0;
+}
+
 static void lit_i64(struct lit *l, int64_t v)
 {
     char num[24];
@@ -277,6 +292,15 @@ enum {
     CNT_OUT,
     CNT_CR,
     CNT_CW,
+    CNT_NE,
+    EV_S,
+    EV_T,
+    EV_A,
+    EV_K,
+    EV_TYPE,
+    EV_THR,
+    EV_FALL,
+    EV_DELAY,
     PARAM_ARRAYS
 };
 
@@ -315,17 +339,38 @@ static const char WRITE_SQL[] =
     " UPDATE scopes s SET used_tokens = c.u, reserved_tokens = c.r, used_cost_micros = c.uc,"
     " reserved_cost_micros = c.rc, spent_input_tokens = c.si, spent_output_tokens = c.so,"
     " spent_cache_read_tokens = c.scr, spent_cache_write_tokens = c.scw,"
-    " last_activity_at = now()"
+    " last_activity_at = now(), event_seq = s.event_seq + c.ne"
     " FROM unnest($31::text[], $32::text[], $33::text[], $34::int8[], $35::int8[], $36::int8[],"
-    " $37::int8[], $38::int8[], $39::int8[], $40::int8[], $41::int8[])"
-    " AS c(s, t, a, u, r, uc, rc, si, so, scr, scw)"
+    " $37::int8[], $38::int8[], $39::int8[], $40::int8[], $41::int8[], $42::int8[])"
+    " AS c(s, t, a, u, r, uc, rc, si, so, scr, scw, ne)"
     " WHERE s.tenant_id = $1::uuid AND s.session_id = c.s AND s.task_id = c.t"
     " AND s.agent_id = c.a"
-    " RETURNING s.session_id || ' ' || s.task_id || ' ' || s.agent_id AS ids, s.row_version)"
+    " RETURNING s.session_id, s.task_id, s.agent_id,"
+    " s.session_id || ' ' || s.task_id || ' ' || s.agent_id AS ids, s.row_version,"
+    " s.event_seq, c.ne, s.level, s.has_budget, s.mode, s.limit_tokens, s.limit_cost_micros,"
+    " s.warning_ratio, s.used_tokens, s.reserved_tokens, s.used_cost_micros,"
+    " s.reserved_cost_micros, s.closed_at IS NOT NULL AS closed),"
+    /* The events, numbered per scope after the scope's earlier ones (as cg_events_append
+     * numbers them), each with its scope's row as this statement leaves it. */
+    " ev AS ("
+    " INSERT INTO scope_events (tenant_id, session_id, task_id, agent_id, seq, type,"
+    " occurred_at, level, has_budget, mode, limit_tokens, limit_cost_micros, warning_ratio,"
+    " used_tokens, reserved_tokens, used_cost_micros, reserved_cost_micros, closed,"
+    " threshold_ratio, falling, delay_ms)"
+    " SELECT $1::uuid, e.s, e.t, e.a, u.event_seq - u.ne + e.k, e.type,"
+    " to_timestamp($51::int8 / 1e3), u.level, u.has_budget, u.mode, u.limit_tokens,"
+    " u.limit_cost_micros, u.warning_ratio, u.used_tokens, u.reserved_tokens,"
+    " u.used_cost_micros, u.reserved_cost_micros, u.closed, e.thr, e.fall, e.delay"
+    " FROM unnest($43::text[], $44::text[], $45::text[], $46::int8[], $47::int2[],"
+    " $48::float8[], $49::boolean[], $50::int4[]) AS e(s, t, a, k, type, thr, fall, delay)"
+    " JOIN counters u ON u.session_id = e.s AND u.task_id = e.t AND u.agent_id = e.a"
+    " RETURNING $1::text || ' ' || seq::text || ' ' || session_id || ' ' || task_id || ' '"
+    " || agent_id AS payload)"
     " SELECT 'r', id, c, e FROM new_res"
     " UNION ALL SELECT 's', count(*)::text, 0, 0 FROM settled"
     " UNION ALL SELECT 'l', count(*)::text, 0, 0 FROM led"
-    " UNION ALL SELECT 'c', ids, row_version, 0 FROM counters";
+    " UNION ALL SELECT 'c', ids, row_version, 0 FROM counters"
+    " UNION ALL SELECT 'e', payload, 0, 0 FROM ev";
 
 cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struct cg_batch_write *w,
                             struct cg_err *err)
@@ -386,14 +431,36 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
         lit_i64(&lits[CNT_OUT], c->spent_output_tokens);
         lit_i64(&lits[CNT_CR], c->spent_cache_read_tokens);
         lit_i64(&lits[CNT_CW], c->spent_cache_write_tokens);
+        int ne = 0;
+        for (int e = 0; e < w->n_events; e++)
+            ne += same_scope(&w->events[e].ids, &c->ids);
+        lit_i64(&lits[CNT_NE], ne);
     }
-    const char *values[1 + PARAM_ARRAYS] = {tenant_id};
+    for (int e = 0; e < w->n_events; e++) {
+        const struct cg_event_in *ev = &w->events[e];
+        int k = 1; /* its place among the events of its scope */
+        for (int j = 0; j < e; j++)
+            k += same_scope(&w->events[j].ids, &ev->ids);
+        lit_text(&lits[EV_S], ev->ids.session_id);
+        lit_text(&lits[EV_T], ev->ids.task_id);
+        lit_text(&lits[EV_A], ev->ids.agent_id);
+        lit_i64(&lits[EV_K], k);
+        lit_i64(&lits[EV_TYPE], ev->type);
+        lit_double(&lits[EV_THR], ev->fields.threshold_ratio);
+        lit_sep(&lits[EV_FALL]);
+        lit_put(&lits[EV_FALL], ev->fields.falling ? "t" : "f", 1);
+        lit_i64(&lits[EV_DELAY], ev->fields.delay_ms);
+    }
+    char now_text[24];
+    snprintf(now_text, sizeof now_text, "%lld", (long long)w->now_ms);
+    const char *values[2 + PARAM_ARRAYS] = {tenant_id};
+    values[1 + PARAM_ARRAYS] = now_text;
     if (!lits_done(lits, PARAM_ARRAYS, values, 1)) {
         lits_free(lits, PARAM_ARRAYS);
         return no_memory(err);
     }
     PGresult *res = NULL;
-    cg_status rc = cg__pg_run(pg, "batch_write", WRITE_SQL, 1 + PARAM_ARRAYS, values, NULL, NULL, 0,
+    cg_status rc = cg__pg_run(pg, "batch_write", WRITE_SQL, 2 + PARAM_ARRAYS, values, NULL, NULL, 0,
                               &res, err);
     lits_free(lits, PARAM_ARRAYS);
     if (rc != CG_OK) {
@@ -404,7 +471,7 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
     }
     /* Every row the batch meant to change must have changed: the locks taken before make
      * anything else a bug, and a bug must not become a half-applied batch. */
-    int settled = -1, ledger = -1, counters = 0, inserted = 0;
+    int settled = -1, ledger = -1, counters = 0, inserted = 0, stored_events = 0;
     for (int r = 0; r < PQntuples(res); r++) {
         const char *kind = PQgetvalue(res, r, 0);
         const char *v = PQgetvalue(res, r, 1);
@@ -420,6 +487,12 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
             settled = (int)cg__pg_parse_i64(v);
         } else if (kind[0] == 'l') {
             ledger = (int)cg__pg_parse_i64(v);
+        } else if (kind[0] == 'e') {
+            stored_events++;
+            if (!cg__pg_notice_add(pg, v))
+                cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg),
+                       "too many events in one transaction to announce; watchers learn of them "
+                       "later");
         } else if (kind[0] == 'c') {
             /* The row's new row_version (migration 0008), for the caches. Ids hold no
              * spaces (store.h), so "session task agent" names one row. */
@@ -436,7 +509,7 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
     }
     PQclear(res);
     if (inserted != w->n_new || settled != w->n_settle || ledger != w->n_ledger ||
-        counters != w->n_counters) {
+        counters != w->n_counters || stored_events != w->n_events) {
         cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg),
                "batch_write: changed %d/%d/%d/%d rows, meant %d/%d/%d/%d", inserted, settled,
                ledger, counters, w->n_new, w->n_settle, w->n_ledger, w->n_counters);

@@ -141,6 +141,22 @@ class BatchedWrites(cgtest.TestCase):
         self.assertEqual(out.replace(" ", ""), f"144|{sum(results)}")
 
 
+    def test_events_of_a_batch_are_numbered_per_scope_without_gaps(self):
+        results = run_together(32, lambda i: self.reserve(30))
+        self.assertEqual(sum(1 for r in results if not isinstance(r, grpc.RpcError)), 32)
+        rows = cgtest.psql(
+            f"SELECT seq, type, reserved_tokens FROM scope_events"
+            f" WHERE tenant_id = '{self.tenant}' AND session_id = '{self.s}' AND task_id = 't'"
+            f" ORDER BY seq", dsn=self.srv.dsn).split()
+        seqs = [int(r.split("|")[0]) for r in rows]
+        self.assertEqual(seqs, list(range(1, len(seqs) + 1)), "every number once, in order")
+        types = {int(r.split("|")[1]) for r in rows}
+        self.assertIn(B.USAGE_EVENT_TYPE_USAGE_CHANGED, types)
+        # 960 of 1,000 tokens held: the thresholds up to 95 % were crossed on the way.
+        self.assertIn(B.USAGE_EVENT_TYPE_THRESHOLD_CROSSED, types)
+        self.assertEqual(max(int(r.split("|")[2]) for r in rows), 960)
+
+
 class UnbatchedWrites(BatchedWrites):
     BATCHING = False
 
