@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "pgtest.h"
+#include "storetest.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
 
@@ -33,48 +34,17 @@ static void teardown(void)
 
 static struct cg_store *test_store(void)
 {
-    struct cg_store_opts opts = cg_pgtest_store_opts(&T);
-    struct cg_store *s = cg_store_new(&opts);
-    cr_assert(s != NULL, "cg_store_new failed");
-    return s;
+    return cg_storetest_store(&T);
 }
 
 static struct cg_tenant make_tenant(struct cg_store *s, const char *name)
 {
-    struct cg_tenant t;
-    struct cg_err err;
-    cg_status rc = cg_store_tenant_create(s, name, "UTC", &t, &err);
-    cr_assert_eq(rc, CG_OK, "tenant_create: %s %s", cg_status_name(rc), err.msg);
-    return t;
-}
-
-static struct cg_scope_ids scope(const char *session_id, const char *task_id, const char *agent_id)
-{
-    struct cg_scope_ids ids;
-    memset(&ids, 0, sizeof ids);
-    snprintf(ids.session_id, sizeof ids.session_id, "%s", session_id);
-    snprintf(ids.task_id, sizeof ids.task_id, "%s", task_id);
-    snprintf(ids.agent_id, sizeof ids.agent_id, "%s", agent_id);
-    return ids;
+    return cg_storetest_tenant(s, name, NULL);
 }
 
 /* 2023-06-15 12:00:00 UTC: the injected "now" of every test. */
 #define T0 1686830400000LL
 #define MINUTE 60000LL
-
-static void begin(struct cg_store *s)
-{
-    struct cg_err err;
-    cg_status rc = cg_store_begin(s, &err);
-    cr_assert_eq(rc, CG_OK, "begin: %s %s", cg_status_name(rc), err.msg);
-}
-
-static void commit(struct cg_store *s)
-{
-    struct cg_err err;
-    cg_status rc = cg_store_commit(s, &err);
-    cr_assert_eq(rc, CG_OK, "commit: %s %s", cg_status_name(rc), err.msg);
-}
 
 /* An APPROVAL-mode budget (mode 3) of limit tokens on ids, stored at now_ms. reset_period
  * 2 (daily) only for the tenant. */
@@ -95,14 +65,14 @@ static struct cg_budget_row put_approval_budget(struct cg_store *s, const char *
     row.approval_ttl_ms = 10 * MINUTE;
     bool created = false;
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     int n = 0;
     struct cg_budget_row path[4];
     cg_status rc = cg_store_path_read(s, tenant_id, &ids, true, true, now_ms, path, &n, &err);
     cr_assert_eq(rc, CG_OK, "path_read: %s %s", cg_status_name(rc), err.msg);
     rc = cg_store_budget_put(s, tenant_id, &row, 0, "k1", now_ms, &out, &created, &err);
     cr_assert_eq(rc, CG_OK, "budget_put: %s %s", cg_status_name(rc), err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     return out;
 }
 
@@ -112,10 +82,10 @@ static int read_at(struct cg_store *s, const char *tenant_id, struct cg_scope_id
 {
     int n = 0;
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc = cg_store_path_read(s, tenant_id, &ids, false, false, now_ms, rows, &n, &err);
     cr_assert_eq(rc, CG_OK, "path_read: %s %s", cg_status_name(rc), err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     return n;
 }
 
@@ -126,7 +96,7 @@ static cg_approval_outcome request_at(struct cg_store *s, const char *tenant_id,
                                       int64_t now_ms, struct cg_approval *out)
 {
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     struct cg_budget_row path[4];
     int n = 0;
     cg_status rc = cg_store_path_read(s, tenant_id, &ids, true, false, now_ms, path, &n, &err);
@@ -142,7 +112,7 @@ static cg_approval_outcome request_at(struct cg_store *s, const char *tenant_id,
     rc = cg_store_approval_request(s, tenant_id, &ids, path, n, level - 1, &request,
                                    path[level - 1].approval_ttl_ms, now_ms, out, &outcome, &err);
     cr_assert_eq(rc, CG_OK, "approval_request: %s %s", cg_status_name(rc), err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     return outcome;
 }
 
@@ -161,7 +131,7 @@ Test(approvals, open_pending_approve_extends_the_level_with_who_and_when, .init 
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_scope_ids sess = scope("s1", "", "");
+    struct cg_scope_ids sess = cg_storetest_scope("s1", "", "");
     put_approval_budget(s, t.tenant_id, sess, 1000, 1, T0);
 
     cr_assert_eq(request_at(s, t.tenant_id, sess, 2, 1500, T0, &A), CG_APPROVAL_OPENED);
@@ -221,8 +191,8 @@ Test(approvals, a_denial_refuses_the_same_limit_until_the_budget_changes, .init 
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_scope_ids sess = scope("s1", "", "");
-    struct cg_scope_ids task = scope("s1", "t1", "");
+    struct cg_scope_ids sess = cg_storetest_scope("s1", "", "");
+    struct cg_scope_ids task = cg_storetest_scope("s1", "t1", "");
     put_approval_budget(s, t.tenant_id, sess, 1000, 1, T0);
     put_approval_budget(s, t.tenant_id, task, 500, 1, T0);
 
@@ -258,7 +228,7 @@ Test(approvals, a_pending_approval_past_its_expiry_reads_expired_and_cannot_be_d
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_scope_ids sess = scope("s1", "", "");
+    struct cg_scope_ids sess = cg_storetest_scope("s1", "", "");
     put_approval_budget(s, t.tenant_id, sess, 1000, 1, T0);
     cr_assert_eq(request_at(s, t.tenant_id, sess, 2, 1500, T0, &A), CG_APPROVAL_OPENED);
 
@@ -298,7 +268,7 @@ Test(approvals, a_request_after_expiry_replaces_the_expired_one, .init = setup, 
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_scope_ids sess = scope("s1", "", "");
+    struct cg_scope_ids sess = cg_storetest_scope("s1", "", "");
     put_approval_budget(s, t.tenant_id, sess, 1000, 1, T0);
     cr_assert_eq(request_at(s, t.tenant_id, sess, 2, 1500, T0, &A), CG_APPROVAL_OPENED);
     cr_assert_eq(request_at(s, t.tenant_id, sess, 2, 1500, T0 + 10 * MINUTE, &B),
@@ -319,12 +289,13 @@ Test(approvals, the_sweeper_expires_due_approvals_and_only_those, .init = setup,
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    put_approval_budget(s, t.tenant_id, scope("s1", "", ""), 1000, 1, T0);
-    put_approval_budget(s, t.tenant_id, scope("s2", "", ""), 1000, 1, T0);
-    cr_assert_eq(request_at(s, t.tenant_id, scope("s1", "", ""), 2, 1500, T0, &A),
+    put_approval_budget(s, t.tenant_id, cg_storetest_scope("s1", "", ""), 1000, 1, T0);
+    put_approval_budget(s, t.tenant_id, cg_storetest_scope("s2", "", ""), 1000, 1, T0);
+    cr_assert_eq(request_at(s, t.tenant_id, cg_storetest_scope("s1", "", ""), 2, 1500, T0, &A),
                  CG_APPROVAL_OPENED);
-    cr_assert_eq(request_at(s, t.tenant_id, scope("s2", "", ""), 2, 1500, T0 + 5 * MINUTE, &B),
-                 CG_APPROVAL_OPENED);
+    cr_assert_eq(
+        request_at(s, t.tenant_id, cg_storetest_scope("s2", "", ""), 2, 1500, T0 + 5 * MINUTE, &B),
+        CG_APPROVAL_OPENED);
 
     struct cg_rpc_env env = {.store = s};
     int expired = 0;
@@ -351,8 +322,8 @@ Test(approvals, set_budget_and_a_tenant_reset_end_approved_extensions, .init = s
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_scope_ids tenant = scope("", "", "");
-    struct cg_scope_ids sess = scope("s1", "", "");
+    struct cg_scope_ids tenant = cg_storetest_scope("", "", "");
+    struct cg_scope_ids sess = cg_storetest_scope("s1", "", "");
     put_approval_budget(s, t.tenant_id, tenant, 1000, 2 /* daily */, T0);
     put_approval_budget(s, t.tenant_id, sess, 1000, 1, T0);
 
@@ -390,7 +361,7 @@ Test(approvals, a_denial_at_the_tenant_level_ends_with_the_period, .init = setup
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_scope_ids tenant = scope("", "", "");
+    struct cg_scope_ids tenant = cg_storetest_scope("", "", "");
     put_approval_budget(s, t.tenant_id, tenant, 1000, 2 /* daily */, T0);
     cr_assert_eq(request_at(s, t.tenant_id, tenant, 1, 1500, T0, &A), CG_APPROVAL_OPENED);
     bool replayed;
@@ -410,19 +381,19 @@ Test(approvals, close_scope_expires_the_subtrees_pending_approvals, .init = setu
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    put_approval_budget(s, t.tenant_id, scope("s1", "", ""), 1000, 1, T0);
-    put_approval_budget(s, t.tenant_id, scope("s1", "t1", ""), 1000, 1, T0);
-    put_approval_budget(s, t.tenant_id, scope("s2", "", ""), 1000, 1, T0);
+    put_approval_budget(s, t.tenant_id, cg_storetest_scope("s1", "", ""), 1000, 1, T0);
+    put_approval_budget(s, t.tenant_id, cg_storetest_scope("s1", "t1", ""), 1000, 1, T0);
+    put_approval_budget(s, t.tenant_id, cg_storetest_scope("s2", "", ""), 1000, 1, T0);
     int64_t now = cg_wall_ms(); /* CloseScope runs on the database's clock */
-    cr_assert_eq(request_at(s, t.tenant_id, scope("s1", "t1", ""), 3, 1500, now, &A),
+    cr_assert_eq(request_at(s, t.tenant_id, cg_storetest_scope("s1", "t1", ""), 3, 1500, now, &A),
                  CG_APPROVAL_OPENED);
-    cr_assert_eq(request_at(s, t.tenant_id, scope("s1", "", ""), 2, 1500, now, &B),
+    cr_assert_eq(request_at(s, t.tenant_id, cg_storetest_scope("s1", "", ""), 2, 1500, now, &B),
                  CG_APPROVAL_OPENED);
-    cr_assert_eq(request_at(s, t.tenant_id, scope("s2", "", ""), 2, 1500, now, &B),
+    cr_assert_eq(request_at(s, t.tenant_id, cg_storetest_scope("s2", "", ""), 2, 1500, now, &B),
                  CG_APPROVAL_OPENED);
     struct cg_scope_close *closed = calloc(1, sizeof *closed);
     struct cg_err err;
-    struct cg_scope_ids s1 = scope("s1", "", "");
+    struct cg_scope_ids s1 = cg_storetest_scope("s1", "", "");
     cr_assert_eq(cg_store_scope_close(s, t.tenant_id, &s1, closed, &err), CG_OK, "%s", err.msg);
     cr_assert_eq(closed->expired_approvals, 2);
     cr_assert_eq(cg_store_approval_get(s, t.tenant_id, A.approval_id, now, &A, &err), CG_OK);
@@ -444,9 +415,10 @@ Test(approvals, listing_pages_newest_first_and_filters_by_state_and_scope, .init
     for (int i = 0; i < 5; i++) {
         char sid[16];
         snprintf(sid, sizeof sid, "s%d", i);
-        put_approval_budget(s, t.tenant_id, scope(sid, "", ""), 1000, 1, T0);
-        cr_assert_eq(request_at(s, t.tenant_id, scope(sid, "", ""), 2, 1500, T0 + i * 1000, &A),
-                     CG_APPROVAL_OPENED);
+        put_approval_budget(s, t.tenant_id, cg_storetest_scope(sid, "", ""), 1000, 1, T0);
+        cr_assert_eq(
+            request_at(s, t.tenant_id, cg_storetest_scope(sid, "", ""), 2, 1500, T0 + i * 1000, &A),
+            CG_APPROVAL_OPENED);
         memcpy(ids[i], A.approval_id, sizeof ids[i]);
     }
     bool replayed;
@@ -458,7 +430,7 @@ Test(approvals, listing_pages_newest_first_and_filters_by_state_and_scope, .init
     struct cg_approval_cursor next;
     int count = 0;
     bool more = false;
-    struct cg_scope_ids all = scope("", "", "");
+    struct cg_scope_ids all = cg_storetest_scope("", "", "");
     int64_t now = T0 + 2 * MINUTE;
     cr_assert_eq(cg_store_approval_list(s, t.tenant_id, &all, true, 0, NULL, 2, now, page, &count,
                                         &more, &next, &err),
@@ -498,7 +470,7 @@ Test(approvals, listing_pages_newest_first_and_filters_by_state_and_scope, .init
                  CG_OK);
     cr_assert_eq(count, 2);
     cr_assert(more);
-    struct cg_scope_ids missing = scope("nope", "", "");
+    struct cg_scope_ids missing = cg_storetest_scope("nope", "", "");
     cr_assert_eq(cg_store_approval_list(s, t.tenant_id, &missing, true, 0, NULL, 2, now, page,
                                         &count, &more, &next, &err),
                  CG_NOT_FOUND);
@@ -513,8 +485,8 @@ Test(approvals, another_tenants_approval_is_not_found, .init = setup, .fini = te
     struct cg_store *s = test_store();
     struct cg_tenant a = make_tenant(s, "a");
     struct cg_tenant b = make_tenant(s, "b");
-    put_approval_budget(s, a.tenant_id, scope("s1", "", ""), 1000, 1, T0);
-    cr_assert_eq(request_at(s, a.tenant_id, scope("s1", "", ""), 2, 1500, T0, &A),
+    put_approval_budget(s, a.tenant_id, cg_storetest_scope("s1", "", ""), 1000, 1, T0);
+    cr_assert_eq(request_at(s, a.tenant_id, cg_storetest_scope("s1", "", ""), 2, 1500, T0, &A),
                  CG_APPROVAL_OPENED);
     struct cg_err err;
     bool replayed;
@@ -553,7 +525,7 @@ static void *race(void *arg)
     struct cg_approval *out = calloc(1, sizeof *out);
     struct cg_approval *request = calloc(1, sizeof *request);
     request->requested_tokens = 1500;
-    struct cg_scope_ids ids = scope("s1", "t1", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s1", "t1", "");
     struct cg_err err;
     struct cg_budget_row path[4];
     int n = 0;
@@ -580,8 +552,8 @@ Test(approvals, concurrent_requests_over_one_limit_open_exactly_one_approval, .i
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    put_approval_budget(s, t.tenant_id, scope("s1", "", ""), 1000, 1, T0);
-    put_approval_budget(s, t.tenant_id, scope("s1", "t1", ""), 1000, 1, T0);
+    put_approval_budget(s, t.tenant_id, cg_storetest_scope("s1", "", ""), 1000, 1, T0);
+    put_approval_budget(s, t.tenant_id, cg_storetest_scope("s1", "t1", ""), 1000, 1, T0);
     pthread_barrier_t barrier;
     pthread_barrier_init(&barrier, NULL, RACERS);
     struct racer racers[RACERS];

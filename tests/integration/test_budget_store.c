@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "pgtest.h"
+#include "storetest.h"
 #include "store/store.h"
 
 static struct cg_pgtest T;
@@ -31,29 +32,12 @@ static void teardown(void)
 
 static struct cg_store *test_store(void)
 {
-    struct cg_store_opts opts = cg_pgtest_store_opts(&T);
-    struct cg_store *s = cg_store_new(&opts);
-    cr_assert(s != NULL, "cg_store_new failed");
-    return s;
+    return cg_storetest_store(&T);
 }
 
 static struct cg_tenant make_tenant(struct cg_store *s, const char *name)
 {
-    struct cg_tenant t;
-    struct cg_err err;
-    cg_status rc = cg_store_tenant_create(s, name, "UTC", &t, &err);
-    cr_assert_eq(rc, CG_OK, "tenant_create: %s %s", cg_status_name(rc), err.msg);
-    return t;
-}
-
-static struct cg_scope_ids scope(const char *session_id, const char *task_id, const char *agent_id)
-{
-    struct cg_scope_ids ids;
-    memset(&ids, 0, sizeof ids);
-    snprintf(ids.session_id, sizeof ids.session_id, "%s", session_id);
-    snprintf(ids.task_id, sizeof ids.task_id, "%s", task_id);
-    snprintf(ids.agent_id, sizeof ids.agent_id, "%s", agent_id);
-    return ids;
+    return cg_storetest_tenant(s, name, NULL);
 }
 
 /* A HARD budget with the default warning ratio and tiers. */
@@ -62,7 +46,7 @@ static struct cg_budget_row budget(const char *session_id, const char *task_id,
 {
     struct cg_budget_row row;
     memset(&row, 0, sizeof row);
-    row.ids = scope(session_id, task_id, agent_id);
+    row.ids = cg_storetest_scope(session_id, task_id, agent_id);
     row.has_budget = true;
     row.mode = 1;
     row.limit_tokens = limit_tokens;
@@ -73,20 +57,6 @@ static struct cg_budget_row budget(const char *session_id, const char *task_id,
     return row;
 }
 
-static void begin(struct cg_store *s)
-{
-    struct cg_err err;
-    cg_status rc = cg_store_begin(s, &err);
-    cr_assert_eq(rc, CG_OK, "begin: %s %s", cg_status_name(rc), err.msg);
-}
-
-static void commit(struct cg_store *s)
-{
-    struct cg_err err;
-    cg_status rc = cg_store_commit(s, &err);
-    cr_assert_eq(rc, CG_OK, "commit: %s %s", cg_status_name(rc), err.msg);
-}
-
 /* Puts a budget in a transaction of its own; returns the row as stored. */
 static struct cg_budget_row put(struct cg_store *s, const char *tenant_id,
                                 const struct cg_budget_row *row)
@@ -94,11 +64,11 @@ static struct cg_budget_row put(struct cg_store *s, const char *tenant_id,
     struct cg_budget_row out;
     bool created = false;
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc =
         cg_store_budget_put(s, tenant_id, row, 0, "ci-key", cg_wall_ms(), &out, &created, &err);
     cr_assert_eq(rc, CG_OK, "budget_put: %s %s", cg_status_name(rc), err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     return out;
 }
 
@@ -138,9 +108,9 @@ Test(budget_store, the_tenant_row_is_made_on_first_use_without_a_budget, .init =
     struct cg_tenant t = make_tenant(s, "acme");
     struct cg_budget_row rows[4];
 
-    begin(s);
-    cr_assert_eq(read_path(s, t.tenant_id, scope("", "", ""), rows), 1);
-    commit(s);
+    cg_storetest_begin(s);
+    cr_assert_eq(read_path(s, t.tenant_id, cg_storetest_scope("", "", ""), rows), 1);
+    cg_storetest_commit(s);
     cr_assert_eq(rows[0].level, 1);
     cr_assert_not(rows[0].has_budget);
     cr_assert_eq(rows[0].version, 0);
@@ -149,14 +119,14 @@ Test(budget_store, the_tenant_row_is_made_on_first_use_without_a_budget, .init =
     cr_assert_gt(rows[0].created_at_ms, 0);
 
     /* A second read (also without a lock) finds the same row, and makes no other. */
-    begin(s);
-    struct cg_scope_ids ids = scope("", "", "");
+    cg_storetest_begin(s);
+    struct cg_scope_ids ids = cg_storetest_scope("", "", "");
     int n = 0;
     struct cg_err err;
     cr_assert_eq(
         cg_store_path_read(s, t.tenant_id, &ids, false, false, cg_wall_ms(), rows, &n, &err), CG_OK,
         "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_eq(n, 1);
     cr_assert_eq(db_int("SELECT count(*) FROM scopes WHERE tenant_id = $1::uuid", t.tenant_id), 1);
     cg_store_free(s);
@@ -197,9 +167,9 @@ Test(budget_store, put_then_read_a_whole_path, .init = setup, .fini = teardown, 
     (void)put(s, t.tenant_id, &agent);
 
     struct cg_budget_row rows[4];
-    begin(s);
-    cr_assert_eq(read_path(s, t.tenant_id, scope("s-1", "t-1", "a-1"), rows), 4);
-    commit(s);
+    cg_storetest_begin(s);
+    cr_assert_eq(read_path(s, t.tenant_id, cg_storetest_scope("s-1", "t-1", "a-1"), rows), 4);
+    cg_storetest_commit(s);
     for (int i = 0; i < 4; i++)
         cr_assert_eq(rows[i].level, i + 1, "rows[%d] has level %d", i, rows[i].level);
     cr_assert_not(rows[0].has_budget);
@@ -238,9 +208,9 @@ Test(budget_store, put_then_read_a_whole_path, .init = setup, .fini = teardown, 
     cr_assert_eq(rows[3].on_store_failure, 2);
 
     /* A shorter path reads only its own levels. */
-    begin(s);
-    cr_assert_eq(read_path(s, t.tenant_id, scope("s-1", "", ""), rows), 2);
-    commit(s);
+    cg_storetest_begin(s);
+    cr_assert_eq(read_path(s, t.tenant_id, cg_storetest_scope("s-1", "", ""), rows), 2);
+    cg_storetest_commit(s);
     cr_assert_str_eq(rows[1].ids.session_id, "s-1");
     cg_store_free(s);
 }
@@ -251,7 +221,7 @@ static void expect_read_error(struct cg_store *s, const char *tenant_id, struct 
     struct cg_budget_row rows[4];
     int n = -1;
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc = cg_store_path_read(s, tenant_id, &ids, true, allow_missing_last, cg_wall_ms(),
                                       rows, &n, &err);
     cg_store_rollback(s);
@@ -269,37 +239,37 @@ Test(budget_store, a_missing_level_is_not_found_naming_its_field, .init = setup,
     struct cg_budget_row session = budget("s", "", "", 1000);
     (void)put(s, t.tenant_id, &session);
 
-    expect_read_error(s, t.tenant_id, scope("nope", "", ""), false, CG_NOT_FOUND,
+    expect_read_error(s, t.tenant_id, cg_storetest_scope("nope", "", ""), false, CG_NOT_FOUND,
                       "scope.session_id: no such session");
-    expect_read_error(s, t.tenant_id, scope("nope", "t", ""), false, CG_NOT_FOUND,
+    expect_read_error(s, t.tenant_id, cg_storetest_scope("nope", "t", ""), false, CG_NOT_FOUND,
                       "scope.session_id: no such session");
-    expect_read_error(s, t.tenant_id, scope("s", "t", ""), false, CG_NOT_FOUND,
+    expect_read_error(s, t.tenant_id, cg_storetest_scope("s", "t", ""), false, CG_NOT_FOUND,
                       "scope.task_id: no such task");
-    expect_read_error(s, t.tenant_id, scope("s", "t", "a"), false, CG_NOT_FOUND,
+    expect_read_error(s, t.tenant_id, cg_storetest_scope("s", "t", "a"), false, CG_NOT_FOUND,
                       "scope.task_id: no such task");
     /* Only the last level may be missing, and only when asked. */
-    expect_read_error(s, t.tenant_id, scope("s", "t", "a"), true, CG_NOT_FOUND,
+    expect_read_error(s, t.tenant_id, cg_storetest_scope("s", "t", "a"), true, CG_NOT_FOUND,
                       "scope.task_id: no such task");
     struct cg_budget_row rows[4];
-    struct cg_scope_ids ids = scope("s", "t", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s", "t", "");
     int n = -1;
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_path_read(s, t.tenant_id, &ids, true, true, cg_wall_ms(), rows, &n, &err),
                  CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_eq(n, 2, "the missing task is left out: n = %d", n);
 
     struct cg_budget_row task = budget("s", "t", "", 500);
     (void)put(s, t.tenant_id, &task);
-    expect_read_error(s, t.tenant_id, scope("s", "t", "a"), false, CG_NOT_FOUND,
+    expect_read_error(s, t.tenant_id, cg_storetest_scope("s", "t", "a"), false, CG_NOT_FOUND,
                       "scope.agent_id: no such agent");
 
     /* SetBudget under a missing parent names the parent and writes nothing. */
     struct cg_budget_row orphan = budget("nope", "t", "", 10);
     struct cg_budget_row out;
     bool created = true;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc =
         cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
@@ -307,7 +277,7 @@ Test(budget_store, a_missing_level_is_not_found_naming_its_field, .init = setup,
     cr_assert_str_eq(err.msg, "scope.session_id: no such session");
     cr_assert_not(created);
     orphan = budget("s", "nope", "a", 10);
-    begin(s);
+    cg_storetest_begin(s);
     rc = cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s %s", cg_status_name(rc), err.msg);
@@ -315,9 +285,9 @@ Test(budget_store, a_missing_level_is_not_found_naming_its_field, .init = setup,
     cr_assert_eq(db_int("SELECT count(*) FROM scopes WHERE tenant_id = $1::uuid", t.tenant_id), 3);
 
     /* A tenant that does not exist, or is not even a UUID. */
-    expect_read_error(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", scope("", "", ""), false,
-                      CG_NOT_FOUND, "tenant_id: no such tenant");
-    expect_read_error(s, "not-a-uuid", scope("s", "", ""), false, CG_NOT_FOUND,
+    expect_read_error(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", cg_storetest_scope("", "", ""),
+                      false, CG_NOT_FOUND, "tenant_id: no such tenant");
+    expect_read_error(s, "not-a-uuid", cg_storetest_scope("s", "", ""), false, CG_NOT_FOUND,
                       "tenant_id: no such tenant");
     cg_store_free(s);
 }
@@ -330,18 +300,18 @@ Test(budget_store, another_tenants_scopes_are_not_found, .init = setup, .fini = 
     struct cg_tenant b = make_tenant(s, "b");
     struct cg_budget_row session = budget("shared-name", "", "", 1000);
     (void)put(s, a.tenant_id, &session);
-    expect_read_error(s, b.tenant_id, scope("shared-name", "", ""), false, CG_NOT_FOUND,
-                      "scope.session_id: no such session");
+    expect_read_error(s, b.tenant_id, cg_storetest_scope("shared-name", "", ""), false,
+                      CG_NOT_FOUND, "scope.session_id: no such session");
 
     struct cg_reservation res, got;
     struct cg_err err;
-    struct cg_scope_ids ids = scope("shared-name", "", "");
-    begin(s);
+    struct cg_scope_ids ids = cg_storetest_scope("shared-name", "", "");
+    cg_storetest_begin(s);
     cr_assert_eq(
         cg_store_reservation_insert(s, a.tenant_id, &ids, 10, 0, "m", "", "", 60000, &res, &err),
         CG_OK, "%s", err.msg);
-    commit(s);
-    begin(s);
+    cg_storetest_commit(s);
+    cg_storetest_begin(s);
     cg_status rc = cg_store_reservation_lock(s, b.tenant_id, res.reservation_id, &got, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s", cg_status_name(rc));
@@ -358,11 +328,11 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
     struct cg_budget_row out;
     bool created;
 
-    expect_read_error(s, t.tenant_id, scope("", "t", ""), false, CG_INVALID_ARGUMENT,
+    expect_read_error(s, t.tenant_id, cg_storetest_scope("", "t", ""), false, CG_INVALID_ARGUMENT,
                       "scope.task_id: needs a scope.session_id");
-    expect_read_error(s, t.tenant_id, scope("s", "", "a"), false, CG_INVALID_ARGUMENT,
+    expect_read_error(s, t.tenant_id, cg_storetest_scope("s", "", "a"), false, CG_INVALID_ARGUMENT,
                       "scope.agent_id: needs a scope.task_id");
-    struct cg_scope_ids bad = scope("\xff\xfe", "", "");
+    struct cg_scope_ids bad = cg_storetest_scope("\xff\xfe", "", "");
     expect_read_error(s, t.tenant_id, bad, false, CG_INVALID_ARGUMENT,
                       "scope.session_id: not valid UTF-8");
     /* An id that fills its array without a terminator. */
@@ -372,7 +342,7 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
 
     struct cg_budget_row row = budget("s", "", "", 1000);
     row.reset_period = 2;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc =
         cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
@@ -380,7 +350,7 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
     cr_assert_str_eq(err.msg, "settings.reset_period: only a tenant budget resets");
 
     row = budget("s", "", "", 0);
-    begin(s);
+    cg_storetest_begin(s);
     rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
@@ -388,22 +358,22 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
 
     row = budget("s", "", "", 10);
     row.mode = 7;
-    begin(s);
+    cg_storetest_begin(s);
     rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert(strncmp(err.msg, "settings.mode:", 14) == 0, "%s", err.msg);
 
     row = budget("s", "", "", 10);
-    begin(s);
+    cg_storetest_begin(s);
     rc = cg_store_budget_put(s, t.tenant_id, &row, -1, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "expected_version: must not be negative");
 
     struct cg_reservation res;
-    struct cg_scope_ids ids = scope("", "", "");
-    begin(s);
+    struct cg_scope_ids ids = cg_storetest_scope("", "", "");
+    cg_storetest_begin(s);
     rc = cg_store_reservation_insert(s, t.tenant_id, &ids, -1, 0, "", "", "", 1000, &res, &err);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "tokens: must not be negative");
@@ -434,21 +404,21 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     bool created = false;
     struct cg_err err;
 
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(
         cg_store_budget_put(s, t.tenant_id, &row, 0, "k1", cg_wall_ms(), &out, &created, &err),
         CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert(created);
     cr_assert_eq(out.version, 1);
     int64_t created_at = out.created_at_ms;
 
     row.limit_tokens = 2000;
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(
         cg_store_budget_put(s, t.tenant_id, &row, 0, "k2", cg_wall_ms(), &out, &created, &err),
         CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_not(created);
     cr_assert_eq(out.version, 2);
     cr_assert_eq(out.limit_tokens, 2000);
@@ -457,7 +427,7 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
 
     /* A stale version is refused and changes nothing. */
     row.limit_tokens = 3000;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc =
         cg_store_budget_put(s, t.tenant_id, &row, 1, "k3", cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
@@ -465,17 +435,17 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     cr_assert_str_eq(err.msg, "expected_version 1 does not match the stored version 2");
     cr_assert_eq(db_int("SELECT limit_tokens FROM scopes WHERE session_id = $1", "s"), 2000);
 
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(
         cg_store_budget_put(s, t.tenant_id, &row, 2, "k3", cg_wall_ms(), &out, &created, &err),
         CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_eq(out.version, 3);
     cr_assert_eq(out.limit_tokens, 3000);
 
     /* An expected version for a scope that has none yet is refused too. */
     struct cg_budget_row fresh = budget("s2", "", "", 10);
-    begin(s);
+    cg_storetest_begin(s);
     rc = cg_store_budget_put(s, t.tenant_id, &fresh, 4, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_ABORTED, "%s", cg_status_name(rc));
@@ -485,16 +455,16 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
 
     /* The tenant's row, made without a budget, gets its first one: that is "created". */
     struct cg_budget_row rows[4];
-    begin(s);
-    (void)read_path(s, t.tenant_id, scope("", "", ""), rows);
-    commit(s);
+    cg_storetest_begin(s);
+    (void)read_path(s, t.tenant_id, cg_storetest_scope("", "", ""), rows);
+    cg_storetest_commit(s);
     struct cg_budget_row tenant = budget("", "", "", 1000000);
     tenant.reset_period = 3;
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(
         cg_store_budget_put(s, t.tenant_id, &tenant, 0, NULL, cg_wall_ms(), &out, &created, &err),
         CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert(created);
     cr_assert_eq(out.version, 1);
     cr_assert_eq(out.level, 1);
@@ -503,11 +473,11 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
 
     /* The same for a tenant whose row was never read: it is made by the put. */
     struct cg_tenant fresh_tenant = make_tenant(s, "fresh");
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_budget_put(s, fresh_tenant.tenant_id, &tenant, 0, NULL, cg_wall_ms(),
                                      &out, &created, &err),
                  CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert(created);
     cr_assert_eq(out.version, 1);
 
@@ -516,7 +486,7 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     struct cg_budget_row ghost_rows[] = {budget("", "", "", 10), budget("s", "", "", 10),
                                          budget("s", "t", "", 10)};
     for (size_t i = 0; i < sizeof ghost_rows / sizeof ghost_rows[0]; i++) {
-        begin(s);
+        cg_storetest_begin(s);
         rc = cg_store_budget_put(s, ghost, &ghost_rows[i], 0, NULL, cg_wall_ms(), &out, &created,
                                  &err);
         cg_store_rollback(s);
@@ -543,8 +513,8 @@ Test(budget_store, path_add_counts_on_every_level_and_never_below_zero, .init = 
 
     struct cg_budget_row rows[4];
     struct cg_err err;
-    begin(s);
-    int n = read_path(s, t.tenant_id, scope("s", "t", ""), rows);
+    cg_storetest_begin(s);
+    int n = read_path(s, t.tenant_id, cg_storetest_scope("s", "t", ""), rows);
     cr_assert_eq(n, 3);
     cr_assert_eq(cg_store_path_add(s, t.tenant_id, rows, n, 100, 50, 7, 3, &err), CG_OK, "%s",
                  err.msg);
@@ -569,7 +539,7 @@ Test(budget_store, path_add_counts_on_every_level_and_never_below_zero, .init = 
     cr_assert_eq(cg_store_path_add(s, t.tenant_id, rows, 2, 5, 0, 0, 0, &err), CG_OK, "%s",
                  err.msg);
     cr_assert_eq(rows[1].used_tokens, 75);
-    commit(s);
+    cg_storetest_commit(s);
 
     cr_assert_eq(db_int("SELECT used_tokens FROM scopes WHERE session_id = ''", NULL), 75);
     cr_assert_eq(
@@ -584,8 +554,8 @@ Test(budget_store, path_add_counts_on_every_level_and_never_below_zero, .init = 
     cr_assert_eq(after.version, 2);
 
     /* A counter pushed past the bigint range is refused, and the transaction with it. */
-    begin(s);
-    n = read_path(s, t.tenant_id, scope("s", "t", ""), rows);
+    cg_storetest_begin(s);
+    n = read_path(s, t.tenant_id, cg_storetest_scope("s", "t", ""), rows);
     cg_status rc = cg_store_path_add(s, t.tenant_id, rows, n, INT64_MAX, 0, 0, 0, &err);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s %s", cg_status_name(rc), err.msg);
     rc = cg_store_commit(s, &err);
@@ -594,9 +564,9 @@ Test(budget_store, path_add_counts_on_every_level_and_never_below_zero, .init = 
     cr_assert_eq(db_int("SELECT used_tokens FROM scopes WHERE task_id = $1", "t"), 70);
 
     /* The store is usable afterwards. */
-    begin(s);
-    cr_assert_eq(read_path(s, t.tenant_id, scope("s", "t", ""), rows), 3);
-    commit(s);
+    cg_storetest_begin(s);
+    cr_assert_eq(read_path(s, t.tenant_id, cg_storetest_scope("s", "t", ""), rows), 3);
+    cg_storetest_commit(s);
     cg_store_free(s);
 }
 
@@ -608,15 +578,15 @@ Test(budget_store, reservation_insert_lock_settle, .init = setup, .fini = teardo
     struct cg_tenant t = make_tenant(s, "acme");
     struct cg_budget_row session = budget("s", "", "", 1000);
     (void)put(s, t.tenant_id, &session);
-    struct cg_scope_ids ids = scope("s", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_reservation res, got;
     struct cg_err err;
 
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_reservation_insert(s, t.tenant_id, &ids, 400, 1200, "gpt-4o", "est-1", "",
                                              60000, &res, &err),
                  CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_eq(strlen(res.reservation_id), CG_UUID_LEN);
     cr_assert_eq(res.state, 1);
     cr_assert_not(res.replayed);
@@ -635,7 +605,7 @@ Test(budget_store, reservation_insert_lock_settle, .init = setup, .fini = teardo
         upper[i] = (char)(res.reservation_id[i] >= 'a' && res.reservation_id[i] <= 'f'
                               ? res.reservation_id[i] - 'a' + 'A'
                               : res.reservation_id[i]);
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_reservation_lock(s, t.tenant_id, upper, &got, &err), CG_OK, "%s",
                  err.msg);
     cr_assert_str_eq(got.reservation_id, res.reservation_id);
@@ -647,9 +617,9 @@ Test(budget_store, reservation_insert_lock_settle, .init = setup, .fini = teardo
                              .cost_micros = 999};
     cr_assert_eq(cg_store_reservation_settle(s, t.tenant_id, res.reservation_id, 2, &usage, &err),
                  CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
 
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_reservation_lock(s, t.tenant_id, res.reservation_id, &got, &err), CG_OK,
                  "%s", err.msg);
     cr_assert_eq(got.state, 2);
@@ -666,7 +636,7 @@ Test(budget_store, reservation_insert_lock_settle, .init = setup, .fini = teardo
     cg_store_rollback(s);
 
     /* Released ones record no usage. */
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_reservation_insert(s, t.tenant_id, &ids, 10, 0, NULL, NULL, NULL, 60000,
                                              &res, &err),
                  CG_OK, "%s", err.msg);
@@ -674,12 +644,12 @@ Test(budget_store, reservation_insert_lock_settle, .init = setup, .fini = teardo
                  CG_OK, "%s", err.msg);
     cr_assert_eq(cg_store_reservation_lock(s, t.tenant_id, res.reservation_id, &got, &err), CG_OK,
                  "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_eq(got.state, 3);
     cr_assert_eq(got.committed.input_tokens, 0);
 
     /* Unknown and malformed ids. */
-    begin(s);
+    cg_storetest_begin(s);
     rc = cg_store_reservation_lock(s, t.tenant_id, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", &got,
                                    &err);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s", cg_status_name(rc));
@@ -691,7 +661,7 @@ Test(budget_store, reservation_insert_lock_settle, .init = setup, .fini = teardo
                                      NULL, &err);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s", cg_status_name(rc));
     /* A reservation on a scope that does not exist. */
-    struct cg_scope_ids ghost = scope("ghost", "", "");
+    struct cg_scope_ids ghost = cg_storetest_scope("ghost", "", "");
     rc = cg_store_reservation_insert(s, t.tenant_id, &ghost, 1, 0, "", "", "", 1000, &res, &err);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "scope.session_id: no such session");
@@ -706,23 +676,23 @@ Test(budget_store, an_active_reservation_past_its_expiry_reads_expired, .init = 
     struct cg_tenant t = make_tenant(s, "acme");
     struct cg_budget_row session = budget("s", "", "", 1000);
     (void)put(s, t.tenant_id, &session);
-    struct cg_scope_ids ids = scope("s", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_reservation res, got;
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(
         cg_store_reservation_insert(s, t.tenant_id, &ids, 10, 0, "", "", "", 50, &res, &err), CG_OK,
         "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     sleep_ms(150);
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_reservation_lock(s, t.tenant_id, res.reservation_id, &got, &err), CG_OK,
                  "%s", err.msg);
     cr_assert_eq(got.state, 4, "state %d", got.state);
     /* The caller settles it as expired; an expired reservation is still ACTIVE until then. */
     cr_assert_eq(cg_store_reservation_settle(s, t.tenant_id, res.reservation_id, 4, NULL, &err),
                  CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_eq(db_int("SELECT state FROM reservations WHERE reservation_id = $1::uuid",
                         res.reservation_id),
                  4);
@@ -738,26 +708,26 @@ Test(budget_store, a_repeated_idempotency_key_replays_the_reservation, .init = s
     struct cg_budget_row session = budget("s", "", "", 1000);
     (void)put(s, t.tenant_id, &session);
     (void)put(s, other.tenant_id, &session);
-    struct cg_scope_ids ids = scope("s", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_reservation first, again;
     struct cg_err err;
 
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_reservation_insert(s, t.tenant_id, &ids, 100, 5, "m", "e", "key-1", 60000,
                                              &first, &err),
                  CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_not(first.replayed);
 
     /* A retry, even with other amounts, gets the first reservation back. */
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_reservation_insert(s, t.tenant_id, &ids, 999, 0, "", "", "key-1", 1000,
                                              &again, &err),
                  CG_OK, "%s", err.msg);
     /* The transaction is still usable. */
     struct cg_budget_row rows[4];
     (void)read_path(s, t.tenant_id, ids, rows);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert(again.replayed);
     cr_assert_str_eq(again.reservation_id, first.reservation_id);
     cr_assert_eq(again.tokens, 100);
@@ -765,11 +735,11 @@ Test(budget_store, a_repeated_idempotency_key_replays_the_reservation, .init = s
     cr_assert_eq(again.expires_at_ms, first.expires_at_ms);
 
     /* Keys are per tenant. */
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_reservation_insert(s, other.tenant_id, &ids, 1, 0, "", "", "key-1", 60000,
                                              &again, &err),
                  CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_not(again.replayed);
     cr_assert_str_neq(again.reservation_id, first.reservation_id);
     cr_assert_eq(db_int("SELECT count(*) FROM reservations WHERE idempotency_key = $1", "key-1"),
@@ -787,7 +757,7 @@ Test(budget_store, ledger_append_and_a_repeated_key, .init = setup, .fini = tear
     struct cg_budget_row task = budget("s", "t", "", 1000);
     (void)put(s, t.tenant_id, &session);
     (void)put(s, t.tenant_id, &task);
-    struct cg_scope_ids ids = scope("s", "t", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s", "t", "");
     struct cg_usage first = {.input_tokens = 10,
                              .output_tokens = 20,
                              .cache_read_tokens = 30,
@@ -796,18 +766,18 @@ Test(budget_store, ledger_append_and_a_repeated_key, .init = setup, .fini = tear
     char entry[CG_UUID_LEN + 1], again[CG_UUID_LEN + 1];
     struct cg_err err;
 
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_ledger_append(s, t.tenant_id, &ids, &first, "claude", "usage-1", NULL,
                                         entry, NULL, NULL, &err),
                  CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_eq(strlen(entry), CG_UUID_LEN);
 
     struct cg_usage second = {.input_tokens = 1};
     struct cg_usage previous = {0};
     char previous_model[CG_MODEL_MAX * 4 + 1] = "";
     struct cg_budget_row rows[4];
-    begin(s);
+    cg_storetest_begin(s);
     int n = read_path(s, t.tenant_id, ids, rows);
     cg_status rc = cg_store_ledger_append(s, t.tenant_id, &ids, &second, "other", "usage-1", NULL,
                                           again, &previous, previous_model, &err);
@@ -826,18 +796,18 @@ Test(budget_store, ledger_append_and_a_repeated_key, .init = setup, .fini = tear
     cr_assert_eq(cg_store_ledger_append(s, t.tenant_id, &ids, &second, "", "usage-2", NULL, again,
                                         NULL, NULL, &err),
                  CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_str_neq(again, entry);
     cr_assert_eq(db_int("SELECT count(*) FROM ledger WHERE tenant_id = $1::uuid", t.tenant_id), 2);
     cr_assert_eq(db_int("SELECT used_tokens FROM scopes WHERE task_id = $1", "t"), 3);
 
     /* Without a key, every append is an entry. */
-    begin(s);
+    cg_storetest_begin(s);
     for (int i = 0; i < 2; i++)
         cr_assert_eq(cg_store_ledger_append(s, t.tenant_id, &ids, &second, "", NULL, NULL, again,
                                             NULL, NULL, &err),
                      CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_eq(db_int("SELECT count(*) FROM ledger WHERE tenant_id = $1::uuid", t.tenant_id), 4);
     cg_store_free(s);
 }
@@ -849,39 +819,39 @@ Test(budget_store, a_reservation_reaches_the_ledger_once, .init = setup, .fini =
     struct cg_tenant t = make_tenant(s, "acme");
     struct cg_budget_row session = budget("s", "", "", 1000);
     (void)put(s, t.tenant_id, &session);
-    struct cg_scope_ids ids = scope("s", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_reservation res;
     struct cg_usage usage = {.input_tokens = 5};
     char entry[CG_UUID_LEN + 1];
     struct cg_err err;
 
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(
         cg_store_reservation_insert(s, t.tenant_id, &ids, 10, 0, "", "", "", 60000, &res, &err),
         CG_OK, "%s", err.msg);
     cr_assert_eq(cg_store_ledger_append(s, t.tenant_id, &ids, &usage, "", NULL, res.reservation_id,
                                         entry, NULL, NULL, &err),
                  CG_OK, "%s", err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_eq(
         db_int("SELECT count(*) FROM ledger WHERE reservation_id = $1::uuid", res.reservation_id),
         1);
 
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc = cg_store_ledger_append(s, t.tenant_id, &ids, &usage, "", NULL,
                                           res.reservation_id, entry, NULL, NULL, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_FAILED_PRECONDITION, "%s %s", cg_status_name(rc), err.msg);
 
-    begin(s);
+    cg_storetest_begin(s);
     rc = cg_store_ledger_append(s, t.tenant_id, &ids, &usage, "", NULL,
                                 "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", entry, NULL, NULL, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_str_eq(err.msg, "reservation_id: no such reservation");
 
-    struct cg_scope_ids ghost = scope("s", "ghost", "");
-    begin(s);
+    struct cg_scope_ids ghost = cg_storetest_scope("s", "ghost", "");
+    cg_storetest_begin(s);
     rc = cg_store_ledger_append(s, t.tenant_id, &ghost, &usage, "", NULL, NULL, entry, NULL, NULL,
                                 &err);
     cg_store_rollback(s);
@@ -901,13 +871,13 @@ Test(budget_store, rollback_leaves_nothing, .init = setup, .fini = teardown, .ti
     struct cg_budget_row out, rows[4];
     bool created;
     struct cg_err err;
-    struct cg_scope_ids ids = scope("s", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_reservation res;
     struct cg_usage usage = {.output_tokens = 5};
     char entry[CG_UUID_LEN + 1];
 
-    begin(s);
-    int n = read_path(s, t.tenant_id, scope("", "", ""), rows);
+    cg_storetest_begin(s);
+    int n = read_path(s, t.tenant_id, cg_storetest_scope("", "", ""), rows);
     cr_assert_eq(n, 1);
     cr_assert_eq(
         cg_store_budget_put(s, t.tenant_id, &session, 0, NULL, cg_wall_ms(), &out, &created, &err),
@@ -930,7 +900,7 @@ Test(budget_store, rollback_leaves_nothing, .init = setup, .fini = teardown, .ti
     cr_assert_eq(db_int("SELECT count(*) FROM ledger WHERE tenant_id = $1::uuid", t.tenant_id), 0);
 
     /* The same again commits: the keys were not used up by the rolled-back attempt. */
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(
         cg_store_budget_put(s, t.tenant_id, &session, 0, NULL, cg_wall_ms(), &out, &created, &err),
         CG_OK, "%s", err.msg);
@@ -938,7 +908,7 @@ Test(budget_store, rollback_leaves_nothing, .init = setup, .fini = teardown, .ti
         cg_store_reservation_insert(s, t.tenant_id, &ids, 10, 0, "", "", "k", 60000, &res, &err),
         CG_OK, "%s", err.msg);
     cr_assert_not(res.replayed);
-    commit(s);
+    cg_storetest_commit(s);
     cg_store_free(s);
 }
 
@@ -947,7 +917,7 @@ Test(budget_store, budget_calls_need_a_transaction, .init = setup, .fini = teard
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
     struct cg_budget_row rows[4];
-    struct cg_scope_ids ids = scope("", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("", "", "");
     int n;
     struct cg_err err;
     cg_status rc =
@@ -958,10 +928,10 @@ Test(budget_store, budget_calls_need_a_transaction, .init = setup, .fini = teard
     cr_assert_eq(db_int("SELECT count(*) FROM scopes WHERE tenant_id = $1::uuid", t.tenant_id), 0);
 
     /* A transaction left open is rolled back by the next begin, not carried into it. */
-    begin(s);
+    cg_storetest_begin(s);
     (void)read_path(s, t.tenant_id, ids, rows);
-    begin(s);
-    commit(s);
+    cg_storetest_begin(s);
+    cg_storetest_commit(s);
     cr_assert_eq(db_int("SELECT count(*) FROM scopes WHERE tenant_id = $1::uuid", t.tenant_id), 0);
     cg_store_free(s);
 }
@@ -977,8 +947,8 @@ Test(budget_store, commit_past_the_deadline_leaves_the_transaction_to_roll_back,
     struct cg_budget_row rows[4];
     struct cg_err err;
 
-    begin(s);
-    int n = read_path(s, t.tenant_id, scope("s", "", ""), rows);
+    cg_storetest_begin(s);
+    int n = read_path(s, t.tenant_id, cg_storetest_scope("s", "", ""), rows);
     cr_assert_eq(cg_store_path_add(s, t.tenant_id, rows, n, 0, 10, 0, 0, &err), CG_OK, "%s",
                  err.msg);
     cg_store_set_deadline(s, cg_mono_ms() - 1);
@@ -989,15 +959,15 @@ Test(budget_store, commit_past_the_deadline_leaves_the_transaction_to_roll_back,
     cg_store_set_deadline(s, 0);
 
     cg_store_set_deadline(other, cg_mono_ms() + 2000);
-    begin(other);
-    n = read_path(other, t.tenant_id, scope("s", "", ""), rows);
-    commit(other);
+    cg_storetest_begin(other);
+    n = read_path(other, t.tenant_id, cg_storetest_scope("s", "", ""), rows);
+    cg_storetest_commit(other);
     cr_assert_eq(rows[1].reserved_tokens, 0);
     cg_store_free(other);
 
-    begin(s);
-    (void)read_path(s, t.tenant_id, scope("s", "", ""), rows);
-    commit(s);
+    cg_storetest_begin(s);
+    (void)read_path(s, t.tenant_id, cg_storetest_scope("s", "", ""), rows);
+    cg_storetest_commit(s);
     cg_store_free(s);
 }
 
@@ -1100,7 +1070,7 @@ Test(budget_store, concurrent_reservations_never_overspend, .init = setup, .fini
     struct reserve_job jobs[WORKERS];
     memset(jobs, 0, sizeof jobs);
     for (int i = 0; i < WORKERS; i++)
-        jobs[i].ids = scope("s", "t", "");
+        jobs[i].ids = cg_storetest_scope("s", "t", "");
     run_reservers(t.tenant_id, jobs);
 
     int granted = 0;
@@ -1132,7 +1102,7 @@ Test(budget_store, sibling_tasks_share_a_session_without_deadlocks, .init = setu
         snprintf(task_id, sizeof task_id, "t%d", i);
         struct cg_budget_row task = budget("s", task_id, "", LIMIT);
         (void)put(s, t.tenant_id, &task);
-        jobs[i].ids = scope("s", task_id, "");
+        jobs[i].ids = cg_storetest_scope("s", task_id, "");
     }
     run_reservers(t.tenant_id, jobs);
 
@@ -1172,7 +1142,7 @@ static void *first_use_thread(void *arg)
     struct first_use_job *job = arg;
     struct cg_store_opts opts = cg_pgtest_store_opts(&T);
     struct cg_store *s = cg_store_new(&opts);
-    struct cg_scope_ids ids = scope("", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("", "", "");
     struct cg_budget_row rows[4];
     pthread_barrier_wait(job->start);
     job->rc = s ? cg_store_begin(s, &job->err) : CG_NOMEM;
@@ -1230,7 +1200,7 @@ Test(budget_store, postgres_unreachable_begin_is_unavailable, .init = setup, .fi
     cr_assert_str_eq(err.msg, "storage unavailable");
     /* Nothing was begun, so nothing runs: no statement outside a transaction either. */
     struct cg_budget_row rows[4];
-    struct cg_scope_ids ids = scope("", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("", "", "");
     int n;
     rc = cg_store_path_read(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", &ids, true, false,
                             cg_wall_ms(), rows, &n, &err);
@@ -1246,12 +1216,12 @@ Test(budget_store, a_backend_killed_mid_transaction_is_unavailable_and_applies_n
     struct cg_tenant t = make_tenant(s, "acme");
     struct cg_budget_row session = budget("s", "", "", 1000);
     (void)put(s, t.tenant_id, &session);
-    struct cg_scope_ids ids = scope("s", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_budget_row rows[4];
     struct cg_reservation res;
     struct cg_err err;
 
-    begin(s);
+    cg_storetest_begin(s);
     int n = read_path(s, t.tenant_id, ids, rows);
     cr_assert_eq(cg_store_path_add(s, t.tenant_id, rows, n, 0, 10, 0, 0, &err), CG_OK, "%s",
                  err.msg);
@@ -1274,11 +1244,11 @@ Test(budget_store, a_backend_killed_mid_transaction_is_unavailable_and_applies_n
         db_int("SELECT count(*) FROM reservations WHERE tenant_id = $1::uuid", t.tenant_id), 0);
 
     /* The store recovers by itself with the next transaction. */
-    begin(s);
+    cg_storetest_begin(s);
     n = read_path(s, t.tenant_id, ids, rows);
     cr_assert_eq(cg_store_path_add(s, t.tenant_id, rows, n, 0, 10, 0, 0, &err), CG_OK, "%s",
                  err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     cr_assert_eq(db_int("SELECT reserved_tokens FROM scopes WHERE tenant_id = $1::uuid"
                         " AND session_id = 's'",
                         t.tenant_id),
@@ -1297,7 +1267,7 @@ static void *lock_thread(void *arg)
 {
     struct lock_job *job = arg;
     struct cg_budget_row rows[4];
-    struct cg_scope_ids ids = scope("s", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     int n;
     job->rc = cg_store_begin(job->store, &job->err);
     if (job->rc == CG_OK)
@@ -1332,9 +1302,9 @@ Test(budget_store, a_lock_wait_cut_off_is_unavailable_not_retried, .init = setup
     cg_pgtest_exec(locker, "ROLLBACK");
 
     struct cg_budget_row rows[4];
-    begin(s);
-    cr_assert_eq(read_path(s, t.tenant_id, scope("s", "", ""), rows), 2);
-    commit(s);
+    cg_storetest_begin(s);
+    cr_assert_eq(read_path(s, t.tenant_id, cg_storetest_scope("s", "", ""), rows), 2);
+    cg_storetest_commit(s);
     PQfinish(admin);
     PQfinish(locker);
     cg_store_free(s);
@@ -1359,7 +1329,7 @@ Test(budget_store, path_peek_reads_without_a_transaction_or_asks_for_one, .init 
 
     struct cg_budget_row session = budget("s1", "", "", 500);
     put(s, t.tenant_id, &session);
-    struct cg_scope_ids ids = scope("s1", "", "");
+    struct cg_scope_ids ids = cg_storetest_scope("s1", "", "");
     rc = cg_store_path_peek(s, t.tenant_id, &ids, cg_wall_ms(), rows, &n, &need_tx, &err);
     cr_assert_eq(rc, CG_OK, "%s", err.msg);
     cr_assert(!need_tx);
@@ -1367,7 +1337,7 @@ Test(budget_store, path_peek_reads_without_a_transaction_or_asks_for_one, .init 
     cr_assert_eq(rows[1].limit_tokens, 500);
     cr_assert_eq(rows[0].level, 1);
 
-    struct cg_scope_ids missing = scope("s1", "nope", "");
+    struct cg_scope_ids missing = cg_storetest_scope("s1", "nope", "");
     rc = cg_store_path_peek(s, t.tenant_id, &missing, cg_wall_ms(), rows, &n, &need_tx, &err);
     cr_assert_eq(rc, CG_NOT_FOUND);
     cr_assert(strstr(err.msg, "task_id") != NULL, "%s", err.msg);

@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "pgtest.h"
+#include "storetest.h"
 #include "store/store.h"
 
 static struct cg_pgtest T;
@@ -30,29 +31,12 @@ static void teardown(void)
 
 static struct cg_store *test_store(void)
 {
-    struct cg_store_opts opts = cg_pgtest_store_opts(&T);
-    struct cg_store *s = cg_store_new(&opts);
-    cr_assert(s != NULL, "cg_store_new failed");
-    return s;
+    return cg_storetest_store(&T);
 }
 
 static struct cg_tenant make_tenant(struct cg_store *s, const char *name)
 {
-    struct cg_tenant t;
-    struct cg_err err;
-    cg_status rc = cg_store_tenant_create(s, name, "UTC", &t, &err);
-    cr_assert_eq(rc, CG_OK, "tenant_create: %s %s", cg_status_name(rc), err.msg);
-    return t;
-}
-
-static struct cg_scope_ids scope(const char *session_id, const char *task_id, const char *agent_id)
-{
-    struct cg_scope_ids ids;
-    memset(&ids, 0, sizeof ids);
-    snprintf(ids.session_id, sizeof ids.session_id, "%s", session_id);
-    snprintf(ids.task_id, sizeof ids.task_id, "%s", task_id);
-    snprintf(ids.agent_id, sizeof ids.agent_id, "%s", agent_id);
-    return ids;
+    return cg_storetest_tenant(s, name, NULL);
 }
 
 /* SetBudget's store steps: a HARD budget of limit tokens on ids (created when new). */
@@ -163,12 +147,12 @@ static long long reserved_of(PGconn *db, const char *tenant_id, const char *s, c
 static struct cg_tenant make_tree(struct cg_store *s)
 {
     struct cg_tenant t = make_tenant(s, "scopes");
-    set_budget(s, t.tenant_id, scope("", "", ""), 100000);
-    set_budget(s, t.tenant_id, scope("s1", "", ""), 10000);
-    set_budget(s, t.tenant_id, scope("s1", "t1", ""), 5000);
-    set_budget(s, t.tenant_id, scope("s1", "t1", "a1"), 1000);
-    set_budget(s, t.tenant_id, scope("s1", "t1", "a2"), 1000);
-    set_budget(s, t.tenant_id, scope("s1", "t2", ""), 5000);
+    set_budget(s, t.tenant_id, cg_storetest_scope("", "", ""), 100000);
+    set_budget(s, t.tenant_id, cg_storetest_scope("s1", "", ""), 10000);
+    set_budget(s, t.tenant_id, cg_storetest_scope("s1", "t1", ""), 5000);
+    set_budget(s, t.tenant_id, cg_storetest_scope("s1", "t1", "a1"), 1000);
+    set_budget(s, t.tenant_id, cg_storetest_scope("s1", "t1", "a2"), 1000);
+    set_budget(s, t.tenant_id, cg_storetest_scope("s1", "t2", ""), 5000);
     return t;
 }
 
@@ -179,14 +163,14 @@ Test(scopes_store, close_releases_the_subtree_on_every_level_and_closes_descenda
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tree(s);
-    (void)reserve(s, t.tenant_id, scope("s1", "t1", "a1"), 100, 600000);
-    (void)reserve(s, t.tenant_id, scope("s1", "t1", "a2"), 30, 600000);
-    (void)reserve(s, t.tenant_id, scope("s1", "t1", ""), 7, 600000);
-    (void)reserve(s, t.tenant_id, scope("s1", "t2", ""), 50, 600000);
+    (void)reserve(s, t.tenant_id, cg_storetest_scope("s1", "t1", "a1"), 100, 600000);
+    (void)reserve(s, t.tenant_id, cg_storetest_scope("s1", "t1", "a2"), 30, 600000);
+    (void)reserve(s, t.tenant_id, cg_storetest_scope("s1", "t1", ""), 7, 600000);
+    (void)reserve(s, t.tenant_id, cg_storetest_scope("s1", "t2", ""), 50, 600000);
 
     struct cg_scope_close out;
     struct cg_err err;
-    struct cg_scope_ids task = scope("s1", "t1", "");
+    struct cg_scope_ids task = cg_storetest_scope("s1", "t1", "");
     cg_status rc = cg_store_scope_close(s, t.tenant_id, &task, &out, &err);
     cr_assert_eq(rc, CG_OK, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_eq(out.released_reservations, 3);
@@ -234,7 +218,7 @@ Test(scopes_store, close_releases_the_subtree_on_every_level_and_closes_descenda
                                     " scopes WHERE tenant_id = $1::uuid AND task_id = 't1'"
                                     " AND agent_id = ''",
                                     t.tenant_id);
-    struct cg_scope_ids session = scope("s1", "", "");
+    struct cg_scope_ids session = cg_storetest_scope("s1", "", "");
     rc = cg_store_scope_close(s, t.tenant_id, &session, &out, &err);
     cr_assert_eq(rc, CG_OK, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_eq(out.closed_scopes, 2, "the session and t2");
@@ -255,7 +239,8 @@ Test(scopes_store, close_settles_an_expired_hold_as_expired, .init = setup, .fin
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tree(s);
-    struct cg_reservation res = reserve(s, t.tenant_id, scope("s1", "t2", ""), 40, 1000);
+    struct cg_reservation res =
+        reserve(s, t.tenant_id, cg_storetest_scope("s1", "t2", ""), 40, 1000);
     PGconn *db = cg_pgtest_connect(&T);
     /* Age it past its expiry instead of waiting. */
     char sql[256];
@@ -267,7 +252,7 @@ Test(scopes_store, close_settles_an_expired_hold_as_expired, .init = setup, .fin
 
     struct cg_scope_close out;
     struct cg_err err;
-    struct cg_scope_ids task = scope("s1", "t2", "");
+    struct cg_scope_ids task = cg_storetest_scope("s1", "t2", "");
     cg_status rc = cg_store_scope_close(s, t.tenant_id, &task, &out, &err);
     cr_assert_eq(rc, CG_OK, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_eq(out.released_reservations, 1);
@@ -289,19 +274,19 @@ Test(scopes_store, close_refuses_the_tenant_and_unknown_or_foreign_scopes, .init
     struct cg_scope_close out;
     struct cg_err err;
 
-    struct cg_scope_ids tenant = scope("", "", "");
+    struct cg_scope_ids tenant = cg_storetest_scope("", "", "");
     cr_assert_eq(cg_store_scope_close(s, a.tenant_id, &tenant, &out, &err), CG_INVALID_ARGUMENT);
     cr_assert(strncmp(err.msg, "scope", 5) == 0, "%s", err.msg);
 
-    struct cg_scope_ids unknown_task = scope("s1", "nope", "");
+    struct cg_scope_ids unknown_task = cg_storetest_scope("s1", "nope", "");
     cr_assert_eq(cg_store_scope_close(s, a.tenant_id, &unknown_task, &out, &err), CG_NOT_FOUND);
     cr_assert(strstr(err.msg, "scope.task_id") != NULL, "%s", err.msg);
 
-    struct cg_scope_ids session = scope("s1", "", "");
+    struct cg_scope_ids session = cg_storetest_scope("s1", "", "");
     cr_assert_eq(cg_store_scope_close(s, b.tenant_id, &session, &out, &err), CG_NOT_FOUND);
     cr_assert(strstr(err.msg, "scope.session_id") != NULL, "%s", err.msg);
 
-    struct cg_scope_ids orphan = scope("", "t1", "");
+    struct cg_scope_ids orphan = cg_storetest_scope("", "t1", "");
     cr_assert_eq(cg_store_scope_close(s, a.tenant_id, &orphan, &out, &err), CG_INVALID_ARGUMENT);
 
     PGconn *db = cg_pgtest_connect(&T);
@@ -371,7 +356,7 @@ static void *close_thread(void *arg)
         ;
     PQfinish(db);
     struct cg_err err;
-    struct cg_scope_ids session = scope("s1", "", "");
+    struct cg_scope_ids session = cg_storetest_scope("s1", "", "");
     job->rc = s ? cg_store_scope_close(s, job->tenant_id, &session, &job->out, &err) : CG_NOMEM;
     snprintf(job->msg, sizeof job->msg, "%s", job->rc == CG_OK ? "" : err.msg);
     cg_store_free(s);
@@ -383,7 +368,7 @@ Test(scopes_store, closing_a_session_while_its_task_commits_loses_nothing, .init
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tree(s);
-    struct cg_scope_ids task = scope("s1", "t1", "");
+    struct cg_scope_ids task = cg_storetest_scope("s1", "t1", "");
     static struct committer jobs[COMMITTERS];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, COMMITTERS + 1);
@@ -392,7 +377,8 @@ Test(scopes_store, closing_a_session_while_its_task_commits_loses_nothing, .init
         jobs[i].start = &start;
         jobs[i].tenant_id = t.tenant_id;
         for (int j = 0; j < HOLDS_PER_COMMITTER; j++) {
-            struct cg_scope_ids where = j % 2 ? scope("s1", "t1", i % 2 ? "a1" : "a2") : task;
+            struct cg_scope_ids where =
+                j % 2 ? cg_storetest_scope("s1", "t1", i % 2 ? "a1" : "a2") : task;
             struct cg_reservation res = reserve(s, t.tenant_id, where, HOLD_TOKENS, 600000);
             snprintf(jobs[i].rids[j], sizeof jobs[i].rids[j], "%s", res.reservation_id);
         }
@@ -454,11 +440,11 @@ Test(scopes_store, the_usage_tree_has_the_path_children_and_counts, .init = setu
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tree(s);
-    (void)reserve(s, t.tenant_id, scope("s1", "t1", "a1"), 100, 600000);
+    (void)reserve(s, t.tenant_id, cg_storetest_scope("s1", "t1", "a1"), 100, 600000);
     struct cg_usage_tree tree;
     struct cg_err err;
 
-    struct cg_scope_ids session = scope("s1", "", "");
+    struct cg_scope_ids session = cg_storetest_scope("s1", "", "");
     cg_status rc = cg_store_usage_tree(s, t.tenant_id, &session, 3, 100, false, &tree, &err);
     cr_assert_eq(rc, CG_OK, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_eq(tree.npath, 2);
@@ -489,7 +475,7 @@ Test(scopes_store, the_usage_tree_has_the_path_children_and_counts, .init = setu
     cg_usage_tree_cleanup(&tree);
 
     /* Closed children only when asked for. */
-    struct cg_scope_ids t2 = scope("s1", "t2", "");
+    struct cg_scope_ids t2 = cg_storetest_scope("s1", "t2", "");
     struct cg_scope_close closed;
     cr_assert_eq(cg_store_scope_close(s, t.tenant_id, &t2, &closed, &err), CG_OK, "%s", err.msg);
     rc = cg_store_usage_tree(s, t.tenant_id, &session, 1, 100, false, &tree, &err);
@@ -505,7 +491,7 @@ Test(scopes_store, the_usage_tree_has_the_path_children_and_counts, .init = setu
 
     /* The tenant of a new tenant exists, empty; its sessions do not. */
     struct cg_tenant fresh = make_tenant(s, "fresh");
-    struct cg_scope_ids root = scope("", "", "");
+    struct cg_scope_ids root = cg_storetest_scope("", "", "");
     rc = cg_store_usage_tree(s, fresh.tenant_id, &root, 3, 100, false, &tree, &err);
     cr_assert_eq(rc, CG_OK, "%s", err.msg);
     cr_assert_eq(tree.count, 1);
@@ -557,13 +543,13 @@ Test(scopes_store, listing_pages_by_creation_and_by_use, .init = setup, .fini = 
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "lister");
-    set_budget(s, t.tenant_id, scope("", "", ""), 1000000);
-    set_budget(s, t.tenant_id, scope("s", "", ""), 100000);
+    set_budget(s, t.tenant_id, cg_storetest_scope("", "", ""), 1000000);
+    set_budget(s, t.tenant_id, cg_storetest_scope("s", "", ""), 100000);
     char id[16];
     for (int i = 0; i < 7; i++) {
         snprintf(id, sizeof id, "t%d", i);
-        set_budget(s, t.tenant_id, scope("s", id, ""), 10000);
-        set_budget(s, t.tenant_id, scope("s", id, "a"), 1000);
+        set_budget(s, t.tenant_id, cg_storetest_scope("s", id, ""), 10000);
+        set_budget(s, t.tenant_id, cg_storetest_scope("s", id, "a"), 1000);
     }
     /* Used tokens: t3 most, then t5; the rest none. */
     PGconn *db = cg_pgtest_connect(&T);
@@ -574,7 +560,7 @@ Test(scopes_store, listing_pages_by_creation_and_by_use, .init = setup, .fini = 
     PQfinish(db);
 
     char names[32][16];
-    struct cg_scope_ids session = scope("s", "", "");
+    struct cg_scope_ids session = cg_storetest_scope("s", "", "");
     int n = list_all(s, t.tenant_id, session, 3, false, 1, 3, names, 32);
     cr_assert_eq(n, 7);
     for (int i = 0; i < 7; i++) {
@@ -588,13 +574,14 @@ Test(scopes_store, listing_pages_by_creation_and_by_use, .init = setup, .fini = 
     cr_assert_str_eq(names[2], "t0", "then oldest first");
 
     /* Every agent of the session, one level further down; closed ones only when asked. */
-    struct cg_scope_ids t1 = scope("s", "t1", "");
+    struct cg_scope_ids t1 = cg_storetest_scope("s", "t1", "");
     struct cg_scope_close closed;
     struct cg_err err;
     cr_assert_eq(cg_store_scope_close(s, t.tenant_id, &t1, &closed, &err), CG_OK, "%s", err.msg);
     cr_assert_eq(list_all(s, t.tenant_id, session, 4, false, 1, 100, names, 32), 6);
     cr_assert_eq(list_all(s, t.tenant_id, session, 4, true, 1, 100, names, 32), 7);
-    cr_assert_eq(list_all(s, t.tenant_id, scope("", "", ""), 2, false, 1, 100, names, 32), 1);
+    cr_assert_eq(
+        list_all(s, t.tenant_id, cg_storetest_scope("", "", ""), 2, false, 1, 100, names, 32), 1);
 
     /* Bad arguments name themselves; a foreign or unknown parent is not found. */
     struct cg_scope_usage page[2];
@@ -632,7 +619,7 @@ Test(scopes_store, a_due_tenant_reset_reads_as_the_new_period, .init = setup, .f
                        " next_reset_at = now() - interval '1 minute' WHERE level = 1");
     struct cg_usage_tree tree;
     struct cg_err err;
-    struct cg_scope_ids root = scope("", "", "");
+    struct cg_scope_ids root = cg_storetest_scope("", "", "");
     cg_status rc = cg_store_usage_tree(s, t.tenant_id, &root, 0, 100, false, &tree, &err);
     cr_assert_eq(rc, CG_OK, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_eq(tree.nodes[0].row.used_tokens, 0, "the new period has spent nothing");

@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "pgtest.h"
+#include "storetest.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
 
@@ -32,29 +33,12 @@ static void teardown(void)
 
 static struct cg_store *test_store(void)
 {
-    struct cg_store_opts opts = cg_pgtest_store_opts(&T);
-    struct cg_store *s = cg_store_new(&opts);
-    cr_assert(s != NULL, "cg_store_new failed");
-    return s;
+    return cg_storetest_store(&T);
 }
 
 static struct cg_tenant make_tenant(struct cg_store *s, const char *name, const char *time_zone)
 {
-    struct cg_tenant t;
-    struct cg_err err;
-    cg_status rc = cg_store_tenant_create(s, name, time_zone, &t, &err);
-    cr_assert_eq(rc, CG_OK, "tenant_create: %s %s", cg_status_name(rc), err.msg);
-    return t;
-}
-
-static struct cg_scope_ids scope(const char *session_id, const char *task_id, const char *agent_id)
-{
-    struct cg_scope_ids ids;
-    memset(&ids, 0, sizeof ids);
-    snprintf(ids.session_id, sizeof ids.session_id, "%s", session_id);
-    snprintf(ids.task_id, sizeof ids.task_id, "%s", task_id);
-    snprintf(ids.agent_id, sizeof ids.agent_id, "%s", agent_id);
-    return ids;
+    return cg_storetest_tenant(s, name, time_zone);
 }
 
 static struct cg_budget_row budget(struct cg_scope_ids ids, int64_t limit_tokens, int reset_period)
@@ -70,20 +54,6 @@ static struct cg_budget_row budget(struct cg_scope_ids ids, int64_t limit_tokens
     row.reset_period = reset_period;
     row.reservation_ttl_ms = 300000;
     return row;
-}
-
-static void begin(struct cg_store *s)
-{
-    struct cg_err err;
-    cg_status rc = cg_store_begin(s, &err);
-    cr_assert_eq(rc, CG_OK, "begin: %s %s", cg_status_name(rc), err.msg);
-}
-
-static void commit(struct cg_store *s)
-{
-    struct cg_err err;
-    cg_status rc = cg_store_commit(s, &err);
-    cr_assert_eq(rc, CG_OK, "commit: %s %s", cg_status_name(rc), err.msg);
 }
 
 /* Unix ms of a UTC date and time (proleptic Gregorian, days from civil). */
@@ -105,10 +75,10 @@ static struct cg_budget_row put_at(struct cg_store *s, const char *tenant_id,
     struct cg_budget_row out;
     bool created = false;
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc = cg_store_budget_put(s, tenant_id, row, 0, NULL, now_ms, &out, &created, &err);
     cr_assert_eq(rc, CG_OK, "budget_put: %s %s", cg_status_name(rc), err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     return out;
 }
 
@@ -118,10 +88,10 @@ static int read_at(struct cg_store *s, const char *tenant_id, struct cg_scope_id
 {
     int n = -1;
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc = cg_store_path_read(s, tenant_id, &ids, lock, false, now_ms, rows, &n, &err);
     cr_assert_eq(rc, CG_OK, "path_read: %s %s", cg_status_name(rc), err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     return n;
 }
 
@@ -132,12 +102,12 @@ static void add_at(struct cg_store *s, const char *tenant_id, struct cg_scope_id
     struct cg_budget_row rows[4];
     int n = 0;
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc = cg_store_path_read(s, tenant_id, &ids, true, false, now_ms, rows, &n, &err);
     cr_assert_eq(rc, CG_OK, "path_read: %s %s", cg_status_name(rc), err.msg);
     rc = cg_store_path_add(s, tenant_id, rows, n, used, reserved, used * 10, reserved * 10, &err);
     cr_assert_eq(rc, CG_OK, "path_add: %s %s", cg_status_name(rc), err.msg);
-    commit(s);
+    cg_storetest_commit(s);
 }
 
 /* A Reserve: a reservation of tokens (and 10 micros a token) on ids expiring in ttl_ms (the
@@ -149,7 +119,7 @@ static void reserve(struct cg_store *s, const char *tenant_id, struct cg_scope_i
     int n = 0;
     struct cg_err err;
     struct cg_reservation res;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc =
         cg_store_path_read(s, tenant_id, &ids, true, false, cg_wall_ms(), rows, &n, &err);
     cr_assert_eq(rc, CG_OK, "path_read: %s %s", cg_status_name(rc), err.msg);
@@ -158,7 +128,7 @@ static void reserve(struct cg_store *s, const char *tenant_id, struct cg_scope_i
     cr_assert_eq(rc, CG_OK, "reservation_insert: %s %s", cg_status_name(rc), err.msg);
     rc = cg_store_path_add(s, tenant_id, rows, n, 0, tokens, 0, tokens * 10, &err);
     cr_assert_eq(rc, CG_OK, "path_add: %s %s", cg_status_name(rc), err.msg);
-    commit(s);
+    cg_storetest_commit(s);
     snprintf(rid, CG_UUID_LEN + 1, "%s", res.reservation_id);
 }
 
@@ -202,9 +172,9 @@ static struct cg_tenant make_path(struct cg_store *s, const char *name)
 {
     struct cg_tenant t = make_tenant(s, name, "UTC");
     int64_t now = cg_wall_ms();
-    struct cg_budget_row session = budget(scope("s-1", "", ""), 1000000, 1);
-    struct cg_budget_row task = budget(scope("s-1", "t-1", ""), 100000, 1);
-    struct cg_budget_row agent = budget(scope("s-1", "t-1", "a-1"), 10000, 1);
+    struct cg_budget_row session = budget(cg_storetest_scope("s-1", "", ""), 1000000, 1);
+    struct cg_budget_row task = budget(cg_storetest_scope("s-1", "t-1", ""), 100000, 1);
+    struct cg_budget_row agent = budget(cg_storetest_scope("s-1", "t-1", "a-1"), 10000, 1);
     (void)put_at(s, t.tenant_id, &session, now);
     (void)put_at(s, t.tenant_id, &task, now);
     (void)put_at(s, t.tenant_id, &agent, now);
@@ -217,8 +187,8 @@ Test(sweep, an_expired_reservation_returns_its_hold_to_every_level, .init = setu
     struct cg_store *s = test_store();
     struct cg_tenant t = make_path(s, "acme");
     char rid[CG_UUID_LEN + 1], kept[CG_UUID_LEN + 1];
-    reserve(s, t.tenant_id, scope("s-1", "t-1", "a-1"), 300, 1000, rid);
-    reserve(s, t.tenant_id, scope("s-1", "t-1", ""), 7, 3600000, kept);
+    reserve(s, t.tenant_id, cg_storetest_scope("s-1", "t-1", "a-1"), 300, 1000, rid);
+    reserve(s, t.tenant_id, cg_storetest_scope("s-1", "t-1", ""), 7, 3600000, kept);
     long long levels[4];
     reserved_levels(t.tenant_id, levels);
     cr_assert_eq(levels[0], 307);
@@ -254,7 +224,7 @@ Test(sweep, an_expired_reservation_returns_its_hold_to_every_level, .init = setu
      * settled (its tokens cannot be returned twice). */
     cr_assert_eq(expire_at(s, t.tenant_id, later, 100), 0);
     struct cg_err err;
-    begin(s);
+    cg_storetest_begin(s);
     cg_status rc = cg_store_reservation_settle(s, t.tenant_id, rid, 3, NULL, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_FAILED_PRECONDITION, "%s", cg_status_name(rc));
@@ -271,8 +241,8 @@ Test(sweep, batches_are_bounded_and_the_soonest_expired_go_first, .init = setup,
     struct cg_tenant t = make_path(s, "acme");
     char rids[5][CG_UUID_LEN + 1];
     for (int i = 0; i < 5; i++)
-        reserve(s, t.tenant_id, scope("s-1", "t-1", "a-1"), 10 + i, (uint32_t)(1000 * (5 - i)),
-                rids[i]);
+        reserve(s, t.tenant_id, cg_storetest_scope("s-1", "t-1", "a-1"), 10 + i,
+                (uint32_t)(1000 * (5 - i)), rids[i]);
     int64_t later = cg_wall_ms() + 3600000;
     /* rids[4] expires first, rids[0] last. */
     cr_assert_eq(expire_at(s, t.tenant_id, later, 2), 2);
@@ -301,7 +271,7 @@ Test(sweep, batches_are_bounded_and_the_soonest_expired_go_first, .init = setup,
     cr_assert_str_eq(err.msg, "limit: must be 1..1000");
     cr_assert_eq(cg_store_reservations_expire(s, t.tenant_id, later, 1001, &expired, &err),
                  CG_INVALID_ARGUMENT);
-    begin(s);
+    cg_storetest_begin(s);
     cr_assert_eq(cg_store_reservations_expire(s, t.tenant_id, later, 10, &expired, &err),
                  CG_INTERNAL);
     cg_store_rollback(s);
@@ -315,15 +285,15 @@ Test(sweep, a_reservation_another_transaction_holds_is_skipped_not_waited_for, .
     struct cg_store *other = test_store();
     struct cg_tenant t = make_path(s, "acme");
     char held[CG_UUID_LEN + 1], free_one[CG_UUID_LEN + 1];
-    reserve(s, t.tenant_id, scope("s-1", "t-1", "a-1"), 40, 1000, held);
-    reserve(s, t.tenant_id, scope("s-1", "t-1", "a-1"), 2, 2000, free_one);
+    reserve(s, t.tenant_id, cg_storetest_scope("s-1", "t-1", "a-1"), 40, 1000, held);
+    reserve(s, t.tenant_id, cg_storetest_scope("s-1", "t-1", "a-1"), 2, 2000, free_one);
     int64_t later = cg_wall_ms() + 3600000;
 
     /* A Commit in progress holds `held` (and nothing else yet: the reservation row is the
      * first lock it takes). The sweep settles the other one and leaves `held` to it. */
     struct cg_reservation res;
     struct cg_err err;
-    begin(other);
+    cg_storetest_begin(other);
     cr_assert_eq(cg_store_reservation_lock(other, t.tenant_id, held, &res, &err), CG_OK, "%s",
                  err.msg);
     int64_t started = cg_mono_ms();
@@ -377,7 +347,7 @@ Test(sweep, replicas_sweeping_at_once_settle_each_reservation_once, .init = setu
     struct cg_store *s = test_store();
     struct cg_tenant t = make_path(s, "acme");
     char rid[CG_UUID_LEN + 1];
-    reserve(s, t.tenant_id, scope("s-1", "t-1", ""), 9, 3600000, rid); /* stays */
+    reserve(s, t.tenant_id, cg_storetest_scope("s-1", "t-1", ""), 9, 3600000, rid); /* stays */
     PGconn *db = cg_pgtest_connect(&T);
     /* Many expiring holds, made in one statement (the counters as Reserve leaves them). */
     char sql[1024];
@@ -436,7 +406,7 @@ Test(sweep, a_pass_visits_every_tenant_page_by_page, .init = setup, .fini = tear
         snprintf(name, sizeof name, "t%d", i);
         tenants[i] = make_path(s, name);
         char rid[CG_UUID_LEN + 1];
-        reserve(s, tenants[i].tenant_id, scope("s-1", "t-1", "a-1"), 5, 1000, rid);
+        reserve(s, tenants[i].tenant_id, cg_storetest_scope("s-1", "t-1", "a-1"), 5, 1000, rid);
     }
     (void)make_tenant(s, "idle", "UTC"); /* nothing due: visited, untouched */
 
@@ -494,11 +464,11 @@ static struct cg_tenant tenant_with_reset(struct cg_store *s, const char *time_z
                                           struct cg_budget_row *stored)
 {
     struct cg_tenant t = make_tenant(s, "acme", time_zone);
-    struct cg_budget_row tenant = budget(scope("", "", ""), 1000000, reset_period);
+    struct cg_budget_row tenant = budget(cg_storetest_scope("", "", ""), 1000000, reset_period);
     struct cg_budget_row row = put_at(s, t.tenant_id, &tenant, now_ms);
     if (stored != NULL)
         *stored = row;
-    struct cg_budget_row session = budget(scope("s-1", "", ""), 100000, 1);
+    struct cg_budget_row session = budget(cg_storetest_scope("s-1", "", ""), 100000, 1);
     (void)put_at(s, t.tenant_id, &session, now_ms);
     return t;
 }
@@ -525,18 +495,20 @@ Test(resets, daily_at_local_midnight_on_the_day_berlin_springs_forward, .init = 
     cr_assert_eq(stored.next_reset_ms, midnight, "%lld", (long long)stored.next_reset_ms);
     cr_assert_eq(stored.next_reset_ms - stored.period_start_ms, 23 * 3600000LL);
 
-    add_at(s, t.tenant_id, scope("s-1", "", ""), 500, 100, morning + 60000);
+    add_at(s, t.tenant_id, cg_storetest_scope("s-1", "", ""), 500, 100, morning + 60000);
 
     /* 23:59:59 CEST: still the same day. */
     struct cg_budget_row rows[4];
-    cr_assert_eq(read_at(s, t.tenant_id, scope("s-1", "", ""), true, midnight - 1000, rows), 2);
+    cr_assert_eq(
+        read_at(s, t.tenant_id, cg_storetest_scope("s-1", "", ""), true, midnight - 1000, rows), 2);
     cr_assert_eq(rows[0].used_tokens, 500);
     cr_assert_eq(rows[0].period_start_ms, day_start);
     cr_assert_eq(tenant_used(t.tenant_id), 500);
 
     /* 00:00:01 CEST: a request that comes before any sweep decides on the new day. Used
      * returns to 0 on the tenant level only; the reservation's hold stays. */
-    cr_assert_eq(read_at(s, t.tenant_id, scope("s-1", "", ""), true, midnight + 1000, rows), 2);
+    cr_assert_eq(
+        read_at(s, t.tenant_id, cg_storetest_scope("s-1", "", ""), true, midnight + 1000, rows), 2);
     cr_assert_eq(rows[0].used_tokens, 0);
     cr_assert_eq(rows[0].used_cost_micros, 0);
     cr_assert_eq(rows[0].reserved_tokens, 100);
@@ -547,7 +519,7 @@ Test(resets, daily_at_local_midnight_on_the_day_berlin_springs_forward, .init = 
     cr_assert_eq(tenant_used(t.tenant_id), 0, "the reset is committed");
 
     /* Usage in the new day counts from 0, and is not reset again at the same boundary. */
-    add_at(s, t.tenant_id, scope("s-1", "", ""), 42, 0, midnight + 2000);
+    add_at(s, t.tenant_id, cg_storetest_scope("s-1", "", ""), 42, 0, midnight + 2000);
     bool reset = true;
     struct cg_err err;
     cr_assert_eq(cg_store_reset_apply(s, t.tenant_id, midnight + 3000, &reset, &err), CG_OK);
@@ -567,13 +539,13 @@ Test(resets, daily_on_the_day_berlin_falls_back_lasts_25_hours, .init = setup, .
     int64_t midnight = utc_ms(2024, 10, 27, 23, 0, 0);
     cr_assert_eq(stored.period_start_ms, utc_ms(2024, 10, 26, 22, 0, 0));
     cr_assert_eq(stored.next_reset_ms, midnight);
-    add_at(s, t.tenant_id, scope("", "", ""), 700, 0, morning);
+    add_at(s, t.tenant_id, cg_storetest_scope("", "", ""), 700, 0, morning);
 
     /* The unlocked read (GetBudget, CheckBudget) sees and applies the reset too. */
     struct cg_budget_row rows[4];
-    (void)read_at(s, t.tenant_id, scope("", "", ""), false, midnight - 1000, rows);
+    (void)read_at(s, t.tenant_id, cg_storetest_scope("", "", ""), false, midnight - 1000, rows);
     cr_assert_eq(rows[0].used_tokens, 700);
-    (void)read_at(s, t.tenant_id, scope("", "", ""), false, midnight + 1000, rows);
+    (void)read_at(s, t.tenant_id, cg_storetest_scope("", "", ""), false, midnight + 1000, rows);
     cr_assert_eq(rows[0].used_tokens, 0);
     cr_assert_eq(rows[0].period_start_ms, midnight);
     cr_assert_eq(tenant_used(t.tenant_id), 0);
@@ -591,7 +563,7 @@ Test(resets, monthly_on_the_first_in_the_tenants_zone, .init = setup, .fini = te
     int64_t first = utc_ms(2024, 2, 1, 5, 0, 0);
     cr_assert_eq(stored.period_start_ms, utc_ms(2024, 1, 1, 5, 0, 0));
     cr_assert_eq(stored.next_reset_ms, first);
-    add_at(s, t.tenant_id, scope("s-1", "", ""), 900, 0, set_at);
+    add_at(s, t.tenant_id, cg_storetest_scope("s-1", "", ""), 900, 0, set_at);
 
     /* 2024-01-31 23:59:59 local, then the boundary itself (a reset is due at it). */
     struct cg_sweep_due due;
@@ -599,11 +571,11 @@ Test(resets, monthly_on_the_first_in_the_tenants_zone, .init = setup, .fini = te
     cr_assert_eq(cg_store_sweep_due(s, t.tenant_id, first - 1000, &due, &err), CG_OK);
     cr_assert_not(due.reset);
     struct cg_budget_row rows[4];
-    (void)read_at(s, t.tenant_id, scope("", "", ""), true, first - 1000, rows);
+    (void)read_at(s, t.tenant_id, cg_storetest_scope("", "", ""), true, first - 1000, rows);
     cr_assert_eq(rows[0].used_tokens, 900);
     cr_assert_eq(cg_store_sweep_due(s, t.tenant_id, first, &due, &err), CG_OK);
     cr_assert(due.reset);
-    (void)read_at(s, t.tenant_id, scope("", "", ""), true, first, rows);
+    (void)read_at(s, t.tenant_id, cg_storetest_scope("", "", ""), true, first, rows);
     cr_assert_eq(rows[0].used_tokens, 0);
     cr_assert_eq(rows[0].period_start_ms, first);
     /* March starts at 05:00Z too (DST begins on March 10). */
@@ -618,8 +590,8 @@ Test(resets, the_sweeper_resets_a_tenant_nobody_calls_for, .init = setup, .fini 
     int64_t set_at = utc_ms(2024, 6, 10, 12, 0, 0);
     struct cg_tenant t = tenant_with_reset(s, "Asia/Tokyo", 2, set_at, NULL);
     struct cg_tenant other = tenant_with_reset(s, "UTC", 1, set_at, NULL);
-    add_at(s, t.tenant_id, scope("s-1", "", ""), 300, 20, set_at);
-    add_at(s, other.tenant_id, scope("s-1", "", ""), 300, 0, set_at);
+    add_at(s, t.tenant_id, cg_storetest_scope("s-1", "", ""), 300, 20, set_at);
+    add_at(s, other.tenant_id, cg_storetest_scope("s-1", "", ""), 300, 0, set_at);
     /* Tokyo's midnight of 2024-06-11 is 2024-06-10T15:00Z. */
     int64_t midnight = utc_ms(2024, 6, 10, 15, 0, 0);
 
@@ -636,7 +608,7 @@ Test(resets, the_sweeper_resets_a_tenant_nobody_calls_for, .init = setup, .fini 
     cr_assert_eq(tenant_used(other.tenant_id), 300, "a budget without a reset period stays");
 
     /* Applied once: the next pass (and a direct apply) find nothing due. */
-    add_at(s, t.tenant_id, scope("s-1", "", ""), 5, 0, midnight + 2000);
+    add_at(s, t.tenant_id, cg_storetest_scope("s-1", "", ""), 5, 0, midnight + 2000);
     cr_assert(cg_rpc_sweep(&env, midnight + 3000, &expired));
     bool reset = true;
     struct cg_err err;
@@ -649,7 +621,7 @@ Test(resets, the_sweeper_resets_a_tenant_nobody_calls_for, .init = setup, .fini 
     cr_assert_eq(cg_store_reset_apply(s, t.tenant_id, days_later, &reset, &err), CG_OK);
     cr_assert(reset);
     struct cg_budget_row rows[4];
-    (void)read_at(s, t.tenant_id, scope("", "", ""), false, days_later, rows);
+    (void)read_at(s, t.tenant_id, cg_storetest_scope("", "", ""), false, days_later, rows);
     cr_assert_eq(rows[0].used_tokens, 0);
     cr_assert_eq(rows[0].period_start_ms, utc_ms(2024, 6, 13, 15, 0, 0));
     cr_assert_eq(rows[0].next_reset_ms, utc_ms(2024, 6, 14, 15, 0, 0));
@@ -664,10 +636,10 @@ Test(resets, setting_the_budget_again_keeps_the_period_changing_it_restarts_it, 
     struct cg_budget_row stored;
     struct cg_tenant t = tenant_with_reset(s, "UTC", 2, set_at, &stored);
     cr_assert_eq(stored.period_start_ms, utc_ms(2024, 5, 20, 0, 0, 0));
-    add_at(s, t.tenant_id, scope("", "", ""), 100, 0, set_at);
+    add_at(s, t.tenant_id, cg_storetest_scope("", "", ""), 100, 0, set_at);
 
     /* Same period, later the same day: the period and the usage stay. */
-    struct cg_budget_row tenant = budget(scope("", "", ""), 2000000, 2);
+    struct cg_budget_row tenant = budget(cg_storetest_scope("", "", ""), 2000000, 2);
     struct cg_budget_row again = put_at(s, t.tenant_id, &tenant, set_at + 3600000);
     cr_assert_eq(again.period_start_ms, utc_ms(2024, 5, 20, 0, 0, 0));
     cr_assert_eq(again.next_reset_ms, utc_ms(2024, 5, 21, 0, 0, 0));
@@ -686,7 +658,8 @@ Test(resets, setting_the_budget_again_keeps_the_period_changing_it_restarts_it, 
     cr_assert_eq(none.period_start_ms, 0);
     cr_assert_eq(none.next_reset_ms, 0);
     struct cg_budget_row rows[4];
-    (void)read_at(s, t.tenant_id, scope("", "", ""), true, utc_ms(2025, 1, 1, 0, 0, 0), rows);
+    (void)read_at(s, t.tenant_id, cg_storetest_scope("", "", ""), true, utc_ms(2025, 1, 1, 0, 0, 0),
+                  rows);
     cr_assert_eq(rows[0].used_tokens, 100, "never reset");
     cg_store_free(s);
 }

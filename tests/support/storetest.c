@@ -1,0 +1,49 @@
+/* storetest.c - see storetest.h. */
+#include "storetest.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <string.h>
+
+struct cg_store *cg_storetest_store(const struct cg_pgtest *t)
+{
+    struct cg_store_opts opts = cg_pgtest_store_opts(t);
+    struct cg_store *s = cg_store_new(&opts);
+    cr_assert(s != NULL, "cg_store_new failed");
+    return s;
+}
+
+struct cg_tenant cg_storetest_tenant(struct cg_store *s, const char *name, const char *time_zone)
+{
+    struct cg_tenant t;
+    struct cg_err err;
+    cg_status rc = cg_store_tenant_create(s, name, time_zone ? time_zone : "UTC", &t, &err);
+    cr_assert_eq(rc, CG_OK, "tenant_create: %s %s", cg_status_name(rc), err.msg);
+    return t;
+}
+
+struct cg_scope_ids cg_storetest_scope(const char *session_id, const char *task_id,
+                                       const char *agent_id)
+{
+    struct cg_scope_ids ids;
+    memset(&ids, 0, sizeof ids);
+    snprintf(ids.session_id, sizeof ids.session_id, "%s", session_id);
+    snprintf(ids.task_id, sizeof ids.task_id, "%s", task_id);
+    snprintf(ids.agent_id, sizeof ids.agent_id, "%s", agent_id);
+    return ids;
+}
+
+void cg_storetest_begin(struct cg_store *s)
+{
+    struct cg_err err;
+    cg_status rc = cg_store_begin(s, &err);
+    cr_assert_eq(rc, CG_OK, "begin: %s %s", cg_status_name(rc), err.msg);
+}
+
+void cg_storetest_commit(struct cg_store *s)
+{
+    struct cg_err err;
+    cg_status rc = cg_store_commit(s, &err);
+    cr_assert_eq(rc, CG_OK, "commit: %s %s", cg_status_name(rc), err.msg);
+}
