@@ -252,6 +252,17 @@ echo "== an authenticated call"
 echo "\$ ctxguardctl --key \$(cat .run/demo_key) whoami"
 ctl --key "$DEMO_KEY" whoami
 
+echo
+echo "== budgets: the tenant, a session and a task under it, then the usage tree"
+for spec in "- 1000000" "demo-session 100000" "demo-session/plan 20000"; do
+    read -r sc limit <<<"$spec"
+    echo "\$ ctxguardctl budget set $sc --limit $limit"
+    ctl --key "$DEMO_KEY" budget set "$sc" --limit "$limit" >/dev/null ||
+        die "budget set $sc failed"
+done
+echo "\$ ctxguardctl usage --depth 2"
+ctl --key "$DEMO_KEY" usage --depth 2
+
 cat <<EOF
 
 ctxguard is running (pid $(cat "$RUN/ctxguard.pid")).
@@ -264,6 +275,8 @@ ctxguard is running (pid $(cat "$RUN/ctxguard.pid")).
 Try:
   export CTXGUARD_TARGET=$TARGET
   build/bin/ctxguardctl --key "\$(cat .run/demo_key)" whoami
+  build/bin/ctxguardctl --key "\$(cat .run/demo_key)" usage --depth 2
+  build/bin/ctxguardctl --key "\$(cat .run/demo_key)" watch demo-session --descendants
   CTXGUARD_ADMIN_KEY="\$(cat .run/admin_key)" build/bin/ctxguardctl tenant list
   CTXGUARD_ADMIN_KEY="\$(cat .run/admin_key)" build/bin/ctxguardctl ping --delay 100
 
