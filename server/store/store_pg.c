@@ -424,9 +424,109 @@ static cg_status prepare(struct cg_pg *pg, const char *label, const char *name, 
     return CG_OK;
 }
 
+#define BEGIN_SQL "BEGIN ISOLATION LEVEL READ COMMITTED"
+
+/* Waits until a result can be read without blocking; false on a timeout or a lost
+ * connection (err filled). */
+static bool wait_readable(struct cg_pg *pg, const char *label, int64_t until, cg_status *rc,
+                          struct cg_err *err)
+{
+    while (PQisBusy(pg->conn)) {
+        int ready = wait_socket(pg->conn, POLLIN, until);
+        if (ready == 0) {
+            *rc = no_answer(pg, label, err);
+            return false;
+        }
+        if (ready < 0 || !PQconsumeInput(pg->conn)) {
+            *rc = conn_lost(pg, label, err);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* BEGIN and the transaction's first statement in one round trip (libpq pipeline mode): the
+ * BEGIN of cg_pg_begin is held until then. *out gets the statement's result, or BEGIN's
+ * (or the PREPARE's) when that failed. prepare_name: the statement's prepared name, or NULL
+ * to send it with its text; prepare: whether to PREPARE it first. */
+static cg_status send_with_begin(struct cg_pg *pg, const char *label, const char *sql, int nparams,
+                                 const char *const *values, const int *lengths, const int *formats,
+                                 const char *prepare_name, bool prepare, PGresult **out,
+                                 struct cg_err *err)
+{
+    PGconn *conn = pg->conn;
+    int64_t until = response_until(pg);
+    *out = NULL;
+    if (!PQenterPipelineMode(conn))
+        return conn_lost(pg, label, err);
+    int commands = 2 + (prepare ? 1 : 0);
+    bool sent = PQsendQueryParams(conn, BEGIN_SQL, 0, NULL, NULL, NULL, NULL, 0) &&
+                (!prepare || PQsendPrepare(conn, prepare_name, sql, nparams, NULL)) &&
+                (prepare_name
+                     ? PQsendQueryPrepared(conn, prepare_name, nparams, values, lengths, formats, 0)
+                     : PQsendQueryParams(conn, sql, nparams, NULL, values, lengths, formats, 0)) &&
+                PQpipelineSync(conn);
+    if (!sent)
+        return conn_lost(pg, label, err);
+    for (;;) {
+        int rc = PQflush(conn);
+        if (rc == 0)
+            break;
+        if (rc < 0)
+            return conn_lost(pg, label, err);
+        int ready = wait_socket(conn, POLLIN | POLLOUT, until);
+        if (ready == 0)
+            return no_answer(pg, label, err);
+        if (ready < 0 || !PQconsumeInput(conn))
+            return conn_lost(pg, label, err);
+    }
+    /* Each command's results end with a NULL; the sync's result ends the pipeline. The
+     * first failure is what the caller sees (later commands then come back aborted). */
+    PGresult *first_error = NULL, *last = NULL;
+    cg_status rc = CG_OK;
+    int done = 0;
+    bool synced = false;
+    while (!synced) {
+        if (!wait_readable(pg, label, until, &rc, err))
+            break;
+        PGresult *res = PQgetResult(conn);
+        if (res == NULL) {
+            done++;
+            continue;
+        }
+        ExecStatusType st = PQresultStatus(res);
+        if (st == PGRES_PIPELINE_SYNC) {
+            PQclear(res);
+            synced = true;
+        } else if ((st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR) && first_error == NULL) {
+            first_error = res;
+        } else if (done == commands - 1 && st != PGRES_PIPELINE_ABORTED) {
+            PQclear(last);
+            last = res;
+        } else {
+            PQclear(res);
+        }
+    }
+    if (rc != CG_OK || !PQexitPipelineMode(conn)) {
+        PQclear(first_error);
+        PQclear(last);
+        return rc != CG_OK ? rc : conn_lost(pg, label, err);
+    }
+    if (first_error != NULL) {
+        PQclear(last);
+        *out = first_error;
+        return CG_OK;
+    }
+    if (last == NULL)
+        return conn_lost(pg, label, err);
+    *out = last;
+    return CG_OK;
+}
+
 /* Sends one statement and waits (bounded by the deadline and the statement timeout) for
  * its result. Statements with parameters run as prepared statements, prepared once per
- * connection: parsing and planning them on every call cost more than running them. */
+ * connection: parsing and planning them on every call cost more than running them. The
+ * first statement of a transaction carries its BEGIN (send_with_begin). */
 static cg_status send_wait(struct cg_pg *pg, const char *label, const char *sql, int nparams,
                            const char *const *values, const int *lengths, const int *formats,
                            int flags, PGresult **out, struct cg_err *err)
@@ -434,6 +534,35 @@ static cg_status send_wait(struct cg_pg *pg, const char *label, const char *sql,
     PGconn *conn = pg->conn;
     int64_t until = response_until(pg);
     *out = NULL;
+    if (pg->begin_pending) {
+        pg->begin_pending = false;
+        if ((flags & RUN_SIMPLE) || nparams == 0) {
+            /* Pipelines take no simple queries, and a statement without parameters may be
+             * one that must follow BEGIN on its own (SET TRANSACTION): BEGIN first. */
+            PGresult *res = NULL;
+            cg_status rc = send_wait(pg, "begin", BEGIN_SQL, 0, NULL, NULL, NULL, 0, &res, err);
+            bool ok = rc == CG_OK && PQresultStatus(res) == PGRES_COMMAND_OK;
+            if (rc == CG_OK && !ok) {
+                *out = res;
+                return CG_OK;
+            }
+            PQclear(res);
+            if (rc != CG_OK)
+                return rc;
+        } else {
+            bool named = nparams > 0;
+            uint64_t h = named ? sql_hash(sql) : 0;
+            bool known = named && is_prepared(pg, h);
+            named = named && (known || pg->nprepared < CG_PG_PREPARED_MAX);
+            char name[24];
+            snprintf(name, sizeof name, "cg_%016llx", (unsigned long long)h);
+            cg_status rc = send_with_begin(pg, label, sql, nparams, values, lengths, formats,
+                                           named ? name : NULL, named && !known, out, err);
+            if (rc == CG_OK && named && !known && PQresultStatus(*out) != PGRES_FATAL_ERROR)
+                pg->prepared[pg->nprepared++] = h;
+            return rc;
+        }
+    }
     bool named = !(flags & RUN_SIMPLE) && nparams > 0;
     uint64_t h = named ? sql_hash(sql) : 0;
     named = named && (is_prepared(pg, h) || pg->nprepared < CG_PG_PREPARED_MAX);
@@ -503,9 +632,14 @@ static cg_status sync_timeout(struct cg_pg *pg, struct cg_err *err)
     snprintf(text, sizeof text, "%d", target);
     const char *values[] = {text};
     PGresult *res = NULL;
+    /* Before a BEGIN that waits for its first statement: outside the transaction, where a
+     * first statement such as SET TRANSACTION must not find a query before it. */
+    bool before_begin = pg->begin_pending;
+    pg->begin_pending = false;
     cg_status rc = send_wait(pg, "set_statement_timeout",
                              "SELECT set_config('statement_timeout', $1::text, false)", 1, values,
                              NULL, NULL, 0, &res, err);
+    pg->begin_pending = before_begin;
     if (rc != CG_OK)
         return rc;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -519,7 +653,7 @@ static cg_status sync_timeout(struct cg_pg *pg, struct cg_err *err)
     }
     PQclear(res);
     pg->session_timeout_ms = target;
-    if (pg->in_tx)
+    if (pg->in_tx && !before_begin)
         pg->timeout_set_in_tx = true;
     return CG_OK;
 }
@@ -578,7 +712,12 @@ cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int n
     *out = NULL;
     pg->sqlstate[0] = '\0';
     pg->constraint[0] = '\0';
-    /* Inside a transaction nothing may be re-sent or moved to another connection. */
+    /* Inside a transaction nothing may be re-sent or moved to another connection, but for
+     * its first statement, which carries the BEGIN: nothing of the transaction is there yet,
+     * and a connection lost under it takes the whole transaction with it. */
+    /* The transaction's first statement carries its BEGIN: until it is sent, a dead idle
+     * connection may still be replaced; once sent, it is pinned like the rest. */
+    bool carries_begin = pg->in_tx && pg->begin_pending;
     if (pg->in_tx)
         flags = (flags | RUN_PINNED) & ~RUN_READ;
     for (int attempt = 0;; attempt++) {
@@ -587,7 +726,7 @@ cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int n
 
         bool fresh = false;
         if (pg->conn != NULL && !idle_conn_alive(pg)) {
-            if (flags & RUN_PINNED) {
+            if ((flags & RUN_PINNED) && !carries_begin) {
                 drop_conn(pg);
                 cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "connection lost mid-session query=%s",
                        label);
@@ -597,7 +736,7 @@ cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int n
             drop_conn(pg);
         }
         if (pg->conn == NULL) {
-            if (flags & RUN_PINNED)
+            if ((flags & RUN_PINNED) && !carries_begin)
                 return cg_err_set(err, CG_UNAVAILABLE, "storage unavailable");
             cg_status rc = connect_pg(pg, err);
             if (rc != CG_OK)
@@ -609,8 +748,10 @@ cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int n
          * a connection lost here may be replaced for any statement. */
         cg_status rc = sync_timeout(pg, err);
         bool retry_ok = !(flags & RUN_PINNED) && !fresh && attempt == 0;
-        if (rc == CG_UNAVAILABLE && retry_ok)
+        if (rc == CG_UNAVAILABLE && retry_ok) {
+            pg->begin_pending = carries_begin;
             continue;
+        }
         if (rc != CG_OK)
             return rc;
 
@@ -620,6 +761,7 @@ cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int n
         if (rc == CG_UNAVAILABLE && retry_ok) {
             cg_log(CG_LOG_INFO, MOD, cg__pg_rid(pg), "retrying a read on a new connection query=%s",
                    label);
+            pg->begin_pending = carries_begin;
             continue;
         }
         if (rc != CG_OK)
@@ -644,6 +786,7 @@ cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int n
             if (retry_ok) {
                 cg_log(CG_LOG_INFO, MOD, cg__pg_rid(pg),
                        "retrying a read on a new connection query=%s", label);
+                pg->begin_pending = carries_begin;
                 continue;
             }
             return cg_err_set(err, CG_UNAVAILABLE, "storage unavailable");
@@ -932,6 +1075,7 @@ static void tx_over(struct cg_pg *pg, bool committed)
     if (pg->timeout_set_in_tx && !committed)
         pg->session_timeout_ms = -1;
     pg->in_tx = false;
+    pg->begin_pending = false;
     pg->timeout_set_in_tx = false;
 }
 
@@ -970,26 +1114,34 @@ cg_status cg_pg_begin(struct cg_pg *pg, struct cg_err *err)
                "begin with a transaction still open; rolling that one back");
         cg_pg_rollback(pg);
     }
-    PGresult *res = NULL;
     /* READ COMMITTED whatever the server's default: a row lock that had to wait then sees
-     * the row as the other transaction committed it, which is what the counters need. */
-    cg_status rc = cg__pg_run(pg, "begin", "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL, NULL,
-                              NULL, RUN_READ, &res, err);
-    PQclear(res);
-    if (rc == CG_OK) {
-        pg->in_tx = true;
-        pg->timeout_set_in_tx = false;
-    } else if (pg->conn != NULL && PQtransactionStatus(pg->conn) != PQTRANS_IDLE) {
-        /* BEGIN failed without leaving the connection idle: do not reuse it. */
-        drop_conn(pg);
+     * the row as the other transaction committed it, which is what the counters need. The
+     * BEGIN itself travels with the transaction's first statement (send_with_begin), one
+     * round trip fewer; until then nothing was sent, so that statement may still move to a
+     * new connection. An unreachable server answers then. */
+    if (time_left(pg) <= 0)
+        return cg_err_set(err, CG_DEADLINE_EXCEEDED, "deadline exceeded");
+    if (pg->conn == NULL) {
+        cg_status rc = connect_pg(pg, err);
+        if (rc != CG_OK)
+            return rc;
     }
-    return rc;
+    pg->in_tx = true;
+    pg->begin_pending = true;
+    pg->timeout_set_in_tx = false;
+    return CG_OK;
 }
 
 cg_status cg_pg_commit(struct cg_pg *pg, struct cg_err *err)
 {
     if (!pg->in_tx)
         return cg__pg_not_in_tx(pg, "commit", err);
+    if (pg->begin_pending) {
+        /* Nothing was sent: there is nothing to commit. */
+        tx_over(pg, true);
+        notices_clear(pg);
+        return CG_OK;
+    }
     PGresult *res = NULL;
     cg_status rc = cg__pg_run(pg, "commit", "COMMIT", 0, NULL, NULL, NULL, RUN_PINNED, &res, err);
     if (rc == CG_OK && strcmp(PQcmdStatus(res), "COMMIT") != 0) {

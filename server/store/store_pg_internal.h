@@ -38,6 +38,7 @@ struct cg_pg {
      * connection is lost, so that later statements fail instead of running outside it. */
     bool in_tx;
     bool timeout_set_in_tx; /* statement_timeout changed inside it: a rollback undoes that */
+    bool begin_pending;     /* in_tx, but its BEGIN waits for the first statement */
     /* Hashes of the statements prepared on this connection (store_pg.c send_wait). */
     uint64_t prepared[CG_PG_PREPARED_MAX];
     int nprepared;
