@@ -8,8 +8,8 @@
  *   - text and reasoning parts: their text; a tool call: tokens(name) + tokens(arguments)
  *     + 3 of framing; a tool result: its content (and its images);
  *   - images: OpenAI's tile rule from their dimensions (85 + 170 per 512-px tile after
- *     scaling into 2048 px and 768 px on the short side; 85 for detail "low"), 1,000 when the
- *     size is unknown (core/estimate.h);
+ *     scaling into 2048 px and 768 px on the short side; 85 for detail "low"), 765 (a
+ *     1024 x 1024 image at high detail) when the size is unknown (core/estimate.h);
  *   - reply priming: 3 when there is at least one message;
  *   - tool definitions: each one as the compact JSON the API receives,
  *     {"type":"function","function":{"name":N,"description":D,"parameters":P}} (description
