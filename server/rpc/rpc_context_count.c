@@ -164,7 +164,8 @@ static void append(char *buf, size_t *at, const char *s)
 /* Tokens of one tool definition as its compact JSON (see the file's comment). */
 static int64_t tool_tokens(struct exact *x, const struct cg_tool_def *t)
 {
-    size_t cap = 64 + 6 * (t->name.len + t->description.len) + t->parameters.len;
+    /* The fixed text is 69 bytes, the four quotes 4; a string byte takes at most 6. */
+    size_t cap = 128 + 6 * (t->name.len + t->description.len) + t->parameters.len;
     char *buf = cg_arena_alloc(x->call->arena, cap);
     if (buf == NULL) {
         x->failed = true;
@@ -428,7 +429,7 @@ CG_HANDLER(cg_rpc_context_count_tokens)
         (encoding == CG_ENCODING_NONE ||
          protobuf_c_message_get_packed_size(request) > INLINE_REQUEST_MAX)) {
         call->needs_pool = true;
-        return CG_OK;
+        return cg_err_set(&call->err, CG_INTERNAL, "CountTokens needs the pool");
     }
 
     struct cg_conv *conv = NULL;
