@@ -162,6 +162,15 @@ class Count(cgtest.TestCase):
         self.assertEqual(r.total_tokens - no_tools.total_tokens,
                          r.breakdown.tool_definition_tokens)
 
+    def test_tool_definition_escapes_match_json(self):
+        desc = "ctl \x01\x1f\b\f\t\r\n quote \" back \\ del \x7f ünï 😀" * 40
+        tool = common_pb2.ToolDefinition(name="t", description=desc)
+        r = self.count(conversation=structured([], tools=[tool]), encoding=CL100K)
+        rendered = json.dumps({"type": "function", "function": {"name": "t", "description": desc}},
+                              separators=(",", ":"), ensure_ascii=False)
+        self.assertEqual(r.total_tokens, tok_count([rendered])[0][0])
+        self.assertEqual(list(r.message_tokens), [])
+
     def test_tool_calls_and_results(self):
         call = common_pb2.MessagePart(tool_call=common_pb2.ToolCall(
             id="call_1", name="get_weather", arguments_json='{"city":"Oslo"}'))
