@@ -1556,16 +1556,16 @@ static int cmd_count(struct ctl *ctl, const struct command *cmd, const struct cm
         printf(" (profile %s, +/- %" PRId64 " tokens)\n", r->estimator_profile,
                r->error_bound_tokens);
     if (r->calibration != NULL)
-        printf("%-12s factor %.4f from %" PRId64 " provider counts\n", "calibration:",
-               r->calibration->factor, r->calibration->samples);
+        printf("%-12s factor %.4f from %" PRId64 " provider counts\n",
+               "calibration:", r->calibration->factor, r->calibration->samples);
     print_field("format:", format);
     if (r->context_window_tokens > 0)
         printf("%-12s %" PRId64 "\n", "window:", r->context_window_tokens);
     if (r->estimate_id[0] != '\0')
         print_field("estimate_id:", r->estimate_id);
     if (r->breakdown != NULL)
-        printf("%-12s content %" PRId64 ", framing %" PRId64 ", tools %" PRId64
-               ", images %" PRId64 ", text %" PRId64 "\n",
+        printf("%-12s content %" PRId64 ", framing %" PRId64 ", tools %" PRId64 ", images %" PRId64
+               ", text %" PRId64 "\n",
                "breakdown:", r->breakdown->content_tokens, r->breakdown->overhead_tokens,
                r->breakdown->tool_definition_tokens, r->breakdown->image_tokens,
                r->breakdown->text_tokens);

@@ -77,8 +77,7 @@ static cg_status load_one(const char *dir, const char *name, struct cg_tok_encod
     return CG_OK;
 }
 
-cg_status cg_rpc_tokenizers_load(const char *dir, struct cg_rpc_tokenizers *out,
-                                 struct cg_err *err)
+cg_status cg_rpc_tokenizers_load(const char *dir, struct cg_rpc_tokenizers *out, struct cg_err *err)
 {
     memset(out, 0, sizeof *out);
     if (dir == NULL || dir[0] == '\0')
@@ -141,7 +140,11 @@ static void json_string(char *buf, size_t *at, const char *s, size_t len)
             buf[(*at)++] = (char)c;
         } else if (c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f') {
             buf[(*at)++] = '\\';
-            buf[(*at)++] = c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : c == '\b' ? 'b' : 'f';
+            buf[(*at)++] = c == '\n'   ? 'n'
+                           : c == '\r' ? 'r'
+                           : c == '\t' ? 't'
+                           : c == '\b' ? 'b'
+                                       : 'f';
         } else if (c < 0x20) {
             memcpy(buf + *at, "\\u00", 4);
             buf[*at + 4] = hex[c >> 4];
@@ -347,8 +350,7 @@ static cg_status count_exact(struct cg_rpc_call *call, const struct cg_rpc_env *
     }
     t.text = tok(&x, req->text, strlen(req->text));
     if (x.failed)
-        return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                          "out of memory while counting tokens");
+        return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED, "out of memory while counting tokens");
     tally_out(resp, &t);
     resp->method = CTXGUARD__V1__TOKEN_COUNT_METHOD__TOKEN_COUNT_METHOD_EXACT;
     resp->encoding = (Ctxguard__V1__TokenEncoding)encoding;
@@ -425,9 +427,8 @@ CG_HANDLER(cg_rpc_context_count_tokens)
     cg_models_lookup(req->model, &info);
     cg_encoding encoding = req->encoding != 0 ? (cg_encoding)req->encoding : info.encoding;
     /* On the completion-queue thread: only small exact counts (see INLINE_REQUEST_MAX). */
-    if (env->store == NULL &&
-        (encoding == CG_ENCODING_NONE ||
-         protobuf_c_message_get_packed_size(request) > INLINE_REQUEST_MAX)) {
+    if (env->store == NULL && (encoding == CG_ENCODING_NONE ||
+                               protobuf_c_message_get_packed_size(request) > INLINE_REQUEST_MAX)) {
         call->needs_pool = true;
         return cg_err_set(&call->err, CG_INTERNAL, "CountTokens needs the pool");
     }

@@ -76,8 +76,8 @@ static char *literal(const struct cg_calibration_sample *samples, int n, bool id
             continue;
         }
         buf[len++] = '"';
-        for (const char *p = samples[i].estimate_id; *p && p - samples[i].estimate_id <
-                                                              CG_IDEMPOTENCY_MAX; p++) {
+        for (const char *p = samples[i].estimate_id;
+             *p && p - samples[i].estimate_id < CG_IDEMPOTENCY_MAX; p++) {
             if (*p == '"' || *p == '\\')
                 buf[len++] = '\\';
             buf[len++] = *p;

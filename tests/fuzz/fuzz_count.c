@@ -54,8 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             int64_t priming = r->n_message_tokens > 0 ? 3 : 0;
             if (r->total_tokens != sum + priming + b->tool_definition_tokens + b->text_tokens ||
                 r->total_tokens != b->content_tokens + b->overhead_tokens +
-                                       b->tool_definition_tokens + b->image_tokens +
-                                       b->text_tokens)
+                                       b->tool_definition_tokens + b->image_tokens + b->text_tokens)
                 __builtin_trap();
             uint8_t *out;
             size_t out_len;

@@ -117,8 +117,11 @@ Test(calibration_store, bounded_once_and_per_tenant)
     cr_expect_not(calibrate1(a, "old", 100).updated);
     /* The next record of the tenant deletes it. */
     record(a, "x3", "m", 100);
-    cr_expect_eq(cg_pgtest_query_int(admin, "SELECT count(*) FROM token_estimates"
-                                            " WHERE estimate_id = 'old'", NULL), 0);
+    cr_expect_eq(cg_pgtest_query_int(admin,
+                                     "SELECT count(*) FROM token_estimates"
+                                     " WHERE estimate_id = 'old'",
+                                     NULL),
+                 0);
     PQfinish(admin);
 }
 
