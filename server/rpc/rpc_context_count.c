@@ -365,7 +365,7 @@ static cg_status count_estimated(struct cg_rpc_call *call, const struct cg_rpc_e
     size_t text_len = strlen(req->text);
     struct cg_est_features f = {0};
     cg_estimate_scan(req->text, text_len, &f);
-    double raw_text = cg_estimate_tokens(profile, &f);
+    double raw_text = text_len > 0 ? cg_estimate_tokens(profile, &f) : 0;
     struct cg_estimate est = {0};
     struct cg_err cerr;
     cg_err_clear(&cerr);
