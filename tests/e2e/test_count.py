@@ -263,6 +263,35 @@ class Count(cgtest.TestCase):
                             md=self.srv.admin_md(), text="x", encoding=CL100K)
 
 
+class CountWithoutPostgres(cgtest.TestCase):
+    """Counting needs no database: exact counts go on, estimates go on uncalibrated and
+    without an estimate_id. The shared PostgreSQL stays up; the server reaches it through a
+    proxy this test cuts."""
+
+    def test_counts_while_postgres_is_unreachable(self):
+        host, port = cgtest.dsn_host_port(cgtest.pg_dsn())
+        proxy = cgtest.TcpProxy(host, port)
+        self.addCleanup(proxy.close)
+        dsn = cgtest.dsn_with_host_port(cgtest.pg_dsn(), "127.0.0.1", proxy.port)
+        srv = cgtest.start_server(self, pg=dsn, env={"CTXGUARD_PG_CONNECT_TIMEOUT_MS": "500"})
+        t = srv.create_tenant()
+        md = cgtest.bearer(srv.create_key(t.tenant_id).secret)
+        ctx = context_pb2_grpc.ContextServiceStub(srv.channel())
+        conv = common_pb2.Conversation(openai_json=json.dumps(COOKBOOK))
+        before = ctx.CountTokens(C.CountTokensRequest(conversation=conv, model="claude-3-haiku"),
+                                 metadata=md, timeout=10)
+        self.assertTrue(before.estimate_id)
+        proxy.cut()
+        r = ctx.CountTokens(C.CountTokensRequest(conversation=conv, model="gpt-4"), metadata=md,
+                            timeout=10)
+        self.assertEqual((r.method, r.total_tokens), (EXACT, 129))
+        e = ctx.CountTokens(C.CountTokensRequest(conversation=conv, model="claude-3-haiku"),
+                            metadata=md, timeout=10)
+        self.assertEqual((e.method, e.estimate_id), (ESTIMATED, ""))
+        self.assertEqual(e.total_tokens, before.total_tokens)
+        self.assertIn("estimate not recorded", srv.log_text())
+
+
 class Calibration(cgtest.TestCase):
     """A synthetic provider whose tokenizer makes RATIO x the default estimate."""
 
