@@ -124,6 +124,60 @@ done
 # from, and the cache's share, so that a run that silently fell back to PostgreSQL is seen.
 echo "CheckBudget sources: $("$BUILD/bin/bench_check" source "127.0.0.1:$PORT" "$KEY" benchs)"
 
+# ---------------------------------------------------------------- token counting ----
+# CountTokens on a 200-message conversation: the first 200 messages (and the tools) of the
+# largest conversation of ../shared/data/conversations with at least 200, as OpenAI JSON,
+# hand-encoded once: CountTokensRequest{conversation{openai_json}, model}. Exact (gpt-4o:
+# o200k_base, no store) and estimated (claude-sonnet-4-5: one PostgreSQL statement that
+# records the estimate and reads the calibration).
+CONV_DIR=${BENCH_CONVERSATIONS:-../shared/data/conversations}
+[[ -d $CONV_DIR ]] || CONV_DIR=/work/shared/data/conversations # from a worktree
+COUNT_JSON=$OUT/count-200.json
+/usr/bin/python3 - "$CONV_DIR" "$COUNT_JSON" "$OUT/count-exact.grpc" "$OUT/count-est.grpc" <<'PY'
+import json, os, sys
+src, out_json, exact, est = sys.argv[1:5]
+best = None
+for name in sorted(os.listdir(src)):
+    if name.endswith(".json"):
+        path = os.path.join(src, name)
+        d = json.load(open(path))
+        if len(d["messages"]) >= 200 and (best is None or os.path.getsize(path) > best[0]):
+            best = (os.path.getsize(path), path, d)
+_, path, d = best
+conv = json.dumps({"messages": d["messages"][:200], "tools": d.get("tools", [])})
+open(out_json, "w").write(conv)
+def varint(n):
+    b = bytearray()
+    while True:
+        b.append((n & 0x7f) | (0x80 if n > 0x7f else 0))
+        n >>= 7
+        if not n:
+            return bytes(b)
+def field(num, data):
+    return varint(num << 3 | 2) + varint(len(data)) + data
+inner = field(2, conv.encode())
+for model, out in (("gpt-4o", exact), ("claude-sonnet-4-5", est)):
+    msg = field(1, inner) + field(3, model.encode())
+    open(out, "wb").write(b"\x00" + len(msg).to_bytes(4, "big") + msg)
+print(f"bench: CountTokens request: {path}, 200 messages, {len(conv)} bytes of JSON", file=sys.stderr)
+PY
+# Once, that the request counts (and what it counts to): h2load only sees HTTP 200s.
+"${CTL[@]}" --key "$KEY" count "$COUNT_JSON" --model gpt-4o | head -3
+printf '\n%-34s %5s %10s %9s %9s %7s\n' rpc conc 'req/s' 'p50_us' 'p99_us' ratio
+for spec in "1 1" "4 4"; do
+    read -r conns streams <<<"$spec"
+    conc=$((conns * streams))
+    read -r base_rps base_p50 base_p99 base_fail < <(run health /grpc.health.v1.Health/Check "$conns" "$streams")
+    printf '%-34s %5d %10s %9s %9s %7s\n' grpc.health.v1.Health/Check "$conc" "$base_rps" "$base_p50" "$base_p99" 1.00
+    for kind in exact est; do
+        BODY=$OUT/count-$kind.grpc
+        read -r rps p50 p99 fail < <(run "count-$kind" /ctxguard.v1.ContextService/CountTokens \
+            "$conns" "$streams" -H "authorization: Bearer $KEY")
+        BODY=$OUT/empty.grpc
+        ratio=$(/usr/bin/python3 -c "print(f'{$rps/$base_rps:.4f}' if $base_rps else 'n/a')")
+        printf '%-34s %5d %10s %9s %9s %7s\n' "CountTokens 200 msgs ($kind)" "$conc" "$rps" "$p50" "$p99" "$ratio"
+    done
+done
 
 # Durable writes (Reserve + Commit against pgbench) need a durable PostgreSQL: bench/writes.sh,
 # after this script's own server has stopped (see the end).

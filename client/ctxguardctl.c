@@ -1,5 +1,5 @@
 /* ctxguardctl.c - the command-line client of ctxguard: admin (tenants, keys), diagnostics
- * (health, whoami, ping), over the client library.
+ * (health, whoami, ping), budgets, token counts, over the client library.
  *
  * Commands live in one table (`commands` below). Adding a command is adding a row and its
  * function: the row gives the words, the positional arguments, the options, which key it
@@ -28,6 +28,7 @@
 #include "cg_json.h"
 #include "ctxguard/v1/admin.pb-c.h"
 #include "ctxguard/v1/budget.pb-c.h"
+#include "ctxguard/v1/context.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 
 #define PROG "ctxguardctl"
@@ -44,6 +45,7 @@
 
 #define ADMIN_METHOD(name) "/ctxguard.v1.AdminService/" name
 #define BUDGET_METHOD(name) "/ctxguard.v1.BudgetService/" name
+#define CONTEXT_METHOD(name) "/ctxguard.v1.ContextService/" name
 
 /* Which key a command sends when --key is not given. */
 enum key_source {
@@ -1363,6 +1365,221 @@ static int cmd_approvals(struct ctl *ctl, const struct command *cmd, const struc
     return rc;
 }
 
+/* ------------------------------------------------------------------ count ------- */
+
+#define COUNT_FILE_MAX (64L << 20) /* the server's own cap is smaller; this bounds our memory */
+
+/* Reads a whole file ("-": stdin) into a NUL-terminated heap buffer. NULL after reporting. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        if (n + 1 >= cap) {
+            if (cap >= (size_t)COUNT_FILE_MAX) {
+                fprintf(stderr, PROG ": %s: larger than %ld bytes\n", path, COUNT_FILE_MAX);
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            char *grown = realloc(buf, cap * 2);
+            if (grown == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+    }
+    if (f != stdin)
+        fclose(f);
+    if (buf == NULL)
+        return NULL;
+    buf[n] = '\0';
+    if (memchr(buf, '\0', n) != NULL) {
+        fprintf(stderr, PROG ": %s: contains NUL bytes (not text)\n", path);
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* Whether a JSON string literal at s (after its opening quote) equals word; *end gets the
+ * byte after the closing quote. Escapes are skipped, not decoded. */
+static bool json_string_is(const char *s, const char *word, const char **end)
+{
+    const char *p = s;
+    while (*p != '\0' && *p != '"')
+        p += (*p == '\\' && p[1] != '\0') ? 2 : 1;
+    *end = *p == '"' ? p + 1 : p;
+    size_t n = strlen(word);
+    return (size_t)(p - s) == n && memcmp(s, word, n) == 0;
+}
+
+/* Anthropic Messages JSON or OpenAI Chat JSON? Anthropic's marks: a top-level "system",
+ * "input_schema" in a tool, a block of type tool_use / tool_result. Everything else is read
+ * as OpenAI's (the two agree on plain text messages, so the count is the same). */
+static bool looks_anthropic(const char *json)
+{
+    int depth = 0;
+    bool after_type_key = false;
+    for (const char *p = json; *p != '\0';) {
+        char c = *p;
+        if (c == '{' || c == '[') {
+            depth++;
+            p++;
+        } else if (c == '}' || c == ']') {
+            depth--;
+            p++;
+        } else if (c == '"') {
+            const char *end;
+            bool is_system = json_string_is(p + 1, "system", &end);
+            const char *q = end;
+            while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+                q++;
+            bool is_key = *q == ':';
+            const char *dummy;
+            if (is_key) {
+                if ((is_system && depth == 1) || json_string_is(p + 1, "input_schema", &dummy))
+                    return true;
+                after_type_key = json_string_is(p + 1, "type", &dummy);
+            } else {
+                if (after_type_key && (json_string_is(p + 1, "tool_use", &dummy) ||
+                                       json_string_is(p + 1, "tool_result", &dummy)))
+                    return true;
+                after_type_key = false;
+            }
+            p = end;
+        } else {
+            p++;
+        }
+    }
+    return false;
+}
+
+static const char *count_method_name(Ctxguard__V1__TokenCountMethod m)
+{
+    switch (m) {
+    case CTXGUARD__V1__TOKEN_COUNT_METHOD__TOKEN_COUNT_METHOD_EXACT:
+        return "exact";
+    case CTXGUARD__V1__TOKEN_COUNT_METHOD__TOKEN_COUNT_METHOD_ESTIMATED:
+        return "estimated";
+    case CTXGUARD__V1__TOKEN_COUNT_METHOD__TOKEN_COUNT_METHOD_CALIBRATED:
+        return "calibrated";
+    default:
+        return "unspecified";
+    }
+}
+
+static int cmd_count(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__CountTokensRequest req = CTXGUARD__V1__COUNT_TOKENS_REQUEST__INIT;
+    Ctxguard__V1__Conversation conv = CTXGUARD__V1__CONVERSATION__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *model = option_value(cmd, args, "--model");
+    const char *encoding = option_value(cmd, args, "--encoding");
+    bool as_text = option_value(cmd, args, "--text") != NULL;
+    int rc;
+
+    if (encoding != NULL) {
+        if (strcmp(encoding, "cl100k_base") == 0)
+            req.encoding = CTXGUARD__V1__TOKEN_ENCODING__TOKEN_ENCODING_CL100K_BASE;
+        else if (strcmp(encoding, "o200k_base") == 0)
+            req.encoding = CTXGUARD__V1__TOKEN_ENCODING__TOKEN_ENCODING_O200K_BASE;
+        else
+            return usage_error("--encoding must be cl100k_base or o200k_base, not '%s'", encoding);
+    }
+    if (model != NULL)
+        req.model = (char *)model;
+    req.allow_special_tokens = option_value(cmd, args, "--special") != NULL;
+    size_t len = 0;
+    char *data = read_file(args->positional[0], &len);
+    if (data == NULL)
+        return EXIT_FAIL;
+    const char *format = "text";
+    if (as_text) {
+        req.text = data;
+    } else {
+        const char *p = data;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (*p != '{' && *p != '[') {
+            free(data);
+            return usage_error("%s is not a JSON conversation (use --text for plain text)",
+                               args->positional[0]);
+        }
+        if (looks_anthropic(data)) {
+            conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
+            conv.anthropic_json = data;
+            format = "anthropic";
+        } else {
+            conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON;
+            conv.openai_json = data;
+            format = "openai";
+        }
+        req.conversation = &conv;
+    }
+    rc = call(ctl, CONTEXT_METHOD("CountTokens"), &req.base,
+              &ctxguard__v1__count_tokens_response__descriptor, &msg);
+    free(data);
+    if (rc)
+        goto out;
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__CountTokensResponse *r = (const void *)msg;
+    printf("%-12s %" PRId64 "\n", "total:", r->total_tokens);
+    printf("%-12s %s", "method:", count_method_name(r->method));
+    if (r->method == CTXGUARD__V1__TOKEN_COUNT_METHOD__TOKEN_COUNT_METHOD_EXACT)
+        printf(" (%s)\n", r->encoding == CTXGUARD__V1__TOKEN_ENCODING__TOKEN_ENCODING_CL100K_BASE
+                              ? "cl100k_base"
+                              : "o200k_base");
+    else
+        printf(" (profile %s, +/- %" PRId64 " tokens)\n", r->estimator_profile,
+               r->error_bound_tokens);
+    if (r->calibration != NULL)
+        printf("%-12s factor %.4f from %" PRId64 " provider counts\n",
+               "calibration:", r->calibration->factor, r->calibration->samples);
+    print_field("format:", format);
+    if (r->context_window_tokens > 0)
+        printf("%-12s %" PRId64 "\n", "window:", r->context_window_tokens);
+    if (r->estimate_id[0] != '\0')
+        print_field("estimate_id:", r->estimate_id);
+    if (r->breakdown != NULL)
+        printf("%-12s content %" PRId64 ", framing %" PRId64 ", tools %" PRId64 ", images %" PRId64
+               ", text %" PRId64 "\n",
+               "breakdown:", r->breakdown->content_tokens, r->breakdown->overhead_tokens,
+               r->breakdown->tool_definition_tokens, r->breakdown->image_tokens,
+               r->breakdown->text_tokens);
+    if (r->n_message_tokens > 0) {
+        printf("messages:\n");
+        for (size_t i = 0; i < r->n_message_tokens; i++)
+            printf("  %-6zu %" PRId64 "\n", i, r->message_tokens[i]);
+    }
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
 static const struct command commands[] = {
     {.words = "health",
      .arg_usage = "[SERVICE]",
@@ -1479,6 +1696,18 @@ static const struct command commands[] = {
      .max_positional = 1,
      .options = {{"--pending", NULL, "only pending ones"}},
      .run = cmd_approvals},
+    {.words = "count",
+     .arg_usage = "FILE",
+     .summary = "tokens of FILE (- for stdin): an OpenAI or Anthropic JSON conversation (told "
+                "apart by its content), or plain text with --text; total, method, per message",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--model", "M", "the model (tokenizer or estimator profile, window)"},
+                 {"--encoding", "E", "count exactly with cl100k_base or o200k_base"},
+                 {"--text", NULL, "FILE is plain text, counted bare"},
+                 {"--special", NULL, "special-token strings count as their special token"}},
+     .run = cmd_count},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])

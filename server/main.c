@@ -66,7 +66,8 @@ static int migrate(const struct cg_config *cfg)
     return 0;
 }
 
-static int serve(const struct cg_config *cfg, const struct cg_price_table *prices)
+static int serve(const struct cg_config *cfg, const struct cg_price_table *prices,
+                 const struct cg_rpc_tokenizers *tokenizers)
 {
     if (cfg->migrate_on_start && migrate(cfg) != 0)
         return 1;
@@ -93,7 +94,7 @@ static int serve(const struct cg_config *cfg, const struct cg_price_table *price
 
     struct cg_health health;
     cg_health_init(&health);
-    struct cg_server *srv = cg_server_start(cfg, &health, refl, prices, &err);
+    struct cg_server *srv = cg_server_start(cfg, &health, refl, prices, tokenizers, &err);
     if (srv == NULL) {
         cg_log(CG_LOG_ERROR, "main", NULL, "cannot start: %s", cg_err_text(&err));
         cg_reflection_free(refl);
@@ -123,6 +124,7 @@ int main(int argc, char **argv)
         return 1;
     }
     struct cg_config_cli cli;
+    struct cg_rpc_tokenizers tokenizers = {0};
     struct cg_err err;
     cg_err_clear(&err);
     int rc = 0;
@@ -158,8 +160,21 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    rc = strcmp(cli.command, "migrate") == 0 ? migrate(&cfg) : serve(&cfg, &prices);
+    if (strcmp(cli.command, "migrate") == 0) {
+        rc = migrate(&cfg);
+        goto out;
+    }
+    /* The tokenizers are built once, before anything else starts, and shared read-only by
+     * every thread; without them the server does not start. */
+    if (cg_rpc_tokenizers_load(cfg.token_data_dir, &tokenizers, &err) != CG_OK) {
+        fprintf(stderr, "ctxguard: config key 'token_data_dir' (CTXGUARD_TOKEN_DATA_DIR): %s\n",
+                cg_err_text(&err));
+        rc = err.code == CG_CONFIG ? 2 : 1;
+        goto out;
+    }
+    rc = serve(&cfg, &prices, &tokenizers);
 out:
+    cg_rpc_tokenizers_cleanup(&tokenizers);
     cg_config_cleanup(&cfg);
     return rc;
 }

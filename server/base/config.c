@@ -20,6 +20,12 @@ struct cfg_row {
     size_t offset;
 };
 
+/* token_data_dir's default: where the build writes the rank data (cmake/tokdata.cmake
+ * defines it for this library; base/tokdata.c has the same fallback). */
+#ifndef CG_TOKDATA_DIR
+#define CG_TOKDATA_DIR "/usr/local/share/ctxguard"
+#endif
+
 static const struct cfg_row rows[] = {
 #define CG_CFG_ROW(key, type, def, min, max, choices, help)                                        \
     {#key, T_##type, def, min, max, choices, help, offsetof(struct cg_config, key)},

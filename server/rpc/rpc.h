@@ -23,6 +23,24 @@
 struct cg_reflection;
 struct cg_price_table;
 struct cg_cache;
+struct cg_tok_encoding;
+
+/* The exact tokenizers (core/tok.h), built once at start from the `token_data_dir` files
+ * and shared read-only by every thread for the life of the server. */
+struct cg_rpc_tokenizers {
+    struct cg_tok_encoding *cl100k_base;
+    struct cg_tok_encoding *o200k_base;
+};
+
+/* Loads both encodings from dir (cl100k_base.cgtok, o200k_base.cgtok; base/tokdata.h) into
+ * *out. On error returns CG_CONFIG or CG_NOMEM with err naming the file and the problem,
+ * and *out is empty. Release with cg_rpc_tokenizers_cleanup. (rpc_context_count.c) */
+cg_status cg_rpc_tokenizers_load(const char *dir, struct cg_rpc_tokenizers *out,
+                                 struct cg_err *err) CG_MUST_CHECK;
+
+/* Frees what cg_rpc_tokenizers_load built and empties *t (an empty one is a no-op). No
+ * call may be using it. */
+void cg_rpc_tokenizers_cleanup(struct cg_rpc_tokenizers *t);
 
 typedef enum {
     CG_AUTH_NONE,   /* anyone (health, reflection) */
@@ -63,6 +81,9 @@ struct cg_rpc_env {
     /* Groups concurrent budget writes of a tenant into shared transactions (owned by the
      * transport, shared by its pool threads; NULL: every write runs on its own). */
     struct cg_rpc_batcher *batcher;
+    /* The exact tokenizers (owned by main.c; NULL: CountTokens cannot count exactly and
+     * answers UNAVAILABLE for what needs them). */
+    const struct cg_rpc_tokenizers *tokenizers;
 };
 
 /* One call as this layer sees it. The transport fills the inputs; the handler the outputs. */

@@ -23,6 +23,7 @@
 #include "core/utf8.h"
 #include "ctxguard/v1/budget.pb-c.h"
 #include "rpc/rpc_cache.h"
+#include "rpc/rpc_context.h"
 
 #define DEFAULT_WARNING 0.8
 #define DEFAULT_RESERVATION_TTL_MS 300000u
@@ -1360,7 +1361,8 @@ cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitRes
         (resp->recorded_usage = cg_rpc_usage_out(call, usage)) == NULL)
         return OOM(call);
     resp->price_known = price_known;
-    resp->calibration_factor = 1.0;
+    if (!resp->calibration_updated)
+        resp->calibration_factor = 1.0;
     cg_status st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels);
     if (st != CG_OK)
         return st;
@@ -1376,6 +1378,13 @@ bool cg_rpc_price_usage(const struct cg_rpc_env *env, const char *model, struct 
 int64_t cg_rpc_usage_tokens(const struct cg_usage *u)
 {
     return usage_tokens(u);
+}
+
+int64_t cg_rpc_provider_input_tokens(int64_t provider_input_tokens, const struct cg_usage *u)
+{
+    if (provider_input_tokens > 0)
+        return provider_input_tokens;
+    return u->input_tokens + u->cache_read_tokens + u->cache_write_tokens;
 }
 
 cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -1476,6 +1485,14 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
             res.committed = usage;
             res.settled_at_ms = cg_wall_ms();
         }
+        /* Committed: now the calibration, best effort. */
+        struct cg_calibration_sample cal = {
+            .estimate_id = req->estimate_id[0] ? req->estimate_id : res.estimate_id,
+            .provider_tokens = cg_rpc_provider_input_tokens(req->provider_input_tokens, &usage),
+        };
+        cg_rpc_calibrate(env, call->principal.tenant_id, call->request_id, &cal, 1);
+        resp->calibration_updated = cal.updated;
+        resp->calibration_factor = cal.factor;
     }
     return cg_rpc_commit_finish(call, resp, &res, &usage, price_known, path, n, response);
 }
@@ -1558,6 +1575,12 @@ CG_HANDLER(cg_rpc_budget_record_usage)
             return st;
         cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
     }
+    /* Committed (a replay calibrated the first time, if at all): best effort. */
+    struct cg_calibration_sample cal = {
+        .estimate_id = replayed ? "" : req->estimate_id,
+        .provider_tokens = cg_rpc_provider_input_tokens(req->provider_input_tokens, &usage),
+    };
+    cg_rpc_calibrate(env, call->principal.tenant_id, call->request_id, &cal, 1);
 
     struct cg_budget_result r;
     cg_rpc_decide(path, n, 0, 0, &r);
@@ -1568,7 +1591,8 @@ CG_HANDLER(cg_rpc_budget_record_usage)
         return OOM(call);
     resp->replayed = replayed;
     resp->price_known = price_known;
-    resp->calibration_factor = 1.0;
+    resp->calibration_updated = cal.updated;
+    resp->calibration_factor = cal.factor;
     if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
         return st;
     *response = &resp->base;

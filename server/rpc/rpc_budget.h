@@ -180,6 +180,10 @@ bool cg_rpc_price_usage(const struct cg_rpc_env *env, const char *model, struct 
 /* Input + output + cache tokens of u. */
 int64_t cg_rpc_usage_tokens(const struct cg_usage *u);
 
+/* The provider's count of a prompt for calibration: provider_input_tokens when > 0, else
+ * input + cache_read + cache_write of u (CommitRequest's rule). */
+int64_t cg_rpc_provider_input_tokens(int64_t provider_input_tokens, const struct cg_usage *u);
+
 /* The events of each level from before to after (tenant first), appended to out (cap
  * entries; *count advanced). Returns false when they do not fit. */
 bool cg_rpc_collect_events(const struct cg_budget_row *before, const struct cg_budget_row *after,

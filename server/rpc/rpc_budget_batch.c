@@ -29,6 +29,7 @@
 #include "base/log.h"
 #include "core/budget_events.h"
 #include "rpc/rpc_budget.h"
+#include "rpc/rpc_context.h"
 
 #define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
 
@@ -51,6 +52,7 @@ struct item {
     char entry_id[CG_UUID_LEN + 1];
     char ledger_key[CG_IDEMPOTENCY_MAX + 1];
     int new_index, settle_index;
+    struct cg_calibration_sample cal; /* Commit: its calibration, after COMMIT */
 };
 
 /* A tenant's queue. */
@@ -457,6 +459,8 @@ static void answer(struct batch *b, int i, int64_t now_ms)
             it->res.state = 2;
             it->res.committed = it->usage;
             it->res.settled_at_ms = now_ms;
+            resp->calibration_updated = it->cal.updated;
+            resp->calibration_factor = it->cal.factor;
             st = resp->ledger_entry_id == NULL
                      ? OOM(it->call)
                      : cg_rpc_commit_finish(it->call, resp, &it->res, &it->usage, it->price_known,
@@ -502,6 +506,36 @@ static int coalesce_usage_events(struct cg_event_in *events, int n)
             events[kept++] = events[i];
     }
     return kept;
+}
+
+/* After COMMIT: the calibration of the batch's Commits, one statement for all of them,
+ * best effort (cg_rpc_calibrate logs trouble; the answers stand). */
+static void calibrate(const struct cg_rpc_env *env, const char *tenant, struct batch *b)
+{
+    struct cg_calibration_sample samples[CG_BATCH_MAX];
+    int k = 0;
+    for (int i = 0; i < b->n; i++) {
+        struct item *it = b->items[i];
+        if (it->kind != CG_BATCH_COMMIT || b->state[i] != ITEM_BATCHED)
+            continue;
+        const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)it->request;
+        it->cal.estimate_id = req->estimate_id[0] ? req->estimate_id : it->res.estimate_id;
+        it->cal.provider_tokens =
+            cg_rpc_provider_input_tokens(req->provider_input_tokens, &it->usage);
+        it->cal.updated = false;
+        it->cal.factor = 1.0;
+        if (it->cal.estimate_id[0] != '\0')
+            samples[k++] = it->cal;
+    }
+    if (k == 0)
+        return;
+    cg_rpc_calibrate(env, tenant, NULL, samples, k);
+    for (int i = 0, j = 0; i < b->n && j < k; i++) {
+        struct item *it = b->items[i];
+        if (it->kind == CG_BATCH_COMMIT && b->state[i] == ITEM_BATCHED &&
+            it->cal.estimate_id[0] != '\0')
+            it->cal = samples[j++];
+    }
 }
 
 /* Decides and writes what it can of the batch in one transaction. CG_OK when committed
@@ -561,6 +595,7 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
     }
     /* The caches of CheckBudget learn the rows as committed (with their new row_version). */
     cg_rpc_cache_written(env, tenant, b->counters, n_counters);
+    calibrate(env, tenant, b);
     return CG_OK;
 }
 

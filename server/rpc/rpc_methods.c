@@ -28,7 +28,8 @@
     }
 
 /* A blocking unary method that is first tried on the completion-queue thread (rpc.h,
- * try_inline): CheckBudget answers from the process's cache there when it can. */
+ * try_inline): CheckBudget answers from the process's cache there when it can, CountTokens
+ * counts small requests exactly there. */
 #define UNARY_TRY_INLINE(svc, name, auth_, req, resp, fn)                                          \
     {                                                                                              \
         "/" svc "/" #name, svc, CG_RPC_UNARY, auth_, true, &req##__descriptor,                     \
@@ -106,8 +107,10 @@ static const struct cg_rpc_method methods[] = {
           ctxguard__v1__get_approval_response, cg_rpc_budget_get_approval),
     UNARY(BUDGET, ListApprovals, CG_AUTH_TENANT, true, ctxguard__v1__list_approvals_request,
           ctxguard__v1__list_approvals_response, cg_rpc_budget_list_approvals),
-    PLANNED(CONTEXT, CountTokens, CG_RPC_UNARY, ctxguard__v1__count_tokens_request,
-            ctxguard__v1__count_tokens_response, "token counting"),
+    /* Exact counts of small requests on the queue thread; estimates (the store) and large
+     * counts on the pool. */
+    UNARY_TRY_INLINE(CONTEXT, CountTokens, CG_AUTH_TENANT, ctxguard__v1__count_tokens_request,
+                     ctxguard__v1__count_tokens_response, cg_rpc_context_count_tokens),
     PLANNED(CONTEXT, Compress, CG_RPC_UNARY, ctxguard__v1__compress_request,
             ctxguard__v1__compress_response, "the compression cascade"),
     PLANNED(CONTEXT, Summarize, CG_RPC_UNARY, ctxguard__v1__summarize_request,

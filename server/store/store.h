@@ -955,4 +955,49 @@ cg_status cg_store_listener_fetch(struct cg_store_listener *l, const char *tenan
                                   struct cg_event *out, int max, int *count,
                                   struct cg_err *err) CG_MUST_CHECK;
 
+/* ---- calibration of token estimates (migrations/0009, store_calibration.c) ----------
+ * CountTokens records each estimate it gives for a model without a public tokenizer; a
+ * later Commit or RecordUsage with the provider's count of that prompt moves the tenant's
+ * correction factor for the estimate's model. Outside transactions; one statement each. */
+
+#define CG_CALIBRATION_FACTOR_MIN 0.25
+#define CG_CALIBRATION_FACTOR_MAX 4.0
+#define CG_ESTIMATE_MODEL_MAX 200 /* characters of the model an estimate is kept under */
+
+/* A tenant's correction for one model. */
+struct cg_calibration {
+    double factor;         /* multiplies raw estimates; 1.0 when none was learned */
+    int64_t samples;       /* provider counts it was learned from; 0 when none */
+    int64_t updated_at_ms; /* unix ms of its last change; 0 when none */
+};
+
+/* Records an estimate of raw_tokens (before any correction) under estimate_id (1..128
+ * printable ASCII, made by the caller; unique per tenant) for model (UTF-8, up to
+ * CG_ESTIMATE_MODEL_MAX characters, "" allowed) and reads the tenant's calibration of that
+ * model into *out (factor 1.0 and samples 0 when none). Also deletes up to 100 of the
+ * tenant's estimates older than 24 hours. CG_NOT_FOUND for an unknown tenant,
+ * CG_ALREADY_EXISTS for a used estimate_id; store errors as usual. */
+cg_status cg_store_estimate_record(struct cg_store *store, const char *tenant_id,
+                                   const char *estimate_id, const char *model, int64_t raw_tokens,
+                                   struct cg_calibration *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* One provider count for calibration: in, estimate_id and provider_tokens (> 0); out,
+ * whether it moved the factor and the factor of the estimate's model after the call. */
+struct cg_calibration_sample {
+    const char *estimate_id;
+    int64_t provider_tokens;
+    bool updated;
+    double factor;
+};
+
+/* Applies samples[0..n) (1..CG_BATCH_MAX) of one tenant in one statement: every estimate
+ * that exists, is younger than 24 hours and was not used yet is marked used, and its
+ * ratio provider_tokens / raw estimate (bounded to 0.25..4) moves its model's factor:
+ * factor += w * (ratio - factor), w = max(1 / (samples + 1), 0.2), samples of one model in
+ * one call averaged into one step. Unknown, expired or used ids are left with updated =
+ * false (not an error). On error nothing changed and every updated is false. */
+cg_status cg_store_calibrate(struct cg_store *store, const char *tenant_id,
+                             struct cg_calibration_sample *samples, int n,
+                             struct cg_err *err) CG_MUST_CHECK;
+
 #endif

@@ -71,6 +71,7 @@ struct cg_server {
     struct cg_health *health;
     const struct cg_reflection *reflection;
     const struct cg_price_table *prices;
+    const struct cg_rpc_tokenizers *tokenizers;
     grpc_server *server;
     int port;
     int nworkers;
@@ -1027,6 +1028,7 @@ static void *pool_thread_init(void *arg, int index)
     ctx->env.health = srv->health;
     ctx->env.reflection = srv->reflection;
     ctx->env.prices = srv->prices;
+    ctx->env.tokenizers = srv->tokenizers;
     ctx->env.wake_streams = wake_streams_cb;
     ctx->env.wake_ctx = srv;
     ctx->env.batcher = srv->batcher;
@@ -1215,7 +1217,8 @@ static grpc_server_credentials *make_credentials(const struct cg_config *cfg, st
 
 struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health *health,
                                   const struct cg_reflection *reflection,
-                                  const struct cg_price_table *prices, struct cg_err *err)
+                                  const struct cg_price_table *prices,
+                                  const struct cg_rpc_tokenizers *tokenizers, struct cg_err *err)
 {
     struct cg_server *srv = calloc(1, sizeof *srv);
     if (srv == NULL) {
@@ -1226,6 +1229,7 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
     srv->health = health;
     srv->reflection = reflection;
     srv->prices = prices;
+    srv->tokenizers = tokenizers;
     atomic_init(&srv->stopping, false);
     pthread_mutex_init(&srv->live_lock, NULL);
     pthread_condattr_t ca;
@@ -1317,6 +1321,7 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
         w->env.wake_streams = wake_streams_cb;
         w->env.wake_ctx = srv;
         w->env.prices = prices;
+        w->env.tokenizers = tokenizers;
         w->env.cache = srv->cache;
         cg_timer_heap_init(&w->timers);
         grpc_server_register_completion_queue(srv->server, w->cq, NULL);

@@ -17,14 +17,17 @@
 struct cg_server;
 struct cg_reflection;
 struct cg_price_table;
+struct cg_rpc_tokenizers;
 
 /* Builds the server from cfg (listen address, TLS, sizes, threads), starts its threads and
- * starts serving. cfg, health, reflection and prices are borrowed and must outlive it.
+ * starts serving. cfg, health, reflection, prices and tokenizers (CountTokens' exact
+ * encodings; NULL: none) are borrowed and must outlive it.
  * NULL with err filled when the address cannot be bound, TLS files cannot be read, or
  * threads cannot start. */
 struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health *health,
                                   const struct cg_reflection *reflection,
-                                  const struct cg_price_table *prices, struct cg_err *err);
+                                  const struct cg_price_table *prices,
+                                  const struct cg_rpc_tokenizers *tokenizers, struct cg_err *err);
 
 /* The port actually bound (useful with port 0). */
 int cg_server_port(const struct cg_server *srv);
