@@ -13,6 +13,7 @@
 #include "base/config.h"
 #include "base/health.h"
 #include "base/log.h"
+#include "core/models.h"
 #include "core/price.h"
 #include "rpc/reflection.h"
 #include "rpc/rpc.h"
@@ -156,6 +157,16 @@ int main(int argc, char **argv)
     static struct cg_price_table prices;
     if (cg_price_parse(cfg.prices, &prices, &err) != CG_OK) {
         fprintf(stderr, "ctxguard: config key 'prices' (CTXGUARD_PRICES): %s\n", cg_err_text(&err));
+        rc = 2;
+        goto out;
+    }
+
+    /* Checked here so that a typo stops the start; the handlers read the table from the
+     * setting (it is small) when they need it. */
+    static struct cg_model_map models;
+    if (cg_models_map_parse(cfg.model_map, &models, &err) != CG_OK) {
+        fprintf(stderr, "ctxguard: config key 'model_map' (CTXGUARD_MODEL_MAP): %s\n",
+                cg_err_text(&err));
         rc = 2;
         goto out;
     }

@@ -3,6 +3,7 @@
  * errs early rather than late. */
 #include "core/models.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -110,26 +111,134 @@ static const char *base_name(const char *model)
     return model;
 }
 
+/* The longest prefix of entries[0..count) that name starts with (on a word boundary for
+ * short ones), into *out; false when none. */
+static bool match(const char *name, const struct cg_model_info *entries, size_t count,
+                  struct cg_model_info *out)
+{
+    size_t best = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t n = strlen(entries[i].prefix);
+        if (n > best && strncasecmp(name, entries[i].prefix, n) == 0) {
+            /* "o1" must not match "o100-foo" mid-token: the prefix ends the name or a word. */
+            char next = name[n];
+            bool boundary = next == '\0' || next == '-' || next == '.' || next == ':' ||
+                            next == '@' || next == '_' || entries[i].prefix[n - 1] == '-';
+            if (!boundary && n <= 3)
+                continue;
+            *out = entries[i];
+            best = n;
+        }
+    }
+    return best > 0;
+}
+
 void cg_models_lookup(const char *model, struct cg_model_info *out)
+{
+    cg_models_lookup_with(NULL, model, out);
+}
+
+void cg_models_lookup_with(const struct cg_model_map *map, const char *model,
+                           struct cg_model_info *out)
 {
     *out = unknown;
     if (model == NULL || model[0] == '\0' || strlen(model) > CG_MODELS_NAME_MAX)
         return;
     const char *name = base_name(model);
-    size_t best = 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        size_t n = strlen(table[i].prefix);
-        if (n > best && strncasecmp(name, table[i].prefix, n) == 0) {
-            /* "o1" must not match "o100-foo" mid-token: the prefix ends the name or a word. */
-            char next = name[n];
-            bool boundary = next == '\0' || next == '-' || next == '.' || next == ':' ||
-                            next == '@' || next == '_' || table[i].prefix[n - 1] == '-';
-            if (!boundary && n <= 3)
-                continue;
-            *out = table[i];
-            best = n;
-        }
+    if (map != NULL && match(name, map->entries, (size_t)map->n, out))
+        return;
+    (void)match(name, table, sizeof table / sizeof table[0], out);
+}
+
+static cg_status map_error(struct cg_model_map *out, struct cg_err *err, const char *fmt,
+                           const char *entry, size_t len)
+{
+    out->n = 0;
+    if (err != NULL) {
+        err->code = CG_CONFIG;
+        snprintf(err->msg, sizeof err->msg, fmt, (int)(len > 60 ? 60 : len), entry);
     }
+    return CG_CONFIG;
+}
+
+cg_status cg_models_map_parse(const char *text, struct cg_model_map *out, struct cg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (text == NULL)
+        return CG_OK;
+    const char *p = text;
+    while (*p != '\0') {
+        const char *end = strchr(p, ';');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *entry = p;
+        p = end ? end + 1 : p + len;
+        while (len > 0 && (*entry == ' ' || *entry == '\t')) {
+            entry++;
+            len--;
+        }
+        while (len > 0 && (entry[len - 1] == ' ' || entry[len - 1] == '\t'))
+            len--;
+        if (len == 0)
+            continue;
+        if (out->n == CG_MODEL_MAP_MAX)
+            return map_error(out, err, "more than 64 entries (at '%.*s')", entry, len);
+        const char *eq = memchr(entry, '=', len);
+        if (eq == NULL || eq == entry || (size_t)(eq - entry) > CG_MODELS_NAME_MAX)
+            return map_error(out, err, "'%.*s': want PREFIX=TARGET[@WINDOW]", entry, len);
+        const char *target = eq + 1;
+        size_t tlen = len - (size_t)(target - entry);
+        const char *at = memchr(target, '@', tlen);
+        size_t name_len = at ? (size_t)(at - target) : tlen;
+        struct cg_model_info info = unknown;
+        info.known = true;
+        info.dialect = CG_DIALECT_UNSPECIFIED;
+        bool found = false;
+        for (int e = CG_ENCODING_CL100K_BASE; e <= CG_ENCODING_O200K_BASE && !found; e++) {
+            const char *n = cg_models_encoding_name((cg_encoding)e);
+            if (strlen(n) == name_len && strncmp(n, target, name_len) == 0) {
+                info.encoding = (cg_encoding)e;
+                info.profile = CG_PROFILE_OPENAI;
+                info.dialect = CG_DIALECT_OPENAI;
+                found = true;
+            }
+        }
+        for (int f = 0; f < CG__PROFILE_COUNT && !found; f++) {
+            const char *n = cg_models_profile_name((cg_profile)f);
+            if (strlen(n) == name_len && strncmp(n, target, name_len) == 0) {
+                info.profile = (cg_profile)f;
+                found = true;
+            }
+        }
+        if (!found)
+            return map_error(out, err,
+                             "'%.*s': the target is not an encoding (cl100k_base, o200k_base) "
+                             "or an estimator profile",
+                             entry, len);
+        char *prefix = out->prefixes[out->n];
+        memcpy(prefix, entry, (size_t)(eq - entry));
+        prefix[eq - entry] = '\0';
+        struct cg_model_info builtin;
+        cg_models_lookup(prefix, &builtin);
+        info.context_window = builtin.known ? builtin.context_window : CG_MODELS_DEFAULT_WINDOW;
+        if (at != NULL) {
+            size_t wlen = tlen - name_len - 1;
+            int64_t window = 0;
+            bool digits = wlen > 0 && wlen <= 9;
+            for (size_t i = 0; digits && i < wlen; i++) {
+                if (at[1 + i] < '0' || at[1 + i] > '9')
+                    digits = false;
+                else
+                    window = window * 10 + (at[1 + i] - '0');
+            }
+            if (!digits || window < 1000 || window > 100000000)
+                return map_error(out, err, "'%.*s': WINDOW must be 1000..100000000 tokens", entry,
+                                 len);
+            info.context_window = window;
+        }
+        info.prefix = prefix;
+        out->entries[out->n++] = info;
+    }
+    return CG_OK;
 }
 
 const char *cg_models_profile_name(cg_profile profile)

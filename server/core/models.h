@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/status.h"
+
 /* Values match ctxguard.v1.TokenEncoding. */
 typedef enum {
     CG_ENCODING_NONE = 0, /* no public tokenizer: estimated */
@@ -65,6 +67,27 @@ const char *cg_models_profile_name(cg_profile profile);
 
 /* "cl100k_base", "o200k_base", or "" for CG_ENCODING_NONE. */
 const char *cg_models_encoding_name(cg_encoding encoding);
+
+/* Models the operator adds or re-maps without a new build (the `model_map` setting):
+ * "PREFIX=TARGET[@WINDOW];..." where TARGET is an encoding (cl100k_base, o200k_base: counted
+ * exactly) or an estimator profile (default, openai, claude, gemini, llama, mistral, kimi)
+ * and WINDOW the context window in tokens (1,000..100,000,000; default: the built-in entry's
+ * for that name, else CG_MODELS_DEFAULT_WINDOW). Prefixes match as in cg_models_lookup and
+ * win over the built-in table. */
+#define CG_MODEL_MAP_MAX 64
+struct cg_model_map {
+    char prefixes[CG_MODEL_MAP_MAX][CG_MODELS_NAME_MAX + 1];
+    struct cg_model_info entries[CG_MODEL_MAP_MAX]; /* prefix points into prefixes */
+    int n;
+};
+
+/* Parses text (NULL or "" is an empty map) into *out. On error err names the entry and
+ * the problem and *out is empty. */
+cg_status cg_models_map_parse(const char *text, struct cg_model_map *out, struct cg_err *err);
+
+/* cg_models_lookup, the map's entries first (map may be NULL). */
+void cg_models_lookup_with(const struct cg_model_map *map, const char *model,
+                           struct cg_model_info *out);
 
 /* The whole table (borrowed, static), for listings and tests. */
 const struct cg_model_info *cg_models_table(size_t *count);

@@ -417,6 +417,23 @@ static cg_status count_estimated(struct cg_rpc_call *call, const struct cg_rpc_e
     return CG_OK;
 }
 
+/* The model's entry: the `model_map` setting first (checked at start; parsed here, it is
+ * small), then the built-in table. */
+static void lookup_model(struct cg_rpc_call *call, const struct cg_rpc_env *env, const char *model,
+                         struct cg_model_info *out)
+{
+    const char *text = env->config ? env->config->model_map : NULL;
+    if (text == NULL || text[0] == '\0') {
+        cg_models_lookup(model, out);
+        return;
+    }
+    struct cg_model_map *map = cg_arena_alloc(call->arena, sizeof *map);
+    struct cg_err err;
+    if (map == NULL || cg_models_map_parse(text, map, &err) != CG_OK)
+        map = NULL;
+    cg_models_lookup_with(map, model, out);
+}
+
 CG_HANDLER(cg_rpc_context_count_tokens)
 {
     const Ctxguard__V1__CountTokensRequest *req = (const Ctxguard__V1__CountTokensRequest *)request;
@@ -424,7 +441,7 @@ CG_HANDLER(cg_rpc_context_count_tokens)
     if (st != CG_OK)
         return st;
     struct cg_model_info info;
-    cg_models_lookup(req->model, &info);
+    lookup_model(call, env, req->model, &info);
     cg_encoding encoding = req->encoding != 0 ? (cg_encoding)req->encoding : info.encoding;
     /* On the completion-queue thread: only small exact counts (see INLINE_REQUEST_MAX). */
     if (env->store == NULL && (encoding == CG_ENCODING_NONE ||

@@ -397,6 +397,46 @@ class CalibrationOneByOne(Calibration):
     env = {"CTXGUARD_WRITE_BATCHING": "false"}
 
 
+class ModelMap(cgtest.TestCase):
+    """The model_map setting adds models and re-maps names without a new build."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = cgtest.start_class_server(cls, env={
+            "CTXGUARD_MODEL_MAP": "acme-lm=o200k_base@50000; gpt-4o=claude; zeta=kimi@300000"})
+
+    def setUp(self):
+        t = self.srv.create_tenant()
+        self.md = cgtest.bearer(self.srv.create_key(t.tenant_id).secret)
+        self.ctx = context_pb2_grpc.ContextServiceStub(self.srv.channel())
+
+    def count(self, model):
+        return self.ctx.CountTokens(C.CountTokensRequest(text="hello world, a mapped model",
+                                                         model=model),
+                                    metadata=self.md, timeout=30)
+
+    def test_mapped_models_count_as_mapped(self):
+        r = self.count("acme-lm-2")
+        self.assertEqual(r.method, C.TOKEN_COUNT_METHOD_EXACT)
+        self.assertEqual(r.encoding, C.TOKEN_ENCODING_O200K_BASE)
+        self.assertEqual(r.context_window_tokens, 50000)
+        r = self.count("gpt-4o-mini")
+        self.assertNotEqual(r.method, C.TOKEN_COUNT_METHOD_EXACT, "the map wins over the table")
+        self.assertEqual(r.estimator_profile, "claude")
+        r = self.count("zeta-9")
+        self.assertEqual((r.estimator_profile, r.context_window_tokens), ("kimi", 300000))
+        r = self.count("gpt-4.1")
+        self.assertEqual(r.method, C.TOKEN_COUNT_METHOD_EXACT, "the rest of the table stands")
+
+    def test_a_bad_map_stops_the_start(self):
+        for bad in ("acme=nope", "acme", "=o200k_base", "acme=o200k_base@12"):
+            env = cgtest.clean_env({"CTXGUARD_MODEL_MAP": bad, "CTXGUARD_PG_DSN": "x"})
+            r = subprocess.run([cgtest.server_bin()], env=env, capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(r.returncode, 2, (bad, r.stderr))
+            self.assertIn("model_map", r.stderr)
+
+
 class TokenData(cgtest.TestCase):
     def start(self, directory):
         env = cgtest.clean_env({"CTXGUARD_TOKEN_DATA_DIR": directory, "CTXGUARD_PG_DSN": "x"})

@@ -95,3 +95,39 @@ Test(models, every_table_entry_finds_itself, .timeout = 10)
                   "%s: exact encodings exactly for OpenAI models", t[i].prefix);
     }
 }
+
+Test(models, map_entries_win_and_are_checked)
+{
+    struct cg_model_map map;
+    struct cg_err err;
+    cr_assert_eq(cg_models_map_parse(" acme=cl100k_base@9000 ; gpt-4o = claude ;", &map, &err),
+                 CG_CONFIG, "spaces around '=' are part of the prefix/target: refused");
+    cr_assert_eq(cg_models_map_parse("acme=cl100k_base@9000;gpt-4o=claude;;", &map, &err), CG_OK,
+                 "%s", err.msg);
+    cr_assert_eq(map.n, 2);
+    struct cg_model_info info;
+    cg_models_lookup_with(&map, "ACME-large", &info);
+    cr_assert_eq(info.encoding, CG_ENCODING_CL100K_BASE);
+    cr_assert_eq(info.context_window, 9000);
+    cg_models_lookup_with(&map, "gpt-4o-mini", &info);
+    cr_assert_eq(info.encoding, CG_ENCODING_NONE);
+    cr_assert_eq(info.profile, CG_PROFILE_CLAUDE);
+    cr_assert_eq(info.context_window, 128000, "the built-in window of the name stays");
+    cg_models_lookup_with(&map, "gpt-4.1", &info);
+    cr_assert_eq(info.encoding, CG_ENCODING_O200K_BASE, "the table still answers the rest");
+    cg_models_lookup_with(NULL, "acme", &info);
+    cr_assert(!info.known);
+    const char *bad[] = {"acme",
+                         "=claude",
+                         "acme=",
+                         "acme=nope",
+                         "acme=claude@99",
+                         "acme=claude@1x00",
+                         "acme=claude@1000000000"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(cg_models_map_parse(bad[i], &map, &err), CG_CONFIG, "%s", bad[i]);
+        cr_assert_eq(map.n, 0);
+    }
+    cr_assert_eq(cg_models_map_parse(NULL, &map, &err), CG_OK);
+    cr_assert_eq(map.n, 0);
+}
