@@ -258,8 +258,15 @@ static void mine_tool_result(struct st *st, const char *s, size_t len, size_t ms
             pieces++;
             words += all_letters && i - start >= 2;
         }
-        if (words * 3 < pieces * 2)
-            continue;
+        if (words * 3 < pieces * 2) {
+            /* Error lines are kept whatever their shape: they say what went wrong. */
+            char lc[TOOL_LINE_MAX + 3];
+            struct cg__summary_words w;
+            size_t ln = cg__summary_lower(line, n, lc, sizeof lc);
+            cg__summary_markers(lc, ln, true, &w);
+            if (!w.error)
+                continue;
+        }
         add_sentence(st, line, n, msg, CG_ROLE_TOOL, true);
     }
 }
@@ -416,6 +423,28 @@ static void parse_focus(struct st *st)
     }
 }
 
+static bool is_word_byte(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* Whether term occurs in lc[0..n) as a whole word (ASCII word bytes around it differ). */
+static bool has_term(const char *lc, size_t n, const char *term)
+{
+    size_t tn = strlen(term);
+    const char *at = lc;
+    while ((at = memmem(at, n - (size_t)(at - lc), term, tn)) != NULL) {
+        bool left = at == lc || !is_word_byte((unsigned char)at[-1]) ||
+                    !is_word_byte((unsigned char)term[0]);
+        bool right = (size_t)(at - lc) + tn >= n || !is_word_byte((unsigned char)at[tn]) ||
+                     !is_word_byte((unsigned char)term[tn - 1]);
+        if (left && right)
+            return true;
+        at++;
+    }
+    return false;
+}
+
 static void score(struct st *st)
 {
     char lc[512];
@@ -438,7 +467,7 @@ static void score(struct st *st)
             v += 1;
         unsigned hits = 0;
         for (size_t f = 0; f < st->n_focus && hits < 3; f++)
-            if (strstr(lc, st->focus[f]) != NULL)
+            if (has_term(lc, n, st->focus[f]))
                 hits++;
         v += 4.0 * hits;
         v += (double)s->order / total; /* later wins a tie: it is closer to now */
@@ -588,12 +617,14 @@ static struct sent *pending_request(struct st *st)
     return NULL;
 }
 
-/* What people said comes before what tools printed; then by score. */
+/* What people said comes before what tools printed (errors first); then by score. */
 static int by_score_desc(const void *a, const void *b)
 {
     const struct sent *x = *(const struct sent *const *)a, *y = *(const struct sent *const *)b;
     if (x->from_tool != y->from_tool)
         return x->from_tool ? 1 : -1;
+    if (x->from_tool && x->w.error != y->w.error)
+        return x->w.error ? -1 : 1; /* of tool output, errors first */
     if (x->score != y->score)
         return x->score < y->score ? 1 : -1;
     return x->order < y->order ? -1 : x->order > y->order;
@@ -721,7 +752,7 @@ cg_status cg_summary_extract(const struct cg_conv *conv, const struct cg_summary
     }
 
     /* The skeleton: headings, the intent, the current state and the pending request. */
-    pool = malloc((st.n + 1) * sizeof *pool);
+    pool = malloc((st.n + 4) * sizeof *pool);
     if (pool == NULL) {
         rc = cg_err_set(err, CG_NOMEM, "out of memory summarizing");
         goto out;
@@ -781,7 +812,7 @@ cg_status cg_summary_extract(const struct cg_conv *conv, const struct cg_summary
     struct sent **cand = pool + n_chosen;
     for (size_t i = 0; i < st.n; i++) {
         struct sent *s = &st.s[i];
-        if (!s->repeat && !s->chosen && s->section >= 0)
+        if (!s->repeat && !s->chosen && !s->mandatory && s->section >= 0)
             cand[n_cand++] = s;
     }
     qsort(cand, n_cand, sizeof *cand, by_score_desc);
