@@ -541,6 +541,13 @@ static size_t lead_in(const char *p, size_t len)
         if ((c == ',' || c == ':') && i + 1 < len && p[i + 1] == ' ') {
             if (words > 4 || len - (i + 2) < 20)
                 return 0;
+            /* A clause that words a decision, progress or a next step is the point. */
+            char lc[64];
+            struct cg__summary_words w;
+            size_t n = cg__summary_lower(p, i, lc, sizeof lc);
+            cg__summary_markers(lc, n, false, &w);
+            if (w.decision || w.progress || w.next)
+                return 0;
             return i + 2;
         }
     }

@@ -21,7 +21,8 @@ char *cg_summary_prompt(const char *language, int64_t target_tokens, const char 
                                   "that the agent can continue from the summary alone.\n");
     snprintf(line, sizeof line,
              "Write in the language whose tag is \"%s\", at most %lld tokens, with exactly "
-             "these six sections, each under a line \"## <heading>\", in this order:\n",
+             "these six sections, each under its heading line as written here, in this "
+             "order:\n",
              lang->tag, (long long)target_tokens);
     cg__summary_buf_str(&b, line);
     static const char *const what[CG_SUMMARY_SECTION_COUNT] = {
@@ -36,9 +37,9 @@ char *cg_summary_prompt(const char *language, int64_t target_tokens, const char 
     for (int s = 0; s < CG_SUMMARY_SECTION_COUNT; s++) {
         cg__summary_buf_str(&b, "## ");
         cg__summary_buf_str(&b, lang->headings[s]);
-        cg__summary_buf_str(&b, " - ");
+        cg__summary_buf_str(&b, "\n(");
         cg__summary_buf_str(&b, what[s]);
-        cg__summary_buf_str(&b, "\n");
+        cg__summary_buf_str(&b, ")\n");
     }
     cg__summary_buf_str(&b,
                         "Write \"-\" under a heading with nothing to say. Keep every specific "

@@ -23,6 +23,7 @@
 struct cg_reflection;
 struct cg_price_table;
 struct cg_cache;
+struct cg_llm;
 
 typedef enum {
     CG_AUTH_NONE,   /* anyone (health, reflection) */
@@ -63,6 +64,9 @@ struct cg_rpc_env {
     /* Groups concurrent budget writes of a tenant into shared transactions (owned by the
      * transport, shared by its pool threads; NULL: every write runs on its own). */
     struct cg_rpc_batcher *batcher;
+    /* This pool thread's LLM client (llm/llm.h; all share one breaker), for Summarize.
+     * NULL on completion-queue threads; not configured when llm_base_url is empty. */
+    struct cg_llm *llm;
 };
 
 /* One call as this layer sees it. The transport fills the inputs; the handler the outputs. */
