@@ -1,5 +1,5 @@
 /* ctxguardctl.c - the command-line client of ctxguard: admin (tenants, keys), diagnostics
- * (health, whoami, ping), over the client library.
+ * (health, whoami, ping), budgets, summaries, over the client library.
  *
  * Commands live in one table (`commands` below). Adding a command is adding a row and its
  * function: the row gives the words, the positional arguments, the options, which key it
@@ -28,6 +28,7 @@
 #include "cg_json.h"
 #include "ctxguard/v1/admin.pb-c.h"
 #include "ctxguard/v1/budget.pb-c.h"
+#include "ctxguard/v1/context.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 
 #define PROG "ctxguardctl"
@@ -44,6 +45,7 @@
 
 #define ADMIN_METHOD(name) "/ctxguard.v1.AdminService/" name
 #define BUDGET_METHOD(name) "/ctxguard.v1.BudgetService/" name
+#define CONTEXT_METHOD(name) "/ctxguard.v1.ContextService/" name
 
 /* Which key a command sends when --key is not given. */
 enum key_source {
@@ -1363,6 +1365,178 @@ static int cmd_approvals(struct ctl *ctl, const struct command *cmd, const struc
     return rc;
 }
 
+/* ------------------------------------------------------------------ summaries --- */
+
+#define SUMMARIZE_FILE_MAX (64L << 20)  /* the server's message cap is lower anyway */
+#define SUMMARIZE_TIMEOUT_MS 120000L    /* an LLM summary of a long session takes a while */
+
+/* Reads FILE ("-": standard input) whole, NUL-terminated; NULL after a message. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, PROG ": cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        if (n + 1 >= cap) {
+            if (cap >= (size_t)SUMMARIZE_FILE_MAX) {
+                fprintf(stderr, PROG ": %s is larger than %ld bytes\n", path, SUMMARIZE_FILE_MAX);
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            char *p = realloc(buf, cap * 2);
+            if (p == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                fprintf(stderr, PROG ": cannot read %s: %s\n", path, strerror(errno));
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+    }
+    if (f != stdin)
+        fclose(f);
+    if (buf == NULL)
+        return NULL;
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* Whether s is an integer ("400", "-5"). */
+static bool is_number(const char *s)
+{
+    if (*s == '-')
+        s++;
+    if (*s == '\0')
+        return false;
+    for (; *s != '\0'; s++)
+        if (*s < '0' || *s > '9')
+            return false;
+    return true;
+}
+
+static const char *enum_short(const ProtobufCEnumDescriptor *d, int value, const char *prefix)
+{
+    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(d, value);
+    if (v == NULL)
+        return "?";
+    size_t n = strlen(prefix);
+    return strncmp(v->name, prefix, n) == 0 ? v->name + n : v->name;
+}
+
+static int cmd_summarize(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__SummarizeRequest req = CTXGUARD__V1__SUMMARIZE_REQUEST__INIT;
+    Ctxguard__V1__Conversation conv = CTXGUARD__V1__CONVERSATION__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *target = option_value(cmd, args, "--target");
+    const char *kind = option_value(cmd, args, "--summarizer");
+    const char *format = option_value(cmd, args, "--format");
+    long target_tokens = 0;
+
+    /* Any number goes to the server, which owns the 64..2000 rule and names the field. */
+    if (target != NULL && !parse_long(target, LONG_MIN, LONG_MAX, &target_tokens))
+        return usage_error("--target must be a number of tokens, not '%s'", target);
+    req.target_tokens = target_tokens;
+    if (kind == NULL || strcmp(kind, "auto") == 0)
+        req.summarizer = CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_AUTO;
+    else if (strcmp(kind, "llm") == 0)
+        req.summarizer = CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_LLM;
+    else if (strcmp(kind, "extractive") == 0)
+        req.summarizer = CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_EXTRACTIVE;
+    else
+        return usage_error("--summarizer must be auto, llm or extractive, not '%s'", kind);
+    bool anthropic = false;
+    if (format != NULL && strcmp(format, "anthropic") == 0)
+        anthropic = true;
+    else if (format != NULL && strcmp(format, "openai") != 0)
+        return usage_error("--format must be openai or anthropic, not '%s'", format);
+    const char *focus = option_value(cmd, args, "--focus");
+    const char *language = option_value(cmd, args, "--language");
+    const char *model = option_value(cmd, args, "--model");
+    req.focus = (char *)(focus != NULL ? focus : "");
+    req.language = (char *)(language != NULL ? language : "");
+    req.model = (char *)(model != NULL ? model : "");
+
+    size_t len = 0;
+    char *json = read_file(args->positional[0], &len);
+    if (json == NULL)
+        return EXIT_FAIL;
+    if (strlen(json) != len) {
+        free(json);
+        fprintf(stderr, PROG ": %s holds a NUL byte: not a JSON conversation\n",
+                args->positional[0]);
+        return EXIT_FAIL;
+    }
+    if (anthropic) {
+        conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
+        conv.anthropic_json = json;
+    } else {
+        conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON;
+        conv.openai_json = json;
+    }
+    req.conversation = &conv;
+    if (!ctl->timeout_given)
+        ctl->timeout_ms = SUMMARIZE_TIMEOUT_MS;
+    int rc = call(ctl, CONTEXT_METHOD("Summarize"), &req.base,
+                  &ctxguard__v1__summarize_response__descriptor, &msg);
+    free(json);
+    if (rc)
+        goto out;
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__SummarizeResponse *resp = (const void *)msg;
+    /* The summary keeps its line breaks; other control characters are shown as '?'. */
+    for (const char *p = resp->summary; *p != '\0'; p++) {
+        unsigned char c = (unsigned char)*p;
+        fputc(c == '\n' || (c >= 0x20 && c != 0x7f) ? c : '?', stdout);
+    }
+    printf("\n\n-- summarizer=%s",
+           enum_short(&ctxguard__v1__summarizer_kind__descriptor, (int)resp->summarizer_used,
+                      "SUMMARIZER_KIND_"));
+    if (resp->fallback_reason != 0) {
+        printf(" fallback=%s (",
+               enum_short(&ctxguard__v1__summary_fallback_reason__descriptor,
+                          (int)resp->fallback_reason, "SUMMARY_FALLBACK_REASON_"));
+        print_text(stdout, resp->fallback_detail);
+        printf(")");
+    }
+    printf(" language=");
+    print_text(stdout, resp->language);
+    printf(" tokens=%" PRId64 " input_tokens=%" PRId64 " messages=%" PRId64 "%s",
+           resp->summary_tokens, resp->input_tokens, resp->messages_summarized,
+           resp->target_met ? "" : " (over target)");
+    if (resp->llm_attempts > 0)
+        printf(" llm_attempts=%" PRIu32 " chunks=%" PRIu32, resp->llm_attempts, resp->chunks);
+    for (size_t i = 0; i < resp->n_redactions; i++)
+        printf("%s%s=%" PRId64, i == 0 ? " redacted: " : " ",
+               enum_short(&ctxguard__v1__pii_type__descriptor, (int)resp->redactions[i]->type,
+                          "PII_TYPE_"),
+               resp->redactions[i]->count);
+    printf("\n");
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
 static const struct command commands[] = {
     {.words = "health",
      .arg_usage = "[SERVICE]",
@@ -1479,6 +1653,22 @@ static const struct command commands[] = {
      .max_positional = 1,
      .options = {{"--pending", NULL, "only pending ones"}},
      .run = cmd_approvals},
+    {.words = "summarize",
+     .arg_usage = "FILE",
+     .summary = "a structured summary of the conversation in FILE (OpenAI JSON; - for stdin), "
+                "PII redacted first",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--target", "N",
+                  "summary size in tokens, 64..2000 (default 400); a number, so not the "
+                  "global --target HOST:PORT"},
+                 {"--summarizer", "KIND", "auto (default), llm or extractive"},
+                 {"--focus", "TEXT", "what to emphasise"},
+                 {"--language", "TAG", "language to write in (default: the conversation's)"},
+                 {"--model", "NAME", "the conversation's model, for token counts"},
+                 {"--format", "FORMAT", "openai (default) or anthropic JSON"}},
+     .run = cmd_summarize},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -1630,12 +1820,22 @@ int main(int argc, char **argv)
         const char *name = split_option(arg, name_buf, sizeof name_buf, &value);
         bool takes_value = strcmp(name, "--target") == 0 || strcmp(name, "--key") == 0 ||
                            strcmp(name, "--tls-ca") == 0 || strcmp(name, "--timeout") == 0;
+        bool separate = false;
         if (takes_value && value == NULL) {
             if (i + 1 >= argc)
                 return usage_error("%s needs a value", name);
             value = argv[++i];
+            separate = true;
         }
-        if (strcmp(name, "--target") == 0) {
+        if (strcmp(name, "--target") == 0 && is_number(value)) {
+            /* A number is summarize's --target (tokens): a server is host:port. */
+            rest_is_positional[rest_count] = false;
+            rest[rest_count++] = arg;
+            if (separate) {
+                rest_is_positional[rest_count] = false;
+                rest[rest_count++] = value;
+            }
+        } else if (strcmp(name, "--target") == 0) {
             ctl.target = value;
         } else if (strcmp(name, "--key") == 0) {
             ctl.key_flag = value;

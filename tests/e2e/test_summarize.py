@@ -459,6 +459,63 @@ class SummarizeBreaker(cgtest.TestCase):
             self.assertEqual(self.c.summarize(work_conversation()).summarizer_used, LLM)
 
 
+class SummarizeCtl(cgtest.TestCase):
+    """`ctxguardctl summarize FILE` against a server with the fake LLM."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.llm = FakeLLM()
+        cls.addClassCleanup(cls.llm.close)
+        cls.srv = cgtest.start_class_server(cls, env={"CTXGUARD_LLM_BASE_URL": cls.llm.url,
+                                                      "CTXGUARD_LLM_MAX_RETRIES": "0"})
+        t = cls.srv.create_tenant()
+        cls.key = cls.srv.create_key(t.tenant_id).secret
+
+    def ctl(self, *args, expect=0, stdin=None):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CTXGUARD_")}
+        env["CTXGUARD_TARGET"] = self.srv.target
+        env["CTXGUARD_KEY"] = self.key
+        proc = subprocess.run([cgtest.require_env("CG_CTL_BIN")] + list(args), env=env,
+                              capture_output=True, text=True, timeout=60, input=stdin)
+        self.assertEqual(proc.returncode, expect,
+                         f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
+        return proc
+
+    def test_summarize_a_file(self):
+        path = os.path.join(cgtest.SOURCE_DIR, "tests", "data", "summary", "heldout-de-infra.json")
+        out = self.ctl("summarize", path, "--summarizer", "extractive", "--target", "300").stdout
+        for h in DE_HEADINGS:
+            self.assertIn(h + "\n", out)
+        self.assertIn("/etc/nginx/conf.d/upstream.conf", out)
+        self.assertIn("summarizer=EXTRACTIVE fallback=REQUESTED", out)
+        self.assertIn("language=de", out)
+        tokens = int(out.split(" tokens=")[1].split()[0])
+        self.assertLessEqual(tokens, 300)
+
+    def test_summarize_json_and_llm_and_stdin(self):
+        conv = json.dumps([{"role": "user", "content": "Mail jane.doe@example.com about the "
+                                                         "outage of the export job, please. "
+                                                         * 20},
+                           {"role": "assistant", "content": "I will write the mail today and "
+                                                            "attach the incident timeline. " * 20}])
+        got = json.loads(self.ctl("--json", "summarize", "-", stdin=conv).stdout)
+        self.assertEqual(got["summarizer_used"], "SUMMARIZER_KIND_LLM")
+        self.assertIn({"type": "PII_TYPE_EMAIL", "count": 20}, got["redactions"])
+        self.assertNotIn("jane.doe@example.com", json.dumps(self.llm.requests()))
+
+    def test_usage_and_server_errors(self):
+        err = self.ctl("summarize", "/nonexistent/conv.json", expect=1).stderr
+        self.assertIn("cannot open", err)
+        self.assertIn("--summarizer", self.ctl("summarize", "x.json", "--summarizer", "magic",
+                                               expect=2).stderr)
+        err = self.ctl("summarize", "-", "--target", "5000", expect=1,
+                       stdin='[{"role":"user","content":"hi"}]').stderr
+        self.assertIn("INVALID_ARGUMENT", err)
+        self.assertIn("target_tokens", err)
+        err = self.ctl("summarize", "-", expect=1, stdin="\x01 not json").stderr
+        self.assertIn("conversation", err)
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
