@@ -4,8 +4,9 @@
  * Order of work, and why:
  * 1. Validate every field (the message names the field).
  * 2. Redact PII (core/redact.h) from a copy of the whole conversation before any summarizer
- *    sees it, with one pseudonym table for the request: the same value gets the same label in
- *    every message, so the summary stays coherent. The extractive summarizer reads the
+ *    sees it, with the pseudonym table of the request's session (kept in this process for
+ *    recent sessions; without a session_id, one for the request): the same value gets the
+ *    same label in every message and every summary of the session, so they stay coherent. The extractive summarizer reads the
  *    redacted copy too: its summary may be stored and must not carry raw values either.
  * 3. LLM (kind LLM, or AUTO with an LLM configured): the transcript is cut into chunks that fit
  *    the model (its context window from core/models.h, half of it for the input); one chunk is
@@ -20,6 +21,7 @@
  */
 #include "rpc/rpc_handlers.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +131,113 @@ static cg_status check_request(struct cg_rpc_call *call, const Ctxguard__V1__Sum
 }
 
 /* ------------------------------------------------------------------ redaction -------- */
+
+/* Sessions' pseudonym tables (rpc.h). A table is used by one call at a time: its own mutex
+ * is held while a call redacts; `users` keeps it from being dropped meanwhile. */
+struct pseudonym_entry {
+    char key[CG_UUID_LEN + 2 + 4 * 200]; /* tenant_id "/" session_id (<= 200 characters) */
+    uint64_t last_used;
+    unsigned users;
+    pthread_mutex_t lock;
+    struct cg_redact_session session;
+};
+
+struct cg_rpc_pseudonyms {
+    pthread_mutex_t lock;
+    uint64_t clock;
+    size_t n;
+    struct pseudonym_entry *entries[];
+};
+
+struct cg_rpc_pseudonyms *cg_rpc_pseudonyms_new(size_t max_sessions)
+{
+    struct cg_rpc_pseudonyms *p = calloc(1, sizeof *p + max_sessions * sizeof p->entries[0]);
+    if (p == NULL)
+        return NULL;
+    pthread_mutex_init(&p->lock, NULL);
+    p->n = max_sessions;
+    return p;
+}
+
+void cg_rpc_pseudonyms_free(struct cg_rpc_pseudonyms *p)
+{
+    if (p == NULL)
+        return;
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->entries[i] != NULL) {
+            pthread_mutex_destroy(&p->entries[i]->lock);
+            free(p->entries[i]);
+        }
+    }
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+static void seed_session(struct cg_redact_session *session)
+{
+    uint64_t seed[2] = {0, 0};
+    if (cg_random_bytes(seed, sizeof seed) != CG_OK)
+        seed[0] = (uint64_t)cg_mono_ns(); /* the seed only hides the hashes held in memory */
+    cg_redact_session_init(session, seed[0], seed[1]);
+}
+
+/* The table of (tenant, session), made (or taken over from the least recently used idle one)
+ * when new, locked for the caller; NULL when every slot is busy or memory is short (the
+ * caller then uses a table of its own). Release with pseudonyms_release. */
+static struct pseudonym_entry *pseudonyms_acquire(struct cg_rpc_pseudonyms *p, const char *tenant,
+                                                  const char *session_id)
+{
+    char key[sizeof ((struct pseudonym_entry *)0)->key];
+    snprintf(key, sizeof key, "%s/%s", tenant, session_id);
+    struct pseudonym_entry *e = NULL, *victim = NULL;
+    size_t free_slot = SIZE_MAX;
+    pthread_mutex_lock(&p->lock);
+    for (size_t i = 0; i < p->n; i++) {
+        struct pseudonym_entry *x = p->entries[i];
+        if (x == NULL) {
+            if (free_slot == SIZE_MAX)
+                free_slot = i;
+        } else if (strcmp(x->key, key) == 0) {
+            e = x;
+            break;
+        } else if (x->users == 0 && (victim == NULL || x->last_used < victim->last_used)) {
+            victim = x;
+        }
+    }
+    bool fresh = false;
+    if (e == NULL && free_slot != SIZE_MAX) {
+        e = calloc(1, sizeof *e);
+        if (e != NULL) {
+            pthread_mutex_init(&e->lock, NULL);
+            p->entries[free_slot] = e;
+            fresh = true;
+        }
+    } else if (e == NULL && victim != NULL) {
+        e = victim;
+        fresh = true;
+    }
+    if (e != NULL) {
+        if (fresh)
+            snprintf(e->key, sizeof e->key, "%s", key);
+        e->users++;
+        e->last_used = ++p->clock;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (e == NULL)
+        return NULL;
+    pthread_mutex_lock(&e->lock);
+    if (fresh)
+        seed_session(&e->session);
+    return e;
+}
+
+static void pseudonyms_release(struct cg_rpc_pseudonyms *p, struct pseudonym_entry *e)
+{
+    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_lock(&p->lock);
+    e->users--;
+    pthread_mutex_unlock(&p->lock);
+}
 
 struct redactor {
     struct cg_redact_session *session;
@@ -532,18 +641,28 @@ CG_HANDLER(cg_rpc_context_summarize)
         goto out;
     }
 
-    /* Redact first: nothing below sees the raw text. */
-    r.session = malloc(sizeof *r.session);
-    uint64_t seed[2] = {0, 0};
-    if (r.session == NULL) {
-        st = OOM(call);
-        goto out;
+    /* Redact first: nothing below sees the raw text. With a session_id the session's
+     * pseudonym table is used (the same value keeps its label across its requests). */
+    struct pseudonym_entry *shared = NULL;
+    struct cg_redact_session *own = NULL;
+    if (req->session_id[0] != '\0' && env->pseudonyms != NULL)
+        shared = pseudonyms_acquire(env->pseudonyms, call->principal.tenant_id, req->session_id);
+    if (shared != NULL) {
+        r.session = &shared->session;
+    } else {
+        if ((own = malloc(sizeof *own)) == NULL) {
+            st = OOM(call);
+            goto out;
+        }
+        seed_session(own);
+        r.session = own;
     }
-    if (cg_random_bytes(seed, sizeof seed) != CG_OK)
-        seed[0] = (uint64_t)cg_mono_ns(); /* the seed only hides hashes held in memory */
-    cg_redact_session_init(r.session, seed[0], seed[1]);
     cg_redact_buf_init(&r.buf, conv->limits.max_bytes);
     st = redact_conv(call, &r, conv, &red);
+    if (shared != NULL)
+        pseudonyms_release(env->pseudonyms, shared);
+    r.session = NULL;
+    free(own);
     if (st != CG_OK)
         goto out;
 
@@ -669,7 +788,6 @@ out:
     free(llm_text);
     cg_summary_cleanup(&sum);
     cg_redact_buf_cleanup(&r.buf);
-    free(r.session);
     cg_conv_free(red);
     cg_conv_free(conv);
     return st;

@@ -38,6 +38,7 @@
 #define RID_MAX 64
 #define AUTH_MAX 1024
 #define POOL_QUEUE_PER_THREAD 256
+#define PSEUDONYM_SESSIONS 64 /* sessions whose redaction labels are remembered (~130 KB each) */
 
 struct worker;
 struct call;
@@ -83,6 +84,7 @@ struct cg_server {
     struct cg_rpc_batcher *batcher; /* NULL when write_batching is off */
     struct cg_cache *cache; /* keys and budget rows for every thread (rpc_cache.h); may be NULL */
     struct cg_llm_breaker *llm_breaker; /* shared by the pool threads' LLM clients */
+    struct cg_rpc_pseudonyms *pseudonyms; /* Summarize's per-session redaction labels */
     atomic_bool stopping;
 
     /* Calls alive anywhere and request slots posted; shutdown waits for both to reach
@@ -1032,6 +1034,7 @@ static void *pool_thread_init(void *arg, int index)
     ctx->env.wake_ctx = srv;
     ctx->env.batcher = srv->batcher;
     ctx->env.cache = srv->cache;
+    ctx->env.pseudonyms = srv->pseudonyms;
     ctx->env.store = cg_store_new(&o);
     if (ctx->env.store == NULL) {
         free(ctx);
@@ -1281,7 +1284,8 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
     struct cg_llm_breaker_opts bopts;
     cg_llm_breaker_opts_from_config(cfg, &bopts);
     srv->llm_breaker = cg_llm_breaker_new(&bopts);
-    if (srv->llm_breaker == NULL) {
+    srv->pseudonyms = cg_rpc_pseudonyms_new(PSEUDONYM_SESSIONS);
+    if (srv->llm_breaker == NULL || srv->pseudonyms == NULL) {
         cg_err_set(err, CG_NOMEM, "out of memory for the LLM breaker");
         goto fail;
     }
@@ -1413,6 +1417,7 @@ fail:
     cg_pool_free(srv->pool);
     srv->pool = NULL;
     cg_llm_breaker_free(srv->llm_breaker); /* after the clients of the pool threads */
+    cg_rpc_pseudonyms_free(srv->pseudonyms);
     cg_rpc_batcher_free(srv->batcher);
     cg_cache_free(srv->cache);
     free(srv->handles);
@@ -1511,6 +1516,7 @@ void cg_server_free(struct cg_server *srv)
     free(srv->workers);
     cg_pool_free(srv->pool);
     cg_llm_breaker_free(srv->llm_breaker); /* after the clients of the pool threads */
+    cg_rpc_pseudonyms_free(srv->pseudonyms);
     cg_rpc_batcher_free(srv->batcher);
     cg_cache_free(srv->cache); /* after every thread that used it */
     free(srv->handles);

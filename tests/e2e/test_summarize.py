@@ -220,6 +220,31 @@ class SummarizeWithoutLLM(cgtest.TestCase):
         self.assertGreaterEqual(counts.get("PII_TYPE_API_KEY", 0), 2, counts)
         self.assertEqual(counts.get("PII_TYPE_SECRET"), 1, counts)
 
+    def test_a_session_keeps_its_pseudonyms_across_requests(self):
+        a, b = "alice@example.org", "bob@example.net"
+
+        def labels(session, emails, client=None):
+            conv = conversation([msg(U, f"Ticket from {e}: the export at /srv/export/{i}.csv "
+                                        f"failed with code {500 + i}.")
+                                 for i, e in enumerate(emails)])
+            r = (client or self.c).summarize(conv, summarizer=EXTRACTIVE, session_id=session,
+                                             target_tokens=600)
+            for e in emails:
+                self.assertNotIn(e, r.summary)
+            return r.summary
+
+        first = labels("sess-pseudo", [a])
+        self.assertIn("Ticket from <EMAIL_1>", first)
+        # The same session: a keeps <EMAIL_1> though b now comes first.
+        again = labels("sess-pseudo", [b, a])
+        self.assertIn("Ticket from <EMAIL_2>: the export at /srv/export/0.csv", again)
+        self.assertIn("Ticket from <EMAIL_1>: the export at /srv/export/1.csv", again)
+        # Another session, or the same session id of another tenant, starts afresh.
+        other = labels("sess-other", [b, a])
+        self.assertIn("Ticket from <EMAIL_1>: the export at /srv/export/0.csv", other)
+        stranger = labels("sess-pseudo", [b], client=Client(self.srv))
+        self.assertIn("Ticket from <EMAIL_1>", stranger)
+
     def test_bad_input_is_refused_with_the_field_named(self):
         s = self.c
         self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, s.stub.Summarize,
