@@ -604,24 +604,38 @@ static struct sent *current_state(struct st *st)
     return fallback;
 }
 
-/* The latest user request: the first sentence of the last user message. */
+static struct sent *representative(struct st *st, size_t i)
+{
+    struct sent *s = &st->s[i];
+    if (s->repeat)
+        for (size_t j = 0; j < i; j++)
+            if (!st->s[j].repeat && st->s[j].hash == s->hash)
+                return &st->s[j];
+    return s;
+}
+
+/* The latest user request: the first sentence of the last user message that is not filler
+ * said again and again ("Thanks, continue."); the last one when all are. */
 static struct sent *pending_request(struct st *st)
 {
-    for (size_t i = st->n; i-- > 0;) {
+    struct sent *last = NULL;
+    unsigned looked = 0;
+    for (size_t i = st->n; i-- > 0 && looked < 8;) {
         if (st->s[i].role != CG_ROLE_USER)
             continue;
         uint32_t msg = st->s[i].msg;
         size_t k = i;
         while (k > 0 && st->s[k - 1].msg == msg)
             k--;
-        struct sent *s = &st->s[k];
-        if (s->repeat)
-            for (size_t j = 0; j < k; j++)
-                if (!st->s[j].repeat && st->s[j].hash == s->hash)
-                    return &st->s[j];
-        return s;
+        i = k; /* the loop goes on before this message */
+        looked++;
+        struct sent *s = representative(st, k);
+        if (last == NULL)
+            last = s;
+        if (s->freq < 3 && s->len >= 12)
+            return s;
     }
-    return NULL;
+    return last;
 }
 
 /* What people said comes before what tools printed (errors first); then by score. */
