@@ -245,8 +245,8 @@ int main(int argc, char **argv)
     printf("\nsample conversations (%d): facts said by user/assistant kept %d/%d = %.1f %%; "
            "facts only in tool output kept %d/%d = %.1f %%; over target: %d\n",
            sample.convs, sample.said_kept, sample.said,
-           sample.said ? 100.0 * sample.said_kept / sample.said : 0, sample.tool_kept,
-           sample.tool, sample.tool ? 100.0 * sample.tool_kept / sample.tool : 0, sample.over);
+           sample.said ? 100.0 * sample.said_kept / sample.said : 0, sample.tool_kept, sample.tool,
+           sample.tool ? 100.0 * sample.tool_kept / sample.tool : 0, sample.over);
     if (held.convs > 0)
         printf("held-out conversations (%d): facts said kept %d/%d = %.1f %%; tool %d/%d = "
                "%.1f %%; over target: %d\n",

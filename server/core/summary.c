@@ -11,11 +11,11 @@
 #include "core/summary_internal.h"
 #include "core/summary_words.h"
 
-#define SENTENCES_MAX 200000          /* sentences considered (hostile input stays bounded) */
+#define SENTENCES_MAX 200000             /* sentences considered (hostile input stays bounded) */
 #define TOOL_SCAN_PER_RESULT (64u << 10) /* bytes of one tool result mined for details */
-#define TOOL_SCAN_TOTAL (4u << 20)    /* bytes of all tool results mined */
-#define ITEM_MAX 240                  /* bytes of one item before it is cut */
-#define INTENT_MAX 280                /* bytes of the session intent */
+#define TOOL_SCAN_TOTAL (4u << 20)       /* bytes of all tool results mined */
+#define ITEM_MAX 240                     /* bytes of one item before it is cut */
+#define INTENT_MAX 280                   /* bytes of the session intent */
 #define TOOL_LINE_MIN 12
 #define TOOL_LINE_MAX 300
 #define FOCUS_TERMS_MAX 16
@@ -151,8 +151,8 @@ static void trim_sentence(const char **p, size_t *len)
     *len = n;
 }
 
-static struct sent *add_sentence(struct st *st, const char *p, size_t len, size_t msg,
-                                 cg_role role, bool from_tool)
+static struct sent *add_sentence(struct st *st, const char *p, size_t len, size_t msg, cg_role role,
+                                 bool from_tool)
 {
     trim_sentence(&p, &len);
     if (len < 4 || st->n >= SENTENCES_MAX)
@@ -299,8 +299,8 @@ static void note_tool_call(struct st *st, const struct cg_tool_call *tc)
         json_t *value;
         json_object_foreach(args, key, value)
         {
-            if (!json_is_string(value) || (strstr(key, "path") == NULL && strstr(key, "file") ==
-                                                                              NULL))
+            if (!json_is_string(value) ||
+                (strstr(key, "path") == NULL && strstr(key, "file") == NULL))
                 continue;
             /* The path lives in the conversation's text: point into the arguments. */
             const char *v = json_string_value(value);
@@ -860,8 +860,8 @@ cg_status cg_summary_extract(const struct cg_conv *conv, const struct cg_summary
         /* Drop the lowest-scored optional item and count again. */
         struct sent *low = NULL;
         for (size_t i = 0; i < kept; i++)
-            if (pool[i]->chosen && !pool[i]->mandatory && (low == NULL || pool[i]->score <
-                                                                              low->score))
+            if (pool[i]->chosen && !pool[i]->mandatory &&
+                (low == NULL || pool[i]->score < low->score))
                 low = pool[i];
         if (low == NULL)
             break;

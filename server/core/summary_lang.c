@@ -22,12 +22,12 @@ static const struct cg__summary_lang langs[] = {
      {"セッションの目的", "進捗", "主な決定事項", "現在の状況", "次のステップ", "重要な詳細"},
      "ツール呼び出し"},
     {"fr",
-     {"Objectif de la session", "Avancement", "Décisions clés", "État actuel",
-      "Prochaines étapes", "Détails importants"},
+     {"Objectif de la session", "Avancement", "Décisions clés", "État actuel", "Prochaines étapes",
+      "Détails importants"},
      "Appels d'outils"},
     {"es",
-     {"Objetivo de la sesión", "Progreso", "Decisiones clave", "Estado actual",
-      "Próximos pasos", "Detalles importantes"},
+     {"Objetivo de la sesión", "Progreso", "Decisiones clave", "Estado actual", "Próximos pasos",
+      "Detalles importantes"},
      "Llamadas a herramientas"},
     {"zh", {"会话目的", "进展", "关键决定", "当前状态", "后续步骤", "重要细节"}, "工具调用"},
 };
@@ -66,17 +66,18 @@ const char *cg_summary_heading(const char *language, cg_summary_section section)
 /* ------------------------------------------------------------------ detection ---------- */
 
 /* Common short words that tell the Latin-script languages apart. */
-static const char *const stop_en[] = {"the", "and", "is", "to", "of", "you", "it", "that",
-                                      "this", "please", "can", "with", "for", "what", "we",
-                                      "are", "be", "in", "on", "not", NULL};
-static const char *const stop_de[] = {"der", "die", "das", "und", "ist", "nicht", "ich", "wir",
-                                      "bitte", "mit", "auf", "für", "ein", "eine", "den", "dem",
-                                      "zu", "es", "sie", "noch", "auch", "wie", "kannst", NULL};
-static const char *const stop_fr[] = {"le", "les", "et", "est", "des", "une", "pas", "nous",
-                                      "pour", "vous", "avec", "dans", "sur", "que", "du", "il",
-                                      "peux", NULL};
-static const char *const stop_es[] = {"el", "los", "las", "y", "es", "por", "para", "una", "con",
-                                      "del", "puedes", "que", "lo", "su", "al", "pero", NULL};
+static const char *const stop_en[] = {"the",  "and",  "is",     "to",  "of",   "you", "it",
+                                      "that", "this", "please", "can", "with", "for", "what",
+                                      "we",   "are",  "be",     "in",  "on",   "not", NULL};
+static const char *const stop_de[] = {
+    "der", "die",  "das", "und", "ist", "nicht", "ich", "wir",  "bitte", "mit", "auf",    "für",
+    "ein", "eine", "den", "dem", "zu",  "es",    "sie", "noch", "auch",  "wie", "kannst", NULL};
+static const char *const stop_fr[] = {"le",  "les",  "et",   "est",  "des",  "une",
+                                      "pas", "nous", "pour", "vous", "avec", "dans",
+                                      "sur", "que",  "du",   "il",   "peux", NULL};
+static const char *const stop_es[] = {"el",   "los", "las", "y",    "es",     "por",
+                                      "para", "una", "con", "del",  "puedes", "que",
+                                      "lo",   "su",  "al",  "pero", NULL};
 
 struct lang_votes {
     double en, de, fr, es, ja, zh;
@@ -159,9 +160,8 @@ static const char *votes_best(const struct lang_votes *v, const char *tie)
     const char *best = "en";
     double best_score = 0;
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        if (c[i].score > best_score + 1e-9 ||
-            (c[i].score > best_score - 1e-9 && c[i].score > 0 && tie != NULL &&
-             strcmp(c[i].tag, tie) == 0)) {
+        if (c[i].score > best_score + 1e-9 || (c[i].score > best_score - 1e-9 && c[i].score > 0 &&
+                                               tie != NULL && strcmp(c[i].tag, tie) == 0)) {
             best = c[i].tag;
             best_score = c[i].score;
         }

@@ -14,11 +14,10 @@ char *cg_summary_prompt(const char *language, int64_t target_tokens, const char 
     const struct cg__summary_lang *lang = cg__summary_lang_get(cg_summary_language(language));
     struct cg__summary_buf b = {0};
     char line[256];
-    cg__summary_buf_str(&b, partial
-                                ? "You summarize one part of a longer session between a user "
-                                  "and an AI agent (the parts are merged afterwards).\n"
-                                : "You summarize a session between a user and an AI agent so "
-                                  "that the agent can continue from the summary alone.\n");
+    cg__summary_buf_str(&b, partial ? "You summarize one part of a longer session between a user "
+                                      "and an AI agent (the parts are merged afterwards).\n"
+                                    : "You summarize a session between a user and an AI agent so "
+                                      "that the agent can continue from the summary alone.\n");
     snprintf(line, sizeof line,
              "Write in the language whose tag is \"%s\", at most %lld tokens, with exactly "
              "these six sections, each under its heading line as written here, in this "
@@ -31,8 +30,8 @@ char *cg_summary_prompt(const char *language, int64_t target_tokens, const char 
         "decisions made and why (one \"- \" line each)",
         "where things stand now (one paragraph)",
         "what remains to be done (one \"- \" line each)",
-        "values, paths, ids, numbers with units, config keys and versions that must survive, "
-        "verbatim (one \"- \" line each)",
+        ("values, paths, ids, numbers with units, config keys and versions that must survive, "
+         "verbatim (one \"- \" line each)"),
     };
     for (int s = 0; s < CG_SUMMARY_SECTION_COUNT; s++) {
         cg__summary_buf_str(&b, "## ");
@@ -41,11 +40,10 @@ char *cg_summary_prompt(const char *language, int64_t target_tokens, const char 
         cg__summary_buf_str(&b, what[s]);
         cg__summary_buf_str(&b, ")\n");
     }
-    cg__summary_buf_str(&b,
-                        "Write \"-\" under a heading with nothing to say. Keep every specific "
-                        "value exactly as written. Labels such as <EMAIL_1> stand for redacted "
-                        "values: keep them as they are. Do not add anything that the text does "
-                        "not say. Answer with the summary only.\n");
+    cg__summary_buf_str(&b, "Write \"-\" under a heading with nothing to say. Keep every specific "
+                            "value exactly as written. Labels such as <EMAIL_1> stand for redacted "
+                            "values: keep them as they are. Do not add anything that the text does "
+                            "not say. Answer with the summary only.\n");
     if (focus != NULL && focus_len > 0) {
         cg__summary_buf_str(&b, "Emphasise: ");
         cg__summary_buf_add(&b, focus, focus_len);
@@ -131,8 +129,7 @@ cg_status cg_summary_transcript(const struct cg_conv *conv, size_t from, size_t 
     if (to == 0)
         to = conv->n_messages;
     if (from >= to || to > conv->n_messages)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "messages [%zu, %zu) out of range", from,
-                          to);
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "messages [%zu, %zu) out of range", from, to);
     if (max_chunk_bytes < 256)
         max_chunk_bytes = 256;
     struct chunker c = {.max = max_chunk_bytes};
@@ -166,8 +163,7 @@ cg_status cg_summary_transcript(const struct cg_conv *conv, size_t from, size_t 
                     chunk_add(&c, part->u.tool_call.arguments.ptr, tool_result_bytes);
                     chunk_str(&c, " ...");
                 } else {
-                    chunk_add(&c, part->u.tool_call.arguments.ptr,
-                              part->u.tool_call.arguments.len);
+                    chunk_add(&c, part->u.tool_call.arguments.ptr, part->u.tool_call.arguments.len);
                 }
                 chunk_str(&c, "]");
                 break;

@@ -16,8 +16,7 @@ size_t cg__summary_lower(const char *s, size_t len, char *out, size_t cap);
 
 /* The markers found in a text made by cg__summary_lower (only the error words when
  * errors_only). */
-void cg__summary_markers(const char *lc, size_t n, bool errors_only,
-                         struct cg__summary_words *w);
+void cg__summary_markers(const char *lc, size_t n, bool errors_only, struct cg__summary_words *w);
 
 /* How many specific details s[0..len) carries, 0..12: ids, versions, addresses, numbers
  * (more with a unit after them), paths, file and host names, config keys, key=value pairs,

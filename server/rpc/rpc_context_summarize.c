@@ -43,8 +43,8 @@ static cg_status check_request(struct cg_rpc_call *call, const Ctxguard__V1__Sum
     if (*target < CG_SUMMARY_TARGET_MIN || *target > CG_SUMMARY_TARGET_MAX)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'target_tokens' must be %d..%d (0 means %d), got %lld",
-                          CG_SUMMARY_TARGET_MIN, CG_SUMMARY_TARGET_MAX,
-                          CG_SUMMARY_TARGET_DEFAULT, (long long)req->target_tokens);
+                          CG_SUMMARY_TARGET_MIN, CG_SUMMARY_TARGET_MAX, CG_SUMMARY_TARGET_DEFAULT,
+                          (long long)req->target_tokens);
     if (cg_utf8_length(req->focus, strlen(req->focus)) > CG_SUMMARY_FOCUS_MAX)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'focus' is longer than %d characters", CG_SUMMARY_FOCUS_MAX);
@@ -74,8 +74,7 @@ static cg_status check_request(struct cg_rpc_call *call, const Ctxguard__V1__Sum
     if (st != CG_OK)
         return st;
     if (req->from_position < 0 || req->to_position < 0)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field '%s' must not be negative",
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' must not be negative",
                           req->from_position < 0 ? "from_position" : "to_position");
     if (req->conversation == NULL) {
         if (req->session_id[0] != '\0')
@@ -230,10 +229,9 @@ CG_HANDLER(cg_rpc_context_summarize)
     resp->summarizer_used = (Ctxguard__V1__SummarizerKind)res.used;
     resp->fallback_reason = (Ctxguard__V1__SummaryFallbackReason)res.reason;
     resp->fallback_detail = cg_arena_strdup(call->arena, res.detail);
-    resp->llm_model = cg_arena_strdup(call->arena, res.llm_attempts > 0 || res.used ==
-                                                               CG_RPC_SUMMARIZER_LLM
-                                                       ? env->config->llm_model
-                                                       : "");
+    resp->llm_model = cg_arena_strdup(
+        call->arena,
+        res.llm_attempts > 0 || res.used == CG_RPC_SUMMARIZER_LLM ? env->config->llm_model : "");
     resp->llm_attempts = res.llm_attempts;
     resp->chunks = res.chunks;
     resp->summary = cg_arena_strdup(call->arena, sum->text);

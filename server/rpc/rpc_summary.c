@@ -96,7 +96,7 @@ static void seed_session(struct cg_redact_session *session)
 static struct pseudonym_entry *pseudonyms_acquire(struct cg_rpc_pseudonyms *p, const char *tenant,
                                                   const char *session_id)
 {
-    char key[sizeof ((struct pseudonym_entry *)0)->key];
+    char key[sizeof((struct pseudonym_entry *)0)->key];
     snprintf(key, sizeof key, "%s/%s", tenant, session_id);
     struct pseudonym_entry *e = NULL, *victim = NULL;
     size_t free_slot = SIZE_MAX;
@@ -294,8 +294,8 @@ static bool llm_call(struct llm_run *run, const char *text, bool partial, int64_
 {
     if (run->calls >= LLM_CALLS_MAX)
         return run_fail(run, CG_LLM_ERROR, "the input needs more than %s LLM calls", "40");
-    char *prompt = cg_summary_prompt(run->language, target, run->focus, strlen(run->focus),
-                                     partial);
+    char *prompt =
+        cg_summary_prompt(run->language, target, run->focus, strlen(run->focus), partial);
     if (prompt == NULL)
         return run_fail(run, CG_LLM_ERROR, "%s", "out of memory for the prompt");
     struct cg_llm_message msgs[2] = {
@@ -316,8 +316,7 @@ static bool llm_call(struct llm_run *run, const char *text, bool partial, int64_
     free(prompt);
     if (res != CG_LLM_OK) {
         run->reason = (int)res;
-        snprintf(run->detail, sizeof run->detail, "%s: %s", cg_llm_result_name(res),
-                 reply.detail);
+        snprintf(run->detail, sizeof run->detail, "%s: %s", cg_llm_result_name(res), reply.detail);
         cg_llm_reply_cleanup(&reply);
         return false;
     }
@@ -403,8 +402,8 @@ static char **split_text(const char *text, size_t max, size_t *n_out)
 }
 
 /* The LLM's summary of conv into *summary (malloc'd), hierarchically when it is long. */
-static bool llm_summarize(struct llm_run *run, const struct cg_conv *conv, size_t from,
-                          size_t to, size_t chunk_bytes, char **summary)
+static bool llm_summarize(struct llm_run *run, const struct cg_conv *conv, size_t from, size_t to,
+                          size_t chunk_bytes, char **summary)
 {
     char **chunks = NULL;
     size_t n = 0;
@@ -521,8 +520,8 @@ cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *en
         if (call->deadline_ms > 0)
             run.deadline_ms = call->deadline_ms - FALLBACK_RESERVE_MS;
         char *text = NULL;
-        bool ok = llm_summarize(&run, conv, opts->from, to,
-                                chunk_bytes_for(env->config->llm_model), &text);
+        bool ok = llm_summarize(&run, conv, opts->from, to, chunk_bytes_for(env->config->llm_model),
+                                &text);
         out->llm_attempts = run.attempts;
         out->chunks = run.chunks;
         if (ok) {

@@ -55,9 +55,8 @@ static void summarize(struct cg_conv *conv, int64_t target, const char *focus,
                       struct cg_summary *out)
 {
     struct cg_err err = {0};
-    struct cg_summary_opts opts = {.target_tokens = target,
-                                   .focus = focus,
-                                   .focus_len = focus ? strlen(focus) : 0};
+    struct cg_summary_opts opts = {
+        .target_tokens = target, .focus = focus, .focus_len = focus ? strlen(focus) : 0};
     cr_assert_eq(cg_summary_extract(conv, &opts, out, &err), CG_OK, "%s", err.msg);
 }
 
@@ -118,10 +117,10 @@ Test(summary, japanese_conversation_gets_japanese_headings_and_content)
     summarize(conv, 400, NULL, &s);
     cr_assert_str_eq(s.language, "ja");
     for (int k = 0; k < CG_SUMMARY_SECTION_COUNT; k++)
-        cr_assert_not_null(strstr(s.text, cg_summary_heading("ja", (cg_summary_section)k)),
-                           "%s", s.text);
-    cr_assert_not_null(strstr(s.text, "## セッションの目的\n夜間バッチが途中で止まります。"),
-                       "%s", s.text);
+        cr_assert_not_null(strstr(s.text, cg_summary_heading("ja", (cg_summary_section)k)), "%s",
+                           s.text);
+    cr_assert_not_null(strstr(s.text, "## セッションの目的\n夜間バッチが途中で止まります。"), "%s",
+                       s.text);
     cr_assert_not_null(strstr(s.text, "リリースは v3.1.0 で行うことに決めました。"), "%s", s.text);
     cr_assert_not_null(strstr(s.text, "メモリ上限は 2 GiB です。"), "%s", s.text);
     cr_assert_not_null(strstr(s.text, "タイムアウトを 45 秒に延ばしました。"), "%s", s.text);
@@ -177,14 +176,13 @@ static struct cg_conv *long_conv(void)
     for (int i = 0; i < 400; i++) {
         struct cg_message *m;
         struct cg_part *p;
-        cr_assert_eq(cg_conv_add_message(conv, i % 2 ? CG_ROLE_ASSISTANT : CG_ROLE_USER, &m,
-                                         &err),
+        cr_assert_eq(cg_conv_add_message(conv, i % 2 ? CG_ROLE_ASSISTANT : CG_ROLE_USER, &m, &err),
                      CG_OK);
         cr_assert_eq(cg_conv_add_part(conv, m, CG_PART_TEXT, &p, &err), CG_OK);
         char text[200];
         snprintf(text, sizeof text,
-                 "Step %d: the worker pool_%d uses %d threads and writes /var/lib/app/%d.db.", i,
-                 i, i * 3 + 1, i);
+                 "Step %d: the worker pool_%d uses %d threads and writes /var/lib/app/%d.db.", i, i,
+                 i * 3 + 1, i);
         cr_assert_eq(cg_conv_str(conv, text, strlen(text), &p->u.text, &err), CG_OK);
     }
     return conv;
@@ -243,8 +241,8 @@ Test(summary, focus_brings_its_terms_in)
 Test(summary, repeated_boilerplate_gives_way_to_facts)
 {
     char json[32768];
-    size_t n = (size_t)snprintf(json, sizeof json,
-                                "[{\"role\":\"user\",\"content\":\"Find the leak.\"}");
+    size_t n =
+        (size_t)snprintf(json, sizeof json, "[{\"role\":\"user\",\"content\":\"Find the leak.\"}");
     for (int i = 0; i < 40; i++)
         n += (size_t)snprintf(json + n, sizeof json - n,
                               ",{\"role\":\"assistant\",\"content\":\"Here is what I found so "
@@ -411,8 +409,8 @@ Test(summary, held_out_conversations_keep_most_facts, .timeout = 60)
         char *json = slurp(path, &len);
         struct cg_conv *conv = NULL;
         struct cg_err err = {0};
-        cr_assert_eq(cg_conv_json_read(CG_CONV_JSON_OPENAI, json, len, NULL, &conv, &err),
-                     CG_OK, "%s", err.msg);
+        cr_assert_eq(cg_conv_json_read(CG_CONV_JSON_OPENAI, json, len, NULL, &conv, &err), CG_OK,
+                     "%s", err.msg);
         struct cg_summary s;
         summarize(conv, 400, NULL, &s);
         cr_assert_str_eq(s.language, langs[f], "%s", names[f]);
