@@ -1,5 +1,5 @@
 /* ctxguardctl.c - the command-line client of ctxguard: admin (tenants, keys), diagnostics
- * (health, whoami, ping), budgets, token counts, over the client library.
+ * (health, whoami, ping), budgets, token counts, summaries, over the client library.
  *
  * Commands live in one table (`commands` below). Adding a command is adding a row and its
  * function: the row gives the words, the positional arguments, the options, which key it
@@ -1580,6 +1580,116 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------------ summaries --- */
+
+#define SUMMARIZE_TIMEOUT_MS 120000L /* an LLM summary of a long session takes a while */
+
+static const char *enum_short(const ProtobufCEnumDescriptor *d, int value, const char *prefix)
+{
+    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(d, value);
+    if (v == NULL)
+        return "?";
+    size_t n = strlen(prefix);
+    return strncmp(v->name, prefix, n) == 0 ? v->name + n : v->name;
+}
+
+static int cmd_summarize(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__SummarizeRequest req = CTXGUARD__V1__SUMMARIZE_REQUEST__INIT;
+    Ctxguard__V1__Conversation conv = CTXGUARD__V1__CONVERSATION__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *target = option_value(cmd, args, "--tokens");
+    const char *kind = option_value(cmd, args, "--summarizer");
+    const char *format = option_value(cmd, args, "--format");
+    long target_tokens = 0;
+
+    /* Any number goes to the server, which owns the 64..2000 rule and names the field. */
+    if (target != NULL && !parse_long(target, LONG_MIN, LONG_MAX, &target_tokens))
+        return usage_error("--tokens must be a number of tokens, not '%s'", target);
+    req.target_tokens = target_tokens;
+    if (kind == NULL || strcmp(kind, "auto") == 0)
+        req.summarizer = CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_AUTO;
+    else if (strcmp(kind, "llm") == 0)
+        req.summarizer = CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_LLM;
+    else if (strcmp(kind, "extractive") == 0)
+        req.summarizer = CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_EXTRACTIVE;
+    else
+        return usage_error("--summarizer must be auto, llm or extractive, not '%s'", kind);
+    bool anthropic = false;
+    if (format != NULL && strcmp(format, "anthropic") == 0)
+        anthropic = true;
+    else if (format != NULL && strcmp(format, "openai") != 0)
+        return usage_error("--format must be openai or anthropic, not '%s'", format);
+    const char *focus = option_value(cmd, args, "--focus");
+    const char *language = option_value(cmd, args, "--language");
+    const char *model = option_value(cmd, args, "--model");
+    req.focus = (char *)(focus != NULL ? focus : "");
+    req.language = (char *)(language != NULL ? language : "");
+    req.model = (char *)(model != NULL ? model : "");
+
+    size_t len = 0;
+    char *json = read_file(args->positional[0], &len);
+    if (json == NULL)
+        return EXIT_FAIL;
+    if (strlen(json) != len) {
+        free(json);
+        fprintf(stderr, PROG ": %s holds a NUL byte: not a JSON conversation\n",
+                args->positional[0]);
+        return EXIT_FAIL;
+    }
+    if (anthropic) {
+        conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
+        conv.anthropic_json = json;
+    } else {
+        conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON;
+        conv.openai_json = json;
+    }
+    req.conversation = &conv;
+    if (!ctl->timeout_given)
+        ctl->timeout_ms = SUMMARIZE_TIMEOUT_MS;
+    int rc = call(ctl, CONTEXT_METHOD("Summarize"), &req.base,
+                  &ctxguard__v1__summarize_response__descriptor, &msg);
+    free(json);
+    if (rc)
+        goto out;
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__SummarizeResponse *resp = (const void *)msg;
+    /* The summary keeps its line breaks; other control characters are shown as '?'. */
+    for (const char *p = resp->summary; *p != '\0'; p++) {
+        unsigned char c = (unsigned char)*p;
+        fputc(c == '\n' || (c >= 0x20 && c != 0x7f) ? c : '?', stdout);
+    }
+    printf("\n\n-- summarizer=%s", enum_short(&ctxguard__v1__summarizer_kind__descriptor,
+                                              (int)resp->summarizer_used, "SUMMARIZER_KIND_"));
+    if (resp->fallback_reason != 0) {
+        printf(" fallback=%s (",
+               enum_short(&ctxguard__v1__summary_fallback_reason__descriptor,
+                          (int)resp->fallback_reason, "SUMMARY_FALLBACK_REASON_"));
+        print_text(stdout, resp->fallback_detail);
+        printf(")");
+    }
+    printf(" language=");
+    print_text(stdout, resp->language);
+    printf(" tokens=%" PRId64 " input_tokens=%" PRId64 " messages=%" PRId64 "%s",
+           resp->summary_tokens, resp->input_tokens, resp->messages_summarized,
+           resp->target_met ? "" : " (over target)");
+    if (resp->llm_attempts > 0)
+        printf(" llm_attempts=%" PRIu32 " chunks=%" PRIu32, resp->llm_attempts, resp->chunks);
+    for (size_t i = 0; i < resp->n_redactions; i++)
+        printf("%s%s=%" PRId64, i == 0 ? " redacted: " : " ",
+               enum_short(&ctxguard__v1__pii_type__descriptor, (int)resp->redactions[i]->type,
+                          "PII_TYPE_"),
+               resp->redactions[i]->count);
+    printf("\n");
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
 static const struct command commands[] = {
     {.words = "health",
      .arg_usage = "[SERVICE]",
@@ -1708,6 +1818,20 @@ static const struct command commands[] = {
                  {"--text", NULL, "FILE is plain text, counted bare"},
                  {"--special", NULL, "special-token strings count as their special token"}},
      .run = cmd_count},
+    {.words = "summarize",
+     .arg_usage = "FILE",
+     .summary = "a structured summary of the conversation in FILE (OpenAI JSON; - for stdin), "
+                "PII redacted first",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--tokens", "N", "summary size in tokens, 64..2000 (default 400)"},
+                 {"--summarizer", "KIND", "auto (default), llm or extractive"},
+                 {"--focus", "TEXT", "what to emphasise"},
+                 {"--language", "TAG", "language to write in (default: the conversation's)"},
+                 {"--model", "NAME", "the conversation's model, for token counts"},
+                 {"--format", "FORMAT", "openai (default) or anthropic JSON"}},
+     .run = cmd_summarize},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "core/models.h"
 #include "core/price.h"
+#include "llm/llm.h"
 #include "rpc/reflection.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
@@ -114,6 +115,7 @@ static int serve(const struct cg_config *cfg, const struct cg_price_table *price
     cg_server_shutdown(srv);
     cg_server_free(srv);
     cg_reflection_free(refl);
+    cg_llm_global_cleanup(); /* every LLM client went with the server's pool */
     return 0;
 }
 

@@ -41,6 +41,8 @@ cg_status cg_rpc_tokenizers_load(const char *dir, struct cg_rpc_tokenizers *out,
 /* Frees what cg_rpc_tokenizers_load built and empties *t (an empty one is a no-op). No
  * call may be using it. */
 void cg_rpc_tokenizers_cleanup(struct cg_rpc_tokenizers *t);
+struct cg_llm;
+struct cg_rpc_pseudonyms;
 
 typedef enum {
     CG_AUTH_NONE,   /* anyone (health, reflection) */
@@ -84,6 +86,12 @@ struct cg_rpc_env {
     /* The exact tokenizers (owned by main.c; NULL: CountTokens cannot count exactly and
      * answers UNAVAILABLE for what needs them). */
     const struct cg_rpc_tokenizers *tokenizers;
+    /* This pool thread's LLM client (llm/llm.h; all share one breaker), for Summarize.
+     * NULL on completion-queue threads; not configured when llm_base_url is empty. */
+    struct cg_llm *llm;
+    /* The redaction pseudonyms of recent sessions, shared by every thread (Summarize:
+     * the same value gets the same label across a session's requests). NULL: per request. */
+    struct cg_rpc_pseudonyms *pseudonyms;
 };
 
 /* One call as this layer sees it. The transport fills the inputs; the handler the outputs. */
@@ -189,6 +197,12 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
                         size_t *out_len) CG_MUST_CHECK;
+
+/* The pseudonym tables of up to max_sessions recent (tenant, session) pairs, each about
+ * 130 KB (core/redact.h); the least recently used idle one is dropped for a new one.
+ * Thread-safe; freed after every thread that uses it. NULL when out of memory. */
+struct cg_rpc_pseudonyms *cg_rpc_pseudonyms_new(size_t max_sessions);
+void cg_rpc_pseudonyms_free(struct cg_rpc_pseudonyms *p);
 
 /* The batcher of rpc_budget_batch.c (env->batcher): thread-safe; freed after every pool
  * thread that may lead a batch has stopped. NULL when out of memory. */

@@ -52,6 +52,8 @@ CG_HANDLER(cg_rpc_budget_list_approvals);
 
 /* rpc_context_count.c */
 CG_HANDLER(cg_rpc_context_count_tokens);
+/* rpc_context_summarize.c */
+CG_HANDLER(cg_rpc_context_summarize);
 
 /* Checks a required text field: 1..max_chars code points, no control characters.
  * On error fills call->err naming `field`. */

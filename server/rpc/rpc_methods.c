@@ -113,8 +113,9 @@ static const struct cg_rpc_method methods[] = {
                      ctxguard__v1__count_tokens_response, cg_rpc_context_count_tokens),
     PLANNED(CONTEXT, Compress, CG_RPC_UNARY, ctxguard__v1__compress_request,
             ctxguard__v1__compress_response, "the compression cascade"),
-    PLANNED(CONTEXT, Summarize, CG_RPC_UNARY, ctxguard__v1__summarize_request,
-            ctxguard__v1__summarize_response, "summarization"),
+    /* On the pool: the LLM call blocks (env->llm is a pool thread's). */
+    UNARY(CONTEXT, Summarize, CG_AUTH_TENANT, true, ctxguard__v1__summarize_request,
+          ctxguard__v1__summarize_response, cg_rpc_context_summarize),
     PLANNED(CONTEXT, GetArtifact, CG_RPC_UNARY, ctxguard__v1__get_artifact_request,
             ctxguard__v1__get_artifact_response, "the compression cascade"),
     PLANNED(CONTEXT, ListArtifacts, CG_RPC_UNARY, ctxguard__v1__list_artifacts_request,

@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "base/pool.h"
 #include "base/timerheap.h"
+#include "llm/llm.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_cache.h"
 #include "store/store.h"
@@ -37,6 +38,7 @@
 #define RID_MAX 64
 #define AUTH_MAX 1024
 #define POOL_QUEUE_PER_THREAD 256
+#define PSEUDONYM_SESSIONS 64 /* sessions whose redaction labels are remembered (~130 KB each) */
 
 struct worker;
 struct call;
@@ -82,6 +84,8 @@ struct cg_server {
     struct cg_pool *pool;
     struct cg_rpc_batcher *batcher; /* NULL when write_batching is off */
     struct cg_cache *cache; /* keys and budget rows for every thread (rpc_cache.h); may be NULL */
+    struct cg_llm_breaker *llm_breaker; /* shared by the pool threads' LLM clients */
+    struct cg_rpc_pseudonyms *pseudonyms; /* Summarize's per-session redaction labels */
     atomic_bool stopping;
 
     /* Calls alive anywhere and request slots posted; shutdown waits for both to reach
@@ -1011,7 +1015,6 @@ struct pool_ctx {
 
 static void *pool_thread_init(void *arg, int index)
 {
-    (void)index;
     struct cg_server *srv = arg;
     struct pool_ctx *ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL)
@@ -1033,10 +1036,25 @@ static void *pool_thread_init(void *arg, int index)
     ctx->env.wake_ctx = srv;
     ctx->env.batcher = srv->batcher;
     ctx->env.cache = srv->cache;
+    ctx->env.pseudonyms = srv->pseudonyms;
     ctx->env.store = cg_store_new(&o);
     if (ctx->env.store == NULL) {
         free(ctx);
         return NULL;
+    }
+    /* Pool threads (not the health monitor, index -1) get an LLM client of their own: a
+     * curl handle keeps its connection to the endpoint between calls. */
+    if (index >= 0) {
+        struct cg_llm_opts lo;
+        struct cg_err err = {0};
+        cg_llm_opts_from_config(srv->cfg, &lo);
+        ctx->env.llm = cg_llm_new(&lo, srv->llm_breaker, &err);
+        if (ctx->env.llm == NULL) {
+            cg_log(CG_LOG_ERROR, "transport", NULL, "cannot make the LLM client: %s", err.msg);
+            cg_store_free(ctx->env.store);
+            free(ctx);
+            return NULL;
+        }
     }
     return &ctx->env; /* env is the first member: the job gets a cg_rpc_env */
 }
@@ -1047,6 +1065,7 @@ static void pool_thread_cleanup(void *p)
     if (ctx == NULL)
         return;
     cg_store_free(ctx->env.store);
+    cg_llm_free(ctx->env.llm);
     free(ctx);
 }
 
@@ -1265,6 +1284,16 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
         }
     }
 
+    /* One breaker for the process, before the pool whose threads' clients share it. */
+    struct cg_llm_breaker_opts bopts;
+    cg_llm_breaker_opts_from_config(cfg, &bopts);
+    srv->llm_breaker = cg_llm_breaker_new(&bopts);
+    srv->pseudonyms = cg_rpc_pseudonyms_new(PSEUDONYM_SESSIONS);
+    if (srv->llm_breaker == NULL || srv->pseudonyms == NULL) {
+        cg_err_set(err, CG_NOMEM, "out of memory for the LLM breaker");
+        goto fail;
+    }
+
     struct cg_pool_opts popts = {
         .threads = (int)cfg->io_threads,
         .max_queue = (size_t)cfg->io_threads * POOL_QUEUE_PER_THREAD,
@@ -1392,6 +1421,8 @@ fail:
     srv->workers = NULL;
     cg_pool_free(srv->pool);
     srv->pool = NULL;
+    cg_llm_breaker_free(srv->llm_breaker); /* after the clients of the pool threads */
+    cg_rpc_pseudonyms_free(srv->pseudonyms);
     cg_rpc_batcher_free(srv->batcher);
     cg_cache_free(srv->cache);
     free(srv->handles);
@@ -1489,6 +1520,8 @@ void cg_server_free(struct cg_server *srv)
     }
     free(srv->workers);
     cg_pool_free(srv->pool);
+    cg_llm_breaker_free(srv->llm_breaker); /* after the clients of the pool threads */
+    cg_rpc_pseudonyms_free(srv->pseudonyms);
     cg_rpc_batcher_free(srv->batcher);
     cg_cache_free(srv->cache); /* after every thread that used it */
     free(srv->handles);

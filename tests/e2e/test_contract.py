@@ -16,7 +16,7 @@ IMPLEMENTED = {("BudgetService", m) for m in ("SetBudget", "GetBudget", "CheckBu
                                               "Commit", "Release", "RecordUsage", "CloseScope",
                                               "GetUsage", "ListScopes", "WatchUsage",
                                               "ResolveApproval", "GetApproval", "ListApprovals")}
-IMPLEMENTED |= {("ContextService", "CountTokens")}
+IMPLEMENTED |= {("ContextService", m) for m in ("CountTokens", "Summarize")}
 
 
 def all_methods():

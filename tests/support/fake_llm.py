@@ -10,7 +10,9 @@ It binds 127.0.0.1 port 0, writes the chosen port to --port-file (atomically: th
 appears complete or not at all) and prints "port N" on stdout. SIGTERM stops it.
 
 Behaviours (the model name, or POST /control {"behaviour": "..."}; "" clears the control):
-  ok (or any other name)  a normal answer with usage
+  ok (or any other name)  a normal answer with usage; when the messages before the last have
+                          "## heading" lines (a summarizer's prompt), the answer has those
+                          sections
   slow:MS                 waits MS milliseconds, then answers normally
   status:CODE:K[:ra=S][:ram=MS]
                           the first K requests of this behaviour get HTTP CODE (with
@@ -218,6 +220,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         last = texts[-1] if texts else ""
         answer = "Summary of %d messages. Last: %s" % (len(texts), last[:200])
+        # A summarizer's prompt names its sections on "## heading" lines: answer under them.
+        headings = [line for t in texts[:-1] for line in t.split("\n") if line.startswith("## ")]
+        if headings:
+            answer = "\n".join("%s\n- %s" % (h, "fake summary" if i else answer.replace("\n", " "))
+                               for i, h in enumerate(headings))
         self.send_json(200, completion(answer, body, model))
 
 

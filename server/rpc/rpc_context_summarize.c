@@ -1,0 +1,259 @@
+/* rpc_context_summarize.c - ContextService.Summarize: a conversation to a structured
+ * summary. Validates every field (the message names it), redacts PII from the whole
+ * conversation before any summarizer sees it (rpc_summary.h: with the pseudonym table of the
+ * request's session, so a value keeps its label across the session's summaries), summarizes
+ * by the rules of SummarizerKind (rpc_summary.h: LLM, hierarchical and checked, or the
+ * extractive summarizer, with the fallback reason) and answers with the text, the sections,
+ * token counts (the estimator of the request's model, else the conversation's) and the
+ * redaction counts.
+ */
+#include "rpc/rpc_handlers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/models.h"
+#include "core/summary.h"
+#include "core/utf8.h"
+#include "ctxguard/v1/context.pb-c.h"
+#include "llm/llm.h"
+#include "rpc/rpc_conv.h"
+#include "rpc/rpc_summary.h"
+
+#define NEW(call, type, init)                                                                      \
+    ({                                                                                             \
+        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
+        if (m_ != NULL)                                                                            \
+            init(m_);                                                                              \
+        m_;                                                                                        \
+    })
+
+#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
+
+#define LANGUAGE_MAX 35 /* characters of a BCP 47 tag */
+#define MODEL_MAX 200   /* characters */
+
+/* ------------------------------------------------------------------ validation ------- */
+
+static cg_status check_request(struct cg_rpc_call *call, const Ctxguard__V1__SummarizeRequest *req,
+                               int64_t *target)
+{
+    *target = req->target_tokens == 0 ? CG_SUMMARY_TARGET_DEFAULT : req->target_tokens;
+    if (*target < CG_SUMMARY_TARGET_MIN || *target > CG_SUMMARY_TARGET_MAX)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'target_tokens' must be %d..%d (0 means %d), got %lld",
+                          CG_SUMMARY_TARGET_MIN, CG_SUMMARY_TARGET_MAX, CG_SUMMARY_TARGET_DEFAULT,
+                          (long long)req->target_tokens);
+    if (cg_utf8_length(req->focus, strlen(req->focus)) > CG_SUMMARY_FOCUS_MAX)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'focus' is longer than %d characters", CG_SUMMARY_FOCUS_MAX);
+    size_t lang_len = strlen(req->language);
+    if (lang_len > LANGUAGE_MAX)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'language' is longer than %d characters", LANGUAGE_MAX);
+    for (size_t i = 0; i < lang_len; i++) {
+        char c = req->language[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-'))
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field 'language' must be a BCP 47 tag such as \"de\" or \"ja-JP\"");
+    }
+    if (req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'summarizer': NONE is for Compress only; use AUTO, LLM or "
+                          "EXTRACTIVE");
+    if ((int)req->summarizer < 0 ||
+        (int)req->summarizer > CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'summarizer': unknown value %d",
+                          (int)req->summarizer);
+    cg_status st = cg_rpc_check_name(call, "model", req->model, MODEL_MAX, false);
+    if (st != CG_OK)
+        return st;
+    st = cg_rpc_check_name(call, "session_id", req->session_id, 200, false);
+    if (st != CG_OK)
+        return st;
+    if (req->from_position < 0 || req->to_position < 0)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' must not be negative",
+                          req->from_position < 0 ? "from_position" : "to_position");
+    if (req->conversation == NULL) {
+        if (req->session_id[0] != '\0')
+            return cg_err_set(&call->err, CG_UNIMPLEMENTED,
+                              "summarizing a session's stored history needs the history "
+                              "store (the compression cascade); send 'conversation'");
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'conversation' is required (or a session_id with history)");
+    }
+    if (req->from_position != 0 || req->to_position != 0)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "fields 'from_position' and 'to_position' apply to a session's "
+                          "history only, not to 'conversation'");
+    return CG_OK;
+}
+
+/* ------------------------------------------------------------------ the answer ------- */
+
+static char **list_out(struct cg_rpc_call *call, const struct cg_summary_list *l, size_t *n)
+{
+    *n = 0;
+    if (l->n == 0)
+        return NULL;
+    char **out = cg_arena_calloc(call->arena, l->n, sizeof *out);
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < l->n; i++)
+        if ((out[i] = cg_arena_strdup(call->arena, l->items[i])) == NULL)
+            return NULL;
+    *n = l->n;
+    return out;
+}
+
+static char *joined_out(struct cg_rpc_call *call, const struct cg_summary_list *l)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < l->n; i++)
+        len += strlen(l->items[i]) + 1;
+    char *out = cg_arena_alloc(call->arena, len + 1);
+    if (out == NULL)
+        return NULL;
+    size_t pos = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if (i > 0)
+            out[pos++] = ' ';
+        size_t n = strlen(l->items[i]);
+        memcpy(out + pos, l->items[i], n);
+        pos += n;
+    }
+    out[pos] = '\0';
+    return out;
+}
+
+static cg_status fill_sections(struct cg_rpc_call *call, const struct cg_summary *s,
+                               Ctxguard__V1__SummarySections **out)
+{
+    Ctxguard__V1__SummarySections *sec =
+        NEW(call, Ctxguard__V1__SummarySections, ctxguard__v1__summary_sections__init);
+    if (sec == NULL)
+        return OOM(call);
+    sec->intent = joined_out(call, &s->sections[CG_SUMMARY_INTENT]);
+    sec->current_state = joined_out(call, &s->sections[CG_SUMMARY_STATE]);
+    sec->progress = list_out(call, &s->sections[CG_SUMMARY_PROGRESS], &sec->n_progress);
+    sec->key_decisions = list_out(call, &s->sections[CG_SUMMARY_DECISIONS], &sec->n_key_decisions);
+    sec->next_steps = list_out(call, &s->sections[CG_SUMMARY_NEXT], &sec->n_next_steps);
+    sec->important_details =
+        list_out(call, &s->sections[CG_SUMMARY_DETAILS], &sec->n_important_details);
+    if (sec->intent == NULL || sec->current_state == NULL ||
+        (s->sections[CG_SUMMARY_PROGRESS].n > 0 && sec->progress == NULL) ||
+        (s->sections[CG_SUMMARY_DECISIONS].n > 0 && sec->key_decisions == NULL) ||
+        (s->sections[CG_SUMMARY_NEXT].n > 0 && sec->next_steps == NULL) ||
+        (s->sections[CG_SUMMARY_DETAILS].n > 0 && sec->important_details == NULL))
+        return OOM(call);
+    *out = sec;
+    return CG_OK;
+}
+
+static cg_status fill_redactions(struct cg_rpc_call *call, const struct cg_redact_counts *c,
+                                 Ctxguard__V1__SummarizeResponse *resp)
+{
+    size_t n = 0;
+    for (int t = 1; t < CG_PII_TYPE_COUNT; t++)
+        n += c->by_type[t] > 0;
+    if (n == 0)
+        return CG_OK;
+    resp->redactions = cg_arena_calloc(call->arena, n, sizeof *resp->redactions);
+    if (resp->redactions == NULL)
+        return OOM(call);
+    for (int t = 1; t < CG_PII_TYPE_COUNT; t++) {
+        if (c->by_type[t] == 0)
+            continue;
+        Ctxguard__V1__PiiRedactionCount *rc =
+            NEW(call, Ctxguard__V1__PiiRedactionCount, ctxguard__v1__pii_redaction_count__init);
+        if (rc == NULL)
+            return OOM(call);
+        rc->type = (Ctxguard__V1__PiiType)t;
+        rc->count = c->by_type[t];
+        resp->redactions[resp->n_redactions++] = rc;
+    }
+    return CG_OK;
+}
+
+CG_HANDLER(cg_rpc_context_summarize)
+{
+    const Ctxguard__V1__SummarizeRequest *req = (const Ctxguard__V1__SummarizeRequest *)request;
+    int64_t target;
+    cg_status st = check_request(call, req, &target);
+    if (st != CG_OK)
+        return st;
+    int kind = req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_UNSPECIFIED
+                   ? CG_RPC_SUMMARIZER_AUTO
+                   : (int)req->summarizer;
+    if (kind == CG_RPC_SUMMARIZER_LLM && (env->llm == NULL || !cg_llm_is_configured(env->llm)))
+        return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
+                          "field 'summarizer': LLM asked for but no LLM is configured "
+                          "(llm_base_url)");
+
+    struct cg_conv *conv = NULL, *red = NULL;
+    struct cg_redact_counts counts = {0};
+    struct cg_rpc_summary_result res;
+    memset(&res, 0, sizeof res);
+    cg_summary_init(&res.summary);
+    st = cg_rpc_conv_in(call, "conversation", req->conversation, &conv);
+    if (st != CG_OK)
+        goto out;
+    if (conv->n_messages == 0) {
+        st = cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'conversation' has no messages");
+        goto out;
+    }
+    /* Redact first: nothing below sees the raw text. */
+    st = cg_rpc_redact_conv(call, env, req->session_id, conv, &red, &counts);
+    if (st != CG_OK)
+        goto out;
+    struct cg_model_info info;
+    cg_models_lookup(req->model[0] != '\0' ? req->model : conv->model.ptr, &info);
+    struct cg_rpc_summary_opts opts = {.kind = kind,
+                                       .target_tokens = target,
+                                       .focus = req->focus,
+                                       .language = req->language,
+                                       .profile = info.profile};
+    st = cg_rpc_summarize(call, env, red, &opts, &res);
+    if (st != CG_OK)
+        goto out;
+
+    Ctxguard__V1__SummarizeResponse *resp =
+        NEW(call, Ctxguard__V1__SummarizeResponse, ctxguard__v1__summarize_response__init);
+    if (resp == NULL) {
+        st = OOM(call);
+        goto out;
+    }
+    const struct cg_summary *sum = &res.summary;
+    resp->summarizer_used = (Ctxguard__V1__SummarizerKind)res.used;
+    resp->fallback_reason = (Ctxguard__V1__SummaryFallbackReason)res.reason;
+    resp->fallback_detail = cg_arena_strdup(call->arena, res.detail);
+    resp->llm_model = cg_arena_strdup(
+        call->arena,
+        res.llm_attempts > 0 || res.used == CG_RPC_SUMMARIZER_LLM ? env->config->llm_model : "");
+    resp->llm_attempts = res.llm_attempts;
+    resp->chunks = res.chunks;
+    resp->summary = cg_arena_strdup(call->arena, sum->text);
+    resp->input_tokens = res.input_tokens;
+    resp->summary_tokens = sum->tokens;
+    resp->target_met = sum->target_met;
+    resp->language = cg_arena_strdup(call->arena, sum->language);
+    resp->messages_summarized = (int64_t)sum->messages;
+    if (resp->summary == NULL || resp->language == NULL || resp->fallback_detail == NULL ||
+        resp->llm_model == NULL) {
+        st = OOM(call);
+        goto out;
+    }
+    st = fill_sections(call, sum, &resp->sections);
+    if (st == CG_OK)
+        st = fill_redactions(call, &counts, resp);
+    if (st == CG_OK)
+        *response = &resp->base;
+
+out:
+    cg_summary_cleanup(&res.summary);
+    cg_conv_free(red);
+    cg_conv_free(conv);
+    return st;
+}
