@@ -589,7 +589,7 @@ static cg_status offload(struct run *r, struct list *l, uint32_t *affected)
     const struct cg_compress_policy *p = r->p;
     for (size_t i = 0; i < l->n; i++) {
         const struct cg_message *m = msg_of(r, &l->e[i]);
-        for (size_t k = 0; k < m->n_parts; k++) {
+        for (size_t k = 0; k < msg_of(r, &l->e[i])->n_parts; k++) {
             m = msg_of(r, &l->e[i]);
             if (m->parts[k].kind != CG_PART_TOOL_RESULT)
                 continue;
@@ -665,7 +665,7 @@ static cg_status tool_results(struct run *r, struct list *l, uint32_t *affected)
     for (size_t i = 0; i < l->n; i++) {
         const struct cg_message *m = msg_of(r, &l->e[i]);
         bool changed = false;
-        for (size_t k = 0; k < m->n_parts; k++) {
+        for (size_t k = 0; k < msg_of(r, &l->e[i])->n_parts; k++) {
             m = msg_of(r, &l->e[i]);
             if (m->parts[k].kind != CG_PART_TOOL_RESULT)
                 continue;
@@ -714,7 +714,7 @@ static cg_status write_compaction(struct run *r, struct list *l, uint32_t *affec
         if (m->role != CG_ROLE_ASSISTANT)
             continue;
         bool changed = false;
-        for (size_t k = 0; k < m->n_parts; k++) {
+        for (size_t k = 0; k < msg_of(r, &l->e[i])->n_parts; k++) {
             m = msg_of(r, &l->e[i]);
             const struct cg_part *pt = &m->parts[k];
             if (pt->kind != CG_PART_TOOL_CALL || !is_write_tool(r->p, &pt->u.tool_call.name))
