@@ -50,6 +50,10 @@ CG_HANDLER(cg_rpc_budget_resolve_approval);
 CG_HANDLER(cg_rpc_budget_get_approval);
 CG_HANDLER(cg_rpc_budget_list_approvals);
 
+/* rpc_context_compress.c */
+CG_HANDLER(cg_rpc_context_compress);
+CG_HANDLER(cg_rpc_context_validate);
+
 /* Checks a required text field: 1..max_chars code points, no control characters.
  * On error fills call->err naming `field`. */
 cg_status cg_rpc_check_name(struct cg_rpc_call *call, const char *field, const char *value,

@@ -108,8 +108,9 @@ static const struct cg_rpc_method methods[] = {
           ctxguard__v1__list_approvals_response, cg_rpc_budget_list_approvals),
     PLANNED(CONTEXT, CountTokens, CG_RPC_UNARY, ctxguard__v1__count_tokens_request,
             ctxguard__v1__count_tokens_response, "token counting"),
-    PLANNED(CONTEXT, Compress, CG_RPC_UNARY, ctxguard__v1__compress_request,
-            ctxguard__v1__compress_response, "the compression cascade"),
+    /* Stateless, CPU only: runs on the pool so a long cascade never holds a queue thread. */
+    UNARY(CONTEXT, Compress, CG_AUTH_TENANT, true, ctxguard__v1__compress_request,
+          ctxguard__v1__compress_response, cg_rpc_context_compress),
     PLANNED(CONTEXT, Summarize, CG_RPC_UNARY, ctxguard__v1__summarize_request,
             ctxguard__v1__summarize_response, "summarization"),
     PLANNED(CONTEXT, GetArtifact, CG_RPC_UNARY, ctxguard__v1__get_artifact_request,
@@ -118,8 +119,8 @@ static const struct cg_rpc_method methods[] = {
             ctxguard__v1__list_artifacts_response, "the compression cascade"),
     PLANNED(CONTEXT, GetHistory, CG_RPC_UNARY, ctxguard__v1__get_history_request,
             ctxguard__v1__get_history_response, "the compression cascade"),
-    PLANNED(CONTEXT, ValidateContext, CG_RPC_UNARY, ctxguard__v1__validate_context_request,
-            ctxguard__v1__validate_context_response, "the compression cascade"),
+    UNARY(CONTEXT, ValidateContext, CG_AUTH_TENANT, true, ctxguard__v1__validate_context_request,
+          ctxguard__v1__validate_context_response, cg_rpc_context_validate),
     PLANNED(CONTEXT, GetCompressionStats, CG_RPC_UNARY, ctxguard__v1__get_compression_stats_request,
             ctxguard__v1__get_compression_stats_response, "the compression cascade"),
 };

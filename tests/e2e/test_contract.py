@@ -16,6 +16,7 @@ IMPLEMENTED = {("BudgetService", m) for m in ("SetBudget", "GetBudget", "CheckBu
                                               "Commit", "Release", "RecordUsage", "CloseScope",
                                               "GetUsage", "ListScopes", "WatchUsage",
                                               "ResolveApproval", "GetApproval", "ListApprovals")}
+IMPLEMENTED |= {("ContextService", m) for m in ("Compress", "ValidateContext")}
 
 
 def all_methods():
