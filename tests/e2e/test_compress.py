@@ -179,7 +179,7 @@ class CompressTest(cgtest.TestCase):
         self.assertEqual(v.issues[0].kind, C.VALIDATION_ISSUE_KIND_ORPHAN_TOOL_RESULT)
         self.assertEqual(v.issues[0].message_index, 1)
         resp = self.compress(conversation=conv)
-        out = json.loads(resp.conversation.openai_json)
+        out = json.loads(resp.conversation.openai_json)["messages"]
         self.assertEqual([m["role"] for m in out], ["user", "assistant"])
         repaired = [w for w in resp.report.warnings
                     if w.code == C.COMPRESSION_WARNING_CODE_INPUT_REPAIRED]
