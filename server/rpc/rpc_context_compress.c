@@ -112,8 +112,8 @@ static cg_status ratio(struct cg_rpc_call *call, const char *field, double v, do
     if (v == 0)
         return CG_OK;
     if (!(v > 0 && v <= 1))
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'policy.%s' must be in (0, 1]", field);
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'policy.%s' must be in (0, 1]",
+                          field);
     *out = v;
     return CG_OK;
 }
@@ -129,8 +129,8 @@ static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_en
     if ((st = check_enum(call, "policy.preset", preset_id, 3)) != CG_OK ||
         (st = check_enum(call, "policy.strategy", strategy, 2)) != CG_OK)
         return st;
-    const struct cg_preset *preset = preset_id ? cg_preset_get(preset_id)
-                                               : cg_preset_by_name(env->config->default_preset);
+    const struct cg_preset *preset =
+        preset_id ? cg_preset_get(preset_id) : cg_preset_by_name(env->config->default_preset);
     cg_compress_policy_defaults(p, strategy == 2 ? CG_STRATEGY_TRIMMING : CG_STRATEGY_SUMMARIZING,
                                 preset);
     if (rp == NULL)
@@ -148,8 +148,8 @@ static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_en
         return st;
     if (rp->reserved_output_tokens_opt_case ==
         CTXGUARD__V1__COMPRESSION_POLICY__RESERVED_OUTPUT_TOKENS_OPT_RESERVED_OUTPUT_TOKENS) {
-        if ((st = check_range(call, "policy.reserved_output_tokens", rp->reserved_output_tokens,
-                              0, RESERVED_MAX)) != CG_OK)
+        if ((st = check_range(call, "policy.reserved_output_tokens", rp->reserved_output_tokens, 0,
+                              RESERVED_MAX)) != CG_OK)
             return st;
         p->reserved_output_tokens = rp->reserved_output_tokens;
     }
@@ -186,8 +186,8 @@ static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_en
          &p->offload_threshold_tokens},
         {"policy.offload_preview_bytes", rp->offload_preview_bytes, 1, 1048576,
          &p->offload_preview_bytes},
-        {"policy.tool_result_threshold_chars", rp->tool_result_threshold_chars, 1,
-         (int64_t)1 << 31, &p->tool_result_threshold_chars},
+        {"policy.tool_result_threshold_chars", rp->tool_result_threshold_chars, 1, (int64_t)1 << 31,
+         &p->tool_result_threshold_chars},
         {"policy.tool_result_target_chars", rp->tool_result_target_chars, 1, (int64_t)1 << 31,
          &p->tool_result_target_chars},
         {"policy.summary_max_tokens", rp->summary_max_tokens, 64, 2000, &p->summary_max_tokens},
@@ -507,8 +507,7 @@ CG_HANDLER(cg_rpc_context_compress)
         w->code = CG_CWARN_DEFAULT_WINDOW;
         w->message_index = -1;
         snprintf(w->message, sizeof w->message,
-                 "the model's context window is not known; %lld tokens assumed",
-                 (long long)window);
+                 "the model's context window is not known; %lld tokens assumed", (long long)window);
     }
     Ctxguard__V1__CompressResponse *resp =
         NEW(call, Ctxguard__V1__CompressResponse, ctxguard__v1__compress_response__init);
@@ -601,8 +600,8 @@ CG_HANDLER(cg_rpc_context_validate)
         return st;
     }
     cg_conv_free(conv);
-    Ctxguard__V1__ValidateContextResponse *resp = NEW(call, Ctxguard__V1__ValidateContextResponse,
-                                                      ctxguard__v1__validate_context_response__init);
+    Ctxguard__V1__ValidateContextResponse *resp = NEW(
+        call, Ctxguard__V1__ValidateContextResponse, ctxguard__v1__validate_context_response__init);
     if (resp == NULL ||
         (resp->issues = cg_arena_alloc(call->arena, (vr.n + 1) * sizeof *resp->issues)) == NULL) {
         cg_validate_result_free(&vr);
