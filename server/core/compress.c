@@ -101,7 +101,8 @@ static bool list_copy(struct list *dst, const struct list *src)
     dst->e = malloc((src->n ? src->n : 1) * sizeof *dst->e);
     if (dst->e == NULL)
         return false;
-    memcpy(dst->e, src->e, src->n * sizeof *dst->e);
+    if (src->n > 0)
+        memcpy(dst->e, src->e, src->n * sizeof *dst->e);
     dst->n = dst->cap = src->n;
     dst->total = src->total;
     return true;

@@ -200,10 +200,11 @@ class CompressTest(cgtest.TestCase):
     def test_huge_message_and_many_messages(self):
         big = openai_conv([{"role": "user", "content": "x" * (10 << 20)}])
         self.assertRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, self.compress, conversation=big)
+        # 100,000 messages (about 5 MB of JSON).
         msgs = []
-        for i in range(10000):
-            msgs.append({"role": "user", "content": f"question {i}"})
-            msgs.append({"role": "assistant", "content": f"answer {i} " + "detail " * 20})
+        for i in range(50000):
+            msgs.append({"role": "user", "content": f"q{i}"})
+            msgs.append({"role": "assistant", "content": f"a{i} detail detail"})
         resp = self.compress(conversation=openai_conv(msgs), model="gpt-4o",
                              context_window_tokens=WINDOW)
         rep = resp.report

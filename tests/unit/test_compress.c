@@ -422,3 +422,19 @@ Test(compress, bad_policy_and_input_name_the_field, .timeout = 10)
     cg_compress_result_free(&r);
     cg_conv_free(c);
 }
+
+Test(compress, empty_conversation_is_fine, .timeout = 10)
+{
+    /* Found by fuzz_compress: a layer copying an empty list. */
+    struct cg_conv *c = openai("[]");
+    struct fixture f;
+    setup(&f, c, 1000);
+    f.in.force = true;
+    struct cg_compress_result r;
+    struct cg_err err = {0};
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
+    cr_assert_eq(r.messages_after, 0);
+    cr_assert_eq(r.tokens_after, r.tokens_before);
+    cg_compress_result_free(&r);
+    cg_conv_free(c);
+}
