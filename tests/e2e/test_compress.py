@@ -200,11 +200,15 @@ class CompressTest(cgtest.TestCase):
     def test_huge_message_and_many_messages(self):
         big = openai_conv([{"role": "user", "content": "x" * (10 << 20)}])
         self.assertRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, self.compress, conversation=big)
-        # 100,000 messages (about 5 MB of JSON).
+        # 100,000 messages (about 5 MB of JSON) pass the message size cap but not the memory
+        # cap of a conversation (4 x max_message_bytes): a clear status naming the field.
         msgs = []
         for i in range(50000):
             msgs.append({"role": "user", "content": f"q{i}"})
             msgs.append({"role": "assistant", "content": f"a{i} detail detail"})
+        self.assertRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, self.compress,
+                            conversation=openai_conv(msgs), contains=("conversation",))
+        msgs = msgs[:20000]
         resp = self.compress(conversation=openai_conv(msgs), model="gpt-4o",
                              context_window_tokens=WINDOW)
         rep = resp.report
