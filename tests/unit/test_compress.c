@@ -438,3 +438,110 @@ Test(compress, empty_conversation_is_fine, .timeout = 10)
     cg_compress_result_free(&r);
     cg_conv_free(c);
 }
+
+Test(compress, write_arguments_become_a_preview_and_stay_json, .timeout = 10)
+{
+    char *body = repeat("int main(void) { return 0; }\n", 400);
+    size_t cap = strlen(body) + 1024;
+    char *j = malloc(cap);
+    snprintf(j, cap,
+             "[{\"role\":\"user\",\"content\":\"write it\"},{\"role\":\"assistant\",\"tool_calls\":"
+             "[{\"id\":\"w1\",\"type\":\"function\",\"function\":{\"name\":\"write_file\","
+             "\"arguments\":\"{\\\"path\\\":\\\"m.c\\\",\\\"content\\\":\\\"%s\\\"}\"}},"
+             "{\"id\":\"r1\",\"type\":\"function\",\"function\":{\"name\":\"read_file\","
+             "\"arguments\":\"{\\\"path\\\":\\\"%.*s\\\"}\"}}]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"w1\",\"content\":\"ok\"},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"r1\",\"content\":\"ok\"},"
+             "{\"role\":\"assistant\",\"content\":\"done\"}]",
+             body, 300, body);
+    /* The JSON above has raw newlines inside strings: use \n escapes instead. */
+    for (char *p = j; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    struct cg_conv *c = openai(j);
+    struct fixture f;
+    setup(&f, c, 4000);
+    f.p.keep_last_assistant = 1000;
+    struct cg_compress_result r;
+    struct cg_err err = {0};
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
+    const struct cg_compress_layer_result *l2 = layer(&r, CG_LAYER_WRITE_COMPACTION);
+    cr_assert_eq(l2->outcome, CG_OUTCOME_APPLIED, "%s", l2->detail);
+    cr_assert_eq(l2->messages_affected, 1);
+    const struct cg_tool_call *w = &r.conv->messages[1].parts[0].u.tool_call;
+    const struct cg_tool_call *rd = &r.conv->messages[1].parts[1].u.tool_call;
+    cr_assert(cg_conv_json_is_valid(w->arguments.ptr, w->arguments.len, true), "%s",
+              w->arguments.ptr);
+    cr_assert_not_null(strstr(w->arguments.ptr, "written to disk"), "%s", w->arguments.ptr);
+    cr_assert_not_null(strstr(w->arguments.ptr, "\"path\":\"m.c\""), "%s", w->arguments.ptr);
+    cr_assert_lt(w->arguments.len, 300);
+    /* Only the write tools: read_file's argument is as it was. */
+    cr_assert_gt(rd->arguments.len, 300);
+    cr_assert(r.target_reached);
+    cg_compress_result_free(&r);
+    cg_conv_free(c);
+    free(j);
+    free(body);
+}
+
+Test(compress, anthropic_dialect_gets_a_user_turn_first, .timeout = 10)
+{
+    struct cg_conv *c = openai("[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"assistant\","
+                               "\"content\":\"I start\"},{\"role\":\"user\",\"content\":\"u\"}]");
+    struct fixture f;
+    setup(&f, c, 10000);
+    f.in.dialect = CG_DIALECT_ANTHROPIC;
+    struct cg_compress_result r;
+    struct cg_err err = {0};
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
+    cr_assert_eq(r.conv->n_messages, 4);
+    cr_assert_eq(r.conv->messages[1].role, CG_ROLE_USER);
+    cr_assert_eq(r.source_indexes[1], -1);
+    cr_assert_eq(r.source_indexes[2], 1);
+    bool repaired = false;
+    for (size_t i = 0; i < r.n_warnings; i++)
+        repaired |= r.warnings[i].code == CG_CWARN_INPUT_REPAIRED;
+    cr_assert(repaired);
+    cg_compress_result_free(&r);
+    /* OpenAI takes an assistant first: nothing is added. */
+    f.in.dialect = CG_DIALECT_OPENAI;
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
+    cr_assert_eq(r.conv->n_messages, 3);
+    cg_compress_result_free(&r);
+    cg_conv_free(c);
+}
+
+Test(compress, boundary_move_reports_the_cache_tokens_after_the_first_change, .timeout = 20)
+{
+    char *j = session(20, 2000, "read_file");
+    struct cg_conv *c = openai(j);
+    struct fixture f;
+    setup(&f, c, 12000);
+    cg_compress_policy_defaults(&f.p, CG_STRATEGY_TRIMMING, NULL);
+    f.p.reserved_output_tokens = 0;
+    struct cg_compress_result r;
+    struct cg_err err = {0};
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
+    cr_assert(r.boundary_moved);
+    /* The first changed output message is the first trimmed one; everything from it on is
+     * what the provider's cache loses. */
+    size_t first = 0;
+    while (first < r.n_changes && r.changes[first].layer != CG_LAYER_TRIM)
+        first++;
+    cr_assert_lt(first, r.n_changes);
+    int64_t want = 0;
+    for (size_t i = (size_t)r.changes[first].output_index; i < r.conv->n_messages; i++)
+        want += f.in.counter.count_message(f.in.counter.ctx, &r.conv->messages[i]);
+    cr_assert_eq(r.cache_tokens_invalidated, want);
+    /* The same call with the boundary it returned moves nothing and loses nothing. */
+    f.in.trim_boundary = r.boundary_after;
+    struct cg_compress_result again;
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &again, &err), CG_OK, "%s", err.msg);
+    cr_assert_not(again.boundary_moved);
+    cr_assert_eq(again.cache_tokens_invalidated, 0);
+    cr_assert_eq(again.tokens_after, r.tokens_after);
+    cg_compress_result_free(&again);
+    cg_compress_result_free(&r);
+    cg_conv_free(c);
+    free(j);
+}
