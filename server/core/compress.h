@@ -113,7 +113,10 @@ struct cg_compress_policy {
     double ceiling_ratio;           /* 0.98 */
     double hysteresis_ratio;        /* 0.75: L3 trims down to this x the trigger */
     int64_t reserved_output_tokens; /* 16,000 */
-    uint32_t primers, recents, window_messages;                /* from the preset */
+    /* From the preset. window_messages is reported in the effective policy only: L4 keeps
+     * as many whole turns as the token target allows, which keeps more facts than a fixed
+     * message count. */
+    uint32_t primers, recents, window_messages;
     uint32_t keep_last_assistant;                              /* 10 */
     int64_t offload_threshold_chars;                           /* 10,000 */
     int64_t offload_threshold_tokens;                          /* 20,000 */
