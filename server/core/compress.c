@@ -631,11 +631,21 @@ static cg_status offload(struct run *r, struct list *l, uint32_t *affected)
             size_t keep = cg__compress_utf8_cut(tr->content.ptr, tr->content.len,
                                                 (size_t)p->offload_preview_bytes);
             a->preview_bytes = keep;
-            char marker[200];
-            int ml = snprintf(marker, sizeof marker,
+            char marker[240];
+            int ml;
+            if (r->in->name_artifact != NULL) {
+                r->in->name_artifact(r->in->name_ctx, o->n_artifacts, a->id);
+                a->id[sizeof a->id - 1] = '\0';
+                ml = snprintf(marker, sizeof marker,
+                              "\n[ctxguard: offloaded, %zu of %zu bytes shown; the whole result "
+                              "is artifact %s (GetArtifact)]",
+                              keep, tr->content.len, a->id);
+            } else {
+                ml = snprintf(marker, sizeof marker,
                               "\n[ctxguard: offloaded, %zu of %zu bytes shown; the whole result "
                               "is artifact %zu of this call]",
                               keep, tr->content.len, o->n_artifacts);
+            }
             char *text = malloc(keep + (size_t)ml + 1);
             if (text == NULL)
                 return nomem(r->err);

@@ -91,6 +91,7 @@ typedef enum {
     CG_CWARN_CEILING_EXCEEDED = 2,
     CG_CWARN_TIME_BUDGET_EXHAUSTED = 3,
     CG_CWARN_INPUT_REPAIRED = 4,
+    CG_CWARN_HISTORY_DIVERGED = 5,
     CG_CWARN_BOUNDARY_ADJUSTED = 6,
     CG_CWARN_ESTIMATED_COUNTS = 7,
     CG_CWARN_LAYER_FAILED = 8,
@@ -189,6 +190,10 @@ struct cg_compress_input {
     bool force;                        /* run down to the target even under the trigger */
     bool offload;                      /* L0 may make artifacts */
     const char *offload_skip_reason;   /* the SKIPPED detail when !offload */
+    /* Names the index-th artifact of this call into id (NUL-terminated, < 64 bytes), which the
+     * preview's reference then quotes; NULL: the reference gives the index. */
+    void (*name_artifact)(void *ctx, size_t index, char id[64]);
+    void *name_ctx;
     struct cg_compress_counter counter;
     cg_compress_summarize_cb summarize; /* NULL: L5 SKIPPED */
     void *summarize_ctx;
@@ -209,6 +214,7 @@ struct cg_compress_layer_result {
 
 /* A tool result L0 offloaded. content is its full text (malloc'd, content_len bytes). */
 struct cg_compress_artifact {
+    char id[64];          /* from name_artifact, or "" */
     int64_t source_index; /* input message */
     int64_t output_index; /* in the output */
     size_t part_index;    /* in the output message */

@@ -1,10 +1,10 @@
 /* rpc_context_compress.c - ContextService.Compress (stateless) and ValidateContext.
  *
  * Compress: request -> policy (request > preset > server default_preset) -> core/compress ->
- * Conversation + CompressionReport. Stateless only for now: a session_id is answered
- * UNIMPLEMENTED naming the planned session state (history, boundary and artifacts in
- * PostgreSQL); offload (L0) is SKIPPED without a session, and the summary layer is SKIPPED
- * until a summarizer is wired in (the report says so). Counts are exact for models with an
+ * Conversation + CompressionReport. With a session_id the history, boundary and artifacts
+ * are kept in PostgreSQL (rpc_context_state.c); without one nothing is stored and offload
+ * (L0) is SKIPPED. The summary layer is SKIPPED until a summarizer is wired in (the report
+ * says so). Counts are exact for models with an
  * OpenAI encoding (the rank data is loaded once per process, on first use, from the build's
  * share directory), estimated otherwise.
  */
@@ -22,6 +22,7 @@
 #include "core/utf8.h"
 #include "core/validate.h"
 #include "ctxguard/v1/context.pb-c.h"
+#include "rpc/rpc_context_state.h"
 #include "rpc/rpc_conv.h"
 
 #define NEW(call, type, init)                                                                      \
@@ -412,11 +413,6 @@ CG_HANDLER(cg_rpc_context_compress)
     const Ctxguard__V1__CompressRequest *req = (const Ctxguard__V1__CompressRequest *)request;
     int64_t started = cg_mono_ms();
     cg_status st;
-    if (req->session_id[0] != '\0')
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "field 'session_id': stateful Compress (history, trim boundary and "
-                          "artifacts kept in PostgreSQL) is planned; send no session_id and pass "
-                          "trim_boundary back for stateless use");
     if ((st = cg_rpc_check_name(call, "model", req->model, MODEL_MAX, false)) != CG_OK ||
         (st = check_range(call, "context_window_tokens", req->context_window_tokens, 0,
                           TOKENS_MAX)) != CG_OK ||
@@ -482,6 +478,20 @@ CG_HANDLER(cg_rpc_context_compress)
         .clock = clock_ms,
     };
     cg_compress_counter_init(&in.counter, &cs, conv);
+    struct cg_rpc_ctx_state state = {0};
+    if (req->session_id[0] != '\0') {
+        if ((st = cg_rpc_ctx_begin(call, env, req, &conv, &in.counter, &state)) != CG_OK) {
+            cg_conv_free(conv);
+            return st;
+        }
+        /* APPEND replaced the conversation with the whole history. */
+        in.conv = conv;
+        cg_compress_counter_init(&in.counter, &cs, conv);
+        in.trim_boundary = state.boundary;
+        in.offload = !req->dry_run;
+        in.offload_skip_reason = "dry run: nothing is stored";
+        in.name_artifact = cg_rpc_ctx_name_artifact;
+    }
     if (req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE)
         policy.disabled_layers |= 1u << CG_LAYER_SUMMARIZE;
     /* Never past the call's deadline. */
@@ -496,11 +506,31 @@ CG_HANDLER(cg_rpc_context_compress)
     struct cg_err cerr = {0};
     st = cg_compress_run(&in, &policy, &res, &cerr);
     if (st != CG_OK) {
+        cg_rpc_ctx_abort(env, &state);
         cg_conv_free(conv);
         call->err = cerr;
         if (call->err.msg[0] == '\0')
             cg_err_set(&call->err, st, "compression failed");
         return st;
+    }
+    if (state.diverged && res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
+        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
+        w->code = CG_CWARN_HISTORY_DIVERGED;
+        w->message_index = state.diverged_at;
+        snprintf(w->message, sizeof w->message,
+                 "the conversation differs from the stored history at message %lld; revision "
+                 "%u starts there",
+                 (long long)state.diverged_at, state.revision);
+    }
+    if (state.active && req->trim_boundary != 0 &&
+        req->trim_boundary != state.session.trim_boundary &&
+        res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
+        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
+        w->code = CG_CWARN_BOUNDARY_ADJUSTED;
+        w->message_index = -1;
+        snprintf(w->message, sizeof w->message,
+                 "trim_boundary %lld ignored: the session's stored boundary is %lld",
+                 (long long)req->trim_boundary, (long long)state.session.trim_boundary);
     }
     if (defaulted && res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
         struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
@@ -534,10 +564,15 @@ CG_HANDLER(cg_rpc_context_compress)
     }
     memcpy(si, res.source_indexes, (size_t)res.messages_after * sizeof *si);
     resp->report->source_indexes = si;
+    if (state.active) {
+        if ((st = cg_rpc_ctx_finish(call, env, req, &res, &state, resp->report)) != CG_OK)
+            goto out;
+    }
     resp->report->duration_ms = cg_mono_ms() - started;
     resp->trim_boundary = res.boundary_after;
     *response = &resp->base;
 out:
+    cg_rpc_ctx_abort(env, &state);
     cg_compress_result_free(&res);
     cg_conv_free(conv);
     return st;

@@ -54,6 +54,11 @@ CG_HANDLER(cg_rpc_budget_list_approvals);
 CG_HANDLER(cg_rpc_context_compress);
 CG_HANDLER(cg_rpc_context_validate);
 
+/* rpc_context_state.c */
+CG_HANDLER(cg_rpc_context_get_artifact);
+CG_HANDLER(cg_rpc_context_list_artifacts);
+CG_HANDLER(cg_rpc_context_get_history);
+
 /* Checks a required text field: 1..max_chars code points, no control characters.
  * On error fills call->err naming `field`. */
 cg_status cg_rpc_check_name(struct cg_rpc_call *call, const char *field, const char *value,

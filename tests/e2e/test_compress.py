@@ -4,8 +4,10 @@ target met where reachable, report numbers consistent), determinism, the statele
 boundary, and bad input."""
 
 import glob
+import hashlib
 import json
 import os
+import uuid
 
 import grpc
 
@@ -136,11 +138,6 @@ class CompressTest(cgtest.TestCase):
         self.assertGreater(boundary, 0)
         self.assertGreaterEqual(kept, 0.8 * turns, f"prefix kept on {kept} of {turns} turns")
 
-    def test_session_id_is_not_implemented_yet(self):
-        conv = openai_conv([{"role": "user", "content": "hi"}])
-        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.compress, conversation=conv,
-                            session_id="s1", contains=("session_id",))
-
     def test_bad_input_gets_a_status_naming_the_field(self):
         bad = grpc.StatusCode.INVALID_ARGUMENT
         self.assertRpcError(bad, self.compress, contains=("conversation",))
@@ -216,3 +213,222 @@ class CompressTest(cgtest.TestCase):
         self.assertTrue(rep.target_reached, rep)
         self.check_report(rep, resp.conversation.openai_json)
         self.assertTrue(self.validate(conversation=resp.conversation).valid)
+
+
+def out_messages(conv):
+    out = json.loads(conv.openai_json)
+    return out["messages"] if isinstance(out, dict) else out
+
+
+def all_text(msgs):
+    """Every string in a list of OpenAI messages, joined (for fact lookups)."""
+    parts = []
+
+    def walk(v):
+        if isinstance(v, str):
+            parts.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+    walk(msgs)
+    return "\n".join(parts)
+
+
+class SessionTest(cgtest.TestCase):
+    """Stateful Compress: history, boundary and artifacts kept in PostgreSQL and read back."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = cgtest.start_class_server(cls)
+        cls.ch = cls.srv.channel()
+        cls.stub = context_pb2_grpc.ContextServiceStub(cls.ch)
+        tenant = cls.srv.create_tenant()
+        cls.md = cgtest.bearer(cls.srv.create_key(tenant.tenant_id).secret)
+        other = cls.srv.create_tenant()
+        cls.other_md = cgtest.bearer(cls.srv.create_key(other.tenant_id).secret)
+
+    def rpc(self, name, req, md=None):
+        return getattr(self.stub, name)(req, metadata=md or self.md, timeout=60)
+
+    def compress(self, **kw):
+        return self.rpc("Compress", C.CompressRequest(**kw))
+
+    def history(self, session, **kw):
+        """Every message of the session's history (paged through), in OpenAI form."""
+        msgs, token = [], ""
+        while True:
+            h = self.rpc("GetHistory", C.GetHistoryRequest(
+                session_id=session, page_size=50, page_token=token,
+                response_format=common_pb2.CONVERSATION_FORMAT_OPENAI_CHAT, **kw))
+            msgs += out_messages(h.conversation)
+            token = h.next_page_token
+            if not token:
+                return msgs, h
+
+    def artifact_bytes(self, art_id):
+        data, off = b"", 0
+        while True:
+            r = self.rpc("GetArtifact", C.GetArtifactRequest(artifact_id=art_id, offset=off,
+                                                             length=7000))
+            data += r.content
+            off += len(r.content)
+            if r.eof:
+                return data, r.artifact
+
+    def test_every_planted_fact_is_recoverable_and_the_history_is_the_input(self):
+        files = samples()
+        for path in files:
+            d = json.load(open(path))
+            with self.subTest(conversation=os.path.basename(path)):
+                session = "s-" + uuid.uuid4().hex
+                conv = openai_conv(d["messages"], d.get("tools"))
+                pol = C.CompressionPolicy(target_ratio=0.375, reserved_output_tokens=0)
+                resp = self.compress(conversation=conv, model=d["model"],
+                                     context_window_tokens=WINDOW, policy=pol, force=True,
+                                     session_id=session)
+                rep = resp.report
+                self.assertTrue(rep.compaction_id)
+                self.assertEqual(rep.history_revision, 1)
+                self.assertEqual(rep.history_messages_added, len(d["messages"]))
+                self.assertTrue(rep.target_reached or any(
+                    w.code == C.COMPRESSION_WARNING_CODE_TARGET_UNREACHABLE
+                    for w in rep.warnings))
+                hist, h = self.history(session)
+                self.assertEqual(len(hist), len(d["messages"]))
+                self.assertEqual(h.total_messages, len(d["messages"]))
+                self.assertEqual(h.trim_boundary, resp.trim_boundary)
+                self.assertEqual([m["role"] for m in hist], [m["role"] for m in d["messages"]])
+                self.assertEqual(all_text(hist), all_text(d["messages"]))
+                # Artifacts: whole, hash-checked, listed in order.
+                arts = []
+                for a in rep.artifacts:
+                    self.assertTrue(a.artifact_id.startswith("art_"))
+                    data, info = self.artifact_bytes(a.artifact_id)
+                    self.assertEqual(len(data), a.size_bytes)
+                    self.assertEqual(hashlib.sha256(data).hexdigest(), a.sha256)
+                    self.assertEqual(info.session_id, session)
+                    arts.append(data.decode("utf-8"))
+                listed = self.rpc("ListArtifacts", C.ListArtifactsRequest(session_id=session))
+                self.assertEqual([a.artifact_id for a in listed.artifacts],
+                                 [a.artifact_id for a in rep.artifacts])
+                # Every planted fact: in the output, its artifacts or the history.
+                out = all_text(out_messages(resp.conversation)) + "\n".join(arts)
+                stored = all_text(hist)
+                for n in d["needles"]:
+                    self.assertTrue(n["fact"] in out or n["fact"] in stored, n)
+
+    def test_turns_append_to_the_history_and_the_boundary_is_kept(self):
+        d = json.load(open(samples()[1]))
+        msgs = d["messages"]
+        session = "s-" + uuid.uuid4().hex
+        pol = C.CompressionPolicy(strategy=C.COMPRESSION_STRATEGY_TRIMMING)
+        boundary, seen = 0, 0
+        ends = [i for i, m in enumerate(msgs) if m["role"] == "user"][1:] + [len(msgs)]
+        for end in ends[::10]:
+            resp = self.compress(conversation=openai_conv(msgs[:end], d.get("tools")),
+                                 model="gpt-4o", context_window_tokens=64000, policy=pol,
+                                 session_id=session)
+            rep = resp.report
+            self.assertEqual(rep.history_messages_added, end - seen)
+            self.assertEqual(rep.history_revision, 1)
+            self.assertEqual(rep.trim_boundary_before, boundary)
+            self.assertGreaterEqual(resp.trim_boundary, boundary)
+            boundary, seen = resp.trim_boundary, end
+        self.assertGreater(boundary, 0)
+        # A different boundary from the caller is ignored with a warning.
+        resp = self.compress(conversation=openai_conv(msgs[:seen], d.get("tools")),
+                             model="gpt-4o", context_window_tokens=64000, policy=pol,
+                             session_id=session, trim_boundary=1)
+        self.assertIn(C.COMPRESSION_WARNING_CODE_BOUNDARY_ADJUSTED,
+                      {w.code for w in resp.report.warnings})
+        self.assertEqual(resp.report.trim_boundary_before, boundary)
+        self.assertEqual(resp.report.history_messages_added, 0)
+
+    def test_append_sync_and_divergence(self):
+        d = json.load(open(samples()[0]))
+        msgs = d["messages"]
+        session = "s-" + uuid.uuid4().hex
+        a = self.compress(conversation=openai_conv(msgs[:10]), session_id=session,
+                          session_sync=C.SESSION_SYNC_APPEND)
+        self.assertEqual(a.report.history_messages_added, 10)
+        b = self.compress(conversation=openai_conv(msgs[10:]), session_id=session,
+                          session_sync=C.SESSION_SYNC_APPEND)
+        self.assertEqual(b.report.messages_before, len(msgs))
+        self.assertEqual(b.report.history_messages_added, len(msgs) - 10)
+        hist, h = self.history(session)
+        self.assertEqual(all_text(hist), all_text(msgs))
+        # FULL with a conversation that differs at message 3: a new revision.
+        changed = json.loads(json.dumps(msgs))
+        changed[3]["content"] = "something else entirely"
+        c = self.compress(conversation=openai_conv(changed), session_id=session)
+        self.assertEqual(c.report.history_revision, 2)
+        div = [w for w in c.report.warnings
+               if w.code == C.COMPRESSION_WARNING_CODE_HISTORY_DIVERGED]
+        self.assertEqual(div[0].message_index, 3)
+        new, h2 = self.history(session)
+        self.assertEqual((h2.revision, h2.latest_revision), (2, 2))
+        self.assertIn("something else entirely", all_text(new))
+        old, h1 = self.history(session, revision=1)
+        self.assertEqual(h1.revision, 1)
+        self.assertEqual(all_text(old), all_text(msgs))
+
+    def test_dry_run_stores_nothing_and_reads_are_scoped(self):
+        session = "s-" + uuid.uuid4().hex
+        conv = openai_conv([{"role": "user", "content": "hi"}])
+        self.compress(conversation=conv, session_id=session, dry_run=True)
+        nf = grpc.StatusCode.NOT_FOUND
+        self.assertRpcError(nf, self.rpc, "GetHistory", C.GetHistoryRequest(session_id=session),
+                            contains=("session_id",))
+        self.compress(conversation=conv, session_id=session)
+        self.rpc("GetHistory", C.GetHistoryRequest(session_id=session))
+        self.assertRpcError(nf, self.rpc, "GetHistory", C.GetHistoryRequest(session_id=session),
+                            self.other_md)
+        self.assertRpcError(nf, self.rpc, "GetArtifact",
+                            C.GetArtifactRequest(artifact_id="art_nope"), contains=("artifact_id",))
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        self.assertRpcError(bad, self.rpc, "GetArtifact", C.GetArtifactRequest(),
+                            contains=("artifact_id",))
+        self.assertRpcError(bad, self.rpc, "ListArtifacts", C.ListArtifactsRequest(),
+                            contains=("session_id",))
+        self.assertRpcError(bad, self.compress, conversation=conv, session_id="has space",
+                            contains=("session_id",))
+
+    def test_artifact_ranges_and_paging(self):
+        session = "s-" + uuid.uuid4().hex
+        msgs = [{"role": "user", "content": "read them"},
+                {"role": "assistant", "tool_calls": [
+                    {"id": f"c{i}", "type": "function",
+                     "function": {"name": "read_file", "arguments": "{}"}} for i in range(3)]}]
+        for i in range(3):
+            msgs.append({"role": "tool", "tool_call_id": f"c{i}",
+                         "content": f"file {i} " + "0123456789" * 3000})
+        msgs.append({"role": "assistant", "content": "done"})
+        resp = self.compress(conversation=openai_conv(msgs), model="gpt-4o",
+                             context_window_tokens=60000, session_id=session, force=True)
+        arts = resp.report.artifacts
+        self.assertEqual(len(arts), 3)
+        self.assertEqual([a.tool_call_id for a in arts], ["c0", "c1", "c2"])
+        out = out_messages(resp.conversation)
+        self.assertIn(arts[0].artifact_id, out[2]["content"])
+        r = self.rpc("GetArtifact", C.GetArtifactRequest(artifact_id=arts[1].artifact_id,
+                                                         offset=5, length=10))
+        self.assertEqual(r.content, b"1 01234567")
+        self.assertFalse(r.eof)
+        self.assertRpcError(grpc.StatusCode.OUT_OF_RANGE, self.rpc, "GetArtifact",
+                            C.GetArtifactRequest(artifact_id=arts[1].artifact_id,
+                                                 offset=10 ** 6))
+        ids, token = [], ""
+        while True:
+            page = self.rpc("ListArtifacts", C.ListArtifactsRequest(
+                session_id=session, page_size=1, page_token=token))
+            ids += [a.artifact_id for a in page.artifacts]
+            token = page.next_page_token
+            if not token:
+                break
+        self.assertEqual(ids, [a.artifact_id for a in arts])
+        only = self.rpc("ListArtifacts", C.ListArtifactsRequest(session_id=session,
+                                                                tool_call_id="c2"))
+        self.assertEqual([a.artifact_id for a in only.artifacts], [arts[2].artifact_id])

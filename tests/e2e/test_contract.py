@@ -16,7 +16,8 @@ IMPLEMENTED = {("BudgetService", m) for m in ("SetBudget", "GetBudget", "CheckBu
                                               "Commit", "Release", "RecordUsage", "CloseScope",
                                               "GetUsage", "ListScopes", "WatchUsage",
                                               "ResolveApproval", "GetApproval", "ListApprovals")}
-IMPLEMENTED |= {("ContextService", m) for m in ("Compress", "ValidateContext")}
+IMPLEMENTED |= {("ContextService", m) for m in ("Compress", "ValidateContext", "GetArtifact",
+                                                "ListArtifacts", "GetHistory")}
 
 
 def all_methods():
