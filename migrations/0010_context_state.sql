@@ -55,3 +55,30 @@ CREATE TABLE context_artifacts (
 );
 
 CREATE INDEX context_artifacts_by_session ON context_artifacts (tenant_id, session_id, seq);
+
+-- One row per stateful Compress (dry runs excluded), for GetCompressionStats: the report's
+-- totals and, per layer run (in order, escalation passes repeated), its layer, outcome,
+-- tokens saved, messages affected and time.
+CREATE TABLE context_compactions (
+    tenant_id                uuid        NOT NULL,
+    session_id               text        NOT NULL,
+    compaction_id            text        NOT NULL,
+    strategy                 smallint    NOT NULL,
+    triggered                boolean     NOT NULL,
+    tokens_before            bigint      NOT NULL,
+    tokens_after             bigint      NOT NULL,
+    boundary_moved           boolean     NOT NULL,
+    cache_tokens_invalidated bigint      NOT NULL,
+    artifacts                integer     NOT NULL,
+    artifact_bytes           bigint      NOT NULL,
+    layer                    integer[]   NOT NULL,
+    layer_outcome            integer[]   NOT NULL,
+    layer_saved              bigint[]    NOT NULL,
+    layer_affected           bigint[]    NOT NULL,
+    layer_ms                 bigint[]    NOT NULL,
+    created_at               timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, compaction_id),
+    FOREIGN KEY (tenant_id, session_id) REFERENCES context_sessions ON DELETE CASCADE
+);
+
+CREATE INDEX context_compactions_by_session ON context_compactions (tenant_id, session_id, created_at);

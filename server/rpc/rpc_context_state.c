@@ -394,7 +394,39 @@ cg_status cg_rpc_ctx_finish(struct cg_rpc_call *call, const struct cg_rpc_env *e
         st = OOM(call);
         goto fail;
     }
-    if (cg_store_ctx_session_update(env->store, call->principal.tenant_id, s->session_id, &upd,
+    /* The call's totals and layer results, for GetCompressionStats. */
+    int layer[CG_COMPRESS_LAYERS_MAX], outcome[CG_COMPRESS_LAYERS_MAX];
+    int64_t saved[CG_COMPRESS_LAYERS_MAX], affected[CG_COMPRESS_LAYERS_MAX],
+        ms[CG_COMPRESS_LAYERS_MAX], artifact_bytes = 0;
+    for (size_t i = 0; i < r->n_layers; i++) {
+        layer[i] = (int)r->layers[i].layer;
+        outcome[i] = (int)r->layers[i].outcome;
+        saved[i] = r->layers[i].tokens_before - r->layers[i].tokens_after;
+        affected[i] = r->layers[i].messages_affected;
+        ms[i] = r->layers[i].duration_ms;
+    }
+    for (size_t i = 0; i < r->n_artifacts; i++)
+        artifact_bytes += (int64_t)r->artifacts[i].content_len;
+    struct cg_ctx_compaction cmp = {
+        .session_id = s->session_id,
+        .compaction_id = s->compaction_id,
+        .strategy = rep->effective_policy != NULL ? (int)rep->effective_policy->strategy : 0,
+        .triggered = r->triggered,
+        .boundary_moved = r->boundary_moved,
+        .tokens_before = r->tokens_before,
+        .tokens_after = r->tokens_after,
+        .cache_tokens_invalidated = r->cache_tokens_invalidated,
+        .artifacts = (int)r->n_artifacts,
+        .artifact_bytes = artifact_bytes,
+        .n_layers = r->n_layers,
+        .layer = layer,
+        .outcome = outcome,
+        .saved = saved,
+        .affected = affected,
+        .ms = ms,
+    };
+    if (cg_store_ctx_compaction_put(env->store, call->principal.tenant_id, &cmp, &serr) != CG_OK ||
+        cg_store_ctx_session_update(env->store, call->principal.tenant_id, s->session_id, &upd,
                                     &serr) != CG_OK ||
         cg_store_commit(env->store, &serr) != CG_OK) {
         st = store_error(call, &serr);
@@ -664,4 +696,84 @@ out:
     cg_store_ctx_rows_free(rows, count);
     free(rows);
     return st;
+}
+
+CG_HANDLER(cg_rpc_context_get_stats)
+{
+    const Ctxguard__V1__GetCompressionStatsRequest *req =
+        (const Ctxguard__V1__GetCompressionStatsRequest *)request;
+    cg_status st;
+    if (req->session_id[0] != '\0' &&
+        (st = check_session_id(call, "session_id", req->session_id)) != CG_OK)
+        return st;
+    if (req->since_unix_ms < 0)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'since_unix_ms' must not be negative");
+    if (req->until_unix_ms < 0 ||
+        (req->until_unix_ms != 0 && req->until_unix_ms < req->since_unix_ms))
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'until_unix_ms' must be 0 or at least since_unix_ms");
+    struct cg_ctx_session sess = {0};
+    struct cg_err serr = {0};
+    if (req->session_id[0] != '\0' &&
+        cg_store_ctx_session_get(env->store, call->principal.tenant_id, req->session_id, &sess,
+                                 &serr) != CG_OK)
+        return store_error(call, &serr);
+    struct cg_ctx_stats t;
+    if (cg_store_ctx_stats(env->store, call->principal.tenant_id, req->session_id,
+                           req->since_unix_ms, req->until_unix_ms, &t, &serr) != CG_OK)
+        return store_error(call, &serr);
+    Ctxguard__V1__GetCompressionStatsResponse *resp =
+        NEW(call, Ctxguard__V1__GetCompressionStatsResponse,
+            ctxguard__v1__get_compression_stats_response__init);
+    if (resp == NULL ||
+        (resp->session_id = cg_arena_strdup(call->arena, req->session_id)) == NULL ||
+        (resp->by_layer =
+             cg_arena_alloc(call->arena, CG_CTX_STATS_LAYERS * sizeof *resp->by_layer)) == NULL ||
+        (resp->by_strategy = cg_arena_alloc(call->arena, CG_CTX_STATS_STRATEGIES *
+                                                             sizeof *resp->by_strategy)) == NULL)
+        return OOM(call);
+    resp->compress_calls = t.calls;
+    resp->triggered_calls = t.triggered;
+    resp->tokens_before = t.tokens_before;
+    resp->tokens_after = t.tokens_after;
+    resp->tokens_saved = t.tokens_before - t.tokens_after;
+    resp->artifacts_created = t.artifacts;
+    resp->artifact_bytes = t.artifact_bytes;
+    resp->boundary_moves = t.boundary_moves;
+    resp->cache_tokens_invalidated = t.cache_tokens_invalidated;
+    resp->first_compressed_at_unix_ms = t.first_ms;
+    resp->last_compressed_at_unix_ms = t.last_ms;
+    for (int l = 1; l < CG_CTX_STATS_LAYERS; l++) {
+        if (t.layer[l].runs == 0)
+            continue;
+        Ctxguard__V1__LayerStats *o =
+            NEW(call, Ctxguard__V1__LayerStats, ctxguard__v1__layer_stats__init);
+        if (o == NULL)
+            return OOM(call);
+        o->layer = (Ctxguard__V1__CompressionLayer)l;
+        o->applied = t.layer[l].applied;
+        o->failed = t.layer[l].failed;
+        o->tokens_saved = t.layer[l].saved;
+        o->messages_affected = t.layer[l].affected;
+        o->duration_ms = t.layer[l].ms;
+        resp->by_layer[resp->n_by_layer++] = o;
+    }
+    for (int s = 1; s < CG_CTX_STATS_STRATEGIES; s++) {
+        if (t.strategy[s].calls == 0)
+            continue;
+        Ctxguard__V1__StrategyStats *o =
+            NEW(call, Ctxguard__V1__StrategyStats, ctxguard__v1__strategy_stats__init);
+        if (o == NULL)
+            return OOM(call);
+        o->strategy = (Ctxguard__V1__CompressionStrategy)s;
+        o->calls = t.strategy[s].calls;
+        o->triggered_calls = t.strategy[s].triggered;
+        o->tokens_saved = t.strategy[s].saved;
+        resp->by_strategy[resp->n_by_strategy++] = o;
+    }
+    resp->trim_boundary = sess.trim_boundary;
+    resp->history_messages = sess.history_messages;
+    *response = &resp->base;
+    return CG_OK;
 }

@@ -58,6 +58,7 @@ CG_HANDLER(cg_rpc_context_validate);
 CG_HANDLER(cg_rpc_context_get_artifact);
 CG_HANDLER(cg_rpc_context_list_artifacts);
 CG_HANDLER(cg_rpc_context_get_history);
+CG_HANDLER(cg_rpc_context_get_stats);
 
 /* Checks a required text field: 1..max_chars code points, no control characters.
  * On error fills call->err naming `field`. */

@@ -121,8 +121,9 @@ static const struct cg_rpc_method methods[] = {
           ctxguard__v1__get_history_response, cg_rpc_context_get_history),
     UNARY(CONTEXT, ValidateContext, CG_AUTH_TENANT, true, ctxguard__v1__validate_context_request,
           ctxguard__v1__validate_context_response, cg_rpc_context_validate),
-    PLANNED(CONTEXT, GetCompressionStats, CG_RPC_UNARY, ctxguard__v1__get_compression_stats_request,
-            ctxguard__v1__get_compression_stats_response, "the compression cascade"),
+    UNARY(CONTEXT, GetCompressionStats, CG_AUTH_TENANT, true,
+          ctxguard__v1__get_compression_stats_request,
+          ctxguard__v1__get_compression_stats_response, cg_rpc_context_get_stats),
 };
 
 #define METHOD_COUNT (sizeof methods / sizeof methods[0])

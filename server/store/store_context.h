@@ -112,4 +112,43 @@ cg_status cg_store_ctx_artifact_list(struct cg_store *store, const char *tenant_
                                      int64_t after_seq, int limit, struct cg_ctx_artifact *out,
                                      int *count, bool *more, struct cg_err *err) CG_MUST_CHECK;
 
+/* One stateful Compress for GetCompressionStats. The layer arrays hold n_layers entries. */
+struct cg_ctx_compaction {
+    const char *session_id;
+    const char *compaction_id;
+    int strategy;
+    bool triggered, boundary_moved;
+    int64_t tokens_before, tokens_after, cache_tokens_invalidated;
+    int artifacts;
+    int64_t artifact_bytes;
+    size_t n_layers;
+    const int *layer, *outcome;
+    const int64_t *saved, *affected, *ms;
+};
+
+/* Inside a transaction: records c. */
+cg_status cg_store_ctx_compaction_put(struct cg_store *store, const char *tenant_id,
+                                      const struct cg_ctx_compaction *c,
+                                      struct cg_err *err) CG_MUST_CHECK;
+
+#define CG_CTX_STATS_LAYERS 8
+#define CG_CTX_STATS_STRATEGIES 3
+
+struct cg_ctx_stats {
+    int64_t calls, triggered, tokens_before, tokens_after, artifacts, artifact_bytes;
+    int64_t boundary_moves, cache_tokens_invalidated, first_ms, last_ms;
+    struct {
+        int64_t runs, applied, failed, saved, affected, ms;
+    } layer[CG_CTX_STATS_LAYERS]; /* by layer value; runs 0: never ran */
+    struct {
+        int64_t calls, triggered, saved;
+    } strategy[CG_CTX_STATS_STRATEGIES]; /* by strategy value */
+};
+
+/* Totals of the tenant's compactions (of one session when session_id is not "") created in
+ * [since_ms, until_ms) (0: unbounded). */
+cg_status cg_store_ctx_stats(struct cg_store *store, const char *tenant_id, const char *session_id,
+                             int64_t since_ms, int64_t until_ms, struct cg_ctx_stats *out,
+                             struct cg_err *err) CG_MUST_CHECK;
+
 #endif

@@ -373,3 +373,155 @@ cg_status cg_store_ctx_artifact_list(struct cg_store *store, const char *tenant_
     PQclear(res);
     return CG_OK;
 }
+
+/* ------------------------------------------------------------------ compactions ------- */
+
+/* "{a,b,c}" of n integers into buf (cap bytes); false when it does not fit. */
+static bool int_array(const int64_t *v, const int *iv, size_t n, char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[at++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        int w = snprintf(buf + at, cap - at, "%s%lld", i ? "," : "",
+                         (long long)(v != NULL ? v[i] : iv[i]));
+        if (w < 0 || (size_t)w >= cap - at)
+            return false;
+        at += (size_t)w;
+    }
+    if (at + 2 > cap)
+        return false;
+    buf[at++] = '}';
+    buf[at] = '\0';
+    return true;
+}
+
+cg_status cg_store_ctx_compaction_put(struct cg_store *store, const char *tenant_id,
+                                      const struct cg_ctx_compaction *c, struct cg_err *err)
+{
+    char id[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK || (rc = in_tx(store, "ctx_compaction_put", err)) != CG_OK)
+        return rc;
+    enum { CAP = 64 * 24 };
+    char arrays[5][CAP];
+    if (c->n_layers > 64 || !int_array(NULL, c->layer, c->n_layers, arrays[0], CAP) ||
+        !int_array(NULL, c->outcome, c->n_layers, arrays[1], CAP) ||
+        !int_array(c->saved, NULL, c->n_layers, arrays[2], CAP) ||
+        !int_array(c->affected, NULL, c->n_layers, arrays[3], CAP) ||
+        !int_array(c->ms, NULL, c->n_layers, arrays[4], CAP))
+        return cg_err_set(err, CG_INTERNAL, "too many layer results to record");
+    char st[8], tb[24], ta[24], ci[24], na[16], ab[24];
+    snprintf(st, sizeof st, "%d", c->strategy);
+    snprintf(tb, sizeof tb, "%lld", (long long)c->tokens_before);
+    snprintf(ta, sizeof ta, "%lld", (long long)c->tokens_after);
+    snprintf(ci, sizeof ci, "%lld", (long long)c->cache_tokens_invalidated);
+    snprintf(na, sizeof na, "%d", c->artifacts);
+    snprintf(ab, sizeof ab, "%lld", (long long)c->artifact_bytes);
+    const char *values[] = {id,
+                            c->session_id,
+                            c->compaction_id,
+                            st,
+                            c->triggered ? "t" : "f",
+                            tb,
+                            ta,
+                            c->boundary_moved ? "t" : "f",
+                            ci,
+                            na,
+                            ab,
+                            arrays[0],
+                            arrays[1],
+                            arrays[2],
+                            arrays[3],
+                            arrays[4]};
+    PGresult *res = NULL;
+    rc = cg__pg_run(store->pg, "ctx_compaction_put",
+                    "INSERT INTO context_compactions (tenant_id, session_id, compaction_id,"
+                    " strategy, triggered, tokens_before, tokens_after, boundary_moved,"
+                    " cache_tokens_invalidated, artifacts, artifact_bytes, layer, layer_outcome,"
+                    " layer_saved, layer_affected, layer_ms) VALUES ($1::uuid, $2, $3,"
+                    " $4::int2, $5::bool, $6::int8, $7::int8, $8::bool, $9::int8, $10::int,"
+                    " $11::int8, $12::int[], $13::int[], $14::int8[], $15::int8[], $16::int8[])",
+                    16, values, NULL, NULL, RUN_PINNED, &res, err);
+    PQclear(res);
+    return rc;
+}
+
+#define STATS_WHERE                                                                                \
+    " WHERE tenant_id = $1::uuid AND ($2 = '' OR session_id = $2)"                                 \
+    " AND ($3::int8 = 0 OR created_at >= to_timestamp($3::int8 / 1000.0))"                         \
+    " AND ($4::int8 = 0 OR created_at < to_timestamp($4::int8 / 1000.0))"
+
+cg_status cg_store_ctx_stats(struct cg_store *store, const char *tenant_id, const char *session_id,
+                             int64_t since_ms, int64_t until_ms, struct cg_ctx_stats *out,
+                             struct cg_err *err)
+{
+    char id[CG_UUID_LEN + 1];
+    memset(out, 0, sizeof *out);
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK)
+        return rc;
+    char since[24], until[24];
+    snprintf(since, sizeof since, "%lld", (long long)since_ms);
+    snprintf(until, sizeof until, "%lld", (long long)until_ms);
+    const char *values[] = {id, session_id, since, until};
+    PGresult *res = NULL;
+    rc = cg__pg_run(store->pg, "ctx_stats_totals",
+                    "SELECT count(*), count(*) FILTER (WHERE triggered),"
+                    " coalesce(sum(tokens_before), 0), coalesce(sum(tokens_after), 0),"
+                    " coalesce(sum(artifacts), 0), coalesce(sum(artifact_bytes), 0),"
+                    " count(*) FILTER (WHERE boundary_moved),"
+                    " coalesce(sum(cache_tokens_invalidated), 0),"
+                    " coalesce(floor(extract(epoch FROM min(created_at)) * 1000)::int8, 0),"
+                    " coalesce(floor(extract(epoch FROM max(created_at)) * 1000)::int8, 0)"
+                    " FROM context_compactions" STATS_WHERE,
+                    4, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc != CG_OK)
+        return rc;
+    int64_t *f[] = {
+        &out->calls,     &out->triggered,      &out->tokens_before,  &out->tokens_after,
+        &out->artifacts, &out->artifact_bytes, &out->boundary_moves, &out->cache_tokens_invalidated,
+        &out->first_ms,  &out->last_ms};
+    for (int i = 0; i < 10; i++)
+        *f[i] = cg__pg_parse_i64(PQgetvalue(res, 0, i));
+    PQclear(res);
+    rc =
+        cg__pg_run(store->pg, "ctx_stats_layers",
+                   "SELECT u.l, count(*), count(*) FILTER (WHERE u.o = 2),"
+                   " count(*) FILTER (WHERE u.o = 4), coalesce(sum(u.s) FILTER (WHERE u.o = 2), 0),"
+                   " coalesce(sum(u.a), 0), coalesce(sum(u.ms), 0)"
+                   " FROM context_compactions c,"
+                   " unnest(c.layer, c.layer_outcome, c.layer_saved, c.layer_affected, c.layer_ms)"
+                   " AS u(l, o, s, a, ms)" STATS_WHERE " GROUP BY u.l ORDER BY u.l",
+                   4, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc != CG_OK)
+        return rc;
+    for (int i = 0; i < PQntuples(res); i++) {
+        int64_t l = cg__pg_parse_i64(PQgetvalue(res, i, 0));
+        if (l < 0 || l >= CG_CTX_STATS_LAYERS)
+            continue;
+        out->layer[l].runs = cg__pg_parse_i64(PQgetvalue(res, i, 1));
+        out->layer[l].applied = cg__pg_parse_i64(PQgetvalue(res, i, 2));
+        out->layer[l].failed = cg__pg_parse_i64(PQgetvalue(res, i, 3));
+        out->layer[l].saved = cg__pg_parse_i64(PQgetvalue(res, i, 4));
+        out->layer[l].affected = cg__pg_parse_i64(PQgetvalue(res, i, 5));
+        out->layer[l].ms = cg__pg_parse_i64(PQgetvalue(res, i, 6));
+    }
+    PQclear(res);
+    rc = cg__pg_run(store->pg, "ctx_stats_strategies",
+                    "SELECT strategy, count(*), count(*) FILTER (WHERE triggered),"
+                    " coalesce(sum(tokens_before - tokens_after), 0)"
+                    " FROM context_compactions" STATS_WHERE " GROUP BY strategy ORDER BY strategy",
+                    4, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc != CG_OK)
+        return rc;
+    for (int i = 0; i < PQntuples(res); i++) {
+        int64_t s = cg__pg_parse_i64(PQgetvalue(res, i, 0));
+        if (s < 0 || s >= CG_CTX_STATS_STRATEGIES)
+            continue;
+        out->strategy[s].calls = cg__pg_parse_i64(PQgetvalue(res, i, 1));
+        out->strategy[s].triggered = cg__pg_parse_i64(PQgetvalue(res, i, 2));
+        out->strategy[s].saved = cg__pg_parse_i64(PQgetvalue(res, i, 3));
+    }
+    PQclear(res);
+    return CG_OK;
+}

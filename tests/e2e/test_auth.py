@@ -183,10 +183,9 @@ class Auth(cgtest.TestCase):
 
     def test_tenant_key_passes_authentication_on_tenant_rpcs(self):
         # Past authentication the not-yet-implemented RPC says so...
-        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.context.GetCompressionStats,
-                            context_pb2.GetCompressionStatsRequest(),
-                            metadata=cgtest.bearer(self.key), timeout=10,
-                            contains="GetCompressionStats")
+        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.context.Summarize,
+                            context_pb2.SummarizeRequest(), metadata=cgtest.bearer(self.key),
+                            timeout=10, contains="Summarize")
         # ...and an implemented one judges the request itself.
         self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.budget.SetBudget,
                             budget_pb2.SetBudgetRequest(), metadata=cgtest.bearer(self.key),

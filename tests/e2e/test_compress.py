@@ -432,3 +432,53 @@ class SessionTest(cgtest.TestCase):
         only = self.rpc("ListArtifacts", C.ListArtifactsRequest(session_id=session,
                                                                 tool_call_id="c2"))
         self.assertEqual([a.artifact_id for a in only.artifacts], [arts[2].artifact_id])
+
+    def test_compression_stats_add_up_the_reports(self):
+        d = json.load(open(samples()[1]))
+        msgs = d["messages"]
+        session = "s-" + uuid.uuid4().hex
+        reports = []
+        for end, strategy in ((120, C.COMPRESSION_STRATEGY_TRIMMING),
+                              (180, C.COMPRESSION_STRATEGY_TRIMMING),
+                              (len(msgs), C.COMPRESSION_STRATEGY_SUMMARIZING)):
+            resp = self.compress(conversation=openai_conv(msgs[:end], d.get("tools")),
+                                 model="gpt-4o", context_window_tokens=64000,
+                                 policy=C.CompressionPolicy(strategy=strategy),
+                                 session_id=session)
+            reports.append(resp.report)
+        # A dry run is not counted.
+        self.compress(conversation=openai_conv(msgs, d.get("tools")), model="gpt-4o",
+                      context_window_tokens=64000, session_id=session, dry_run=True)
+        st = self.rpc("GetCompressionStats", C.GetCompressionStatsRequest(session_id=session))
+        self.assertEqual(st.compress_calls, 3)
+        self.assertEqual(st.triggered_calls, sum(r.triggered for r in reports))
+        self.assertEqual(st.tokens_before, sum(r.tokens_before for r in reports))
+        self.assertEqual(st.tokens_after, sum(r.tokens_after for r in reports))
+        self.assertEqual(st.tokens_saved, st.tokens_before - st.tokens_after)
+        self.assertEqual(st.artifacts_created, sum(len(r.artifacts) for r in reports))
+        self.assertEqual(st.artifact_bytes, sum(a.size_bytes for r in reports for a in r.artifacts))
+        self.assertEqual(st.boundary_moves, sum(r.boundary_moved for r in reports))
+        self.assertEqual(st.cache_tokens_invalidated,
+                         sum(r.cache_tokens_invalidated for r in reports))
+        self.assertEqual(st.trim_boundary, reports[-1].trim_boundary_after)
+        self.assertEqual(st.history_messages, len(msgs))
+        by_strategy = {s.strategy: s for s in st.by_strategy}
+        self.assertEqual(by_strategy[C.COMPRESSION_STRATEGY_TRIMMING].calls, 2)
+        self.assertEqual(by_strategy[C.COMPRESSION_STRATEGY_SUMMARIZING].calls, 1)
+        self.assertEqual(sum(s.tokens_saved for s in st.by_strategy), st.tokens_saved)
+        for ls in st.by_layer:
+            runs = [l for r in reports for l in r.layers if l.layer == ls.layer]
+            self.assertEqual(ls.applied,
+                             sum(l.outcome == C.LAYER_OUTCOME_APPLIED for l in runs), ls)
+            self.assertEqual(ls.tokens_saved, sum(l.tokens_saved for l in runs
+                                                  if l.outcome == C.LAYER_OUTCOME_APPLIED))
+        tenant = self.rpc("GetCompressionStats", C.GetCompressionStatsRequest())
+        self.assertGreaterEqual(tenant.compress_calls, st.compress_calls)
+        self.assertEqual(self.rpc("GetCompressionStats", C.GetCompressionStatsRequest(),
+                                  self.other_md).compress_calls, 0)
+        self.assertRpcError(grpc.StatusCode.NOT_FOUND, self.rpc, "GetCompressionStats",
+                            C.GetCompressionStatsRequest(session_id="s-unknown"),
+                            contains=("session_id",))
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.rpc, "GetCompressionStats",
+                            C.GetCompressionStatsRequest(since_unix_ms=-1),
+                            contains=("since_unix_ms",))

@@ -17,7 +17,7 @@ IMPLEMENTED = {("BudgetService", m) for m in ("SetBudget", "GetBudget", "CheckBu
                                               "GetUsage", "ListScopes", "WatchUsage",
                                               "ResolveApproval", "GetApproval", "ListApprovals")}
 IMPLEMENTED |= {("ContextService", m) for m in ("Compress", "ValidateContext", "GetArtifact",
-                                                "ListArtifacts", "GetHistory")}
+                                                "ListArtifacts", "GetHistory", "GetCompressionStats")}
 
 
 def all_methods():
