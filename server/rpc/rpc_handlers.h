@@ -54,6 +54,15 @@ CG_HANDLER(cg_rpc_budget_list_approvals);
 CG_HANDLER(cg_rpc_context_count_tokens);
 /* rpc_context_summarize.c */
 CG_HANDLER(cg_rpc_context_summarize);
+/* rpc_context_compress.c */
+CG_HANDLER(cg_rpc_context_compress);
+CG_HANDLER(cg_rpc_context_validate);
+
+/* rpc_context_state.c */
+CG_HANDLER(cg_rpc_context_get_artifact);
+CG_HANDLER(cg_rpc_context_list_artifacts);
+CG_HANDLER(cg_rpc_context_get_history);
+CG_HANDLER(cg_rpc_context_get_stats);
 
 /* Checks a required text field: 1..max_chars code points, no control characters.
  * On error fills call->err naming `field`. */

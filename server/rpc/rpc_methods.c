@@ -111,21 +111,23 @@ static const struct cg_rpc_method methods[] = {
      * counts on the pool. */
     UNARY_TRY_INLINE(CONTEXT, CountTokens, CG_AUTH_TENANT, ctxguard__v1__count_tokens_request,
                      ctxguard__v1__count_tokens_response, cg_rpc_context_count_tokens),
-    PLANNED(CONTEXT, Compress, CG_RPC_UNARY, ctxguard__v1__compress_request,
-            ctxguard__v1__compress_response, "the compression cascade"),
+    /* Stateless, CPU only: runs on the pool so a long cascade never holds a queue thread. */
+    UNARY(CONTEXT, Compress, CG_AUTH_TENANT, true, ctxguard__v1__compress_request,
+          ctxguard__v1__compress_response, cg_rpc_context_compress),
     /* On the pool: the LLM call blocks (env->llm is a pool thread's). */
     UNARY(CONTEXT, Summarize, CG_AUTH_TENANT, true, ctxguard__v1__summarize_request,
           ctxguard__v1__summarize_response, cg_rpc_context_summarize),
-    PLANNED(CONTEXT, GetArtifact, CG_RPC_UNARY, ctxguard__v1__get_artifact_request,
-            ctxguard__v1__get_artifact_response, "the compression cascade"),
-    PLANNED(CONTEXT, ListArtifacts, CG_RPC_UNARY, ctxguard__v1__list_artifacts_request,
-            ctxguard__v1__list_artifacts_response, "the compression cascade"),
-    PLANNED(CONTEXT, GetHistory, CG_RPC_UNARY, ctxguard__v1__get_history_request,
-            ctxguard__v1__get_history_response, "the compression cascade"),
-    PLANNED(CONTEXT, ValidateContext, CG_RPC_UNARY, ctxguard__v1__validate_context_request,
-            ctxguard__v1__validate_context_response, "the compression cascade"),
-    PLANNED(CONTEXT, GetCompressionStats, CG_RPC_UNARY, ctxguard__v1__get_compression_stats_request,
-            ctxguard__v1__get_compression_stats_response, "the compression cascade"),
+    UNARY(CONTEXT, GetArtifact, CG_AUTH_TENANT, true, ctxguard__v1__get_artifact_request,
+          ctxguard__v1__get_artifact_response, cg_rpc_context_get_artifact),
+    UNARY(CONTEXT, ListArtifacts, CG_AUTH_TENANT, true, ctxguard__v1__list_artifacts_request,
+          ctxguard__v1__list_artifacts_response, cg_rpc_context_list_artifacts),
+    UNARY(CONTEXT, GetHistory, CG_AUTH_TENANT, true, ctxguard__v1__get_history_request,
+          ctxguard__v1__get_history_response, cg_rpc_context_get_history),
+    UNARY(CONTEXT, ValidateContext, CG_AUTH_TENANT, true, ctxguard__v1__validate_context_request,
+          ctxguard__v1__validate_context_response, cg_rpc_context_validate),
+    UNARY(CONTEXT, GetCompressionStats, CG_AUTH_TENANT, true,
+          ctxguard__v1__get_compression_stats_request,
+          ctxguard__v1__get_compression_stats_response, cg_rpc_context_get_stats),
 };
 
 #define METHOD_COUNT (sizeof methods / sizeof methods[0])

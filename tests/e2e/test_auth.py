@@ -182,11 +182,10 @@ class Auth(cgtest.TestCase):
                                     timeout=10, contains="tenant")
 
     def test_tenant_key_passes_authentication_on_tenant_rpcs(self):
-        # Past authentication the not-yet-implemented RPC says so...
-        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.context.GetArtifact,
-                            context_pb2.GetArtifactRequest(), metadata=cgtest.bearer(self.key),
-                            timeout=10, contains="GetArtifact")
-        # ...and an implemented one judges the request itself.
+        # Past authentication each service judges the request itself.
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.context.Summarize,
+                            context_pb2.SummarizeRequest(), metadata=cgtest.bearer(self.key),
+                            timeout=10, contains="conversation")
         self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.budget.SetBudget,
                             budget_pb2.SetBudgetRequest(), metadata=cgtest.bearer(self.key),
                             timeout=10, contains="settings")

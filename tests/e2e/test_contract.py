@@ -16,7 +16,9 @@ IMPLEMENTED = {("BudgetService", m) for m in ("SetBudget", "GetBudget", "CheckBu
                                               "Commit", "Release", "RecordUsage", "CloseScope",
                                               "GetUsage", "ListScopes", "WatchUsage",
                                               "ResolveApproval", "GetApproval", "ListApprovals")}
-IMPLEMENTED |= {("ContextService", m) for m in ("CountTokens", "Summarize")}
+IMPLEMENTED |= {("ContextService", m) for m in ("CountTokens", "Summarize", "Compress",
+                                                "ValidateContext", "GetArtifact", "ListArtifacts",
+                                                "GetHistory", "GetCompressionStats")}
 
 
 def all_methods():

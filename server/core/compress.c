@@ -1,0 +1,1536 @@
+/* compress.c - the cascade (see compress.h): a working list of message references into one
+ * append-only store conversation, layers that each work on a copy of the list (so a failing
+ * layer is simply dropped), and the report.
+ */
+#include "core/compress.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/compress_internal.h"
+#include "core/conv_json.h"
+#include "core/utf8.h"
+#include "core/validate.h"
+
+/* One message of the working list: a message of the store conversation, the input message it
+ * derives from (-1: inserted), its tokens and the last layer that changed it (0: none). */
+struct entry {
+    size_t msg;
+    int64_t source;
+    int64_t tokens;
+    int layer;
+    int64_t artifact;
+};
+
+struct list {
+    struct entry *e;
+    size_t n, cap;
+    int64_t total; /* message tokens; the count is fixed + total */
+};
+
+struct run {
+    const struct cg_compress_input *in;
+    const struct cg_compress_policy *p;
+    struct cg_compress_result *out;
+    struct cg_err *err;
+    struct cg_conv *store;
+    int64_t fixed;
+    int *dropped_by; /* per input message: the layer that dropped it */
+    int64_t *input_tokens;
+    int64_t started_ms;
+    bool timed_out;
+};
+
+/* ------------------------------------------------------------------ basics ------------ */
+
+static cg_status nomem(struct cg_err *err)
+{
+    if (err != NULL) {
+        err->code = CG_RESOURCE_EXHAUSTED;
+        snprintf(err->msg, sizeof err->msg, "conversation: out of memory while compressing");
+    }
+    return CG_RESOURCE_EXHAUSTED;
+}
+
+static void warn(struct run *r, cg_compress_warning_code code, int64_t index, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void warn(struct run *r, cg_compress_warning_code code, int64_t index, const char *fmt, ...)
+{
+    struct cg_compress_result *o = r->out;
+    if (o->n_warnings == CG_COMPRESS_WARNINGS_MAX) {
+        o->warnings_dropped++;
+        return;
+    }
+    struct cg_compress_warning *w = &o->warnings[o->n_warnings++];
+    w->code = code;
+    w->message_index = index;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->message, sizeof w->message, fmt, ap);
+    va_end(ap);
+}
+
+static struct cg_message *msg_of(struct run *r, const struct entry *e)
+{
+    return &r->store->messages[e->msg];
+}
+
+static int64_t now(struct run *r)
+{
+    return r->in->clock != NULL ? r->in->clock(r->in->clock_ctx) : 0;
+}
+
+static bool list_push(struct list *l, struct entry e)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        struct entry *n = realloc(l->e, cap * sizeof *n);
+        if (n == NULL)
+            return false;
+        l->e = n;
+        l->cap = cap;
+    }
+    l->e[l->n++] = e;
+    return true;
+}
+
+static bool list_copy(struct list *dst, const struct list *src)
+{
+    dst->e = malloc((src->n ? src->n : 1) * sizeof *dst->e);
+    if (dst->e == NULL)
+        return false;
+    if (src->n > 0)
+        memcpy(dst->e, src->e, src->n * sizeof *dst->e);
+    dst->n = dst->cap = src->n;
+    dst->total = src->total;
+    return true;
+}
+
+static void list_take(struct list *dst, struct list *src)
+{
+    free(dst->e);
+    *dst = *src;
+    memset(src, 0, sizeof *src);
+}
+
+static cg_status count(struct run *r, struct entry *e)
+{
+    int64_t t = r->in->counter.count_message(r->in->counter.ctx, msg_of(r, e));
+    if (t < 0)
+        return nomem(r->err);
+    e->tokens = t;
+    return CG_OK;
+}
+
+static void recount_total(struct list *l)
+{
+    l->total = 0;
+    for (size_t i = 0; i < l->n; i++)
+        l->total += l->e[i].tokens;
+}
+
+/* A new store message that starts as a shallow copy of e's (parts share strings, which the
+ * store or the borrowed input owns); e then refers to it. Returns it (valid until the next
+ * message is added) or NULL (err filled). */
+static struct cg_message *derive(struct run *r, struct entry *e, bool with_parts)
+{
+    const struct cg_message src = *msg_of(r, e);
+    struct cg_message *m;
+    if (cg_conv_add_message(r->store, src.role, &m, r->err) != CG_OK)
+        return NULL;
+    m->name = src.name;
+    m->pinned = src.pinned;
+    m->form = src.form;
+    m->extra = src.extra;
+    for (size_t i = 0; with_parts && i < src.n_parts; i++) {
+        struct cg_part *p;
+        if (cg_conv_add_part(r->store, m, src.parts[i].kind, &p, r->err) != CG_OK)
+            return NULL;
+        *p = src.parts[i];
+    }
+    e->msg = r->store->n_messages - 1;
+    return m;
+}
+
+static cg_status set_str(struct run *r, const char *s, size_t len, struct cg_str *out)
+{
+    return cg_conv_str(r->store, s, len, out, r->err);
+}
+
+static bool has_kind(const struct cg_message *m, cg_part_kind kind)
+{
+    for (size_t i = 0; i < m->n_parts; i++)
+        if (m->parts[i].kind == kind)
+            return true;
+    return false;
+}
+
+/* A user message that starts a turn (not one carrying tool results). */
+static bool turn_start(const struct cg_message *m)
+{
+    return m->role == CG_ROLE_USER && !has_kind(m, CG_PART_TOOL_RESULT);
+}
+
+static bool disabled(const struct run *r, cg_compress_layer layer)
+{
+    return (r->p->disabled_layers & (1u << layer)) != 0;
+}
+
+static struct cg_compress_layer_result *layer_begin(struct run *r, cg_compress_layer layer,
+                                                    const struct list *l, uint32_t pass)
+{
+    struct cg_compress_result *o = r->out;
+    if (o->n_layers == CG_COMPRESS_LAYERS_MAX)
+        o->n_layers--; /* cannot happen with <= 10 passes; keeps the array in bounds */
+    struct cg_compress_layer_result *lr = &o->layers[o->n_layers++];
+    memset(lr, 0, sizeof *lr);
+    lr->layer = layer;
+    lr->escalation_pass = pass;
+    lr->tokens_before = lr->tokens_after = r->fixed + l->total;
+    lr->duration_ms = now(r);
+    return lr;
+}
+
+static void layer_end(struct run *r, struct cg_compress_layer_result *lr, const struct list *l,
+                      cg_compress_outcome outcome, uint32_t affected)
+{
+    lr->outcome = outcome;
+    lr->messages_affected = affected;
+    lr->tokens_after = outcome == CG_OUTCOME_APPLIED ? r->fixed + l->total : lr->tokens_before;
+    lr->duration_ms = now(r) - lr->duration_ms;
+    if (outcome == CG_OUTCOME_NO_EFFECT && lr->detail[0] == '\0')
+        snprintf(lr->detail, sizeof lr->detail, "nothing to reduce");
+}
+
+/* Ends a layer that failed: its list copy is dropped by the caller; the report says why. */
+static void layer_failed(struct run *r, struct cg_compress_layer_result *lr, const struct list *l,
+                         const char *why)
+{
+    snprintf(lr->detail, sizeof lr->detail, "%s", why);
+    layer_end(r, lr, l, CG_OUTCOME_FAILED, 0);
+    warn(r, CG_CWARN_LAYER_FAILED, -1, "%s failed: %s", cg_compress_layer_name(lr->layer), why);
+}
+
+/* ------------------------------------------------------------------ normalize --------- */
+
+/* Removes parts[i] from a store message made by derive (its own part array). */
+static void remove_part(struct cg_message *m, size_t i)
+{
+    memmove(&m->parts[i], &m->parts[i + 1], (m->n_parts - i - 1) * sizeof m->parts[0]);
+    m->n_parts--;
+}
+
+static bool id_eq(const struct cg_str *a, const struct cg_str *b)
+{
+    return a->len == b->len && memcmp(a->ptr, b->ptr, a->len) == 0;
+}
+
+/* A small open-addressing set of tool call ids -> value. */
+struct idmap {
+    const struct cg_str **keys;
+    int64_t *vals;
+    size_t cap;
+};
+
+static uint64_t hash(const struct cg_str *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < s->len; i++)
+        h = (h ^ (unsigned char)s->ptr[i]) * 1099511628211ull;
+    return h;
+}
+
+static bool idmap_init(struct idmap *m, size_t n)
+{
+    m->cap = 16;
+    while (m->cap < n * 2 + 16)
+        m->cap *= 2;
+    m->keys = calloc(m->cap, sizeof *m->keys);
+    m->vals = calloc(m->cap, sizeof *m->vals);
+    return m->keys != NULL && m->vals != NULL;
+}
+
+static void idmap_free(struct idmap *m)
+{
+    free(m->keys);
+    free(m->vals);
+}
+
+/* The slot of key (found or empty). */
+static size_t idmap_slot(const struct idmap *m, const struct cg_str *key)
+{
+    size_t i = hash(key) & (m->cap - 1);
+    while (m->keys[i] != NULL && !id_eq(m->keys[i], key))
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+static int64_t *idmap_get(struct idmap *m, const struct cg_str *key)
+{
+    size_t i = idmap_slot(m, key);
+    return m->keys[i] != NULL ? &m->vals[i] : NULL;
+}
+
+static void idmap_put(struct idmap *m, const struct cg_str *key, int64_t val)
+{
+    size_t i = idmap_slot(m, key);
+    m->keys[i] = key;
+    m->vals[i] = val;
+}
+
+static const char *const no_result_text = "[ctxguard: no result was recorded for this call]";
+
+/* Tool pairing repair: orphan and superseded results dropped, dangling calls answered. */
+static cg_status repair_pairs(struct run *r, struct list *l, uint32_t *affected)
+{
+    size_t n_calls = 0;
+    for (size_t i = 0; i < l->n; i++)
+        n_calls += msg_of(r, &l->e[i])->n_parts;
+    /* calls: id -> entry index of its call; last: id -> global position of its last result;
+     * the struct cg_str keys point into messages, which are never moved below (derive adds
+     * new ones and only the array of the store may move: keys are copied first). */
+    struct cg_str *keys = malloc((n_calls + 1) * sizeof *keys);
+    struct idmap calls = {0}, last = {0};
+    cg_status st = CG_OK;
+    if (keys == NULL || !idmap_init(&calls, n_calls) || !idmap_init(&last, n_calls)) {
+        st = nomem(r->err);
+        goto out;
+    }
+    size_t nk = 0;
+    int64_t pos = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const struct cg_message *m = msg_of(r, &l->e[i]);
+        for (size_t k = 0; k < m->n_parts; k++, pos++) {
+            const struct cg_part *p = &m->parts[k];
+            if (p->kind == CG_PART_TOOL_CALL && m->role == CG_ROLE_ASSISTANT) {
+                keys[nk] = p->u.tool_call.id;
+                if (idmap_get(&calls, &keys[nk]) == NULL)
+                    idmap_put(&calls, &keys[nk], (int64_t)i);
+                nk++;
+            } else if (p->kind == CG_PART_TOOL_RESULT) {
+                keys[nk] = p->u.tool_result.tool_call_id;
+                int64_t *c = idmap_get(&calls, &keys[nk]);
+                if (c != NULL && *c < (int64_t)i)
+                    idmap_put(&last, &keys[nk], pos);
+                nk++;
+            }
+        }
+    }
+    struct list nl = {0};
+    pos = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        struct entry e = l->e[i];
+        const struct cg_message *m = msg_of(r, &e);
+        bool drop_some = false;
+        for (size_t k = 0; k < m->n_parts; k++) {
+            const struct cg_part *p = &m->parts[k];
+            if (p->kind == CG_PART_TOOL_RESULT) {
+                int64_t *lp = idmap_get(&last, &p->u.tool_result.tool_call_id);
+                if (lp == NULL || *lp != pos + (int64_t)k)
+                    drop_some = true;
+            }
+        }
+        int64_t base = pos;
+        pos += (int64_t)m->n_parts;
+        if (drop_some) {
+            struct cg_message *dm = derive(r, &e, true);
+            if (dm == NULL) {
+                st = CG_RESOURCE_EXHAUSTED;
+                goto out_list;
+            }
+            for (size_t k = dm->n_parts, orig = dm->n_parts; k-- > 0;) {
+                (void)orig;
+                const struct cg_part *p = &dm->parts[k];
+                if (p->kind != CG_PART_TOOL_RESULT)
+                    continue;
+                int64_t *lp = idmap_get(&last, &p->u.tool_result.tool_call_id);
+                if (lp == NULL || *lp != base + (int64_t)k) {
+                    warn(r, CG_CWARN_INPUT_REPAIRED, e.source,
+                         "%s tool result for \"%.*s\" dropped",
+                         lp == NULL ? "orphan" : "superseded",
+                         (int)(p->u.tool_result.tool_call_id.len > 64
+                                   ? 64
+                                   : p->u.tool_result.tool_call_id.len),
+                         p->u.tool_result.tool_call_id.ptr);
+                    remove_part(dm, k);
+                }
+            }
+            e.layer = CG_LAYER_NORMALIZE;
+            (*affected)++;
+            if (dm->n_parts == 0) {
+                if (e.source >= 0)
+                    r->dropped_by[e.source] = CG_LAYER_NORMALIZE;
+                continue;
+            }
+            if ((st = count(r, &e)) != CG_OK)
+                goto out_list;
+        }
+        if (!list_push(&nl, e)) {
+            st = nomem(r->err);
+            goto out_list;
+        }
+        /* Dangling calls of an assistant message: an error result right after it (after the
+         * results that do follow it, so that a group stays together). */
+        const struct cg_message *am = msg_of(r, &e);
+        if (am->role != CG_ROLE_ASSISTANT || !has_kind(am, CG_PART_TOOL_CALL))
+            continue;
+        size_t n_parts = am->n_parts;
+        for (size_t k = 0; k < n_parts; k++) {
+            am = msg_of(r, &nl.e[nl.n - 1]);
+            if (am->parts[k].kind != CG_PART_TOOL_CALL)
+                continue;
+            struct cg_str id = am->parts[k].u.tool_call.id, name = am->parts[k].u.tool_call.name;
+            if (idmap_get(&last, &id) != NULL)
+                continue;
+            struct cg_message *tm;
+            struct cg_part *tp;
+            if ((st = cg_conv_add_message(r->store, CG_ROLE_TOOL, &tm, r->err)) != CG_OK ||
+                (st = cg_conv_add_part(r->store, tm, CG_PART_TOOL_RESULT, &tp, r->err)) != CG_OK)
+                goto out_list;
+            tp->u.tool_result.tool_call_id = id;
+            tp->u.tool_result.tool_name = name;
+            tp->u.tool_result.is_error = true;
+            if ((st = set_str(r, no_result_text, strlen(no_result_text),
+                              &tp->u.tool_result.content)) != CG_OK)
+                goto out_list;
+            struct entry te = {r->store->n_messages - 1, -1, 0, CG_LAYER_NORMALIZE, -1};
+            if ((st = count(r, &te)) != CG_OK)
+                goto out_list;
+            warn(r, CG_CWARN_INPUT_REPAIRED, e.source,
+                 "tool call \"%.*s\" had no result; an error result was added",
+                 (int)(id.len > 64 ? 64 : id.len), id.ptr);
+            (*affected)++;
+            if (!list_push(&nl, te)) {
+                st = nomem(r->err);
+                goto out_list;
+            }
+        }
+    }
+    recount_total(&nl);
+    list_take(l, &nl);
+out_list:
+    free(nl.e);
+out:
+    free(keys);
+    idmap_free(&calls);
+    idmap_free(&last);
+    return st;
+}
+
+/* Dangling-call results were appended right after their assistant message; results that
+ * follow in the input then come after them, which every dialect accepts (results of one
+ * assistant message may come in any order). */
+
+static bool has_checkpoint(const struct cg_str *s)
+{
+    static const char tag[] = "<checkpoint_id>";
+    for (size_t i = 0; i + sizeof tag - 1 <= s->len; i++)
+        if (s->ptr[i] == '<' && memcmp(s->ptr + i, tag, sizeof tag - 1) == 0)
+            return true;
+    return false;
+}
+
+static cg_status normalize(struct run *r, struct list *l)
+{
+    struct cg_compress_layer_result *lr = layer_begin(r, CG_LAYER_NORMALIZE, l, 0);
+    uint32_t affected = 0;
+    cg_status st = repair_pairs(r, l, &affected);
+    if (st != CG_OK)
+        return st;
+    bool drop_reasoning = r->in->model == NULL || !r->in->model->takes_reasoning;
+    struct list nl = {0};
+    for (size_t i = 0; i < l->n; i++) {
+        struct entry e = l->e[i];
+        const struct cg_message *m = msg_of(r, &e);
+        bool touch = false;
+        for (size_t k = 0; k < m->n_parts && !touch; k++) {
+            const struct cg_part *p = &m->parts[k];
+            if (p->kind == CG_PART_REASONING && drop_reasoning)
+                touch = true;
+            else if (m->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TEXT &&
+                     has_checkpoint(&p->u.text))
+                touch = true;
+            else if (p->kind == CG_PART_TOOL_RESULT && has_checkpoint(&p->u.tool_result.content))
+                touch = true;
+        }
+        if (touch) {
+            struct cg_message *dm = derive(r, &e, true);
+            if (dm == NULL) {
+                free(nl.e);
+                return CG_RESOURCE_EXHAUSTED;
+            }
+            for (size_t k = dm->n_parts; k-- > 0;) {
+                struct cg_part *p = &dm->parts[k];
+                struct cg_str *s = NULL;
+                if (p->kind == CG_PART_REASONING && drop_reasoning) {
+                    remove_part(dm, k);
+                    continue;
+                }
+                if (dm->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TEXT)
+                    s = &p->u.text;
+                else if (p->kind == CG_PART_TOOL_RESULT)
+                    s = &p->u.tool_result.content;
+                char *txt;
+                size_t len;
+                if (s != NULL && cg__compress_strip_checkpoints(s->ptr, s->len, &txt, &len)) {
+                    st = set_str(r, txt, len, s);
+                    free(txt);
+                    if (st != CG_OK) {
+                        free(nl.e);
+                        return st;
+                    }
+                }
+            }
+            e.layer = CG_LAYER_NORMALIZE;
+            affected++;
+            if (dm->n_parts == 0) {
+                if (e.source >= 0)
+                    r->dropped_by[e.source] = CG_LAYER_NORMALIZE;
+                continue;
+            }
+            if ((st = count(r, &e)) != CG_OK) {
+                free(nl.e);
+                return st;
+            }
+        }
+        /* Merge into the previous message when both are user or both assistant. */
+        if (nl.n > 0) {
+            struct entry *prev = &nl.e[nl.n - 1];
+            const struct cg_message *pm = msg_of(r, prev);
+            m = msg_of(r, &e);
+            if (pm->role == m->role && (m->role == CG_ROLE_USER || m->role == CG_ROLE_ASSISTANT)) {
+                const struct cg_message add = *m;
+                struct cg_message *dm = derive(r, prev, true);
+                if (dm == NULL) {
+                    free(nl.e);
+                    return CG_RESOURCE_EXHAUSTED;
+                }
+                for (size_t k = 0; k < add.n_parts; k++) {
+                    struct cg_part *p;
+                    if ((st = cg_conv_add_part(r->store, dm, add.parts[k].kind, &p, r->err))) {
+                        free(nl.e);
+                        return st;
+                    }
+                    *p = add.parts[k];
+                }
+                dm->form = CG_FORM_DEFAULT;
+                dm->pinned = dm->pinned || add.pinned;
+                prev->layer = CG_LAYER_NORMALIZE;
+                if (e.source >= 0)
+                    r->dropped_by[e.source] = CG_LAYER_NORMALIZE;
+                warn(r, CG_CWARN_INPUT_REPAIRED, e.source, "consecutive %s messages merged",
+                     cg_conv_role_name(add.role));
+                affected++;
+                if ((st = count(r, prev)) != CG_OK) {
+                    free(nl.e);
+                    return st;
+                }
+                continue;
+            }
+        }
+        if (!list_push(&nl, e)) {
+            free(nl.e);
+            return nomem(r->err);
+        }
+    }
+    recount_total(&nl);
+    list_take(l, &nl);
+    /* Dialects that need a user turn first get one, written by ctxguard, not the user. */
+    cg_dialect d = r->in->dialect;
+    if (d == CG_DIALECT_ANTHROPIC || d == CG_DIALECT_GOOGLE) {
+        size_t i = 0;
+        while (i < l->n && cg_conv_role_is_system(msg_of(r, &l->e[i])->role))
+            i++;
+        if (i < l->n && msg_of(r, &l->e[i])->role != CG_ROLE_USER) {
+            struct cg_message *um;
+            struct cg_part *tp;
+            if ((st = cg_conv_add_message(r->store, CG_ROLE_USER, &um, r->err)) != CG_OK ||
+                (st = cg_conv_add_part(r->store, um, CG_PART_TEXT, &tp, r->err)) != CG_OK ||
+                (st = set_str(r, "[conversation start]", 20, &tp->u.text)) != CG_OK)
+                return st;
+            struct entry ue = {r->store->n_messages - 1, -1, 0, CG_LAYER_NORMALIZE, -1};
+            if ((st = count(r, &ue)) != CG_OK || !list_push(l, ue))
+                return st != CG_OK ? st : nomem(r->err);
+            memmove(&l->e[i + 1], &l->e[i], (l->n - 1 - i) * sizeof l->e[0]);
+            l->e[i] = ue;
+            l->total += ue.tokens;
+            warn(r, CG_CWARN_INPUT_REPAIRED, -1,
+                 "a user message was put first (the provider needs a user turn first)");
+            affected++;
+        }
+    }
+    layer_end(r, lr, l, affected ? CG_OUTCOME_APPLIED : CG_OUTCOME_NO_EFFECT, affected);
+    lr->tokens_before = r->out->tokens_before;
+    return CG_OK;
+}
+
+/* ------------------------------------------------------------------ L0-L2 ------------- */
+
+static const char *tool_name_of(struct run *r, const struct list *l, size_t upto,
+                                const struct cg_str *id, size_t *len)
+{
+    for (size_t i = upto + 1; i-- > 0;) {
+        const struct cg_message *m = msg_of(r, &l->e[i]);
+        if (m->role != CG_ROLE_ASSISTANT)
+            continue;
+        for (size_t k = 0; k < m->n_parts; k++)
+            if (m->parts[k].kind == CG_PART_TOOL_CALL && id_eq(&m->parts[k].u.tool_call.id, id)) {
+                *len = m->parts[k].u.tool_call.name.len;
+                return m->parts[k].u.tool_call.name.ptr;
+            }
+    }
+    *len = 0;
+    return "";
+}
+
+static cg_status offload(struct run *r, struct list *l, uint32_t *affected)
+{
+    const struct cg_compress_policy *p = r->p;
+    for (size_t i = 0; i < l->n; i++) {
+        const struct cg_message *m = msg_of(r, &l->e[i]);
+        for (size_t k = 0; k < msg_of(r, &l->e[i])->n_parts; k++) {
+            m = msg_of(r, &l->e[i]);
+            if (m->parts[k].kind != CG_PART_TOOL_RESULT)
+                continue;
+            const struct cg_tool_result *tr = &m->parts[k].u.tool_result;
+            int64_t chars = (int64_t)cg_utf8_length(tr->content.ptr, tr->content.len);
+            int64_t tokens = -1;
+            if (chars <= p->offload_threshold_chars) {
+                struct cg_message one = {.role = CG_ROLE_TOOL, .parts = &m->parts[k], .n_parts = 1};
+                tokens = r->in->counter.count_message(r->in->counter.ctx, &one);
+                if (tokens <= p->offload_threshold_tokens)
+                    continue;
+            }
+            struct cg_compress_result *o = r->out;
+            struct cg_compress_artifact *arts =
+                realloc(o->artifacts, (o->n_artifacts + 1) * sizeof *arts);
+            if (arts == NULL)
+                return nomem(r->err);
+            o->artifacts = arts;
+            struct cg_compress_artifact *a = &arts[o->n_artifacts];
+            memset(a, 0, sizeof *a);
+            a->content = malloc(tr->content.len + 1);
+            if (a->content == NULL)
+                return nomem(r->err);
+            memcpy(a->content, tr->content.ptr, tr->content.len);
+            a->content[tr->content.len] = '\0';
+            a->content_len = tr->content.len;
+            a->source_index = l->e[i].source;
+            a->part_index = k;
+            a->is_json = cg_conv_json_is_valid(tr->content.ptr, tr->content.len, false);
+            snprintf(a->tool_call_id, sizeof a->tool_call_id, "%.*s", (int)tr->tool_call_id.len,
+                     tr->tool_call_id.ptr);
+            size_t nlen;
+            const char *name = tool_name_of(r, l, i, &tr->tool_call_id, &nlen);
+            snprintf(a->tool_name, sizeof a->tool_name, "%.*s", (int)nlen, name);
+            struct cg_message one = {.role = CG_ROLE_TOOL, .parts = &m->parts[k], .n_parts = 1};
+            a->tokens =
+                tokens >= 0 ? tokens : r->in->counter.count_message(r->in->counter.ctx, &one);
+            size_t keep = cg__compress_utf8_cut(tr->content.ptr, tr->content.len,
+                                                (size_t)p->offload_preview_bytes);
+            a->preview_bytes = keep;
+            char marker[240];
+            int ml;
+            if (r->in->name_artifact != NULL) {
+                r->in->name_artifact(r->in->name_ctx, o->n_artifacts, a->id);
+                a->id[sizeof a->id - 1] = '\0';
+                ml = snprintf(marker, sizeof marker,
+                              "\n[ctxguard: offloaded, %zu of %zu bytes shown; the whole result "
+                              "is artifact %s (GetArtifact)]",
+                              keep, tr->content.len, a->id);
+            } else {
+                ml = snprintf(marker, sizeof marker,
+                              "\n[ctxguard: offloaded, %zu of %zu bytes shown; the whole result "
+                              "is artifact %zu of this call]",
+                              keep, tr->content.len, o->n_artifacts);
+            }
+            char *text = malloc(keep + (size_t)ml + 1);
+            if (text == NULL)
+                return nomem(r->err);
+            memcpy(text, tr->content.ptr, keep);
+            memcpy(text + keep, marker, (size_t)ml + 1);
+            o->n_artifacts++;
+            struct cg_message *dm = derive(r, &l->e[i], true);
+            cg_status st = dm == NULL ? CG_RESOURCE_EXHAUSTED
+                                      : set_str(r, text, keep + (size_t)ml,
+                                                &dm->parts[k].u.tool_result.content);
+            free(text);
+            if (st != CG_OK)
+                return st;
+            l->e[i].layer = CG_LAYER_OFFLOAD;
+            l->e[i].artifact = (int64_t)o->n_artifacts - 1;
+            (*affected)++;
+            if ((st = count(r, &l->e[i])) != CG_OK)
+                return st;
+        }
+    }
+    recount_total(l);
+    return CG_OK;
+}
+
+static cg_status tool_results(struct run *r, struct list *l, uint32_t *affected)
+{
+    const struct cg_compress_policy *p = r->p;
+    for (size_t i = 0; i < l->n; i++) {
+        const struct cg_message *m = msg_of(r, &l->e[i]);
+        bool changed = false;
+        for (size_t k = 0; k < msg_of(r, &l->e[i])->n_parts; k++) {
+            m = msg_of(r, &l->e[i]);
+            if (m->parts[k].kind != CG_PART_TOOL_RESULT)
+                continue;
+            const struct cg_str *c = &m->parts[k].u.tool_result.content;
+            if ((int64_t)c->len <= p->tool_result_threshold_chars ||
+                (int64_t)cg_utf8_length(c->ptr, c->len) <= p->tool_result_threshold_chars)
+                continue;
+            char *text;
+            size_t len;
+            if (!cg_compress_tool_text(c->ptr, c->len, (size_t)p->tool_result_target_chars, &text,
+                                       &len))
+                continue;
+            struct cg_message *dm = changed ? msg_of(r, &l->e[i]) : derive(r, &l->e[i], true);
+            cg_status st = dm == NULL ? CG_RESOURCE_EXHAUSTED
+                                      : set_str(r, text, len, &dm->parts[k].u.tool_result.content);
+            free(text);
+            if (st != CG_OK)
+                return st;
+            changed = true;
+        }
+        if (changed) {
+            l->e[i].layer = CG_LAYER_TOOL_RESULT;
+            (*affected)++;
+            cg_status st = count(r, &l->e[i]);
+            if (st != CG_OK)
+                return st;
+        }
+    }
+    recount_total(l);
+    return CG_OK;
+}
+
+static bool is_write_tool(const struct cg_compress_policy *p, const struct cg_str *name)
+{
+    for (size_t i = 0; i < p->n_write_tool_names; i++)
+        if (strlen(p->write_tool_names[i]) == name->len &&
+            memcmp(p->write_tool_names[i], name->ptr, name->len) == 0)
+            return true;
+    return false;
+}
+
+static cg_status write_compaction(struct run *r, struct list *l, uint32_t *affected)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        const struct cg_message *m = msg_of(r, &l->e[i]);
+        if (m->role != CG_ROLE_ASSISTANT)
+            continue;
+        bool changed = false;
+        for (size_t k = 0; k < msg_of(r, &l->e[i])->n_parts; k++) {
+            m = msg_of(r, &l->e[i]);
+            const struct cg_part *pt = &m->parts[k];
+            if (pt->kind != CG_PART_TOOL_CALL || !is_write_tool(r->p, &pt->u.tool_call.name))
+                continue;
+            char *text;
+            size_t len;
+            if (!cg__compress_write_args(pt->u.tool_call.arguments.ptr,
+                                         pt->u.tool_call.arguments.len, &text, &len))
+                continue;
+            struct cg_message *dm = changed ? msg_of(r, &l->e[i]) : derive(r, &l->e[i], true);
+            cg_status st = dm == NULL ? CG_RESOURCE_EXHAUSTED
+                                      : set_str(r, text, len, &dm->parts[k].u.tool_call.arguments);
+            free(text);
+            if (st != CG_OK)
+                return st;
+            changed = true;
+        }
+        if (changed) {
+            l->e[i].layer = CG_LAYER_WRITE_COMPACTION;
+            (*affected)++;
+            cg_status st = count(r, &l->e[i]);
+            if (st != CG_OK)
+                return st;
+        }
+    }
+    recount_total(l);
+    return CG_OK;
+}
+
+/* ------------------------------------------------------------------ L3 ---------------- */
+
+/* Whether the message holds anything trimming would change. */
+static bool trimmable(const struct cg_message *m)
+{
+    if (m->role != CG_ROLE_ASSISTANT && m->role != CG_ROLE_TOOL && m->role != CG_ROLE_USER)
+        return false;
+    for (size_t k = 0; k < m->n_parts; k++) {
+        const struct cg_part *p = &m->parts[k];
+        if (m->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TEXT &&
+            !(p->u.text.len == 9 && memcmp(p->u.text.ptr, CG_COMPRESS_TRIMMED, 9) == 0))
+            return true;
+        if (m->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_REASONING)
+            return true;
+        if (m->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TOOL_CALL &&
+            !(p->u.tool_call.arguments.len == 2 &&
+              memcmp(p->u.tool_call.arguments.ptr, "{}", 2) == 0))
+            return true;
+        if (p->kind == CG_PART_TOOL_RESULT &&
+            !(p->u.tool_result.content.len == 9 &&
+              memcmp(p->u.tool_result.content.ptr, CG_COMPRESS_TRIMMED, 9) == 0))
+            return true;
+    }
+    return false;
+}
+
+/* Trims one entry in place (a new store message): assistant text and reasoning become one
+ * "[trimmed]" text part, arguments "{}", tool results "[trimmed]". User text stays. */
+static cg_status trim_entry(struct run *r, struct entry *e)
+{
+    struct cg_message *dm = derive(r, e, true);
+    if (dm == NULL)
+        return CG_RESOURCE_EXHAUSTED;
+    bool had_text = false;
+    cg_status st;
+    for (size_t k = dm->n_parts; k-- > 0;) {
+        struct cg_part *p = &dm->parts[k];
+        if (dm->role == CG_ROLE_ASSISTANT &&
+            (p->kind == CG_PART_TEXT || p->kind == CG_PART_REASONING)) {
+            if (p->kind == CG_PART_TEXT)
+                had_text = true;
+            remove_part(dm, k);
+        } else if (dm->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TOOL_CALL) {
+            if ((st = set_str(r, "{}", 2, &p->u.tool_call.arguments)) != CG_OK)
+                return st;
+        } else if (p->kind == CG_PART_TOOL_RESULT) {
+            if ((st = set_str(r, CG_COMPRESS_TRIMMED, 9, &p->u.tool_result.content)) != CG_OK)
+                return st;
+        }
+    }
+    if (dm->role == CG_ROLE_ASSISTANT && (had_text || dm->n_parts == 0)) {
+        /* The text goes first, as it was. */
+        struct cg_part *p;
+        if ((st = cg_conv_add_part(r->store, dm, CG_PART_TEXT, &p, r->err)) != CG_OK)
+            return st;
+        struct cg_part t = *p;
+        memmove(&dm->parts[1], &dm->parts[0], (dm->n_parts - 1) * sizeof dm->parts[0]);
+        dm->parts[0] = t;
+        if ((st = set_str(r, CG_COMPRESS_TRIMMED, 9, &dm->parts[0].u.text)) != CG_OK)
+            return st;
+    }
+    e->layer = CG_LAYER_TRIM;
+    return count(r, e);
+}
+
+/* The first entry index L3 may not trim: the keep_last-th last assistant message. */
+static size_t trim_limit(struct run *r, const struct list *l, uint32_t keep_last)
+{
+    size_t limit = l->n;
+    uint32_t seen = 0;
+    while (limit > 0 && seen < keep_last) {
+        limit--;
+        if (msg_of(r, &l->e[limit])->role == CG_ROLE_ASSISTANT)
+            seen++;
+    }
+    if (seen < keep_last)
+        return 0;
+    return limit;
+}
+
+/* Applies the boundary (input index) to the list: returns the messages changed. */
+static cg_status trim_before(struct run *r, struct list *l, int64_t boundary, size_t limit,
+                             uint32_t *affected, size_t *first_changed)
+{
+    for (size_t i = 0; i < l->n && i < limit; i++) {
+        struct entry *e = &l->e[i];
+        if (e->source < 0 || e->source >= boundary) {
+            if (e->source >= boundary)
+                break;
+            continue;
+        }
+        if (!trimmable(msg_of(r, e)))
+            continue;
+        cg_status st = trim_entry(r, e);
+        if (st != CG_OK)
+            return st;
+        if (*affected == 0 && first_changed != NULL)
+            *first_changed = i;
+        (*affected)++;
+    }
+    recount_total(l);
+    return CG_OK;
+}
+
+/* Moves the boundary forward until the count is at or under goal (or the limit). */
+static cg_status trim_move(struct run *r, struct list *l, int64_t goal, size_t limit,
+                           int64_t *boundary, uint32_t *affected, size_t *first_changed)
+{
+    for (size_t i = 0; i < limit && r->fixed + l->total > goal; i++) {
+        struct entry *e = &l->e[i];
+        if (e->source < 0)
+            continue;
+        if (e->source >= *boundary)
+            *boundary = e->source + 1;
+        if (!trimmable(msg_of(r, e)))
+            continue;
+        int64_t before = e->tokens;
+        cg_status st = trim_entry(r, e);
+        if (st != CG_OK)
+            return st;
+        l->total += e->tokens - before;
+        if (*affected == 0)
+            *first_changed = i;
+        (*affected)++;
+    }
+    return CG_OK;
+}
+
+/* ------------------------------------------------------------------ L4, L5 ------------ */
+
+/* Index of the first entry after the system messages and primers, at a turn start (l->n when
+ * there is none). */
+static size_t primers_end(struct run *r, const struct list *l, uint32_t primers)
+{
+    size_t i = 0;
+    while (i < l->n && cg_conv_role_is_system(msg_of(r, &l->e[i])->role))
+        i++;
+    i += primers;
+    while (i < l->n && !turn_start(msg_of(r, &l->e[i])))
+        i++;
+    return i < l->n ? i : l->n;
+}
+
+/* The last turn start at or before l->n - recents (0 when none). */
+static size_t recents_start(struct run *r, const struct list *l, uint32_t recents)
+{
+    if (l->n == 0)
+        return 0;
+    size_t i = recents >= l->n ? 0 : l->n - recents;
+    if (i == l->n)
+        i = l->n - 1;
+    while (i > 0 && !turn_start(msg_of(r, &l->e[i])))
+        i--;
+    return i;
+}
+
+static void drop_range(struct run *r, struct list *l, size_t from, size_t to, int layer)
+{
+    for (size_t i = from; i < to; i++) {
+        if (l->e[i].source >= 0)
+            r->dropped_by[l->e[i].source] = layer;
+        l->total -= l->e[i].tokens;
+    }
+    memmove(&l->e[from], &l->e[to], (l->n - to) * sizeof l->e[0]);
+    l->n -= to - from;
+}
+
+static uint32_t window(struct run *r, struct list *l, int64_t goal, uint32_t recents)
+{
+    size_t a = primers_end(r, l, r->p->primers), c = recents_start(r, l, recents);
+    if (a >= c)
+        return 0;
+    size_t d = a;
+    int64_t total = l->total;
+    while (d < c && r->fixed + total > goal) {
+        /* Drop one whole turn: up to the next turn start. */
+        size_t e = d + 1;
+        while (e < c && !turn_start(msg_of(r, &l->e[e])))
+            e++;
+        for (size_t i = d; i < e; i++)
+            total -= l->e[i].tokens;
+        d = e;
+    }
+    if (d == a)
+        return 0;
+    drop_range(r, l, a, d, CG_LAYER_WINDOW);
+    return (uint32_t)(d - a);
+}
+
+static cg_status summarize(struct run *r, struct list *l, struct cg_compress_layer_result *lr,
+                           bool *ok, uint32_t *affected)
+{
+    *ok = false;
+    size_t a = primers_end(r, l, r->p->primers), last = recents_start(r, l, 0);
+    if (a >= last) {
+        snprintf(lr->detail, sizeof lr->detail, "no turns between the primers and the last turn");
+        return CG_OK;
+    }
+    size_t want = a + (size_t)((double)(last - a) * r->p->summarize_ratio + 0.5);
+    size_t c = want < a + 1 ? a + 1 : want;
+    while (c < last && !turn_start(msg_of(r, &l->e[c])))
+        c++;
+    if (c > last)
+        c = last;
+    /* The summarizer reads the messages as they are now. */
+    struct cg_conv *view = cg_conv_new(NULL);
+    if (view == NULL)
+        return nomem(r->err);
+    cg_status st = CG_OK;
+    for (size_t i = 0; i < l->n && st == CG_OK; i++)
+        st = cg_conv_copy_message(view, msg_of(r, &l->e[i]), r->err);
+    char *text = NULL;
+    struct cg_err serr = {0};
+    if (st == CG_OK && r->in->summarize(r->in->summarize_ctx, view, a, c, r->p->summary_max_tokens,
+                                        &text, &serr) != CG_OK) {
+        cg_conv_free(view);
+        snprintf(lr->detail, sizeof lr->detail, "summarizer: %.140s",
+                 serr.msg[0] ? serr.msg : "failed");
+        return CG_OK;
+    }
+    cg_conv_free(view);
+    if (st != CG_OK)
+        return st;
+    int64_t replaced = 0;
+    for (size_t i = a; i < c; i++)
+        replaced += l->e[i].tokens;
+    /* The summary becomes the first part of the next turn's user message (two user messages
+     * in a row are not allowed everywhere); it is marked as ctxguard's. */
+    static const char head[] = "[ctxguard summary of earlier messages]\n";
+    size_t tlen = text != NULL ? strlen(text) : 0;
+    char *full = malloc(sizeof head + tlen);
+    if (full == NULL) {
+        free(text);
+        return nomem(r->err);
+    }
+    memcpy(full, head, sizeof head - 1);
+    if (tlen)
+        memcpy(full + sizeof head - 1, text, tlen);
+    free(text);
+    struct cg_message sm = {.role = CG_ROLE_USER};
+    struct cg_part sp = {.kind = CG_PART_TEXT};
+    st = set_str(r, full, sizeof head - 1 + tlen, &sp.u.text);
+    free(full);
+    if (st != CG_OK)
+        return st;
+    sm.parts = &sp;
+    sm.n_parts = 1;
+    int64_t summary_tokens = r->in->counter.count_message(r->in->counter.ctx, &sm);
+    if (summary_tokens < 0)
+        return nomem(r->err);
+    if (summary_tokens >= replaced) {
+        snprintf(lr->detail, sizeof lr->detail,
+                 "the summary (%lld tokens) is not smaller than what it replaces (%lld)",
+                 (long long)summary_tokens, (long long)replaced);
+        return CG_OK;
+    }
+    int64_t first = -1, lastsrc = -1;
+    for (size_t i = a; i < c; i++)
+        if (l->e[i].source >= 0) {
+            if (first < 0)
+                first = l->e[i].source;
+            lastsrc = l->e[i].source;
+        }
+    /* Put the summary into the user message at c (a turn start). */
+    struct cg_message *dm = derive(r, &l->e[c], true);
+    if (dm == NULL)
+        return CG_RESOURCE_EXHAUSTED;
+    struct cg_part *np;
+    if ((st = cg_conv_add_part(r->store, dm, CG_PART_TEXT, &np, r->err)) != CG_OK)
+        return st;
+    memmove(&dm->parts[1], &dm->parts[0], (dm->n_parts - 1) * sizeof dm->parts[0]);
+    dm->parts[0] = sp;
+    dm->form = CG_FORM_DEFAULT;
+    l->e[c].layer = CG_LAYER_SUMMARIZE;
+    int64_t before = l->e[c].tokens;
+    if ((st = count(r, &l->e[c])) != CG_OK)
+        return st;
+    l->total += l->e[c].tokens - before;
+    *affected = (uint32_t)(c - a) + 1;
+    drop_range(r, l, a, c, CG_LAYER_SUMMARIZE);
+    struct cg_compress_result *o = r->out;
+    o->has_summary = true;
+    o->summary_first = first;
+    o->summary_last = lastsrc;
+    o->summary_replaced_tokens = replaced;
+    o->summary_tokens = summary_tokens;
+    o->summary_output_index = (int64_t)a;
+    *ok = true;
+    return CG_OK;
+}
+
+/* ------------------------------------------------------------------ the cascade ------- */
+
+static bool out_of_time(struct run *r)
+{
+    if (r->in->clock == NULL)
+        return false;
+    if (now(r) - r->started_ms >= (int64_t)r->p->time_budget_ms)
+        r->timed_out = true;
+    return r->timed_out;
+}
+
+typedef cg_status (*simple_layer_fn)(struct run *r, struct list *l, uint32_t *affected);
+
+/* Runs a per-message layer transactionally on a copy of the list. */
+static cg_status run_simple(struct run *r, struct list *l, cg_compress_layer layer,
+                            simple_layer_fn fn, bool needed)
+{
+    struct cg_compress_layer_result *lr = layer_begin(r, layer, l, 0);
+    if (disabled(r, layer)) {
+        snprintf(lr->detail, sizeof lr->detail, "disabled by the policy");
+        layer_end(r, lr, l, CG_OUTCOME_DISABLED, 0);
+        return CG_OK;
+    }
+    if (!needed) {
+        layer_end(r, lr, l, CG_OUTCOME_NOT_NEEDED, 0);
+        return CG_OK;
+    }
+    struct list work;
+    if (!list_copy(&work, l))
+        return nomem(r->err);
+    uint32_t affected = 0;
+    size_t n_art = r->out->n_artifacts;
+    cg_status st = fn(r, &work, &affected);
+    if (st != CG_OK) {
+        /* Out of memory or a cap inside a layer: the layer's changes are dropped and the
+         * report says why; the cascade goes on with what it had. */
+        for (size_t i = n_art; i < r->out->n_artifacts; i++)
+            free(r->out->artifacts[i].content);
+        r->out->n_artifacts = n_art;
+        free(work.e);
+        layer_failed(r, lr, l, r->err->msg);
+        memset(r->err, 0, sizeof *r->err);
+        return CG_OK;
+    }
+    list_take(l, &work);
+    layer_end(r, lr, l, affected ? CG_OUTCOME_APPLIED : CG_OUTCOME_NO_EFFECT, affected);
+    return CG_OK;
+}
+
+static cg_status run_trim(struct run *r, struct list *l, int64_t *boundary, bool move, int64_t goal,
+                          uint32_t keep_last, uint32_t pass)
+{
+    struct cg_compress_layer_result *lr = layer_begin(r, CG_LAYER_TRIM, l, pass);
+    if (disabled(r, CG_LAYER_TRIM)) {
+        snprintf(lr->detail, sizeof lr->detail, "disabled by the policy");
+        layer_end(r, lr, l, CG_OUTCOME_DISABLED, 0);
+        return CG_OK;
+    }
+    struct list work;
+    if (!list_copy(&work, l))
+        return nomem(r->err);
+    uint32_t affected = 0;
+    size_t first = 0;
+    int64_t b = *boundary;
+    size_t limit = trim_limit(r, &work, keep_last);
+    cg_status st = trim_before(r, &work, b, work.n, &affected, &first);
+    if (st == CG_OK && move && r->fixed + work.total > goal)
+        st = trim_move(r, &work, goal, limit, &b, &affected, &first);
+    if (st != CG_OK) {
+        free(work.e);
+        layer_failed(r, lr, l, r->err->msg);
+        memset(r->err, 0, sizeof *r->err);
+        return CG_OK;
+    }
+    if (b > *boundary) {
+        /* What the provider cached after the old boundary is lost: the output from the first
+         * message this call changed. */
+        int64_t lost = 0;
+        for (size_t i = first; affected > 0 && i < work.n; i++)
+            lost += work.e[i].tokens;
+        r->out->cache_tokens_invalidated += lost;
+        snprintf(lr->detail, sizeof lr->detail, "boundary moved from %lld to %lld",
+                 (long long)*boundary, (long long)b);
+        *boundary = b;
+    } else if (affected) {
+        snprintf(lr->detail, sizeof lr->detail, "boundary kept at %lld", (long long)b);
+    } else if (!move) {
+        layer_end(r, lr, l, CG_OUTCOME_NOT_NEEDED, 0);
+        free(work.e);
+        return CG_OK;
+    }
+    list_take(l, &work);
+    layer_end(r, lr, l, affected ? CG_OUTCOME_APPLIED : CG_OUTCOME_NO_EFFECT, affected);
+    return CG_OK;
+}
+
+static cg_status run_window(struct run *r, struct list *l, int64_t goal, uint32_t recents,
+                            uint32_t pass, bool needed)
+{
+    struct cg_compress_layer_result *lr = layer_begin(r, CG_LAYER_WINDOW, l, pass);
+    if (disabled(r, CG_LAYER_WINDOW)) {
+        snprintf(lr->detail, sizeof lr->detail, "disabled by the policy");
+        layer_end(r, lr, l, CG_OUTCOME_DISABLED, 0);
+        return CG_OK;
+    }
+    if (!needed) {
+        layer_end(r, lr, l, CG_OUTCOME_NOT_NEEDED, 0);
+        return CG_OK;
+    }
+    uint32_t dropped = window(r, l, goal, recents);
+    if (dropped == 0)
+        snprintf(lr->detail, sizeof lr->detail, "no whole turn between %u primers and %u recents",
+                 r->p->primers, recents);
+    else
+        snprintf(lr->detail, sizeof lr->detail, "%u messages dropped (recents %u)", dropped,
+                 recents);
+    layer_end(r, lr, l, dropped ? CG_OUTCOME_APPLIED : CG_OUTCOME_NO_EFFECT, dropped);
+    return CG_OK;
+}
+
+static cg_status run_summary(struct run *r, struct list *l, uint32_t pass, bool needed)
+{
+    struct cg_compress_layer_result *lr = layer_begin(r, CG_LAYER_SUMMARIZE, l, pass);
+    if (disabled(r, CG_LAYER_SUMMARIZE)) {
+        snprintf(lr->detail, sizeof lr->detail, "disabled by the policy");
+        layer_end(r, lr, l, CG_OUTCOME_DISABLED, 0);
+        return CG_OK;
+    }
+    if (!needed) {
+        layer_end(r, lr, l, CG_OUTCOME_NOT_NEEDED, 0);
+        return CG_OK;
+    }
+    if (r->in->summarize == NULL) {
+        snprintf(lr->detail, sizeof lr->detail, "%s",
+                 r->in->no_summary_reason ? r->in->no_summary_reason : "no summarizer given");
+        layer_end(r, lr, l, CG_OUTCOME_SKIPPED, 0);
+        return CG_OK;
+    }
+    if (r->out->has_summary) {
+        snprintf(lr->detail, sizeof lr->detail, "one summary per call");
+        layer_end(r, lr, l, CG_OUTCOME_SKIPPED, 0);
+        return CG_OK;
+    }
+    struct list work;
+    if (!list_copy(&work, l))
+        return nomem(r->err);
+    bool ok;
+    uint32_t affected = 0;
+    cg_status st = summarize(r, &work, lr, &ok, &affected);
+    if (st != CG_OK || !ok) {
+        free(work.e);
+        if (st != CG_OK) {
+            snprintf(lr->detail, sizeof lr->detail, "%s", r->err->msg);
+            memset(r->err, 0, sizeof *r->err);
+        }
+        if (lr->detail[0] == '\0')
+            snprintf(lr->detail, sizeof lr->detail, "the summary failed");
+        if (strncmp(lr->detail, "no turns", 8) == 0) {
+            layer_end(r, lr, l, CG_OUTCOME_NO_EFFECT, 0);
+        } else {
+            char why[CG_COMPRESS_DETAIL_MAX];
+            snprintf(why, sizeof why, "%s", lr->detail);
+            layer_failed(r, lr, l, why);
+        }
+        r->out->has_summary = false;
+        return CG_OK;
+    }
+    list_take(l, &work);
+    layer_end(r, lr, l, CG_OUTCOME_APPLIED, affected);
+    return CG_OK;
+}
+
+/* The output conversation: the list's messages deep-copied, with the input's tools and
+ * top-level fields. */
+static cg_status build_output(struct run *r, const struct list *l)
+{
+    const struct cg_conv *in = r->in->conv;
+    struct cg_conv *conv = cg_conv_new(&in->limits);
+    if (conv == NULL)
+        return nomem(r->err);
+    cg_status st = CG_OK;
+    for (size_t i = 0; i < l->n && st == CG_OK; i++)
+        st = cg_conv_copy_message(conv, msg_of(r, &l->e[i]), r->err);
+    for (size_t i = 0; i < in->n_tools && st == CG_OK; i++) {
+        struct cg_tool_def *t;
+        const struct cg_tool_def *s = &in->tools[i];
+        if ((st = cg_conv_add_tool(conv, &t, r->err)) != CG_OK)
+            break;
+        if ((st = cg_conv_str(conv, s->name.ptr, s->name.len, &t->name, r->err)) == CG_OK &&
+            (st = cg_conv_str(conv, s->description.ptr, s->description.len, &t->description,
+                              r->err)) == CG_OK &&
+            (st = cg_conv_str(conv, s->parameters.ptr, s->parameters.len, &t->parameters,
+                              r->err)) == CG_OK &&
+            (st = cg_conv_str(conv, s->type.ptr, s->type.len, &t->type, r->err)) == CG_OK)
+            st = cg_conv_str(conv, s->extra.ptr, s->extra.len, &t->extra, r->err);
+    }
+    if (st == CG_OK &&
+        (st = cg_conv_str(conv, in->model.ptr, in->model.len, &conv->model, r->err)) == CG_OK)
+        st = cg_conv_str(conv, in->top_extra.ptr, in->top_extra.len, &conv->top_extra, r->err);
+    if (st != CG_OK) {
+        cg_conv_free(conv);
+        return st;
+    }
+    conv->origin = in->origin;
+    conv->top_is_object = in->top_is_object;
+    conv->has_tools_key = in->has_tools_key;
+    conv->tools_external = in->tools_external;
+    conv->system_form = in->system_form;
+    r->out->conv = conv;
+    return CG_OK;
+}
+
+static cg_status report(struct run *r, const struct list *l)
+{
+    struct cg_compress_result *o = r->out;
+    size_t n_in = r->in->conv->n_messages;
+    o->messages_after = (int64_t)l->n;
+    o->tokens_after = r->fixed + l->total;
+    o->source_indexes = malloc((l->n ? l->n : 1) * sizeof *o->source_indexes);
+    o->changes = malloc((n_in ? n_in : 1) * sizeof *o->changes);
+    int64_t *out_of = malloc((n_in ? n_in : 1) * sizeof *out_of);
+    if (o->source_indexes == NULL || o->changes == NULL || out_of == NULL) {
+        free(out_of);
+        return nomem(r->err);
+    }
+    for (size_t i = 0; i < n_in; i++)
+        out_of[i] = -1;
+    for (size_t i = 0; i < l->n; i++) {
+        o->source_indexes[i] = l->e[i].source;
+        if (l->e[i].source >= 0)
+            out_of[l->e[i].source] = (int64_t)i;
+    }
+    for (size_t s = 0; s < n_in; s++) {
+        int64_t oi = out_of[s];
+        const struct entry *e = oi >= 0 ? &l->e[oi] : NULL;
+        if (e != NULL && e->layer == 0)
+            continue;
+        struct cg_compress_change *c = &o->changes[o->n_changes++];
+        c->source_index = (int64_t)s;
+        c->output_index = oi;
+        c->layer = e != NULL ? (cg_compress_layer)e->layer : (cg_compress_layer)r->dropped_by[s];
+        c->tokens_before = r->input_tokens[s];
+        c->tokens_after = e != NULL ? e->tokens : 0;
+        c->artifact = e != NULL ? e->artifact : -1;
+    }
+    for (size_t i = 0; i < o->n_artifacts; i++) {
+        int64_t src = o->artifacts[i].source_index;
+        o->artifacts[i].output_index = src >= 0 ? out_of[src] : -1;
+    }
+    free(out_of);
+    return CG_OK;
+}
+
+static cg_status validate_output(struct run *r)
+{
+    struct cg_validate_input vin = {.conv = r->out->conv, .dialect = r->in->dialect};
+    struct cg_validate_result vr;
+    cg_status st = cg_validate(&vin, &vr, r->err);
+    if (st != CG_OK)
+        return st;
+    if (!vr.valid) {
+        const struct cg_issue *is = NULL;
+        for (size_t i = 0; i < vr.n && is == NULL; i++)
+            if (vr.issues[i].severity == CG_SEVERITY_ERROR)
+                is = &vr.issues[i];
+        if (r->err != NULL) {
+            r->err->code = CG_FAILED_PRECONDITION;
+            snprintf(r->err->msg, sizeof r->err->msg,
+                     "conversation: cannot be repaired for this provider: %s (%.60s)",
+                     is ? cg_validate_kind_name(is->kind) : "invalid", is ? is->message : "");
+        }
+        st = CG_FAILED_PRECONDITION;
+    }
+    cg_validate_result_free(&vr);
+    return st;
+}
+
+cg_status cg_compress_run(const struct cg_compress_input *in, const struct cg_compress_policy *p,
+                          struct cg_compress_result *out, struct cg_err *err)
+{
+    struct cg_err local = {0};
+    if (err == NULL)
+        err = &local;
+    memset(out, 0, sizeof *out);
+    cg_status st = cg_compress_policy_check(p, err);
+    if (st != CG_OK)
+        return st;
+    if (in->conv == NULL || in->context_window <= 0 || in->external_prompt_tokens < 0 ||
+        in->trim_boundary < 0 || in->counter.count_message == NULL) {
+        err->code = CG_INVALID_ARGUMENT;
+        snprintf(err->msg, sizeof err->msg, "%s",
+                 in->conv == NULL                 ? "conversation: required"
+                 : in->context_window <= 0        ? "context_window_tokens: must be positive"
+                 : in->trim_boundary < 0          ? "trim_boundary: must not be negative"
+                 : in->external_prompt_tokens < 0 ? "external_prompt_tokens: must not be negative"
+                                                  : "counter: required");
+        return CG_INVALID_ARGUMENT;
+    }
+    const struct cg_conv *conv = in->conv;
+    size_t n_in = conv->n_messages;
+    struct run r = {.in = in, .p = p, .out = out, .err = err};
+    struct list l = {0};
+    r.store = cg_conv_new(&conv->limits);
+    r.dropped_by = calloc(n_in ? n_in : 1, sizeof *r.dropped_by);
+    r.input_tokens = calloc(n_in ? n_in : 1, sizeof *r.input_tokens);
+    if (r.store == NULL || r.dropped_by == NULL || r.input_tokens == NULL) {
+        st = nomem(err);
+        goto out;
+    }
+    /* The store starts as a shallow copy of the input: strings stay the input's. */
+    r.store->limits.max_bytes = CG_CONV_MAX_BYTES;
+    r.store->limits.max_messages = n_in * 3 + 64;
+    r.fixed = in->counter.fixed_tokens;
+    r.started_ms = now(&r);
+    for (size_t i = 0; i < n_in; i++) {
+        struct entry e = {0, (int64_t)i, 0, 0, -1};
+        const struct cg_message *src = &conv->messages[i];
+        struct cg_message *m;
+        if ((st = cg_conv_add_message(r.store, src->role, &m, err)) != CG_OK)
+            goto out;
+        m->name = src->name;
+        m->pinned = src->pinned;
+        m->form = src->form;
+        m->extra = src->extra;
+        for (size_t k = 0; k < src->n_parts; k++) {
+            struct cg_part *pt;
+            if ((st = cg_conv_add_part(r.store, m, src->parts[k].kind, &pt, err)) != CG_OK)
+                goto out;
+            *pt = src->parts[k];
+        }
+        e.msg = i;
+        if ((st = count(&r, &e)) != CG_OK)
+            goto out;
+        r.input_tokens[i] = e.tokens;
+        if (!list_push(&l, e)) {
+            st = nomem(err);
+            goto out;
+        }
+    }
+    recount_total(&l);
+    out->messages_before = (int64_t)n_in;
+    out->tokens_before = r.fixed + l.total;
+
+    /* The effective window: the model's minus the system prompt, tools, reserved output and
+     * what the caller adds. */
+    int64_t system = 0;
+    for (size_t i = 0; i < l.n; i++)
+        if (cg_conv_role_is_system(msg_of(&r, &l.e[i])->role))
+            system += l.e[i].tokens;
+    int64_t eff = in->context_window - system - r.fixed - p->reserved_output_tokens -
+                  in->external_prompt_tokens;
+    if (eff < 1)
+        eff = 1;
+    double trigger = p->trigger_ratio * (p->prompt_cache_hint ? 1.1 : 1.0);
+    if (trigger > p->ceiling_ratio)
+        trigger = p->ceiling_ratio;
+    out->effective_window = eff;
+    out->trigger_tokens = (int64_t)((double)eff * trigger);
+    out->target_tokens = (int64_t)((double)eff * p->target_ratio);
+    out->ceiling_tokens = (int64_t)((double)eff * p->ceiling_ratio);
+    if (!in->counter.exact)
+        warn(&r, CG_CWARN_ESTIMATED_COUNTS, -1, "counts are estimates (no exact tokenizer)");
+
+    int64_t boundary = in->trim_boundary;
+    if (boundary > (int64_t)n_in) {
+        warn(&r, CG_CWARN_BOUNDARY_ADJUSTED, -1,
+             "trim_boundary %lld is past the end of the conversation; clamped to %zu",
+             (long long)boundary, n_in);
+        boundary = (int64_t)n_in;
+    }
+    out->boundary_before = boundary;
+
+    if ((st = normalize(&r, &l)) != CG_OK)
+        goto out;
+    int64_t target = out->target_tokens, ceiling = out->ceiling_tokens;
+    out->triggered = in->force || r.fixed + l.total > out->trigger_tokens;
+    bool trimming = p->strategy == CG_STRATEGY_TRIMMING;
+    /* Per-message layers: in TRIMMING on every triggered call (prefix stability), else while
+     * over the target. */
+#define NEED() (out->triggered && (trimming || r.fixed + l.total > target))
+    if (!in->offload) {
+        struct cg_compress_layer_result *lr = layer_begin(&r, CG_LAYER_OFFLOAD, &l, 0);
+        snprintf(lr->detail, sizeof lr->detail, "%s",
+                 in->offload_skip_reason ? in->offload_skip_reason : "offload not enabled");
+        layer_end(&r, lr, &l,
+                  disabled(&r, CG_LAYER_OFFLOAD) ? CG_OUTCOME_DISABLED
+                  : NEED()                       ? CG_OUTCOME_SKIPPED
+                                                 : CG_OUTCOME_NOT_NEEDED,
+                  0);
+    } else if ((st = run_simple(&r, &l, CG_LAYER_OFFLOAD, offload, NEED())) != CG_OK) {
+        goto out;
+    }
+    if ((st = run_simple(&r, &l, CG_LAYER_TOOL_RESULT, tool_results, NEED())) != CG_OK ||
+        (st = run_simple(&r, &l, CG_LAYER_WRITE_COMPACTION, write_compaction, NEED())) != CG_OK)
+        goto out;
+#undef NEED
+    /* L3: the old boundary always applies (the prefix the caller already sent); it moves
+     * only over the trigger (TRIMMING) or the target, to below the hysteresis goal. */
+    int64_t hyst_goal = (int64_t)((double)out->trigger_tokens * p->hysteresis_ratio);
+    int64_t trim_goal = target < hyst_goal ? target : hyst_goal;
+    {
+        /* Apply the old boundary first (no move) to see whether a move is needed. */
+        if ((st = run_trim(&r, &l, &boundary, false, 0, p->keep_last_assistant, 0)) != CG_OK)
+            goto out;
+        int64_t now_count = r.fixed + l.total;
+        bool move = out->triggered &&
+                    (trimming ? now_count > out->trigger_tokens || in->force || now_count > ceiling
+                              : now_count > target);
+        if (move) {
+            /* The first L3 result only applied the old boundary; fold the move into it. */
+            r.out->n_layers--;
+            struct cg_compress_layer_result keep = r.out->layers[r.out->n_layers];
+            if ((st = run_trim(&r, &l, &boundary, true, trim_goal, p->keep_last_assistant, 0)) !=
+                CG_OK)
+                goto out;
+            struct cg_compress_layer_result *lr = &r.out->layers[r.out->n_layers - 1];
+            lr->tokens_before = keep.tokens_before;
+            lr->messages_affected += keep.messages_affected;
+            if (keep.outcome == CG_OUTCOME_APPLIED)
+                lr->outcome = CG_OUTCOME_APPLIED;
+        }
+    }
+    /* L4 and L5: SUMMARIZING while over the target, TRIMMING only over the ceiling. */
+    int64_t goal = trimming ? ceiling : target;
+    bool need = out->triggered && r.fixed + l.total > goal;
+    if ((st = run_window(&r, &l, trimming ? trim_goal : target, p->recents, 0, need)) != CG_OK)
+        goto out;
+    need = out->triggered && r.fixed + l.total > goal;
+    if ((st = run_summary(&r, &l, 0, need)) != CG_OK)
+        goto out;
+    /* Escalation: fewer recents each pass (none on the last), assistant messages no longer
+     * protected from trimming on the last. */
+    for (uint32_t pass = 1; pass <= p->max_escalation_passes; pass++) {
+        if (!out->triggered || r.fixed + l.total <= goal)
+            break;
+        if (out_of_time(&r)) {
+            warn(&r, CG_CWARN_TIME_BUDGET_EXHAUSTED, -1,
+                 "the time budget of %u ms ran out before escalation pass %u", p->time_budget_ms,
+                 pass);
+            break;
+        }
+        bool last = pass == p->max_escalation_passes;
+        uint32_t recents = last ? 0 : p->recents >> pass;
+        out->escalation_passes = pass;
+        if ((st = run_trim(&r, &l, &boundary, true, trimming ? trim_goal : target,
+                           last ? 0 : p->keep_last_assistant / 2, pass)) != CG_OK ||
+            (st = run_window(&r, &l, trimming ? trim_goal : target, recents, pass,
+                             r.fixed + l.total > goal)) != CG_OK ||
+            (st = run_summary(&r, &l, pass, r.fixed + l.total > goal)) != CG_OK)
+            goto out;
+    }
+    out->boundary_after = boundary;
+    out->boundary_moved = boundary != out->boundary_before;
+    if ((st = build_output(&r, &l)) != CG_OK || (st = report(&r, &l)) != CG_OK)
+        goto out;
+    out->target_reached = !out->triggered || out->tokens_after <= target;
+    out->under_ceiling = out->tokens_after <= ceiling;
+    if (out->triggered && !out->target_reached)
+        warn(&r, CG_CWARN_TARGET_UNREACHABLE, -1,
+             "%lld tokens after compression, target %lld: what is left (system and user text, "
+             "recent turns, primers) does not fit",
+             (long long)out->tokens_after, (long long)target);
+    if (!out->under_ceiling)
+        warn(&r, CG_CWARN_CEILING_EXCEEDED, -1, "%lld tokens after compression, ceiling %lld",
+             (long long)out->tokens_after, (long long)ceiling);
+    st = validate_output(&r);
+out:
+    free(l.e);
+    free(r.dropped_by);
+    free(r.input_tokens);
+    cg_conv_free(r.store);
+    if (st != CG_OK)
+        cg_compress_result_free(out);
+    return st;
+}
+
+void cg_compress_result_free(struct cg_compress_result *r)
+{
+    if (r == NULL)
+        return;
+    cg_conv_free(r->conv);
+    for (size_t i = 0; i < r->n_artifacts; i++)
+        free(r->artifacts[i].content);
+    free(r->artifacts);
+    free(r->source_indexes);
+    free(r->changes);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,671 @@
+/* rpc_context_compress.c - ContextService.Compress (stateless) and ValidateContext.
+ *
+ * Compress: request -> policy (request > preset > server default_preset) -> core/compress ->
+ * Conversation + CompressionReport. With a session_id the history, boundary and artifacts
+ * are kept in PostgreSQL (rpc_context_state.c); without one nothing is stored and offload
+ * (L0) is SKIPPED. The summary layer is SKIPPED until a summarizer is wired in (the report
+ * says so). Counts are exact for models with an
+ * OpenAI encoding (the rank data is loaded once per process, on first use, from the build's
+ * share directory), estimated otherwise.
+ */
+#include "rpc/rpc_handlers.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/tokdata.h"
+#include "core/compress.h"
+#include "core/models.h"
+#include "core/tok.h"
+#include "core/utf8.h"
+#include "core/validate.h"
+#include "ctxguard/v1/context.pb-c.h"
+#include "rpc/rpc_context_state.h"
+#include "rpc/rpc_conv.h"
+
+#define NEW(call, type, init)                                                                      \
+    ({                                                                                             \
+        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
+        if (m_ != NULL)                                                                            \
+            init(m_);                                                                              \
+        m_;                                                                                        \
+    })
+
+#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
+#define TOKENS_MAX 100000000
+#define RESERVED_MAX 10000000
+#define MODEL_MAX 200
+
+/* ------------------------------------------------------------------ encodings --------- */
+
+/* The two encodings, built once per process; NULL when the rank data cannot be loaded (then
+ * counts are estimated and the report says so). Read-only once built. */
+static struct cg_tok_encoding *encodings[3];
+static pthread_once_t encodings_once = PTHREAD_ONCE_INIT;
+
+static void encodings_load(void)
+{
+    static const char *const names[3] = {NULL, "cl100k_base", "o200k_base"};
+    for (int i = 1; i <= 2; i++) {
+        struct cg_tokdata data;
+        struct cg_err err = {0};
+        if (cg_tokdata_load(NULL, names[i], &data, &err) != CG_OK)
+            continue;
+        if (cg_tok_encoding_new(data.data, data.len, &encodings[i], &err) != CG_OK)
+            encodings[i] = NULL;
+        cg_tokdata_cleanup(&data);
+    }
+}
+
+static const struct cg_tok_encoding *encoding_for(cg_encoding e)
+{
+    if (e != CG_ENCODING_CL100K_BASE && e != CG_ENCODING_O200K_BASE)
+        return NULL;
+    pthread_once(&encodings_once, encodings_load);
+    return encodings[e];
+}
+
+/* ------------------------------------------------------------------ shared checks ----- */
+
+static cg_status check_range(struct cg_rpc_call *call, const char *field, int64_t v, int64_t min,
+                             int64_t max)
+{
+    if (v < min || v > max)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' must be %lld..%lld", field,
+                          (long long)min, (long long)max);
+    return CG_OK;
+}
+
+static cg_status check_enum(struct cg_rpc_call *call, const char *field, int v, int max)
+{
+    if (v < 0 || v > max)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' has an unknown value %d",
+                          field, v);
+    return CG_OK;
+}
+
+/* The model's table entry and the window to use (given, else the table's). */
+static void model_window(const char *model, int64_t given, struct cg_model_info *info,
+                         int64_t *window, bool *defaulted)
+{
+    cg_models_lookup(model, info);
+    *defaulted = false;
+    if (given > 0) {
+        *window = given;
+    } else {
+        *window = info->context_window > 0 ? info->context_window : CG_MODELS_DEFAULT_WINDOW;
+        *defaulted = !info->known;
+    }
+}
+
+static int64_t clock_ms(void *ctx)
+{
+    (void)ctx;
+    return cg_mono_ms();
+}
+
+/* ------------------------------------------------------------------ policy ------------ */
+
+static cg_status ratio(struct cg_rpc_call *call, const char *field, double v, double *out)
+{
+    if (v == 0)
+        return CG_OK;
+    if (!(v > 0 && v <= 1))
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'policy.%s' must be in (0, 1]",
+                          field);
+    *out = v;
+    return CG_OK;
+}
+
+/* Resolves the request's policy over the preset and the server's default preset. */
+static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                const Ctxguard__V1__CompressionPolicy *rp,
+                                struct cg_compress_policy *p)
+{
+    cg_status st;
+    int preset_id = rp != NULL ? (int)rp->preset : 0;
+    int strategy = rp != NULL ? (int)rp->strategy : 0;
+    if ((st = check_enum(call, "policy.preset", preset_id, 3)) != CG_OK ||
+        (st = check_enum(call, "policy.strategy", strategy, 2)) != CG_OK)
+        return st;
+    const struct cg_preset *preset =
+        preset_id ? cg_preset_get(preset_id) : cg_preset_by_name(env->config->default_preset);
+    cg_compress_policy_defaults(p, strategy == 2 ? CG_STRATEGY_TRIMMING : CG_STRATEGY_SUMMARIZING,
+                                preset);
+    if (rp == NULL)
+        return CG_OK;
+    if ((st = ratio(call, "trigger_ratio", rp->trigger_ratio, &p->trigger_ratio)) != CG_OK ||
+        (st = ratio(call, "ceiling_ratio", rp->ceiling_ratio, &p->ceiling_ratio)) != CG_OK ||
+        (st = ratio(call, "trim_hysteresis_ratio", rp->trim_hysteresis_ratio,
+                    &p->hysteresis_ratio)) != CG_OK ||
+        (st = ratio(call, "summarize_ratio", rp->summarize_ratio, &p->summarize_ratio)) != CG_OK)
+        return st;
+    /* TRIMMING's target follows the trigger and the hysteresis unless given. */
+    if (p->strategy == CG_STRATEGY_TRIMMING)
+        p->target_ratio = p->trigger_ratio * p->hysteresis_ratio;
+    if ((st = ratio(call, "target_ratio", rp->target_ratio, &p->target_ratio)) != CG_OK)
+        return st;
+    if (rp->reserved_output_tokens_opt_case ==
+        CTXGUARD__V1__COMPRESSION_POLICY__RESERVED_OUTPUT_TOKENS_OPT_RESERVED_OUTPUT_TOKENS) {
+        if ((st = check_range(call, "policy.reserved_output_tokens", rp->reserved_output_tokens, 0,
+                              RESERVED_MAX)) != CG_OK)
+            return st;
+        p->reserved_output_tokens = rp->reserved_output_tokens;
+    }
+    if (rp->primers_opt_case == CTXGUARD__V1__COMPRESSION_POLICY__PRIMERS_OPT_PRIMERS) {
+        if ((st = check_range(call, "policy.primers", rp->primers, 0, 1000)) != CG_OK)
+            return st;
+        p->primers = rp->primers;
+    }
+    if (rp->recents_opt_case == CTXGUARD__V1__COMPRESSION_POLICY__RECENTS_OPT_RECENTS) {
+        if ((st = check_range(call, "policy.recents", rp->recents, 0, 10000)) != CG_OK)
+            return st;
+        p->recents = rp->recents;
+    }
+    if (rp->window_messages != 0) {
+        if ((st = check_range(call, "policy.window_messages", rp->window_messages, 1, 100000)))
+            return st;
+        p->window_messages = rp->window_messages;
+    }
+    if (rp->keep_last_assistant_opt_case ==
+        CTXGUARD__V1__COMPRESSION_POLICY__KEEP_LAST_ASSISTANT_OPT_KEEP_LAST_ASSISTANT) {
+        if ((st = check_range(call, "policy.keep_last_assistant", rp->keep_last_assistant, 0,
+                              10000)) != CG_OK)
+            return st;
+        p->keep_last_assistant = rp->keep_last_assistant;
+    }
+    struct {
+        const char *field;
+        int64_t v, min, max;
+        int64_t *out;
+    } ints[] = {
+        {"policy.offload_threshold_chars", rp->offload_threshold_chars, 1, (int64_t)1 << 31,
+         &p->offload_threshold_chars},
+        {"policy.offload_threshold_tokens", rp->offload_threshold_tokens, 1, (int64_t)1 << 31,
+         &p->offload_threshold_tokens},
+        {"policy.offload_preview_bytes", rp->offload_preview_bytes, 1, 1048576,
+         &p->offload_preview_bytes},
+        {"policy.tool_result_threshold_chars", rp->tool_result_threshold_chars, 1, (int64_t)1 << 31,
+         &p->tool_result_threshold_chars},
+        {"policy.tool_result_target_chars", rp->tool_result_target_chars, 1, (int64_t)1 << 31,
+         &p->tool_result_target_chars},
+        {"policy.summary_max_tokens", rp->summary_max_tokens, 64, 2000, &p->summary_max_tokens},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (ints[i].v == 0)
+            continue;
+        if ((st = check_range(call, ints[i].field, ints[i].v, ints[i].min, ints[i].max)))
+            return st;
+        *ints[i].out = ints[i].v;
+    }
+    if (rp->n_write_tool_names > 0) {
+        if (rp->n_write_tool_names > CG_COMPRESS_WRITE_TOOLS_MAX)
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field 'policy.write_tool_names' has more than %d names",
+                              CG_COMPRESS_WRITE_TOOLS_MAX);
+        for (size_t i = 0; i < rp->n_write_tool_names; i++) {
+            char field[64];
+            snprintf(field, sizeof field, "policy.write_tool_names[%zu]", i);
+            if ((st = cg_rpc_check_name(call, field, rp->write_tool_names[i], CG_CONV_ID_MAX,
+                                        true)) != CG_OK)
+                return st;
+            p->write_tool_names[i] = rp->write_tool_names[i];
+        }
+        p->n_write_tool_names = rp->n_write_tool_names;
+    }
+    if (cg_utf8_length(rp->summary_focus, strlen(rp->summary_focus)) > 2000)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'policy.summary_focus' is longer than 2000 characters");
+    p->prompt_cache_hint = rp->prompt_cache_hint;
+    if (rp->max_escalation_passes_opt_case ==
+        CTXGUARD__V1__COMPRESSION_POLICY__MAX_ESCALATION_PASSES_OPT_MAX_ESCALATION_PASSES) {
+        if ((st = check_range(call, "policy.max_escalation_passes", rp->max_escalation_passes, 0,
+                              10)) != CG_OK)
+            return st;
+        p->max_escalation_passes = rp->max_escalation_passes;
+    }
+    if (rp->time_budget_ms != 0) {
+        if ((st = check_range(call, "policy.time_budget_ms", rp->time_budget_ms, 100, 300000)))
+            return st;
+        p->time_budget_ms = rp->time_budget_ms;
+    }
+    for (size_t i = 0; i < rp->n_disabled_layers; i++) {
+        int layer = (int)rp->disabled_layers[i];
+        if (layer < CG_LAYER_NORMALIZE || layer > CG_LAYER_SUMMARIZE)
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field 'policy.disabled_layers[%zu]' has an unknown value %d", i,
+                              layer);
+        if (layer == CG_LAYER_NORMALIZE)
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field 'policy.disabled_layers[%zu]': NORMALIZE cannot be disabled",
+                              i);
+        p->disabled_layers |= 1u << layer;
+    }
+    struct cg_err perr = {0};
+    if (cg_compress_policy_check(p, &perr) != CG_OK)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "%s", perr.msg);
+    return CG_OK;
+}
+
+static Ctxguard__V1__CompressionPolicy *policy_out(struct cg_rpc_call *call,
+                                                   const struct cg_compress_policy *p,
+                                                   const struct cg_preset *preset,
+                                                   const Ctxguard__V1__CompressionPolicy *rp)
+{
+    Ctxguard__V1__CompressionPolicy *o =
+        NEW(call, Ctxguard__V1__CompressionPolicy, ctxguard__v1__compression_policy__init);
+    if (o == NULL)
+        return NULL;
+    o->preset = (Ctxguard__V1__UseCasePreset)preset->id;
+    o->strategy = (Ctxguard__V1__CompressionStrategy)p->strategy;
+    o->trigger_ratio = p->trigger_ratio;
+    o->target_ratio = p->target_ratio;
+    o->ceiling_ratio = p->ceiling_ratio;
+    o->reserved_output_tokens_opt_case =
+        CTXGUARD__V1__COMPRESSION_POLICY__RESERVED_OUTPUT_TOKENS_OPT_RESERVED_OUTPUT_TOKENS;
+    o->reserved_output_tokens = p->reserved_output_tokens;
+    o->primers_opt_case = CTXGUARD__V1__COMPRESSION_POLICY__PRIMERS_OPT_PRIMERS;
+    o->primers = p->primers;
+    o->recents_opt_case = CTXGUARD__V1__COMPRESSION_POLICY__RECENTS_OPT_RECENTS;
+    o->recents = p->recents;
+    o->window_messages = p->window_messages;
+    o->keep_last_assistant_opt_case =
+        CTXGUARD__V1__COMPRESSION_POLICY__KEEP_LAST_ASSISTANT_OPT_KEEP_LAST_ASSISTANT;
+    o->keep_last_assistant = p->keep_last_assistant;
+    o->trim_hysteresis_ratio = p->hysteresis_ratio;
+    o->offload_threshold_chars = p->offload_threshold_chars;
+    o->offload_threshold_tokens = p->offload_threshold_tokens;
+    o->offload_preview_bytes = p->offload_preview_bytes;
+    o->tool_result_threshold_chars = p->tool_result_threshold_chars;
+    o->tool_result_target_chars = p->tool_result_target_chars;
+    o->n_write_tool_names = p->n_write_tool_names;
+    o->write_tool_names = cg_arena_alloc(call->arena, (p->n_write_tool_names + 1) * sizeof(char *));
+    if (o->write_tool_names == NULL)
+        return NULL;
+    for (size_t i = 0; i < p->n_write_tool_names; i++)
+        o->write_tool_names[i] = (char *)p->write_tool_names[i];
+    o->summarize_ratio = p->summarize_ratio;
+    o->summary_max_tokens = p->summary_max_tokens;
+    o->summary_focus = rp != NULL ? rp->summary_focus : (char *)"";
+    o->prompt_cache_hint = p->prompt_cache_hint;
+    o->max_escalation_passes_opt_case =
+        CTXGUARD__V1__COMPRESSION_POLICY__MAX_ESCALATION_PASSES_OPT_MAX_ESCALATION_PASSES;
+    o->max_escalation_passes = p->max_escalation_passes;
+    o->time_budget_ms = p->time_budget_ms;
+    size_t n = 0;
+    for (int l = CG_LAYER_NORMALIZE; l <= CG_LAYER_SUMMARIZE; l++)
+        n += (p->disabled_layers >> l) & 1u;
+    o->disabled_layers = cg_arena_alloc(call->arena, (n + 1) * sizeof *o->disabled_layers);
+    if (o->disabled_layers == NULL)
+        return NULL;
+    for (int l = CG_LAYER_NORMALIZE; l <= CG_LAYER_SUMMARIZE; l++)
+        if ((p->disabled_layers >> l) & 1u)
+            o->disabled_layers[o->n_disabled_layers++] = (Ctxguard__V1__CompressionLayer)l;
+    return o;
+}
+
+/* ------------------------------------------------------------------ report ------------ */
+
+static char *dup(struct cg_rpc_call *call, const char *s)
+{
+    return cg_arena_strdup(call->arena, s);
+}
+
+static Ctxguard__V1__CompressionReport *report_out(struct cg_rpc_call *call,
+                                                   const struct cg_compress_result *r,
+                                                   int64_t window, bool exact, cg_dialect dialect)
+{
+    Ctxguard__V1__CompressionReport *o =
+        NEW(call, Ctxguard__V1__CompressionReport, ctxguard__v1__compression_report__init);
+    if (o == NULL)
+        return NULL;
+    o->tokens_before = r->tokens_before;
+    o->tokens_after = r->tokens_after;
+    o->messages_before = r->messages_before;
+    o->messages_after = r->messages_after;
+    o->context_window_tokens = window;
+    o->effective_window_tokens = r->effective_window;
+    o->trigger_tokens = r->trigger_tokens;
+    o->target_tokens = r->target_tokens;
+    o->ceiling_tokens = r->ceiling_tokens;
+    o->triggered = r->triggered;
+    o->target_reached = r->target_reached;
+    o->under_ceiling = r->under_ceiling;
+    o->count_method = exact ? CTXGUARD__V1__TOKEN_COUNT_METHOD__TOKEN_COUNT_METHOD_EXACT
+                            : CTXGUARD__V1__TOKEN_COUNT_METHOD__TOKEN_COUNT_METHOD_ESTIMATED;
+    o->provider = (Ctxguard__V1__ProviderDialect)dialect;
+    o->layers = cg_arena_alloc(call->arena, (r->n_layers + 1) * sizeof *o->layers);
+    if (o->layers == NULL)
+        return NULL;
+    for (size_t i = 0; i < r->n_layers; i++) {
+        const struct cg_compress_layer_result *l = &r->layers[i];
+        Ctxguard__V1__LayerResult *lr =
+            NEW(call, Ctxguard__V1__LayerResult, ctxguard__v1__layer_result__init);
+        if (lr == NULL || (lr->detail = dup(call, l->detail)) == NULL)
+            return NULL;
+        lr->layer = (Ctxguard__V1__CompressionLayer)l->layer;
+        lr->outcome = (Ctxguard__V1__LayerOutcome)l->outcome;
+        lr->tokens_before = l->tokens_before;
+        lr->tokens_after = l->tokens_after;
+        lr->tokens_saved = l->tokens_before - l->tokens_after;
+        lr->messages_affected = l->messages_affected;
+        lr->escalation_pass = l->escalation_pass;
+        lr->duration_ms = l->duration_ms;
+        o->layers[o->n_layers++] = lr;
+    }
+    o->trim_boundary_before = r->boundary_before;
+    o->trim_boundary_after = r->boundary_after;
+    o->boundary_moved = r->boundary_moved;
+    o->cache_tokens_invalidated = r->cache_tokens_invalidated;
+    o->warnings = cg_arena_alloc(call->arena, (r->n_warnings + 1) * sizeof *o->warnings);
+    if (o->warnings == NULL)
+        return NULL;
+    for (size_t i = 0; i < r->n_warnings; i++) {
+        Ctxguard__V1__CompressionWarning *w =
+            NEW(call, Ctxguard__V1__CompressionWarning, ctxguard__v1__compression_warning__init);
+        if (w == NULL || (w->message = dup(call, r->warnings[i].message)) == NULL)
+            return NULL;
+        w->code = (Ctxguard__V1__CompressionWarningCode)r->warnings[i].code;
+        w->message_index = r->warnings[i].message_index;
+        o->warnings[o->n_warnings++] = w;
+    }
+    o->escalation_passes = r->escalation_passes;
+    o->n_source_indexes = (size_t)r->messages_after;
+    o->source_indexes = r->source_indexes; /* copied by the encoder before r is freed */
+    o->changes = cg_arena_alloc(call->arena, (r->n_changes + 1) * sizeof *o->changes);
+    if (o->changes == NULL)
+        return NULL;
+    for (size_t i = 0; i < r->n_changes; i++) {
+        const struct cg_compress_change *c = &r->changes[i];
+        Ctxguard__V1__MessageChange *mc =
+            NEW(call, Ctxguard__V1__MessageChange, ctxguard__v1__message_change__init);
+        if (mc == NULL)
+            return NULL;
+        mc->source_index = c->source_index;
+        mc->output_index = c->output_index;
+        mc->layer = (Ctxguard__V1__CompressionLayer)c->layer;
+        mc->tokens_before = c->tokens_before;
+        mc->tokens_after = c->tokens_after;
+        o->changes[o->n_changes++] = mc;
+    }
+    if (r->has_summary) {
+        Ctxguard__V1__CompressionSummaryInfo *s = NEW(call, Ctxguard__V1__CompressionSummaryInfo,
+                                                      ctxguard__v1__compression_summary_info__init);
+        if (s == NULL)
+            return NULL;
+        s->first_source_index = r->summary_first;
+        s->last_source_index = r->summary_last;
+        s->replaced_tokens = r->summary_replaced_tokens;
+        s->summary_tokens = r->summary_tokens;
+        s->output_index = r->summary_output_index;
+        o->summary = s;
+    }
+    return o;
+}
+
+/* ------------------------------------------------------------------ Compress ---------- */
+
+CG_HANDLER(cg_rpc_context_compress)
+{
+    (void)env;
+    const Ctxguard__V1__CompressRequest *req = (const Ctxguard__V1__CompressRequest *)request;
+    int64_t started = cg_mono_ms();
+    cg_status st;
+    if ((st = cg_rpc_check_name(call, "model", req->model, MODEL_MAX, false)) != CG_OK ||
+        (st = check_range(call, "context_window_tokens", req->context_window_tokens, 0,
+                          TOKENS_MAX)) != CG_OK ||
+        (st = check_range(call, "external_prompt_tokens", req->external_prompt_tokens, 0,
+                          TOKENS_MAX)) != CG_OK ||
+        (st = check_range(call, "trim_boundary", req->trim_boundary, 0, INT64_MAX)) != CG_OK ||
+        (st = check_enum(call, "session_sync", (int)req->session_sync, 2)) != CG_OK ||
+        (st = check_enum(call, "response_format", (int)req->response_format, 3)) != CG_OK ||
+        (st = check_enum(call, "summarizer", (int)req->summarizer, 4)) != CG_OK ||
+        (st = check_enum(call, "provider", (int)req->provider, 4)) != CG_OK)
+        return st;
+    struct cg_compress_policy policy;
+    if ((st = policy_resolve(call, env, req->policy, &policy)) != CG_OK)
+        return st;
+    struct cg_conv *conv = NULL;
+    if ((st = cg_rpc_conv_in(call, "conversation", req->conversation, &conv)) != CG_OK)
+        return st;
+    struct cg_model_info model;
+    int64_t window;
+    bool defaulted;
+    model_window(req->model[0] ? req->model : conv->model.ptr, req->context_window_tokens, &model,
+                 &window, &defaulted);
+    cg_dialect dialect = cg_validate_dialect((cg_dialect)req->provider, conv->origin, &model);
+    if (req->reject_invalid_input) {
+        struct cg_validate_input vin = {.conv = conv, .dialect = dialect};
+        struct cg_validate_result vr;
+        if ((st = cg_validate(&vin, &vr, &call->err)) != CG_OK) {
+            cg_conv_free(conv);
+            return st;
+        }
+        if (!vr.valid) {
+            const struct cg_issue *is = NULL;
+            for (size_t i = 0; i < vr.n && is == NULL; i++)
+                if (vr.issues[i].severity == CG_SEVERITY_ERROR)
+                    is = &vr.issues[i];
+            cg_err_set(&call->err, CG_FAILED_PRECONDITION,
+                       "field 'conversation': %zu issue(s) a provider would reject; first: %s at "
+                       "message %lld: %.80s",
+                       vr.errors, is ? cg_validate_kind_name(is->kind) : "",
+                       is ? (long long)is->message_index : -1LL, is ? is->message : "");
+            cg_validate_result_free(&vr);
+            cg_conv_free(conv);
+            return CG_FAILED_PRECONDITION;
+        }
+        cg_validate_result_free(&vr);
+    }
+    struct cg_compress_count_state cs = {.enc = encoding_for(model.encoding),
+                                         .profile = model.profile};
+    struct cg_compress_input in = {
+        .conv = conv,
+        .model = &model,
+        .dialect = dialect,
+        .context_window = window,
+        .external_prompt_tokens = req->external_prompt_tokens,
+        .trim_boundary = req->trim_boundary,
+        .force = req->force,
+        .offload = false,
+        .offload_skip_reason = "offload needs a session (artifacts are stored with it)",
+        .no_summary_reason =
+            req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE
+                ? "summarizer NONE"
+                : "no summarizer is wired into Compress yet; the window layer did the reduction",
+        .clock = clock_ms,
+    };
+    cg_compress_counter_init(&in.counter, &cs, conv);
+    struct cg_rpc_ctx_state state = {0};
+    if (req->session_id[0] != '\0') {
+        if ((st = cg_rpc_ctx_begin(call, env, req, &conv, &in.counter, &state)) != CG_OK) {
+            cg_conv_free(conv);
+            return st;
+        }
+        /* APPEND replaced the conversation with the whole history. */
+        in.conv = conv;
+        cg_compress_counter_init(&in.counter, &cs, conv);
+        in.trim_boundary = state.boundary;
+        in.offload = !req->dry_run;
+        in.offload_skip_reason = "dry run: nothing is stored";
+        in.name_artifact = cg_rpc_ctx_name_artifact;
+    }
+    if (req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE)
+        policy.disabled_layers |= 1u << CG_LAYER_SUMMARIZE;
+    /* Never past the call's deadline. */
+    if (call->deadline_ms > 0) {
+        int64_t left = call->deadline_ms - started;
+        if (left < 100)
+            left = 100;
+        if (left < (int64_t)policy.time_budget_ms)
+            policy.time_budget_ms = (uint32_t)left;
+    }
+    struct cg_compress_result res;
+    struct cg_err cerr = {0};
+    st = cg_compress_run(&in, &policy, &res, &cerr);
+    if (st != CG_OK) {
+        cg_rpc_ctx_abort(env, &state);
+        cg_conv_free(conv);
+        call->err = cerr;
+        if (call->err.msg[0] == '\0')
+            cg_err_set(&call->err, st, "compression failed");
+        return st;
+    }
+    if (state.diverged && res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
+        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
+        w->code = CG_CWARN_HISTORY_DIVERGED;
+        w->message_index = state.diverged_at;
+        snprintf(w->message, sizeof w->message,
+                 "the conversation differs from the stored history at message %lld; revision "
+                 "%u starts there",
+                 (long long)state.diverged_at, state.revision);
+    }
+    if (state.active && req->trim_boundary != 0 &&
+        req->trim_boundary != state.session.trim_boundary &&
+        res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
+        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
+        w->code = CG_CWARN_BOUNDARY_ADJUSTED;
+        w->message_index = -1;
+        snprintf(w->message, sizeof w->message,
+                 "trim_boundary %lld ignored: the session's stored boundary is %lld",
+                 (long long)req->trim_boundary, (long long)state.session.trim_boundary);
+    }
+    if (defaulted && res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
+        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
+        w->code = CG_CWARN_DEFAULT_WINDOW;
+        w->message_index = -1;
+        snprintf(w->message, sizeof w->message,
+                 "the model's context window is not known; %lld tokens assumed", (long long)window);
+    }
+    Ctxguard__V1__CompressResponse *resp =
+        NEW(call, Ctxguard__V1__CompressResponse, ctxguard__v1__compress_response__init);
+    const struct cg_preset *preset = req->policy && req->policy->preset
+                                         ? cg_preset_get((int)req->policy->preset)
+                                         : cg_preset_by_name(env->config->default_preset);
+    if (resp == NULL) {
+        st = OOM(call);
+        goto out;
+    }
+    if ((st = cg_rpc_conv_out(call, res.conv, (int)req->response_format, &resp->conversation)))
+        goto out;
+    resp->report = report_out(call, &res, window, cs.enc != NULL, dialect);
+    if (resp->report == NULL ||
+        (resp->report->effective_policy = policy_out(call, &policy, preset, req->policy)) == NULL) {
+        st = OOM(call);
+        goto out;
+    }
+    /* source_indexes must outlive res: copy into the arena. */
+    int64_t *si = cg_arena_alloc(call->arena, (size_t)(res.messages_after + 1) * sizeof *si);
+    if (si == NULL) {
+        st = OOM(call);
+        goto out;
+    }
+    memcpy(si, res.source_indexes, (size_t)res.messages_after * sizeof *si);
+    resp->report->source_indexes = si;
+    if (state.active) {
+        if ((st = cg_rpc_ctx_finish(call, env, req, &res, &state, resp->report)) != CG_OK)
+            goto out;
+    }
+    resp->report->duration_ms = cg_mono_ms() - started;
+    resp->trim_boundary = res.boundary_after;
+    *response = &resp->base;
+out:
+    cg_rpc_ctx_abort(env, &state);
+    cg_compress_result_free(&res);
+    cg_conv_free(conv);
+    return st;
+}
+
+/* ------------------------------------------------------------------ ValidateContext --- */
+
+CG_HANDLER(cg_rpc_context_validate)
+{
+    (void)env;
+    const Ctxguard__V1__ValidateContextRequest *req =
+        (const Ctxguard__V1__ValidateContextRequest *)request;
+    cg_status st;
+    int64_t reserved = CG_COMPRESS_RESERVED_OUTPUT;
+    if ((st = cg_rpc_check_name(call, "model", req->model, MODEL_MAX, false)) != CG_OK ||
+        (st = check_range(call, "context_window_tokens", req->context_window_tokens, 0,
+                          TOKENS_MAX)) != CG_OK ||
+        (st = check_range(call, "external_prompt_tokens", req->external_prompt_tokens, 0,
+                          TOKENS_MAX)) != CG_OK ||
+        (st = check_enum(call, "provider", (int)req->provider, 4)) != CG_OK)
+        return st;
+    if (req->reserved_output_tokens_opt_case ==
+        CTXGUARD__V1__VALIDATE_CONTEXT_REQUEST__RESERVED_OUTPUT_TOKENS_OPT_RESERVED_OUTPUT_TOKENS) {
+        if ((st = check_range(call, "reserved_output_tokens", req->reserved_output_tokens, 0,
+                              RESERVED_MAX)) != CG_OK)
+            return st;
+        reserved = req->reserved_output_tokens;
+    }
+    struct cg_conv *conv = NULL;
+    if ((st = cg_rpc_conv_in(call, "conversation", req->conversation, &conv)) != CG_OK)
+        return st;
+    struct cg_model_info model;
+    int64_t window;
+    bool defaulted;
+    model_window(req->model[0] ? req->model : conv->model.ptr, req->context_window_tokens, &model,
+                 &window, &defaulted);
+    struct cg_compress_count_state cs = {.enc = encoding_for(model.encoding),
+                                         .profile = model.profile};
+    struct cg_compress_counter counter;
+    cg_compress_counter_init(&counter, &cs, conv);
+    int64_t prompt = counter.fixed_tokens + req->external_prompt_tokens;
+    for (size_t i = 0; i < conv->n_messages; i++) {
+        int64_t t = counter.count_message(counter.ctx, &conv->messages[i]);
+        if (t < 0) {
+            cg_conv_free(conv);
+            return OOM(call);
+        }
+        prompt += t;
+    }
+    cg_dialect dialect = cg_validate_dialect((cg_dialect)req->provider, conv->origin, &model);
+    struct cg_validate_input vin = {.conv = conv,
+                                    .dialect = dialect,
+                                    .have_counts = true,
+                                    .prompt_tokens = prompt,
+                                    .context_window = window,
+                                    .reserved_output_tokens = reserved};
+    struct cg_validate_result vr;
+    if ((st = cg_validate(&vin, &vr, &call->err)) != CG_OK) {
+        cg_conv_free(conv);
+        return st;
+    }
+    cg_conv_free(conv);
+    Ctxguard__V1__ValidateContextResponse *resp = NEW(
+        call, Ctxguard__V1__ValidateContextResponse, ctxguard__v1__validate_context_response__init);
+    if (resp == NULL ||
+        (resp->issues = cg_arena_alloc(call->arena, (vr.n + 1) * sizeof *resp->issues)) == NULL) {
+        cg_validate_result_free(&vr);
+        return OOM(call);
+    }
+    for (size_t i = 0; i < vr.n; i++) {
+        const struct cg_issue *is = &vr.issues[i];
+        Ctxguard__V1__ValidationIssue *o =
+            NEW(call, Ctxguard__V1__ValidationIssue, ctxguard__v1__validation_issue__init);
+        if (o == NULL || (o->tool_call_id = dup(call, is->tool_call_id)) == NULL ||
+            (o->message = dup(call, is->message)) == NULL) {
+            cg_validate_result_free(&vr);
+            return OOM(call);
+        }
+        o->kind = (Ctxguard__V1__ValidationIssueKind)is->kind;
+        o->severity = (Ctxguard__V1__IssueSeverity)is->severity;
+        o->message_index = is->message_index;
+        o->part_index = is->part_index;
+        resp->issues[resp->n_issues++] = o;
+    }
+    resp->valid = vr.valid;
+    resp->prompt_tokens = prompt;
+    resp->context_window_tokens = window;
+    resp->headroom_tokens = window - prompt;
+    resp->count_method = cs.enc != NULL
+                             ? CTXGUARD__V1__TOKEN_COUNT_METHOD__TOKEN_COUNT_METHOD_EXACT
+                             : CTXGUARD__V1__TOKEN_COUNT_METHOD__TOKEN_COUNT_METHOD_ESTIMATED;
+    resp->provider = (Ctxguard__V1__ProviderDialect)dialect;
+    cg_validate_result_free(&vr);
+    *response = &resp->base;
+    return CG_OK;
+}

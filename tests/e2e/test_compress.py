@@ -1,0 +1,484 @@
+"""ContextService.Compress (stateless) and ValidateContext end to end: the sample conversations
+of /work/shared/data/conversations compressed to 37.5 % of a 128k window (every output valid,
+target met where reachable, report numbers consistent), determinism, the stateless trim
+boundary, and bad input."""
+
+import glob
+import hashlib
+import json
+import os
+import uuid
+
+import grpc
+
+import cgtest
+from cgtest import common_pb2, context_pb2, context_pb2_grpc
+
+C = context_pb2
+DATA = os.environ.get("CG_CONVERSATIONS", "/work/shared/data/conversations")
+WINDOW = 128000
+
+
+def samples():
+    return sorted(glob.glob(os.path.join(DATA, "conv-*.json")))
+
+
+def openai_conv(messages, tools=None, model=None):
+    body = {"messages": messages}
+    if tools:
+        body["tools"] = tools
+    if model:
+        body["model"] = model
+    return common_pb2.Conversation(openai_json=json.dumps(body))
+
+
+class CompressTest(cgtest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = cgtest.start_class_server(cls)
+        cls.ch = cls.srv.channel()
+        tenant = cls.srv.create_tenant()
+        cls.md = cgtest.bearer(cls.srv.create_key(tenant.tenant_id).secret)
+        cls.stub = context_pb2_grpc.ContextServiceStub(cls.ch)
+
+    def compress(self, **kw):
+        return self.stub.Compress(C.CompressRequest(**kw), metadata=self.md, timeout=60)
+
+    def validate(self, **kw):
+        return self.stub.ValidateContext(C.ValidateContextRequest(**kw), metadata=self.md,
+                                         timeout=60)
+
+    def check_report(self, rep, out_json):
+        """The report's numbers agree with each other and with the output."""
+        msgs = json.loads(out_json)
+        msgs = msgs["messages"] if isinstance(msgs, dict) else msgs
+        self.assertEqual(rep.messages_after, len(rep.source_indexes))
+        self.assertEqual(rep.layers[0].layer, C.COMPRESSION_LAYER_NORMALIZE)
+        self.assertEqual(rep.layers[0].tokens_before, rep.tokens_before)
+        prev = rep.tokens_before
+        for layer in rep.layers:
+            self.assertEqual(layer.tokens_before, prev, layer)
+            self.assertEqual(layer.tokens_saved, layer.tokens_before - layer.tokens_after)
+            if layer.outcome != C.LAYER_OUTCOME_APPLIED:
+                self.assertEqual(layer.tokens_after, layer.tokens_before, layer)
+            prev = layer.tokens_after
+        self.assertEqual(prev, rep.tokens_after)
+        self.assertEqual(rep.target_reached, not rep.triggered or rep.tokens_after <=
+                         rep.target_tokens)
+        self.assertEqual(rep.under_ceiling, rep.tokens_after <= rep.ceiling_tokens)
+        self.assertGreaterEqual(rep.trim_boundary_after, rep.trim_boundary_before)
+        self.assertEqual(rep.boundary_moved, rep.trim_boundary_after != rep.trim_boundary_before)
+        self.assertLessEqual(rep.target_tokens, rep.trigger_tokens)
+        self.assertLessEqual(rep.trigger_tokens, rep.ceiling_tokens)
+        self.assertLessEqual(rep.ceiling_tokens, rep.effective_window_tokens)
+        self.assertGreaterEqual(len(msgs), 1)
+
+    def test_sample_conversations_reach_the_target_and_stay_valid(self):
+        files = samples()
+        self.assertGreaterEqual(len(files), 20, DATA)
+        reached = 0
+        for path in files:
+            with self.subTest(conversation=os.path.basename(path)):
+                d = json.load(open(path))
+                conv = openai_conv(d["messages"], d.get("tools"))
+                pol = C.CompressionPolicy(target_ratio=0.375, reserved_output_tokens=0)
+                resp = self.compress(conversation=conv, model=d["model"],
+                                     context_window_tokens=WINDOW, policy=pol, force=True)
+                rep = resp.report
+                self.check_report(rep, resp.conversation.openai_json)
+                self.assertEqual(resp.trim_boundary, rep.trim_boundary_after)
+                # 37.5 % of the window less the system prompt and the tools.
+                self.assertLessEqual(rep.target_tokens, int(0.375 * WINDOW))
+                codes = {w.code for w in rep.warnings}
+                if rep.target_reached:
+                    reached += 1
+                    self.assertLessEqual(rep.tokens_after, rep.target_tokens)
+                else:
+                    self.assertIn(C.COMPRESSION_WARNING_CODE_TARGET_UNREACHABLE, codes)
+                # The output is one the provider accepts, and ValidateContext counts it as
+                # the report did.
+                v = self.validate(conversation=resp.conversation, model=d["model"],
+                                  context_window_tokens=WINDOW, reserved_output_tokens=0)
+                self.assertTrue(v.valid, [i.message for i in v.issues])
+                self.assertEqual(v.prompt_tokens, rep.tokens_after)
+                if d["model"].startswith("gpt"):
+                    self.assertEqual(rep.count_method, C.TOKEN_COUNT_METHOD_EXACT)
+                else:
+                    self.assertIn(C.COMPRESSION_WARNING_CODE_ESTIMATED_COUNTS, codes)
+        self.assertEqual(reached, len(files), "the target is reachable for every sample")
+
+    def test_same_input_and_boundary_give_identical_output(self):
+        d = json.load(open(samples()[1]))
+        conv = openai_conv(d["messages"], d.get("tools"))
+        a = self.compress(conversation=conv, model="gpt-4o", context_window_tokens=WINDOW,
+                          trim_boundary=5)
+        b = self.compress(conversation=conv, model="gpt-4o", context_window_tokens=WINDOW,
+                          trim_boundary=5)
+        self.assertEqual(a.conversation.openai_json, b.conversation.openai_json)
+        self.assertEqual(a.trim_boundary, b.trim_boundary)
+
+    def test_trimming_boundary_round_trip_keeps_the_prefix(self):
+        d = json.load(open(samples()[1]))
+        msgs = d["messages"]
+        starts = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+        boundary, prev, kept, turns = 0, None, 0, 0
+        pol = C.CompressionPolicy(strategy=C.COMPRESSION_STRATEGY_TRIMMING)
+        for end in starts[1:] + [len(msgs)]:
+            resp = self.compress(conversation=openai_conv(msgs[:end], d.get("tools")),
+                                 model="gpt-4o", context_window_tokens=64000, policy=pol,
+                                 trim_boundary=boundary)
+            self.assertGreaterEqual(resp.trim_boundary, boundary)
+            boundary = resp.trim_boundary
+            out = json.loads(resp.conversation.openai_json)
+            out = out["messages"] if isinstance(out, dict) else out
+            if prev is not None:
+                turns += 1
+                kept += out[:len(prev)] == prev
+            prev = out
+        self.assertGreater(boundary, 0)
+        self.assertGreaterEqual(kept, 0.8 * turns, f"prefix kept on {kept} of {turns} turns")
+
+    def test_bad_input_gets_a_status_naming_the_field(self):
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        self.assertRpcError(bad, self.compress, contains=("conversation",))
+        self.assertRpcError(bad, self.compress,
+                            conversation=common_pb2.Conversation(openai_json='[{"role":"user",'),
+                            contains=("conversation.openai_json", "$"))
+        self.assertRpcError(bad, self.compress,
+                            conversation=openai_conv([{"role": "bot", "content": "x"}]),
+                            contains=("role",))
+        ok = openai_conv([{"role": "user", "content": "hi"}])
+        self.assertRpcError(bad, self.compress, conversation=ok, trim_boundary=-1,
+                            contains=("trim_boundary",))
+        self.assertRpcError(bad, self.compress, conversation=ok, context_window_tokens=-5,
+                            contains=("context_window_tokens",))
+        self.assertRpcError(bad, self.compress, conversation=ok,
+                            policy=C.CompressionPolicy(target_ratio=1.5),
+                            contains=("policy.target_ratio",))
+        self.assertRpcError(bad, self.compress, conversation=ok,
+                            policy=C.CompressionPolicy(trigger_ratio=0.5, target_ratio=0.6),
+                            contains=("policy.target_ratio",))
+        self.assertRpcError(bad, self.compress, conversation=ok,
+                            policy=C.CompressionPolicy(
+                                disabled_layers=[C.COMPRESSION_LAYER_NORMALIZE]),
+                            contains=("disabled_layers",))
+        self.assertRpcError(bad, self.compress, conversation=ok, provider=42,
+                            contains=("provider",))
+        self.assertRpcError(bad, self.validate, contains=("conversation",))
+
+    def test_orphan_tool_result_is_repaired_or_rejected(self):
+        msgs = [{"role": "user", "content": "hi"},
+                {"role": "tool", "tool_call_id": "ghost", "content": "lost"},
+                {"role": "assistant", "content": "hello"}]
+        conv = openai_conv(msgs)
+        v = self.validate(conversation=conv)
+        self.assertFalse(v.valid)
+        self.assertEqual(v.issues[0].kind, C.VALIDATION_ISSUE_KIND_ORPHAN_TOOL_RESULT)
+        self.assertEqual(v.issues[0].message_index, 1)
+        resp = self.compress(conversation=conv)
+        out = json.loads(resp.conversation.openai_json)["messages"]
+        self.assertEqual([m["role"] for m in out], ["user", "assistant"])
+        repaired = [w for w in resp.report.warnings
+                    if w.code == C.COMPRESSION_WARNING_CODE_INPUT_REPAIRED]
+        self.assertEqual(repaired[0].message_index, 1)
+        self.assertTrue(self.validate(conversation=resp.conversation).valid)
+        self.assertRpcError(grpc.StatusCode.FAILED_PRECONDITION, self.compress,
+                            conversation=conv, reject_invalid_input=True,
+                            contains=("ORPHAN_TOOL_RESULT",))
+
+    def test_headroom_below_the_reserve_is_reported(self):
+        conv = openai_conv([{"role": "user", "content": "word " * 5000}])
+        v = self.validate(conversation=conv, model="gpt-4o", context_window_tokens=8000)
+        kinds = {i.kind for i in v.issues}
+        self.assertIn(C.VALIDATION_ISSUE_KIND_HEADROOM_BELOW_RESERVE, kinds)
+        self.assertEqual(v.headroom_tokens, 8000 - v.prompt_tokens)
+        self.assertEqual(v.count_method, C.TOKEN_COUNT_METHOD_EXACT)
+
+    def test_huge_message_and_many_messages(self):
+        big = openai_conv([{"role": "user", "content": "x" * (10 << 20)}])
+        self.assertRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, self.compress, conversation=big)
+        # 100,000 messages (about 5 MB of JSON) pass the message size cap but not the memory
+        # cap of a conversation (4 x max_message_bytes): a clear status naming the field.
+        msgs = []
+        for i in range(50000):
+            msgs.append({"role": "user", "content": f"q{i}"})
+            msgs.append({"role": "assistant", "content": f"a{i} detail detail"})
+        self.assertRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, self.compress,
+                            conversation=openai_conv(msgs), contains=("conversation",))
+        msgs = msgs[:20000]
+        resp = self.compress(conversation=openai_conv(msgs), model="gpt-4o",
+                             context_window_tokens=WINDOW)
+        rep = resp.report
+        self.assertTrue(rep.triggered)
+        self.assertTrue(rep.target_reached, rep)
+        self.check_report(rep, resp.conversation.openai_json)
+        self.assertTrue(self.validate(conversation=resp.conversation).valid)
+
+
+def out_messages(conv):
+    out = json.loads(conv.openai_json)
+    return out["messages"] if isinstance(out, dict) else out
+
+
+def all_text(msgs):
+    """Every string in a list of OpenAI messages, joined (for fact lookups)."""
+    parts = []
+
+    def walk(v):
+        if isinstance(v, str):
+            parts.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+    walk(msgs)
+    return "\n".join(parts)
+
+
+class SessionTest(cgtest.TestCase):
+    """Stateful Compress: history, boundary and artifacts kept in PostgreSQL and read back."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = cgtest.start_class_server(cls)
+        cls.ch = cls.srv.channel()
+        cls.stub = context_pb2_grpc.ContextServiceStub(cls.ch)
+        tenant = cls.srv.create_tenant()
+        cls.md = cgtest.bearer(cls.srv.create_key(tenant.tenant_id).secret)
+        other = cls.srv.create_tenant()
+        cls.other_md = cgtest.bearer(cls.srv.create_key(other.tenant_id).secret)
+
+    def rpc(self, name, req, md=None):
+        return getattr(self.stub, name)(req, metadata=md or self.md, timeout=60)
+
+    def compress(self, **kw):
+        return self.rpc("Compress", C.CompressRequest(**kw))
+
+    def history(self, session, **kw):
+        """Every message of the session's history (paged through), in OpenAI form."""
+        msgs, token = [], ""
+        while True:
+            h = self.rpc("GetHistory", C.GetHistoryRequest(
+                session_id=session, page_size=50, page_token=token,
+                response_format=common_pb2.CONVERSATION_FORMAT_OPENAI_CHAT, **kw))
+            msgs += out_messages(h.conversation)
+            token = h.next_page_token
+            if not token:
+                return msgs, h
+
+    def artifact_bytes(self, art_id):
+        data, off = b"", 0
+        while True:
+            r = self.rpc("GetArtifact", C.GetArtifactRequest(artifact_id=art_id, offset=off,
+                                                             length=7000))
+            data += r.content
+            off += len(r.content)
+            if r.eof:
+                return data, r.artifact
+
+    def test_every_planted_fact_is_recoverable_and_the_history_is_the_input(self):
+        files = samples()
+        for path in files:
+            d = json.load(open(path))
+            with self.subTest(conversation=os.path.basename(path)):
+                session = "s-" + uuid.uuid4().hex
+                conv = openai_conv(d["messages"], d.get("tools"))
+                pol = C.CompressionPolicy(target_ratio=0.375, reserved_output_tokens=0)
+                resp = self.compress(conversation=conv, model=d["model"],
+                                     context_window_tokens=WINDOW, policy=pol, force=True,
+                                     session_id=session)
+                rep = resp.report
+                self.assertTrue(rep.compaction_id)
+                self.assertEqual(rep.history_revision, 1)
+                self.assertEqual(rep.history_messages_added, len(d["messages"]))
+                self.assertTrue(rep.target_reached or any(
+                    w.code == C.COMPRESSION_WARNING_CODE_TARGET_UNREACHABLE
+                    for w in rep.warnings))
+                hist, h = self.history(session)
+                self.assertEqual(len(hist), len(d["messages"]))
+                self.assertEqual(h.total_messages, len(d["messages"]))
+                self.assertEqual(h.trim_boundary, resp.trim_boundary)
+                self.assertEqual([m["role"] for m in hist], [m["role"] for m in d["messages"]])
+                self.assertEqual(all_text(hist), all_text(d["messages"]))
+                # Artifacts: whole, hash-checked, listed in order.
+                arts = []
+                for a in rep.artifacts:
+                    self.assertTrue(a.artifact_id.startswith("art_"))
+                    data, info = self.artifact_bytes(a.artifact_id)
+                    self.assertEqual(len(data), a.size_bytes)
+                    self.assertEqual(hashlib.sha256(data).hexdigest(), a.sha256)
+                    self.assertEqual(info.session_id, session)
+                    arts.append(data.decode("utf-8"))
+                listed = self.rpc("ListArtifacts", C.ListArtifactsRequest(session_id=session))
+                self.assertEqual([a.artifact_id for a in listed.artifacts],
+                                 [a.artifact_id for a in rep.artifacts])
+                # Every planted fact: in the output, its artifacts or the history.
+                out = all_text(out_messages(resp.conversation)) + "\n".join(arts)
+                stored = all_text(hist)
+                for n in d["needles"]:
+                    self.assertTrue(n["fact"] in out or n["fact"] in stored, n)
+
+    def test_turns_append_to_the_history_and_the_boundary_is_kept(self):
+        d = json.load(open(samples()[1]))
+        msgs = d["messages"]
+        session = "s-" + uuid.uuid4().hex
+        pol = C.CompressionPolicy(strategy=C.COMPRESSION_STRATEGY_TRIMMING)
+        boundary, seen = 0, 0
+        ends = [i for i, m in enumerate(msgs) if m["role"] == "user"][1:] + [len(msgs)]
+        for end in ends[::10]:
+            resp = self.compress(conversation=openai_conv(msgs[:end], d.get("tools")),
+                                 model="gpt-4o", context_window_tokens=64000, policy=pol,
+                                 session_id=session)
+            rep = resp.report
+            self.assertEqual(rep.history_messages_added, end - seen)
+            self.assertEqual(rep.history_revision, 1)
+            self.assertEqual(rep.trim_boundary_before, boundary)
+            self.assertGreaterEqual(resp.trim_boundary, boundary)
+            boundary, seen = resp.trim_boundary, end
+        self.assertGreater(boundary, 0)
+        # A different boundary from the caller is ignored with a warning.
+        resp = self.compress(conversation=openai_conv(msgs[:seen], d.get("tools")),
+                             model="gpt-4o", context_window_tokens=64000, policy=pol,
+                             session_id=session, trim_boundary=1)
+        self.assertIn(C.COMPRESSION_WARNING_CODE_BOUNDARY_ADJUSTED,
+                      {w.code for w in resp.report.warnings})
+        self.assertEqual(resp.report.trim_boundary_before, boundary)
+        self.assertEqual(resp.report.history_messages_added, 0)
+
+    def test_append_sync_and_divergence(self):
+        d = json.load(open(samples()[0]))
+        msgs = d["messages"]
+        session = "s-" + uuid.uuid4().hex
+        a = self.compress(conversation=openai_conv(msgs[:10]), session_id=session,
+                          session_sync=C.SESSION_SYNC_APPEND)
+        self.assertEqual(a.report.history_messages_added, 10)
+        b = self.compress(conversation=openai_conv(msgs[10:]), session_id=session,
+                          session_sync=C.SESSION_SYNC_APPEND)
+        self.assertEqual(b.report.messages_before, len(msgs))
+        self.assertEqual(b.report.history_messages_added, len(msgs) - 10)
+        hist, h = self.history(session)
+        self.assertEqual(all_text(hist), all_text(msgs))
+        # FULL with a conversation that differs at message 3: a new revision.
+        changed = json.loads(json.dumps(msgs))
+        changed[3]["content"] = "something else entirely"
+        c = self.compress(conversation=openai_conv(changed), session_id=session)
+        self.assertEqual(c.report.history_revision, 2)
+        div = [w for w in c.report.warnings
+               if w.code == C.COMPRESSION_WARNING_CODE_HISTORY_DIVERGED]
+        self.assertEqual(div[0].message_index, 3)
+        new, h2 = self.history(session)
+        self.assertEqual((h2.revision, h2.latest_revision), (2, 2))
+        self.assertIn("something else entirely", all_text(new))
+        old, h1 = self.history(session, revision=1)
+        self.assertEqual(h1.revision, 1)
+        self.assertEqual(all_text(old), all_text(msgs))
+
+    def test_dry_run_stores_nothing_and_reads_are_scoped(self):
+        session = "s-" + uuid.uuid4().hex
+        conv = openai_conv([{"role": "user", "content": "hi"}])
+        self.compress(conversation=conv, session_id=session, dry_run=True)
+        nf = grpc.StatusCode.NOT_FOUND
+        self.assertRpcError(nf, self.rpc, "GetHistory", C.GetHistoryRequest(session_id=session),
+                            contains=("session_id",))
+        self.compress(conversation=conv, session_id=session)
+        self.rpc("GetHistory", C.GetHistoryRequest(session_id=session))
+        self.assertRpcError(nf, self.rpc, "GetHistory", C.GetHistoryRequest(session_id=session),
+                            self.other_md)
+        self.assertRpcError(nf, self.rpc, "GetArtifact",
+                            C.GetArtifactRequest(artifact_id="art_nope"), contains=("artifact_id",))
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        self.assertRpcError(bad, self.rpc, "GetArtifact", C.GetArtifactRequest(),
+                            contains=("artifact_id",))
+        self.assertRpcError(bad, self.rpc, "ListArtifacts", C.ListArtifactsRequest(),
+                            contains=("session_id",))
+        self.assertRpcError(bad, self.compress, conversation=conv, session_id="has space",
+                            contains=("session_id",))
+
+    def test_artifact_ranges_and_paging(self):
+        session = "s-" + uuid.uuid4().hex
+        msgs = [{"role": "user", "content": "read them"},
+                {"role": "assistant", "tool_calls": [
+                    {"id": f"c{i}", "type": "function",
+                     "function": {"name": "read_file", "arguments": "{}"}} for i in range(3)]}]
+        for i in range(3):
+            msgs.append({"role": "tool", "tool_call_id": f"c{i}",
+                         "content": f"file {i} " + "0123456789" * 3000})
+        msgs.append({"role": "assistant", "content": "done"})
+        resp = self.compress(conversation=openai_conv(msgs), model="gpt-4o",
+                             context_window_tokens=60000, session_id=session, force=True)
+        arts = resp.report.artifacts
+        self.assertEqual(len(arts), 3)
+        self.assertEqual([a.tool_call_id for a in arts], ["c0", "c1", "c2"])
+        out = out_messages(resp.conversation)
+        self.assertIn(arts[0].artifact_id, out[2]["content"])
+        r = self.rpc("GetArtifact", C.GetArtifactRequest(artifact_id=arts[1].artifact_id,
+                                                         offset=5, length=10))
+        self.assertEqual(r.content, b"1 01234567")
+        self.assertFalse(r.eof)
+        self.assertRpcError(grpc.StatusCode.OUT_OF_RANGE, self.rpc, "GetArtifact",
+                            C.GetArtifactRequest(artifact_id=arts[1].artifact_id,
+                                                 offset=10 ** 6))
+        ids, token = [], ""
+        while True:
+            page = self.rpc("ListArtifacts", C.ListArtifactsRequest(
+                session_id=session, page_size=1, page_token=token))
+            ids += [a.artifact_id for a in page.artifacts]
+            token = page.next_page_token
+            if not token:
+                break
+        self.assertEqual(ids, [a.artifact_id for a in arts])
+        only = self.rpc("ListArtifacts", C.ListArtifactsRequest(session_id=session,
+                                                                tool_call_id="c2"))
+        self.assertEqual([a.artifact_id for a in only.artifacts], [arts[2].artifact_id])
+
+    def test_compression_stats_add_up_the_reports(self):
+        d = json.load(open(samples()[1]))
+        msgs = d["messages"]
+        session = "s-" + uuid.uuid4().hex
+        reports = []
+        for end, strategy in ((120, C.COMPRESSION_STRATEGY_TRIMMING),
+                              (180, C.COMPRESSION_STRATEGY_TRIMMING),
+                              (len(msgs), C.COMPRESSION_STRATEGY_SUMMARIZING)):
+            resp = self.compress(conversation=openai_conv(msgs[:end], d.get("tools")),
+                                 model="gpt-4o", context_window_tokens=64000,
+                                 policy=C.CompressionPolicy(strategy=strategy),
+                                 session_id=session)
+            reports.append(resp.report)
+        # A dry run is not counted.
+        self.compress(conversation=openai_conv(msgs, d.get("tools")), model="gpt-4o",
+                      context_window_tokens=64000, session_id=session, dry_run=True)
+        st = self.rpc("GetCompressionStats", C.GetCompressionStatsRequest(session_id=session))
+        self.assertEqual(st.compress_calls, 3)
+        self.assertEqual(st.triggered_calls, sum(r.triggered for r in reports))
+        self.assertEqual(st.tokens_before, sum(r.tokens_before for r in reports))
+        self.assertEqual(st.tokens_after, sum(r.tokens_after for r in reports))
+        self.assertEqual(st.tokens_saved, st.tokens_before - st.tokens_after)
+        self.assertEqual(st.artifacts_created, sum(len(r.artifacts) for r in reports))
+        self.assertEqual(st.artifact_bytes, sum(a.size_bytes for r in reports for a in r.artifacts))
+        self.assertEqual(st.boundary_moves, sum(r.boundary_moved for r in reports))
+        self.assertEqual(st.cache_tokens_invalidated,
+                         sum(r.cache_tokens_invalidated for r in reports))
+        self.assertEqual(st.trim_boundary, reports[-1].trim_boundary_after)
+        self.assertEqual(st.history_messages, len(msgs))
+        by_strategy = {s.strategy: s for s in st.by_strategy}
+        self.assertEqual(by_strategy[C.COMPRESSION_STRATEGY_TRIMMING].calls, 2)
+        self.assertEqual(by_strategy[C.COMPRESSION_STRATEGY_SUMMARIZING].calls, 1)
+        self.assertEqual(sum(s.tokens_saved for s in st.by_strategy), st.tokens_saved)
+        for ls in st.by_layer:
+            runs = [l for r in reports for l in r.layers if l.layer == ls.layer]
+            self.assertEqual(ls.applied,
+                             sum(l.outcome == C.LAYER_OUTCOME_APPLIED for l in runs), ls)
+            self.assertEqual(ls.tokens_saved, sum(l.tokens_saved for l in runs
+                                                  if l.outcome == C.LAYER_OUTCOME_APPLIED))
+        tenant = self.rpc("GetCompressionStats", C.GetCompressionStatsRequest())
+        self.assertGreaterEqual(tenant.compress_calls, st.compress_calls)
+        self.assertEqual(self.rpc("GetCompressionStats", C.GetCompressionStatsRequest(),
+                                  self.other_md).compress_calls, 0)
+        self.assertRpcError(grpc.StatusCode.NOT_FOUND, self.rpc, "GetCompressionStats",
+                            C.GetCompressionStatsRequest(session_id="s-unknown"),
+                            contains=("session_id",))
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.rpc, "GetCompressionStats",
+                            C.GetCompressionStatsRequest(since_unix_ms=-1),
+                            contains=("since_unix_ms",))

@@ -1,0 +1,408 @@
+/* test_compress_props.c - the cascade's invariants (DESIGN.md §4) over thousands of generated
+ * conversations (seeded PRNG, so a failure names a reproducible seed): the output passes
+ * cg_validate; user and system text parts are input parts, in order, and system text is
+ * never dropped; the target (ceiling for TRIMMING) is reached whenever it is reachable; the
+ * same input and boundary give byte-identical output; over a 200-turn session compressed
+ * every turn the prompt prefix stays unchanged on at least 90 % of turns.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/tokdata.h"
+#include "core/compress.h"
+#include "core/conv_json.h"
+#include "core/tok.h"
+#include "core/validate.h"
+
+struct rng {
+    uint64_t s;
+};
+
+static uint64_t next(struct rng *r)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
+static unsigned pick(struct rng *r, unsigned n)
+{
+    return (unsigned)(next(r) % n);
+}
+
+static const char *const words[] = {"the",  "build", "fails", "on",     "runner", "timeout",
+                                    "250",  "ms",    "in",    "config", "file",   "db-91",
+                                    "port", "5432",  "why",   "error",  "stack",  "trace",
+                                    "ok",   "fix",   "retry", "queue",  "über",   "日本語"};
+
+/* n random words into buf (NUL-terminated); returns the length. */
+static size_t text(struct rng *r, char *buf, size_t cap, size_t n_words)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n_words && len + 32 < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? " " : "",
+                                words[pick(r, sizeof words / sizeof words[0])]);
+    buf[len] = '\0';
+    return len;
+}
+
+static size_t json_blob(struct rng *r, char *buf, size_t cap, size_t n)
+{
+    size_t len = 0;
+    bool array = pick(r, 2);
+    len += (size_t)snprintf(buf, cap, array ? "[" : "{");
+    for (size_t i = 0; i < n && len + 200 < cap; i++) {
+        if (array)
+            len += (size_t)snprintf(buf + len, cap - len, "%s{\"id\":%zu,\"name\":\"item %zu\"}",
+                                    i ? "," : "", i, i * 7);
+        else
+            len += (size_t)snprintf(buf + len, cap - len, "%s\"k%zu\":\"value %zu %s\"",
+                                    i ? "," : "", i, i, words[pick(r, 20)]);
+    }
+    len += (size_t)snprintf(buf + len, cap - len, array ? "]" : "}");
+    return len;
+}
+
+static void add_text(struct cg_conv *c, cg_role role, const char *s, size_t len)
+{
+    struct cg_message *m;
+    struct cg_part *p;
+    struct cg_err err;
+    cr_assert_eq(cg_conv_add_message(c, role, &m, &err), CG_OK);
+    cr_assert_eq(cg_conv_add_part(c, m, CG_PART_TEXT, &p, &err), CG_OK);
+    cr_assert_eq(cg_conv_str(c, s, len, &p->u.text, &err), CG_OK);
+}
+
+#define BUF (64 * 1024)
+
+/* A conversation of `turns` turns with tool pairs, long and JSON outputs, reasoning, writes,
+ * and (when `broken`) an orphan result and a dangling call to repair. */
+static struct cg_conv *generate(struct rng *r, int turns, bool broken)
+{
+    struct cg_conv *c = cg_conv_new(NULL);
+    static char buf[BUF];
+    struct cg_err err;
+    size_t len;
+    if (pick(r, 4) != 0) {
+        len = text(r, buf, BUF, 5 + pick(r, 40));
+        add_text(c, CG_ROLE_SYSTEM, buf, len);
+    }
+    int call_id = 0;
+    for (int t = 0; t < turns; t++) {
+        len = text(r, buf, BUF, 1 + (pick(r, 10) == 0 ? 300 + pick(r, 600) : pick(r, 30)));
+        add_text(c, CG_ROLE_USER, buf, len);
+        int steps = (int)pick(r, 4);
+        for (int s = 0; s < steps; s++) {
+            struct cg_message *m;
+            struct cg_part *p;
+            cr_assert_eq(cg_conv_add_message(c, CG_ROLE_ASSISTANT, &m, &err), CG_OK);
+            if (pick(r, 3) == 0) {
+                cr_assert_eq(cg_conv_add_part(c, m, CG_PART_REASONING, &p, &err), CG_OK);
+                len = text(r, buf, BUF, 10 + pick(r, 50));
+                cr_assert_eq(cg_conv_str(c, buf, len, &p->u.reasoning.text, &err), CG_OK);
+            }
+            if (pick(r, 2) == 0) {
+                cr_assert_eq(cg_conv_add_part(c, m, CG_PART_TEXT, &p, &err), CG_OK);
+                len = text(r, buf, BUF, 3 + pick(r, 60));
+                cr_assert_eq(cg_conv_str(c, buf, len, &p->u.text, &err), CG_OK);
+            }
+            int calls = 1 + (int)pick(r, 3);
+            int first = call_id;
+            for (int k = 0; k < calls; k++) {
+                m = &c->messages[c->n_messages - 1];
+                cr_assert_eq(cg_conv_add_part(c, m, CG_PART_TOOL_CALL, &p, &err), CG_OK);
+                char id[32];
+                int n = snprintf(id, sizeof id, "call_%d", call_id++);
+                cr_assert_eq(cg_conv_str(c, id, (size_t)n, &p->u.tool_call.id, &err), CG_OK);
+                bool write = pick(r, 4) == 0;
+                const char *name = write ? "write_file" : "read_file";
+                cr_assert_eq(cg_conv_str(c, name, strlen(name), &p->u.tool_call.name, &err), CG_OK);
+                char args[4096];
+                char body[3000];
+                text(r, body, sizeof body, write ? 50 + pick(r, 300) : 1);
+                n = snprintf(args, sizeof args, "{\"path\":\"src/f%d.c\",\"content\":\"%s\"}", k,
+                             body);
+                cr_assert_eq(cg_conv_str(c, args, (size_t)n, &p->u.tool_call.arguments, &err),
+                             CG_OK);
+            }
+            bool dangling = broken && pick(r, 8) == 0;
+            for (int k = 0; k < calls; k++) {
+                if (dangling && k == calls - 1)
+                    break;
+                cr_assert_eq(cg_conv_add_message(c, CG_ROLE_TOOL, &m, &err), CG_OK);
+                cr_assert_eq(cg_conv_add_part(c, m, CG_PART_TOOL_RESULT, &p, &err), CG_OK);
+                char id[32];
+                int n = snprintf(id, sizeof id, "call_%d", first + k);
+                cr_assert_eq(cg_conv_str(c, id, (size_t)n, &p->u.tool_result.tool_call_id, &err),
+                             CG_OK);
+                unsigned kind = pick(r, 6);
+                if (kind == 0)
+                    len = json_blob(r, buf, BUF, 50 + pick(r, 800));
+                else if (kind == 1)
+                    len = text(r, buf, BUF, 2000 + pick(r, 4000));
+                else
+                    len = text(r, buf, BUF, 5 + pick(r, 100));
+                cr_assert_eq(cg_conv_str(c, buf, len, &p->u.tool_result.content, &err), CG_OK);
+            }
+            if (broken && pick(r, 10) == 0) {
+                cr_assert_eq(cg_conv_add_message(c, CG_ROLE_TOOL, &m, &err), CG_OK);
+                cr_assert_eq(cg_conv_add_part(c, m, CG_PART_TOOL_RESULT, &p, &err), CG_OK);
+                cr_assert_eq(cg_conv_str(c, "ghost", 5, &p->u.tool_result.tool_call_id, &err),
+                             CG_OK);
+                cr_assert_eq(cg_conv_str(c, "orphan", 6, &p->u.tool_result.content, &err), CG_OK);
+            }
+        }
+        len = text(r, buf, BUF, 2 + pick(r, 80));
+        add_text(c, CG_ROLE_ASSISTANT, buf, len);
+    }
+    return c;
+}
+
+static char *to_json(const struct cg_conv *conv)
+{
+    char *out;
+    size_t len;
+    struct cg_err err = {0};
+    cr_assert_eq(cg_conv_json_write(conv, CG_CONV_JSON_OPENAI, &out, &len, &err), CG_OK, "%s",
+                 err.msg);
+    return out;
+}
+
+static bool is_ctxguard_text(const struct cg_str *s)
+{
+    return (s->len >= 9 && memcmp(s->ptr, "[ctxguard", 9) == 0) ||
+           (s->len == 20 && memcmp(s->ptr, "[conversation start]", 20) == 0);
+}
+
+/* User and system text parts of the output are input ones, in order; every system part of
+ * the input is in the output. */
+static void check_text_kept(const struct cg_conv *in, const struct cg_conv *out, uint64_t seed)
+{
+    size_t im = 0, ip = 0;
+    size_t system_in = 0, system_out = 0;
+    for (size_t i = 0; i < in->n_messages; i++)
+        if (cg_conv_role_is_system(in->messages[i].role))
+            system_in += in->messages[i].n_parts;
+    for (size_t m = 0; m < out->n_messages; m++) {
+        const struct cg_message *om = &out->messages[m];
+        if (om->role != CG_ROLE_USER && !cg_conv_role_is_system(om->role))
+            continue;
+        for (size_t k = 0; k < om->n_parts; k++) {
+            if (om->parts[k].kind != CG_PART_TEXT || is_ctxguard_text(&om->parts[k].u.text))
+                continue;
+            if (cg_conv_role_is_system(om->role))
+                system_out++;
+            const struct cg_str *want = &om->parts[k].u.text;
+            bool found = false;
+            for (; im < in->n_messages && !found; im++, ip = 0) {
+                const struct cg_message *m2 = &in->messages[im];
+                if (m2->role != om->role) {
+                    continue;
+                }
+                for (; ip < m2->n_parts; ip++) {
+                    const struct cg_part *p = &m2->parts[ip];
+                    if (p->kind == CG_PART_TEXT && p->u.text.len == want->len &&
+                        memcmp(p->u.text.ptr, want->ptr, want->len) == 0) {
+                        found = true;
+                        ip++;
+                        break;
+                    }
+                }
+                if (found)
+                    break;
+            }
+            cr_assert(found, "seed %llu: output message %zu part %zu is not an input text",
+                      (unsigned long long)seed, m, k);
+        }
+    }
+    cr_assert_eq(system_in, system_out, "seed %llu: system text dropped", (unsigned long long)seed);
+}
+
+static struct cg_tok_encoding *load_o200k(void)
+{
+    struct cg_tokdata data;
+    struct cg_err err = {0};
+    if (cg_tokdata_load(NULL, "o200k_base", &data, &err) != CG_OK)
+        return NULL;
+    struct cg_tok_encoding *enc = NULL;
+    if (cg_tok_encoding_new(data.data, data.len, &enc, &err) != CG_OK)
+        enc = NULL;
+    cg_tokdata_cleanup(&data);
+    return enc;
+}
+
+struct setup {
+    struct cg_compress_count_state state;
+    struct cg_compress_input in;
+    struct cg_compress_policy p;
+    struct cg_model_info model;
+};
+
+static void make_setup(struct setup *s, struct rng *r, const struct cg_conv *c,
+                       const struct cg_tok_encoding *enc)
+{
+    memset(s, 0, sizeof *s);
+    s->state.enc = enc;
+    s->state.profile = CG_PROFILE_OPENAI;
+    cg_models_lookup(pick(r, 2) ? "gpt-4o" : "claude-sonnet-4", &s->model);
+    const cg_dialect dialects[] = {CG_DIALECT_OPENAI, CG_DIALECT_ANTHROPIC, CG_DIALECT_GENERIC};
+    s->in.conv = c;
+    s->in.model = &s->model;
+    s->in.dialect = dialects[pick(r, 3)];
+    s->in.context_window = 2000 + pick(r, 60000);
+    s->in.offload = pick(r, 2);
+    cg_compress_counter_init(&s->in.counter, &s->state, c);
+    cg_compress_policy_defaults(&s->p,
+                                pick(r, 3) == 0 ? CG_STRATEGY_TRIMMING : CG_STRATEGY_SUMMARIZING,
+                                cg_preset_get(1 + (int)pick(r, 3)));
+    s->p.reserved_output_tokens = pick(r, 2) ? 0 : 1000;
+}
+
+/* A conservative floor: what is left when every assistant and tool message is trimmed or
+ * dropped and every user and system message kept. */
+static int64_t floor_tokens(const struct setup *s, const struct cg_conv *c)
+{
+    int64_t total = s->in.counter.fixed_tokens;
+    for (size_t i = 0; i < c->n_messages; i++) {
+        const struct cg_message *m = &c->messages[i];
+        if (m->role == CG_ROLE_USER || cg_conv_role_is_system(m->role))
+            total += s->in.counter.count_message(s->in.counter.ctx, m);
+        else
+            total += 40;
+    }
+    return total + 40;
+}
+
+Test(compress_props, generated_conversations_keep_every_invariant, .timeout = 240)
+{
+    struct cg_tok_encoding *enc = load_o200k();
+    int reachable = 0, reached = 0, triggered = 0;
+    const int N = 2500;
+    for (uint64_t seed = 1; seed <= (uint64_t)N; seed++) {
+        struct rng r = {seed * 0x9E3779B97F4A7C15ull + 1};
+        struct cg_conv *c = generate(&r, 1 + (int)pick(&r, 25), pick(&r, 3) == 0);
+        struct setup s;
+        make_setup(&s, &r, c, seed % 10 == 0 ? enc : NULL);
+        s.in.trim_boundary = pick(&r, 4) == 0 ? pick(&r, (unsigned)c->n_messages + 1) : 0;
+        struct cg_compress_result a, b;
+        struct cg_err err = {0};
+        cr_assert_eq(cg_compress_run(&s.in, &s.p, &a, &err), CG_OK, "seed %llu: %s",
+                     (unsigned long long)seed, err.msg);
+        /* Valid for the dialect. */
+        struct cg_validate_input vin = {.conv = a.conv, .dialect = s.in.dialect};
+        struct cg_validate_result vr;
+        cr_assert_eq(cg_validate(&vin, &vr, &err), CG_OK);
+        cr_assert(vr.valid, "seed %llu: output invalid: %s", (unsigned long long)seed,
+                  vr.n ? vr.issues[0].message : "");
+        cg_validate_result_free(&vr);
+        check_text_kept(c, a.conv, seed);
+        /* Report consistency. */
+        cr_assert_eq(a.messages_after, (int64_t)a.conv->n_messages);
+        cr_assert_eq(a.target_reached, !a.triggered || a.tokens_after <= a.target_tokens);
+        cr_assert_geq(a.boundary_after, a.boundary_before);
+        if (a.triggered)
+            triggered++;
+        /* Reached whenever reachable. */
+        int64_t goal = s.p.strategy == CG_STRATEGY_TRIMMING ? a.ceiling_tokens : a.target_tokens;
+        if (a.triggered && floor_tokens(&s, c) <= goal) {
+            reachable++;
+            cr_assert_leq(a.tokens_after, goal, "seed %llu: %lld > %lld (strategy %d)",
+                          (unsigned long long)seed, (long long)a.tokens_after, (long long)goal,
+                          s.p.strategy);
+            reached++;
+        }
+        /* Deterministic. */
+        cr_assert_eq(cg_compress_run(&s.in, &s.p, &b, &err), CG_OK);
+        char *ja = to_json(a.conv), *jb = to_json(b.conv);
+        cr_assert_str_eq(ja, jb, "seed %llu: two runs differ", (unsigned long long)seed);
+        cr_assert_eq(a.boundary_after, b.boundary_after);
+        free(ja);
+        free(jb);
+        cg_compress_result_free(&a);
+        cg_compress_result_free(&b);
+        cg_conv_free(c);
+    }
+    cr_log_info("%d conversations, %d triggered, %d reachable, %d reached", N, triggered, reachable,
+                reached);
+    cr_assert_gt(triggered, N / 4, "the generator must exercise the cascade");
+    cr_assert_gt(reachable, N / 8);
+    cg_tok_encoding_free(enc);
+}
+
+/* Output messages [0, n) of the previous turn, as JSON texts, against this turn's. */
+static bool prefix_kept(const struct cg_conv *prev, const struct cg_conv *cur)
+{
+    if (prev == NULL)
+        return true;
+    if (cur->n_messages < prev->n_messages)
+        return false;
+    struct cg_conv *a = cg_conv_new(NULL), *b = cg_conv_new(NULL);
+    struct cg_err err;
+    for (size_t i = 0; i < prev->n_messages; i++) {
+        cr_assert_eq(cg_conv_copy_message(a, &prev->messages[i], &err), CG_OK);
+        cr_assert_eq(cg_conv_copy_message(b, &cur->messages[i], &err), CG_OK);
+    }
+    char *ja = to_json(a), *jb = to_json(b);
+    bool same = strcmp(ja, jb) == 0;
+    free(ja);
+    free(jb);
+    cg_conv_free(a);
+    cg_conv_free(b);
+    return same;
+}
+
+Test(compress_props, long_session_keeps_the_prompt_prefix, .timeout = 240)
+{
+    struct rng r = {42};
+    struct cg_conv *full = generate(&r, 200, false);
+    /* The turns: the conversation up to each user message. */
+    size_t starts[256], n_turns = 0;
+    for (size_t i = 0; i < full->n_messages && n_turns < 256; i++)
+        if (full->messages[i].role == CG_ROLE_USER)
+            starts[n_turns++] = i;
+    cr_assert_eq(n_turns, 200);
+    struct cg_conv *prev = NULL;
+    int64_t boundary = 0;
+    int kept = 0, moves = 0, triggered = 0;
+    for (size_t t = 1; t <= n_turns; t++) {
+        size_t end = t < n_turns ? starts[t] : full->n_messages;
+        struct cg_conv *c = cg_conv_new(NULL);
+        struct cg_err err = {0};
+        for (size_t i = 0; i < end; i++)
+            cr_assert_eq(cg_conv_copy_message(c, &full->messages[i], &err), CG_OK);
+        struct setup s;
+        memset(&s, 0, sizeof s);
+        s.state.profile = CG_PROFILE_OPENAI;
+        cg_models_lookup("gpt-4o", &s.model);
+        s.in.conv = c;
+        s.in.model = &s.model;
+        s.in.dialect = CG_DIALECT_OPENAI;
+        s.in.context_window = 128000;
+        s.in.trim_boundary = boundary;
+        cg_compress_counter_init(&s.in.counter, &s.state, c);
+        cg_compress_policy_defaults(&s.p, CG_STRATEGY_TRIMMING, NULL);
+        struct cg_compress_result res;
+        cr_assert_eq(cg_compress_run(&s.in, &s.p, &res, &err), CG_OK, "turn %zu: %s", t, err.msg);
+        cr_assert_leq(res.tokens_after, res.ceiling_tokens, "turn %zu", t);
+        if (prefix_kept(prev, res.conv))
+            kept++;
+        moves += res.boundary_moved;
+        triggered += res.triggered;
+        boundary = res.boundary_after;
+        cg_conv_free(prev);
+        prev = res.conv;
+        res.conv = NULL;
+        cg_compress_result_free(&res);
+        cg_conv_free(c);
+    }
+    cr_log_info("200 turns: prefix kept on %d, %d boundary moves, %d triggered", kept, moves,
+                triggered);
+    cr_assert_gt(triggered, 50, "the session must grow past the trigger");
+    cr_assert_gt(moves, 0);
+    cr_assert_geq(kept, 180, "prefix unchanged on %d of 200 turns", kept);
+    cg_conv_free(prev);
+    cg_conv_free(full);
+}
