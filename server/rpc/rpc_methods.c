@@ -126,8 +126,8 @@ static const struct cg_rpc_method methods[] = {
     UNARY(CONTEXT, ValidateContext, CG_AUTH_TENANT, true, ctxguard__v1__validate_context_request,
           ctxguard__v1__validate_context_response, cg_rpc_context_validate),
     UNARY(CONTEXT, GetCompressionStats, CG_AUTH_TENANT, true,
-          ctxguard__v1__get_compression_stats_request,
-          ctxguard__v1__get_compression_stats_response, cg_rpc_context_get_stats),
+          ctxguard__v1__get_compression_stats_request, ctxguard__v1__get_compression_stats_response,
+          cg_rpc_context_get_stats),
 };
 
 #define METHOD_COUNT (sizeof methods / sizeof methods[0])
