@@ -10,12 +10,10 @@
  */
 #include "rpc/rpc_handlers.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/clock.h"
-#include "base/tokdata.h"
 #include "core/compress.h"
 #include "core/models.h"
 #include "core/tok.h"
@@ -24,6 +22,7 @@
 #include "ctxguard/v1/context.pb-c.h"
 #include "rpc/rpc_context_state.h"
 #include "rpc/rpc_conv.h"
+#include "rpc/rpc_summary.h"
 
 #define NEW(call, type, init)                                                                      \
     ({                                                                                             \
@@ -40,31 +39,18 @@
 
 /* ------------------------------------------------------------------ encodings --------- */
 
-/* The two encodings, built once per process; NULL when the rank data cannot be loaded (then
- * counts are estimated and the report says so). Read-only once built. */
-static struct cg_tok_encoding *encodings[3];
-static pthread_once_t encodings_once = PTHREAD_ONCE_INIT;
-
-static void encodings_load(void)
+/* The exact encoding of a model, from the tokenizers main.c loaded at start (the
+ * `token_data_dir` setting); NULL for models without one (then counts are estimated and the
+ * report says so). */
+static const struct cg_tok_encoding *encoding_for(const struct cg_rpc_env *env, cg_encoding e)
 {
-    static const char *const names[3] = {NULL, "cl100k_base", "o200k_base"};
-    for (int i = 1; i <= 2; i++) {
-        struct cg_tokdata data;
-        struct cg_err err = {0};
-        if (cg_tokdata_load(NULL, names[i], &data, &err) != CG_OK)
-            continue;
-        if (cg_tok_encoding_new(data.data, data.len, &encodings[i], &err) != CG_OK)
-            encodings[i] = NULL;
-        cg_tokdata_cleanup(&data);
-    }
-}
-
-static const struct cg_tok_encoding *encoding_for(cg_encoding e)
-{
-    if (e != CG_ENCODING_CL100K_BASE && e != CG_ENCODING_O200K_BASE)
+    if (env->tokenizers == NULL)
         return NULL;
-    pthread_once(&encodings_once, encodings_load);
-    return encodings[e];
+    if (e == CG_ENCODING_CL100K_BASE)
+        return env->tokenizers->cl100k_base;
+    if (e == CG_ENCODING_O200K_BASE)
+        return env->tokenizers->o200k_base;
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ shared checks ----- */
@@ -407,6 +393,54 @@ static Ctxguard__V1__CompressionReport *report_out(struct cg_rpc_call *call,
 
 /* ------------------------------------------------------------------ Compress ---------- */
 
+/* What the summary layer's callback needs of the call. */
+struct summary_ctx {
+    struct cg_rpc_call *call;
+    const struct cg_rpc_env *env;
+    const char *session_id;
+    cg_profile profile;
+    int kind; /* SummarizerKind: AUTO, LLM or EXTRACTIVE */
+};
+
+/* cg_compress_summarize_cb: the messages [from, to) redacted, then summarized. A failure (the
+ * LLM with no fallback, say) fails the layer only: the cascade keeps what the other layers
+ * did and reports why. */
+static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t from, size_t to,
+                                 int64_t target_tokens, char **summary_out, struct cg_err *err)
+{
+    struct summary_ctx *sc = ctx;
+    *summary_out = NULL;
+    struct cg_err saved = sc->call->err;
+    struct cg_redact_counts counts;
+    memset(&counts, 0, sizeof counts);
+    struct cg_conv *redacted = NULL;
+    cg_status st = cg_rpc_redact_conv(sc->call, sc->env, sc->session_id, conv, &redacted, &counts);
+    struct cg_rpc_summary_result out;
+    memset(&out, 0, sizeof out);
+    cg_summary_init(&out.summary);
+    if (st == CG_OK) {
+        struct cg_rpc_summary_opts opts = {
+            .kind = sc->kind,
+            .target_tokens = target_tokens < 64     ? 64
+                             : target_tokens > 2000 ? 2000
+                                                    : target_tokens,
+            .from = from,
+            .to = to,
+            .profile = sc->profile,
+        };
+        st = cg_rpc_summarize(sc->call, sc->env, redacted, &opts, &out);
+    }
+    if (st == CG_OK && (*summary_out = strdup(out.summary.text ? out.summary.text : "")) == NULL)
+        st = cg_err_set(&sc->call->err, CG_NOMEM, "out of memory");
+    if (st != CG_OK && err != NULL)
+        *err = sc->call->err;
+    /* The call itself goes on: what a failed summary said belongs to the layer's report. */
+    sc->call->err = saved;
+    cg_summary_cleanup(&out.summary);
+    cg_conv_free(redacted);
+    return st;
+}
+
 CG_HANDLER(cg_rpc_context_compress)
 {
     (void)env;
@@ -459,7 +493,7 @@ CG_HANDLER(cg_rpc_context_compress)
         }
         cg_validate_result_free(&vr);
     }
-    struct cg_compress_count_state cs = {.enc = encoding_for(model.encoding),
+    struct cg_compress_count_state cs = {.enc = encoding_for(env, model.encoding),
                                          .profile = model.profile};
     struct cg_compress_input in = {
         .conv = conv,
@@ -471,12 +505,21 @@ CG_HANDLER(cg_rpc_context_compress)
         .force = req->force,
         .offload = false,
         .offload_skip_reason = "offload needs a session (artifacts are stored with it)",
-        .no_summary_reason =
-            req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE
-                ? "summarizer NONE"
-                : "no summarizer is wired into Compress yet; the window layer did the reduction",
+        .no_summary_reason = "summarizer NONE",
         .clock = clock_ms,
     };
+    /* The summary layer: PII redacted first, then the LLM or the extractive summarizer by
+     * the request's SummarizerKind (rpc_summary.h). */
+    struct summary_ctx sctx = {.call = call,
+                               .env = env,
+                               .session_id = req->session_id,
+                               .profile = model.profile,
+                               .kind =
+                                   req->summarizer ? (int)req->summarizer : CG_RPC_SUMMARIZER_AUTO};
+    if (req->summarizer != CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE) {
+        in.summarize = summarize_range;
+        in.summarize_ctx = &sctx;
+    }
     cg_compress_counter_init(&in.counter, &cs, conv);
     struct cg_rpc_ctx_state state = {0};
     if (req->session_id[0] != '\0') {
@@ -609,7 +652,7 @@ CG_HANDLER(cg_rpc_context_validate)
     bool defaulted;
     model_window(req->model[0] ? req->model : conv->model.ptr, req->context_window_tokens, &model,
                  &window, &defaulted);
-    struct cg_compress_count_state cs = {.enc = encoding_for(model.encoding),
+    struct cg_compress_count_state cs = {.enc = encoding_for(env, model.encoding),
                                          .profile = model.profile};
     struct cg_compress_counter counter;
     cg_compress_counter_init(&counter, &cs, conv);

@@ -107,6 +107,47 @@ class CompressTest(cgtest.TestCase):
                     self.assertIn(C.COMPRESSION_WARNING_CODE_ESTIMATED_COUNTS, codes)
         self.assertEqual(reached, len(files), "the target is reachable for every sample")
 
+    def summary_layer(self, summarizer):
+        """Compresses a long chat with the sliding window off, so that the summary layer
+        must do the work; returns (response, the summary layer's result)."""
+        msgs = [{"role": "system", "content": "You are a build assistant."}]
+        for i in range(60):
+            msgs.append({"role": "user", "content": f"Step {i}: the cache size is {i * 64} MB "
+                         f"and the job runs on node-{i % 7}. " + "Details follow. " * 40})
+            msgs.append({"role": "assistant", "content": f"Noted step {i}; next I check "
+                         f"/srv/build/{i}.log for errors. " + "More words here. " * 40})
+        pol = C.CompressionPolicy(target_ratio=0.2, reserved_output_tokens=0,
+                                  disabled_layers=[C.COMPRESSION_LAYER_SLIDING_WINDOW])
+        resp = self.compress(conversation=openai_conv(msgs), model="gpt-4o",
+                             context_window_tokens=40000, policy=pol, force=True,
+                             summarizer=summarizer)
+        layer = next(l for l in resp.report.layers
+                     if l.layer == C.COMPRESSION_LAYER_SUMMARIZE)
+        return resp, layer
+
+    def test_the_summary_layer_writes_a_summary(self):
+        resp, layer = self.summary_layer(C.SUMMARIZER_KIND_EXTRACTIVE)
+        self.assertEqual(layer.outcome, C.LAYER_OUTCOME_APPLIED, layer)
+        self.assertGreater(layer.tokens_saved, 0)
+        out = json.loads(resp.conversation.openai_json)
+        out = out["messages"] if isinstance(out, dict) else out
+        self.assertLess(len(out), 121, "the middle became one message")
+        self.assertEqual(sum("Session intent" in json.dumps(m) for m in out), 1,
+                         "one summary message, with the summary's sections")
+        self.check_report(resp.report, resp.conversation.openai_json)
+        v = self.validate(conversation=resp.conversation, model="gpt-4o")
+        self.assertTrue(v.valid, [i.message for i in v.issues])
+
+    def test_a_failing_summary_leaves_the_other_layers_work(self):
+        # No LLM is configured: LLM-only summaries fail; the layer says so and nothing else
+        # is lost (the output is still valid and reduced by the layers that ran).
+        resp, layer = self.summary_layer(C.SUMMARIZER_KIND_LLM)
+        self.assertEqual(layer.outcome, C.LAYER_OUTCOME_FAILED, layer)
+        self.assertTrue(layer.detail)
+        self.assertIn(C.COMPRESSION_WARNING_CODE_LAYER_FAILED,
+                      {w.code for w in resp.report.warnings})
+        self.check_report(resp.report, resp.conversation.openai_json)
+
     def test_same_input_and_boundary_give_identical_output(self):
         d = json.load(open(samples()[1]))
         conv = openai_conv(d["messages"], d.get("tools"))
