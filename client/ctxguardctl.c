@@ -1,5 +1,6 @@
 /* ctxguardctl.c - the command-line client of ctxguard: admin (tenants, keys), diagnostics
- * (health, whoami, ping), budgets, token counts, summaries, over the client library.
+ * (health, whoami, ping), budgets, token counts, summaries, compression, over the client
+ * library.
  *
  * Commands live in one table (`commands` below). Adding a command is adding a row and its
  * function: the row gives the words, the positional arguments, the options, which key it
@@ -1690,6 +1691,131 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------------ compress --- */
+
+/* Writes len bytes of text to path ("-": standard output). Nonzero after a message. */
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "wb");
+    if (f == NULL) {
+        fprintf(stderr, PROG ": cannot write %s: %s\n", path, strerror(errno));
+        return EXIT_FAIL;
+    }
+    size_t n = strlen(text);
+    bool ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
+    if (f != stdout)
+        ok = fclose(f) == 0 && ok;
+    if (!ok) {
+        fprintf(stderr, PROG ": cannot write %s: %s\n", path, strerror(errno));
+        return EXIT_FAIL;
+    }
+    return 0;
+}
+
+static int cmd_compress(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__CompressRequest req = CTXGUARD__V1__COMPRESS_REQUEST__INIT;
+    Ctxguard__V1__Conversation conv = CTXGUARD__V1__CONVERSATION__INIT;
+    Ctxguard__V1__CompressionPolicy policy = CTXGUARD__V1__COMPRESSION_POLICY__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *model = option_value(cmd, args, "--model");
+    const char *window = option_value(cmd, args, "--window");
+    const char *target = option_value(cmd, args, "--target-ratio");
+    const char *strategy = option_value(cmd, args, "--strategy");
+    const char *session = option_value(cmd, args, "--session");
+    const char *out_path = option_value(cmd, args, "--out");
+    long window_tokens = 0;
+    if (window != NULL && !parse_long(window, 1, LONG_MAX, &window_tokens))
+        return usage_error("--window must be a number of tokens, not '%s'", window);
+    req.context_window_tokens = window_tokens;
+    if (target != NULL) {
+        char *end = NULL;
+        double r = strtod(target, &end);
+        if (end == target || *end != '\0' || !(r > 0 && r <= 1))
+            return usage_error("--target-ratio must be in (0, 1], not '%s'", target);
+        policy.target_ratio = r;
+    }
+    if (strategy != NULL && strcmp(strategy, "summarizing") == 0)
+        policy.strategy = CTXGUARD__V1__COMPRESSION_STRATEGY__COMPRESSION_STRATEGY_SUMMARIZING;
+    else if (strategy != NULL && strcmp(strategy, "trimming") == 0)
+        policy.strategy = CTXGUARD__V1__COMPRESSION_STRATEGY__COMPRESSION_STRATEGY_TRIMMING;
+    else if (strategy != NULL)
+        return usage_error("--strategy must be summarizing or trimming, not '%s'", strategy);
+    req.policy = &policy;
+    req.model = (char *)(model != NULL ? model : "");
+    req.session_id = (char *)(session != NULL ? session : "");
+    req.force = option_value(cmd, args, "--force") != NULL;
+    req.dry_run = option_value(cmd, args, "--dry-run") != NULL;
+
+    size_t len = 0;
+    char *data = read_file(args->positional[0], &len);
+    if (data == NULL)
+        return EXIT_FAIL;
+    if (looks_anthropic(data)) {
+        conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
+        conv.anthropic_json = data;
+    } else {
+        conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON;
+        conv.openai_json = data;
+    }
+    req.conversation = &conv;
+    if (!ctl->timeout_given)
+        ctl->timeout_ms = SUMMARIZE_TIMEOUT_MS; /* a summary layer may call the LLM */
+    int rc = call(ctl, CONTEXT_METHOD("Compress"), &req.base,
+                  &ctxguard__v1__compress_response__descriptor, &msg);
+    free(data);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__CompressResponse *resp = (const void *)msg;
+    const Ctxguard__V1__Conversation *c = resp->conversation;
+    const char *json =
+        c == NULL                                                               ? ""
+        : c->content_case == CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON ? c->anthropic_json
+        : c->content_case == CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON    ? c->openai_json
+                                                                                : "";
+    if (out_path != NULL && (rc = write_text(out_path, json)) != 0)
+        goto out;
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__CompressionReport *r = resp->report;
+    if (r == NULL)
+        goto out;
+    FILE *o = out_path != NULL && strcmp(out_path, "-") == 0 ? stderr : stdout;
+    fprintf(o, "tokens: %" PRId64 " -> %" PRId64 " (target %" PRId64 ", %s)\n", r->tokens_before,
+            r->tokens_after, r->target_tokens, r->target_reached ? "reached" : "not reached");
+    fprintf(o, "messages: %" PRId64 " -> %" PRId64 "  trim boundary: %" PRId64 " -> %" PRId64 "\n",
+            r->messages_before, r->messages_after, r->trim_boundary_before, r->trim_boundary_after);
+    for (size_t i = 0; i < r->n_layers; i++) {
+        const Ctxguard__V1__LayerResult *l = r->layers[i];
+        fprintf(
+            o, "  %-26s %-10s saved %8" PRId64,
+            enum_short(&ctxguard__v1__compression_layer__descriptor, (int)l->layer,
+                       "COMPRESSION_LAYER_"),
+            enum_short(&ctxguard__v1__layer_outcome__descriptor, (int)l->outcome, "LAYER_OUTCOME_"),
+            l->tokens_saved);
+        if (l->detail[0] != '\0') {
+            fprintf(o, "  ");
+            print_text(o, l->detail);
+        }
+        fprintf(o, "\n");
+    }
+    for (size_t i = 0; i < r->n_warnings; i++) {
+        fprintf(o, "warning %s: ",
+                enum_short(&ctxguard__v1__compression_warning_code__descriptor,
+                           (int)r->warnings[i]->code, "COMPRESSION_WARNING_CODE_"));
+        print_text(o, r->warnings[i]->message);
+        fprintf(o, "\n");
+    }
+    if (out_path == NULL)
+        rc = write_text("-", json);
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
 static const struct command commands[] = {
     {.words = "health",
      .arg_usage = "[SERVICE]",
@@ -1832,6 +1958,24 @@ static const struct command commands[] = {
                  {"--model", "NAME", "the conversation's model, for token counts"},
                  {"--format", "FORMAT", "openai (default) or anthropic JSON"}},
      .run = cmd_summarize},
+    {.words = "compress",
+     .arg_usage = "FILE",
+     .summary = "shrink the conversation in FILE (OpenAI or Anthropic JSON; - for stdin) with "
+                "the cascade; prints the report and the result (or writes it with --out)",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--model", "NAME", "the model the conversation is for"},
+                 {"--window", "N", "its context window in tokens (default: the model's)"},
+                 {"--target-ratio", "R", "target as a share of the effective window, (0, 1]"},
+                 {"--strategy", "S", "summarizing (default) or trimming"},
+                 {"--session", "ID", "keep history, boundary and artifacts under this session"},
+                 {"--out", "FILE",
+                  "write the result there (- for stdout; the report then "
+                  "goes to stderr)"},
+                 {"--force", NULL, "compress even under the trigger"},
+                 {"--dry-run", NULL, "store nothing"}},
+     .run = cmd_compress},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])

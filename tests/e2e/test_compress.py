@@ -7,6 +7,8 @@ import glob
 import hashlib
 import json
 import os
+import subprocess
+import tempfile
 import uuid
 
 import grpc
@@ -523,3 +525,43 @@ class SessionTest(cgtest.TestCase):
         self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.rpc, "GetCompressionStats",
                             C.GetCompressionStatsRequest(since_unix_ms=-1),
                             contains=("since_unix_ms",))
+
+
+class CtlCompress(cgtest.TestCase):
+    """ctxguardctl compress FILE: the report on stdout and the result in --out."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = cgtest.start_class_server(cls)
+        t = cls.srv.create_tenant()
+        cls.key = cls.srv.create_key(t.tenant_id).secret
+
+    def ctl(self, *args, expect=0):
+        env = cgtest.clean_env({"CTXGUARD_TARGET": self.srv.target, "CTXGUARD_KEY": self.key})
+        proc = subprocess.run([cgtest.require_env("CG_CTL_BIN")] + list(args), env=env,
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, expect, f"ctxguardctl {' '.join(args)}: exit "
+                         f"{proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
+        return proc
+
+    def test_compress_a_sample_and_write_the_result(self):
+        path = samples()[0]
+        with tempfile.TemporaryDirectory() as d:
+            src = json.load(open(path))
+            conv_path = os.path.join(d, "in.json")
+            with open(conv_path, "w") as f:
+                json.dump({"messages": src["messages"], "tools": src.get("tools", [])}, f)
+            out_path = os.path.join(d, "out.json")
+            r = self.ctl("compress", conv_path, "--model", src["model"], "--window", "20000",
+                         "--target-ratio", "0.3", "--force", "--out", out_path)
+            self.assertIn("tokens: ", r.stdout)
+            self.assertIn("NORMALIZE", r.stdout)
+            out = json.load(open(out_path))
+            msgs = out["messages"] if isinstance(out, dict) else out
+            self.assertGreater(len(msgs), 0)
+            self.assertLess(len(json.dumps(msgs)), len(json.dumps(src["messages"])))
+            j = json.loads(self.ctl("--json", "compress", conv_path, "--model", src["model"],
+                                    "--window", "20000", "--force").stdout)
+            self.assertIn("report", j)
+        self.ctl("compress", "/nonexistent.json", expect=1)
+        self.ctl("compress", path, "--strategy", "nope", expect=2)
