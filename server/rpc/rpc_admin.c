@@ -62,16 +62,6 @@ cg_status cg_rpc_store_error(struct cg_rpc_call *call, const struct cg_err *serr
     return serr->code;
 }
 
-#define NEW(call, type, init)                                                                      \
-    ({                                                                                             \
-        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
-        if (m_ != NULL)                                                                            \
-            init(m_);                                                                              \
-        m_;                                                                                        \
-    })
-
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
-
 static char *dup(struct cg_rpc_call *call, const char *s)
 {
     return cg_arena_strdup(call->arena, s);

@@ -33,15 +33,6 @@
 #define OCCURRED_AT_SKEW_MS 60000
 #define LOCAL_ALLOWANCE_MAX 10000000LL
 
-#define NEW(call, type, init)                                                                      \
-    ({                                                                                             \
-        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
-        if (m_ != NULL)                                                                            \
-            init(m_);                                                                              \
-        m_;                                                                                        \
-    })
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
-
 /* ---------------------------------------------------------------- prices -------- */
 
 /* Prices usage from the price table when the caller gave no cost. Returns whether the

@@ -14,15 +14,6 @@
 
 #include "base/clock.h"
 
-#define NEW(call, type, init)                                                                      \
-    ({                                                                                             \
-        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
-        if (m_ != NULL)                                                                            \
-            init(m_);                                                                              \
-        m_;                                                                                        \
-    })
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
-
 #define GRANTED_MAX 1000000000000000LL
 #define PAGE_DEFAULT 100
 

@@ -31,8 +31,6 @@
 #include "rpc/rpc_budget.h"
 #include "rpc/rpc_context.h"
 
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
-
 /* One queued request. Lives in its call's arena. */
 struct item {
     cg_batch_kind kind;

@@ -17,15 +17,6 @@
 #include "base/clock.h"
 #include "ctxguard/v1/budget.pb-c.h"
 
-#define NEW(call, type, init)                                                                      \
-    ({                                                                                             \
-        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
-        if (m_ != NULL)                                                                            \
-            init(m_);                                                                              \
-        m_;                                                                                        \
-    })
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
-
 #define USAGE_DEPTH_MAX 3
 #define CHILDREN_DEFAULT 100
 #define PAGE_DEFAULT 100

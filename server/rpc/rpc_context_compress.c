@@ -24,15 +24,6 @@
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_summary.h"
 
-#define NEW(call, type, init)                                                                      \
-    ({                                                                                             \
-        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
-        if (m_ != NULL)                                                                            \
-            init(m_);                                                                              \
-        m_;                                                                                        \
-    })
-
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
 #define TOKENS_MAX 100000000
 #define RESERVED_MAX 10000000
 #define MODEL_MAX 200

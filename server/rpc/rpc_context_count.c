@@ -44,8 +44,6 @@
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_handlers.h"
 
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
-
 /* Requests up to this size are counted on the completion-queue thread (about a millisecond
  * of counting); larger ones go to the pool so that one big count does not stall the
  * queue's other calls. */

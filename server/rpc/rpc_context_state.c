@@ -17,15 +17,6 @@
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_handlers.h"
 
-#define NEW(call, type, init)                                                                      \
-    ({                                                                                             \
-        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
-        if (m_ != NULL)                                                                            \
-            init(m_);                                                                              \
-        m_;                                                                                        \
-    })
-
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
 #define PAGE_DEFAULT 100
 #define PAGE_MAX 1000
 #define ARTIFACT_READ_DEFAULT 1048576

@@ -21,16 +21,6 @@
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_summary.h"
 
-#define NEW(call, type, init)                                                                      \
-    ({                                                                                             \
-        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
-        if (m_ != NULL)                                                                            \
-            init(m_);                                                                              \
-        m_;                                                                                        \
-    })
-
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
-
 #define LANGUAGE_MAX 35 /* characters of a BCP 47 tag */
 #define MODEL_MAX 200   /* characters */
 

@@ -1,5 +1,6 @@
 /* rpc_conv.c - Conversation messages in and out (see rpc_conv.h). */
 #include "rpc/rpc_conv.h"
+#include "rpc/rpc_handlers.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,8 +10,6 @@
 #include "base/arena.h"
 #include "core/conv_json.h"
 #include "core/utf8.h"
-
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
 
 /* The field path being checked, e.g. "conversation.messages[2].parts[0]". */
 struct path {

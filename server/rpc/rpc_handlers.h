@@ -4,6 +4,19 @@
 
 #include "rpc/rpc.h"
 
+/* A protobuf-c message of `type` in the call's arena, initialised with `init`; NULL when the
+ * arena is full. */
+#define NEW(call, type, init)                                                                      \
+    ({                                                                                             \
+        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
+        if (m_ != NULL)                                                                            \
+            init(m_);                                                                              \
+        m_;                                                                                        \
+    })
+
+/* The answer of a call whose arena ran out. */
+#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
+
 #define CG_HANDLER(name)                                                                           \
     cg_status name(struct cg_rpc_call *call, const struct cg_rpc_env *env,                         \
                    const ProtobufCMessage *request, ProtobufCMessage **response)

@@ -8,6 +8,7 @@
  * sections; the final one must also have fewer tokens than the messages it replaces.
  */
 #include "rpc/rpc_summary.h"
+#include "rpc/rpc_handlers.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -19,8 +20,6 @@
 #include "base/log.h"
 #include "core/estimate.h"
 #include "llm/llm.h"
-
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
 
 #define FALLBACK_RESERVE_MS 300 /* of the deadline, kept for the extractive fallback */
 #define TOOL_RESULT_BYTES 2000  /* of each tool result the LLM reads */

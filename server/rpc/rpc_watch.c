@@ -331,15 +331,6 @@ static bool matches(const struct watch *w, const struct cg_event *e)
     return true;
 }
 
-#define NEW(call, type, init)                                                                      \
-    ({                                                                                             \
-        type *m_ = cg_arena_alloc((call)->arena, sizeof(type));                                    \
-        if (m_ != NULL)                                                                            \
-            init(m_);                                                                              \
-        m_;                                                                                        \
-    })
-#define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
-
 static const char *type_name(int t)
 {
     static const char *names[] = {
