@@ -263,6 +263,22 @@ done
 echo "\$ ctxguardctl usage --depth 2"
 ctl --key "$DEMO_KEY" usage --depth 2
 
+echo
+echo "== a conversation: its tokens, then a summary (PII redacted first)"
+DEMO_CONV=$RUN/demo_conversation.json
+cat >"$DEMO_CONV" <<'JSON'
+{"messages": [
+ {"role": "system", "content": "You are a build assistant."},
+ {"role": "user", "content": "The nightly build of ingest fails on the CI runner. Mail the log to ops@example.com."},
+ {"role": "assistant", "content": "I will check the runner. The timeout is set to 250 ms in config/prod.yaml; I raise it to 2000 ms."},
+ {"role": "user", "content": "Good. Keep the cache at 512 MB and rerun."}
+]}
+JSON
+echo "\$ ctxguardctl count $DEMO_CONV --model gpt-4o"
+ctl --key "$DEMO_KEY" count "$DEMO_CONV" --model gpt-4o
+echo "\$ ctxguardctl summarize $DEMO_CONV --summarizer extractive"
+ctl --key "$DEMO_KEY" summarize "$DEMO_CONV" --summarizer extractive
+
 cat <<EOF
 
 ctxguard is running (pid $(cat "$RUN/ctxguard.pid")).
