@@ -2,15 +2,17 @@
  * 1,000-message / ~250k-token one, at 37.5 % of a 128k window, as the server runs it: JSON
  * read, exact o200k counts for OpenAI models (estimates otherwise), the cascade, validation.
  *
- *   bench_compress [DIR]   DIR: OpenAI JSON conversations with `needles` (default
- *                          /work/shared/data/conversations)
+ *   bench_compress [--out ODIR] [DIR]   DIR: OpenAI JSON conversations with `needles`
+ *                          (default /work/shared/data/conversations); ODIR: where to write the
+ *                          synthetic input (synthetic-1000.json) and every output, as OpenAI
+ *                          JSON (out-NAME), for bench/compress.sh to race and score the peers
  * Prints per conversation: messages, tokens before, tokens after / target, valid, planted
  * facts still in the output itself (artifacts and history not counted), p50 time of 5 runs,
  * and that time as a ratio to the baseline: one exact o200k count of all the conversation's
  * text (what any tool that fits a conversation by exact counts must do at least once). Then
  * the facts kept by where they were planted (user / assistant / tool) and the overall p50.
- * Racing the npm peers (langchain trimMessages, strands sliding window, mastra) in the same
- * run is a later step (bench/peers).
+ * bench/compress.sh races the npm peers (bench/peers/compress_peers.mjs) on the same inputs
+ * and scores every output alike; the last line here (`CTXGUARD ...`) is for it.
  */
 #include <glob.h>
 #include <stdio.h>
@@ -194,6 +196,20 @@ static int where_index(const char *w)
     return strcmp(w, "user") == 0 ? 0 : strcmp(w, "assistant") == 0 ? 1 : 2;
 }
 
+static const char *out_dir;
+
+/* Writes text to out_dir/prefix+name when --out was given. */
+static void write_out(const char *prefix, const char *name, const char *text, size_t len)
+{
+    if (out_dir == NULL)
+        return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s%s", out_dir, prefix, name);
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fwrite(text, 1, len, f) != len || fclose(f) != 0)
+        fprintf(stderr, "bench_compress: cannot write %s\n", path);
+}
+
 static void run_one(const char *name, const char *json, size_t len, const char *model,
                     json_t *needles, const struct cg_tok_encoding *o200k, double *all_p50,
                     int *n_p50, struct row_totals *tot, int *invalid, int *unreached)
@@ -228,6 +244,13 @@ static void run_one(const char *name, const char *json, size_t len, const char *
         planted++;
         kept += k;
     }
+    if (out_dir != NULL) {
+        char *text = NULL;
+        size_t tlen = 0;
+        if (cg_conv_json_write(o.conv, CG_CONV_JSON_OPENAI, &text, &tlen, NULL) == CG_OK)
+            write_out("out-", name, text, tlen);
+        free(text);
+    }
     *invalid += !o.valid;
     *unreached += !o.reached;
     printf("%-14s %6zu %9lld %9lld / %-7lld %-5s %3d/%-3d %9.2f %8.1fx\n", name, o.conv->n_messages,
@@ -238,7 +261,13 @@ static void run_one(const char *name, const char *json, size_t len, const char *
 
 int main(int argc, char **argv)
 {
-    const char *dir = argc > 1 ? argv[1] : "/work/shared/data/conversations";
+    const char *dir = "/work/shared/data/conversations";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+            out_dir = argv[++i];
+        else
+            dir = argv[i];
+    }
     struct cg_tokdata td;
     struct cg_err err = {0};
     struct cg_tok_encoding *o200k = NULL;
@@ -281,6 +310,7 @@ int main(int argc, char **argv)
     double samples_p50 = median(all, n_all);
     size_t slen;
     char *syn = synthetic(&slen);
+    write_out("", "synthetic-1000.json", syn, slen);
     double syn_times[1];
     int n_syn = 0;
     run_one("synthetic-1000", syn, slen, "gpt-4o", NULL, o200k, syn_times, &n_syn, &tot, &invalid,
@@ -299,7 +329,7 @@ int main(int argc, char **argv)
     printf("\ntool       p50 ms (samples)  p50 ms (synthetic)  invalid outputs  target missed\n");
     printf("ctxguard   %14.2f  %18.2f  %15d  %13d\n", samples_p50, n_syn ? syn_times[0] : 0.0,
            invalid, unreached);
-    printf("(peers: racing trimMessages / strands / mastra in the same run is a later step)\n");
+    printf("CTXGUARD %.3f %.3f %d %d\n", samples_p50, n_syn ? syn_times[0] : 0.0, invalid, unreached);
     cg_tok_encoding_free(o200k);
     return 0;
 }
