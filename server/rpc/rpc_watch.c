@@ -311,8 +311,11 @@ static void watch_free(void *p)
 
 static bool matches(const struct watch *w, const struct cg_event *e)
 {
+    /* An approval the stream can name was requested before it opened (its REQUESTED event is
+     * history, which the delivery thread may still bring after the open): only its decision
+     * is news. */
     if (w->approval_id[0] != '\0')
-        return (e->type == CG_EVENT_APPROVAL_REQUESTED || e->type == CG_EVENT_APPROVAL_DECIDED) &&
+        return e->type == CG_EVENT_APPROVAL_DECIDED &&
                strcmp(e->fields.ref_id, w->approval_id) == 0;
     if (w->types != 0 && !(w->types & (1u << e->type)))
         return false;
