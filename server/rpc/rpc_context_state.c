@@ -509,6 +509,7 @@ cg_status cg_rpc_ctx_finish(struct cg_rpc_call *call, const struct cg_rpc_env *e
         cg_sha256(a->content, a->content_len, sum);
         cg_hex_encode(sum, 32, info.sha256);
         info.preview_bytes = (int64_t)a->preview_bytes;
+        info.pii_redacted = s->artifacts_redacted;
         if (!req->dry_run &&
             cg_store_ctx_artifact_put(env->store, call->principal.tenant_id, &info, a->content,
                                       a->content_len, &serr) != CG_OK) {
@@ -629,6 +630,7 @@ static Ctxguard__V1__ArtifactInfo *artifact_out(struct cg_rpc_call *call,
     o->tokens = a->tokens;
     o->sha256 = cg_arena_strdup(call->arena, a->sha256);
     o->preview_bytes = a->preview_bytes;
+    o->pii_redacted = a->pii_redacted;
     o->compaction_id = cg_arena_strdup(call->arena, a->compaction_id);
     o->created_at_unix_ms = a->created_at_ms;
     if (o->artifact_id == NULL || o->session_id == NULL || o->tool_call_id == NULL ||

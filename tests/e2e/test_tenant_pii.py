@@ -81,11 +81,13 @@ class TenantPii(cgtest.TestCase):
         self.assertEqual(len(resp.report.artifacts), 1, resp.report)
         return resp, body
 
-    def artifact(self, md, art_id):
+    def artifact(self, md, art_id, redacted):
+        """The artifact's text; its stored ArtifactInfo must say whether it was redacted."""
         data, off = b"", 0
         while True:
             r = self.ctx.GetArtifact(C.GetArtifactRequest(artifact_id=art_id, offset=off),
                                      metadata=md, timeout=30)
+            self.assertEqual(r.artifact.pii_redacted, redacted)
             data += r.content
             off += len(r.content)
             if r.eof:
@@ -179,7 +181,7 @@ class TenantPii(cgtest.TestCase):
         resp, body = self.compress_session(md, session)
         info = resp.report.artifacts[0]
         self.assertTrue(info.pii_redacted)
-        stored = self.artifact(md, info.artifact_id)
+        stored = self.artifact(md, info.artifact_id, True)
         self.assertNotIn(EMAIL, stored)
         self.assertIn("<EMAIL_1>", stored)
         self.assertIn(PHONE, stored)  # only the tenant's types
@@ -203,12 +205,12 @@ class TenantPii(cgtest.TestCase):
         resp, body = self.compress_session(md, "s-" + uuid.uuid4().hex)
         info = resp.report.artifacts[0]
         self.assertFalse(info.pii_redacted)
-        self.assertEqual(self.artifact(md, info.artifact_id), body)
+        self.assertEqual(self.artifact(md, info.artifact_id, False), body)
         self.assertIn(EMAIL, out_messages(resp.conversation)[2]["content"])
         # Switched on, the next offload of the same tenant is redacted (every type: empty list).
         self.update(t.tenant_id, redact_artifacts=True)
         resp, body = self.compress_session(md, "s-" + uuid.uuid4().hex)
-        stored = self.artifact(md, resp.report.artifacts[0].artifact_id)
+        stored = self.artifact(md, resp.report.artifacts[0].artifact_id, True)
         self.assertNotIn(EMAIL, stored)
         self.assertNotIn(PHONE, stored)
 
