@@ -3,10 +3,11 @@
  * Compress: request -> policy (request > preset > server default_preset) -> core/compress ->
  * Conversation + CompressionReport. With a session_id the history, boundary and artifacts
  * are kept in PostgreSQL (rpc_context_state.c); without one nothing is stored and offload
- * (L0) is SKIPPED. The summary layer is SKIPPED until a summarizer is wired in (the report
- * says so). Counts are exact for models with an
- * OpenAI encoding (the rank data is loaded once per process, on first use, from the build's
- * share directory), estimated otherwise.
+ * (L0) is SKIPPED. The summary layer redacts the PII types of the tenant's settings (every
+ * type by default) and summarizes; with the tenant's redact_artifacts the offloaded artifacts
+ * and their previews are redacted before they are stored (rpc_context_state.c). Counts are exact
+ * for models with an OpenAI encoding (the rank data is loaded once per process, on first use, from
+ * the build's share directory), estimated otherwise.
  */
 #include "rpc/rpc_handlers.h"
 

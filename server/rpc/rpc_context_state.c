@@ -392,7 +392,8 @@ cg_status cg_rpc_ctx_redact_artifacts(struct cg_rpc_call *call, const struct cg_
             in_len[2 * i + 1] = parts[i]->u.tool_result.content.len;
         }
     }
-    size_t max = r->conv != NULL ? r->conv->limits.max_bytes : (size_t)64 << 20;
+    /* Labels may be longer than the values they replace. */
+    size_t max = 2 * (r->conv != NULL ? r->conv->limits.max_bytes : (size_t)64 << 20);
     st = cg_rpc_redact_texts(call, env, state->session_id, types, "conversation", 2 * n, in, in_len,
                              max, out, out_len, &counts);
     if (st != CG_OK)
