@@ -295,6 +295,121 @@ static void print_tenant(const Ctxguard__V1__Tenant *t)
     print_field("name:", t->name);
     print_field("time_zone:", t->time_zone);
     print_field("created_at:", format_time(t->created_at_unix_ms, when, sizeof when));
+    /* PII settings: the types redacted before summarizing ("all" when none is listed). */
+    char types[200] = "";
+    size_t n = 0;
+    for (size_t i = 0; t->settings != NULL && i < t->settings->n_redact_types; i++) {
+        const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
+            &ctxguard__v1__pii_type__descriptor, (int)t->settings->redact_types[i]);
+        const char *name = v != NULL ? v->name : "?";
+        if (strncmp(name, "PII_TYPE_", 9) == 0)
+            name += 9;
+        n += (size_t)snprintf(types + n, n < sizeof types ? sizeof types - n : 0, "%s%s",
+                              n > 0 ? "," : "", name);
+        if (n >= sizeof types)
+            break;
+    }
+    print_field("pii_redact:", n > 0 ? types : "all");
+    print_field("redact_artifacts:",
+                t->settings != NULL && t->settings->redact_artifacts ? "on" : "off");
+}
+
+/* "email,PHONE,card_number" (or "all") into types (at most max); false on an unknown name. */
+static bool parse_pii_types(const char *text, Ctxguard__V1__PiiType *types, size_t max,
+                            size_t *n_out, char *bad, size_t bad_len)
+{
+    *n_out = 0;
+    if (strcmp(text, "all") == 0)
+        return true;
+    const char *p = text;
+    while (*p != '\0') {
+        size_t len = strcspn(p, ",");
+        char name[64];
+        int w = snprintf(name, sizeof name, "PII_TYPE_%.*s", (int)len, p);
+        for (char *c = name; *c != '\0'; c++)
+            if (*c >= 'a' && *c <= 'z')
+                *c = (char)(*c - 'a' + 'A');
+        const ProtobufCEnumValue *v = w > 0 && (size_t)w < sizeof name
+                                          ? protobuf_c_enum_descriptor_get_value_by_name(
+                                                &ctxguard__v1__pii_type__descriptor, name)
+                                          : NULL;
+        if (v == NULL || v->value == 0 || *n_out >= max) {
+            snprintf(bad, bad_len, "%.*s", (int)len, p);
+            return false;
+        }
+        types[(*n_out)++] = (Ctxguard__V1__PiiType)v->value;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return *n_out > 0;
+}
+
+/* Reads the tenant, changes the settings given (the others are kept: the RPC replaces them
+ * whole), writes them back and shows the tenant. Without options it only shows it. */
+static int cmd_tenant_settings(struct ctl *ctl, const struct command *cmd,
+                               const struct cmd_args *args)
+{
+    const char *redact = option_value(cmd, args, "--redact");
+    const char *artifacts = option_value(cmd, args, "--redact-artifacts");
+    Ctxguard__V1__PiiType types[16];
+    size_t n_types = 0;
+    char bad[64];
+    if (redact != NULL && !parse_pii_types(redact, types, 16, &n_types, bad, sizeof bad))
+        return usage_error("--redact takes all or a list of email, phone, card_number, ssn, "
+                           "ipv4, ipv6, api_key, secret; not '%s'",
+                           bad);
+    if (artifacts != NULL && strcmp(artifacts, "on") != 0 && strcmp(artifacts, "off") != 0)
+        return usage_error("--redact-artifacts must be on or off, not '%s'", artifacts);
+
+    Ctxguard__V1__GetTenantRequest get = CTXGUARD__V1__GET_TENANT_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL, *upd = NULL;
+    get.tenant_id = (char *)args->positional[0];
+    int rc = call(ctl, ADMIN_METHOD("GetTenant"), &get.base,
+                  &ctxguard__v1__get_tenant_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__GetTenantResponse *got = (const void *)msg;
+    if (got->tenant == NULL) {
+        rc = fail_answer("tenant");
+        goto out;
+    }
+    const Ctxguard__V1__Tenant *shown = got->tenant;
+    if (redact != NULL || artifacts != NULL) {
+        Ctxguard__V1__TenantSettings settings = CTXGUARD__V1__TENANT_SETTINGS__INIT;
+        if (got->tenant->settings != NULL)
+            settings = *got->tenant->settings;
+        if (redact != NULL) {
+            settings.redact_types = types;
+            settings.n_redact_types = n_types;
+        }
+        if (artifacts != NULL)
+            settings.redact_artifacts = strcmp(artifacts, "on") == 0;
+        Ctxguard__V1__UpdateTenantSettingsRequest req =
+            CTXGUARD__V1__UPDATE_TENANT_SETTINGS_REQUEST__INIT;
+        req.tenant_id = (char *)args->positional[0];
+        req.settings = &settings;
+        rc = call(ctl, ADMIN_METHOD("UpdateTenantSettings"), &req.base,
+                  &ctxguard__v1__update_tenant_settings_response__descriptor, &upd);
+        if (rc)
+            goto out;
+        const Ctxguard__V1__UpdateTenantSettingsResponse *resp = (const void *)upd;
+        if (resp->tenant == NULL) {
+            rc = fail_answer("tenant");
+            goto out;
+        }
+        shown = resp->tenant;
+    }
+    if (ctl->json)
+        rc = print_json(&shown->base);
+    else
+        print_tenant(shown);
+out:
+    if (upd != NULL)
+        protobuf_c_message_free_unpacked(upd, NULL);
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
 }
 
 static int cmd_tenant_create(struct ctl *ctl, const struct command *cmd,
@@ -1838,6 +1953,18 @@ static const struct command commands[] = {
      .min_positional = 1,
      .max_positional = 1,
      .run = cmd_tenant_get},
+    {.words = "tenant settings",
+     .arg_usage = "TENANT_ID",
+     .summary = "show or change a tenant's PII settings (options not given are kept)",
+     .key = KEY_ADMIN,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--redact", "TYPE,...",
+                  "PII types redacted before summarizing: all, or email, phone, card_number, "
+                  "ssn, ipv4, ipv6, api_key, secret"},
+                 {"--redact-artifacts", "on|off",
+                  "also redact offloaded artifacts before storing"}},
+     .run = cmd_tenant_settings},
     {.words = "tenant list",
      .arg_usage = "",
      .summary = "list all tenants, oldest first",

@@ -78,7 +78,39 @@ static Ctxguard__V1__Tenant *tenant_msg(struct cg_rpc_call *call, const struct c
     m->created_at_unix_ms = t->created_at_ms;
     if (m->tenant_id == NULL || m->name == NULL || m->time_zone == NULL)
         return NULL;
+    Ctxguard__V1__TenantSettings *s =
+        NEW(call, Ctxguard__V1__TenantSettings, ctxguard__v1__tenant_settings__init);
+    if (s == NULL)
+        return NULL;
+    s->redact_types = cg_arena_calloc(call->arena, 9, sizeof *s->redact_types);
+    if (s->redact_types == NULL)
+        return NULL;
+    for (int type = 1; type <= 8; type++)
+        if (t->settings.redact_types & (1u << type))
+            s->redact_types[s->n_redact_types++] = (Ctxguard__V1__PiiType)type;
+    s->redact_artifacts = t->settings.redact_artifacts;
+    m->settings = s;
     return m;
+}
+
+/* The request's settings (NULL: the defaults) as the store's. Unknown and UNSPECIFIED types
+ * are refused naming the entry; duplicates are harmless. */
+static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__TenantSettings *in,
+                             struct cg_tenant_settings *out)
+{
+    memset(out, 0, sizeof *out);
+    if (in == NULL)
+        return CG_OK;
+    for (size_t i = 0; i < in->n_redact_types; i++) {
+        int type = (int)in->redact_types[i];
+        if (type < 1 || type > 8)
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field 'settings.redact_types[%zu]' is not a PiiType (1..8): %d", i,
+                              type);
+        out->redact_types |= 1u << type;
+    }
+    out->redact_artifacts = in->redact_artifacts;
+    return CG_OK;
 }
 
 static Ctxguard__V1__ApiKey *key_msg(struct cg_rpc_call *call, const struct cg_api_key *k)
@@ -127,10 +159,15 @@ CG_HANDLER(cg_rpc_admin_create_tenant)
     if (st != CG_OK)
         return st;
 
+    struct cg_tenant_settings settings;
+    st = settings_in(call, req->settings, &settings);
+    if (st != CG_OK)
+        return st;
+
     struct cg_tenant t;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_tenant_create(env->store, req->name, tz, &t, &serr);
+    st = cg_store_tenant_create_with(env->store, req->name, tz, &settings, &t, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
 
@@ -156,6 +193,34 @@ CG_HANDLER(cg_rpc_admin_get_tenant)
         return cg_rpc_store_error(call, &serr);
     Ctxguard__V1__GetTenantResponse *resp =
         NEW(call, Ctxguard__V1__GetTenantResponse, ctxguard__v1__get_tenant_response__init);
+    if (resp == NULL || (resp->tenant = tenant_msg(call, &t)) == NULL)
+        return OOM(call);
+    *response = &resp->base;
+    return CG_OK;
+}
+
+CG_HANDLER(cg_rpc_admin_update_tenant_settings)
+{
+    const Ctxguard__V1__UpdateTenantSettingsRequest *req =
+        (const Ctxguard__V1__UpdateTenantSettingsRequest *)request;
+    cg_status st = cg_rpc_check_uuid(call, "tenant_id", req->tenant_id);
+    if (st != CG_OK)
+        return st;
+    /* Required: an absent message would silently reset everything to the defaults. */
+    if (req->settings == NULL)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'settings' is required");
+    struct cg_tenant_settings settings;
+    if ((st = settings_in(call, req->settings, &settings)) != CG_OK)
+        return st;
+    struct cg_tenant t;
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    st = cg_store_tenant_settings_put(env->store, req->tenant_id, &settings, &t, &serr);
+    if (st != CG_OK)
+        return cg_rpc_store_error(call, &serr);
+    Ctxguard__V1__UpdateTenantSettingsResponse *resp =
+        NEW(call, Ctxguard__V1__UpdateTenantSettingsResponse,
+            ctxguard__v1__update_tenant_settings_response__init);
     if (resp == NULL || (resp->tenant = tenant_msg(call, &t)) == NULL)
         return OOM(call);
     *response = &resp->base;

@@ -3,10 +3,11 @@
  * Compress: request -> policy (request > preset > server default_preset) -> core/compress ->
  * Conversation + CompressionReport. With a session_id the history, boundary and artifacts
  * are kept in PostgreSQL (rpc_context_state.c); without one nothing is stored and offload
- * (L0) is SKIPPED. The summary layer is SKIPPED until a summarizer is wired in (the report
- * says so). Counts are exact for models with an
- * OpenAI encoding (the rank data is loaded once per process, on first use, from the build's
- * share directory), estimated otherwise.
+ * (L0) is SKIPPED. The summary layer redacts the PII types of the tenant's settings (every
+ * type by default) and summarizes; with the tenant's redact_artifacts the offloaded artifacts
+ * and their previews are redacted before they are stored (rpc_context_state.c). Counts are exact
+ * for models with an OpenAI encoding (the rank data is loaded once per process, on first use, from
+ * the build's share directory), estimated otherwise.
  */
 #include "rpc/rpc_handlers.h"
 
@@ -290,9 +291,33 @@ static char *dup(struct cg_rpc_call *call, const char *s)
     return cg_arena_strdup(call->arena, s);
 }
 
+/* The non-zero counts of c as PiiRedactionCount entries in the arena; false when out of
+ * memory. */
+static bool redactions_out(struct cg_rpc_call *call, const struct cg_redact_counts *c,
+                           Ctxguard__V1__PiiRedactionCount ***out, size_t *n_out)
+{
+    *n_out = 0;
+    *out = cg_arena_calloc(call->arena, CG_PII_TYPE_COUNT, sizeof **out);
+    if (*out == NULL)
+        return false;
+    for (int t = 1; t < CG_PII_TYPE_COUNT; t++) {
+        if (c->by_type[t] == 0)
+            continue;
+        Ctxguard__V1__PiiRedactionCount *rc =
+            NEW(call, Ctxguard__V1__PiiRedactionCount, ctxguard__v1__pii_redaction_count__init);
+        if (rc == NULL)
+            return false;
+        rc->type = (Ctxguard__V1__PiiType)t;
+        rc->count = c->by_type[t];
+        (*out)[(*n_out)++] = rc;
+    }
+    return true;
+}
+
 static Ctxguard__V1__CompressionReport *report_out(struct cg_rpc_call *call,
                                                    const struct cg_compress_result *r,
-                                                   int64_t window, bool exact, cg_dialect dialect)
+                                                   int64_t window, bool exact, cg_dialect dialect,
+                                                   const struct cg_redact_counts *summary_counts)
 {
     Ctxguard__V1__CompressionReport *o =
         NEW(call, Ctxguard__V1__CompressionReport, ctxguard__v1__compression_report__init);
@@ -377,6 +402,8 @@ static Ctxguard__V1__CompressionReport *report_out(struct cg_rpc_call *call,
         s->replaced_tokens = r->summary_replaced_tokens;
         s->summary_tokens = r->summary_tokens;
         s->output_index = r->summary_output_index;
+        if (!redactions_out(call, summary_counts, &s->redactions, &s->n_redactions))
+            return NULL;
         o->summary = s;
     }
     return o;
@@ -390,7 +417,9 @@ struct summary_ctx {
     const struct cg_rpc_env *env;
     const char *session_id;
     cg_profile profile;
-    int kind; /* SummarizerKind: AUTO, LLM or EXTRACTIVE */
+    int kind;                       /* SummarizerKind: AUTO, LLM or EXTRACTIVE */
+    unsigned types;                 /* the PII types to redact (the tenant's settings) */
+    struct cg_redact_counts counts; /* of the summaries that succeeded */
 };
 
 /* cg_compress_summarize_cb: the messages [from, to) redacted, then summarized. A failure (the
@@ -405,7 +434,8 @@ static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t f
     struct cg_redact_counts counts;
     memset(&counts, 0, sizeof counts);
     struct cg_conv *redacted = NULL;
-    cg_status st = cg_rpc_redact_conv(sc->call, sc->env, sc->session_id, conv, &redacted, &counts);
+    cg_status st =
+        cg_rpc_redact_conv(sc->call, sc->env, sc->session_id, sc->types, conv, &redacted, &counts);
     struct cg_rpc_summary_result out;
     memset(&out, 0, sizeof out);
     cg_summary_init(&out.summary);
@@ -423,6 +453,9 @@ static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t f
     }
     if (st == CG_OK && (*summary_out = strdup(out.summary.text ? out.summary.text : "")) == NULL)
         st = cg_err_set(&sc->call->err, CG_NOMEM, "out of memory");
+    /* The last summary made is the one inserted (escalation replaces earlier ones). */
+    if (st == CG_OK)
+        sc->counts = counts;
     if (st != CG_OK && err != NULL)
         *err = sc->call->err;
     /* The call itself goes on: what a failed summary said belongs to the layer's report. */
@@ -506,7 +539,16 @@ CG_HANDLER(cg_rpc_context_compress)
                                .session_id = req->session_id,
                                .profile = model.profile,
                                .kind =
-                                   req->summarizer ? (int)req->summarizer : CG_RPC_SUMMARIZER_AUTO};
+                                   req->summarizer ? (int)req->summarizer : CG_RPC_SUMMARIZER_AUTO,
+                               .types = CG_PII_ALL};
+    /* The tenant's redaction settings. A session needs the store anyway, so failing to read
+     * them fails the call; stateless, every type is redacted (the safe side). */
+    bool redact_artifacts = false;
+    if (cg_rpc_tenant_redaction(call, env, &sctx.types, &redact_artifacts) != CG_OK &&
+        req->session_id[0] != '\0') {
+        cg_conv_free(conv);
+        return cg_err_set(&call->err, CG_UNAVAILABLE, "storage unavailable (tenant settings)");
+    }
     if (req->summarizer != CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE) {
         in.summarize = summarize_range;
         in.summarize_ctx = &sctx;
@@ -573,6 +615,11 @@ CG_HANDLER(cg_rpc_context_compress)
         snprintf(w->message, sizeof w->message,
                  "the model's context window is not known; %lld tokens assumed", (long long)window);
     }
+    /* Artifacts (and their previews) redacted before they are stored, when the tenant asks. */
+    if (state.active && redact_artifacts && res.n_artifacts > 0 &&
+        (st = cg_rpc_ctx_redact_artifacts(call, env, &state, &res, &in.counter, sctx.types,
+                                          policy.offload_preview_bytes)) != CG_OK)
+        goto out;
     Ctxguard__V1__CompressResponse *resp =
         NEW(call, Ctxguard__V1__CompressResponse, ctxguard__v1__compress_response__init);
     const struct cg_preset *preset = req->policy && req->policy->preset
@@ -584,7 +631,7 @@ CG_HANDLER(cg_rpc_context_compress)
     }
     if ((st = cg_rpc_conv_out(call, res.conv, (int)req->response_format, &resp->conversation)))
         goto out;
-    resp->report = report_out(call, &res, window, cs.enc != NULL, dialect);
+    resp->report = report_out(call, &res, window, cs.enc != NULL, dialect, &sctx.counts);
     if (resp->report == NULL ||
         (resp->report->effective_policy = policy_out(call, &policy, preset, req->policy)) == NULL) {
         st = OOM(call);

@@ -16,6 +16,7 @@
 #include "core/utf8.h"
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_handlers.h"
+#include "rpc/rpc_summary.h"
 
 #define PAGE_DEFAULT 100
 #define PAGE_MAX 1000
@@ -293,6 +294,174 @@ fail:
     return st;
 }
 
+/* ------------------------------------------------------------------ artifact redaction */
+
+#define OFFLOAD_MARKER "\n[ctxguard: offloaded, "
+
+/* The longest head of text[0..len) of at most max bytes that ends on a character boundary. */
+static size_t utf8_head(const char *text, size_t len, size_t max)
+{
+    if (len <= max)
+        return len;
+    size_t n = max;
+    while (n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80)
+        n--;
+    return n;
+}
+
+/* Tokens of one tool result holding text, counted as the cascade counts it. */
+static int64_t result_tokens(const struct cg_compress_counter *counter, const struct cg_part *part,
+                             const char *text, size_t len)
+{
+    struct cg_part p = *part;
+    p.u.tool_result.content.ptr = text;
+    p.u.tool_result.content.len = len;
+    struct cg_message one = {.role = CG_ROLE_TOOL, .parts = &p, .n_parts = 1};
+    return counter->count_message(counter->ctx, &one);
+}
+
+/* The new text of the offloaded message's part: the redacted head and a marker with the
+ * redacted sizes when the part is still the offload's preview, else NULL (redact it whole). */
+static char *preview_text(const struct cg_compress_artifact *a, const struct cg_str *now,
+                          const char *red, size_t red_len, size_t preview_max, size_t *keep_out,
+                          size_t *len_out)
+{
+    size_t raw_keep = a->preview_bytes;
+    size_t mlen = strlen(OFFLOAD_MARKER);
+    if (now->len < raw_keep + mlen || memcmp(now->ptr, a->content, raw_keep) != 0 ||
+        memcmp(now->ptr + raw_keep, OFFLOAD_MARKER, mlen) != 0)
+        return NULL;
+    size_t keep = utf8_head(red, red_len, preview_max);
+    char marker[240];
+    int ml = snprintf(marker, sizeof marker,
+                      "\n[ctxguard: offloaded, %zu of %zu bytes shown; the whole result "
+                      "is artifact %s (GetArtifact)]",
+                      keep, red_len, a->id);
+    if (ml < 0 || (size_t)ml >= sizeof marker)
+        return NULL;
+    char *text = malloc(keep + (size_t)ml + 1);
+    if (text == NULL)
+        return NULL;
+    memcpy(text, red, keep);
+    memcpy(text + keep, marker, (size_t)ml + 1);
+    *keep_out = keep;
+    *len_out = keep + (size_t)ml;
+    return text;
+}
+
+cg_status cg_rpc_ctx_redact_artifacts(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      struct cg_rpc_ctx_state *state, struct cg_compress_result *r,
+                                      const struct cg_compress_counter *counter, unsigned types,
+                                      int64_t preview_max)
+{
+    size_t n = r->n_artifacts;
+    if (n == 0)
+        return CG_OK;
+    /* One pass over every artifact and its message part, so both get the same labels. */
+    const char **in = calloc(2 * n, sizeof *in);
+    size_t *in_len = calloc(2 * n, sizeof *in_len), *out_len = calloc(2 * n, sizeof *out_len);
+    char **out = calloc(2 * n, sizeof *out);
+    struct cg_part **parts = calloc(n, sizeof *parts);
+    struct cg_redact_counts counts;
+    memset(&counts, 0, sizeof counts);
+    cg_status st = CG_OK;
+    if (in == NULL || in_len == NULL || out_len == NULL || out == NULL || parts == NULL) {
+        st = OOM(call);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct cg_compress_artifact *a = &r->artifacts[i];
+        in[2 * i] = a->content;
+        in_len[2 * i] = a->content_len;
+        in[2 * i + 1] = "";
+        if (r->conv != NULL && a->output_index >= 0 &&
+            (size_t)a->output_index < r->conv->n_messages &&
+            a->part_index < r->conv->messages[a->output_index].n_parts &&
+            r->conv->messages[a->output_index].parts[a->part_index].kind == CG_PART_TOOL_RESULT) {
+            parts[i] = &r->conv->messages[a->output_index].parts[a->part_index];
+            in[2 * i + 1] = parts[i]->u.tool_result.content.ptr;
+            in_len[2 * i + 1] = parts[i]->u.tool_result.content.len;
+        }
+    }
+    /* Labels may be longer than the values they replace. */
+    size_t max = 2 * (r->conv != NULL ? r->conv->limits.max_bytes : (size_t)64 << 20);
+    st = cg_rpc_redact_texts(call, env, state->session_id, types, "conversation", 2 * n, in, in_len,
+                             max, out, out_len, &counts);
+    if (st != CG_OK)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        struct cg_compress_artifact *a = &r->artifacts[i];
+        char *red = out[2 * i];
+        size_t red_len = out_len[2 * i];
+        if (parts[i] != NULL) {
+            struct cg_str *now = &parts[i]->u.tool_result.content;
+            size_t keep = 0, text_len = 0;
+            char *text = preview_text(a, now, red, red_len, (size_t)preview_max, &keep, &text_len);
+            bool rebuilt = text != NULL;
+            if (text == NULL) { /* changed after offload: its redacted form as a whole */
+                text = out[2 * i + 1];
+                text_len = out_len[2 * i + 1];
+                out[2 * i + 1] = NULL;
+            }
+            int64_t before = result_tokens(counter, parts[i], now->ptr, now->len);
+            struct cg_err err = {0};
+            st = cg_conv_str(r->conv, text, text_len, now, &err);
+            free(text);
+            if (st != CG_OK) {
+                cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED, "redacting an artifact's preview: %s",
+                           err.msg);
+                goto done;
+            }
+            int64_t delta = result_tokens(counter, parts[i], now->ptr, now->len) - before;
+            r->tokens_after += delta;
+            for (size_t c = 0; c < r->n_changes; c++)
+                if (r->changes[c].artifact == (int64_t)i)
+                    r->changes[c].tokens_after += delta;
+            if (rebuilt)
+                a->preview_bytes = keep;
+        }
+        if (a->preview_bytes > red_len)
+            a->preview_bytes = red_len;
+        if (parts[i] != NULL)
+            a->tokens = result_tokens(counter, parts[i], red, red_len);
+        free(a->content);
+        a->content = red;
+        a->content_len = red_len;
+        out[2 * i] = NULL;
+    }
+    state->artifacts_redacted = true;
+    /* The counts, where the report has room for them: the OFFLOAD layer's detail. */
+    for (size_t l = r->n_layers; l-- > 0;) {
+        if (r->layers[l].layer != CG_LAYER_OFFLOAD)
+            continue;
+        char *d = r->layers[l].detail;
+        size_t dl = strlen(d);
+        dl += (size_t)snprintf(d + dl, sizeof r->layers[l].detail - dl, "; PII redacted:");
+        bool any = false;
+        for (int t = 1; t < CG_PII_TYPE_COUNT && dl < sizeof r->layers[l].detail; t++) {
+            if (counts.by_type[t] == 0)
+                continue;
+            dl += (size_t)snprintf(d + dl, sizeof r->layers[l].detail - dl, "%s %s %lld",
+                                   any ? "," : "", cg_pii_type_name((cg_pii_type)t),
+                                   (long long)counts.by_type[t]);
+            any = true;
+        }
+        if (!any && dl < sizeof r->layers[l].detail)
+            snprintf(d + dl, sizeof r->layers[l].detail - dl, " none");
+        break;
+    }
+done:
+    if (out != NULL)
+        for (size_t i = 0; i < 2 * n; i++)
+            free(out[i]);
+    free(in);
+    free(in_len);
+    free(out_len);
+    free(out);
+    free(parts);
+    return st;
+}
+
 void cg_rpc_ctx_abort(const struct cg_rpc_env *env, struct cg_rpc_ctx_state *s)
 {
     if (s->active && env->store != NULL)
@@ -332,6 +501,7 @@ cg_status cg_rpc_ctx_finish(struct cg_rpc_call *call, const struct cg_rpc_env *e
         cg_sha256(a->content, a->content_len, sum);
         cg_hex_encode(sum, 32, info.sha256);
         info.preview_bytes = (int64_t)a->preview_bytes;
+        info.pii_redacted = s->artifacts_redacted;
         if (!req->dry_run &&
             cg_store_ctx_artifact_put(env->store, call->principal.tenant_id, &info, a->content,
                                       a->content_len, &serr) != CG_OK) {
@@ -356,6 +526,7 @@ cg_status cg_rpc_ctx_finish(struct cg_rpc_call *call, const struct cg_rpc_env *e
         o->tokens = info.tokens;
         o->sha256 = cg_arena_strdup(call->arena, info.sha256);
         o->preview_bytes = info.preview_bytes;
+        o->pii_redacted = s->artifacts_redacted;
         o->compaction_id = cg_arena_strdup(call->arena, req->dry_run ? "" : s->compaction_id);
         if (o->artifact_id == NULL || o->session_id == NULL || o->tool_call_id == NULL ||
             o->tool_name == NULL || o->media_type == NULL || o->sha256 == NULL ||
@@ -451,6 +622,7 @@ static Ctxguard__V1__ArtifactInfo *artifact_out(struct cg_rpc_call *call,
     o->tokens = a->tokens;
     o->sha256 = cg_arena_strdup(call->arena, a->sha256);
     o->preview_bytes = a->preview_bytes;
+    o->pii_redacted = a->pii_redacted;
     o->compaction_id = cg_arena_strdup(call->arena, a->compaction_id);
     o->created_at_unix_ms = a->created_at_ms;
     if (o->artifact_id == NULL || o->session_id == NULL || o->tool_call_id == NULL ||

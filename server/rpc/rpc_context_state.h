@@ -25,6 +25,7 @@ struct cg_rpc_ctx_state {
     int64_t diverged_at;
     int64_t boundary; /* the boundary the cascade starts from */
     unsigned artifact_seq;
+    bool artifacts_redacted; /* the tenant's redact_artifacts applied to this call's artifacts */
 };
 
 /* Checks session_id (1..128 printable ASCII), opens the transaction, locks (or creates) the
@@ -43,6 +44,19 @@ cg_status cg_rpc_ctx_finish(struct cg_rpc_call *call, const struct cg_rpc_env *e
                             const Ctxguard__V1__CompressRequest *req,
                             const struct cg_compress_result *r, struct cg_rpc_ctx_state *state,
                             Ctxguard__V1__CompressionReport *report) CG_MUST_CHECK;
+
+/* The tenant setting redact_artifacts: redacts the PII `types` (CG_PII_BIT mask) in each
+ * artifact of r before it is stored, with the session's pseudonym table, and in the preview
+ * its message keeps in r->conv (rebuilt as the head of the redacted text, at most
+ * preview_max bytes, and the marker; a message a later layer changed is redacted whole).
+ * The artifact's size and tokens, the output's tokens_after and the message's change follow;
+ * the last OFFLOAD layer's detail gets the counts ("; PII redacted: EMAIL 2, PHONE 1").
+ * History is not touched. On error call->err says why and r is as it was or partly
+ * redacted (the caller fails the call, so nothing is stored). */
+cg_status cg_rpc_ctx_redact_artifacts(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      struct cg_rpc_ctx_state *state, struct cg_compress_result *r,
+                                      const struct cg_compress_counter *counter, unsigned types,
+                                      int64_t preview_max) CG_MUST_CHECK;
 
 /* Rolls back an open stateful call (no-op when not active). */
 void cg_rpc_ctx_abort(const struct cg_rpc_env *env, struct cg_rpc_ctx_state *state);

@@ -1,6 +1,7 @@
 /* rpc_context_summarize.c - ContextService.Summarize: a conversation to a structured
  * summary. Validates every field (the message names it), redacts PII from the whole
- * conversation before any summarizer sees it (rpc_summary.h: with the pseudonym table of the
+ * conversation before any summarizer sees it (the types the tenant's settings enable, every
+ * type by default; rpc_summary.h: with the pseudonym table of the
  * request's session, so a value keeps its label across the session's summaries), summarizes
  * by the rules of SummarizerKind (rpc_summary.h: LLM, hierarchical and checked, or the
  * extractive summarizer, with the fallback reason) and answers with the text, the sections,
@@ -194,8 +195,13 @@ CG_HANDLER(cg_rpc_context_summarize)
         st = cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'conversation' has no messages");
         goto out;
     }
-    /* Redact first: nothing below sees the raw text. */
-    st = cg_rpc_redact_conv(call, env, req->session_id, conv, &red, &counts);
+    /* Redact first: nothing below sees the raw text. The tenant's settings choose the types;
+     * when they cannot be read every type is redacted (the safe side). */
+    unsigned types;
+    bool artifacts;
+    if (cg_rpc_tenant_redaction(call, env, &types, &artifacts) != CG_OK)
+        types = CG_PII_ALL;
+    st = cg_rpc_redact_conv(call, env, req->session_id, types, conv, &red, &counts);
     if (st != CG_OK)
         goto out;
     struct cg_model_info info;

@@ -31,6 +31,7 @@ cg_status cg_rpc_health_watch(struct cg_rpc_call *call, const struct cg_rpc_env 
 CG_HANDLER(cg_rpc_admin_create_tenant);
 CG_HANDLER(cg_rpc_admin_get_tenant);
 CG_HANDLER(cg_rpc_admin_list_tenants);
+CG_HANDLER(cg_rpc_admin_update_tenant_settings);
 CG_HANDLER(cg_rpc_admin_create_api_key);
 CG_HANDLER(cg_rpc_admin_list_api_keys);
 CG_HANDLER(cg_rpc_admin_revoke_api_key);

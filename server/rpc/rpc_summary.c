@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "core/estimate.h"
 #include "llm/llm.h"
+#include "store/store.h"
 
 #define FALLBACK_RESERVE_MS 300 /* of the deadline, kept for the extractive fallback */
 #define TOOL_RESULT_BYTES 2000  /* of each tool result the LLM reads */
@@ -148,16 +149,77 @@ static void pseudonyms_release(struct cg_rpc_pseudonyms *p, struct pseudonym_ent
 }
 
 struct redactor {
+    struct cg_redact_options options;
     struct cg_redact_session *session;
     struct cg_redact_buf buf;
     struct cg_redact_counts counts;
+    struct pseudonym_entry *shared; /* the session's table, or NULL */
+    struct cg_redact_session *own;  /* else one of the call's own */
 };
+
+cg_status cg_rpc_tenant_redaction(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  unsigned *types, bool *artifacts)
+{
+    *types = CG_PII_ALL;
+    *artifacts = false;
+    if (call->principal.tenant_id[0] == '\0' || env->store == NULL)
+        return CG_OK;
+    struct cg_tenant t;
+    struct cg_err serr = {0};
+    cg_status st = cg_store_tenant_get(env->store, call->principal.tenant_id, &t, &serr);
+    if (st != CG_OK) {
+        cg_log(CG_LOG_WARN, "summarize", call->request_id,
+               "tenant settings unreadable (%s): every PII type is redacted", serr.msg);
+        return st;
+    }
+    if (t.settings.redact_types != 0)
+        *types = t.settings.redact_types & CG_PII_ALL;
+    *artifacts = t.settings.redact_artifacts;
+    return CG_OK;
+}
+
+/* Takes the pseudonym table for the call (the session's when it can) and the options. */
+static cg_status redactor_open(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                               const char *session_id, unsigned types, size_t max_bytes,
+                               struct redactor *r)
+{
+    memset(r, 0, sizeof *r);
+    cg_redact_options_init(&r->options);
+    r->options.enabled = types != 0 ? types & CG_PII_ALL : CG_PII_ALL;
+    if (session_id != NULL && session_id[0] != '\0' && env->pseudonyms != NULL)
+        r->shared = pseudonyms_acquire(env->pseudonyms, call->principal.tenant_id, session_id);
+    if (r->shared != NULL) {
+        r->session = &r->shared->session;
+    } else {
+        if ((r->own = malloc(sizeof *r->own)) == NULL)
+            return OOM(call);
+        seed_session(r->own);
+        r->session = r->own;
+    }
+    cg_redact_buf_init(&r->buf, max_bytes);
+    return CG_OK;
+}
+
+/* Releases what redactor_open took; on success adds the counts to counts. */
+static void redactor_close(const struct cg_rpc_env *env, struct redactor *r, bool ok,
+                           struct cg_redact_counts *counts)
+{
+    if (r->shared != NULL)
+        pseudonyms_release(env->pseudonyms, r->shared);
+    free(r->own);
+    cg_redact_buf_cleanup(&r->buf);
+    if (ok && counts != NULL) {
+        for (int t = 0; t < CG_PII_TYPE_COUNT; t++)
+            counts->by_type[t] += r->counts.by_type[t];
+        counts->session_full = counts->session_full || r->counts.session_full;
+    }
+}
 
 static cg_status redact_str(struct cg_rpc_call *call, struct redactor *r, struct cg_conv *dst,
                             const struct cg_str *in, struct cg_str *out)
 {
     struct cg_err err = {0};
-    cg_status st = cg_redact(NULL, r->session, in->ptr, in->len, &r->buf, &r->counts, &err);
+    cg_status st = cg_redact(&r->options, r->session, in->ptr, in->len, &r->buf, &r->counts, &err);
     if (st != CG_OK)
         return cg_err_set(&call->err, st == CG_NOMEM ? CG_RESOURCE_EXHAUSTED : st,
                           "field 'conversation': %s", err.msg);
@@ -232,34 +294,51 @@ static cg_status redact_copy(struct cg_rpc_call *call, struct redactor *r,
 }
 
 cg_status cg_rpc_redact_conv(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const char *session_id, const struct cg_conv *conv,
+                             const char *session_id, unsigned types, const struct cg_conv *conv,
                              struct cg_conv **out, struct cg_redact_counts *counts)
 {
     *out = NULL;
-    struct redactor r = {0};
-    struct pseudonym_entry *shared = NULL;
-    struct cg_redact_session *own = NULL;
-    if (session_id != NULL && session_id[0] != '\0' && env->pseudonyms != NULL)
-        shared = pseudonyms_acquire(env->pseudonyms, call->principal.tenant_id, session_id);
-    if (shared != NULL) {
-        r.session = &shared->session;
-    } else {
-        if ((own = malloc(sizeof *own)) == NULL)
-            return OOM(call);
-        seed_session(own);
-        r.session = own;
+    struct redactor r;
+    cg_status st = redactor_open(call, env, session_id, types, conv->limits.max_bytes, &r);
+    if (st == CG_OK)
+        st = redact_copy(call, &r, conv, out);
+    redactor_close(env, &r, st == CG_OK, counts);
+    return st;
+}
+
+cg_status cg_rpc_redact_texts(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              const char *session_id, unsigned types, const char *field, size_t n,
+                              const char *const *in, const size_t *in_len, size_t max_bytes,
+                              char **out, size_t *out_len, struct cg_redact_counts *counts)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    struct redactor r;
+    cg_status st = redactor_open(call, env, session_id, types, max_bytes, &r);
+    for (size_t i = 0; i < n && st == CG_OK; i++) {
+        struct cg_err err = {0};
+        st = cg_redact(&r.options, r.session, in[i], in_len[i], &r.buf, &r.counts, &err);
+        if (st != CG_OK) {
+            cg_err_set(&call->err, st == CG_NOMEM ? CG_RESOURCE_EXHAUSTED : st, "field '%s': %s",
+                       field, err.msg);
+            break;
+        }
+        if ((out[i] = malloc(r.buf.len + 1)) == NULL) {
+            st = OOM(call);
+            break;
+        }
+        if (r.buf.len > 0)
+            memcpy(out[i], r.buf.data, r.buf.len);
+        out[i][r.buf.len] = '\0';
+        out_len[i] = r.buf.len;
     }
-    cg_redact_buf_init(&r.buf, conv->limits.max_bytes);
-    cg_status st = redact_copy(call, &r, conv, out);
-    if (shared != NULL)
-        pseudonyms_release(env->pseudonyms, shared);
-    free(own);
-    cg_redact_buf_cleanup(&r.buf);
-    if (st == CG_OK && counts != NULL) {
-        for (int t = 0; t < CG_PII_TYPE_COUNT; t++)
-            counts->by_type[t] += r.counts.by_type[t];
-        counts->session_full = counts->session_full || r.counts.session_full;
+    if (st != CG_OK) {
+        for (size_t i = 0; i < n; i++) {
+            free(out[i]);
+            out[i] = NULL;
+        }
     }
+    redactor_close(env, &r, st == CG_OK, counts);
     return st;
 }
 

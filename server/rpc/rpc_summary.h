@@ -22,15 +22,34 @@
 #define CG_RPC_FALLBACK_NOT_SMALLER 7
 #define CG_RPC_FALLBACK_REQUESTED 9
 
+/* The call's tenant's redaction settings (admin.proto TenantSettings), one primary-key
+ * read: *types gets the CG_PII_BIT mask to redact (CG_PII_ALL when the tenant lists none),
+ * *artifacts whether Compress redacts artifacts. On a store error *types is CG_PII_ALL,
+ * *artifacts false, call->err is left alone and the store's status is returned (the caller
+ * decides whether it can go on: redacting every type is the safe side). */
+cg_status cg_rpc_tenant_redaction(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  unsigned *types, bool *artifacts) CG_MUST_CHECK;
+
 /* A copy of conv (*out, the caller frees it with cg_conv_free) in which every text a
- * summarizer reads (text, tool call arguments, tool results, reasoning) is redacted; images
- * are left out. With a non-empty session_id the pseudonym table of (the caller's tenant,
- * session_id) in env->pseudonyms is used, so a value keeps its label across the session's
- * requests; otherwise a table of the call's own. counts is added to. On error fills
- * call->err (naming `conversation`) and *out is NULL. */
+ * summarizer reads (text, tool call arguments, tool results, reasoning) is redacted of the
+ * types in `types` (a CG_PII_BIT mask; 0 means CG_PII_ALL); images are left out. With a
+ * non-empty session_id the pseudonym table of (the caller's tenant, session_id) in
+ * env->pseudonyms is used, so a value keeps its label across the session's requests;
+ * otherwise a table of the call's own. counts is added to. On error fills call->err (naming
+ * `conversation`) and *out is NULL. */
 cg_status cg_rpc_redact_conv(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const char *session_id, const struct cg_conv *conv,
+                             const char *session_id, unsigned types, const struct cg_conv *conv,
                              struct cg_conv **out, struct cg_redact_counts *counts) CG_MUST_CHECK;
+
+/* Redacts texts in[0..n) (in_len[i] bytes each) of `types` as cg_rpc_redact_conv does,
+ * with the same pseudonym table, into out[i] (malloc'd, NUL-terminated, out_len[i] bytes;
+ * the caller frees them). Each result is at most max_bytes. On error every out[i] is NULL,
+ * call->err names `field` and counts is unchanged. */
+cg_status cg_rpc_redact_texts(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              const char *session_id, unsigned types, const char *field, size_t n,
+                              const char *const *in, const size_t *in_len, size_t max_bytes,
+                              char **out, size_t *out_len,
+                              struct cg_redact_counts *counts) CG_MUST_CHECK;
 
 struct cg_rpc_summary_opts {
     int kind;              /* CG_RPC_SUMMARIZER_AUTO, _LLM or _EXTRACTIVE */

@@ -222,14 +222,49 @@ cg_status cg_store_migrate(struct cg_store *store, int *applied, struct cg_err *
 cg_status cg_store_tenant_create(struct cg_store *store, const char *name, const char *time_zone,
                                  struct cg_tenant *out, struct cg_err *err)
 {
+    return cg_store_tenant_create_with(store, name, time_zone, NULL, out, err);
+}
+
+static cg_status check_settings(const struct cg_tenant_settings *s, struct cg_err *err)
+{
+    if (s->redact_types & ~CG_TENANT_PII_TYPES_MASK)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "settings.redact_types: unknown PiiType");
+    return CG_OK;
+}
+
+cg_status cg_store_tenant_create_with(struct cg_store *store, const char *name,
+                                      const char *time_zone,
+                                      const struct cg_tenant_settings *settings,
+                                      struct cg_tenant *out, struct cg_err *err)
+{
+    static const struct cg_tenant_settings defaults = {0};
+    if (settings == NULL)
+        settings = &defaults;
     if (cg__store_deadline_passed(store))
         return cg__store_deadline_exceeded(err);
     cg_status rc = check_name(name ? name : "", true, err);
     if (rc == CG_OK)
         rc = check_time_zone(time_zone, err);
+    if (rc == CG_OK)
+        rc = check_settings(settings, err);
     if (rc != CG_OK)
         return rc;
-    return cg_pg_tenant_create(store->pg, name, time_zone, out, err);
+    return cg_pg_tenant_create(store->pg, name, time_zone, settings, out, err);
+}
+
+cg_status cg_store_tenant_settings_put(struct cg_store *store, const char *tenant_id,
+                                       const struct cg_tenant_settings *settings,
+                                       struct cg_tenant *out, struct cg_err *err)
+{
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id))
+        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+    cg_status rc = check_settings(settings, err);
+    if (rc != CG_OK)
+        return rc;
+    return cg_pg_tenant_settings_put(store->pg, id, settings, out, err);
 }
 
 cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id, struct cg_tenant *out,

@@ -45,11 +45,20 @@ struct cg_store_opts {
     int key_cache_ttl_s;         /* 0: do not cache key lookups */
 };
 
+/* What a tenant's calls do with PII (admin.proto TenantSettings). */
+struct cg_tenant_settings {
+    unsigned redact_types; /* 1u << PiiType per type (bits 1..8); 0: every type */
+    bool redact_artifacts; /* Compress redacts offloaded artifacts before storing them */
+};
+
+#define CG_TENANT_PII_TYPES_MASK 0x1feu /* bits 1..8: the PiiTypes there are */
+
 struct cg_tenant {
     char tenant_id[CG_UUID_LEN + 1];
     char name[CG_NAME_MAX * 4 + 1]; /* UTF-8: up to 200 characters */
     char time_zone[CG_TZ_MAX + 1];
     int64_t created_at_ms;
+    struct cg_tenant_settings settings;
 };
 
 struct cg_api_key {
@@ -102,6 +111,20 @@ cg_status cg_store_migrate(struct cg_store *store, int *applied, struct cg_err *
  * PostgreSQL knows. CG_INVALID_ARGUMENT naming `name` or `time_zone` otherwise. */
 cg_status cg_store_tenant_create(struct cg_store *store, const char *name, const char *time_zone,
                                  struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* cg_store_tenant_create with settings (NULL: the defaults, all zero), in one statement.
+ * CG_INVALID_ARGUMENT naming `settings.redact_types` for bits outside
+ * CG_TENANT_PII_TYPES_MASK. */
+cg_status cg_store_tenant_create_with(struct cg_store *store, const char *name,
+                                      const char *time_zone,
+                                      const struct cg_tenant_settings *settings,
+                                      struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* Replaces a tenant's settings and reads the tenant back into out. CG_NOT_FOUND
+ * "tenant_id: no such tenant"; CG_INVALID_ARGUMENT as for cg_store_tenant_create_with. */
+cg_status cg_store_tenant_settings_put(struct cg_store *store, const char *tenant_id,
+                                       const struct cg_tenant_settings *settings,
+                                       struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
 
 /* Reads a tenant. CG_NOT_FOUND when there is none (also for ids that are not UUIDs). */
 cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id, struct cg_tenant *out,

@@ -89,6 +89,7 @@ struct cg_ctx_artifact {
     char sha256[65];
     int64_t preview_bytes;
     int64_t created_at_ms;
+    bool pii_redacted; /* redacted before storing (the tenant's redact_artifacts) */
 };
 
 /* Inside a transaction: stores an artifact (info's seq, size_bytes and created_at are set by

@@ -63,7 +63,14 @@ cg_status cg_pg_migrate(struct cg_pg *pg, const struct cg_migration *migrations,
 /* Inserts a tenant. A time_zone PostgreSQL does not list in pg_timezone_names ->
  * CG_INVALID_ARGUMENT naming time_zone. */
 cg_status cg_pg_tenant_create(struct cg_pg *pg, const char *name, const char *time_zone,
-                              struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
+                              const struct cg_tenant_settings *settings, struct cg_tenant *out,
+                              struct cg_err *err) CG_MUST_CHECK;
+
+/* Replaces a tenant's settings (checked by the caller) and reads it back. CG_NOT_FOUND
+ * naming tenant_id when there is no such tenant. */
+cg_status cg_pg_tenant_settings_put(struct cg_pg *pg, const char *tenant_id,
+                                    const struct cg_tenant_settings *settings,
+                                    struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
 
 /* Reads a tenant by canonical UUID text. CG_NOT_FOUND when there is none. */
 cg_status cg_pg_tenant_get(struct cg_pg *pg, const char *tenant_id, struct cg_tenant *out,

@@ -238,7 +238,7 @@ void cg_store_ctx_rows_free(struct cg_ctx_history_row *rows, int n)
 #define ARTIFACT_COLUMNS                                                                           \
     "artifact_id, session_id, compaction_id, seq, source_index, history_position,"                 \
     " tool_call_id, tool_name, media_type, octet_length(content), size_chars, tokens, sha256,"     \
-    " preview_bytes, floor(extract(epoch FROM created_at) * 1000)::int8"
+    " preview_bytes, floor(extract(epoch FROM created_at) * 1000)::int8, pii_redacted"
 
 static void read_artifact(PGresult *res, int row, struct cg_ctx_artifact *a)
 {
@@ -257,6 +257,7 @@ static void read_artifact(PGresult *res, int row, struct cg_ctx_artifact *a)
     cg__pg_copy_str(a->sha256, sizeof a->sha256, PQgetvalue(res, row, 12));
     a->preview_bytes = cg__pg_parse_i64(PQgetvalue(res, row, 13));
     a->created_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 14));
+    a->pii_redacted = strcmp(PQgetvalue(res, row, 15), "t") == 0;
 }
 
 cg_status cg_store_ctx_artifact_put(struct cg_store *store, const char *tenant_id,
@@ -286,17 +287,18 @@ cg_status cg_store_ctx_artifact_put(struct cg_store *store, const char *tenant_i
                             tk,
                             a->sha256,
                             pb,
-                            len ? content : ""};
-    const int lengths[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (int)len};
-    const int formats[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+                            len ? content : "",
+                            a->pii_redacted ? "t" : "f"};
+    const int lengths[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (int)len, 0};
+    const int formats[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0};
     PGresult *res = NULL;
     rc = cg__pg_run(store->pg, "ctx_artifact_put",
                     "INSERT INTO context_artifacts (tenant_id, artifact_id, session_id,"
                     " compaction_id, source_index, history_position, tool_call_id, tool_name,"
-                    " media_type, size_chars, tokens, sha256, preview_bytes, content) VALUES"
-                    " ($1::uuid, $2, $3, $4, $5::int8, $6::int8, $7, $8, $9, $10::int8, $11::int8,"
-                    " $12, $13::int8, $14::bytea)",
-                    14, values, lengths, formats, RUN_PINNED, &res, err);
+                    " media_type, size_chars, tokens, sha256, preview_bytes, content, pii_redacted)"
+                    " VALUES ($1::uuid, $2, $3, $4, $5::int8, $6::int8, $7, $8, $9, $10::int8,"
+                    " $11::int8, $12, $13::int8, $14::bytea, $15::boolean)",
+                    15, values, lengths, formats, RUN_PINNED, &res, err);
     PQclear(res);
     if (rc != CG_OK && cg__pg_sqlstate_is(store->pg, "23505"))
         return cg_err_set(err, CG_ALREADY_EXISTS, "artifact_id: already exists");
@@ -334,7 +336,7 @@ cg_status cg_store_ctx_artifact_get(struct cg_store *store, const char *tenant_i
         return cg_err_set(err, CG_OUT_OF_RANGE, "offset: %lld is past the end (%lld bytes)",
                           (long long)offset, (long long)info->size_bytes);
     }
-    *content = decode_bytea(PQgetvalue(res, 0, 15), len);
+    *content = decode_bytea(PQgetvalue(res, 0, 16), len);
     PQclear(res);
     if (*content == NULL)
         return cg_err_set(err, CG_INTERNAL, "artifact_id: stored content does not parse");

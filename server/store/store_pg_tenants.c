@@ -10,8 +10,11 @@
 
 /* ------------------------------------------------------------------ tenants --- */
 
+/* The settings' type list comes back as a bit mask (1 << PiiType per type). */
 #define TENANT_COLUMNS                                                                             \
-    "tenant_id::text, name, time_zone, floor(extract(epoch FROM created_at) * 1000)::int8"
+    "tenant_id::text, name, time_zone, floor(extract(epoch FROM created_at) * 1000)::int8,"        \
+    " (SELECT coalesce(bit_or(1 << t), 0) FROM unnest(pii_redact_types) AS t),"                    \
+    " pii_redact_artifacts"
 
 static void read_tenant(PGresult *res, int row, struct cg_tenant *out)
 {
@@ -19,22 +22,39 @@ static void read_tenant(PGresult *res, int row, struct cg_tenant *out)
     cg__pg_copy_str(out->name, sizeof out->name, PQgetvalue(res, row, 1));
     cg__pg_copy_str(out->time_zone, sizeof out->time_zone, PQgetvalue(res, row, 2));
     out->created_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 3));
+    out->settings.redact_types =
+        (unsigned)cg__pg_parse_i64(PQgetvalue(res, row, 4)) & CG_TENANT_PII_TYPES_MASK;
+    out->settings.redact_artifacts = strcmp(PQgetvalue(res, row, 5), "t") == 0;
+}
+
+/* The type mask as a PostgreSQL array literal: "{1,5}" ("{}" for 0). */
+static void types_text(unsigned mask, char *out, size_t cap)
+{
+    size_t n = (size_t)snprintf(out, cap, "{");
+    for (int t = 1; t <= 8 && n < cap; t++)
+        if (mask & (1u << t))
+            n += (size_t)snprintf(out + n, cap - n, "%s%d", n > 1 ? "," : "", t);
+    if (n < cap)
+        snprintf(out + n, cap - n, "}");
 }
 
 cg_status cg_pg_tenant_create(struct cg_pg *pg, const char *name, const char *time_zone,
-                              struct cg_tenant *out, struct cg_err *err)
+                              const struct cg_tenant_settings *settings, struct cg_tenant *out,
+                              struct cg_err *err)
 {
     /* The time zone must be one PostgreSQL lists by name: abbreviations and POSIX offsets
      * that AT TIME ZONE would also take are not what calendar-aligned resets need. */
-    const char *values[] = {name, time_zone};
+    char types[32];
+    types_text(settings->redact_types, types, sizeof types);
+    const char *values[] = {name, time_zone, types, settings->redact_artifacts ? "t" : "f"};
     PGresult *res = NULL;
     cg_status rc =
         cg__pg_run(pg, "tenant_create",
-                   "INSERT INTO tenants (name, time_zone)"
-                   " SELECT $1::text, $2::text"
+                   "INSERT INTO tenants (name, time_zone, pii_redact_types, pii_redact_artifacts)"
+                   " SELECT $1::text, $2::text, $3::smallint[], $4::boolean"
                    " WHERE EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $2::text)"
                    " RETURNING " TENANT_COLUMNS,
-                   2, values, NULL, NULL, 0, &res, err);
+                   4, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "name or time_zone: invalid value");
@@ -62,6 +82,27 @@ cg_status cg_pg_tenant_get(struct cg_pg *pg, const char *tenant_id, struct cg_te
         values, RUN_READ, "tenant_id: no such tenant", &res, err);
     if (rc == CG_OK)
         read_tenant(res, 0, out);
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_tenant_settings_put(struct cg_pg *pg, const char *tenant_id,
+                                    const struct cg_tenant_settings *settings,
+                                    struct cg_tenant *out, struct cg_err *err)
+{
+    char types[32];
+    types_text(settings->redact_types, types, sizeof types);
+    const char *values[] = {tenant_id, types, settings->redact_artifacts ? "t" : "f"};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run_one(pg, "tenant_settings_put",
+                                  "UPDATE tenants SET pii_redact_types = $2::smallint[],"
+                                  " pii_redact_artifacts = $3::boolean"
+                                  " WHERE tenant_id = $1::uuid RETURNING " TENANT_COLUMNS,
+                                  3, values, 0, "tenant_id: no such tenant", &res, err);
+    if (rc == CG_OK)
+        read_tenant(res, 0, out);
+    else if (cg__pg_sqlstate_is(pg, "23514"))
+        rc = cg_err_set(err, CG_INVALID_ARGUMENT, "settings.redact_types: unknown PiiType");
     PQclear(res);
     return rc;
 }
