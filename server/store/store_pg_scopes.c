@@ -99,110 +99,112 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
                                                                                         "1000)::"  \
                                                                                         "int8, 0)"
 /* ... and what later migrations added (0005: approvals). */
-#define NODE_COLUMNS                                                                                   \
-    NODE_COLUMNS_0003                                                                                  \
-    ", " DUE_OR("0", "s.approved_extra_tokens") ", s.exclude_cache_read_tokens, " DUE_OR(              \
-        "0",                                                                                           \
-        "s."                                                                                           \
-        "sp"                                                                                           \
-        "en"                                                                                           \
-        "t_"                                                                                           \
-        "in"                                                                                           \
-        "pu"                                                                                           \
-        "t_"                                                                                           \
-        "to"                                                                                           \
-        "ke"                                                                                           \
-        "n"                                                                                            \
-        "s") ", " DUE_OR("0", "s.spent_output_tokens") ", " DUE_OR("0", "s.spent_cache_read_"          \
-                                                                        "tokens") ", " DUE_OR("0",     \
-                                                                                              "s."     \
-                                                                                              "sp"     \
-                                                                                              "en"     \
-                                                                                              "t_"     \
-                                                                                              "ca"     \
-                                                                                              "ch"     \
-                                                                                              "e_"     \
-                                                                                              "wr"     \
-                                                                                              "it"     \
-                                                                                              "e_"     \
-                                                                                              "to"     \
-                                                                                              "ke"     \
-                                                                                              "n"      \
-                                                                                              "s") "," \
-                                                                                                   " " \
-                                                                                                   "c" \
-                                                                                                   "o" \
-                                                                                                   "a" \
-                                                                                                   "l" \
-                                                                                                   "e" \
-                                                                                                   "s" \
-                                                                                                   "c" \
-                                                                                                   "e" \
-                                                                                                   "(" \
-                                                                                                   "f" \
-                                                                                                   "l" \
-                                                                                                   "o" \
-                                                                                                   "o" \
-                                                                                                   "r" \
-                                                                                                   "(" \
-                                                                                                   "e" \
-                                                                                                   "x" \
-                                                                                                   "t" \
-                                                                                                   "r" \
-                                                                                                   "a" \
-                                                                                                   "c" \
-                                                                                                   "t" \
-                                                                                                   "(" \
-                                                                                                   "e" \
-                                                                                                   "p" \
-                                                                                                   "o" \
-                                                                                                   "c" \
-                                                                                                   "h" \
-                                                                                                   " " \
-                                                                                                   "F" \
-                                                                                                   "R" \
-                                                                                                   "O" \
-                                                                                                   "M" \
-                                                                                                   " " \
-                                                                                                   "s" \
-                                                                                                   "." \
-                                                                                                   "l" \
-                                                                                                   "a" \
-                                                                                                   "s" \
-                                                                                                   "t" \
-                                                                                                   "_" \
-                                                                                                   "a" \
-                                                                                                   "c" \
-                                                                                                   "t" \
-                                                                                                   "i" \
-                                                                                                   "v" \
-                                                                                                   "i" \
-                                                                                                   "t" \
-                                                                                                   "y" \
-                                                                                                   "_" \
-                                                                                                   "a" \
-                                                                                                   "t" \
-                                                                                                   ")" \
-                                                                                                   " " \
-                                                                                                   "*" \
-                                                                                                   " " \
-                                                                                                   "1" \
-                                                                                                   "0" \
-                                                                                                   "0" \
-                                                                                                   "0" \
-                                                                                                   ")" \
-                                                                                                   ":" \
-                                                                                                   ":" \
-                                                                                                   "i" \
-                                                                                                   "n" \
-                                                                                                   "t" \
-                                                                                                   "8" \
-                                                                                                   "," \
-                                                                                                   " " \
-                                                                                                   "0" \
-                                                                                                   ")" \
-                                                                                                   "," \
-                                                                                                   " " ACTIVITY_US
+#define NODE_COLUMNS                                                                               \
+    NODE_COLUMNS_0003                                                                              \
+    ", " DUE_OR("0", "s.approved_extra_tokens") ", s.exclude_cache_read_tokens, " DUE_OR(          \
+        "0",                                                                                       \
+        "s."                                                                                       \
+        "sp"                                                                                       \
+        "en"                                                                                       \
+        "t_"                                                                                       \
+        "in"                                                                                       \
+        "pu"                                                                                       \
+        "t_"                                                                                       \
+        "to"                                                                                       \
+        "ke"                                                                                       \
+        "n"                                                                                        \
+        "s") ", " DUE_OR("0",                                                                      \
+                         "s.spent_output_tokens") ", " DUE_OR("0",                                 \
+                                                              "s.spent_cache_read_"                \
+                                                              "tokens") ", " DUE_OR("0",           \
+                                                                                    "s."           \
+                                                                                    "sp"           \
+                                                                                    "en"           \
+                                                                                    "t_"           \
+                                                                                    "ca"           \
+                                                                                    "ch"           \
+                                                                                    "e_"           \
+                                                                                    "wr"           \
+                                                                                    "it"           \
+                                                                                    "e_"           \
+                                                                                    "to"           \
+                                                                                    "ke"           \
+                                                                                    "n"            \
+                                                                                    "s") ","       \
+                                                                                         " "       \
+                                                                                         "c"       \
+                                                                                         "o"       \
+                                                                                         "a"       \
+                                                                                         "l"       \
+                                                                                         "e"       \
+                                                                                         "s"       \
+                                                                                         "c"       \
+                                                                                         "e"       \
+                                                                                         "("       \
+                                                                                         "f"       \
+                                                                                         "l"       \
+                                                                                         "o"       \
+                                                                                         "o"       \
+                                                                                         "r"       \
+                                                                                         "("       \
+                                                                                         "e"       \
+                                                                                         "x"       \
+                                                                                         "t"       \
+                                                                                         "r"       \
+                                                                                         "a"       \
+                                                                                         "c"       \
+                                                                                         "t"       \
+                                                                                         "("       \
+                                                                                         "e"       \
+                                                                                         "p"       \
+                                                                                         "o"       \
+                                                                                         "c"       \
+                                                                                         "h"       \
+                                                                                         " "       \
+                                                                                         "F"       \
+                                                                                         "R"       \
+                                                                                         "O"       \
+                                                                                         "M"       \
+                                                                                         " "       \
+                                                                                         "s"       \
+                                                                                         "."       \
+                                                                                         "l"       \
+                                                                                         "a"       \
+                                                                                         "s"       \
+                                                                                         "t"       \
+                                                                                         "_"       \
+                                                                                         "a"       \
+                                                                                         "c"       \
+                                                                                         "t"       \
+                                                                                         "i"       \
+                                                                                         "v"       \
+                                                                                         "i"       \
+                                                                                         "t"       \
+                                                                                         "y"       \
+                                                                                         "_"       \
+                                                                                         "a"       \
+                                                                                         "t"       \
+                                                                                         ")"       \
+                                                                                         " "       \
+                                                                                         "*"       \
+                                                                                         " "       \
+                                                                                         "1"       \
+                                                                                         "0"       \
+                                                                                         "0"       \
+                                                                                         "0"       \
+                                                                                         ")"       \
+                                                                                         ":"       \
+                                                                                         ":"       \
+                                                                                         "i"       \
+                                                                                         "n"       \
+                                                                                         "t"       \
+                                                                                         "8"       \
+                                                                                         ","       \
+                                                                                         " "       \
+                                                                                         "0"       \
+                                                                                         ")"       \
+                                                                                         ","       \
+                                                                                         " " ACTIVITY_US
 #define NODE_NCOLUMNS 39
 
 /* The rows of a path, tenant first (as in store_pg_budget.c): $3..$5 the ids. */
