@@ -67,8 +67,8 @@
        "ms a budget row stays in the process cache for CheckBudget (0: no process cache)")         \
     XX(migrate_on_start, BOOL, "true", 0, 0, NULL,                                                 \
        "apply pending migrations at start-up (under an advisory lock)")                            \
-    XX(model_map, STR, "", 0, 0, NULL,                                                           \
-       "models added or re-mapped: PREFIX=ENCODING|PROFILE[@WINDOW];... (see core/models.h)")     \
+    XX(model_map, STR, "", 0, 0, NULL,                                                             \
+       "models added or re-mapped: PREFIX=ENCODING|PROFILE[@WINDOW];... (see core/models.h)")      \
     XX(token_data_dir, STR, CG_TOKDATA_DIR, 0, 0, NULL,                                            \
        "directory of the tokenizer rank data (cl100k_base.cgtok, o200k_base.cgtok)")               \
     XX(prices, STR, "", 0, 0, NULL,                                                                \

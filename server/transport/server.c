@@ -84,7 +84,7 @@ struct cg_server {
     struct cg_pool *pool;
     struct cg_rpc_batcher *batcher; /* NULL when write_batching is off */
     struct cg_cache *cache; /* keys and budget rows for every thread (rpc_cache.h); may be NULL */
-    struct cg_llm_breaker *llm_breaker; /* shared by the pool threads' LLM clients */
+    struct cg_llm_breaker *llm_breaker;   /* shared by the pool threads' LLM clients */
     struct cg_rpc_pseudonyms *pseudonyms; /* Summarize's per-session redaction labels */
     atomic_bool stopping;
 

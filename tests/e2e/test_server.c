@@ -90,12 +90,10 @@ Test(server, context_rpcs_authenticate_first_then_judge_the_request)
     struct cg_client *anon = cg_test_client(&srv, NULL);
     struct cg_client *tenant_client = cg_test_client(&srv, key);
     struct cg_client_status st;
-    const char *methods[] = {"/ctxguard.v1.ContextService/CountTokens",
-                             "/ctxguard.v1.ContextService/Compress",
-                             "/ctxguard.v1.ContextService/Summarize",
-                             "/ctxguard.v1.ContextService/GetArtifact",
-                             "/ctxguard.v1.ContextService/GetHistory",
-                             "/ctxguard.v1.ContextService/ValidateContext"};
+    const char *methods[] = {
+        "/ctxguard.v1.ContextService/CountTokens", "/ctxguard.v1.ContextService/Compress",
+        "/ctxguard.v1.ContextService/Summarize",   "/ctxguard.v1.ContextService/GetArtifact",
+        "/ctxguard.v1.ContextService/GetHistory",  "/ctxguard.v1.ContextService/ValidateContext"};
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
         cr_expect_eq(cg_client_unary_raw(anon, methods[i], "", 0, NULL, NULL, NULL, &st),
                      CG_UNAUTHENTICATED, "%s without a key: %s", methods[i], st.name);

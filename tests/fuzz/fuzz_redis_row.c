@@ -25,8 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&again, 0, sizeof again);
     int64_t gen2 = -1;
     if (len > 0 && (!cg_redis_row_decode(text, len, &again, &gen2) || gen2 != gen ||
-                    again.row_version != row.row_version ||
-                    again.used_tokens != row.used_tokens ||
+                    again.row_version != row.row_version || again.used_tokens != row.used_tokens ||
                     strcmp(again.description, row.description) != 0))
         __builtin_trap();
     return 0;
