@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 
 import grpc
 
@@ -138,6 +139,34 @@ class SummarizeWithoutLLM(cgtest.TestCase):
         self.assertTrue(r.sections.intent)
         self.assertLessEqual(r.summary_tokens, 400)
         self.assertTrue(r.target_met)
+
+    def test_a_sessions_stored_history_is_summarized(self):
+        session = "sum-" + uuid.uuid4().hex[:8]
+        conv = work_conversation()
+        self.c.stub.Compress(C.CompressRequest(conversation=conv, session_id=session,
+                                               model="gpt-4o"), metadata=self.c.md, timeout=30)
+        whole = self.c.stub.Summarize(C.SummarizeRequest(session_id=session), metadata=self.c.md,
+                                      timeout=30)
+        direct = self.c.summarize(conv)
+        self.assertEqual(whole.summary, direct.summary, "the history is the conversation sent")
+        self.assertEqual(whole.messages_summarized, len(conv.messages.messages))
+        part = self.c.stub.Summarize(C.SummarizeRequest(session_id=session, from_position=1,
+                                                        to_position=4),
+                                     metadata=self.c.md, timeout=30)
+        self.assertEqual(part.messages_summarized, 3)
+        n = len(conv.messages.messages)
+        for req, code, field in (
+                (C.SummarizeRequest(session_id="nope-" + session), grpc.StatusCode.NOT_FOUND,
+                 "session_id"),
+                (C.SummarizeRequest(session_id=session, from_position=n),
+                 grpc.StatusCode.OUT_OF_RANGE, "from_position"),
+                (C.SummarizeRequest(session_id=session, to_position=n + 1),
+                 grpc.StatusCode.OUT_OF_RANGE, "to_position"),
+                (C.SummarizeRequest(session_id=session, from_position=3, to_position=2),
+                 grpc.StatusCode.INVALID_ARGUMENT, "to_position")):
+            with self.subTest(req=str(req)):
+                self.assertRpcError(code, self.c.stub.Summarize, req, metadata=self.c.md,
+                                    timeout=30, contains=(field,))
 
     def test_auto_without_llm_is_extractive_and_says_why(self):
         r = self.c.summarize(work_conversation())
