@@ -159,6 +159,32 @@ static cg_status set_str(struct run *r, const char *s, size_t len, struct cg_str
     return cg_conv_str(r->store, s, len, out, r->err);
 }
 
+/* Replaces part k's tool-call arguments (tool_call) or tool-result content of e's message
+ * with text (len bytes; freed here). The message is derived first unless *derived says it was
+ * already (it is then). */
+static cg_status replace_part_text(struct run *r, struct entry *e, bool *derived, size_t k,
+                                   bool tool_call, char *text, size_t len)
+{
+    struct cg_message *dm = *derived ? msg_of(r, e) : derive(r, e, true);
+    cg_status st = CG_RESOURCE_EXHAUSTED;
+    if (dm != NULL) {
+        struct cg_part *pt = &dm->parts[k];
+        st = set_str(r, text, len,
+                     tool_call ? &pt->u.tool_call.arguments : &pt->u.tool_result.content);
+        *derived = true;
+    }
+    free(text);
+    return st;
+}
+
+/* e was changed by layer: marks it, counts it again and one more message affected. */
+static cg_status changed_by(struct run *r, struct entry *e, int layer, uint32_t *affected)
+{
+    e->layer = layer;
+    (*affected)++;
+    return count(r, e);
+}
+
 static bool has_kind(const struct cg_message *m, cg_part_kind kind)
 {
     for (size_t i = 0; i < m->n_parts; i++)
@@ -652,17 +678,13 @@ static cg_status offload(struct run *r, struct list *l, uint32_t *affected)
             memcpy(text, tr->content.ptr, keep);
             memcpy(text + keep, marker, (size_t)ml + 1);
             o->n_artifacts++;
-            struct cg_message *dm = derive(r, &l->e[i], true);
-            cg_status st = dm == NULL ? CG_RESOURCE_EXHAUSTED
-                                      : set_str(r, text, keep + (size_t)ml,
-                                                &dm->parts[k].u.tool_result.content);
-            free(text);
+            bool derived = false;
+            cg_status st =
+                replace_part_text(r, &l->e[i], &derived, k, false, text, keep + (size_t)ml);
             if (st != CG_OK)
                 return st;
-            l->e[i].layer = CG_LAYER_OFFLOAD;
             l->e[i].artifact = (int64_t)o->n_artifacts - 1;
-            (*affected)++;
-            if ((st = count(r, &l->e[i])) != CG_OK)
+            if ((st = changed_by(r, &l->e[i], CG_LAYER_OFFLOAD, affected)) != CG_OK)
                 return st;
         }
     }
@@ -689,18 +711,12 @@ static cg_status tool_results(struct run *r, struct list *l, uint32_t *affected)
             if (!cg_compress_tool_text(c->ptr, c->len, (size_t)p->tool_result_target_chars, &text,
                                        &len))
                 continue;
-            struct cg_message *dm = changed ? msg_of(r, &l->e[i]) : derive(r, &l->e[i], true);
-            cg_status st = dm == NULL ? CG_RESOURCE_EXHAUSTED
-                                      : set_str(r, text, len, &dm->parts[k].u.tool_result.content);
-            free(text);
+            cg_status st = replace_part_text(r, &l->e[i], &changed, k, false, text, len);
             if (st != CG_OK)
                 return st;
-            changed = true;
         }
         if (changed) {
-            l->e[i].layer = CG_LAYER_TOOL_RESULT;
-            (*affected)++;
-            cg_status st = count(r, &l->e[i]);
+            cg_status st = changed_by(r, &l->e[i], CG_LAYER_TOOL_RESULT, affected);
             if (st != CG_OK)
                 return st;
         }
@@ -735,18 +751,12 @@ static cg_status write_compaction(struct run *r, struct list *l, uint32_t *affec
             if (!cg__compress_write_args(pt->u.tool_call.arguments.ptr,
                                          pt->u.tool_call.arguments.len, &text, &len))
                 continue;
-            struct cg_message *dm = changed ? msg_of(r, &l->e[i]) : derive(r, &l->e[i], true);
-            cg_status st = dm == NULL ? CG_RESOURCE_EXHAUSTED
-                                      : set_str(r, text, len, &dm->parts[k].u.tool_call.arguments);
-            free(text);
+            cg_status st = replace_part_text(r, &l->e[i], &changed, k, true, text, len);
             if (st != CG_OK)
                 return st;
-            changed = true;
         }
         if (changed) {
-            l->e[i].layer = CG_LAYER_WRITE_COMPACTION;
-            (*affected)++;
-            cg_status st = count(r, &l->e[i]);
+            cg_status st = changed_by(r, &l->e[i], CG_LAYER_WRITE_COMPACTION, affected);
             if (st != CG_OK)
                 return st;
         }
