@@ -1343,3 +1343,69 @@ Test(budget_store, path_peek_reads_without_a_transaction_or_asks_for_one, .init 
     cr_assert(strstr(err.msg, "task_id") != NULL, "%s", err.msg);
     cg_store_free(s);
 }
+
+/* ------------------------------------------------------------------ HOT counter writes --- */
+
+/* Every write of a path rewrites these columns of each row (store_pg_budget.c and the
+ * batch statement of store_pg_batch.c): none may be in an index of scopes, or no counter
+ * write is a HOT update and the hot rows (tenant, session) bloat under load (0014). */
+static const char *const COUNTER_COLUMNS =
+    "{used_tokens,reserved_tokens,used_cost_micros,reserved_cost_micros,spent_input_tokens,"
+    "spent_output_tokens,spent_cache_read_tokens,spent_cache_write_tokens,last_activity_at,"
+    "event_seq,row_version}";
+
+Test(budget_store, counter_columns_are_in_no_index, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    PGconn *db = cg_pgtest_connect(&T);
+    /* Key columns, then columns named by index expressions or predicates. */
+    long long keyed = cg_pgtest_query_int(
+        db,
+        "SELECT count(*) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+        " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'scopes'::regclass"
+        " AND a.attname = ANY($1::text[])",
+        COUNTER_COLUMNS);
+    long long in_exprs = cg_pgtest_query_int(
+        db,
+        "SELECT count(*) FROM pg_index i, unnest($1::text[]) AS c(name)"
+        " WHERE i.indrelid = 'scopes'::regclass AND"
+        " (coalesce(pg_get_expr(i.indexprs, i.indrelid), '') ~ ('\\m' || c.name || '\\M')"
+        " OR coalesce(pg_get_expr(i.indpred, i.indrelid), '') ~ ('\\m' || c.name || '\\M'))",
+        COUNTER_COLUMNS);
+    cr_expect_eq(keyed, 0, "%lld index keys of scopes are counter columns", keyed);
+    cr_expect_eq(in_exprs, 0, "%lld index expressions of scopes name counter columns", in_exprs);
+    PQfinish(db);
+}
+
+Test(budget_store, counter_writes_are_hot_updates, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    struct cg_store *s = test_store();
+    struct cg_tenant t = make_tenant(s, "hot");
+    struct cg_budget_row session = budget("s1", "", "", 1000);
+    put(s, t.tenant_id, &session); /* the tenant's row and the session's */
+    cg_store_free(s);
+    PGconn *db = cg_pgtest_connect(&T);
+    cg_pgtest_exec(db, "BEGIN");
+    /* The columns the batch statement sets, on both rows, three times (the page has room
+     * for the new versions: fillfactor 50). */
+    char sql[512];
+    for (int i = 0; i < 3; i++) {
+        snprintf(sql, sizeof sql,
+                 "UPDATE scopes SET used_tokens = used_tokens + 1, reserved_tokens = 1,"
+                 " spent_input_tokens = spent_input_tokens + 1, last_activity_at = now(),"
+                 " event_seq = event_seq + 1 WHERE tenant_id = '%s'",
+                 t.tenant_id);
+        cg_pgtest_exec(db, sql);
+    }
+    long long updates = cg_pgtest_query_int(
+        db, "SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relid = 'scopes'::regclass",
+        NULL);
+    long long hot = cg_pgtest_query_int(
+        db, "SELECT n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = 'scopes'::regclass",
+        NULL);
+    cg_pgtest_exec(db, "ROLLBACK");
+    cr_expect_eq(updates, 6);
+    cr_expect_eq(hot, 6, "%lld of 6 counter writes were HOT", hot);
+    PQfinish(db);
+}
