@@ -1354,8 +1354,7 @@ static const char *const COUNTER_COLUMNS =
     "spent_output_tokens,spent_cache_read_tokens,spent_cache_write_tokens,last_activity_at,"
     "event_seq,row_version}";
 
-Test(budget_store, counter_columns_are_in_no_index, .init = setup, .fini = teardown,
-     .timeout = 30)
+Test(budget_store, counter_columns_are_in_no_index, .init = setup, .fini = teardown, .timeout = 30)
 {
     PGconn *db = cg_pgtest_connect(&T);
     /* Key columns, then columns named by index expressions or predicates. */
@@ -1377,8 +1376,7 @@ Test(budget_store, counter_columns_are_in_no_index, .init = setup, .fini = teard
     PQfinish(db);
 }
 
-Test(budget_store, counter_writes_are_hot_updates, .init = setup, .fini = teardown,
-     .timeout = 30)
+Test(budget_store, counter_writes_are_hot_updates, .init = setup, .fini = teardown, .timeout = 30)
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "hot");
