@@ -21,6 +21,7 @@
 #include "core/utf8.h"
 #include "core/validate.h"
 #include "ctxguard/v1/context.pb-c.h"
+#include "rpc/rpc_context.h"
 #include "rpc/rpc_context_state.h"
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_summary.h"
@@ -28,22 +29,6 @@
 #define TOKENS_MAX 100000000
 #define RESERVED_MAX 10000000
 #define MODEL_MAX 200
-
-/* ------------------------------------------------------------------ encodings --------- */
-
-/* The exact encoding of a model, from the tokenizers main.c loaded at start (the
- * `token_data_dir` setting); NULL for models without one (then counts are estimated and the
- * report says so). */
-static const struct cg_tok_encoding *encoding_for(const struct cg_rpc_env *env, cg_encoding e)
-{
-    if (env->tokenizers == NULL)
-        return NULL;
-    if (e == CG_ENCODING_CL100K_BASE)
-        return env->tokenizers->cl100k_base;
-    if (e == CG_ENCODING_O200K_BASE)
-        return env->tokenizers->o200k_base;
-    return NULL;
-}
 
 /* ------------------------------------------------------------------ shared checks ----- */
 
@@ -417,9 +402,10 @@ struct summary_ctx {
     const struct cg_rpc_env *env;
     const char *session_id;
     cg_profile profile;
-    int kind;                       /* SummarizerKind: AUTO, LLM or EXTRACTIVE */
-    unsigned types;                 /* the PII types to redact (the tenant's settings) */
-    struct cg_redact_counts counts; /* of the summaries that succeeded */
+    const struct cg_tok_encoding *enc; /* exact counts when not NULL */
+    int kind;                          /* SummarizerKind: AUTO, LLM or EXTRACTIVE */
+    unsigned types;                    /* the PII types to redact (the tenant's settings) */
+    struct cg_redact_counts counts;    /* of the summaries that succeeded */
 };
 
 /* cg_compress_summarize_cb: the messages [from, to) redacted, then summarized. A failure (the
@@ -448,6 +434,7 @@ static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t f
             .from = from,
             .to = to,
             .profile = sc->profile,
+            .enc = sc->enc,
         };
         st = cg_rpc_summarize(sc->call, sc->env, redacted, &opts, &out);
     }
@@ -517,7 +504,7 @@ CG_HANDLER(cg_rpc_context_compress)
         }
         cg_validate_result_free(&vr);
     }
-    struct cg_compress_count_state cs = {.enc = encoding_for(env, model.encoding),
+    struct cg_compress_count_state cs = {.enc = cg_rpc_tokenizer(env, model.encoding),
                                          .profile = model.profile};
     struct cg_compress_input in = {
         .conv = conv,
@@ -538,6 +525,7 @@ CG_HANDLER(cg_rpc_context_compress)
                                .env = env,
                                .session_id = req->session_id,
                                .profile = model.profile,
+                               .enc = cs.enc,
                                .kind =
                                    req->summarizer ? (int)req->summarizer : CG_RPC_SUMMARIZER_AUTO,
                                .types = CG_PII_ALL};
@@ -690,7 +678,7 @@ CG_HANDLER(cg_rpc_context_validate)
     bool defaulted;
     model_window(req->model[0] ? req->model : conv->model.ptr, req->context_window_tokens, &model,
                  &window, &defaulted);
-    struct cg_compress_count_state cs = {.enc = encoding_for(env, model.encoding),
+    struct cg_compress_count_state cs = {.enc = cg_rpc_tokenizer(env, model.encoding),
                                          .profile = model.profile};
     struct cg_compress_counter counter;
     cg_compress_counter_init(&counter, &cs, conv);

@@ -328,14 +328,22 @@ static void tally_out(Ctxguard__V1__CountTokensResponse *resp, const struct tall
     resp->total_tokens = t->content + t->overhead + t->tools + t->images + t->text;
 }
 
+const struct cg_tok_encoding *cg_rpc_tokenizer(const struct cg_rpc_env *env, cg_encoding e)
+{
+    if (env->tokenizers == NULL)
+        return NULL;
+    if (e == CG_ENCODING_CL100K_BASE)
+        return env->tokenizers->cl100k_base;
+    if (e == CG_ENCODING_O200K_BASE)
+        return env->tokenizers->o200k_base;
+    return NULL;
+}
+
 static cg_status count_exact(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                              const Ctxguard__V1__CountTokensRequest *req, cg_encoding encoding,
                              const struct cg_conv *conv, Ctxguard__V1__CountTokensResponse *resp)
 {
-    const struct cg_tok_encoding *enc = NULL;
-    if (env->tokenizers != NULL)
-        enc = encoding == CG_ENCODING_CL100K_BASE ? env->tokenizers->cl100k_base
-                                                  : env->tokenizers->o200k_base;
+    const struct cg_tok_encoding *enc = cg_rpc_tokenizer(env, encoding);
     if (enc == NULL)
         return cg_err_set(&call->err, CG_UNAVAILABLE, "the %s tokenizer is not loaded",
                           cg_models_encoding_name(encoding));

@@ -19,6 +19,7 @@
 #include "core/utf8.h"
 #include "ctxguard/v1/context.pb-c.h"
 #include "llm/llm.h"
+#include "rpc/rpc_context.h"
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_summary.h"
 #include "store/store_context.h"
@@ -287,7 +288,8 @@ CG_HANDLER(cg_rpc_context_summarize)
                                        .target_tokens = target,
                                        .focus = req->focus,
                                        .language = req->language,
-                                       .profile = info.profile};
+                                       .profile = info.profile,
+                                       .enc = cg_rpc_tokenizer(env, info.encoding)};
     st = cg_rpc_summarize(call, env, red, &opts, &res);
     if (st != CG_OK)
         goto out;

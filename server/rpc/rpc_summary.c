@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/crypto.h"
 #include "base/log.h"
+#include "core/compress.h"
 #include "core/estimate.h"
 #include "llm/llm.h"
 #include "store/store.h"
@@ -29,14 +30,35 @@
 #define LLM_CALLS_MAX 40 /* per request, all levels of a hierarchical summary */
 #define LEVELS_MAX 4
 
+/* Exact with an encoding (specials counted as text), else the estimator's profile. */
 struct counter {
     cg_profile profile;
+    const struct cg_tok_encoding *enc;
 };
 
 static int64_t count_tokens(void *arg, const char *text, size_t len)
 {
     const struct counter *c = arg;
-    return cg_estimate_text(c->profile, text, len);
+    return c->enc ? cg_tok_count(c->enc, text, len, false)
+                  : cg_estimate_text(c->profile, text, len);
+}
+
+/* The tokens of messages [from, to) of conv, framing included, counted as Compress counts
+ * them (exact with counter->enc); -1 when out of memory. */
+static int64_t range_tokens(const struct counter *counter, const struct cg_conv *conv, size_t from,
+                            size_t to)
+{
+    struct cg_compress_count_state cs = {.enc = counter->enc, .profile = counter->profile};
+    struct cg_compress_counter cc;
+    cg_compress_counter_init(&cc, &cs, conv);
+    int64_t sum = 0;
+    for (size_t m = from; m < to; m++) {
+        int64_t t = cc.count_message(cc.ctx, &conv->messages[m]);
+        if (t < 0)
+            return -1;
+        sum += t;
+    }
+    return sum;
 }
 
 /* ------------------------------------------------------------------ redaction -------- */
@@ -564,19 +586,10 @@ cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *en
                           "(llm_base_url)");
 
     /* What the summary replaces, in tokens: the messages of the range. */
-    struct counter counter = {opts->profile};
-    int64_t *per_message = calloc(conv->n_messages, sizeof *per_message);
-    struct cg_estimate est;
+    struct counter counter = {opts->profile, opts->enc};
     struct cg_err err = {0};
-    if (per_message == NULL)
+    if ((out->input_tokens = range_tokens(&counter, conv, opts->from, to)) < 0)
         return OOM(call);
-    if (cg_estimate_conv(conv, opts->profile, 0, per_message, &est, &err) != CG_OK) {
-        free(per_message);
-        return cg_err_set(&call->err, CG_INTERNAL, "estimating the conversation: %s", err.msg);
-    }
-    for (size_t m = opts->from; m < to; m++)
-        out->input_tokens += per_message[m];
-    free(per_message);
     const char *language = opts->language != NULL && opts->language[0] != '\0'
                                ? cg_summary_language(opts->language)
                                : cg_summary_detect_language(conv, opts->from, to);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/conv.h"
+#include "core/tok.h"
 #include "core/models.h"
 #include "core/redact.h"
 #include "core/summary.h"
@@ -52,12 +53,13 @@ cg_status cg_rpc_redact_texts(struct cg_rpc_call *call, const struct cg_rpc_env 
                               struct cg_redact_counts *counts) CG_MUST_CHECK;
 
 struct cg_rpc_summary_opts {
-    int kind;              /* CG_RPC_SUMMARIZER_AUTO, _LLM or _EXTRACTIVE */
-    int64_t target_tokens; /* 64..2000 (checked by the caller) */
-    size_t from, to;       /* the messages [from, to); to == 0: to the end */
-    const char *focus;     /* "" or NULL: none */
-    const char *language;  /* a table language ("de"); "" or NULL: detected */
-    cg_profile profile;    /* the estimator profile tokens are counted with */
+    int kind;                          /* CG_RPC_SUMMARIZER_AUTO, _LLM or _EXTRACTIVE */
+    int64_t target_tokens;             /* 64..2000 (checked by the caller) */
+    size_t from, to;                   /* the messages [from, to); to == 0: to the end */
+    const char *focus;                 /* "" or NULL: none */
+    const char *language;              /* a table language ("de"); "" or NULL: detected */
+    cg_profile profile;                /* the estimator profile tokens are counted with, */
+    const struct cg_tok_encoding *enc; /* unless this exact encoding is given */
 };
 
 struct cg_rpc_summary_result {

@@ -185,6 +185,17 @@ class SummarizeWithoutLLM(cgtest.TestCase):
         self.assertGreater(r.input_tokens, r.summary_tokens)
         self.assertEqual(r.llm_attempts, 0)
 
+    def test_openai_models_are_counted_exactly(self):
+        conv = work_conversation()
+        r = self.c.summarize(conv, model="gpt-4o", summarizer=EXTRACTIVE)
+        n = self.c.stub.CountTokens(C.CountTokensRequest(conversation=conv, model="gpt-4o"),
+                                    metadata=self.c.md, timeout=30)
+        self.assertEqual(n.method, C.TOKEN_COUNT_METHOD_EXACT)
+        self.assertEqual(r.input_tokens, sum(n.message_tokens))
+        s = self.c.stub.CountTokens(C.CountTokensRequest(text=r.summary, model="gpt-4o"),
+                                    metadata=self.c.md, timeout=30)
+        self.assertEqual(r.summary_tokens, s.total_tokens)
+
     def test_llm_asked_for_without_llm_is_a_failed_precondition(self):
         self.assertRpcError(grpc.StatusCode.FAILED_PRECONDITION, self.c.summarize,
                             work_conversation(), summarizer=LLM, contains="llm")
