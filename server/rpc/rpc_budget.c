@@ -625,15 +625,12 @@ static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_
     if (need <= 0 || need <= free_tokens)
         return CG_OK;
     cg_store_rollback(env->store);
+    /* Counters last: a long id may cut the message at the end of struct cg_err. */
     return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                      "field 'settings.allocate_from_parent': the %s (%s '%s') has %lld tokens "
-                      "free (limit %lld - used %lld - reserved %lld - allocated %lld), the share "
-                      "needs %lld more",
-                      parent_name, parent_field, parent_id,
-                      (long long)(free_tokens > 0 ? free_tokens : 0),
-                      (long long)p.limit_tokens, (long long)parent->used_tokens,
-                      (long long)parent->reserved_tokens, (long long)parent->allocated_tokens,
-                      (long long)need);
+                      "field 'settings.allocate_from_parent': the share needs %lld more tokens, "
+                      "the %s has %lld free (%s '%s')",
+                      (long long)need, parent_name, (long long)(free_tokens > 0 ? free_tokens : 0),
+                      parent_field, parent_id);
 }
 
 CG_HANDLER(cg_rpc_budget_set)
@@ -794,6 +791,7 @@ CG_HANDLER(cg_rpc_budget_get)
     u->used_tokens = row->used_tokens;
     u->reserved_tokens = row->reserved_tokens;
     u->approved_extra_tokens = row->approved_extra_tokens;
+    u->allocated_tokens = row->allocated_tokens;
     u->remaining_tokens = r.levels[n - 1].remaining_tokens;
     u->usage_ratio = r.levels[n - 1].usage_ratio;
     u->reserved_cost_micros = row->reserved_cost_micros;

@@ -99,7 +99,8 @@ class Allocation(cgtest.TestCase):
         self.assertAlmostEqual(g.usage_ratio, 0.7)
         # A share larger than what is free is refused, naming the parent; nothing changes.
         self.assertRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, self.t.set, self.task("d"), 301,
-                            alloc=True, contains=("session", "scope.session_id", self.s, "300"))
+                            alloc=True, contains=("session", "scope.session_id", self.s, "300 free",
+                                                  "needs 301"))
         self.assertRpcError(grpc.StatusCode.NOT_FOUND, self.t.get, self.task("d"))
         self.assertEqual(self.t.counters(self.session), (0, 0, 700))
         # The unallocated sibling gets only the free part.
@@ -160,7 +161,7 @@ class Allocation(cgtest.TestCase):
         # Growing the share needs the parent to have the difference free.
         self.t.set(self.task("b"), 400, alloc=True)  # 100 + 500 + 400 = 1000
         self.assertRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, self.t.set, a, 601, alloc=True,
-                            contains=("session", "1 more"))
+                            contains=("session", "needs 1 more", "0 free"))
         self.t.set(a, 600, alloc=False)
         self.assertEqual(self.t.counters(self.session), (100, 0, 400))
         self.t.set(a, 200, alloc=True)
