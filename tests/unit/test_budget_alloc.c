@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "core/budget.h"
+#include "core/budget_events.h"
 
 #define EPS 1e-12
 
@@ -151,4 +152,25 @@ Test(budget_alloc, huge_values_saturate, .timeout = 10)
     cr_assert_eq(r.decision, CG_DECISION_DENY, "nothing wraps into an ALLOW");
     cr_assert_eq(r.levels[0].requested_tokens, INT64_MAX - CG_LIMIT_MAX);
     cr_assert_eq(r.available_tokens, 0);
+}
+
+Test(budget_alloc, events_count_the_allocation_in_the_ratio, .timeout = 10)
+{
+    struct cg_budget_level before = level_of(CG_LEVEL_SESSION, 1000, 0, 0, 0, false);
+    before.backpressure_disabled = false;
+    struct cg_budget_level after = before;
+    after.allocated_tokens = 850; /* a child was given 850 */
+    after.reserved_tokens = 150;
+    struct cg_level_event ev[CG_LEVEL_EVENTS_MAX];
+    int n = cg_budget_level_events(&before, &after, ev);
+    int tiers = 0, warnings = 0, exhausted = 0;
+    for (int i = 0; i < n; i++) {
+        tiers += ev[i].type == CG_EVENT_THRESHOLD_CROSSED;
+        warnings += ev[i].type == CG_EVENT_WARNING;
+        exhausted += ev[i].type == CG_EVENT_EXHAUSTED;
+    }
+    cr_assert_eq(tiers, 4, "0.80, 0.85, 0.90 and 0.95 crossed");
+    cr_assert_eq(warnings, 1);
+    cr_assert_eq(exhausted, 1, "used + reserved + allocated reached the limit");
+    cr_assert_eq(cg_budget_level_delay(&after), 1500);
 }
