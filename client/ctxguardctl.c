@@ -821,7 +821,8 @@ static void print_usage_tree(const Ctxguard__V1__ScopeUsage *u, int indent)
 {
     int64_t limit = u->budget && u->budget->settings ? u->budget->settings->limit_tokens : 0;
     print_usage_line(indent, u->scope, u->has_budget, limit, u->used_tokens, u->reserved_tokens,
-                     u->allocated_tokens, 0, u->state == CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED);
+                     u->allocated_tokens, 0,
+                     u->state == CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED);
     for (size_t i = 0; i < u->n_children; i++)
         print_usage_tree(u->children[i], indent + 1);
     if (u->children_truncated)

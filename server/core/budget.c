@@ -113,8 +113,9 @@ static void decide_level(const struct cg_budget_level *l, int64_t tokens, int64_
 {
     *v = (struct cg_level_verdict){.decision = CG_DECISION_ALLOW, .requested_tokens = tokens};
     if (l->has_budget) {
-        int64_t held = sat_add(sat_add(non_negative(l->used_tokens), non_negative(l->reserved_tokens)),
-                               non_negative(l->allocated_tokens));
+        int64_t held =
+            sat_add(sat_add(non_negative(l->used_tokens), non_negative(l->reserved_tokens)),
+                    non_negative(l->allocated_tokens));
         int64_t projected = sat_add(held, tokens);
         v->usage_ratio = ratio_of(held, l->limit_tokens);
         v->projected_ratio = ratio_of(projected, l->limit_tokens);

@@ -4,8 +4,9 @@
  * Every write runs in one PostgreSQL transaction that locks the rows of the scope's path,
  * tenant first (store.h), so no interleaving of callers on any number of replicas can act
  * on stale counters; core/budget decides on what the transaction read. A success reply
- * means the transaction committed. Settings this version does not enforce yet (allocation
- * from the parent) are refused with UNIMPLEMENTED rather than stored and ignored.
+ * means the transaction committed. Allocation from the parent (allocate_from_parent) is
+ * kept by PostgreSQL (migration 0013's trigger); here SetBudget checks that the parent has
+ * the share free, and decisions count it (core/budget.h).
  */
 #include "rpc/rpc_budget.h"
 
@@ -414,8 +415,8 @@ cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows
                               "HARD token limit of the %s: %lld used and reserved + %lld "
                               "allocated to children + %lld requested > %lld",
                               what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
-                              (long long)rows[i].allocated_tokens,
-                              (long long)v->requested_tokens, (long long)rows[i].limit_tokens);
+                              (long long)rows[i].allocated_tokens, (long long)v->requested_tokens,
+                              (long long)rows[i].limit_tokens);
         return cg_err_set(
             &call->err, CG_RESOURCE_EXHAUSTED,
             "HARD token limit of the %s: %lld used and reserved + %lld requested > %lld", what,

@@ -4,8 +4,9 @@
  * call) -> reply. allocated_tokens is the row's (kept by migration 0013's trigger);
  * CloseScope's returned_tokens is the share the closed scope held of its parent when it was
  * closed. What this version does not keep is answered honestly: ScopeUsage.pending_approvals
- * is not counted yet (0: list them with ListApprovals). ScopeUsage.usage and last_activity_unix_ms come from the scope's spent_*
- * counters and last activity (migration 0011), by_model from the ledger.
+ * is not counted yet (0: list them with ListApprovals). ScopeUsage.usage and last_activity_unix_ms
+ * come from the scope's spent_* counters and last activity (migration 0011), by_model from the
+ * ledger.
  */
 #include "rpc/rpc_budget.h"
 

@@ -513,8 +513,8 @@ size_t cg_redis_row_encode(const struct cg_budget_row *row, int64_t gen, char *b
         (long long)row->created_at_ms, (long long)row->updated_at_ms, (long long)row->closed_at_ms,
         (long long)row->period_start_ms, (long long)row->next_reset_ms,
         (unsigned)row->approval_ttl_ms, (long long)row->approved_extra_tokens,
-        row->allocate_from_parent ? 1 : 0, (long long)row->allocated_tokens,
-        row->updated_by_key_id, row->description);
+        row->allocate_from_parent ? 1 : 0, (long long)row->allocated_tokens, row->updated_by_key_id,
+        row->description);
 #undef PUT
     return len;
 }

@@ -91,8 +91,8 @@ Test(alloc_store, the_trigger_keeps_allocated_and_path_add_mirrors_it, .init = s
     struct cg_err err;
     int n = 0;
     cg_storetest_begin(s);
-    cg_status rc = cg_store_path_read(s, t.tenant_id, &rows[3].ids, true, false, cg_wall_ms(),
-                                      rows, &n, &err);
+    cg_status rc =
+        cg_store_path_read(s, t.tenant_id, &rows[3].ids, true, false, cg_wall_ms(), rows, &n, &err);
     cr_assert_eq(rc, CG_OK);
     rc = cg_store_path_add(s, t.tenant_id, rows, n, 0, 150, 0, 0, &err);
     cr_assert_eq(rc, CG_OK, "path_add: %s", err.msg);
@@ -104,15 +104,14 @@ Test(alloc_store, the_trigger_keeps_allocated_and_path_add_mirrors_it, .init = s
     cr_assert_eq(read_path(s, t.tenant_id, rows[3].ids, stored), 4);
     for (int i = 0; i < 4; i++) {
         cr_assert_eq(rows[i].allocated_tokens, stored[i].allocated_tokens, "level %d", i + 1);
-        cr_assert_eq(rows[i].row_version, stored[i].row_version, "row_version of level %d",
-                     i + 1);
+        cr_assert_eq(rows[i].row_version, stored[i].row_version, "row_version of level %d", i + 1);
         cr_assert_eq(rows[i].reserved_tokens, stored[i].reserved_tokens);
     }
 
     /* Giving the hold back restores both shares. */
     cg_storetest_begin(s);
-    rc = cg_store_path_read(s, t.tenant_id, &rows[3].ids, true, false, cg_wall_ms(), rows, &n,
-                            &err);
+    rc =
+        cg_store_path_read(s, t.tenant_id, &rows[3].ids, true, false, cg_wall_ms(), rows, &n, &err);
     cr_assert_eq(rc, CG_OK);
     rc = cg_store_path_add(s, t.tenant_id, rows, n, 0, -150, 0, 0, &err);
     cr_assert_eq(rc, CG_OK);
