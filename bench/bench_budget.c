@@ -8,7 +8,9 @@
  * reserve-commit prints one line: `pairs=N seconds=S pairs_per_s=R p50_us=A p99_us=B errors=E`
  * where a pair is one Reserve and its Commit, both acknowledged (so both committed).
  * Each thread has its own client (channel); each uses its own task under SESSION, so the
- * figure is the durable write path, not contention on one row.
+ * figure is the durable write path, not contention on one row. With BENCH_ALLOCATE=1 in the
+ * environment each thread's task is allocated from the session (allocate_from_parent), so
+ * every write also moves the session's allocated_tokens (migration 0013's trigger).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,6 +55,8 @@ static int set_budget(struct cg_client *c, const char *sess, const char *task, i
     scope.task_id = (char *)task;
     Ctxguard__V1__BudgetSettings settings = CTXGUARD__V1__BUDGET_SETTINGS__INIT;
     settings.limit_tokens = limit;
+    const char *alloc = getenv("BENCH_ALLOCATE");
+    settings.allocate_from_parent = task[0] != '\0' && alloc != NULL && strcmp(alloc, "1") == 0;
     Ctxguard__V1__SetBudgetRequest req = CTXGUARD__V1__SET_BUDGET_REQUEST__INIT;
     req.scope = &scope;
     req.settings = &settings;

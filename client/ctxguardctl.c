@@ -803,13 +803,15 @@ static void print_usage_bar(bool has_budget, int64_t limit, int64_t used)
 /* One line of the usage tree: `task t1  [#######.....]  640/1000 (64%)  reserved 50`, then
  * `  delay 300ms` when delay_ms is not 0. */
 static void print_usage_line(int indent, const Ctxguard__V1__Scope *sc, bool has_budget,
-                             int64_t limit, int64_t used, int64_t reserved, uint32_t delay_ms,
-                             bool closed)
+                             int64_t limit, int64_t used, int64_t reserved, int64_t allocated,
+                             uint32_t delay_ms, bool closed)
 {
     printf("%*s", indent * 2, "");
     print_scope_name(sc);
     print_usage_bar(has_budget, limit, used);
     printf("  reserved %" PRId64, reserved);
+    if (allocated > 0) /* shares of children with allocate_from_parent */
+        printf("  allocated %" PRId64, allocated);
     if (delay_ms > 0)
         printf("  delay %" PRIu32 "ms", delay_ms);
     printf("%s\n", closed ? "  closed" : "");
@@ -818,7 +820,8 @@ static void print_usage_line(int indent, const Ctxguard__V1__Scope *sc, bool has
 static void print_usage_tree(const Ctxguard__V1__ScopeUsage *u, int indent)
 {
     int64_t limit = u->budget && u->budget->settings ? u->budget->settings->limit_tokens : 0;
-    print_usage_line(indent, u->scope, u->has_budget, limit, u->used_tokens, u->reserved_tokens, 0,
+    print_usage_line(indent, u->scope, u->has_budget, limit, u->used_tokens, u->reserved_tokens,
+                     u->allocated_tokens, 0,
                      u->state == CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED);
     for (size_t i = 0; i < u->n_children; i++)
         print_usage_tree(u->children[i], indent + 1);
@@ -862,6 +865,7 @@ static int cmd_budget_set(struct ctl *ctl, const struct command *cmd, const stru
         if (errno != 0 || end == warning || *end != '\0')
             return usage_error("--warning must be a ratio such as 0.8, not '%s'", warning);
     }
+    settings.allocate_from_parent = option_value(cmd, args, "--allocate") != NULL;
     req.scope = &sc.scope;
     req.settings = &settings;
     rc = call(ctl, BUDGET_METHOD("SetBudget"), &req.base,
@@ -923,7 +927,7 @@ static int cmd_usage(struct ctl *ctl, const struct command *cmd, const struct cm
     for (size_t i = 0; i < resp->n_path; i++) {
         const Ctxguard__V1__LevelStatus *l = resp->path[i];
         print_usage_line((int)i, l->scope, l->has_budget, l->limit_tokens, l->used_tokens,
-                         l->reserved_tokens, 0,
+                         l->reserved_tokens, l->allocated_tokens, 0,
                          l->state == CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED);
     }
     print_usage_tree(resp->root, (int)resp->n_path);
@@ -1196,7 +1200,7 @@ static void live_draw(const struct live_view *v)
         sc.task_id = (char *)ids[1];
         sc.agent_id = (char *)ids[2];
         print_usage_line(indent > 0 ? indent : 0, &sc, ls->has_budget, ls->limit, ls->used,
-                         ls->reserved, ls->delay_ms, ls->closed);
+                         ls->reserved, 0, ls->delay_ms, ls->closed);
     }
     if (v->n_scopes > show || v->untracked)
         printf("... %zu more scopes%s\n", v->n_scopes > show ? v->n_scopes - show : 0,
@@ -2012,7 +2016,8 @@ static const struct command commands[] = {
      .max_positional = 1,
      .options = {{"--limit", "N", "token limit (required)"},
                  {"--mode", "MODE", "hard (default), soft or approval"},
-                 {"--warning", "R", "warning ratio in (0, 1] (default 0.8)"}},
+                 {"--warning", "R", "warning ratio in (0, 1] (default 0.8)"},
+                 {"--allocate", NULL, "carve the limit out of the parent (allocate_from_parent)"}},
      .run = cmd_budget_set},
     {.words = "usage",
      .arg_usage = "[SCOPE]",

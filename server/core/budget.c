@@ -98,12 +98,24 @@ static uint32_t tier_delay(const struct cg_budget_level *l, double ratio)
     return best != NULL ? best->delay_ms : 0;
 }
 
+int64_t cg_budget_share(const struct cg_budget_level *l)
+{
+    if (l == NULL || !l->allocated || !l->has_budget || l->closed)
+        return 0;
+    int64_t limit = l->share_limit_tokens > 0 ? l->share_limit_tokens : l->limit_tokens;
+    int64_t held = sat_add(non_negative(l->used_tokens), non_negative(l->reserved_tokens));
+    int64_t share = sat_sub(limit, held);
+    return share > 0 ? share : 0;
+}
+
 static void decide_level(const struct cg_budget_level *l, int64_t tokens, int64_t cost_micros,
                          struct cg_level_verdict *v)
 {
-    *v = (struct cg_level_verdict){.decision = CG_DECISION_ALLOW};
+    *v = (struct cg_level_verdict){.decision = CG_DECISION_ALLOW, .requested_tokens = tokens};
     if (l->has_budget) {
-        int64_t held = sat_add(non_negative(l->used_tokens), non_negative(l->reserved_tokens));
+        int64_t held =
+            sat_add(sat_add(non_negative(l->used_tokens), non_negative(l->reserved_tokens)),
+                    non_negative(l->allocated_tokens));
         int64_t projected = sat_add(held, tokens);
         v->usage_ratio = ratio_of(held, l->limit_tokens);
         v->projected_ratio = ratio_of(projected, l->limit_tokens);
@@ -168,7 +180,11 @@ void cg_budget_decide(const struct cg_budget_level *levels, int n, int64_t token
     for (int i = 0; i < n; i++) {
         const struct cg_budget_level *l = &levels[i];
         struct cg_level_verdict *v = &out->levels[i];
-        decide_level(l, tokens, cost_micros, v);
+        /* What the share of this level's allocated child on the path already holds is in
+         * this level's allocated_tokens: only the rest of the request is new here. */
+        int64_t covered = i + 1 < n ? cg_budget_share(&levels[i + 1]) : 0;
+        int64_t requested = tokens > covered ? tokens - covered : 0;
+        decide_level(l, requested, cost_micros, v);
         if (v->decision > out->decision)
             out->decision = v->decision;
         if (!l->has_budget)
@@ -178,8 +194,9 @@ void cg_budget_decide(const struct cg_budget_level *levels, int n, int64_t token
             out->tightest = i;
             out->tightest_ratio = v->projected_ratio;
         }
-        if (l->mode == CG_MODE_HARD && !l->closed && v->remaining_tokens < out->available_tokens)
-            out->available_tokens = v->remaining_tokens;
+        int64_t available = sat_add(v->remaining_tokens, covered);
+        if (l->mode == CG_MODE_HARD && !l->closed && available < out->available_tokens)
+            out->available_tokens = available;
     }
     if (out->available_tokens < 0)
         out->available_tokens = 0;

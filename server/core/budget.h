@@ -5,7 +5,14 @@
  * each level and of the whole path. No I/O, no clock, no globals; thread-safe.
  *
  * Rules (DESIGN.md §3):
- * - projected = used + reserved + requested; ratio = projected / limit.
+ * - projected = used + reserved + allocated + requested; ratio = projected / limit.
+ * - Allocation (allocate_from_parent): a level marked `allocated` holds a share of its
+ *   parent, share = max(0, share limit - used - reserved) while it is open with a budget
+ *   (cg_budget_share), which the parent counts in its allocated_tokens. A request of N
+ *   tokens is judged at the scope itself with N, and at each level above with what the
+ *   share of its child on the path does not already cover: max(0, N - share(child)) when
+ *   that child is allocated, else N (only the direct child's share is in a level's
+ *   allocated_tokens). A child over its limit has share 0: everything counts above.
  * - A level whose projected tokens (or cost) would pass its limit answers by its mode:
  *   HARD -> DENY, SOFT -> ALLOW_WITH_WARNING, APPROVAL -> REQUIRE_APPROVAL. Below the
  *   limit, a ratio at or over warning_ratio -> ALLOW_WITH_WARNING. A closed scope -> DENY.
@@ -91,14 +98,22 @@ struct cg_budget_level {
     int64_t reserved_tokens;
     int64_t used_cost_micros;
     int64_t reserved_cost_micros;
+    /* allocation */
+    bool allocated;             /* this level's budget is carved out of its parent's */
+    int64_t share_limit_tokens; /* the limit the share counts from (without approved
+                                   extensions); 0: limit_tokens */
+    int64_t allocated_tokens;   /* held here for the open allocated children */
 };
 
 struct cg_level_verdict {
     cg_decision decision;
     unsigned reasons;         /* CG_REASON_* bits */
-    double usage_ratio;       /* (used + reserved) / limit; 0 without a budget */
-    double projected_ratio;   /* (used + reserved + requested) / limit; 0 without a budget */
-    int64_t remaining_tokens; /* limit - used - reserved (may be negative); 0 without */
+    double usage_ratio;       /* (used + reserved + allocated) / limit; 0 without a budget */
+    double projected_ratio;   /* (used + reserved + allocated + requested) / limit; 0 without */
+    int64_t remaining_tokens; /* limit - used - reserved - allocated (may be negative); 0
+                                 without a budget */
+    int64_t requested_tokens; /* what this level judged: the request less what the share of
+                                 its allocated child on the path covers */
     uint32_t delay_ms;        /* this level's tier delay */
 };
 
@@ -107,12 +122,18 @@ struct cg_budget_result {
     uint32_t delay_ms;
     int tightest; /* index into the levels, -1 when no level has a budget */
     double tightest_ratio;
-    int64_t available_tokens; /* max(0, least remaining of the HARD levels); INT64_MAX when none */
+    int64_t available_tokens; /* max(0, least of the HARD levels' remaining plus the share of
+                                 their allocated child on the path); INT64_MAX when none */
     struct cg_level_verdict levels[CG_PATH_MAX];
 };
 
 /* The default tiers: 0.80 -> 50 ms, 0.85 -> 300 ms, 0.90 -> 750 ms, 0.95 -> 1500 ms. */
 void cg_budget_default_tiers(struct cg_tier tiers[CG_TIERS_MAX], int *ntiers);
+
+/* The share an allocated level holds of its parent: max(0, share limit - used - reserved)
+ * (saturating; negative counters count as 0) when it is allocated, has a budget and is
+ * open; else 0. NULL: 0. Thread-safe. */
+int64_t cg_budget_share(const struct cg_budget_level *level);
 
 /* Decides whether the path may take `tokens` more tokens costing `cost_micros`
  * (0: unpriced). levels[0..n) tenant first; n in 1..CG_PATH_MAX. Fills all of *out

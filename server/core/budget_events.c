@@ -17,11 +17,14 @@ static int level_tiers(const struct cg_budget_level *l, struct cg_tier tiers[CG_
     return n;
 }
 
+/* used + reserved + allocated (the shares of allocated children), saturating. */
 static int64_t held(const struct cg_budget_level *l)
 {
     int64_t used = l->used_tokens > 0 ? l->used_tokens : 0;
     int64_t reserved = l->reserved_tokens > 0 ? l->reserved_tokens : 0;
-    return used > INT64_MAX - reserved ? INT64_MAX : used + reserved;
+    int64_t allocated = l->allocated_tokens > 0 ? l->allocated_tokens : 0;
+    int64_t sum = used > INT64_MAX - reserved ? INT64_MAX : used + reserved;
+    return sum > INT64_MAX - allocated ? INT64_MAX : sum + allocated;
 }
 
 static double ratio(const struct cg_budget_level *l)

@@ -4,7 +4,8 @@
  * made in one transaction; this module lists the events that change is worth, in the order
  * a watcher should see them. No I/O, no clock, no globals; thread-safe.
  *
- * Rules (ratio = (used + reserved) / limit of a level with a budget; a level without one
+ * Rules (ratio = (used + reserved + allocated) / limit of a level with a budget, allocated
+ * being the shares of its allocated children (budget.h); a level without one
  * makes USAGE_CHANGED only):
  * - USAGE_CHANGED when used or reserved tokens or cost changed;
  * - THRESHOLD_CROSSED for each backpressure tier threshold t of the budget after the change
@@ -12,7 +13,7 @@
  *   crossed: rising when before < t <= after (ascending order), falling when after < t <=
  *   before (descending order), `falling` set;
  * - WARNING when the ratio rose across warning_ratio (before < w <= after);
- * - EXHAUSTED when used + reserved reached the limit (before < limit <= after);
+ * - EXHAUSTED when used + reserved + allocated reached the limit (before < limit <= after);
  * - a change of the limit moves the ratio too (a raised limit makes falling crossings).
  * Each event carries the tier delay now in force at the scope (of the ratio after).
  */

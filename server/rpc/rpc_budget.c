@@ -4,8 +4,9 @@
  * Every write runs in one PostgreSQL transaction that locks the rows of the scope's path,
  * tenant first (store.h), so no interleaving of callers on any number of replicas can act
  * on stale counters; core/budget decides on what the transaction read. A success reply
- * means the transaction committed. Settings this version does not enforce yet (allocation
- * from the parent) are refused with UNIMPLEMENTED rather than stored and ignored.
+ * means the transaction committed. Allocation from the parent (allocate_from_parent) is
+ * kept by PostgreSQL (migration 0013's trigger); here SetBudget checks that the parent has
+ * the share free, and decisions count it (core/budget.h).
  */
 #include "rpc/rpc_budget.h"
 
@@ -210,6 +211,9 @@ void cg_rpc_level_from_row(const struct cg_budget_row *row, struct cg_budget_lev
     out->reserved_tokens = row->reserved_tokens;
     out->used_cost_micros = row->used_cost_micros;
     out->reserved_cost_micros = row->reserved_cost_micros;
+    out->allocated = row->allocate_from_parent;
+    out->share_limit_tokens = row->limit_tokens; /* a share does not grow with approvals */
+    out->allocated_tokens = row->allocated_tokens;
 }
 
 void cg_rpc_decide(const struct cg_budget_row *rows, int n, int64_t tokens, int64_t cost,
@@ -246,6 +250,7 @@ static Ctxguard__V1__BudgetSettings *settings_out(struct cg_rpc_call *call,
     s->warning_ratio = row->warning_ratio;
     s->backpressure_disabled = row->backpressure_disabled;
     s->exclude_cache_read_tokens = row->exclude_cache_read_tokens;
+    s->allocate_from_parent = row->allocate_from_parent;
     /* Defaults are shown as what applies. */
     struct cg_tier tiers[CG_TIERS_MAX];
     int n = row->ntiers;
@@ -310,6 +315,7 @@ Ctxguard__V1__LevelStatus *cg_rpc_level_status(struct cg_rpc_call *call,
     l->used_tokens = row->used_tokens;
     l->reserved_tokens = row->reserved_tokens;
     l->approved_extra_tokens = row->approved_extra_tokens;
+    l->allocated_tokens = row->allocated_tokens;
     l->remaining_tokens = v->remaining_tokens;
     l->usage_ratio = v->usage_ratio;
     l->projected_ratio = v->projected_ratio;
@@ -404,6 +410,13 @@ cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows
                               what,
                               (long long)(rows[i].used_cost_micros + rows[i].reserved_cost_micros),
                               (long long)rows[i].limit_cost_micros);
+        if (rows[i].allocated_tokens > 0 || v->requested_tokens != tokens)
+            return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
+                              "HARD token limit of the %s: %lld used and reserved + %lld "
+                              "allocated to children + %lld requested > %lld",
+                              what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
+                              (long long)rows[i].allocated_tokens, (long long)v->requested_tokens,
+                              (long long)rows[i].limit_tokens);
         return cg_err_set(
             &call->err, CG_RESOURCE_EXHAUSTED,
             "HARD token limit of the %s: %lld used and reserved + %lld requested > %lld", what,
@@ -468,9 +481,10 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     cg_status lst = limit_in(call, env, s, level, &limit_tokens);
     if (lst != CG_OK)
         return lst;
-    if (s->allocate_from_parent)
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "settings.allocate_from_parent is not implemented in this version");
+    if (s->allocate_from_parent && level == CG_LEVEL_TENANT)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.allocate_from_parent': the tenant has no parent to "
+                          "allocate from");
     if (s->on_store_failure > CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE ||
         s->on_store_failure < 0)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
@@ -548,6 +562,7 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     row->level = level;
     row->has_budget = true;
     row->exclude_cache_read_tokens = s->exclude_cache_read_tokens;
+    row->allocate_from_parent = s->allocate_from_parent;
     row->mode = l.mode;
     row->limit_tokens = l.limit_tokens;
     row->limit_cost_micros = l.limit_cost_micros;
@@ -571,6 +586,52 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
                            : s->approval_ttl_ms ? s->approval_ttl_ms
                                                 : CG_APPROVAL_TTL_DEFAULT_MS;
     return CG_OK;
+}
+
+/* allocate_from_parent: the new share must fit in what the parent has free (limit +
+ * approved extensions - used - reserved - allocated), counting the share the scope already
+ * holds; a parent without a budget has nothing to allocate. Rolls back on refusal. */
+static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const struct cg_budget_row *path, int level,
+                                  const struct cg_budget_row *existing,
+                                  const struct cg_budget_row *row)
+{
+    if (!row->allocate_from_parent || level < 2)
+        return CG_OK;
+    const struct cg_budget_row *parent = &path[level - 2];
+    const char *parent_name = cg_level_name((cg_level)parent->level);
+    const char *parent_id = level == 2   ? ""
+                            : level == 3 ? parent->ids.session_id
+                                         : parent->ids.task_id;
+    const char *parent_field = level == 2   ? "scope"
+                               : level == 3 ? "scope.session_id"
+                                            : "scope.task_id";
+    if (!parent->has_budget) {
+        cg_store_rollback(env->store);
+        return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
+                          "field 'settings.allocate_from_parent': the %s (%s '%s') has no "
+                          "budget to allocate from",
+                          parent_name, parent_field, parent_id);
+    }
+    struct cg_budget_row next = *row;
+    next.used_tokens = existing ? existing->used_tokens : 0;
+    next.reserved_tokens = existing ? existing->reserved_tokens : 0;
+    next.closed_at_ms = existing ? existing->closed_at_ms : 0;
+    int64_t need = cg_store_alloc_share(&next) - cg_store_alloc_share(existing);
+    struct cg_budget_level p;
+    cg_rpc_level_from_row(parent, &p);
+    struct cg_budget_result r;
+    cg_budget_decide(&p, 1, 0, 0, &r);
+    int64_t free_tokens = r.levels[0].remaining_tokens;
+    if (need <= 0 || need <= free_tokens)
+        return CG_OK;
+    cg_store_rollback(env->store);
+    /* Counters last: a long id may cut the message at the end of struct cg_err. */
+    return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
+                      "field 'settings.allocate_from_parent': the share needs %lld more tokens, "
+                      "the %s has %lld free (%s '%s')",
+                      (long long)need, parent_name, (long long)(free_tokens > 0 ? free_tokens : 0),
+                      parent_field, parent_id);
 }
 
 CG_HANDLER(cg_rpc_budget_set)
@@ -632,17 +693,37 @@ CG_HANDLER(cg_rpc_budget_set)
                           (long long)(tokens ? below_tokens : below_cost));
     }
 
+    const struct cg_budget_row *existing = n == level ? &path[n - 1] : NULL;
+    if ((st = check_allocation(call, env, path, level, existing, &row)) != CG_OK)
+        return st;
+
     struct cg_budget_row stored;
     bool created = false;
     st = cg_store_budget_put(env->store, call->principal.tenant_id, &row, req->expected_version,
                              call->principal.key_id, cg_wall_ms(), &stored, &created, &serr);
     if (st == CG_OK) /* WatchUsage: BUDGET_CHANGED and the crossings a new limit makes */
-        st = cg_rpc_emit_budget(call, env, n == level ? &path[n - 1] : NULL, &stored, &serr);
+        st = cg_rpc_emit_budget(call, env, existing, &stored, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
         return st;
-    cg_rpc_cache_written(env, call->principal.tenant_id, &stored, 1);
+    /* A share that changed moved the parent's allocated_tokens (migration 0013's trigger):
+     * the caches learn the parent as the trigger left it. */
+    struct cg_budget_row written[2];
+    int64_t share_before[2];
+    int nwritten = 0;
+    if (level >= 2) {
+        share_before[nwritten] = cg_store_alloc_share(&path[level - 2]);
+        written[nwritten++] = path[level - 2];
+    }
+    share_before[nwritten] = cg_store_alloc_share(existing);
+    written[nwritten++] = stored;
+    cg_store_alloc_mirror(written, nwritten, share_before, true);
+    /* The parent is written only when the trigger changed it (its row_version moved). */
+    if (nwritten == 2 && written[0].row_version == path[level - 2].row_version)
+        cg_rpc_cache_written(env, call->principal.tenant_id, &written[1], 1);
+    else
+        cg_rpc_cache_written(env, call->principal.tenant_id, written, nwritten);
 
     Ctxguard__V1__SetBudgetResponse *resp =
         NEW(call, Ctxguard__V1__SetBudgetResponse, ctxguard__v1__set_budget_response__init);
@@ -711,6 +792,7 @@ CG_HANDLER(cg_rpc_budget_get)
     u->used_tokens = row->used_tokens;
     u->reserved_tokens = row->reserved_tokens;
     u->approved_extra_tokens = row->approved_extra_tokens;
+    u->allocated_tokens = row->allocated_tokens;
     u->remaining_tokens = r.levels[n - 1].remaining_tokens;
     u->usage_ratio = r.levels[n - 1].usage_ratio;
     u->reserved_cost_micros = row->reserved_cost_micros;

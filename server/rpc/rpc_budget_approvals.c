@@ -59,7 +59,10 @@ cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env
 
     const struct cg_budget_row *level = &path[at];
     int64_t effective = level->limit_tokens + level->approved_extra_tokens;
-    int64_t projected = level->used_tokens + level->reserved_tokens + tokens;
+    /* What the level judged: its allocated children's shares are held, and the share of
+     * its allocated child on the path covers part of the request (core/budget.h). */
+    int64_t projected = level->used_tokens + level->reserved_tokens + level->allocated_tokens +
+                        r->levels[at].requested_tokens;
     struct cg_approval *request = calloc(1, sizeof *request);
     if (request == NULL) {
         cg_store_rollback(env->store);

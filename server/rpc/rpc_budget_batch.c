@@ -193,8 +193,18 @@ static bool apply(struct rows *rows, const int *at, int n, const struct cg_usage
         r->spent_cache_read_tokens += k->cache_read_tokens;
         r->spent_cache_write_tokens += k->cache_write_tokens;
         rows->dirty[at[i]] = true;
-        after[i] = *r;
     }
+    /* What migration 0013's trigger will do at the write: a change of an allocated level's
+     * share moves its parent's allocated_tokens, so later items of the batch are decided
+     * on what PostgreSQL will hold. */
+    for (int i = n - 1; i >= 1; i--) {
+        int64_t delta = cg_store_alloc_share(&rows->row[at[i]]) - cg_store_alloc_share(&before[i]);
+        struct cg_budget_row *parent = &rows->row[at[i - 1]];
+        int64_t a = parent->allocated_tokens + delta;
+        parent->allocated_tokens = a < 0 ? 0 : a;
+    }
+    for (int i = 0; i < n; i++)
+        after[i] = rows->row[at[i]];
     return true;
 }
 
@@ -218,6 +228,8 @@ struct batch {
     struct cg_batch_settle settle[CG_BATCH_MAX];
     struct cg_batch_ledger ledger[CG_BATCH_MAX];
     struct cg_budget_row counters[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
+    int64_t locked_share[CG_BATCH_MAX * CG_PATH_ROWS_MAX]; /* each locked row's share */
+    int64_t share0[CG_BATCH_MAX * CG_PATH_ROWS_MAX];       /* of counters[], as locked */
     struct cg_event_in events[CG_BATCH_MAX * (CG_PATH_MAX * CG_LEVEL_EVENTS_MAX + 1)];
 };
 
@@ -292,6 +304,8 @@ static cg_status lock_scopes(const struct cg_rpc_env *env, const char *tenant, s
     rows->dirty = b->dirty;
     rows->n = nrows;
     memset(b->dirty, 0, sizeof b->dirty);
+    for (int i = 0; i < nrows; i++)
+        b->locked_share[i] = cg_store_alloc_share(&b->rowbuf[i]);
     *whole_fallback = nrows == 0 || b->rowbuf[0].level != 1 ||
                       (b->rowbuf[0].next_reset_ms != 0 && b->rowbuf[0].next_reset_ms <= now_ms);
     return CG_OK;
@@ -569,8 +583,10 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
     n_events = coalesce_usage_events(b->events, n_events);
     int n_counters = 0;
     for (int i = 0; i < rows.n; i++)
-        if (rows.dirty[i])
+        if (rows.dirty[i]) {
+            b->share0[n_counters] = b->locked_share[i];
             b->counters[n_counters++] = rows.row[i];
+        }
     struct cg_batch_write w = {
         .new_res = b->new_res,
         .n_new = n_new,
@@ -591,6 +607,9 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
         cg_store_rollback(env->store);
         return st;
     }
+    /* The trigger bumped the row_version of each parent whose allocated_tokens it moved
+     * (allocated_tokens itself was mirrored item by item). */
+    cg_store_alloc_mirror(b->counters, n_counters, b->share0, false);
     /* The caches of CheckBudget learn the rows as committed (with their new row_version). */
     cg_rpc_cache_written(env, tenant, b->counters, n_counters);
     calibrate(env, tenant, b);

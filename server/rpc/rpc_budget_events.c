@@ -87,6 +87,13 @@ cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_e
         if (before[i].reserved_tokens < 0)
             before[i].reserved_tokens = 0;
     }
+    /* path[] holds the parents' allocated_tokens as the allocation trigger left them: the
+     * change of each allocated child's share is taken back out of its parent. */
+    for (int i = n - 1; i >= 1; i--) {
+        int64_t moved = cg_store_alloc_share(&path[i]) - cg_store_alloc_share(&before[i]);
+        int64_t a = before[i - 1].allocated_tokens - moved;
+        before[i - 1].allocated_tokens = a < 0 ? 0 : a;
+    }
     return append_levels(call, env, before, path, n, 0, serr);
 }
 

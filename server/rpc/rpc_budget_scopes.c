@@ -1,11 +1,12 @@
 /* rpc_budget_scopes.c - BudgetService: CloseScope, GetUsage, ListScopes.
  *
  * validate -> store (store.h "scopes: close, usage tree, listing": one transaction per
- * call) -> reply. What this version does not keep is answered honestly: allocation from the
- * parent does not exist yet, so returned_tokens and allocated_tokens are 0 because nothing
- * can be allocated; ScopeUsage.pending_approvals is not counted yet (0: list them with
- * ListApprovals). ScopeUsage.usage and last_activity_unix_ms come from the scope's spent_*
- * counters and last activity (migration 0011), by_model from the ledger.
+ * call) -> reply. allocated_tokens is the row's (kept by migration 0013's trigger);
+ * CloseScope's returned_tokens is the share the closed scope held of its parent when it was
+ * closed. What this version does not keep is answered honestly: ScopeUsage.pending_approvals
+ * is not counted yet (0: list them with ListApprovals). ScopeUsage.usage and last_activity_unix_ms
+ * come from the scope's spent_* counters and last activity (migration 0011), by_model from the
+ * ledger.
  */
 #include "rpc/rpc_budget.h"
 
@@ -44,6 +45,7 @@ static Ctxguard__V1__ScopeUsage *usage_out(struct cg_rpc_call *call,
     u->used_tokens = row->used_tokens;
     u->reserved_tokens = row->reserved_tokens;
     u->approved_extra_tokens = row->approved_extra_tokens;
+    u->allocated_tokens = row->allocated_tokens;
     u->remaining_tokens = r.levels[0].remaining_tokens;
     u->usage_ratio = r.levels[0].usage_ratio;
     u->reserved_cost_micros = row->reserved_cost_micros;
@@ -103,9 +105,12 @@ CG_HANDLER(cg_rpc_budget_close_scope)
         return OOM(call);
     resp->released_reservations = closed.released_reservations;
     resp->released_tokens = closed.released_tokens;
-    /* Nothing is carved out of a parent in this version (SetBudget refuses
-     * allocate_from_parent). */
-    resp->returned_tokens = 0;
+    /* An allocated scope gives its parent back the share it held when it closed: its limit
+     * less what it used and what stays reserved (a hold a concurrent Commit or Release
+     * settles itself). Closing it again returns nothing. */
+    struct cg_budget_row open_row = closed.usage.row;
+    open_row.closed_at_ms = 0;
+    resp->returned_tokens = closed.already_closed ? 0 : cg_store_alloc_share(&open_row);
     resp->expired_approvals = closed.expired_approvals;
     resp->closed_scopes = closed.closed_scopes;
     resp->already_closed = closed.already_closed;

@@ -446,6 +446,51 @@ void cg_store_path_ids(const struct cg_scope_ids *ids, int level, struct cg_scop
         memcpy(out->agent_id, ids->agent_id, sizeof out->agent_id);
 }
 
+/* ------------------------------------------------------------------ allocation --- */
+
+int64_t cg_store_alloc_share(const struct cg_budget_row *row)
+{
+    if (row == NULL || !row->allocate_from_parent || !row->has_budget || row->closed_at_ms != 0)
+        return 0;
+    int64_t held;
+    int64_t used = row->used_tokens > 0 ? row->used_tokens : 0;
+    int64_t reserved = row->reserved_tokens > 0 ? row->reserved_tokens : 0;
+    if (__builtin_add_overflow(used, reserved, &held) || held >= row->limit_tokens)
+        return 0;
+    return row->limit_tokens - held;
+}
+
+static bool ids_equal(const struct cg_scope_ids *a, const struct cg_scope_ids *b)
+{
+    return strcmp(a->session_id, b->session_id) == 0 && strcmp(a->task_id, b->task_id) == 0 &&
+           strcmp(a->agent_id, b->agent_id) == 0;
+}
+
+void cg_store_alloc_mirror(struct cg_budget_row *rows, int n, const int64_t *share_before,
+                           bool add_allocated)
+{
+    for (int i = 0; i < n; i++) {
+        if (rows[i].level < 2)
+            continue;
+        int64_t delta = cg_store_alloc_share(&rows[i]) - share_before[i];
+        if (delta == 0)
+            continue;
+        struct cg_scope_ids parent;
+        cg_store_path_ids(&rows[i].ids, rows[i].level - 1, &parent);
+        for (int j = 0; j < n; j++) {
+            if (j == i || rows[j].level != rows[i].level - 1 || !ids_equal(&rows[j].ids, &parent))
+                continue;
+            /* The trigger's UPDATE of the parent bumps its row_version once. */
+            rows[j].row_version++;
+            if (add_allocated) {
+                int64_t a = rows[j].allocated_tokens + delta;
+                rows[j].allocated_tokens = a < 0 ? 0 : a;
+            }
+            break;
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ row cache --- */
 
 bool cg_store_cache_path_get(struct cg_store *store, const char *tenant_id,

@@ -235,7 +235,26 @@ struct cg_budget_row {
     int64_t spent_cache_read_tokens;
     int64_t spent_cache_write_tokens;
     int64_t last_activity_ms;
+    /* migration 0013: the budget carves its share out of its parent (allocate_from_parent);
+     * allocated_tokens is what this scope holds for its open allocated children, the sum
+     * of their cg_store_alloc_share() (kept by a trigger on every write) */
+    bool allocate_from_parent;
+    int64_t allocated_tokens;
 };
+
+/* The share an open allocated child (allocate_from_parent, with a budget, not closed) holds
+ * of its parent: max(0, limit_tokens - used_tokens - reserved_tokens), saturating; 0 for
+ * any other row. As migrations/0013_allocation.sql's cg_alloc_share. */
+int64_t cg_store_alloc_share(const struct cg_budget_row *row);
+
+/* A statement changed rows[0..n) in place, whose shares before it were share_before[i]
+ * (cg_store_alloc_share of each row before); this does to the rows what the allocation
+ * trigger of migration 0013 did after the statement, which the statement's RETURNING
+ * does not show: for each row whose share changed, its parent (when among rows[]) gets
+ * one more row_version, and with add_allocated also allocated_tokens moved by the change
+ * (never below 0). Rows whose parent is not in rows[] change nothing. Thread-safe. */
+void cg_store_alloc_mirror(struct cg_budget_row *rows, int n, const int64_t *share_before,
+                           bool add_allocated);
 
 struct cg_usage {
     int64_t input_tokens;

@@ -161,7 +161,11 @@ cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
         stored.local_allowance_tokens = 0;
         stored.reset_period = 1;
         stored.reservation_ttl_ms = 0;
+        stored.allocate_from_parent = false;
     }
+    if (stored.allocate_from_parent && stored.level < 2)
+        return cg_err_set(err, CG_INVALID_ARGUMENT,
+                          "settings.allocate_from_parent: the tenant has no parent");
     return cg_pg_budget_put(store->pg, id, &stored, expected_version, key_id, now_ms, out, created,
                             err);
 }

@@ -117,6 +117,8 @@ bool cg__pg_read_scope(PGresult *res, int row, struct cg_budget_row *out)
     out->spent_cache_read_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 34));
     out->spent_cache_write_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 35));
     out->last_activity_ms = cg__pg_parse_i64(PQgetvalue(res, row, 36));
+    out->allocate_from_parent = cg__pg_is_true(PQgetvalue(res, row, 37));
+    out->allocated_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 38));
     return tiers_ok && out->level >= 1 && out->level <= 4;
 }
 
@@ -337,7 +339,8 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
                             expected,
                             now_text,
                             approval_ttl,
-                            row->exclude_cache_read_tokens ? "t" : "f"};
+                            row->exclude_cache_read_tokens ? "t" : "f",
+                            row->has_budget && row->allocate_from_parent ? "t" : "f"};
     /* One statement: the SELECT's WHERE refuses a missing parent, and a missing row when a
      * version is expected (no insert is even tried); the DO UPDATE's WHERE refuses a
      * stored version other than the expected one. Either way no row comes back and
@@ -355,13 +358,13 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         " mode, limit_tokens, limit_cost_micros, warning_ratio, backpressure_disabled,"
         " tier_ratio, tier_delay_ms, on_store_failure, local_allowance_tokens, reset_period,"
         " reservation_ttl_ms, description, version, updated_by_key_id, period_start, next_reset_at,"
-        " approval_ttl_ms, exclude_cache_read_tokens)"
+        " approval_ttl_ms, exclude_cache_read_tokens, allocate_from_parent)"
         " SELECT $1::uuid, $2::text, $3::text, $4::text, $5::int2, $6::boolean, $7::int2,"
         "  $8::int8, $9::int8, $10::float8, $11::boolean, $12::float8[], $13::int4[], $14::int2,"
         "  $15::int8, $16::int2, $17::int4, $18::text, 1, $19::text,"
         "  cg_period_start($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)),"
         "  cg_period_next($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)), $24::int4,"
-        "  $25::boolean"
+        "  $25::boolean, $26::boolean"
         " FROM (SELECT (SELECT time_zone FROM tenants WHERE tenant_id = $1::uuid) AS time_zone) tz"
         " WHERE ($5::int2 <= 2 OR EXISTS (SELECT 1 FROM scopes p WHERE p.tenant_id = $1::uuid"
         "   AND p.session_id = $20::text AND p.task_id = $21::text AND p.agent_id = ''))"
@@ -391,13 +394,14 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
          * reads out takes them out of it or puts them back (spent_cache_read_tokens counts
          * the same period). */
         "  exclude_cache_read_tokens = excluded.exclude_cache_read_tokens,"
+        "  allocate_from_parent = excluded.allocate_from_parent,"
         "  used_tokens = CASE WHEN s.exclude_cache_read_tokens = excluded.exclude_cache_read_tokens"
         "   THEN s.used_tokens WHEN excluded.exclude_cache_read_tokens"
         "   THEN greatest(0, s.used_tokens - s.spent_cache_read_tokens)"
         "   ELSE s.used_tokens + s.spent_cache_read_tokens END"
         " WHERE $22::int8 = 0 OR s.version = $22::int8"
         " RETURNING " SCOPE_COLUMNS,
-        25, values, NULL, NULL, 0, &res, err);
+        26, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         /* scopes_parent only fires for a parent made missing meanwhile (the WHERE checks
          * first); the tenants foreign key for a tenant that does not exist. */
@@ -503,6 +507,12 @@ cg_status cg_pg_path_change(struct cg_pg *pg, const char *tenant_id, struct cg_b
             goto out;
         }
     }
+    /* The allocation trigger (migration 0013) moved the parents' allocated_tokens after
+     * the RETURNING above was made: rows[] get the same numbers. */
+    int64_t share_before[4];
+    for (int i = 0; i < n; i++)
+        share_before[i] = cg_store_alloc_share(&rows[i]);
+    cg_store_alloc_mirror(updated, n, share_before, true);
     memcpy(rows, updated, (size_t)n * sizeof *rows);
 out:
     PQclear(res);

@@ -113,7 +113,8 @@ cg_status cg__pg_not_in_tx(struct cg_pg *pg, const char *what, struct cg_err *er
     " approval_ttl_ms, approved_extra_tokens, row_version, exclude_cache_read_tokens,"             \
     " spent_input_tokens, spent_output_tokens, spent_cache_read_tokens,"                           \
     " spent_cache_write_tokens,"                                                                   \
-    " coalesce(floor(extract(epoch FROM last_activity_at) * 1000)::int8, 0)"
+    " coalesce(floor(extract(epoch FROM last_activity_at) * 1000)::int8, 0),"                      \
+    " allocate_from_parent, allocated_tokens"
 
 /* Reads row `row` of res (SCOPE_COLUMNS) into out. False when it does not parse. */
 bool cg__pg_read_scope(PGresult *res, int row, struct cg_budget_row *out);

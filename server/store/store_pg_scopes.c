@@ -99,7 +99,7 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
                                                                                         "1000)::"  \
                                                                                         "int8, 0)"
 /* ... and what later migrations added (0005: approvals). */
-#define NODE_COLUMNS                                                                               \
+#define NODE_COLUMNS_0011                                                                          \
     NODE_COLUMNS_0003                                                                              \
     ", " DUE_OR("0", "s.approved_extra_tokens") ", s.exclude_cache_read_tokens, " DUE_OR(          \
         "0",                                                                                       \
@@ -205,7 +205,9 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
                                                                                          ")"       \
                                                                                          ","       \
                                                                                          " " ACTIVITY_US
-#define NODE_NCOLUMNS 39
+/* ... and 0013: allocation from the parent. */
+#define NODE_COLUMNS NODE_COLUMNS_0011 ", s.allocate_from_parent, s.allocated_tokens"
+#define NODE_NCOLUMNS 41
 
 /* The rows of a path, tenant first (as in store_pg_budget.c): $3..$5 the ids. */
 #define PATH_TUPLES                                                                                \
@@ -261,6 +263,8 @@ static bool read_node(PGresult *res, int row, int first, struct cg_scope_usage *
     b->spent_cache_write_tokens = cg__pg_parse_i64(COL(36));
     b->last_activity_ms = cg__pg_parse_i64(COL(37));
     out->last_activity_us = cg__pg_parse_i64(COL(38));
+    b->allocate_from_parent = cg__pg_is_true(COL(39));
+    b->allocated_tokens = cg__pg_parse_i64(COL(40));
 #undef COL
     out->parent = -1;
     return tiers_ok && b->level >= 1 && b->level <= 4;

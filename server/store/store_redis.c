@@ -478,7 +478,7 @@ static const char rows_put_script[] =
 static bool row_key_name(const char *tenant_id, const struct cg_scope_ids *ids, char *buf,
                          size_t cap)
 {
-    int n = snprintf(buf, cap, "cg:{%s}:row:%s %s %s", tenant_id, ids->session_id, ids->task_id,
+    int n = snprintf(buf, cap, "cg:{%s}:row2:%s %s %s", tenant_id, ids->session_id, ids->task_id,
                      ids->agent_id);
     return n > 0 && (size_t)n < cap;
 }
@@ -505,7 +505,7 @@ size_t cg_redis_row_encode(const struct cg_budget_row *row, int64_t gen, char *b
         row->ntiers);
     for (int i = 0; i < row->ntiers && i < CG_TIERS_STORE_MAX; i++)
         PUT(" %.17g %u", row->tier_ratio[i], (unsigned)row->tier_delay_ms[i]);
-    PUT(" %d %lld %d %u %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %lld =%s\n%s",
+    PUT(" %d %lld %d %u %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %lld %d %lld =%s\n%s",
         row->on_store_failure, (long long)row->local_allowance_tokens, row->reset_period,
         (unsigned)row->reservation_ttl_ms, (long long)row->used_tokens,
         (long long)row->reserved_tokens, (long long)row->used_cost_micros,
@@ -513,7 +513,8 @@ size_t cg_redis_row_encode(const struct cg_budget_row *row, int64_t gen, char *b
         (long long)row->created_at_ms, (long long)row->updated_at_ms, (long long)row->closed_at_ms,
         (long long)row->period_start_ms, (long long)row->next_reset_ms,
         (unsigned)row->approval_ttl_ms, (long long)row->approved_extra_tokens,
-        row->updated_by_key_id, row->description);
+        row->allocate_from_parent ? 1 : 0, (long long)row->allocated_tokens, row->updated_by_key_id,
+        row->description);
 #undef PUT
     return len;
 }
@@ -592,6 +593,8 @@ bool cg_redis_row_decode(const char *text, size_t len, struct cg_budget_row *row
     row->next_reset_ms = next_i64(&c, INT64_MIN, big);
     row->approval_ttl_ms = (uint32_t)next_i64(&c, 0, UINT32_MAX);
     row->approved_extra_tokens = next_i64(&c, 0, big);
+    row->allocate_from_parent = next_i64(&c, 0, 1) == 1;
+    row->allocated_tokens = next_i64(&c, 0, big);
     if (!c.ok || *c.p != '=')
         return false;
     const char *key_end = strchr(c.p, '\n');

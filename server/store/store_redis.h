@@ -12,7 +12,8 @@
  * tenant_name, secret_hash (64 lower-case hex digits) and revoked ("0" or "1").
  *
  * Budget rows (the shared hot cache of CheckBudget): the row of a scope is the string
- * `cg:{<tenant_id>}:row:<session_id> <task_id> <agent_id>` (ids hold no spaces), "<row_version>
+ * `cg:{<tenant_id>}:row2:<session_id> <task_id> <agent_id>` (ids hold no spaces; "row2" is the
+ * format's version: 2 added allocate_from_parent and allocated_tokens), "<row_version>
  * <generation> <fields...>\n<description>" (see cg_redis_row_encode), expiring after
  * CG_REDIS_ROW_TTL_MS; `cg:{<tenant_id>}:gen` is the tenant's generation, a counter that
  * invalidates all its rows at once (a row counts only while its generation is the current

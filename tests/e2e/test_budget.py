@@ -259,8 +259,8 @@ class Budgets(cgtest.TestCase):
             with self.subTest(fn=fn.__name__, field=field):
                 self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, fn, *args, contains=field)
         self.assertRpcError(grpc.StatusCode.NOT_FOUND, self.t.commit, str(uuid.uuid4()), usage(1))
-        self.assertRpcError(grpc.StatusCode.UNIMPLEMENTED, self.t.set, scope(self.s, "a"), 10,
-                            allocate_from_parent=True)
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.t.set, scope(), 10,
+                            allocate_from_parent=True, contains="allocate_from_parent")
         after = self.t.get(self.task)
         self.assertEqual(after.usage.used_tokens, before.used_tokens)
         self.assertEqual(after.usage.reserved_tokens, before.reserved_tokens)

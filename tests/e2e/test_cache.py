@@ -141,7 +141,7 @@ class OwnStores(cgtest.TestCase):
         return cgtest.start_server(self, pg=self.svc.pg, schema=schema, env=base)
 
     def row_keys(self, tenant):
-        return redis_cli(self.svc.redis, "--scan", "--pattern", f"cg:{{{tenant}}}:row:*").split()
+        return redis_cli(self.svc.redis, "--scan", "--pattern", f"cg:{{{tenant}}}:row2:*").split()
 
     def test_redis_flushed_or_killed_changes_no_answer_and_refills(self):
         srv = self.server()

@@ -345,6 +345,11 @@ class Scopes(cgtest.TestCase):
         self.assertRegex(line, r"\[#+\.+\]\s+640/1000 \(64%\)\s+reserved 50")
         self.assertIn(f"session {self.s}", text)
         self.assertIn("agent a", text)
+        # --allocate carves the task's limit out of the session; usage shows the share.
+        self.ctl("budget", "set", f"{self.s}/t8", "--limit", "200", "--allocate")
+        text = self.ctl("usage", self.s).stdout
+        line = next(x for x in text.splitlines() if f"session {self.s}" in x)
+        self.assertIn("allocated 200", line)
 
         tree = json.loads(self.ctl("--json", "usage", "-").stdout)
         self.assertEqual(tree["root"]["level"], "SCOPE_LEVEL_TENANT")

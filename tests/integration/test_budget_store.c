@@ -1352,7 +1352,7 @@ Test(budget_store, path_peek_reads_without_a_transaction_or_asks_for_one, .init 
 static const char *const COUNTER_COLUMNS =
     "{used_tokens,reserved_tokens,used_cost_micros,reserved_cost_micros,spent_input_tokens,"
     "spent_output_tokens,spent_cache_read_tokens,spent_cache_write_tokens,last_activity_at,"
-    "event_seq,row_version}";
+    "event_seq,row_version,allocated_tokens}";
 
 Test(budget_store, counter_columns_are_in_no_index, .init = setup, .fini = teardown, .timeout = 30)
 {

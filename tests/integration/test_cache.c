@@ -233,6 +233,8 @@ Test(redis_rows, text_round_trip_and_hostile_input)
     snprintf(r.description, sizeof r.description, "multi\nline = desc %%s");
     snprintf(r.updated_by_key_id, sizeof r.updated_by_key_id, "-");
     r.next_reset_ms = 1700000000000;
+    r.allocate_from_parent = true; /* format 2 (row2) */
+    r.allocated_tokens = 777;
     char text[CG_REDIS_ROW_TEXT_MAX];
     size_t len = cg_redis_row_encode(&r, 9, text, sizeof text);
     cr_assert(len > 0);
@@ -308,7 +310,7 @@ Test(redis_rows, newest_version_wins_and_generations_invalidate, .init = redis_s
     cr_assert(redis_path(r, &used, &gen));
     cr_assert_eq(used, 70);
     char key[256];
-    snprintf(key, sizeof key, "cg:{%s}:row:s  ", rtenant);
+    snprintf(key, sizeof key, "cg:{%s}:row2:s  ", rtenant);
     cr_assert(cg_pgtest_redis_exists(&T, key), "keys carry the {tenant} hash tag");
     long long ttl = cg_pgtest_redis_ttl(&T, key);
     cr_assert(ttl > 0 && ttl <= CG_REDIS_ROW_TTL_MS / 1000, "ttl %lld", ttl);
