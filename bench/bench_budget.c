@@ -5,8 +5,9 @@
  *   bench_budget setup  TARGET KEY SESSION            tenant, session and session/t budgets
  *   bench_budget reserve-commit TARGET KEY SESSION THREADS SECONDS
  *
- * reserve-commit prints one line: `pairs=N seconds=S pairs_per_s=R p50_us=A p99_us=B errors=E`
- * where a pair is one Reserve and its Commit, both acknowledged (so both committed).
+ * reserve-commit prints one line: `pairs=N seconds=S pairs_per_s=R p50_us=A p99_us=B errors=E
+ * client_cpu_ms=C` where a pair is one Reserve and its Commit, both acknowledged (so both
+ * committed), and C is this process's own CPU time (user + system).
  * Each thread has its own client (channel); each uses its own task under SESSION, so the
  * figure is the durable write path, not contention on one row. With BENCH_ALLOCATE=1 in the
  * environment each thread's task is allocated from the session (allocate_from_parent), so
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cg_client.h"
@@ -185,9 +187,14 @@ int main(int argc, char **argv)
     }
     qsort(all, total, sizeof *all, cmp_double);
     double p50 = total ? all[total / 2] : 0, p99 = total ? all[(size_t)(total * 0.99)] : 0;
-    printf("pairs=%ld seconds=%.1f pairs_per_s=%.0f p50_us=%.0f p99_us=%.0f errors=%ld\n",
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+                    (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+    printf("pairs=%ld seconds=%.1f pairs_per_s=%.0f p50_us=%.0f p99_us=%.0f errors=%ld"
+           " client_cpu_ms=%.0f\n",
            atomic_load(&pairs), elapsed, atomic_load(&pairs) / elapsed, p50, p99,
-           atomic_load(&errors));
+           atomic_load(&errors), cpu_ms);
     free(all);
     free(w);
     return 0;

@@ -7,8 +7,11 @@
 #
 # PostgreSQL here is durable (fsync and synchronous_commit on: a created cluster under
 # .run/bench-durable, unlike the --fast one of bench/run.sh), since "a success reply means
-# committed" is what is measured. Prints one row per point: per second, p50/p99 µs, and the
-# ratio to pgbench at the same client count.
+# committed" is what is measured. Prints one row per point: per second, p50/p99 µs, the
+# ratio to pgbench at the same client count, and CPU time per operation (a pgbench
+# transaction, a Reserve+Commit pair): of the whole machine while it ran (busy time in
+# /proc/stat, every process), and for pairs also of the server and of the load generator
+# alone. With the cores saturated, CPU per operation is what bounds the rate.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -64,28 +67,49 @@ start_server() {
     "$BUILD/bin/bench_budget" setup "127.0.0.1:$PORT" "$KEY" benchw >/dev/null
 }
 
-# pairs CLIENTS -> "per_s p50 p99"
+# CPU time in ms: busy_ms (the whole machine, from /proc/stat) and proc_ms PID.
+TICK_MS=$((1000 / $(getconf CLK_TCK)))
+busy_ms() { awk -v t="$TICK_MS" '/^cpu /{ print ($2 + $3 + $4 + $7 + $8 + $9) * t; exit }' /proc/stat; }
+proc_ms() { awk -v t="$TICK_MS" '{ sub(/^.*\) /, ""); print ($12 + $13) * t }' "/proc/$1/stat"; }
+
+# per_op MS COUNT -> µs per operation
+per_op() { /usr/bin/python3 -c "print(f'{$1 * 1000 / $2:.0f}' if $2 else 'n/a')"; }
+
+# pairs CLIENTS -> "per_s p50 p99 machine_us server_us client_us" (CPU µs per pair)
 pairs() {
-    local line
+    local line b0 s0 b1 s1 n
+    b0=$(busy_ms)
+    s0=$(proc_ms "$SERVER_PID")
     line=$("$BUILD/bin/bench_budget" reserve-commit "127.0.0.1:$PORT" "$KEY" benchw "$1" "$SECONDS_PER_RUN")
+    b1=$(busy_ms)
+    s1=$(proc_ms "$SERVER_PID")
     echo "  ($line)" >&2
-    printf '%s %s %s\n' "$(sed -n 's/.*pairs_per_s=\([0-9.]*\).*/\1/p' <<<"$line")" \
+    n=$(sed -n 's/^pairs=\([0-9]*\).*/\1/p' <<<"$line")
+    printf '%s %s %s %s %s %s\n' "$(sed -n 's/.*pairs_per_s=\([0-9.]*\).*/\1/p' <<<"$line")" \
         "$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")" \
-        "$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")"
+        "$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")" \
+        "$(per_op $((b1 - b0)) "$n")" "$(per_op $((s1 - s0)) "$n")" \
+        "$(per_op "$(sed -n 's/.*client_cpu_ms=\([0-9]*\).*/\1/p' <<<"$line")" "$n")"
 }
 
 ratio() { /usr/bin/python3 -c "print(f'{$1/$2:.2f}' if $2 else 'n/a')"; }
 
-printf '%-36s %7s %10s %9s %9s %7s\n' 'durable writes' clients 'per_s' 'p50_us' 'p99_us' ratio
+ROW='%-36s %7s %10s %9s %9s %7s %10s %9s %9s\n'
+printf "$ROW" 'durable writes' clients 'per_s' 'p50_us' 'p99_us' ratio 'cpu_us/op' server client
 for clients in 16 64; do
-    tps=$("$PGBENCH" -n -c "$clients" -j 2 -T "$SECONDS_PER_RUN" -f "$OUT/single_update.sql" "$PGURL" 2>/dev/null |
-          sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
-    printf '%-36s %7d %10.0f %9s %9s %7s\n' 'pgbench single-row UPDATE' "$clients" "$tps" - - 1.00
+    b0=$(busy_ms)
+    out=$("$PGBENCH" -n -c "$clients" -j 2 -T "$SECONDS_PER_RUN" -f "$OUT/single_update.sql" "$PGURL" 2>/dev/null)
+    b1=$(busy_ms)
+    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -n 1)
+    txs=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    printf "$ROW" 'pgbench single-row UPDATE' "$clients" "$(printf '%.0f' "$tps")" - - 1.00 \
+        "$(per_op $((b1 - b0)) "${txs:-0}")" - -
     for batching in true false; do
         start_server "$batching"
-        read -r pps p50 p99 < <(pairs "$clients")
+        read -r pps p50 p99 cpu scpu ccpu < <(pairs "$clients")
         stop_server
         label="Reserve+Commit pairs (batching $([[ $batching == true ]] && echo on || echo off))"
-        printf '%-36s %7d %10.0f %9s %9s %7s\n' "$label" "$clients" "$pps" "$p50" "$p99" "$(ratio "$pps" "$tps")"
+        printf "$ROW" "$label" "$clients" "$(printf '%.0f' "$pps")" "$p50" "$p99" "$(ratio "$pps" "$tps")" \
+            "$cpu" "$scpu" "$ccpu"
     done
 done
