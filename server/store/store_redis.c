@@ -505,7 +505,8 @@ size_t cg_redis_row_encode(const struct cg_budget_row *row, int64_t gen, char *b
         row->ntiers);
     for (int i = 0; i < row->ntiers && i < CG_TIERS_STORE_MAX; i++)
         PUT(" %.17g %u", row->tier_ratio[i], (unsigned)row->tier_delay_ms[i]);
-    PUT(" %d %lld %d %u %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %lld %d %lld =%s\n%s",
+    PUT(" %d %lld %d %u %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %lld %d %lld"
+        " %d %lld %lld %lld %lld %lld =%s\n%s",
         row->on_store_failure, (long long)row->local_allowance_tokens, row->reset_period,
         (unsigned)row->reservation_ttl_ms, (long long)row->used_tokens,
         (long long)row->reserved_tokens, (long long)row->used_cost_micros,
@@ -513,8 +514,11 @@ size_t cg_redis_row_encode(const struct cg_budget_row *row, int64_t gen, char *b
         (long long)row->created_at_ms, (long long)row->updated_at_ms, (long long)row->closed_at_ms,
         (long long)row->period_start_ms, (long long)row->next_reset_ms,
         (unsigned)row->approval_ttl_ms, (long long)row->approved_extra_tokens,
-        row->allocate_from_parent ? 1 : 0, (long long)row->allocated_tokens, row->updated_by_key_id,
-        row->description);
+        row->allocate_from_parent ? 1 : 0, (long long)row->allocated_tokens,
+        row->exclude_cache_read_tokens ? 1 : 0, (long long)row->spent_input_tokens,
+        (long long)row->spent_output_tokens, (long long)row->spent_cache_read_tokens,
+        (long long)row->spent_cache_write_tokens, (long long)row->last_activity_ms,
+        row->updated_by_key_id, row->description);
 #undef PUT
     return len;
 }
@@ -595,6 +599,12 @@ bool cg_redis_row_decode(const char *text, size_t len, struct cg_budget_row *row
     row->approved_extra_tokens = next_i64(&c, 0, big);
     row->allocate_from_parent = next_i64(&c, 0, 1) == 1;
     row->allocated_tokens = next_i64(&c, 0, big);
+    row->exclude_cache_read_tokens = next_i64(&c, 0, 1) == 1;
+    row->spent_input_tokens = next_i64(&c, 0, big);
+    row->spent_output_tokens = next_i64(&c, 0, big);
+    row->spent_cache_read_tokens = next_i64(&c, 0, big);
+    row->spent_cache_write_tokens = next_i64(&c, 0, big);
+    row->last_activity_ms = next_i64(&c, 0, big);
     if (!c.ok || *c.p != '=')
         return false;
     const char *key_end = strchr(c.p, '\n');

@@ -13,7 +13,8 @@
  *
  * Budget rows (the shared hot cache of CheckBudget): the row of a scope is the string
  * `cg:{<tenant_id>}:row2:<session_id> <task_id> <agent_id>` (ids hold no spaces; "row2" is the
- * format's version: 2 added allocate_from_parent and allocated_tokens), "<row_version>
+ * format's version: 2 added allocate_from_parent, allocated_tokens,
+ * exclude_cache_read_tokens, the spent_* counters and last_activity_ms), "<row_version>
  * <generation> <fields...>\n<description>" (see cg_redis_row_encode), expiring after
  * CG_REDIS_ROW_TTL_MS; `cg:{<tenant_id>}:gen` is the tenant's generation, a counter that
  * invalidates all its rows at once (a row counts only while its generation is the current

@@ -235,6 +235,12 @@ Test(redis_rows, text_round_trip_and_hostile_input)
     r.next_reset_ms = 1700000000000;
     r.allocate_from_parent = true; /* format 2 (row2) */
     r.allocated_tokens = 777;
+    r.exclude_cache_read_tokens = true;
+    r.spent_input_tokens = 11;
+    r.spent_output_tokens = 12;
+    r.spent_cache_read_tokens = 13;
+    r.spent_cache_write_tokens = 14;
+    r.last_activity_ms = 1700000000123;
     char text[CG_REDIS_ROW_TEXT_MAX];
     size_t len = cg_redis_row_encode(&r, 9, text, sizeof text);
     cr_assert(len > 0);
