@@ -839,7 +839,7 @@ static bool store_known_down(const struct cg_rpc_env *env)
 static cg_status needs_pool(struct cg_rpc_call *call)
 {
     call->needs_pool = true;
-    return cg_err_set(&call->err, CG_INTERNAL, "CheckBudget needs the store");
+    return cg_err_set(&call->err, CG_INTERNAL, "this call needs the store");
 }
 
 /* CheckBudget's read of the path: the process's cache (fresh rows only), then Redis, then
@@ -1145,6 +1145,8 @@ CG_HANDLER(cg_rpc_budget_reserve)
         return st;
     if (cg_rpc_batch_can_defer(call, env))
         return cg_rpc_batch_submit(call, env, CG_BATCH_RESERVE, &req->base, &ids);
+    if (env->store == NULL)
+        return needs_pool(call);
     return cg_rpc_reserve_single(call, env, req, &ids, response);
 }
 
@@ -1420,6 +1422,8 @@ CG_HANDLER(cg_rpc_budget_commit)
         return st;
     if (cg_rpc_batch_can_defer(call, env))
         return cg_rpc_batch_submit(call, env, CG_BATCH_COMMIT, &req->base, NULL);
+    if (env->store == NULL)
+        return needs_pool(call);
     return cg_rpc_commit_single(call, env, req, response);
 }
 

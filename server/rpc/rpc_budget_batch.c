@@ -14,7 +14,10 @@
  *   events; COMMIT; answer.
  *
  * so a success reply still means committed, and decisions are those of the requests run
- * one after the other in a transaction each. What a batch does not decide itself goes to
+ * one after the other in a transaction each. A Reserve or Commit is first tried on its
+ * completion-queue thread (rpc.h, try_inline): it joins its tenant's queue there when a
+ * leader is running, with no hand-off to the pool; only a call that finds no leader goes
+ * to the pool, whose thread then leads. What a batch does not decide itself goes to
  * the one-request path afterwards, on the leader's thread: idempotent replays, approvals,
  * expired or settled reservations, missing scopes, a due reset, a batch whose write fails
  * for any reason but an unreachable store. Events of a batch show each scope's row as it
@@ -749,6 +752,13 @@ cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env 
     struct batch *b = NULL;
     pthread_mutex_lock(&bt->lock);
     struct group *g = group_find(bt, call->principal.tenant_id);
+    if (g == NULL && env->store == NULL) {
+        /* A completion-queue thread only joins a running batch: leading one takes a
+         * store, so the transport runs the call again on the pool. */
+        pthread_mutex_unlock(&bt->lock);
+        call->needs_pool = true;
+        return cg_err_set(&call->err, CG_INTERNAL, "no batch running: needs the pool");
+    }
     if (g == NULL) {
         /* Nobody leads this tenant: this thread will, until the queue runs dry. */
         g = calloc(1, sizeof *g);

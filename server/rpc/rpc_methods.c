@@ -29,7 +29,8 @@
 
 /* A blocking unary method that is first tried on the completion-queue thread (rpc.h,
  * try_inline): CheckBudget answers from the process's cache there when it can, CountTokens
- * counts small requests exactly there. */
+ * counts small requests exactly there, Reserve and Commit join the batch of their tenant
+ * that a pool thread is running (rpc_budget_batch.c). */
 #define UNARY_TRY_INLINE(svc, name, auth_, req, resp, fn)                                          \
     {                                                                                              \
         "/" svc "/" #name, svc, CG_RPC_UNARY, auth_, true, &req##__descriptor,                     \
@@ -87,10 +88,10 @@ static const struct cg_rpc_method methods[] = {
           ctxguard__v1__get_budget_response, cg_rpc_budget_get),
     UNARY_TRY_INLINE(BUDGET, CheckBudget, CG_AUTH_TENANT, ctxguard__v1__check_budget_request,
                      ctxguard__v1__check_budget_response, cg_rpc_budget_check),
-    UNARY(BUDGET, Reserve, CG_AUTH_TENANT, true, ctxguard__v1__reserve_request,
-          ctxguard__v1__reserve_response, cg_rpc_budget_reserve),
-    UNARY(BUDGET, Commit, CG_AUTH_TENANT, true, ctxguard__v1__commit_request,
-          ctxguard__v1__commit_response, cg_rpc_budget_commit),
+    UNARY_TRY_INLINE(BUDGET, Reserve, CG_AUTH_TENANT, ctxguard__v1__reserve_request,
+                     ctxguard__v1__reserve_response, cg_rpc_budget_reserve),
+    UNARY_TRY_INLINE(BUDGET, Commit, CG_AUTH_TENANT, ctxguard__v1__commit_request,
+                     ctxguard__v1__commit_response, cg_rpc_budget_commit),
     UNARY(BUDGET, Release, CG_AUTH_TENANT, true, ctxguard__v1__release_request,
           ctxguard__v1__release_response, cg_rpc_budget_release),
     UNARY(BUDGET, RecordUsage, CG_AUTH_TENANT, true, ctxguard__v1__record_usage_request,

@@ -425,13 +425,27 @@ static void resume_deferred(struct cg_rpc_call *rc, cg_status st, uint8_t *out, 
 }
 
 /* A try_inline method (rpc.h) on this completion-queue thread, without a store: true when
- * it answered (from the cache); false when it needs the pool, with everything it set reset
- * so that the pool runs the call from the start. */
+ * it answered (from the cache) or handed the call on (deferred: a budget write queued for
+ * the batch a pool thread is running); false when it needs the pool, with everything it
+ * set reset so that the pool runs the call from the start. */
 static bool try_inline(struct call *c)
 {
     c->rc.needs_pool = false;
-    c->st =
-        cg_rpc_invoke(c->method, &c->rc, &c->w->env, c->req, c->req_len, &c->resp, &c->resp_len);
+    uint8_t *resp = NULL;
+    size_t resp_len = 0;
+    cg_status st =
+        cg_rpc_invoke(c->method, &c->rc, &c->w->env, c->req, c->req_len, &resp, &resp_len);
+    if (st == CG_DEFERRED) {
+        /* Answered through resume_deferred (which may already have written st and resp
+         * from another thread: touch neither), then on_pool_done on this thread, as for a
+         * call the pool deferred. */
+        c->phase = PHASE_POOL;
+        c->pending++;
+        return true;
+    }
+    c->st = st;
+    c->resp = resp;
+    c->resp_len = resp_len;
     if (!c->rc.needs_pool) {
         finish_unary(c);
         return true;
@@ -1352,6 +1366,8 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
         w->env.prices = prices;
         w->env.tokenizers = tokenizers;
         w->env.cache = srv->cache;
+        /* Reserve and Commit join a running batch from here (rpc_budget_batch.c). */
+        w->env.batcher = srv->batcher;
         cg_timer_heap_init(&w->timers);
         grpc_server_register_completion_queue(srv->server, w->cq, NULL);
     }
