@@ -452,9 +452,12 @@ out:
 static bool has_checkpoint(const struct cg_str *s)
 {
     static const char tag[] = "<checkpoint_id>";
-    for (size_t i = 0; i + sizeof tag - 1 <= s->len; i++)
-        if (s->ptr[i] == '<' && memcmp(s->ptr + i, tag, sizeof tag - 1) == 0)
+    const char *p = s->ptr, *end = s->ptr + s->len;
+    while ((size_t)(end - p) >= sizeof tag - 1 && (p = memchr(p, '<', (size_t)(end - p))) != NULL) {
+        if ((size_t)(end - p) >= sizeof tag - 1 && memcmp(p, tag, sizeof tag - 1) == 0)
             return true;
+        p++;
+    }
     return false;
 }
 

@@ -97,6 +97,18 @@ static bool scratch_room(struct reader *r, size_t need)
     return true;
 }
 
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* Whether any of the 8 bytes of w is below 0x20, a quote, a backslash or 0x80 and above
+ * (exact as a yes/no: a borrow only ever follows a byte that is itself a hit). */
+static inline bool word_special(uint64_t w)
+{
+    uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+    uint64_t hit = ((w - ONES * 0x20) & ~w) | ((q - ONES) & ~q) | ((b - ONES) & ~b) | w;
+    return (hit & HIGHS) != 0;
+}
+
 /* The string whose opening quote is at r->p: its bytes in *s / *len (into the input when it
  * has no escape, else into the scratch buffer). false: give up. */
 static bool read_string(struct reader *r, const char **s, size_t *len, bool *has_nul)
@@ -105,6 +117,9 @@ static bool read_string(struct reader *r, const char **s, size_t *len, bool *has
     *has_nul = false;
     /* The usual case: a run of plain bytes up to the closing quote. */
     for (;;) {
+        uint64_t w;
+        while (end - p >= 8 && (memcpy(&w, p, 8), !word_special(w)))
+            p += 8;
         while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80)
             p++;
         if (p >= end || *p < 0x20)
