@@ -228,7 +228,7 @@ static int64_t text_count(const struct cg_compress_count_state *st, const struct
     if (s->len == 0)
         return 0;
     if (st->enc != NULL)
-        return cg_tok_count(st->enc, s->ptr, s->len, false);
+        return cg_tok_count_cached(st->enc, st->cache, s->ptr, s->len, false);
     double t = (double)cg_estimate_text(st->profile, s->ptr, s->len);
     if (st->calibration > 0)
         t *= st->calibration;
@@ -281,6 +281,11 @@ static int64_t count_message(void *ctx, const struct cg_message *m)
         total += n;
     }
     return total;
+}
+
+bool cg__compress_counter_is_builtin(const struct cg_compress_counter *c)
+{
+    return c->count_message == count_message && c->ctx != NULL;
 }
 
 void cg_compress_counter_init(struct cg_compress_counter *c, struct cg_compress_count_state *state,

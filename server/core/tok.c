@@ -662,3 +662,77 @@ int64_t cg_tok_count(const struct cg_tok_encoding *enc, const char *text, size_t
 {
     return cg_tok_count_limit(enc, text, len, allow_special, INT64_MAX);
 }
+
+/* ------------------------------------------------------------------ the memo ---------- */
+
+#define CACHE_KEY_MAX 24 /* longer stretches are counted each time */
+#define CACHE_SLOTS 4096 /* direct-mapped: a new stretch replaces the one in its slot */
+
+struct cache_slot {
+    uint64_t hash;
+    uint32_t len; /* 0: empty */
+    uint32_t count;
+    unsigned char key[CACHE_KEY_MAX];
+};
+
+struct cg_tok_cache {
+    const struct cg_tok_encoding *enc;
+    struct cache_slot slots[CACHE_SLOTS];
+};
+
+struct cg_tok_cache *cg_tok_cache_new(void)
+{
+    return calloc(1, sizeof(struct cg_tok_cache));
+}
+
+void cg_tok_cache_free(struct cg_tok_cache *cache)
+{
+    free(cache);
+}
+
+/* One stretch s[0..n) of valid UTF-8 (see tok.h: no piece crosses its ends). */
+static int64_t count_stretch(const struct cg_tok_encoding *enc, struct cg_tok_cache *cache,
+                             const unsigned char *s, size_t n)
+{
+    if (n > CACHE_KEY_MAX)
+        return count_ordinary(enc, s, n, INT64_MAX);
+    uint64_t h = hash_bytes(load_head(s, n), s, n);
+    struct cache_slot *sl = &cache->slots[h & (CACHE_SLOTS - 1)];
+    if (sl->len == n && sl->hash == h && memcmp(sl->key, s, n) == 0)
+        return sl->count;
+    int64_t c = count_ordinary(enc, s, n, INT64_MAX);
+    if (c < 0 || c > UINT32_MAX)
+        return c;
+    sl->hash = h;
+    sl->len = (uint32_t)n;
+    sl->count = (uint32_t)c;
+    memcpy(sl->key, s, n);
+    return c;
+}
+
+int64_t cg_tok_count_cached(const struct cg_tok_encoding *enc, struct cg_tok_cache *cache,
+                            const char *text, size_t len, bool allow_special)
+{
+    if (cache == NULL || allow_special || len == 0 || len > CG_TOK_TEXT_MAX || text == NULL ||
+        !cg_utf8_valid(text, len, NULL))
+        return cg_tok_count(enc, text, len, allow_special);
+    if (cache->enc != enc) {
+        memset(cache->slots, 0, sizeof cache->slots);
+        cache->enc = enc;
+    }
+    const unsigned char *s = (const unsigned char *)text, *end = s + len, *from = s, *p = s + 1;
+    int64_t total = 0;
+    /* Cut before every space whose previous byte is printable ASCII (not white space). */
+    while (p < end && (p = memchr(p, ' ', (size_t)(end - p))) != NULL) {
+        if (p[-1] > 0x20 && p[-1] < 0x7F) {
+            int64_t c = count_stretch(enc, cache, from, (size_t)(p - from));
+            if (c < 0)
+                return -1;
+            total += c;
+            from = p;
+        }
+        p++;
+    }
+    int64_t c = count_stretch(enc, cache, from, (size_t)(end - from));
+    return c < 0 ? -1 : total + c;
+}
