@@ -669,10 +669,9 @@ int64_t cg_tok_count(const struct cg_tok_encoding *enc, const char *text, size_t
 #define CACHE_SLOTS 4096 /* direct-mapped: a new stretch replaces the one in its slot */
 
 struct cache_slot {
-    uint64_t hash;
-    uint32_t len; /* 0: empty */
+    uint64_t key[CACHE_KEY_MAX / 8]; /* the stretch, zero-padded */
+    uint32_t len;                    /* 0: empty */
     uint32_t count;
-    unsigned char key[CACHE_KEY_MAX];
 };
 
 struct cg_tok_cache {
@@ -696,17 +695,23 @@ static int64_t count_stretch(const struct cg_tok_encoding *enc, struct cg_tok_ca
 {
     if (n > CACHE_KEY_MAX)
         return count_ordinary(enc, s, n, INT64_MAX);
-    uint64_t h = hash_bytes(load_head(s, n), s, n);
+    uint64_t w0 = load_head(s, n), w1 = 0, w2 = 0;
+    if (n > 8)
+        w1 = load_head(s + 8, n - 8 < 8 ? n - 8 : 8);
+    if (n > 16)
+        w2 = load_head(s + 16, n - 16);
+    uint64_t h = mix((w0 ^ (uint64_t)n) * 0x9E3779B97F4A7C15ULL ^ mix(w1 + 0x632BE59BD9B4E019ULL * w2));
     struct cache_slot *sl = &cache->slots[h & (CACHE_SLOTS - 1)];
-    if (sl->len == n && sl->hash == h && memcmp(sl->key, s, n) == 0)
+    if (sl->len == n && sl->key[0] == w0 && sl->key[1] == w1 && sl->key[2] == w2)
         return sl->count;
     int64_t c = count_ordinary(enc, s, n, INT64_MAX);
     if (c < 0 || c > UINT32_MAX)
         return c;
-    sl->hash = h;
+    sl->key[0] = w0;
+    sl->key[1] = w1;
+    sl->key[2] = w2;
     sl->len = (uint32_t)n;
     sl->count = (uint32_t)c;
-    memcpy(sl->key, s, n);
     return c;
 }
 
