@@ -205,9 +205,10 @@ static json_t *load(struct ctx *c, const char *text, size_t len)
 
 bool cg_conv_json_is_valid(const char *text, size_t len, bool need_object)
 {
-    if (cg_json_fast_check(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, need_object,
-                           CG_CONV_JSON_DEPTH_MAX))
-        return true;
+    int fast = cg_json_fast_check(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, need_object,
+                                  CG_CONV_JSON_DEPTH_MAX);
+    if (fast != 0)
+        return fast > 0;
     char path[PATH_MAX_BYTES];
     if (scan(text, len, len, CG_CONV_JSON_DEPTH_MAX, path, sizeof path))
         return false;

@@ -488,11 +488,38 @@ json_t *cg_json_fast_load(const char *text, size_t len, size_t flags, int max_de
     return v;
 }
 
+/* Whether jansson's lexer refuses the first token of text for sure: only white space, a
+ * byte no token starts with, or a word that is not true, false or null (it reads a whole
+ * run of ASCII letters as one word); without JSON_DECODE_ANY anything but { or [. */
+static bool first_token_refused(const unsigned char *p, const unsigned char *end, size_t flags)
+{
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    if (p == end)
+        return true;
+    unsigned c = *p;
+    if (c == '{' || c == '[')
+        return false;
+    if (!(flags & JSON_DECODE_ANY))
+        return true;
+    if (c == '"' || c == '-' || (c >= '0' && c <= '9'))
+        return false;
+    const unsigned char *w = p;
+    while (p < end && (*p | 0x20) >= 'a' && (*p | 0x20) <= 'z')
+        p++;
+    size_t n = (size_t)(p - w);
+    return !((n == 4 && memcmp(w, "true", 4) == 0) || (n == 5 && memcmp(w, "false", 5) == 0) ||
+             (n == 4 && memcmp(w, "null", 4) == 0));
+}
+
 int cg_json_fast_check(const char *text, size_t len, size_t flags, bool need_object,
                        int max_depth)
 {
     if (text == NULL)
         return 0;
+    if (len > 0 && first_token_refused((const unsigned char *)text,
+                                       (const unsigned char *)text + len, flags))
+        return -1;
     struct reader r = {.p = (const unsigned char *)text,
                        .end = (const unsigned char *)text + len,
                        .allow_nul = (flags & JSON_ALLOW_NUL) != 0,

@@ -29,7 +29,8 @@
 json_t *cg_json_fast_load(const char *text, size_t len, size_t flags, int max_depth);
 
 /* Whether json_loadb(text, len, flags) would succeed (and give an object when need_object),
- * as cg_json_fast_load without building the value: 1 yes, 0 it gives up (ask jansson). */
+ * as cg_json_fast_load without building the value: 1 yes, 0 it gives up (ask jansson), -1 no
+ * for sure (jansson refuses the first token: plain text is told apart without a parse). */
 int cg_json_fast_check(const char *text, size_t len, size_t flags, bool need_object,
                        int max_depth);
 

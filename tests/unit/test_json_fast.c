@@ -18,7 +18,9 @@ static bool same(const char *text, size_t len, size_t flags)
     json_t *slow = json_loadb(text, len, flags, &jerr);
     json_t *fast = cg_json_fast_load(text, len, flags, 0);
     int checked = cg_json_fast_check(text, len, flags, false, 0);
-    cr_assert_eq(checked, fast != NULL, "check and load disagree on %.*s", (int)len, text);
+    cr_assert_eq(checked == 1, fast != NULL, "check and load disagree on %.*s", (int)len, text);
+    if (checked == -1)
+        cr_assert_null(slow, "a sure no for what jansson reads: %.*s", (int)len, text);
     if (fast != NULL) {
         cr_assert_not_null(slow, "fast took what jansson refuses (%s): %.*s", jerr.text, (int)len,
                            text);
@@ -93,6 +95,22 @@ Test(json_fast, gives_up_on_what_jansson_refuses)
     REFUSES("\"\xe4\xb8\"", ANY);
     REFUSES("\"unterminated", ANY);
     REFUSES("\xef\xbb\xbf{}", 0); /* a BOM */
+}
+
+Test(json_fast, plain_text_is_a_sure_no)
+{
+    static const char *const no[] = {"hello", "  note: x", "nullx", "True", "#", "<html>", ""};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        int expect = no[i][0] != '\0' ? -1 : 0;
+        cr_expect_eq(cg_json_fast_check(no[i], strlen(no[i]), ANY, false, 0), expect, "%s", no[i]);
+        cr_expect_not(same(no[i], strlen(no[i]), ANY));
+    }
+    /* Starts that may still be JSON are never a sure no. */
+    static const char *const maybe[] = {"[1,", "{\"a\"", "-x", "0x1", "\"open", "null x", "true"};
+    for (size_t i = 0; i < sizeof maybe / sizeof maybe[0]; i++)
+        cr_expect_geq(cg_json_fast_check(maybe[i], strlen(maybe[i]), ANY, false, 0), 0, "%s",
+                      maybe[i]);
+    cr_expect_eq(cg_json_fast_check("\"s\"", 3, 0, false, 0), -1, "a scalar without DECODE_ANY");
 }
 
 Test(json_fast, depth_cap)
