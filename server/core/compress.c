@@ -406,9 +406,10 @@ static cg_status repair_pairs(struct run *r, struct list *l, uint32_t *affected)
         const struct cg_message *am = msg_of(r, &e);
         if (am->role != CG_ROLE_ASSISTANT || !has_kind(am, CG_PART_TOOL_CALL))
             continue;
-        size_t n_parts = am->n_parts;
+        /* The error results are pushed after it: keep its own index (the store may move). */
+        size_t n_parts = am->n_parts, at = nl.n - 1;
         for (size_t k = 0; k < n_parts; k++) {
-            am = msg_of(r, &nl.e[nl.n - 1]);
+            am = msg_of(r, &nl.e[at]);
             if (am->parts[k].kind != CG_PART_TOOL_CALL)
                 continue;
             struct cg_str id = am->parts[k].u.tool_call.id, name = am->parts[k].u.tool_call.name;
