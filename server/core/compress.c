@@ -660,8 +660,7 @@ static cg_status offload(struct run *r, struct list *l, uint32_t *affected)
             const char *name = tool_name_of(r, l, i, &tr->tool_call_id, &nlen);
             snprintf(a->tool_name, sizeof a->tool_name, "%.*s", (int)nlen, name);
             struct cg_message one = {.role = CG_ROLE_TOOL, .parts = &m->parts[k], .n_parts = 1};
-            a->tokens =
-                tokens >= 0 ? tokens : r->counter.count_message(r->counter.ctx, &one);
+            a->tokens = tokens >= 0 ? tokens : r->counter.count_message(r->counter.ctx, &one);
             size_t keep = cg__compress_utf8_cut(tr->content.ptr, tr->content.len,
                                                 (size_t)p->offload_preview_bytes);
             a->preview_bytes = keep;

@@ -512,13 +512,12 @@ static bool first_token_refused(const unsigned char *p, const unsigned char *end
              (n == 4 && memcmp(w, "null", 4) == 0));
 }
 
-int cg_json_fast_check(const char *text, size_t len, size_t flags, bool need_object,
-                       int max_depth)
+int cg_json_fast_check(const char *text, size_t len, size_t flags, bool need_object, int max_depth)
 {
     if (text == NULL)
         return 0;
-    if (len > 0 && first_token_refused((const unsigned char *)text,
-                                       (const unsigned char *)text + len, flags))
+    if (len > 0 &&
+        first_token_refused((const unsigned char *)text, (const unsigned char *)text + len, flags))
         return -1;
     struct reader r = {.p = (const unsigned char *)text,
                        .end = (const unsigned char *)text + len,

@@ -31,8 +31,7 @@ json_t *cg_json_fast_load(const char *text, size_t len, size_t flags, int max_de
 /* Whether json_loadb(text, len, flags) would succeed (and give an object when need_object),
  * as cg_json_fast_load without building the value: 1 yes, 0 it gives up (ask jansson), -1 no
  * for sure (jansson refuses the first token: plain text is told apart without a parse). */
-int cg_json_fast_check(const char *text, size_t len, size_t flags, bool need_object,
-                       int max_depth);
+int cg_json_fast_check(const char *text, size_t len, size_t flags, bool need_object, int max_depth);
 
 /* json_loadb's result, through the fast path first. */
 json_t *cg_json_load(const char *text, size_t len, size_t flags, json_error_t *error);

@@ -26,7 +26,7 @@ struct state {
     struct call *calls;
     size_t n_calls;
     size_t open_lo, open_hi; /* the open calls are among calls[open_lo..open_hi) */
-    size_t *table; /* open addressing: index + 1 into calls, 0 empty */
+    size_t *table;           /* open addressing: index + 1 into calls, 0 empty */
     size_t table_size;
     size_t *tool_table; /* the same for the names of the tool definitions */
     size_t tool_table_size;

@@ -96,8 +96,9 @@ Test(compress, under_the_trigger_nothing_changes, .timeout = 10)
 Test(compress, every_dangling_call_of_a_message_is_answered, .timeout = 10)
 {
     char j[4096];
-    int n = snprintf(j, sizeof j, "[{\"role\":\"user\",\"content\":\"go\"},"
-                                  "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[");
+    int n = snprintf(j, sizeof j,
+                     "[{\"role\":\"user\",\"content\":\"go\"},"
+                     "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[");
     for (int k = 0; k < 20; k++)
         n += snprintf(j + n, sizeof j - (size_t)n,
                       "%s{\"id\":\"d%d\",\"type\":\"function\",\"function\":{\"name\":\"ls\","

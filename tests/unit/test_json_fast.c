@@ -82,7 +82,7 @@ Test(json_fast, gives_up_on_what_jansson_refuses)
     REFUSES("truex", ANY);
     REFUSES("nul", ANY);
     REFUSES("\"a\\u0000b\"", JSON_DECODE_ANY); /* NUL only with JSON_ALLOW_NUL */
-    REFUSES("{\"a\\u0000\":1}", 0);             /* never in a key */
+    REFUSES("{\"a\\u0000\":1}", 0);            /* never in a key */
     REFUSES("\"\\ud83d\"", ANY);
     REFUSES("\"\\ude00\"", ANY);
     REFUSES("\"\\ud83d\\u0041\"", ANY);
@@ -135,10 +135,22 @@ static uint64_t rnd(uint64_t *s)
 
 static void gen(uint64_t *s, char *buf, size_t *n, size_t cap, int depth)
 {
-    static const char *const atoms[] = {
-        "0",      "-1",  "12345678901234567890", "3.25", "-1e5",       "2E+3", "true", "false",
-        "null",   "\"\"", "\"a b\"",             "\"\\u00e9\\n\"", "\"\xc3\xa9\"", "1e999",
-        "\"\\ud83d\\ude00\"", "\"x\\u0000y\""};
+    static const char *const atoms[] = {"0",
+                                        "-1",
+                                        "12345678901234567890",
+                                        "3.25",
+                                        "-1e5",
+                                        "2E+3",
+                                        "true",
+                                        "false",
+                                        "null",
+                                        "\"\"",
+                                        "\"a b\"",
+                                        "\"\\u00e9\\n\"",
+                                        "\"\xc3\xa9\"",
+                                        "1e999",
+                                        "\"\\ud83d\\ude00\"",
+                                        "\"x\\u0000y\""};
     if (*n + 64 >= cap)
         return;
     int k = (int)(rnd(s) % (depth > 4 ? 1 : 4));

@@ -380,11 +380,36 @@ Test(tok, the_memo_counts_as_cg_tok_count, .timeout = 60)
     const char *merges[] = {"ab", "abc", "  ", " the", "th", "the", "'s", " '", "12", NULL};
     struct cg_tok_encoding *encs[2] = {make("o200k_base", merges), make("cl100k_base", merges)};
     static const char *const frags[] = {
-        " ",   "  ",   "the", " the", "abc",  "'s",  "'S", "\n", "\r\n", " \n ", "\t",
-        "123", "1234", ".",   "(",    "...",  "/",   "x",  "A",  "Ab",   "aB",   "\xC2\xA0",
-        "\xE3\x80\x80" /* U+3000 */,  "\xC3\xA9" /* é */, "\xE4\xB8\xAD" /* 中 */,
-        "\xCC\x81" /* a combining mark */, "\xC7\x85" /* titlecase */, "\xFF" /* invalid */,
-        "<|endoftext|>", "a very long word with more than twenty-four bytes in one stretch"};
+        " ",
+        "  ",
+        "the",
+        " the",
+        "abc",
+        "'s",
+        "'S",
+        "\n",
+        "\r\n",
+        " \n ",
+        "\t",
+        "123",
+        "1234",
+        ".",
+        "(",
+        "...",
+        "/",
+        "x",
+        "A",
+        "Ab",
+        "aB",
+        "\xC2\xA0",
+        "\xE3\x80\x80" /* U+3000 */,
+        "\xC3\xA9" /* é */,
+        "\xE4\xB8\xAD" /* 中 */,
+        "\xCC\x81" /* a combining mark */,
+        "\xC7\x85" /* titlecase */,
+        "\xFF" /* invalid */,
+        "<|endoftext|>",
+        "a very long word with more than twenty-four bytes in one stretch"};
     const size_t n_frags = sizeof frags / sizeof frags[0];
     struct cg_tok_cache *memo = cg_tok_cache_new();
     cr_assert_not_null(memo);
