@@ -11,6 +11,7 @@
 
 #include "core/compress_internal.h"
 #include "core/conv_json.h"
+#include "core/tok.h"
 #include "core/utf8.h"
 #include "core/validate.h"
 
@@ -39,6 +40,9 @@ struct run {
     int64_t fixed;
     int *dropped_by; /* per input message: the layer that dropped it */
     int64_t *input_tokens;
+    /* The caller's counter; the built-in one with a count memo for this run (tok.h). */
+    struct cg_compress_counter counter;
+    struct cg_compress_count_state memo_state;
     int64_t started_ms;
     bool timed_out;
 };
@@ -117,7 +121,7 @@ static void list_take(struct list *dst, struct list *src)
 
 static cg_status count(struct run *r, struct entry *e)
 {
-    int64_t t = r->in->counter.count_message(r->in->counter.ctx, msg_of(r, e));
+    int64_t t = r->counter.count_message(r->counter.ctx, msg_of(r, e));
     if (t < 0)
         return nomem(r->err);
     e->tokens = t;
@@ -402,9 +406,10 @@ static cg_status repair_pairs(struct run *r, struct list *l, uint32_t *affected)
         const struct cg_message *am = msg_of(r, &e);
         if (am->role != CG_ROLE_ASSISTANT || !has_kind(am, CG_PART_TOOL_CALL))
             continue;
-        size_t n_parts = am->n_parts;
+        /* The error results are pushed after it: keep its own index (the store may move). */
+        size_t n_parts = am->n_parts, at = nl.n - 1;
         for (size_t k = 0; k < n_parts; k++) {
-            am = msg_of(r, &nl.e[nl.n - 1]);
+            am = msg_of(r, &nl.e[at]);
             if (am->parts[k].kind != CG_PART_TOOL_CALL)
                 continue;
             struct cg_str id = am->parts[k].u.tool_call.id, name = am->parts[k].u.tool_call.name;
@@ -452,9 +457,12 @@ out:
 static bool has_checkpoint(const struct cg_str *s)
 {
     static const char tag[] = "<checkpoint_id>";
-    for (size_t i = 0; i + sizeof tag - 1 <= s->len; i++)
-        if (s->ptr[i] == '<' && memcmp(s->ptr + i, tag, sizeof tag - 1) == 0)
+    const char *p = s->ptr, *end = s->ptr + s->len;
+    while ((size_t)(end - p) >= sizeof tag - 1 && (p = memchr(p, '<', (size_t)(end - p))) != NULL) {
+        if ((size_t)(end - p) >= sizeof tag - 1 && memcmp(p, tag, sizeof tag - 1) == 0)
             return true;
+        p++;
+    }
     return false;
 }
 
@@ -625,7 +633,7 @@ static cg_status offload(struct run *r, struct list *l, uint32_t *affected)
             int64_t tokens = -1;
             if (chars <= p->offload_threshold_chars) {
                 struct cg_message one = {.role = CG_ROLE_TOOL, .parts = &m->parts[k], .n_parts = 1};
-                tokens = r->in->counter.count_message(r->in->counter.ctx, &one);
+                tokens = r->counter.count_message(r->counter.ctx, &one);
                 if (tokens <= p->offload_threshold_tokens)
                     continue;
             }
@@ -652,8 +660,7 @@ static cg_status offload(struct run *r, struct list *l, uint32_t *affected)
             const char *name = tool_name_of(r, l, i, &tr->tool_call_id, &nlen);
             snprintf(a->tool_name, sizeof a->tool_name, "%.*s", (int)nlen, name);
             struct cg_message one = {.role = CG_ROLE_TOOL, .parts = &m->parts[k], .n_parts = 1};
-            a->tokens =
-                tokens >= 0 ? tokens : r->in->counter.count_message(r->in->counter.ctx, &one);
+            a->tokens = tokens >= 0 ? tokens : r->counter.count_message(r->counter.ctx, &one);
             size_t keep = cg__compress_utf8_cut(tr->content.ptr, tr->content.len,
                                                 (size_t)p->offload_preview_bytes);
             a->preview_bytes = keep;
@@ -1012,7 +1019,7 @@ static cg_status summarize(struct run *r, struct list *l, struct cg_compress_lay
         return st;
     sm.parts = &sp;
     sm.n_parts = 1;
-    int64_t summary_tokens = r->in->counter.count_message(r->in->counter.ctx, &sm);
+    int64_t summary_tokens = r->counter.count_message(r->counter.ctx, &sm);
     if (summary_tokens < 0)
         return nomem(r->err);
     if (summary_tokens >= replaced) {
@@ -1358,6 +1365,13 @@ cg_status cg_compress_run(const struct cg_compress_input *in, const struct cg_co
     size_t n_in = conv->n_messages;
     struct run r = {.in = in, .p = p, .out = out, .err = err};
     struct list l = {0};
+    r.counter = in->counter;
+    if (cg__compress_counter_is_builtin(&in->counter)) {
+        r.memo_state = *(const struct cg_compress_count_state *)in->counter.ctx;
+        if (r.memo_state.enc != NULL && r.memo_state.cache == NULL &&
+            (r.memo_state.cache = cg_tok_cache_new()) != NULL)
+            r.counter.ctx = &r.memo_state;
+    }
     r.store = cg_conv_new(&conv->limits);
     r.dropped_by = calloc(n_in ? n_in : 1, sizeof *r.dropped_by);
     r.input_tokens = calloc(n_in ? n_in : 1, sizeof *r.input_tokens);
@@ -1526,6 +1540,8 @@ out:
     free(l.e);
     free(r.dropped_by);
     free(r.input_tokens);
+    if (r.counter.ctx == &r.memo_state)
+        cg_tok_cache_free(r.memo_state.cache);
     cg_conv_free(r.store);
     if (st != CG_OK)
         cg_compress_result_free(out);

@@ -166,6 +166,9 @@ struct cg_compress_count_state {
     const struct cg_tok_encoding *enc;
     cg_profile profile;
     double calibration;
+    /* A count memo (tok.h) or NULL; callers leave it NULL: cg_compress_run makes one for the
+     * run (on its own copy of this state), so repeated words are counted once. */
+    struct cg_tok_cache *cache;
 };
 void cg_compress_counter_init(struct cg_compress_counter *c, struct cg_compress_count_state *state,
                               const struct cg_conv *conv);

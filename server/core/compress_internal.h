@@ -17,4 +17,10 @@ bool cg__compress_write_args(const char *args, size_t len, char **out, size_t *o
  * memory); else *out is malloc'd and NUL-terminated. */
 bool cg__compress_strip_checkpoints(const char *s, size_t len, char **out, size_t *out_len);
 
+struct cg_compress_counter;
+
+/* Whether c is the built-in counter of cg_compress_counter_init (its ctx is then a
+ * struct cg_compress_count_state). */
+bool cg__compress_counter_is_builtin(const struct cg_compress_counter *c);
+
 #endif

@@ -11,6 +11,7 @@
 #include "core/compress_internal.h"
 #include "core/conv_json.h"
 #include "core/estimate.h"
+#include "core/json_fast.h"
 #include "core/tok.h"
 
 #define JSON_KEEP 3        /* keys of an object, elements of an array */
@@ -114,7 +115,7 @@ bool cg_compress_tool_text(const char *content, size_t len, size_t target_chars,
         return false;
     if (cg_conv_json_is_valid(content, len, false)) {
         json_error_t jerr;
-        json_t *root = json_loadb(content, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+        json_t *root = cg_json_load(content, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
         if (root != NULL && (json_is_object(root) || json_is_array(root))) {
             bool ok = json_compact(root, len, out, out_len);
             json_decref(root);
@@ -145,7 +146,7 @@ bool cg__compress_write_args(const char *args, size_t len, char **out, size_t *o
     if (len <= WRITE_PREVIEW || !cg_conv_json_is_valid(args, len, true))
         return false;
     json_error_t jerr;
-    json_t *root = json_loadb(args, len, JSON_ALLOW_NUL, &jerr);
+    json_t *root = cg_json_load(args, len, JSON_ALLOW_NUL, &jerr);
     if (root == NULL)
         return false;
     bool changed = false;
@@ -227,7 +228,7 @@ static int64_t text_count(const struct cg_compress_count_state *st, const struct
     if (s->len == 0)
         return 0;
     if (st->enc != NULL)
-        return cg_tok_count(st->enc, s->ptr, s->len, false);
+        return cg_tok_count_cached(st->enc, st->cache, s->ptr, s->len, false);
     double t = (double)cg_estimate_text(st->profile, s->ptr, s->len);
     if (st->calibration > 0)
         t *= st->calibration;
@@ -280,6 +281,11 @@ static int64_t count_message(void *ctx, const struct cg_message *m)
         total += n;
     }
     return total;
+}
+
+bool cg__compress_counter_is_builtin(const struct cg_compress_counter *c)
+{
+    return c->count_message == count_message && c->ctx != NULL;
 }
 
 void cg_compress_counter_init(struct cg_compress_counter *c, struct cg_compress_count_state *state,

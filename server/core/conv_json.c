@@ -2,6 +2,7 @@
  * depth pre-scan, reading and writing helpers, base64, and the two entry points. The formats
  * live in conv_json_openai.c and conv_json_anthropic.c. */
 #include "core/conv_json_internal.h"
+#include "core/json_fast.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -168,9 +169,18 @@ out:;
     return too_deep;
 }
 
-/* Parses with jansson after the depth pre-scan; errors carry the path of the offending byte. */
+/* Parses with jansson after the depth pre-scan (json_fast.h first); errors carry the path of
+ * the offending byte. */
 static json_t *load(struct ctx *c, const char *text, size_t len)
 {
+    /* Text the fast reader takes within the depth cap passes the pre-scan: skip it. */
+    json_t *fast =
+        cg_json_fast_load(text, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, CG_CONV_JSON_DEPTH_MAX);
+    if (fast != NULL) {
+        c->path_len = 0;
+        c->path[0] = '\0';
+        return fast;
+    }
     if (scan(text, len, len, CG_CONV_JSON_DEPTH_MAX, c->path, sizeof c->path)) {
         c->path_len = strlen(c->path);
         cg__cj_fail(c, CG_INVALID_ARGUMENT, "nested deeper than %d levels", CG_CONV_JSON_DEPTH_MAX);
@@ -195,6 +205,10 @@ static json_t *load(struct ctx *c, const char *text, size_t len)
 
 bool cg_conv_json_is_valid(const char *text, size_t len, bool need_object)
 {
+    int fast = cg_json_fast_check(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, need_object,
+                                  CG_CONV_JSON_DEPTH_MAX);
+    if (fast != 0)
+        return fast > 0;
     char path[PATH_MAX_BYTES];
     if (scan(text, len, len, CG_CONV_JSON_DEPTH_MAX, path, sizeof path))
         return false;
@@ -355,7 +369,7 @@ json_t *cg__cj_parse_object_or_empty(const struct cg_str *s)
 {
     if (s->len == 0)
         return json_object();
-    json_t *v = json_loadb(s->ptr, s->len, JSON_ALLOW_NUL, NULL);
+    json_t *v = cg_json_load(s->ptr, s->len, JSON_ALLOW_NUL, NULL);
     if (!json_is_object(v)) {
         json_decref(v);
         return NULL;
@@ -612,7 +626,7 @@ bool cg__cj_merge_extra(struct wctx *w, json_t *obj, const struct cg_str *extra)
 {
     if (!w->same_origin || extra->len == 0)
         return true;
-    json_t *e = json_loadb(extra->ptr, extra->len, JSON_ALLOW_NUL, NULL);
+    json_t *e = cg_json_load(extra->ptr, extra->len, JSON_ALLOW_NUL, NULL);
     if (!json_is_object(e)) {
         json_decref(e);
         return true; /* not ours to cg__cj_fail on: extra is only ever written by the readers */
@@ -661,7 +675,7 @@ cg_status cg_conv_json_write(const struct cg_conv *conv, cg_conv_json_format for
         messages = NULL;
     } else {
         root = w.same_origin && conv->top_extra.len > 0
-                   ? json_loadb(conv->top_extra.ptr, conv->top_extra.len, JSON_ALLOW_NUL, NULL)
+                   ? cg_json_load(conv->top_extra.ptr, conv->top_extra.len, JSON_ALLOW_NUL, NULL)
                    : json_object();
         if (!json_is_object(root)) {
             json_decref(root);

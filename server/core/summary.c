@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/estimate.h"
+#include "core/json_fast.h"
 #include "core/summary_internal.h"
 #include "core/summary_words.h"
 
@@ -291,7 +292,7 @@ static void note_tool_call(struct st *st, const struct cg_tool_call *tc)
     /* Paths the call names: string arguments whose key speaks of a path or a file. */
     if (tc->arguments.len == 0 || tc->arguments.len > (1u << 20))
         return;
-    json_t *args = json_loadb(tc->arguments.ptr, tc->arguments.len, 0, NULL);
+    json_t *args = cg_json_load(tc->arguments.ptr, tc->arguments.len, 0, NULL);
     if (args == NULL)
         return;
     if (json_is_object(args)) {

@@ -500,10 +500,10 @@ static inline int64_t piece_count(const struct cg_tok_encoding *enc, const unsig
 {
     if (len == 1)
         return 1;
+    if (len == 2) /* the table of every pair: no hashing */
+        return lookup_pair(enc, p) != NO_RANK ? 1 : 2;
     if (len <= CG_TOK_TOKEN_BYTES_MAX && lookup(enc, p, len) != NO_RANK)
         return 1;
-    if (len == 2)
-        return 2;
     if (len <= SMALL_PIECE)
         return merge_small(enc, p, len);
     return merge_large(enc, p, len);
@@ -661,4 +661,144 @@ int64_t cg_tok_count(const struct cg_tok_encoding *enc, const char *text, size_t
                      bool allow_special)
 {
     return cg_tok_count_limit(enc, text, len, allow_special, INT64_MAX);
+}
+
+/* ------------------------------------------------------------------ the memo ---------- */
+
+#define CACHE_KEY_MAX 24 /* longer stretches are counted each time */
+#define CACHE_BITS 12
+#define CACHE_SLOTS (1u << CACHE_BITS) /* direct-mapped: a new stretch replaces the one there */
+
+struct cache_slot {
+    uint64_t key[CACHE_KEY_MAX / 8]; /* the stretch, zero-padded */
+    uint32_t len;                    /* 0: empty */
+    uint32_t count;
+};
+
+struct cg_tok_cache {
+    const struct cg_tok_encoding *enc;
+    struct cache_slot slots[CACHE_SLOTS];
+};
+
+struct cg_tok_cache *cg_tok_cache_new(void)
+{
+    return calloc(1, sizeof(struct cg_tok_cache));
+}
+
+void cg_tok_cache_free(struct cg_tok_cache *cache)
+{
+    free(cache);
+}
+
+/* The memo's slot for s[0..n) (n <= CACHE_KEY_MAX) as a stretch (tag 0) or a piece (tag
+ * PIECE_TAG: a piece's count is its merge alone, which may differ from the count of the
+ * same bytes as text); *hit says whether it holds them, else the caller fills it with
+ * memo_fill. */
+#define PIECE_TAG 64u
+
+struct memo_key {
+    uint64_t w[3];
+    uint32_t len;
+};
+
+static inline struct cache_slot *memo_slot(struct cg_tok_cache *cache, const unsigned char *s,
+                                           size_t n, uint32_t tag, struct memo_key *k, bool *hit)
+{
+    k->w[0] = load_head(s, n);
+    k->w[1] = n > 8 ? load_head(s + 8, n - 8 < 8 ? n - 8 : 8) : 0;
+    k->w[2] = n > 16 ? load_head(s + 16, n - 16) : 0;
+    k->len = (uint32_t)n + tag;
+    /* Multiply-shift: the top bits of a sum of independent products. */
+    uint64_t h = (k->w[0] ^ k->len) * 0x9E3779B97F4A7C15ULL + k->w[1] * 0xC2B2AE3D27D4EB4FULL +
+                 k->w[2] * 0x165667B19E3779F9ULL;
+    struct cache_slot *sl = &cache->slots[h >> (64 - CACHE_BITS)];
+    *hit = sl->len == k->len && sl->key[0] == k->w[0] && sl->key[1] == k->w[1] &&
+           sl->key[2] == k->w[2];
+    return sl;
+}
+
+static inline void memo_fill(struct cache_slot *sl, const struct memo_key *k, int64_t count)
+{
+    if (count < 0 || count > UINT32_MAX)
+        return;
+    sl->key[0] = k->w[0];
+    sl->key[1] = k->w[1];
+    sl->key[2] = k->w[2];
+    sl->len = k->len;
+    sl->count = (uint32_t)count;
+}
+
+/* count_ordinary with each piece of 3..CACHE_KEY_MAX bytes through the memo (rank lookups
+ * of real text miss the CPU caches; repeated pieces then cost one memo probe). */
+static int64_t count_pieces(const struct cg_tok_encoding *enc, struct cg_tok_cache *cache,
+                            const unsigned char *s, size_t n)
+{
+    int64_t total = 0;
+    size_t i = 0;
+    while (i < n) {
+        size_t e = cg_tok_piece_end(enc->pattern, (const char *)s, n, i), len = e - i;
+        int64_t c;
+        if (len <= 2 || len > CACHE_KEY_MAX) {
+            c = piece_count(enc, s + i, len);
+        } else {
+            struct memo_key k;
+            bool hit;
+            struct cache_slot *sl = memo_slot(cache, s + i, len, PIECE_TAG, &k, &hit);
+            if (hit) {
+                c = sl->count;
+            } else {
+                c = piece_count(enc, s + i, len);
+                memo_fill(sl, &k, c);
+            }
+        }
+        if (c < 0)
+            return -1;
+        total += c;
+        i = e;
+    }
+    return total;
+}
+
+/* One stretch s[0..n) of valid UTF-8 (see tok.h: no piece crosses its ends). */
+static int64_t count_stretch(const struct cg_tok_encoding *enc, struct cg_tok_cache *cache,
+                             const unsigned char *s, size_t n)
+{
+    if (n > CACHE_KEY_MAX)
+        return count_pieces(enc, cache, s, n);
+    struct memo_key k;
+    bool hit;
+    struct cache_slot *sl = memo_slot(cache, s, n, 0, &k, &hit);
+    if (hit)
+        return sl->count;
+    int64_t c = count_pieces(enc, cache, s, n);
+    /* count_pieces may have reused the slot for a piece: fill it again with the stretch. */
+    memo_fill(sl, &k, c);
+    return c;
+}
+
+int64_t cg_tok_count_cached(const struct cg_tok_encoding *enc, struct cg_tok_cache *cache,
+                            const char *text, size_t len, bool allow_special)
+{
+    if (cache == NULL || allow_special || len == 0 || len > CG_TOK_TEXT_MAX || text == NULL ||
+        !cg_utf8_valid(text, len, NULL))
+        return cg_tok_count(enc, text, len, allow_special);
+    if (cache->enc != enc) {
+        memset(cache->slots, 0, sizeof cache->slots);
+        cache->enc = enc;
+    }
+    const unsigned char *s = (const unsigned char *)text, *end = s + len, *from = s, *p = s + 1;
+    int64_t total = 0;
+    /* Cut before every space whose previous byte is printable ASCII (not white space). */
+    while (p < end && (p = memchr(p, ' ', (size_t)(end - p))) != NULL) {
+        if (p[-1] > 0x20 && p[-1] < 0x7F) {
+            int64_t c = count_stretch(enc, cache, from, (size_t)(p - from));
+            if (c < 0)
+                return -1;
+            total += c;
+            from = p;
+        }
+        p++;
+    }
+    int64_t c = count_stretch(enc, cache, from, (size_t)(end - from));
+    return c < 0 ? -1 : total + c;
 }

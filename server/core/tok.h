@@ -87,6 +87,27 @@ int64_t cg_tok_count(const struct cg_tok_encoding *enc, const char *text, size_t
 int64_t cg_tok_count_limit(const struct cg_tok_encoding *enc, const char *text, size_t len,
                            bool allow_special, int64_t limit);
 
+/* A bounded memo of counts of short stretches of text, for one thread: a caller that counts a
+ * lot of text with repeated words (a conversation, agent logs) makes one, counts through it,
+ * and frees it. Stretches are cut where no piece can span: at an ASCII space that follows a
+ * printable ASCII character (a piece holds a space only as its first character or inside a
+ * run of white space), so the count of a text is the sum of its stretches' counts, each
+ * the same whether it comes from the memo or not. ~160 KB; not thread-safe (one per thread or
+ * per call); it remembers which encoding it was used with and forgets everything when that
+ * changes. */
+struct cg_tok_cache;
+
+/* A new, empty memo; NULL when memory runs out. */
+struct cg_tok_cache *cg_tok_cache_new(void);
+
+/* Frees a memo (NULL is a no-op). */
+void cg_tok_cache_free(struct cg_tok_cache *cache);
+
+/* cg_tok_count(enc, text, len, allow_special), through cache (NULL: no memo). Only ordinary
+ * text of valid UTF-8 uses the memo; the result is always cg_tok_count's. */
+int64_t cg_tok_count_cached(const struct cg_tok_encoding *enc, struct cg_tok_cache *cache,
+                            const char *text, size_t len, bool allow_special);
+
 /* Pre-tokenization: the end of the piece that starts at pos in text[0..len) under pattern
  * (pos < len, at a character boundary). text must be valid UTF-8 for the result to be
  * tiktoken's; any bytes are memory-safe. The result is > pos and <= len. */

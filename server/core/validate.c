@@ -25,7 +25,8 @@ struct state {
     size_t cap;
     struct call *calls;
     size_t n_calls;
-    size_t *table; /* open addressing: index + 1 into calls, 0 empty */
+    size_t open_lo, open_hi; /* the open calls are among calls[open_lo..open_hi) */
+    size_t *table;           /* open addressing: index + 1 into calls, 0 empty */
     size_t table_size;
     size_t *tool_table; /* the same for the names of the tool definitions */
     size_t tool_table_size;
@@ -144,7 +145,9 @@ static bool strict_pairing(const struct state *s)
 /* Reports the still-open calls of the last assistant message as dangling. */
 static void close_open_calls(struct state *s, const char *why)
 {
-    for (size_t i = 0; i < s->n_calls; i++) {
+    size_t lo = s->open_lo, hi = s->open_hi;
+    s->open_lo = s->open_hi = 0;
+    for (size_t i = lo; i < hi; i++) {
         struct call *c = &s->calls[i];
         if (!c->open)
             continue;
@@ -441,8 +444,16 @@ cg_status cg_validate(const struct cg_validate_input *in, struct cg_validate_res
             for (size_t pi = 0; pi < m->n_parts; pi++)
                 if (m->parts[pi].kind == CG_PART_TOOL_CALL) {
                     struct call *c = find(&s, &m->parts[pi].u.tool_call.id);
-                    if (c != NULL && c->message == mi && c->part == pi)
+                    if (c != NULL && c->message == mi && c->part == pi) {
+                        size_t at = (size_t)(c - s.calls);
+                        if (s.open_lo == s.open_hi)
+                            s.open_lo = s.open_hi = at;
+                        if (at < s.open_lo)
+                            s.open_lo = at;
+                        if (at >= s.open_hi)
+                            s.open_hi = at + 1;
                         c->open = true;
+                    }
                 }
     }
     if (!s.oom)

@@ -90,6 +90,49 @@ Test(compress, under_the_trigger_nothing_changes, .timeout = 10)
     cg_conv_free(c);
 }
 
+/* Several calls of one assistant message without results: each gets its error result, in
+ * call order, right after the message (the repair once read the calls from the result it had
+ * just added: a heap overflow found by fuzz_compress). */
+Test(compress, every_dangling_call_of_a_message_is_answered, .timeout = 10)
+{
+    char j[4096];
+    int n = snprintf(j, sizeof j,
+                     "[{\"role\":\"user\",\"content\":\"go\"},"
+                     "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[");
+    for (int k = 0; k < 20; k++)
+        n += snprintf(j + n, sizeof j - (size_t)n,
+                      "%s{\"id\":\"d%d\",\"type\":\"function\",\"function\":{\"name\":\"ls\","
+                      "\"arguments\":\"{}\"}}",
+                      k ? "," : "", k);
+    snprintf(j + n, sizeof j - (size_t)n,
+             "]},{\"role\":\"tool\",\"tool_call_id\":\"d3\",\"content\":\"three\"},"
+             "{\"role\":\"user\",\"content\":\"next\"}]");
+    struct cg_conv *c = openai(j);
+    struct fixture f;
+    setup(&f, c, 100000);
+    struct cg_compress_result r;
+    struct cg_err err = {0};
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
+    /* user, assistant, 19 error results, the real one for d3, user */
+    cr_assert_eq(r.conv->n_messages, 23);
+    int k = 0;
+    for (size_t i = 2; i < 21; i++, k++) {
+        if (k == 3)
+            k++;
+        const struct cg_part *p = &r.conv->messages[i].parts[0];
+        char id[16];
+        snprintf(id, sizeof id, "d%d", k);
+        cr_assert_eq(p->kind, CG_PART_TOOL_RESULT);
+        cr_assert(p->u.tool_result.is_error);
+        cr_assert_eq(p->u.tool_result.tool_call_id.len, strlen(id));
+        cr_assert_eq(memcmp(p->u.tool_result.tool_call_id.ptr, id, strlen(id)), 0, "message %zu",
+                     i);
+    }
+    cr_assert_eq(r.conv->messages[21].parts[0].u.tool_result.tool_call_id.ptr[1], '3');
+    cg_compress_result_free(&r);
+    cg_conv_free(c);
+}
+
 Test(compress, normalize_repairs_pairs_strips_checkpoints_and_merges, .timeout = 10)
 {
     const char *j =

@@ -370,3 +370,73 @@ Test(tok, one_encoding_counts_in_many_threads, .timeout = 30)
     }
     cg_tok_encoding_free(enc);
 }
+
+/* The memo gives cg_tok_count's counts: random texts from fragments that stress the cuts
+ * (spaces after printable ASCII, runs of spaces, non-ASCII white space and letters, newlines,
+ * contractions, digits, punctuation, invalid UTF-8), both patterns, one memo across
+ * encodings, and a memo small enough to evict. */
+Test(tok, the_memo_counts_as_cg_tok_count, .timeout = 60)
+{
+    const char *merges[] = {"ab", "abc", "  ", " the", "th", "the", "'s", " '", "12", NULL};
+    struct cg_tok_encoding *encs[2] = {make("o200k_base", merges), make("cl100k_base", merges)};
+    static const char *const frags[] = {
+        " ",
+        "  ",
+        "the",
+        " the",
+        "abc",
+        "'s",
+        "'S",
+        "\n",
+        "\r\n",
+        " \n ",
+        "\t",
+        "123",
+        "1234",
+        ".",
+        "(",
+        "...",
+        "/",
+        "x",
+        "A",
+        "Ab",
+        "aB",
+        "\xC2\xA0",
+        "\xE3\x80\x80" /* U+3000 */,
+        "\xC3\xA9" /* é */,
+        "\xE4\xB8\xAD" /* 中 */,
+        "\xCC\x81" /* a combining mark */,
+        "\xC7\x85" /* titlecase */,
+        "\xFF" /* invalid */,
+        "<|endoftext|>",
+        "a very long word with more than twenty-four bytes in one stretch"};
+    const size_t n_frags = sizeof frags / sizeof frags[0];
+    struct cg_tok_cache *memo = cg_tok_cache_new();
+    cr_assert_not_null(memo);
+    uint64_t seed = 11;
+    char text[512];
+    for (int i = 0; i < 20000; i++) {
+        size_t len = 0;
+        int parts = 1 + (int)(seed % 12);
+        for (int k = 0; k < parts; k++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            const char *f = frags[(seed >> 33) % n_frags];
+            size_t fl = strlen(f);
+            if (len + fl >= sizeof text)
+                break;
+            memcpy(text + len, f, fl);
+            len += fl;
+        }
+        const struct cg_tok_encoding *enc = encs[i % 2];
+        cr_assert_eq(cg_tok_count_cached(enc, memo, text, len, false),
+                     cg_tok_count(enc, text, len, false), "\"%.*s\"", (int)len, text);
+        cr_assert_eq(cg_tok_count_cached(enc, memo, text, len, true),
+                     cg_tok_count(enc, text, len, true));
+    }
+    cr_expect_eq(cg_tok_count_cached(encs[0], NULL, "the the", 7, false),
+                 cg_tok_count(encs[0], "the the", 7, false));
+    cg_tok_cache_free(memo);
+    cg_tok_cache_free(NULL);
+    cg_tok_encoding_free(encs[0]);
+    cg_tok_encoding_free(encs[1]);
+}
