@@ -94,22 +94,22 @@ pairs() {
 
 ratio() { /usr/bin/python3 -c "print(f'{$1/$2:.2f}' if $2 else 'n/a')"; }
 
-ROW='%-36s %7s %10s %9s %9s %7s %10s %9s %9s\n'
-printf "$ROW" 'durable writes' clients 'per_s' 'p50_us' 'p99_us' ratio 'cpu_us/op' server client
+row() { printf '%-36s %7s %10s %9s %9s %7s %10s %9s %9s\n' "$@"; }
+row 'durable writes' clients 'per_s' 'p50_us' 'p99_us' ratio 'cpu_us/op' server client
 for clients in 16 64; do
     b0=$(busy_ms)
     out=$("$PGBENCH" -n -c "$clients" -j 2 -T "$SECONDS_PER_RUN" -f "$OUT/single_update.sql" "$PGURL" 2>/dev/null)
     b1=$(busy_ms)
     tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -n 1)
     txs=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
-    printf "$ROW" 'pgbench single-row UPDATE' "$clients" "$(printf '%.0f' "$tps")" - - 1.00 \
+    row 'pgbench single-row UPDATE' "$clients" "$(printf '%.0f' "$tps")" - - 1.00 \
         "$(per_op $((b1 - b0)) "${txs:-0}")" - -
     for batching in true false; do
         start_server "$batching"
         read -r pps p50 p99 cpu scpu ccpu < <(pairs "$clients")
         stop_server
         label="Reserve+Commit pairs (batching $([[ $batching == true ]] && echo on || echo off))"
-        printf "$ROW" "$label" "$clients" "$(printf '%.0f' "$pps")" "$p50" "$p99" "$(ratio "$pps" "$tps")" \
+        row "$label" "$clients" "$(printf '%.0f' "$pps")" "$p50" "$p99" "$(ratio "$pps" "$tps")" \
             "$cpu" "$scpu" "$ccpu"
     done
 done
