@@ -146,9 +146,10 @@ Test(budget_events, an_allocation_alone_is_a_usage_change_and_crosses)
     cr_assert(e[1].falling && fabs(e[1].threshold_ratio - 0.85) < 1e-9);
     cr_assert(e[2].falling && fabs(e[2].threshold_ratio - 0.80) < 1e-9);
     /* A small move of the allocation crossing nothing is still a usage change. */
-    struct cg_budget_level c = a;
-    c.allocated_tokens = 340;
-    n = events(a, c, e);
+    struct cg_budget_level c = a, d = a;
+    c.allocated_tokens = 100; /* 60 % -> 59 % */
+    d.allocated_tokens = 90;
+    n = events(c, d, e);
     cr_assert_eq(n, 1);
     cr_assert_eq(e[0].type, CG_EVENT_USAGE_CHANGED);
 }
