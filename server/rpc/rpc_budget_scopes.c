@@ -80,8 +80,7 @@ Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
 /* WatchUsage: what the close did to the path (released reservations, the share an allocated
  * scope returns to its parent) is worth the same events as any write of the counters. */
 static int close_events(void *ctx, const struct cg_budget_row *before,
-                        const struct cg_budget_row *after, int n, struct cg_event_in *out,
-                        int cap)
+                        const struct cg_budget_row *after, int n, struct cg_event_in *out, int cap)
 {
     (void)ctx;
     int count = 0;

@@ -692,8 +692,7 @@ cg_status cg_store_scope_close(struct cg_store *store, const char *tenant_id,
 cg_status cg_store_scope_close_events(struct cg_store *store, const char *tenant_id,
                                       const struct cg_scope_ids *ids,
                                       cg_scope_close_events_fn events, void *ctx,
-                                      struct cg_scope_close *out,
-                                      struct cg_err *err) CG_MUST_CHECK;
+                                      struct cg_scope_close *out, struct cg_err *err) CG_MUST_CHECK;
 
 /* A usage tree: the root's path and the nodes under it, breadth first. */
 struct cg_usage_tree {

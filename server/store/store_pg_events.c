@@ -20,7 +20,7 @@
     " e.type, floor(extract(epoch FROM e.occurred_at) * 1000)::int8, e.has_budget, e.mode,"        \
     " e.limit_tokens, e.limit_cost_micros, e.warning_ratio, e.used_tokens, e.reserved_tokens,"     \
     " e.used_cost_micros, e.reserved_cost_micros, e.closed, e.threshold_ratio, e.falling,"         \
-    " e.delay_ms, e.period_start_ms, e.ref_id, e.ref_tokens, e.ref_state, e.message,"          \
+    " e.delay_ms, e.period_start_ms, e.ref_id, e.ref_tokens, e.ref_state, e.message,"              \
     " e.allocated_tokens"
 
 /* A growable text buffer with a cap (JSON parameters). */
