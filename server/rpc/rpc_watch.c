@@ -365,9 +365,10 @@ static Ctxguard__V1__UsageEvent *event_out(struct cg_rpc_call *call, const struc
     row.used_cost_micros = e->used_cost_micros;
     row.reserved_cost_micros = e->reserved_cost_micros;
     row.allocated_tokens = e->allocated_tokens;
+    row.approved_extra_tokens = e->approved_extra_tokens;
     row.closed_at_ms = e->closed ? e->occurred_at_ms : 0;
-    /* The ratio and remaining as a decision counts them: used + reserved + allocated
-     * (core/budget.h), saturating. */
+    /* The ratio and remaining as a decision counts them: used + reserved + allocated over
+     * limit + approved extra (core/budget.h), saturating. */
     struct cg_level_verdict v;
     memset(&v, 0, sizeof v);
     v.decision = CG_DECISION_ALLOW;

@@ -939,7 +939,10 @@ struct cg_event {
     int64_t reserved_cost_micros;
     bool closed;
     struct cg_event_fields fields;
-    int64_t allocated_tokens; /* the shares of its open allocated children (migration 0015) */
+    /* migration 0015: the shares of its open allocated children, and the tokens approvals
+     * added to limit_tokens */
+    int64_t allocated_tokens;
+    int64_t approved_extra_tokens;
 };
 
 /* Inside a transaction: appends one event of `type` to the scope ids (which must exist:

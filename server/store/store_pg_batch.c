@@ -350,7 +350,8 @@ static const char WRITE_SQL[] =
     " s.session_id || ' ' || s.task_id || ' ' || s.agent_id AS ids, s.row_version,"
     " s.event_seq, c.ne, s.level, s.has_budget, s.mode, s.limit_tokens, s.limit_cost_micros,"
     " s.warning_ratio, s.used_tokens, s.reserved_tokens, s.used_cost_micros,"
-    " s.reserved_cost_micros, s.closed_at IS NOT NULL AS closed, c.al),"
+    " s.reserved_cost_micros, s.closed_at IS NOT NULL AS closed, c.al,"
+    " s.approved_extra_tokens),"
     /* The events, numbered per scope after the scope's earlier ones (as cg_events_append
      * numbers them), each with its scope's row as this statement leaves it; allocated_tokens
      * as the allocation trigger leaves it after the statement (c.al, computed by the
@@ -359,11 +360,12 @@ static const char WRITE_SQL[] =
     " INSERT INTO scope_events (tenant_id, session_id, task_id, agent_id, seq, type,"
     " occurred_at, level, has_budget, mode, limit_tokens, limit_cost_micros, warning_ratio,"
     " used_tokens, reserved_tokens, used_cost_micros, reserved_cost_micros, closed,"
-    " threshold_ratio, falling, delay_ms, allocated_tokens)"
+    " threshold_ratio, falling, delay_ms, allocated_tokens, approved_extra_tokens)"
     " SELECT $1::uuid, e.s, e.t, e.a, u.event_seq - u.ne + e.k, e.type,"
     " to_timestamp($52::int8 / 1e3), u.level, u.has_budget, u.mode, u.limit_tokens,"
     " u.limit_cost_micros, u.warning_ratio, u.used_tokens, u.reserved_tokens,"
-    " u.used_cost_micros, u.reserved_cost_micros, u.closed, e.thr, e.fall, e.delay, u.al"
+    " u.used_cost_micros, u.reserved_cost_micros, u.closed, e.thr, e.fall, e.delay, u.al,"
+    " u.approved_extra_tokens"
     " FROM unnest($44::text[], $45::text[], $46::text[], $47::int8[], $48::int2[],"
     " $49::float8[], $50::boolean[], $51::int4[]) AS e(s, t, a, k, type, thr, fall, delay)"
     " JOIN counters u ON u.session_id = e.s AND u.task_id = e.t AND u.agent_id = e.a"

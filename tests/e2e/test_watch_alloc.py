@@ -2,7 +2,8 @@
 0013 and 0015), against real PostgreSQL: the parent's event status carries allocated_tokens
 and counts it in usage_ratio and remaining_tokens; a child's SetBudget, its spending, and its
 CloseScope each give the parent a USAGE_CHANGED event; an allocation alone can cross a
-threshold. On the batched write path (write_batching, the default) and the one-request path."""
+threshold; an approved extension counts as well. On the batched write path (write_batching,
+the default) and the one-request path."""
 
 import uuid
 
@@ -136,6 +137,29 @@ class WatchAllocation(cgtest.TestCase):
         self.assertEqual(kinds, [(USAGE_CHANGED, 0, False), (THRESHOLD_CROSSED, 0.85, True),
                                  (THRESHOLD_CROSSED, 0.8, True)], names(got))
         self.assertStatus(got[-1].status, 0, 0, 0)
+
+    def test_an_approved_extension_counts_in_the_events_ratio(self):
+        # Approvals extend the limit (approved_extra_tokens): an event's status shows the
+        # extension and counts it as decisions do (migration 0015 stores it too).
+        sess, task = scope(self.s + "-a"), scope(self.s + "-a", "t1")
+        self.stub.SetBudget(B.SetBudgetRequest(scope=sess, settings=B.BudgetSettings(
+            limit_tokens=1000, mode=B.BUDGET_MODE_APPROVAL)), metadata=self.md, timeout=10)
+        self.stub.SetBudget(B.SetBudgetRequest(scope=task, settings=B.BudgetSettings(
+            limit_tokens=1000, mode=B.BUDGET_MODE_SOFT)), metadata=self.md, timeout=10)
+        first = self.stub.Reserve(B.ReserveRequest(scope=task, tokens=1200, delay_mode=2),
+                                  metadata=self.md, timeout=10)
+        self.assertEqual(first.decision, B.DECISION_REQUIRE_APPROVAL)
+        self.stub.ResolveApproval(B.ResolveApprovalRequest(
+            approval_id=first.approval_id, decision=B.APPROVAL_STATE_APPROVED),
+            metadata=self.md, timeout=10)
+        w = self.watch(sess)
+        self.stub.Reserve(B.ReserveRequest(scope=task, tokens=1000, delay_mode=2),
+                          metadata=self.md, timeout=10)
+        st = w.collect(USAGE_CHANGED, timeout=15)[-1].status
+        self.assertEqual((st.limit_tokens, st.approved_extra_tokens, st.reserved_tokens),
+                         (1000, 1200, 1000))
+        self.assertEqual(st.remaining_tokens, 1200)
+        self.assertAlmostEqual(st.usage_ratio, 1000 / 2200)
 
 
 class WatchAllocationSingle(WatchAllocation):
