@@ -60,7 +60,8 @@ int cg_budget_level_events(const struct cg_budget_level *before,
     if (before->used_tokens != after->used_tokens ||
         before->reserved_tokens != after->reserved_tokens ||
         before->used_cost_micros != after->used_cost_micros ||
-        before->reserved_cost_micros != after->reserved_cost_micros)
+        before->reserved_cost_micros != after->reserved_cost_micros ||
+        before->allocated_tokens != after->allocated_tokens)
         out[n++] = (struct cg_level_event){CG_EVENT_USAGE_CHANGED, 0, false, delay};
     if (!after->has_budget || after->limit_tokens <= 0)
         return n;

@@ -7,7 +7,8 @@
  * Rules (ratio = (used + reserved + allocated) / limit of a level with a budget, allocated
  * being the shares of its allocated children (budget.h); a level without one
  * makes USAGE_CHANGED only):
- * - USAGE_CHANGED when used or reserved tokens or cost changed;
+ * - USAGE_CHANGED when used or reserved tokens or cost, or allocated tokens (an allocated
+ *   child's share moved: its SetBudget, its spending, its CloseScope) changed;
  * - THRESHOLD_CROSSED for each backpressure tier threshold t of the budget after the change
  *   (the default tiers when it has none; none with backpressure disabled) that the ratio
  *   crossed: rising when before < t <= after (ascending order), falling when after < t <=

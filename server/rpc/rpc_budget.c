@@ -703,6 +703,9 @@ CG_HANDLER(cg_rpc_budget_set)
                              call->principal.key_id, cg_wall_ms(), &stored, &created, &serr);
     if (st == CG_OK) /* WatchUsage: BUDGET_CHANGED and the crossings a new limit makes */
         st = cg_rpc_emit_budget(call, env, existing, &stored, &serr);
+    if (st == CG_OK) /* and the parent's, when the scope's share of it moved */
+        st = cg_rpc_emit_share(call, env, level >= 2 ? &path[level - 2] : NULL, existing, &stored,
+                               &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)

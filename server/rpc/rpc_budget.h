@@ -76,8 +76,11 @@ cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *en
  * after it was applied: emit_path after cg_store_path_add / cg_store_path_spend (path as
  * updated; used_delta the tokens spent, of which cache_read_delta were cache reads, which a
  * level with exclude_cache_read_tokens did not count); emit_budget after cg_store_budget_put
- * (before: the scope's row before, NULL when new). (SCOPE_CLOSED is appended by
- * cg_store_scope_close itself, in its transaction.) Store errors in serr (the caller rolls back).
+ * (before: the scope's row before, NULL when new); emit_share after it too, for the parent
+ * (its row as locked before the put, NULL for a tenant) when the scope's share of it moved
+ * (allocate_from_parent: the trigger moved the parent's allocated_tokens). (CloseScope's
+ * events are appended by cg_store_scope_close_events, in its transaction.) Store errors in
+ * serr (the caller rolls back).
  */
 cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
                            const struct cg_budget_row *path, int n, int64_t used_delta,
@@ -86,6 +89,9 @@ cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_e
 cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
                              const struct cg_budget_row *before, const struct cg_budget_row *after,
                              struct cg_err *serr) CG_MUST_CHECK;
+cg_status cg_rpc_emit_share(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const struct cg_budget_row *parent, const struct cg_budget_row *before,
+                            const struct cg_budget_row *after, struct cg_err *serr) CG_MUST_CHECK;
 
 /* A ScopeUsage without children (rpc_budget_scopes.c; NULL when out of memory). */
 Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,

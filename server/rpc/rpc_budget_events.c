@@ -109,3 +109,23 @@ cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc
     }
     return append_levels(call, env, before, after, 1, 9 /* BUDGET_CHANGED */, serr);
 }
+
+cg_status cg_rpc_emit_share(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const struct cg_budget_row *parent, const struct cg_budget_row *before,
+                            const struct cg_budget_row *after, struct cg_err *serr)
+{
+    if (parent == NULL)
+        return CG_OK;
+    /* What migration 0013's trigger did to the parent (cg_store_alloc_mirror's rule). */
+    int64_t share_before = cg_store_alloc_share(before);
+    int64_t share_after = cg_store_alloc_share(after);
+    if (share_after == share_before)
+        return CG_OK;
+    struct cg_budget_row moved = *parent;
+    int64_t delta = share_after - share_before;
+    int64_t a = delta > 0 && parent->allocated_tokens > INT64_MAX - delta
+                    ? INT64_MAX
+                    : parent->allocated_tokens + delta;
+    moved.allocated_tokens = a < 0 ? 0 : a;
+    return append_levels(call, env, parent, &moved, 1, 0, serr);
+}

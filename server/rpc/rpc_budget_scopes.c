@@ -77,6 +77,16 @@ Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
 
 /* ---------------------------------------------------------------- CloseScope ------ */
 
+/* WatchUsage: what the close did to the path (released reservations, the share an allocated
+ * scope returns to its parent) is worth the same events as any write of the counters. */
+static int close_events(void *ctx, const struct cg_budget_row *before,
+                        const struct cg_budget_row *after, int n, struct cg_event_in *out, int cap)
+{
+    (void)ctx;
+    int count = 0;
+    return cg_rpc_collect_events(before, after, n, out, cap, &count) ? count : -1;
+}
+
 CG_HANDLER(cg_rpc_budget_close_scope)
 {
     const Ctxguard__V1__CloseScopeRequest *req = (const Ctxguard__V1__CloseScopeRequest *)request;
@@ -94,7 +104,8 @@ CG_HANDLER(cg_rpc_budget_close_scope)
     struct cg_err serr;
     cg_err_clear(&serr);
     /* The close and its SCOPE_CLOSED event commit together (store_scopes.c). */
-    st = cg_store_scope_close(env->store, call->principal.tenant_id, &ids, &closed, &serr);
+    st = cg_store_scope_close_events(env->store, call->principal.tenant_id, &ids, close_events,
+                                     NULL, &closed, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     cg_rpc_cache_dropped(env, call->principal.tenant_id);

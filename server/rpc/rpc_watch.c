@@ -364,14 +364,23 @@ static Ctxguard__V1__UsageEvent *event_out(struct cg_rpc_call *call, const struc
     row.reserved_tokens = e->reserved_tokens;
     row.used_cost_micros = e->used_cost_micros;
     row.reserved_cost_micros = e->reserved_cost_micros;
+    row.allocated_tokens = e->allocated_tokens;
+    row.approved_extra_tokens = e->approved_extra_tokens;
     row.closed_at_ms = e->closed ? e->occurred_at_ms : 0;
+    /* The ratio and remaining as a decision counts them: used + reserved + allocated over
+     * limit + approved extra (core/budget.h), saturating. */
     struct cg_level_verdict v;
     memset(&v, 0, sizeof v);
     v.decision = CG_DECISION_ALLOW;
     if (e->has_budget && e->limit_tokens > 0) {
-        v.usage_ratio = (double)(e->used_tokens + e->reserved_tokens) / (double)e->limit_tokens;
+        struct cg_budget_level l;
+        cg_rpc_level_from_row(&row, &l);
+        l.closed = false; /* the state, not a request: no refusal to mind */
+        struct cg_budget_result r;
+        cg_budget_decide(&l, 1, 0, 0, &r);
+        v.usage_ratio = r.levels[0].usage_ratio;
         v.projected_ratio = v.usage_ratio;
-        v.remaining_tokens = e->limit_tokens - e->used_tokens - e->reserved_tokens;
+        v.remaining_tokens = r.levels[0].remaining_tokens;
     }
     v.delay_ms = e->fields.delay_ms;
     if ((m->event_id = cg_arena_strdup(call->arena, e->event_id)) == NULL ||

@@ -422,7 +422,9 @@ struct cg_batch_write {
     int n_settle;
     const struct cg_batch_ledger *ledger;
     int n_ledger;
-    struct cg_budget_row *counters; /* row_version set to the new one by the write */
+    /* row_version set to the new one by the write; allocated_tokens must be what the
+     * allocation trigger leaves after the write (the events store it) */
+    struct cg_budget_row *counters;
     int n_counters;
     /* WatchUsage events of the batch, in order; each names one of the counters' rows and
      * stores that row as the write leaves it (numbered per scope as cg_store_events_append
@@ -650,7 +652,21 @@ struct cg_scope_close {
     uint32_t closed_scopes;     /* scopes of the subtree closed by this call */
     bool already_closed;        /* the scope itself was closed before */
     uint32_t expired_approvals; /* PENDING approvals of the subtree expired by this call */
+    /* the path, tenant first, the scope last (npath rows): as locked before the close and
+     * as the close left it (released reservations, a share returned to the parent) */
+    struct cg_budget_row path_before[4];
+    struct cg_budget_row path_after[4];
+    int npath;
 };
+
+struct cg_event_in;
+
+/* The WatchUsage events a close makes on its path besides the scope's SCOPE_CLOSED (see
+ * cg_store_scope_close_events): fills up to cap of out from the path before and after the
+ * close (n rows, tenant first) and returns how many, or -1 when they do not fit. */
+typedef int (*cg_scope_close_events_fn)(void *ctx, const struct cg_budget_row *before,
+                                        const struct cg_budget_row *after, int n,
+                                        struct cg_event_in *out, int cap);
 
 /* Closes a session, task or agent and its descendants in one transaction: every ACTIVE
  * reservation of the subtree is settled (RELEASED, or EXPIRED when past its expiry) and its
@@ -668,6 +684,15 @@ struct cg_scope_close {
 cg_status cg_store_scope_close(struct cg_store *store, const char *tenant_id,
                                const struct cg_scope_ids *ids, struct cg_scope_close *out,
                                struct cg_err *err) CG_MUST_CHECK;
+
+/* As cg_store_scope_close; when the close changed something and events is not NULL, the
+ * events it returns (at most CG_STORE_CLOSE_EVENTS_MAX) are appended in the close's
+ * transaction before the scope's SCOPE_CLOSED, so that they commit with it. */
+#define CG_STORE_CLOSE_EVENTS_MAX 63
+cg_status cg_store_scope_close_events(struct cg_store *store, const char *tenant_id,
+                                      const struct cg_scope_ids *ids,
+                                      cg_scope_close_events_fn events, void *ctx,
+                                      struct cg_scope_close *out, struct cg_err *err) CG_MUST_CHECK;
 
 /* A usage tree: the root's path and the nodes under it, breadth first. */
 struct cg_usage_tree {
@@ -914,6 +939,10 @@ struct cg_event {
     int64_t reserved_cost_micros;
     bool closed;
     struct cg_event_fields fields;
+    /* migration 0015: the shares of its open allocated children, and the tokens approvals
+     * added to limit_tokens */
+    int64_t allocated_tokens;
+    int64_t approved_extra_tokens;
 };
 
 /* Inside a transaction: appends one event of `type` to the scope ids (which must exist:

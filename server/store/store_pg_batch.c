@@ -293,6 +293,7 @@ enum {
     CNT_CR,
     CNT_CW,
     CNT_NE,
+    CNT_ALLOC,
     EV_S,
     EV_T,
     EV_A,
@@ -341,28 +342,32 @@ static const char WRITE_SQL[] =
     " spent_cache_read_tokens = c.scr, spent_cache_write_tokens = c.scw,"
     " last_activity_at = now(), event_seq = s.event_seq + c.ne"
     " FROM unnest($31::text[], $32::text[], $33::text[], $34::int8[], $35::int8[], $36::int8[],"
-    " $37::int8[], $38::int8[], $39::int8[], $40::int8[], $41::int8[], $42::int8[])"
-    " AS c(s, t, a, u, r, uc, rc, si, so, scr, scw, ne)"
+    " $37::int8[], $38::int8[], $39::int8[], $40::int8[], $41::int8[], $42::int8[],"
+    " $43::int8[]) AS c(s, t, a, u, r, uc, rc, si, so, scr, scw, ne, al)"
     " WHERE s.tenant_id = $1::uuid AND s.session_id = c.s AND s.task_id = c.t"
     " AND s.agent_id = c.a"
     " RETURNING s.session_id, s.task_id, s.agent_id,"
     " s.session_id || ' ' || s.task_id || ' ' || s.agent_id AS ids, s.row_version,"
     " s.event_seq, c.ne, s.level, s.has_budget, s.mode, s.limit_tokens, s.limit_cost_micros,"
     " s.warning_ratio, s.used_tokens, s.reserved_tokens, s.used_cost_micros,"
-    " s.reserved_cost_micros, s.closed_at IS NOT NULL AS closed),"
+    " s.reserved_cost_micros, s.closed_at IS NOT NULL AS closed, c.al,"
+    " s.approved_extra_tokens),"
     /* The events, numbered per scope after the scope's earlier ones (as cg_events_append
-     * numbers them), each with its scope's row as this statement leaves it. */
+     * numbers them), each with its scope's row as this statement leaves it; allocated_tokens
+     * as the allocation trigger leaves it after the statement (c.al, computed by the
+     * caller: RETURNING does not show the trigger's change of a parent). */
     " ev AS ("
     " INSERT INTO scope_events (tenant_id, session_id, task_id, agent_id, seq, type,"
     " occurred_at, level, has_budget, mode, limit_tokens, limit_cost_micros, warning_ratio,"
     " used_tokens, reserved_tokens, used_cost_micros, reserved_cost_micros, closed,"
-    " threshold_ratio, falling, delay_ms)"
+    " threshold_ratio, falling, delay_ms, allocated_tokens, approved_extra_tokens)"
     " SELECT $1::uuid, e.s, e.t, e.a, u.event_seq - u.ne + e.k, e.type,"
-    " to_timestamp($51::int8 / 1e3), u.level, u.has_budget, u.mode, u.limit_tokens,"
+    " to_timestamp($52::int8 / 1e3), u.level, u.has_budget, u.mode, u.limit_tokens,"
     " u.limit_cost_micros, u.warning_ratio, u.used_tokens, u.reserved_tokens,"
-    " u.used_cost_micros, u.reserved_cost_micros, u.closed, e.thr, e.fall, e.delay"
-    " FROM unnest($43::text[], $44::text[], $45::text[], $46::int8[], $47::int2[],"
-    " $48::float8[], $49::boolean[], $50::int4[]) AS e(s, t, a, k, type, thr, fall, delay)"
+    " u.used_cost_micros, u.reserved_cost_micros, u.closed, e.thr, e.fall, e.delay, u.al,"
+    " u.approved_extra_tokens"
+    " FROM unnest($44::text[], $45::text[], $46::text[], $47::int8[], $48::int2[],"
+    " $49::float8[], $50::boolean[], $51::int4[]) AS e(s, t, a, k, type, thr, fall, delay)"
     " JOIN counters u ON u.session_id = e.s AND u.task_id = e.t AND u.agent_id = e.a"
     " RETURNING $1::text || ' ' || seq::text || ' ' || session_id || ' ' || task_id || ' '"
     " || agent_id AS payload)"
@@ -435,6 +440,7 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
         for (int e = 0; e < w->n_events; e++)
             ne += same_scope(&w->events[e].ids, &c->ids);
         lit_i64(&lits[CNT_NE], ne);
+        lit_i64(&lits[CNT_ALLOC], c->allocated_tokens);
     }
     for (int e = 0; e < w->n_events; e++) {
         const struct cg_event_in *ev = &w->events[e];

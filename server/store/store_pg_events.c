@@ -20,7 +20,8 @@
     " e.type, floor(extract(epoch FROM e.occurred_at) * 1000)::int8, e.has_budget, e.mode,"        \
     " e.limit_tokens, e.limit_cost_micros, e.warning_ratio, e.used_tokens, e.reserved_tokens,"     \
     " e.used_cost_micros, e.reserved_cost_micros, e.closed, e.threshold_ratio, e.falling,"         \
-    " e.delay_ms, e.period_start_ms, e.ref_id, e.ref_tokens, e.ref_state, e.message"
+    " e.delay_ms, e.period_start_ms, e.ref_id, e.ref_tokens, e.ref_state, e.message,"              \
+    " e.allocated_tokens, e.approved_extra_tokens"
 
 /* A growable text buffer with a cap (JSON parameters). */
 struct buf {
@@ -173,6 +174,8 @@ static void row_to_event(PGresult *res, int i, struct cg_event *e)
     e->fields.ref_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
     e->fields.ref_state = (int)cg__pg_parse_i64(PQgetvalue(res, i, c++));
     cg__pg_copy_str(e->fields.message, sizeof e->fields.message, PQgetvalue(res, i, c++));
+    e->allocated_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->approved_extra_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
 }
 
 static void rows_to_events(PGresult *res, struct cg_event *out, int max, int *count)

@@ -402,6 +402,14 @@ cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struc
     PQclear(res);
     res = NULL;
 
+    /* 2b. The path as locked, before the close changes it (for its events). */
+    struct cg_scope_usage found[4];
+    present = 0;
+    if ((rc = select_path(pg, tenant_id, ids, false, found, &present, err)) != CG_OK)
+        goto out;
+    for (int level = 1; level <= depth; level++)
+        out->path_before[level - 1] = found[level - 1].row;
+
     /* 3. Release what is still ACTIVE in the subtree: the reservations locked in step 1
      * and any made between the steps. One of those that a concurrent Commit or Release
      * holds is skipped (waiting for it here, with the scope rows held, is the cycle the
@@ -478,14 +486,17 @@ cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struc
     PQclear(res);
     res = NULL;
 
-    /* 5. The scope as it is now. */
-    struct cg_scope_usage found[4];
+    /* 5. The scope and its path as they are now. */
     present = 0;
     rc = select_path(pg, tenant_id, ids, true, found, &present, err);
     if (rc == CG_OK && !(present & (1u << (depth - 1))))
         rc = check_path(ids, present, err);
-    if (rc == CG_OK)
+    if (rc == CG_OK) {
         out->usage = found[depth - 1];
+        for (int level = 1; level <= depth; level++)
+            out->path_after[level - 1] = found[level - 1].row;
+        out->npath = depth;
+    }
 out:
     PQclear(res);
     return rc;

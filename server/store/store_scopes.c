@@ -39,6 +39,14 @@ cg_status cg_store_scope_close(struct cg_store *store, const char *tenant_id,
                                const struct cg_scope_ids *ids, struct cg_scope_close *out,
                                struct cg_err *err)
 {
+    return cg_store_scope_close_events(store, tenant_id, ids, NULL, NULL, out, err);
+}
+
+cg_status cg_store_scope_close_events(struct cg_store *store, const char *tenant_id,
+                                      const struct cg_scope_ids *ids,
+                                      cg_scope_close_events_fn events, void *ctx,
+                                      struct cg_scope_close *out, struct cg_err *err)
+{
     memset(out, 0, sizeof *out);
     char id[CG_UUID_LEN + 1];
     cg_status rc = cg__store_open_call(store, tenant_id, id, err);
@@ -54,13 +62,24 @@ cg_status cg_store_scope_close(struct cg_store *store, const char *tenant_id,
         return rc;
     rc = cg_pg_scope_close(store->pg, id, ids, out, err);
     /* WatchUsage's SCOPE_CLOSED commits with the close, or neither happens. */
-    if (rc == CG_OK && !out->already_closed) {
-        struct cg_event_in ev;
-        memset(&ev, 0, sizeof ev);
-        ev.ids = *ids;
-        ev.type = 10; /* SCOPE_CLOSED */
-        rc = cg__pg_events_append(store->pg, id, &ev, 1, cg_wall_ms(), err);
+    struct cg_event_in ev[CG_STORE_CLOSE_EVENTS_MAX + 1];
+    int nev = 0;
+    if (rc == CG_OK && events != NULL) {
+        /* The path's own events (a share returned to the parent, released reservations),
+         * computed by the caller from the rows before and after. */
+        nev = events(ctx, out->path_before, out->path_after, out->npath, ev,
+                     CG_STORE_CLOSE_EVENTS_MAX);
+        if (nev < 0)
+            rc = cg_err_set(err, CG_INTERNAL, "scope_close: too many events");
     }
+    if (rc == CG_OK && !out->already_closed) {
+        memset(&ev[nev], 0, sizeof ev[nev]);
+        ev[nev].ids = *ids;
+        ev[nev].type = 10; /* SCOPE_CLOSED */
+        nev++;
+    }
+    if (rc == CG_OK && nev > 0)
+        rc = cg__pg_events_append(store->pg, id, ev, nev, cg_wall_ms(), err);
     rc = close_call(store, rc, err);
     if (rc != CG_OK)
         memset(out, 0, sizeof *out);

@@ -192,3 +192,93 @@ Test(events_store, retention_deletes_old_events, .init = setup, .fini = teardown
     cr_assert_eq(ev[0].seq, 3);
     cg_store_free(s);
 }
+
+/* CloseScope's hook: one USAGE_CHANGED for each level of the path whose allocated_tokens
+ * moved, and what it saw. */
+struct close_seen {
+    int calls, n;
+    int64_t parent_before, parent_after;
+};
+
+static int close_hook(void *ctx, const struct cg_budget_row *before,
+                      const struct cg_budget_row *after, int n, struct cg_event_in *out, int cap)
+{
+    struct close_seen *seen = ctx;
+    seen->calls++;
+    seen->n = n;
+    seen->parent_before = before[n - 2].allocated_tokens;
+    seen->parent_after = after[n - 2].allocated_tokens;
+    int count = 0;
+    for (int i = 0; i < n && count < cap; i++) {
+        if (before[i].allocated_tokens == after[i].allocated_tokens)
+            continue;
+        memset(&out[count], 0, sizeof out[count]);
+        out[count].ids = after[i].ids;
+        out[count].type = 2; /* USAGE_CHANGED */
+        count++;
+    }
+    return count;
+}
+
+/* Events store the scope's allocated_tokens as the allocation trigger left them (0015), and
+ * a close appends its hook's events with SCOPE_CLOSED. */
+Test(events_store, events_carry_allocated_tokens, .init = setup, .fini = teardown, .timeout = 60)
+{
+    struct cg_store *s = test_store();
+    char tenant[CG_UUID_LEN + 1];
+    struct cg_scope_ids session;
+    make_scope(s, tenant, &session);
+    struct cg_scope_ids task = session;
+    snprintf(task.task_id, sizeof task.task_id, "t1");
+    struct cg_budget_row row, out, path[4];
+    memset(&row, 0, sizeof row);
+    row.ids = task;
+    row.level = 3;
+    row.has_budget = true;
+    row.allocate_from_parent = true;
+    row.mode = 1;
+    row.limit_tokens = 300;
+    row.warning_ratio = 0.8;
+    row.on_store_failure = 1;
+    row.reset_period = 1;
+    bool created;
+    int n;
+    struct cg_err err;
+    OK(cg_store_begin(s, &err));
+    OK(cg_store_path_read(s, tenant, &task, true, true, cg_wall_ms(), path, &n, &err));
+    OK(cg_store_budget_put(s, tenant, &row, 0, NULL, cg_wall_ms(), &out, &created, &err));
+    /* After the put's statement: its trigger moved the session's allocated_tokens. */
+    OK(cg_store_event_append(s, tenant, &session, 2, NULL, cg_wall_ms(), &err));
+    OK(cg_store_commit(s, &err));
+    struct cg_event ev[8];
+    int count = 0;
+    OK(cg_store_events_read(s, tenant, &session, 0, 8, ev, &count, &err));
+    cr_assert_eq(count, 1);
+    cr_assert_eq(ev[0].allocated_tokens, 300);
+    cr_assert_eq(ev[0].used_tokens + ev[0].reserved_tokens, 0);
+
+    struct close_seen seen = {0};
+    struct cg_scope_close closed;
+    OK(cg_store_scope_close_events(s, tenant, &task, close_hook, &seen, &closed, &err));
+    cr_assert_eq(seen.calls, 1);
+    cr_assert_eq(seen.n, 3);
+    cr_assert_eq(closed.npath, 3);
+    cr_assert_eq(seen.parent_before, 300, "the path before the close");
+    cr_assert_eq(seen.parent_after, 0, "the share returned");
+    OK(cg_store_events_read(s, tenant, &session, 0, 8, ev, &count, &err));
+    cr_assert_eq(count, 2);
+    cr_assert_eq(ev[1].type, 2);
+    cr_assert_eq(ev[1].allocated_tokens, 0);
+    OK(cg_store_events_read(s, tenant, &task, 0, 8, ev, &count, &err));
+    cr_assert_eq(count, 1);
+    cr_assert_eq(ev[0].type, 10, "SCOPE_CLOSED");
+    cr_assert(ev[0].closed);
+    /* Closing again changes nothing: the hook has nothing to say, no SCOPE_CLOSED. */
+    OK(cg_store_scope_close_events(s, tenant, &task, close_hook, &seen, &closed, &err));
+    cr_assert(closed.already_closed);
+    OK(cg_store_events_read(s, tenant, &session, 0, 8, ev, &count, &err));
+    cr_assert_eq(count, 2);
+    OK(cg_store_events_read(s, tenant, &task, 0, 8, ev, &count, &err));
+    cr_assert_eq(count, 1);
+    cg_store_free(s);
+}

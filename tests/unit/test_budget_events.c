@@ -123,3 +123,33 @@ Test(budget_events, filterable_types)
     cr_assert(cg_event_type_filterable(CG_EVENT_RESERVATION_EXPIRED));
     cr_assert(!cg_event_type_filterable(13));
 }
+
+Test(budget_events, an_allocation_alone_is_a_usage_change_and_crosses)
+{
+    /* A child's SetBudget with allocate_from_parent moves only the parent's allocated
+     * tokens: 50 % -> 85 % of the parent. */
+    struct cg_level_event e[CG_LEVEL_EVENTS_MAX];
+    struct cg_budget_level b = lvl(1000, 500, 0), a = lvl(1000, 500, 0);
+    a.allocated_tokens = 350;
+    int n = events(b, a, e);
+    cr_assert_eq(n, 4);
+    cr_assert_eq(e[0].type, CG_EVENT_USAGE_CHANGED);
+    cr_assert_eq(e[1].type, CG_EVENT_THRESHOLD_CROSSED);
+    cr_assert(fabs(e[1].threshold_ratio - 0.80) < 1e-9 && !e[1].falling);
+    cr_assert_eq(e[2].type, CG_EVENT_THRESHOLD_CROSSED);
+    cr_assert(fabs(e[2].threshold_ratio - 0.85) < 1e-9);
+    cr_assert_eq(e[3].type, CG_EVENT_WARNING);
+    /* The share returned (CloseScope of the child): falling crossings, descending. */
+    n = events(a, b, e);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(e[0].type, CG_EVENT_USAGE_CHANGED);
+    cr_assert(e[1].falling && fabs(e[1].threshold_ratio - 0.85) < 1e-9);
+    cr_assert(e[2].falling && fabs(e[2].threshold_ratio - 0.80) < 1e-9);
+    /* A small move of the allocation crossing nothing is still a usage change. */
+    struct cg_budget_level c = a, d = a;
+    c.allocated_tokens = 100; /* 60 % -> 59 % */
+    d.allocated_tokens = 90;
+    n = events(c, d, e);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(e[0].type, CG_EVENT_USAGE_CHANGED);
+}
