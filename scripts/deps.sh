@@ -16,7 +16,8 @@ PACKAGES=(
     # gRPC C core and protobuf-c
     libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler grpc-proto
     # stores, crypto, JSON, HTTP (the LLM client)
-    libpq-dev libhiredis-dev libssl-dev libjansson-dev libcurl4-openssl-dev
+    libpq-dev libhiredis-dev libssl-dev libjansson-dev libyajl-dev
+    libcurl4-openssl-dev
     # tests
     libcriterion-dev
     # the throwaway services of `make run` / `make test`

@@ -1,16 +1,17 @@
 /* json_fast.h - a fast path for jansson's json_loadb on the JSON that is usually sent.
  *
  * jansson's reader takes its input one character at a time through a stream callback (with
- * a UTF-8 check per character and a second pass over every string): ~70 MB/s, two thirds of a
- * Compress of a 1 MB conversation. This reader scans strings in runs of plain bytes and builds
- * the same jansson values with jansson's own constructors (json_object_setn_new_nocheck,
- * json_stringn_nocheck, json_integer, json_real, in input order), so what it returns is what
- * json_loadb returns for the same text and flags.
+ * a UTF-8 check per character and a second pass over every string): ~50-80 MB/s, two thirds
+ * of a Compress of a 1 MB conversation. Here yajl (libyajl-dev) tokenizes and unescapes in
+ * runs and its callbacks build the same jansson values with jansson's own constructors
+ * (json_object_setn_new_nocheck, json_stringn_nocheck, json_integer, json_real, in input
+ * order), so what it returns is what json_loadb returns for the same text and flags.
  *
  * It is a strict subset: anything it is not sure about (a syntax error, invalid UTF-8, a
  * number it would not convert exactly as jansson does, a NUL in a key, deep nesting, out of
- * memory) makes it give up and return NULL, and the caller then runs json_loadb, which gives
- * the value or the error it always gave. Correctness never depends on this file.
+ * memory, and every place where yajl is laxer than jansson: see json_fast.c) makes it give up
+ * and return NULL, and the caller then runs json_loadb, which gives the value or the error it
+ * always gave. Correctness never depends on this file.
  *
  * Pure: no I/O, no globals; thread-safe.
  */

@@ -97,6 +97,57 @@ Test(json_fast, gives_up_on_what_jansson_refuses)
     REFUSES("\xef\xbb\xbf{}", 0); /* a BOM */
 }
 
+/* Where yajl (under the fast path) is laxer than jansson: each must still be given up on. */
+Test(json_fast, gives_up_where_yajl_is_lax)
+{
+    REFUSES("\v[]", 0); /* yajl's white space also has \v and \f */
+    REFUSES("[1,\f2]", 0);
+    REFUSES("{\"a\":1}\v", 0);
+    REFUSES("1\"x", ANY); /* yajl: a value, then an unfinished token at the end */
+    REFUSES("[]\"x", 0);
+    REFUSES("{} \"", 0);
+    REFUSES("1 \"open", ANY);
+    REFUSES("\"\\ud83dx\"", ANY);         /* yajl: '?' for a lone high surrogate */
+    REFUSES("[\"a\\ud83d\\u0041b\"]", 0); /* yajl: joined with any \\u that follows */
+    REFUSES("{\"\\ude00\":1}", 0);        /* a lone low one, in a key */
+    REFUSES("\"\\\\\\ud800\"", ANY);      /* an escaped backslash, then a lone one */
+    REFUSES("\"\xf0\x80\x80\x80\"", ANY); /* 4-byte overlong */
+    REFUSES("\"\xf5\x80\x80\x80\"", ANY); /* above U+10FFFF */
+    REFUSES("\"\xed\xb0\x80\"", ANY);     /* a low surrogate in UTF-8 */
+    REFUSES("{\"\xe0\x80\x80\":1}", 0);   /* overlong, in a key */
+    REFUSES("\"\x7f\x01\"", ANY);
+    REFUSES("-9223372036854775809", ANY); /* jansson: too big negative integer */
+    REFUSES("[9223372036854775808]", 0);
+    REFUSES("[/* c */1]", 0);    /* no comments */
+    REFUSES("[1][2]", 0);        /* one value */
+    TAKES("\"\\\\ud800\"", ANY); /* an escaped backslash, then plain text */
+    TAKES("[-9223372036854775808, 9223372036854775807]", 0);
+    TAKES("{\"k\\t\":\"v\\t\",\"k\\t\":\"w\\u00e9\"}", 0); /* escaped key, then escaped value */
+    TAKES("{\"\\ud83d\\ude00\":\"\xf4\x8f\xbf\xbf\"}", 0);
+    TAKES("1.5 \r\n", ANY);
+    TAKES("12", ANY);
+}
+
+/* A few MB: the same value as jansson, keys in order. */
+Test(json_fast, big_input)
+{
+    size_t cap = 6u << 20, n = 0;
+    char *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    n += (size_t)snprintf(buf + n, cap - n, "{\"messages\":[");
+    for (int i = 0; n + 4096 < cap - 16; i++) {
+        n += (size_t)snprintf(buf + n, cap - n,
+                              "%s{\"role\":\"user\",\"n\":%d,\"x\":%d.5,\"content\":\"",
+                              i ? "," : "", i, -i);
+        for (int k = 0; k < 40 + i % 50; k++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s", k % 7 ? "w\xc3\xa9rd " : "\\n\\u4e2d ");
+        n += (size_t)snprintf(buf + n, cap - n, "\"}");
+    }
+    n += (size_t)snprintf(buf + n, cap - n, "]}");
+    cr_assert(same(buf, n, 0), "gave up on %zu bytes", n);
+    free(buf);
+}
+
 Test(json_fast, plain_text_is_a_sure_no)
 {
     static const char *const no[] = {"hello", "  note: x", "nullx", "True", "#", "<html>", ""};
@@ -185,7 +236,7 @@ Test(json_fast, random_texts_agree, .timeout = 60)
         size_t n = 0;
         gen(&s, buf, &n, sizeof buf, 0);
         if (rnd(&s) % 4 == 0 && n > 0) /* damage one byte */
-            buf[rnd(&s) % n] = "{}[],:\"\\x0\x80 "[rnd(&s) % 13];
+            buf[rnd(&s) % n] = "{}[],:\"\\x0\x80 \v\f"[rnd(&s) % 15];
         if (rnd(&s) % 8 == 0 && n > 1)
             n = rnd(&s) % n;
         taken += same(buf, n, rnd(&s) % 2 ? ANY : JSON_DECODE_ANY);
