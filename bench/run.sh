@@ -5,6 +5,7 @@
 #   bench/run.sh                 all concurrencies, default durations
 #   BENCH_SECONDS=5 bench/run.sh shorter runs
 #   BENCH_SKIP_WRITES=1          transport and CheckBudget only (no Reserve+Commit/pgbench)
+#   BENCH_ROUNDS=3               interleaved rounds of the CheckBudget comparison (medians)
 #
 # Starts its own PostgreSQL and Redis (.run/bench) and a server on a free port, measures,
 # stops the server. Prints one table row per RPC and concurrency: req/s, p50/p99 latency
@@ -87,7 +88,7 @@ printf '%-34s %5s %10s %9s %9s %7s\n' rpc conc 'req/s' 'p50_us' 'p99_us' ratio
 for spec in "1 1" "4 4" "4 16"; do
     read -r conns streams <<<"$spec"
     conc=$((conns * streams))
-    read -r base_rps base_p50 base_p99 base_fail < <(run health /grpc.health.v1.Health/Check "$conns" "$streams")
+    read -r base_rps base_p50 base_p99 _ < <(run health /grpc.health.v1.Health/Check "$conns" "$streams")
     printf '%-34s %5d %10s %9s %9s %7s\n' grpc.health.v1.Health/Check "$conc" "$base_rps" "$base_p50" "$base_p99" 1.00
     read -r rps p50 p99 fail < <(run whoami /ctxguard.v1.AdminService/WhoAmI "$conns" "$streams" \
         -H "authorization: Bearer $KEY")
@@ -105,26 +106,45 @@ scope = b"\x0a\x06benchs" + b"\x12\x01t"
 msg = b"\x0a" + bytes([len(scope)]) + scope + b"\x10\x64" + b"\x28\x02"
 open(sys.argv[1], "wb").write(b"\x00" + len(msg).to_bytes(4, "big") + msg)
 PY
-printf '\n%-34s %5s %10s %9s %9s %7s\n' rpc conc 'req/s' 'p50_us' 'p99_us' ratio
+# Interleaved rounds (BENCH_ROUNDS, default 3) of: the health Check, the same Check carrying
+# the tenant's authorization header (which it ignores: h2load, like nghttp2, never indexes
+# that header in HPACK, so every request's copy is decoded again, and CheckBudget pays that
+# too; shown for reference), and CheckBudget. Rows are medians over the rounds; the ratio is
+# of the medians, to the plain Check, and "rounds" gives each round's own ratio.
+ROUNDS=${BENCH_ROUNDS:-3}
+median_row() { # LABEL CONC BASE_RPS FILE -> a row from the rounds' "rps p50 p99" lines in FILE
+    /usr/bin/python3 - "$@" <<'PY'
+import statistics, sys
+label, conc, base, path = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+rows = [list(map(float, l.split()[:3])) for l in open(path) if l.strip()]
+med = [statistics.median(c) for c in zip(*rows)]
+ratio = f"{med[0] / base:.2f}" if base else "n/a"
+print(f"{label:<34} {conc:5d} {med[0]:10.0f} {med[1]:9.0f} {med[2]:9.0f} {ratio:>7}")
+PY
+}
+printf '\n%-34s %5s %10s %9s %9s %7s  %s\n' rpc conc 'req/s' 'p50_us' 'p99_us' ratio rounds
 for spec in "1 1" "4 16"; do
     read -r conns streams <<<"$spec"
     conc=$((conns * streams))
-    read -r base_rps base_p50 base_p99 base_fail < <(run health /grpc.health.v1.Health/Check "$conns" "$streams")
-    printf '%-34s %5d %10s %9s %9s %7s\n' grpc.health.v1.Health/Check "$conc" "$base_rps" "$base_p50" "$base_p99" 1.00
-    # The same health Check carrying the tenant's authorization header (which it ignores):
-    # h2load, like nghttp2, never indexes that header in HPACK, so every request's copy is
-    # decoded again; CheckBudget pays that too. Shown for reference, the ratio stays to the
-    # plain Check.
-    read -r arps ap50 ap99 _ < <(run health-auth /grpc.health.v1.Health/Check "$conns" "$streams" \
-        -H "authorization: Bearer $KEY")
-    ratio=$(/usr/bin/python3 -c "print(f'{$arps/$base_rps:.2f}' if $base_rps else 'n/a')")
-    printf '%-34s %5d %10s %9s %9s %7s\n' '  (Check + authorization header)' "$conc" "$arps" "$ap50" "$ap99" "$ratio"
-    BODY=$CHECK_BODY
-    read -r rps p50 p99 fail < <(run check /ctxguard.v1.BudgetService/CheckBudget "$conns" "$streams" \
-        -H "authorization: Bearer $KEY")
-    BODY=$OUT/empty.grpc
-    ratio=$(/usr/bin/python3 -c "print(f'{$rps/$base_rps:.2f}' if $base_rps else 'n/a')")
-    printf '%-34s %5d %10s %9s %9s %7s\n' BudgetService/CheckBudget "$conc" "$rps" "$p50" "$p99" "$ratio"
+    : >"$OUT/rounds-health" ; : >"$OUT/rounds-auth" ; : >"$OUT/rounds-check"
+    per_round=""
+    for _ in $(seq 1 "$ROUNDS"); do
+        run health /grpc.health.v1.Health/Check "$conns" "$streams" >>"$OUT/rounds-health"
+        run health-auth /grpc.health.v1.Health/Check "$conns" "$streams" \
+            -H "authorization: Bearer $KEY" >>"$OUT/rounds-auth"
+        BODY=$CHECK_BODY
+        run check /ctxguard.v1.BudgetService/CheckBudget "$conns" "$streams" \
+            -H "authorization: Bearer $KEY" >>"$OUT/rounds-check"
+        BODY=$OUT/empty.grpc
+        b=$(tail -n 1 "$OUT/rounds-health" | cut -d' ' -f1)
+        c=$(tail -n 1 "$OUT/rounds-check" | cut -d' ' -f1)
+        per_round+=" $(/usr/bin/python3 -c "print(f'{$c/$b:.2f}' if $b else 'n/a')")"
+    done
+    base_rps=$(/usr/bin/python3 -c "import statistics; print(statistics.median(float(l.split()[0]) for l in open('$OUT/rounds-health') if l.strip()))")
+    median_row grpc.health.v1.Health/Check "$conc" "$base_rps" "$OUT/rounds-health"
+    median_row '  (Check + authorization header)' "$conc" "$base_rps" "$OUT/rounds-auth"
+    printf '%s  %s\n' "$(median_row BudgetService/CheckBudget "$conc" "$base_rps" "$OUT/rounds-check")" \
+        "$per_round"
 done
 
 # The CheckBudget rows above measure the cache path: once warm, the server answers from the
@@ -175,11 +195,11 @@ printf '\n%-34s %5s %10s %9s %9s %7s\n' rpc conc 'req/s' 'p50_us' 'p99_us' ratio
 for spec in "1 1" "4 4"; do
     read -r conns streams <<<"$spec"
     conc=$((conns * streams))
-    read -r base_rps base_p50 base_p99 base_fail < <(run health /grpc.health.v1.Health/Check "$conns" "$streams")
+    read -r base_rps base_p50 base_p99 _ < <(run health /grpc.health.v1.Health/Check "$conns" "$streams")
     printf '%-34s %5d %10s %9s %9s %7s\n' grpc.health.v1.Health/Check "$conc" "$base_rps" "$base_p50" "$base_p99" 1.00
     for kind in exact est; do
         BODY=$OUT/count-$kind.grpc
-        read -r rps p50 p99 fail < <(run "count-$kind" /ctxguard.v1.ContextService/CountTokens \
+        read -r rps p50 p99 _ < <(run "count-$kind" /ctxguard.v1.ContextService/CountTokens \
             "$conns" "$streams" -H "authorization: Bearer $KEY")
         BODY=$OUT/empty.grpc
         ratio=$(/usr/bin/python3 -c "print(f'{$rps/$base_rps:.4f}' if $base_rps else 'n/a')")

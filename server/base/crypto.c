@@ -2,8 +2,10 @@
 #include "base/crypto.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/sha.h>
 #include <openssl/x509.h>
@@ -27,9 +29,23 @@ cg_status cg_random_bytes(void *buf, size_t n)
     return CG_OK;
 }
 
+/* OpenSSL 3's SHA256() looks the algorithm up (EVP_MD_fetch, under a lock) on every call,
+ * which cost more than the hash of an API key itself: fetched once here, for the process. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 void cg_sha256(const void *data, size_t len, uint8_t out[CG_SHA256_LEN])
 {
-    SHA256(data, len, out);
+    pthread_once(&sha256_once, sha256_fetch);
+    unsigned int n = 0;
+    if (sha256_md == NULL || EVP_Digest(data, len, out, &n, sha256_md, NULL) != 1 ||
+        n != CG_SHA256_LEN)
+        SHA256(data, len, out);
 }
 
 bool cg_equal_ct(const void *a, const void *b, size_t len)

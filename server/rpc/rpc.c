@@ -72,12 +72,37 @@ static bool skip(struct wire *w, uint64_t n)
     return true;
 }
 
+/* Appends ".name" (no dot at the start) and "[index]" when index >= 0 to the path at base,
+ * cut to FIELD_PATH_MAX - 1 bytes. Runs for every string and message field of every
+ * request: byte copies, no printf. */
 static void path_push(char *path, size_t base, const char *name, long index)
 {
-    if (index >= 0)
-        snprintf(path + base, FIELD_PATH_MAX - base, "%s%s[%ld]", base ? "." : "", name, index);
-    else
-        snprintf(path + base, FIELD_PATH_MAX - base, "%s%s", base ? "." : "", name);
+    char num[24];
+    size_t nlen = 0;
+    if (index >= 0) {
+        char rev[20];
+        size_t k = 0;
+        unsigned long v = (unsigned long)index;
+        do {
+            rev[k++] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v != 0);
+        num[nlen++] = '[';
+        while (k > 0)
+            num[nlen++] = rev[--k];
+        num[nlen++] = ']';
+    }
+    const char *pieces[] = {base ? "." : "", name, num};
+    size_t lens[] = {base ? 1 : 0, strlen(name), nlen};
+    size_t at = base;
+    for (int i = 0; i < 3; i++) {
+        size_t n = lens[i];
+        if (at + n > FIELD_PATH_MAX - 1)
+            n = FIELD_PATH_MAX - 1 - at;
+        memcpy(path + at, pieces[i], n);
+        at += n;
+    }
+    path[at] = '\0';
 }
 
 static cg_status check_text(const uint8_t *s, size_t len, const char *path, struct cg_err *err)
@@ -242,7 +267,9 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
     p->is_admin = false;
     memcpy(p->tenant_id, parts.tenant_id, sizeof p->tenant_id);
     memcpy(p->key_id, parts.key_id, sizeof p->key_id);
-    snprintf(p->tenant_name, sizeof p->tenant_name, "%s", rec.tenant_name);
+    size_t nlen = strnlen(rec.tenant_name, sizeof p->tenant_name - 1);
+    memcpy(p->tenant_name, rec.tenant_name, nlen);
+    p->tenant_name[nlen] = '\0';
     return CG_OK;
 }
 

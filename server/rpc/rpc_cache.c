@@ -193,25 +193,44 @@ static struct entry *insert(struct shard *s, uint64_t hash, const char *name)
     memset(e, 0, sizeof *e);
     e->used = true;
     e->hash = hash;
-    snprintf(e->name, sizeof e->name, "%s", name);
+    size_t nlen = strnlen(name, sizeof e->name - 1);
+    memcpy(e->name, name, nlen);
+    e->name[nlen] = '\0';
     size_t b = hash & (s->nbuckets - 1);
     e->next = s->buckets[b];
     s->buckets[b] = (int32_t)(e - s->entries);
     return e;
 }
 
+/* parts[0..n) joined by a separator no id holds (0x1f) into buf, NUL-terminated; false
+ * when it does not fit in cap. Every lookup builds a name: no printf here. */
+static bool join_name(const char *const *parts, int n, char *buf, size_t cap)
+{
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        size_t k = strlen(parts[i]);
+        if (len + k + (i > 0) >= cap)
+            return false;
+        if (i > 0)
+            buf[len++] = '\x1f';
+        memcpy(buf + len, parts[i], k);
+        len += k;
+    }
+    buf[len] = '\0';
+    return true;
+}
+
 /* "tenant/session/task/agent" with a separator no id holds; false when too long. */
 static bool row_name(const char *tenant_id, const struct cg_scope_ids *ids, char *buf, size_t cap)
 {
-    int n = snprintf(buf, cap, "%s\x1f%s\x1f%s\x1f%s", tenant_id, ids->session_id, ids->task_id,
-                     ids->agent_id);
-    return n > 0 && (size_t)n < cap;
+    const char *parts[] = {tenant_id, ids->session_id, ids->task_id, ids->agent_id};
+    return join_name(parts, 4, buf, cap);
 }
 
 static bool key_name(const char *tenant_id, const char *key_id, char *buf, size_t cap)
 {
-    int n = snprintf(buf, cap, "%s\x1f%s", tenant_id, key_id);
-    return n > 0 && (size_t)n < cap;
+    const char *parts[] = {tenant_id, key_id};
+    return join_name(parts, 2, buf, cap);
 }
 
 static void count(atomic_uint_fast64_t *c)

@@ -841,7 +841,9 @@ static struct call *call_new(struct worker *w, struct slot *s)
     c->deadline_ns = c->start_ns + remaining_ms * 1000000;
 
     if (s->method != NULL) {
-        snprintf(c->path, sizeof c->path, "%s", s->method->path);
+        size_t n = strnlen(s->method->path, sizeof c->path - 1);
+        memcpy(c->path, s->method->path, n);
+        c->path[n] = '\0';
     } else {
         size_t n = GRPC_SLICE_LENGTH(s->details.method);
         if (n >= sizeof c->path)
