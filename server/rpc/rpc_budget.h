@@ -195,6 +195,11 @@ int64_t cg_rpc_provider_input_tokens(int64_t provider_input_tokens, const struct
 bool cg_rpc_collect_events(const struct cg_budget_row *before, const struct cg_budget_row *after,
                            int n, struct cg_event_in *out, int cap, int *count);
 
+/* cg_path_events_fn (store.h) over cg_rpc_collect_events: the events of a path's change for
+ * the store's own transactions (CloseScope, the sweeper); ctx is unused. */
+int cg_rpc_path_events(void *ctx, const struct cg_budget_row *before,
+                       const struct cg_budget_row *after, int n, struct cg_event_in *out, int cap);
+
 typedef enum { CG_BATCH_RESERVE = 1, CG_BATCH_COMMIT = 2 } cg_batch_kind;
 
 /* Whether this call may be deferred into a batch (the transport can resume it later and

@@ -51,6 +51,14 @@ bool cg_rpc_collect_events(const struct cg_budget_row *before, const struct cg_b
     return collect_levels(before, after, n, 0, out, cap, count);
 }
 
+int cg_rpc_path_events(void *ctx, const struct cg_budget_row *before,
+                       const struct cg_budget_row *after, int n, struct cg_event_in *out, int cap)
+{
+    (void)ctx;
+    int count = 0;
+    return cg_rpc_collect_events(before, after, n, out, cap, &count) ? count : -1;
+}
+
 /* Appends the events of each level of rows from before to after, tenant first. */
 static cg_status append_levels(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                const struct cg_budget_row *before,

@@ -77,16 +77,6 @@ Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
 
 /* ---------------------------------------------------------------- CloseScope ------ */
 
-/* WatchUsage: what the close did to the path (released reservations, the share an allocated
- * scope returns to its parent) is worth the same events as any write of the counters. */
-static int close_events(void *ctx, const struct cg_budget_row *before,
-                        const struct cg_budget_row *after, int n, struct cg_event_in *out, int cap)
-{
-    (void)ctx;
-    int count = 0;
-    return cg_rpc_collect_events(before, after, n, out, cap, &count) ? count : -1;
-}
-
 CG_HANDLER(cg_rpc_budget_close_scope)
 {
     const Ctxguard__V1__CloseScopeRequest *req = (const Ctxguard__V1__CloseScopeRequest *)request;
@@ -104,8 +94,10 @@ CG_HANDLER(cg_rpc_budget_close_scope)
     struct cg_err serr;
     cg_err_clear(&serr);
     /* The close and its SCOPE_CLOSED event commit together (store_scopes.c). */
-    st = cg_store_scope_close_events(env->store, call->principal.tenant_id, &ids, close_events,
-                                     NULL, &closed, &serr);
+    st = cg_store_scope_close_events(env->store, call->principal.tenant_id, &ids,
+                                     /* what the close did to the path (released holds, a
+                                      * share returned) is worth the events of any write */
+                                     cg_rpc_path_events, NULL, &closed, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     cg_rpc_cache_dropped(env, call->principal.tenant_id);

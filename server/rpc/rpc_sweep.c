@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "rpc/rpc.h"
+#include "rpc/rpc_budget.h"
 
 #define MOD "sweep"
 #define SWEEP_PAGE 500  /* tenants read per statement */
@@ -40,7 +41,10 @@ static cg_status sweep_tenant(struct cg_store *store, const char *tenant_id, int
     }
     for (int batch = 0; st == CG_OK && due.expired && batch < SWEEP_BATCHES_PER_TENANT; batch++) {
         int n = 0;
-        st = cg_store_reservations_expire(store, tenant_id, now_ms, SWEEP_BATCH, &n, &err);
+        /* The holds given back are worth the events of any write: crossings as the usage
+         * falls (rpc_budget_events.c). */
+        st = cg_store_reservations_expire_events(store, tenant_id, now_ms, SWEEP_BATCH,
+                                                 cg_rpc_path_events, NULL, &n, &err);
         *expired += n;
         if (n < SWEEP_BATCH)
             break;

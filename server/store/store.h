@@ -618,6 +618,24 @@ cg_status cg_store_reservations_expire(struct cg_store *store, const char *tenan
                                        int64_t now_ms, int limit, int *expired,
                                        struct cg_err *err) CG_MUST_CHECK;
 
+struct cg_event_in;
+
+/* The WatchUsage events of a change of a path's counters: fills up to cap of out from the
+ * path before and after the change (n rows, tenant first) and returns how many, or -1 when
+ * they do not fit. The rpc layer provides it (core/budget_events), so that the store needs
+ * no core. */
+typedef int (*cg_path_events_fn)(void *ctx, const struct cg_budget_row *before,
+                                 const struct cg_budget_row *after, int n, struct cg_event_in *out,
+                                 int cap);
+
+/* As cg_store_reservations_expire; each expired hold's path gets the events `events` gives
+ * for it (threshold crossings as the usage falls, besides USAGE_CHANGED), then its scope a
+ * RESERVATION_EXPIRED. events NULL: USAGE_CHANGED on every level only. */
+cg_status cg_store_reservations_expire_events(struct cg_store *store, const char *tenant_id,
+                                              int64_t now_ms, int limit, cg_path_events_fn events,
+                                              void *ctx, int *expired,
+                                              struct cg_err *err) CG_MUST_CHECK;
+
 /* --- scopes: close, usage tree, listing ------------------------------------------------ *
  *
  * Unlike the budget functions above, each of these runs its own transaction (call them
@@ -659,14 +677,10 @@ struct cg_scope_close {
     int npath;
 };
 
-struct cg_event_in;
-
 /* The WatchUsage events a close makes on its path besides the scope's SCOPE_CLOSED (see
- * cg_store_scope_close_events): fills up to cap of out from the path before and after the
- * close (n rows, tenant first) and returns how many, or -1 when they do not fit. */
-typedef int (*cg_scope_close_events_fn)(void *ctx, const struct cg_budget_row *before,
-                                        const struct cg_budget_row *after, int n,
-                                        struct cg_event_in *out, int cap);
+ * cg_store_scope_close_events): a cg_path_events_fn over the path before and after the
+ * close. */
+typedef cg_path_events_fn cg_scope_close_events_fn;
 
 /* Closes a session, task or agent and its descendants in one transaction: every ACTIVE
  * reservation of the subtree is settled (RELEASED, or EXPIRED when past its expiry) and its

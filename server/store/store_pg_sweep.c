@@ -256,28 +256,41 @@ static cg_status settle_expired(struct cg_pg *pg, const char *tenant_id, const c
     return rc;
 }
 
-/* WatchUsage: USAGE_CHANGED on every level of the path, then RESERVATION_EXPIRED on the
- * reservation's scope, in the transaction that settles it. */
+#define EXPIRED_EVENTS_MAX 64 /* per expired hold: its path's events and RESERVATION_EXPIRED */
+
+/* WatchUsage: the events of the path's change (from `events`: USAGE_CHANGED and the
+ * crossings as the usage falls; without it USAGE_CHANGED on every level), then
+ * RESERVATION_EXPIRED on the reservation's scope, in the transaction that settles it. */
 static cg_status expired_events(struct cg_pg *pg, const char *tenant_id, const struct expiring *e,
-                                const struct cg_budget_row *rows, int depth, int64_t now_ms,
+                                const struct cg_budget_row *before,
+                                const struct cg_budget_row *rows, int depth,
+                                cg_path_events_fn events, void *ctx, int64_t now_ms,
                                 struct cg_err *err)
 {
-    struct cg_event_in ev[5];
+    struct cg_event_in ev[EXPIRED_EVENTS_MAX];
     memset(ev, 0, sizeof ev);
-    for (int i = 0; i < depth; i++) {
-        ev[i].ids = rows[i].ids;
-        ev[i].type = 2; /* USAGE_CHANGED */
+    int n = 0;
+    if (events != NULL) {
+        n = events(ctx, before, rows, depth, ev, EXPIRED_EVENTS_MAX - 1);
+        if (n < 0)
+            return cg_err_set(err, CG_INTERNAL, "too many events for one expired reservation");
+    } else {
+        for (; n < depth; n++) {
+            ev[n].ids = rows[n].ids;
+            ev[n].type = 2; /* USAGE_CHANGED */
+        }
     }
-    ev[depth].ids = e->ids;
-    ev[depth].type = 11; /* RESERVATION_EXPIRED */
-    cg__pg_copy_str(ev[depth].fields.ref_id, sizeof ev[depth].fields.ref_id, e->reservation_id);
-    ev[depth].fields.ref_tokens = e->tokens;
-    ev[depth].fields.ref_state = 4;
-    return cg__pg_events_append(pg, tenant_id, ev, depth + 1, now_ms, err);
+    ev[n].ids = e->ids;
+    ev[n].type = 11; /* RESERVATION_EXPIRED */
+    cg__pg_copy_str(ev[n].fields.ref_id, sizeof ev[n].fields.ref_id, e->reservation_id);
+    ev[n].fields.ref_tokens = e->tokens;
+    ev[n].fields.ref_state = 4;
+    return cg__pg_events_append(pg, tenant_id, ev, n + 1, now_ms, err);
 }
 
 cg_status cg_pg_reservations_expire(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
-                                    int limit, int *expired, struct cg_err *err)
+                                    int limit, cg_path_events_fn events, void *ctx, int *expired,
+                                    struct cg_err *err)
 {
     *expired = 0;
     if (pg->in_tx)
@@ -294,14 +307,17 @@ cg_status cg_pg_reservations_expire(struct cg_pg *pg, const char *tenant_id, int
      * tenant first (cg_pg_path_read). Paths repeat across a batch; the rows stay locked by
      * this transaction, so locking them again costs a lookup, not a wait. */
     for (int i = 0; rc == CG_OK && i < n; i++) {
-        struct cg_budget_row rows[4];
+        struct cg_budget_row rows[4], before[4];
         int depth = 0;
         rc = cg_pg_path_read(pg, tenant_id, &list[i].ids, true, false, now_ms, rows, &depth, err);
-        if (rc == CG_OK)
+        if (rc == CG_OK) {
+            memcpy(before, rows, (size_t)depth * sizeof *rows);
             rc = cg_pg_path_add(pg, tenant_id, rows, depth, 0, -list[i].tokens, 0,
                                 -list[i].cost_micros, err);
+        }
         if (rc == CG_OK)
-            rc = expired_events(pg, tenant_id, &list[i], rows, depth, now_ms, err);
+            rc = expired_events(pg, tenant_id, &list[i], before, rows, depth, events, ctx, now_ms,
+                                err);
     }
     if (rc == CG_OK && n > 0)
         rc = settle_expired(pg, tenant_id, now_text, list, n, err);

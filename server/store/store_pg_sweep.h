@@ -40,6 +40,7 @@ cg_status cg_pg_reset_apply(struct cg_pg *pg, const char *tenant_id, int64_t now
 
 /* See cg_store_reservations_expire: its own transaction. */
 cg_status cg_pg_reservations_expire(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
-                                    int limit, int *expired, struct cg_err *err) CG_MUST_CHECK;
+                                    int limit, cg_path_events_fn events, void *ctx, int *expired,
+                                    struct cg_err *err) CG_MUST_CHECK;
 
 #endif

@@ -48,6 +48,14 @@ cg_status cg_store_reset_apply(struct cg_store *store, const char *tenant_id, in
 cg_status cg_store_reservations_expire(struct cg_store *store, const char *tenant_id,
                                        int64_t now_ms, int limit, int *expired, struct cg_err *err)
 {
+    return cg_store_reservations_expire_events(store, tenant_id, now_ms, limit, NULL, NULL, expired,
+                                               err);
+}
+
+cg_status cg_store_reservations_expire_events(struct cg_store *store, const char *tenant_id,
+                                              int64_t now_ms, int limit, cg_path_events_fn events,
+                                              void *ctx, int *expired, struct cg_err *err)
+{
     *expired = 0;
     if (cg__store_deadline_passed(store))
         return cg__store_deadline_exceeded(err);
@@ -56,5 +64,5 @@ cg_status cg_store_reservations_expire(struct cg_store *store, const char *tenan
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
         return CG_OK;
-    return cg_pg_reservations_expire(store->pg, id, now_ms, limit, expired, err);
+    return cg_pg_reservations_expire(store->pg, id, now_ms, limit, events, ctx, expired, err);
 }

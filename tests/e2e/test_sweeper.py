@@ -16,6 +16,7 @@ import grpc
 
 import cgtest
 from cgtest import budget_pb2, budget_pb2_grpc, common_pb2
+from test_watch import Watcher, names
 
 B = budget_pb2
 DEADLINE_S = 15  # the sweep runs every 0.2 s: far more than enough, never a fixed sleep
@@ -101,6 +102,24 @@ class Sweeper(cgtest.TestCase):
                          [10, 10, 10, 10])
         # The budget is whole again: the agent can reserve the rest of its limit.
         self.t.reserve(self.levels[3], 490)
+
+    def test_an_expired_hold_makes_the_falling_crossings_it_undoes(self):
+        task = self.levels[2]  # limit 1000
+        w = Watcher(self.t.stub, self.t.md, scope=task, min_update_interval_ms=1)
+        self.addCleanup(w.cancel)
+        self.t.reserve(task, 860, ttl_ms=1000, delay_mode=B.DELAY_MODE_RETURN_ONLY)
+        T = B.USAGE_EVENT_TYPE_THRESHOLD_CROSSED
+        rising = [e for e in w.collect(B.USAGE_EVENT_TYPE_WARNING) if e.type == T]
+        self.assertEqual([(round(e.threshold_ratio, 2), e.falling) for e in rising],
+                         [(0.8, False), (0.85, False)], names(rising))
+        # Nobody commits: the sweeper gives the hold back, and the task's usage falls back
+        # across both thresholds before the reservation is reported expired.
+        swept = w.collect(B.USAGE_EVENT_TYPE_RESERVATION_EXPIRED, timeout=DEADLINE_S)
+        falling = [(round(e.threshold_ratio, 2), e.falling) for e in swept if e.type == T]
+        self.assertEqual(falling, [(0.85, True), (0.8, True)], names(swept))
+        self.assertIn(B.USAGE_EVENT_TYPE_USAGE_CHANGED, [e.type for e in swept])
+        self.assertEqual(swept[-1].status.reserved_tokens, 0)
+        self.assertEqual(swept[-1].reservation.tokens, 860)
 
     def test_a_live_hold_is_not_swept_with_the_expired_one(self):
         self.t.reserve(self.levels[2], 70, ttl_ms=600000)
