@@ -23,35 +23,13 @@ static void teardown(void)
     cg_pgtest_teardown(&T);
 }
 
+/* cg_storetest_budget, allocated from its parent when allocate is set. */
 static struct cg_budget_row budget(const char *session_id, const char *task_id,
                                    const char *agent_id, int64_t limit_tokens, bool allocate)
 {
-    struct cg_budget_row row;
-    memset(&row, 0, sizeof row);
-    row.ids = cg_storetest_scope(session_id, task_id, agent_id);
-    row.has_budget = true;
-    row.mode = 1;
-    row.limit_tokens = limit_tokens;
-    row.warning_ratio = 0.8;
-    row.on_store_failure = 1;
-    row.reset_period = 1;
-    row.reservation_ttl_ms = 300000;
+    struct cg_budget_row row = cg_storetest_budget(session_id, task_id, agent_id, limit_tokens);
     row.allocate_from_parent = allocate;
     return row;
-}
-
-static struct cg_budget_row put(struct cg_store *s, const char *tenant_id,
-                                const struct cg_budget_row *row)
-{
-    struct cg_budget_row out;
-    bool created = false;
-    struct cg_err err;
-    cg_storetest_begin(s);
-    cg_status rc =
-        cg_store_budget_put(s, tenant_id, row, 0, "ci-key", cg_wall_ms(), &out, &created, &err);
-    cr_assert_eq(rc, CG_OK, "budget_put: %s %s", cg_status_name(rc), err.msg);
-    cg_storetest_commit(s);
-    return out;
 }
 
 /* Reads the path to ids in a transaction of its own. */
@@ -74,11 +52,11 @@ Test(alloc_store, the_trigger_keeps_allocated_and_path_add_mirrors_it, .init = s
     struct cg_store *s = cg_storetest_store(&T);
     struct cg_tenant t = cg_storetest_tenant(s, "alloc", NULL);
     struct cg_budget_row row = budget("s", "", "", 1000, false);
-    put(s, t.tenant_id, &row);
+    cg_storetest_put(s, t.tenant_id, &row);
     row = budget("s", "t", "", 400, true);
-    put(s, t.tenant_id, &row);
+    cg_storetest_put(s, t.tenant_id, &row);
     row = budget("s", "t", "a", 100, true);
-    put(s, t.tenant_id, &row);
+    cg_storetest_put(s, t.tenant_id, &row);
 
     struct cg_budget_row rows[4];
     cr_assert_eq(read_path(s, t.tenant_id, cg_storetest_scope("s", "t", "a"), rows), 4);

@@ -40,38 +40,6 @@ static struct cg_tenant make_tenant(struct cg_store *s, const char *name)
     return cg_storetest_tenant(s, name, NULL);
 }
 
-/* A HARD budget with the default warning ratio and tiers. */
-static struct cg_budget_row budget(const char *session_id, const char *task_id,
-                                   const char *agent_id, int64_t limit_tokens)
-{
-    struct cg_budget_row row;
-    memset(&row, 0, sizeof row);
-    row.ids = cg_storetest_scope(session_id, task_id, agent_id);
-    row.has_budget = true;
-    row.mode = 1;
-    row.limit_tokens = limit_tokens;
-    row.warning_ratio = 0.8;
-    row.on_store_failure = 1;
-    row.reset_period = 1;
-    row.reservation_ttl_ms = 300000;
-    return row;
-}
-
-/* Puts a budget in a transaction of its own; returns the row as stored. */
-static struct cg_budget_row put(struct cg_store *s, const char *tenant_id,
-                                const struct cg_budget_row *row)
-{
-    struct cg_budget_row out;
-    bool created = false;
-    struct cg_err err;
-    cg_storetest_begin(s);
-    cg_status rc =
-        cg_store_budget_put(s, tenant_id, row, 0, "ci-key", cg_wall_ms(), &out, &created, &err);
-    cr_assert_eq(rc, CG_OK, "budget_put: %s %s", cg_status_name(rc), err.msg);
-    cg_storetest_commit(s);
-    return out;
-}
-
 /* Reads (with lock) the path to ids in a transaction the caller ends. */
 static int read_path(struct cg_store *s, const char *tenant_id, struct cg_scope_ids ids,
                      struct cg_budget_row rows[4])
@@ -137,7 +105,7 @@ Test(budget_store, put_then_read_a_whole_path, .init = setup, .fini = teardown, 
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
 
-    struct cg_budget_row session = budget("s-1", "", "", 100000);
+    struct cg_budget_row session = cg_storetest_budget("s-1", "", "", 100000);
     session.mode = 2;
     session.limit_cost_micros = 5000000;
     session.warning_ratio = 0.75;
@@ -152,19 +120,19 @@ Test(budget_store, put_then_read_a_whole_path, .init = setup, .fini = teardown, 
     session.local_allowance_tokens = 777;
     session.reservation_ttl_ms = 12345;
     snprintf(session.description, sizeof session.description, "nightly run — ünïcode");
-    struct cg_budget_row stored = put(s, t.tenant_id, &session);
+    struct cg_budget_row stored = cg_storetest_put(s, t.tenant_id, &session);
     cr_assert_eq(stored.level, 2);
     cr_assert_eq(stored.version, 1);
     cr_assert_str_eq(stored.updated_by_key_id, "ci-key");
 
-    struct cg_budget_row task = budget("s-1", "t-1", "", 50000);
+    struct cg_budget_row task = cg_storetest_budget("s-1", "t-1", "", 50000);
     task.mode = 3;
     task.backpressure_disabled = true;
-    (void)put(s, t.tenant_id, &task);
-    struct cg_budget_row agent = budget("s-1", "t-1", "a-1", 1000);
+    (void)cg_storetest_put(s, t.tenant_id, &task);
+    struct cg_budget_row agent = cg_storetest_budget("s-1", "t-1", "a-1", 1000);
     agent.warning_ratio = 1;
     agent.on_store_failure = 2;
-    (void)put(s, t.tenant_id, &agent);
+    (void)cg_storetest_put(s, t.tenant_id, &agent);
 
     struct cg_budget_row rows[4];
     cg_storetest_begin(s);
@@ -236,8 +204,8 @@ Test(budget_store, a_missing_level_is_not_found_naming_its_field, .init = setup,
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 1000);
-    (void)put(s, t.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
 
     expect_read_error(s, t.tenant_id, cg_storetest_scope("nope", "", ""), false, CG_NOT_FOUND,
                       "scope.session_id: no such session");
@@ -260,13 +228,13 @@ Test(budget_store, a_missing_level_is_not_found_naming_its_field, .init = setup,
     cg_storetest_commit(s);
     cr_assert_eq(n, 2, "the missing task is left out: n = %d", n);
 
-    struct cg_budget_row task = budget("s", "t", "", 500);
-    (void)put(s, t.tenant_id, &task);
+    struct cg_budget_row task = cg_storetest_budget("s", "t", "", 500);
+    (void)cg_storetest_put(s, t.tenant_id, &task);
     expect_read_error(s, t.tenant_id, cg_storetest_scope("s", "t", "a"), false, CG_NOT_FOUND,
                       "scope.agent_id: no such agent");
 
     /* SetBudget under a missing parent names the parent and writes nothing. */
-    struct cg_budget_row orphan = budget("nope", "t", "", 10);
+    struct cg_budget_row orphan = cg_storetest_budget("nope", "t", "", 10);
     struct cg_budget_row out;
     bool created = true;
     cg_storetest_begin(s);
@@ -276,7 +244,7 @@ Test(budget_store, a_missing_level_is_not_found_naming_its_field, .init = setup,
     cr_assert_eq(rc, CG_NOT_FOUND, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_str_eq(err.msg, "scope.session_id: no such session");
     cr_assert_not(created);
-    orphan = budget("s", "nope", "a", 10);
+    orphan = cg_storetest_budget("s", "nope", "a", 10);
     cg_storetest_begin(s);
     rc = cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
@@ -298,8 +266,8 @@ Test(budget_store, another_tenants_scopes_are_not_found, .init = setup, .fini = 
     struct cg_store *s = test_store();
     struct cg_tenant a = make_tenant(s, "a");
     struct cg_tenant b = make_tenant(s, "b");
-    struct cg_budget_row session = budget("shared-name", "", "", 1000);
-    (void)put(s, a.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("shared-name", "", "", 1000);
+    (void)cg_storetest_put(s, a.tenant_id, &session);
     expect_read_error(s, b.tenant_id, cg_storetest_scope("shared-name", "", ""), false,
                       CG_NOT_FOUND, "scope.session_id: no such session");
 
@@ -340,7 +308,7 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
     expect_read_error(s, t.tenant_id, bad, false, CG_INVALID_ARGUMENT,
                       "scope.session_id: longer than 128 bytes");
 
-    struct cg_budget_row row = budget("s", "", "", 1000);
+    struct cg_budget_row row = cg_storetest_budget("s", "", "", 1000);
     row.reset_period = 2;
     cg_storetest_begin(s);
     cg_status rc =
@@ -349,14 +317,14 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "settings.reset_period: only a tenant budget resets");
 
-    row = budget("s", "", "", 0);
+    row = cg_storetest_budget("s", "", "", 0);
     cg_storetest_begin(s);
     rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "settings.limit_tokens: must be positive");
 
-    row = budget("s", "", "", 10);
+    row = cg_storetest_budget("s", "", "", 10);
     row.mode = 7;
     cg_storetest_begin(s);
     rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
@@ -364,7 +332,7 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert(strncmp(err.msg, "settings.mode:", 14) == 0, "%s", err.msg);
 
-    row = budget("s", "", "", 10);
+    row = cg_storetest_budget("s", "", "", 10);
     cg_storetest_begin(s);
     rc = cg_store_budget_put(s, t.tenant_id, &row, -1, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
@@ -399,7 +367,7 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row row = budget("s", "", "", 1000);
+    struct cg_budget_row row = cg_storetest_budget("s", "", "", 1000);
     struct cg_budget_row out;
     bool created = false;
     struct cg_err err;
@@ -444,7 +412,7 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     cr_assert_eq(out.limit_tokens, 3000);
 
     /* An expected version for a scope that has none yet is refused too. */
-    struct cg_budget_row fresh = budget("s2", "", "", 10);
+    struct cg_budget_row fresh = cg_storetest_budget("s2", "", "", 10);
     cg_storetest_begin(s);
     rc = cg_store_budget_put(s, t.tenant_id, &fresh, 4, NULL, cg_wall_ms(), &out, &created, &err);
     cg_store_rollback(s);
@@ -458,7 +426,7 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     cg_storetest_begin(s);
     (void)read_path(s, t.tenant_id, cg_storetest_scope("", "", ""), rows);
     cg_storetest_commit(s);
-    struct cg_budget_row tenant = budget("", "", "", 1000000);
+    struct cg_budget_row tenant = cg_storetest_budget("", "", "", 1000000);
     tenant.reset_period = 3;
     cg_storetest_begin(s);
     cr_assert_eq(
@@ -483,8 +451,9 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
 
     /* A tenant that does not exist gets nothing, at any level. */
     const char *ghost = "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00";
-    struct cg_budget_row ghost_rows[] = {budget("", "", "", 10), budget("s", "", "", 10),
-                                         budget("s", "t", "", 10)};
+    struct cg_budget_row ghost_rows[] = {cg_storetest_budget("", "", "", 10),
+                                         cg_storetest_budget("s", "", "", 10),
+                                         cg_storetest_budget("s", "t", "", 10)};
     for (size_t i = 0; i < sizeof ghost_rows / sizeof ghost_rows[0]; i++) {
         cg_storetest_begin(s);
         rc = cg_store_budget_put(s, ghost, &ghost_rows[i], 0, NULL, cg_wall_ms(), &out, &created,
@@ -503,13 +472,13 @@ Test(budget_store, path_add_counts_on_every_level_and_never_below_zero, .init = 
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 1000);
-    struct cg_budget_row task = budget("s", "t", "", 500);
-    (void)put(s, t.tenant_id, &session);
-    (void)put(s, t.tenant_id, &task);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
+    struct cg_budget_row task = cg_storetest_budget("s", "t", "", 500);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
+    (void)cg_storetest_put(s, t.tenant_id, &task);
     /* A sibling task, which must not move. */
-    struct cg_budget_row sibling = budget("s", "t2", "", 500);
-    (void)put(s, t.tenant_id, &sibling);
+    struct cg_budget_row sibling = cg_storetest_budget("s", "t2", "", 500);
+    (void)cg_storetest_put(s, t.tenant_id, &sibling);
 
     struct cg_budget_row rows[4];
     struct cg_err err;
@@ -549,7 +518,7 @@ Test(budget_store, path_add_counts_on_every_level_and_never_below_zero, .init = 
 
     /* SetBudget leaves the counters alone. */
     task.limit_tokens = 400;
-    struct cg_budget_row after = put(s, t.tenant_id, &task);
+    struct cg_budget_row after = cg_storetest_put(s, t.tenant_id, &task);
     cr_assert_eq(after.used_tokens, 70);
     cr_assert_eq(after.version, 2);
 
@@ -576,8 +545,8 @@ Test(budget_store, reservation_insert_lock_settle, .init = setup, .fini = teardo
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 1000);
-    (void)put(s, t.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
     struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_reservation res, got;
     struct cg_err err;
@@ -674,8 +643,8 @@ Test(budget_store, an_active_reservation_past_its_expiry_reads_expired, .init = 
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 1000);
-    (void)put(s, t.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
     struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_reservation res, got;
     struct cg_err err;
@@ -705,9 +674,9 @@ Test(budget_store, a_repeated_idempotency_key_replays_the_reservation, .init = s
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
     struct cg_tenant other = make_tenant(s, "other");
-    struct cg_budget_row session = budget("s", "", "", 1000);
-    (void)put(s, t.tenant_id, &session);
-    (void)put(s, other.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
+    (void)cg_storetest_put(s, other.tenant_id, &session);
     struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_reservation first, again;
     struct cg_err err;
@@ -753,10 +722,10 @@ Test(budget_store, ledger_append_and_a_repeated_key, .init = setup, .fini = tear
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 1000);
-    struct cg_budget_row task = budget("s", "t", "", 1000);
-    (void)put(s, t.tenant_id, &session);
-    (void)put(s, t.tenant_id, &task);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
+    struct cg_budget_row task = cg_storetest_budget("s", "t", "", 1000);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
+    (void)cg_storetest_put(s, t.tenant_id, &task);
     struct cg_scope_ids ids = cg_storetest_scope("s", "t", "");
     struct cg_usage first = {.input_tokens = 10,
                              .output_tokens = 20,
@@ -817,8 +786,8 @@ Test(budget_store, a_reservation_reaches_the_ledger_once, .init = setup, .fini =
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 1000);
-    (void)put(s, t.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
     struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_reservation res;
     struct cg_usage usage = {.input_tokens = 5};
@@ -867,7 +836,7 @@ Test(budget_store, rollback_leaves_nothing, .init = setup, .fini = teardown, .ti
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 1000);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
     struct cg_budget_row out, rows[4];
     bool created;
     struct cg_err err;
@@ -942,8 +911,8 @@ Test(budget_store, commit_past_the_deadline_leaves_the_transaction_to_roll_back,
     struct cg_store *s = test_store();
     struct cg_store *other = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 1000);
-    (void)put(s, t.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
     struct cg_budget_row rows[4];
     struct cg_err err;
 
@@ -1062,10 +1031,10 @@ Test(budget_store, concurrent_reservations_never_overspend, .init = setup, .fini
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 100000);
-    struct cg_budget_row task = budget("s", "t", "", LIMIT);
-    (void)put(s, t.tenant_id, &session);
-    (void)put(s, t.tenant_id, &task);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 100000);
+    struct cg_budget_row task = cg_storetest_budget("s", "t", "", LIMIT);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
+    (void)cg_storetest_put(s, t.tenant_id, &task);
 
     struct reserve_job jobs[WORKERS];
     memset(jobs, 0, sizeof jobs);
@@ -1093,15 +1062,15 @@ Test(budget_store, sibling_tasks_share_a_session_without_deadlocks, .init = setu
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", LIMIT);
-    (void)put(s, t.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", LIMIT);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
     struct reserve_job jobs[WORKERS];
     memset(jobs, 0, sizeof jobs);
     for (int i = 0; i < WORKERS; i++) {
         char task_id[16];
         snprintf(task_id, sizeof task_id, "t%d", i);
-        struct cg_budget_row task = budget("s", task_id, "", LIMIT);
-        (void)put(s, t.tenant_id, &task);
+        struct cg_budget_row task = cg_storetest_budget("s", task_id, "", LIMIT);
+        (void)cg_storetest_put(s, t.tenant_id, &task);
         jobs[i].ids = cg_storetest_scope("s", task_id, "");
     }
     run_reservers(t.tenant_id, jobs);
@@ -1214,8 +1183,8 @@ Test(budget_store, a_backend_killed_mid_transaction_is_unavailable_and_applies_n
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 1000);
-    (void)put(s, t.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
     struct cg_scope_ids ids = cg_storetest_scope("s", "", "");
     struct cg_budget_row rows[4];
     struct cg_reservation res;
@@ -1282,8 +1251,8 @@ Test(budget_store, a_lock_wait_cut_off_is_unavailable_not_retried, .init = setup
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "acme");
-    struct cg_budget_row session = budget("s", "", "", 1000);
-    (void)put(s, t.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("s", "", "", 1000);
+    (void)cg_storetest_put(s, t.tenant_id, &session);
     PGconn *locker = cg_pgtest_connect(&T);
     PGconn *admin = cg_pgtest_connect(&T);
     cg_pgtest_exec(locker, "BEGIN");
@@ -1327,8 +1296,8 @@ Test(budget_store, path_peek_reads_without_a_transaction_or_asks_for_one, .init 
     cr_assert_eq(rc, CG_OK, "%s", err.msg);
     cr_assert(need_tx, "a missing tenant row needs a transaction");
 
-    struct cg_budget_row session = budget("s1", "", "", 500);
-    put(s, t.tenant_id, &session);
+    struct cg_budget_row session = cg_storetest_budget("s1", "", "", 500);
+    cg_storetest_put(s, t.tenant_id, &session);
     struct cg_scope_ids ids = cg_storetest_scope("s1", "", "");
     rc = cg_store_path_peek(s, t.tenant_id, &ids, cg_wall_ms(), rows, &n, &need_tx, &err);
     cr_assert_eq(rc, CG_OK, "%s", err.msg);
@@ -1380,8 +1349,8 @@ Test(budget_store, counter_writes_are_hot_updates, .init = setup, .fini = teardo
 {
     struct cg_store *s = test_store();
     struct cg_tenant t = make_tenant(s, "hot");
-    struct cg_budget_row session = budget("s1", "", "", 1000);
-    put(s, t.tenant_id, &session); /* the tenant's row and the session's */
+    struct cg_budget_row session = cg_storetest_budget("s1", "", "", 1000);
+    cg_storetest_put(s, t.tenant_id, &session); /* the tenant's row and the session's */
     cg_store_free(s);
     PGconn *db = cg_pgtest_connect(&T);
     cg_pgtest_exec(db, "BEGIN");

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/clock.h"
+
 struct cg_store *cg_storetest_store(const struct cg_pgtest *t)
 {
     struct cg_store_opts opts = cg_pgtest_store_opts(t);
@@ -46,4 +48,34 @@ void cg_storetest_commit(struct cg_store *s)
     struct cg_err err;
     cg_status rc = cg_store_commit(s, &err);
     cr_assert_eq(rc, CG_OK, "commit: %s %s", cg_status_name(rc), err.msg);
+}
+
+struct cg_budget_row cg_storetest_budget(const char *session_id, const char *task_id,
+                                         const char *agent_id, int64_t limit_tokens)
+{
+    struct cg_budget_row row;
+    memset(&row, 0, sizeof row);
+    row.ids = cg_storetest_scope(session_id, task_id, agent_id);
+    row.has_budget = true;
+    row.mode = 1;
+    row.limit_tokens = limit_tokens;
+    row.warning_ratio = 0.8;
+    row.on_store_failure = 1;
+    row.reset_period = 1;
+    row.reservation_ttl_ms = 300000;
+    return row;
+}
+
+struct cg_budget_row cg_storetest_put(struct cg_store *s, const char *tenant_id,
+                                      const struct cg_budget_row *row)
+{
+    struct cg_budget_row out;
+    bool created = false;
+    struct cg_err err;
+    cg_storetest_begin(s);
+    cg_status rc =
+        cg_store_budget_put(s, tenant_id, row, 0, "ci-key", cg_wall_ms(), &out, &created, &err);
+    cr_assert_eq(rc, CG_OK, "budget_put: %s %s", cg_status_name(rc), err.msg);
+    cg_storetest_commit(s);
+    return out;
 }
