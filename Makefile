@@ -12,24 +12,32 @@ export JOBS BUILD_TYPE FUZZ_SECONDS
 
 FORMAT_DIRS := server client tests
 
-.PHONY: help deps build build-asan run stop status test test-unit test-asan fuzz bench \
+PREFIX ?= /usr/local
+export PREFIX
+
+.PHONY: help deps build build-asan install run stop status test test-unit test-asan fuzz bench \
         format format-check helm-check clean distclean
 
 help: ## this list
 	@echo "ctxguard make targets:"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
 	    awk 'BEGIN { FS = ":.*## " } { printf "  %-13s %s\n", $$1, $$2 }'
-	@echo "variables: JOBS=$(JOBS) BUILD_TYPE=$(BUILD_TYPE) FUZZ_SECONDS=$(FUZZ_SECONDS)" \
+	@echo "variables: JOBS=$(JOBS) BUILD_TYPE=$(BUILD_TYPE) FUZZ_SECONDS=$(FUZZ_SECONDS) PREFIX=$(PREFIX)" \
 	      "TEST_LABEL=unit|integration|e2e TEST_REGEX=..."
 
-deps: ## install the Debian packages that are missing (apt)
-	scripts/deps.sh
+deps: ## install every Debian package the targets below need (apt; scripts/deps.sh --list)
+	scripts/deps.sh all
 
-build: deps ## build build/bin/ctxguard and build/bin/ctxguardctl (and the tests)
+build: ## build build/bin/ctxguard and build/bin/ctxguardctl (and the tests)
+	scripts/deps.sh build
 	scripts/build.sh build
 
-build-asan: deps ## the same with AddressSanitizer + UBSan, in build-asan/
+build-asan: ## the same with AddressSanitizer + UBSan, in build-asan/
+	scripts/deps.sh build
 	scripts/build.sh build-asan -DCG_SANITIZE=ON
+
+install: build ## install into PREFIX (default /usr/local; DESTDIR honoured): bin/, share/ctxguard, docs
+	cmake --install build --prefix "$(PREFIX)"
 
 run: ## start PostgreSQL, Redis and the server under .run/ and show a call
 	scripts/run.sh
@@ -53,6 +61,7 @@ fuzz: ## build the libFuzzer targets with clang and run each FUZZ_SECONDS
 	scripts/fuzz.sh
 
 bench: build ## run the benchmarks (bench/run.sh)
+	scripts/deps.sh dev
 	@if [[ -x bench/run.sh ]]; then bench/run.sh; \
 	 elif [[ -f bench/run.sh ]]; then bash bench/run.sh; \
 	 else echo "bench/run.sh does not exist yet"; exit 1; fi

@@ -3,30 +3,71 @@
 #
 # Idempotent and fast: when every package is already installed it only asks dpkg and
 # exits. Otherwise it runs `apt-get update` once and installs what is missing, without
-# recommends, non-interactively. As root it runs apt-get directly; otherwise through
-# sudo when sudo is there, else it prints the command to run and fails.
+# recommends (so every package a step needs is named here, never assumed to come along),
+# non-interactively. As root it runs apt-get directly; otherwise through sudo when sudo is
+# there, else it prints the command to run and fails.
 #
-#   scripts/deps.sh            install what is missing
-#   scripts/deps.sh --check    exit 1 (and list them) if any package is missing
+#   scripts/deps.sh [GROUP...]          install what GROUPs need (default: all)
+#   scripts/deps.sh --check [GROUP...]  exit 1 (and list them) if any package is missing
+#   scripts/deps.sh --list [GROUP...]   print the packages, one a line
+#
+# Groups: build (build, `make run` and `make test`), dev (fuzzing, sanitizers, `make format`,
+# benchmarks), image (`make image`), chart (`make chart-check`); `all` is every group.
 set -euo pipefail
 
-PACKAGES=(
-    # build
+# Building, running and testing: the compiler and CMake, gRPC C core and protobuf-c with the
+# .proto files they compile (libprotobuf-dev ships google/protobuf/descriptor.proto, which
+# protobuf-compiler only recommends), the store, crypto, JSON and HTTP libraries, the
+# throwaway PostgreSQL and Redis, python3 (run.sh reads the CLI's JSON with it;
+# fetch_tokens.sh converts the rank data), the CA certificates npm's HTTPS needs, iproute2
+# (ss: which ports are free); for the tests Criterion, Python grpcio and protobuf (stubs from
+# the system protoc and grpc_tools), tzdata (zoneinfo in the reset tests) and the openssl
+# CLI (the TLS tests make their certificates). Node.js and npm are handled below.
+BUILD_PACKAGES=(
     build-essential cmake pkg-config
-    # gRPC C core and protobuf-c
-    libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler grpc-proto
-    # stores, crypto, JSON, HTTP (the LLM client)
-    libpq-dev libhiredis-dev libssl-dev libjansson-dev libyajl-dev
-    libcurl4-openssl-dev
-    # tests
-    libcriterion-dev
-    # the throwaway services of `make run` / `make test`
+    libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
+    grpc-proto
+    libpq-dev libhiredis-dev libssl-dev libjansson-dev libyajl-dev libcurl4-openssl-dev
     postgresql redis-server
-    # e2e tests and load generation
-    nghttp2-client python3-grpcio python3-grpc-tools python3-protobuf
-    # fuzz and sanitizer builds, `make format`
-    clang libclang-rt-14-dev clang-format
+    python3 ca-certificates iproute2
+    libcriterion-dev python3-grpcio python3-grpc-tools python3-protobuf tzdata openssl
 )
+# Fuzz and sanitizer builds, `make format`, the load generator of the benchmarks.
+DEV_PACKAGES=(clang libclang-rt-14-dev clang-format nghttp2-client)
+# `make image`: buildah builds the Containerfile; mmdebstrap makes the base image when
+# debian:bookworm-slim is not in local storage.
+IMAGE_PACKAGES=(buildah mmdebstrap uidmap)
+# `make chart-check`: Go's text/template with sprig (helm's template language) renders the
+# chart; the Kubernetes API schemas and their validator come from npm (pinned in a lockfile).
+CHART_PACKAGES=(golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev)
+
+GROUPS_WANTED=()
+MODE=install
+for arg in "$@"; do
+    case $arg in
+    --check) MODE=check ;;
+    --list) MODE=list ;;
+    build | dev | image | chart | all) GROUPS_WANTED+=("$arg") ;;
+    *)
+        echo "deps: unknown argument '$arg' (groups: build dev image chart all)" >&2
+        exit 2
+        ;;
+    esac
+done
+((${#GROUPS_WANTED[@]} > 0)) || GROUPS_WANTED=(all)
+
+PACKAGES=()
+for group in "${GROUPS_WANTED[@]}"; do
+    case $group in
+    build) PACKAGES+=("${BUILD_PACKAGES[@]}") ;;
+    dev) PACKAGES+=("${BUILD_PACKAGES[@]}" "${DEV_PACKAGES[@]}") ;;
+    image) PACKAGES+=("${IMAGE_PACKAGES[@]}") ;;
+    chart) PACKAGES+=("${CHART_PACKAGES[@]}") ;;
+    all) PACKAGES+=("${BUILD_PACKAGES[@]}" "${DEV_PACKAGES[@]}" "${IMAGE_PACKAGES[@]}"
+        "${CHART_PACKAGES[@]}") ;;
+    esac
+done
+mapfile -t PACKAGES < <(printf '%s\n' "${PACKAGES[@]}" | awk '!seen[$0]++')
 
 missing_packages() {
     # One dpkg-query for all of them; unknown packages are simply absent from its output.
@@ -41,6 +82,11 @@ missing_packages() {
     done
 }
 
+if [[ $MODE == list ]]; then
+    printf '%s\n' "${PACKAGES[@]}"
+    exit 0
+fi
+
 mapfile -t MISSING < <(missing_packages)
 # Node.js and npm fetch the tokenizer's rank data (scripts/fetch_tokens.sh) and the npm
 # packages the token tests compare against. Any node >= 18 will do: Debian's when none is
@@ -52,7 +98,7 @@ if ((${#MISSING[@]} == 0)); then
     exit 0
 fi
 
-if [[ "${1:-}" == "--check" ]]; then
+if [[ $MODE == check ]]; then
     echo "deps: missing packages: ${MISSING[*]}" >&2
     exit 1
 fi

@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 BUILD_DIR=build-fuzz
 
-scripts/deps.sh
+scripts/deps.sh dev
 CC=clang scripts/build.sh "$BUILD_DIR" -DCMAKE_C_COMPILER=clang -DCG_FUZZ=ON -DCG_TESTS=OFF
 
 mapfile -t ALL < <(find "$BUILD_DIR" -path "$BUILD_DIR/CMakeFiles" -prune -o \

@@ -157,7 +157,7 @@ run) ;;
 esac
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-    scripts/deps.sh
+    scripts/deps.sh build
     scripts/build.sh "$BUILD_DIR"
 fi
 [[ -x $SERVER && -x $CTL ]] || die "$SERVER or $CTL is missing after the build"

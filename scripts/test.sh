@@ -17,7 +17,7 @@ ROOT=$(pwd)
 
 log() { printf 'test: %s\n' "$*" >&2; }
 
-scripts/deps.sh
+scripts/deps.sh build
 
 if [[ ${CG_SANITIZE:-0} == 1 || ${CG_SANITIZE:-} == ON ]]; then
     BUILD_DIR=build-asan
