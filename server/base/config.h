@@ -69,8 +69,9 @@
        "apply pending migrations at start-up (under an advisory lock)")                            \
     XX(model_map, STR, "", 0, 0, NULL,                                                             \
        "models added or re-mapped: PREFIX=ENCODING|PROFILE[@WINDOW];... (see core/models.h)")      \
-    XX(token_data_dir, STR, CG_TOKDATA_DIR, 0, 0, NULL,                                            \
-       "directory of the tokenizer rank data (cl100k_base.cgtok, o200k_base.cgtok)")               \
+    XX(token_data_dir, STR, "", 0, 0, NULL,                                                        \
+       "directory of the tokenizer rank data (cl100k_base.cgtok, o200k_base.cgtok); empty: "       \
+       "share/ctxguard beside the program's bin/ (the install's, or the build tree's)")            \
     XX(prices, STR, "", 0, 0, NULL,                                                                \
        "price table: MODEL=IN/OUT[/CACHE_READ[/CACHE_WRITE]];... in USD per million tokens")       \
     XX(log_level, ENUM, "info", 0, 0, "debug|info|warn|error",                                     \
@@ -146,7 +147,9 @@ cg_status cg_config_load(struct cg_config *cfg, struct cg_config_cli *cli, int a
 /* Checks rules that span keys (tls_cert needs tls_key, admin_key length, ...). */
 cg_status cg_config_validate(const struct cg_config *cfg, struct cg_err *err) CG_MUST_CHECK;
 
-/* Writes every key as `key = value  # origin`, secrets and DSN passwords redacted. */
+/* Writes every key as `key = value # origin`, in the config file's syntax so that the output
+ * can be read back with --config. A secret that is set, and a DSN holding a password, are
+ * written as comment lines (redacted) instead: they never appear in the output. */
 void cg_config_print(const struct cg_config *cfg, FILE *out);
 
 /* Writes the table: key, env var, type, default and help (for --help and the README). */

@@ -12,13 +12,34 @@
 
 #include "base/crypto.h"
 
-#ifndef CG_TOKDATA_DIR
-#define CG_TOKDATA_DIR "/usr/local/share/ctxguard"
-#endif
-
-const char *cg_tokdata_default_dir(void)
+cg_status cg_tokdata_default_dir(char *buf, size_t size, struct cg_err *err)
 {
-    return CG_TOKDATA_DIR;
+    if (size > 0)
+        buf[0] = '\0';
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0 || (size_t)n >= sizeof exe - 1)
+        return cg_err_set(err, CG_CONFIG,
+                          "token data: cannot find the program's directory (/proc/self/exe: %s); "
+                          "set token_data_dir",
+                          n < 0 ? strerror(errno) : "path too long");
+    exe[n] = '\0';
+    /* <dir>/bin/ctxguard -> <dir>; the program's own directory is dropped first, then its
+     * parent, so that share/ is its sibling. */
+    for (int level = 0; level < 2; level++) {
+        char *slash = strrchr(exe, '/');
+        if (slash == NULL)
+            return cg_err_set(err, CG_CONFIG, "token data: program path '%s' has no directory",
+                              exe);
+        *slash = '\0';
+    }
+    int w = snprintf(buf, size, "%s/share/ctxguard", exe);
+    if (w < 0 || (size_t)w >= size) {
+        if (size > 0)
+            buf[0] = '\0';
+        return cg_err_set(err, CG_CONFIG, "token data: default directory path too long");
+    }
+    return CG_OK;
 }
 
 static uint32_t get_u32(const unsigned char *p)
@@ -61,9 +82,15 @@ cg_status cg_tokdata_load(const char *dir, const char *encoding, struct cg_tokda
     if (encoding == NULL || encoding[0] == '\0' || strlen(encoding) > 16 ||
         strchr(encoding, '/') != NULL)
         return cg_err_set(err, CG_CONFIG, "token data: invalid encoding name");
+    char default_dir[4096];
+    if (dir == NULL || dir[0] == '\0') {
+        rc = cg_tokdata_default_dir(default_dir, sizeof default_dir, err);
+        if (rc != CG_OK)
+            return rc;
+        dir = default_dir;
+    }
     char path[4096];
-    int w =
-        snprintf(path, sizeof path, "%s/%s.cgtok", dir != NULL ? dir : CG_TOKDATA_DIR, encoding);
+    int w = snprintf(path, sizeof path, "%s/%s.cgtok", dir, encoding);
     if (w < 0 || (size_t)w >= sizeof path)
         return cg_err_set(err, CG_CONFIG, "token data: directory path too long");
     fd = open(path, O_RDONLY | O_CLOEXEC);

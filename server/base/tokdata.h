@@ -7,7 +7,10 @@
  * cg_tok_encoding_new() and then drops the mapping. Meant for server start: every failure
  * says which file and what is wrong, so that the server can refuse to start with that line.
  *
- * Default directory: CG_TOKDATA_DIR, set by the build to <build>/share/ctxguard.
+ * Default directory: share/ctxguard beside the directory of the running program, found from
+ * /proc/self/exe: <prefix>/bin/ctxguard reads <prefix>/share/ctxguard, where `cmake --install`
+ * puts the files, and <build>/bin/ctxguard (or <build>/tests/...) reads <build>/share/ctxguard,
+ * where the build makes them. No path of the build machine is compiled in.
  */
 #ifndef CG_BASE_TOKDATA_H
 #define CG_BASE_TOKDATA_H
@@ -29,10 +32,13 @@ struct cg_tokdata {
     char name[17]; /* the encoding name from the header */
 };
 
-/* The directory the build put the rank data in ("<build>/share/ctxguard"); static string. */
-const char *cg_tokdata_default_dir(void);
+/* Writes the default directory (see above) to buf[0..size): "<dir of the program>/../share/
+ * ctxguard", the program's directory resolved through /proc/self/exe (symbolic links
+ * followed). On error (no /proc, a path longer than size) returns CG_CONFIG with err saying so
+ * and buf empty. Thread-safe. */
+cg_status cg_tokdata_default_dir(char *buf, size_t size, struct cg_err *err) CG_MUST_CHECK;
 
-/* Maps dir/<encoding>.cgtok (dir NULL means the default directory) into *out after checking
+/* Maps dir/<encoding>.cgtok (dir NULL or "" means the default directory) into *out after checking
  * that it is a complete, uncorrupted rank file of that encoding. On error returns CG_CONFIG
  * (missing, unreadable, wrong encoding, corrupt: err names the path and the problem, and
  * suggests rebuilding when the file is missing) or CG_NOMEM, and *out is empty. Release with

@@ -78,8 +78,13 @@ static cg_status load_one(const char *dir, const char *name, struct cg_tok_encod
 cg_status cg_rpc_tokenizers_load(const char *dir, struct cg_rpc_tokenizers *out, struct cg_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (dir == NULL || dir[0] == '\0')
-        dir = cg_tokdata_default_dir();
+    char default_dir[4096];
+    if (dir == NULL || dir[0] == '\0') {
+        cg_status st = cg_tokdata_default_dir(default_dir, sizeof default_dir, err);
+        if (st != CG_OK)
+            return st;
+        dir = default_dir;
+    }
     cg_status st = load_one(dir, "cl100k_base", &out->cl100k_base, err);
     if (st == CG_OK)
         st = load_one(dir, "o200k_base", &out->o200k_base, err);

@@ -61,7 +61,20 @@ Test(tokdata, a_good_file_loads_and_builds_an_encoding)
     cg_tokdata_cleanup(&data);
     cr_expect_eq(cg_tok_count(enc, "abc abcd", 8, false), 1 + 3, "[abc] then [ ab][c][d]... ");
     cg_tok_encoding_free(enc);
-    cr_expect_str_neq(cg_tokdata_default_dir(), "");
+    /* The default is share/ctxguard beside the directory this test program runs from. */
+    char def[4096], exe[4096];
+    cr_assert_eq(cg_tokdata_default_dir(def, sizeof def, &err), CG_OK, "%s", err.msg);
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    cr_assert_gt(n, 0);
+    exe[n] = '\0';
+    *strrchr(exe, '/') = '\0'; /* .../build/tests */
+    *strrchr(exe, '/') = '\0'; /* .../build */
+    char want[4200];
+    snprintf(want, sizeof want, "%s/share/ctxguard", exe);
+    cr_expect_str_eq(def, want);
+    char small[8];
+    cr_expect_eq(cg_tokdata_default_dir(small, sizeof small, &err), CG_CONFIG);
+    cr_expect_str_eq(small, "", "a path that does not fit leaves the buffer empty");
 }
 
 static void expect_refused(const char *encoding, const char *needle)
