@@ -20,12 +20,6 @@ struct cfg_row {
     size_t offset;
 };
 
-/* token_data_dir's default: where the build writes the rank data (cmake/tokdata.cmake
- * defines it for this library; base/tokdata.c has the same fallback). */
-#ifndef CG_TOKDATA_DIR
-#define CG_TOKDATA_DIR "/usr/local/share/ctxguard"
-#endif
-
 static const struct cfg_row rows[] = {
 #define CG_CFG_ROW(key, type, def, min, max, choices, help)                                        \
     {#key, T_##type, def, min, max, choices, help, offsetof(struct cg_config, key)},
@@ -224,6 +218,39 @@ static char *trim(char *s)
     return s;
 }
 
+/* Turns the text after '=' (trimmed) into the value, in place: a quoted value ("...", with \"
+ * and \\ as the only escapes, as cg_config_print writes them) ends at its closing quote, and
+ * only a comment may follow it; an unquoted value ends before a '#' that starts the text or
+ * follows white space. Returns NULL, or what is wrong. */
+static const char *parse_value(char *value)
+{
+    if (value[0] == '"') {
+        char *in = value + 1, *out = value;
+        for (; *in != '"'; in++) {
+            if (*in == '\0')
+                return "no closing quote";
+            if (*in == '\\' && (in[1] == '"' || in[1] == '\\'))
+                in++;
+            *out++ = *in;
+        }
+        *out = '\0';
+        char *rest = trim(in + 1);
+        if (*rest != '\0' && *rest != '#')
+            return "only a comment may follow the closing quote";
+        return NULL;
+    }
+    for (char *c = value; *c != '\0'; c++) {
+        if (*c == '#' && (c == value || isspace((unsigned char)c[-1]))) {
+            *c = '\0';
+            break;
+        }
+    }
+    char *end = value + strlen(value);
+    while (end > value && isspace((unsigned char)end[-1]))
+        *--end = '\0';
+    return NULL;
+}
+
 cg_status cg_config_load_file(struct cg_config *cfg, const char *path, struct cg_err *err)
 {
     FILE *f = fopen(path, "r");
@@ -253,10 +280,11 @@ cg_status cg_config_load_file(struct cg_config *cfg, const char *path, struct cg
         *eq = '\0';
         char *key = trim(s);
         char *value = trim(eq + 1);
-        size_t vlen = strlen(value);
-        if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {
-            value[vlen - 1] = '\0';
-            value++;
+        const char *problem = parse_value(value);
+        if (problem != NULL) {
+            st = cg_err_set(err, CG_CONFIG, "config file '%.80s' line %d: key '%.40s': %s", path,
+                            lineno, key, problem);
+            break;
         }
         char origin[128];
         snprintf(origin, sizeof origin, "file %.90s:%d", path, lineno);
@@ -479,38 +507,69 @@ void cg_config_redact_dsn(const char *dsn, char *out, size_t cap)
     out[o] = '\0';
 }
 
+/* Writes s as a quoted config-file value: \" and \\ escaped (parse_value reads them back). */
+static void print_quoted(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s != '\0'; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', out);
+        fputc(*s, out);
+    }
+    fputc('"', out);
+}
+
 void cg_config_print(const struct cg_config *cfg, FILE *out)
 {
+    fputs("# ctxguard --print-config: every key, its value and where it came from. Read back\n"
+          "# with --config FILE; secrets are never printed, so a key holding one is a comment\n"
+          "# here and must come from the environment (or be written in by hand).\n",
+          out);
     for (size_t i = 0; i < ROW_COUNT; i++) {
         const struct cfg_row *row = &rows[i];
         const char *field = (const char *)cfg + row->offset;
         const char *origin = cfg->origin[i] ? cfg->origin[i] : "default";
-        char buf[LINE_CAP + 8];
+        const char *text = is_text(row->type) ? *(char *const *)field : NULL;
+        if (row->type == T_SECRET && text[0] != '\0') {
+            fprintf(out, "# %-22s = (a secret, from %s: not printed)\n", row->key, origin);
+            continue;
+        }
+        if (row->type == T_DSN) {
+            char red[LINE_CAP + 1];
+            cg_config_redact_dsn(text, red, sizeof red);
+            if (strcmp(red, text) != 0) {
+                fprintf(out, "# %-22s = ", row->key);
+                print_quoted(out, red);
+                fprintf(out, " # %s; its password is not printed\n", origin);
+                continue;
+            }
+        }
+        fprintf(out, "%-24s = ", row->key);
         switch (row->type) {
         case T_SECRET:
-            snprintf(buf, sizeof buf, "%s", (*(char *const *)field)[0] ? "\"****\"" : "\"\"");
-            break;
-        case T_DSN: {
-            char red[LINE_CAP + 1];
-            cg_config_redact_dsn(*(char *const *)field, red, sizeof red);
-            snprintf(buf, sizeof buf, "\"%s\"", red);
-            break;
-        }
+        case T_DSN:
         case T_STR:
         case T_ENUM:
-            snprintf(buf, sizeof buf, "\"%s\"", *(char *const *)field);
+            print_quoted(out, text);
             break;
         case T_INT:
-            snprintf(buf, sizeof buf, "%lld", (long long)*(const int64_t *)field);
+            fprintf(out, "%lld", (long long)*(const int64_t *)field);
             break;
-        case T_DOUBLE:
-            snprintf(buf, sizeof buf, "%g", *(const double *)field);
-            break;
-        case T_BOOL:
-            snprintf(buf, sizeof buf, "%s", *(const bool *)field ? "true" : "false");
+        case T_DOUBLE: {
+            /* The shortest of 15 and 17 digits that reads back as the same number. */
+            double v = *(const double *)field;
+            char num[32];
+            snprintf(num, sizeof num, "%.15g", v);
+            if (strtod(num, NULL) != v)
+                snprintf(num, sizeof num, "%.17g", v);
+            fputs(num, out);
             break;
         }
-        fprintf(out, "%-24s = %-40s # %s\n", row->key, buf, origin);
+        case T_BOOL:
+            fputs(*(const bool *)field ? "true" : "false", out);
+            break;
+        }
+        fprintf(out, " # %s\n", origin);
     }
 }
 

@@ -1321,14 +1321,20 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
     if (srv->pool == NULL)
         goto fail;
 
-    grpc_arg args[2];
+    grpc_arg args[3];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = (int)cfg->max_message_bytes;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = (int)cfg->max_message_bytes;
-    grpc_channel_args chargs = {2, args};
+    /* C core sets SO_REUSEPORT by default: a second server on a port already in use would
+     * then start too and the kernel would split the connections between the two. Off, the
+     * bind fails and the server refuses to start. */
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
+    args[2].value.integer = 0;
+    grpc_channel_args chargs = {3, args};
     srv->server = grpc_server_create(&chargs, NULL);
 
     srv->methods = cg_rpc_methods(&srv->nmethods);
@@ -1380,7 +1386,10 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
     srv->port = grpc_server_add_http2_port(srv->server, cfg->listen, creds);
     grpc_server_credentials_release(creds);
     if (srv->port == 0) {
-        cg_err_set(err, CG_CONFIG, "config key 'listen': cannot listen on '%.80s'", cfg->listen);
+        cg_err_set(err, CG_CONFIG,
+                   "config key 'listen': cannot listen on '%.80s' (is another process "
+                   "listening on that port?)",
+                   cfg->listen);
         goto fail;
     }
     grpc_server_start(srv->server);

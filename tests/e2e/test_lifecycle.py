@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 
@@ -252,7 +253,41 @@ class Config(cgtest.TestCase):
                 # The rest is shown, with where it came from.
                 self.assertIn("db.example", r.stdout)
                 self.assertIn("cache.example", r.stdout)
-                self.assertRegex(r.stdout, r"(?m)^admin_key\s*=.*env")
+                self.assertRegex(r.stdout, r"(?m)^# admin_key\s*=.*env")
+
+    def test_print_config_output_is_a_config_file(self):
+        # Values with quotes, '#' and backslashes; a password in the DSN.
+        env = {"CTXGUARD_LLM_MODEL": 'm "x" # y \\ z', "CTXGUARD_WORKERS": "3",
+               "CTXGUARD_PG_DSN": "postgresql://u:pw123456@db.example:5432/ctxguard",
+               "CTXGUARD_LOG_FORMAT": "json", "CTXGUARD_LLM_TEMPERATURE": "0.7"}
+        first = run_ctxguard(["--print-config"], env)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertNotIn("pw123456", first.stdout)
+        with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as f:
+            f.write(first.stdout)
+        self.addCleanup(os.unlink, f.name)
+        # Read back with nothing from the environment but the DSN (commented out there).
+        again = run_ctxguard(["--config", f.name, "--print-config"],
+                             {"CTXGUARD_PG_DSN": "postgresql://postgres@127.0.0.1:1/none"})
+        self.assertEqual(again.returncode, 0, again.stderr)
+
+        def values(text):
+            out = {}
+            for line in text.splitlines():
+                if line.startswith("#") or "=" not in line:
+                    continue
+                key, rest = line.split("=", 1)
+                out[key.strip()] = rest.rsplit(" # ", 1)[0].strip()
+            return out
+        a, b = values(first.stdout), values(again.stdout)
+        self.assertNotIn("pg_dsn", a, "a DSN with a password is a comment line")
+        self.assertIn("# pg_dsn", first.stdout)
+        del b["pg_dsn"]
+        self.assertGreater(len(a), 20)
+        self.assertEqual(a, b)
+        self.assertEqual(b["llm_model"], '"m \\"x\\" # y \\\\ z"')
+        self.assertEqual(b["workers"], "3")
+        self.assertRegex(again.stdout, r"(?m)^workers\s*= 3 # file ")
 
     def test_print_config_precedence(self):
         # defaults < environment < flags
@@ -262,6 +297,20 @@ class Config(cgtest.TestCase):
         self.assertRegex(r.stdout, r"(?m)^io_threads\s*=\s*3\b")
         self.assertRegex(r.stdout, r"(?m)^slots_per_method\s*=\s*7\b")
         self.assertRegex(r.stdout, r"(?m)^workers\s*=\s*0\b")
+
+
+class OnePort(cgtest.TestCase):
+    def test_second_server_on_a_taken_port_fails_at_start(self):
+        first = cgtest.start_server(self)
+        r = run_ctxguard([], {"CTXGUARD_LISTEN": f"127.0.0.1:{first.port}",
+                              "CTXGUARD_PG_DSN": first.dsn,
+                              "CTXGUARD_ADMIN_KEY": first.admin_key}, timeout=30)
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn("listen", r.stderr)
+        self.assertIn(f"127.0.0.1:{first.port}", r.stderr)
+        self.assertIn("another process", r.stderr)
+        # The first one still has the port, and answers.
+        self.assertEqual(cgtest.health_check(first.channel()).status, cgtest.health.SERVING)
 
 
 class Logs(cgtest.TestCase):

@@ -171,8 +171,14 @@ Test(config, print_redacts_secrets_and_passwords, .timeout = 10)
     cr_assert(strstr(buf, "supersecretadminkey123") == NULL);
     cr_assert(strstr(buf, "hunter2") == NULL);
     cr_assert(strstr(buf, "redispass") == NULL);
-    cr_assert(strstr(buf, "postgresql://app:****@db:5432/ctxguard") != NULL, "%s", buf);
-    cr_assert(strstr(buf, "redis://:****@cache:6379/0") != NULL, "%s", buf);
+    /* Lines with a secret are comments, redacted: read back, they set nothing. */
+    cr_assert(
+        strstr(buf, "\n# pg_dsn                 = \"postgresql://app:****@db:5432/ctxguard\"") !=
+            NULL,
+        "%s", buf);
+    cr_assert(strstr(buf, "\n# redis_url              = \"redis://:****@cache:6379/0\"") != NULL,
+              "%s", buf);
+    cr_assert(strstr(buf, "\n# admin_key              = (a secret, from env") != NULL, "%s", buf);
     cr_assert(strstr(buf, "# env") != NULL);
     free(buf);
     cg_config_cleanup(&cfg);
@@ -189,4 +195,95 @@ Test(config, redact_keyword_dsn, .timeout = 10)
     cr_assert_str_eq(out, "postgresql://db/x?user=a&password=****&sslmode=off");
     cg_config_redact_dsn("postgresql://postgres@127.0.0.1:5/x", out, sizeof out);
     cr_assert_str_eq(out, "postgresql://postgres@127.0.0.1:5/x");
+}
+
+/* Prints cfg into a temporary file and returns its path (static storage). */
+static char *print_to_file(const struct cg_config *cfg)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cg_config_print(cfg, f);
+    fclose(f);
+    char *path = write_temp(buf);
+    free(buf);
+    return path;
+}
+
+Test(config, print_config_reads_back_as_the_same_config, .timeout = 10)
+{
+    struct cg_config cfg, again;
+    struct cg_config_cli cli;
+    struct cg_err err;
+    char *argv[] = {"ctxguard", "--llm-temperature=0.123456789", NULL};
+    /* Values with what a naive reader would take for quotes or comments. */
+    char *envp[] = {"CTXGUARD_MODEL_MAP=my-model=o200k_base@64000;x=cl100k_base",
+                    "CTXGUARD_LLM_MODEL=a \"quoted\" # not a comment \\ end",
+                    "CTXGUARD_WORKERS=3",
+                    "CTXGUARD_WRITE_BATCHING=false",
+                    "CTXGUARD_LOG_FORMAT=json",
+                    NULL};
+    cr_assert_eq(load(&cfg, &cli, 2, argv, envp, &err), CG_OK, "%s", err.msg);
+    char *path = print_to_file(&cfg);
+    cr_assert_eq(cg_config_init(&again), CG_OK);
+    cr_assert_eq(cg_config_load_file(&again, path, &err), CG_OK, "%s", err.msg);
+    unlink(path);
+    cr_expect_str_eq(again.model_map, "my-model=o200k_base@64000;x=cl100k_base");
+    cr_expect_str_eq(again.llm_model, "a \"quoted\" # not a comment \\ end");
+    cr_expect_eq(again.workers, 3);
+    cr_expect_eq(again.write_batching, false);
+    cr_expect_str_eq(again.log_format, "json");
+    cr_expect_eq(again.llm_temperature, 0.123456789);
+    /* Printed again, the values are the same; only the origins differ. */
+    char *first = NULL, *second = NULL;
+    size_t n1 = 0, n2 = 0;
+    FILE *f1 = open_memstream(&first, &n1), *f2 = open_memstream(&second, &n2);
+    cg_config_print(&cfg, f1);
+    cg_config_print(&again, f2);
+    fclose(f1);
+    fclose(f2);
+    char *save1, *save2;
+    char *l1 = strtok_r(first, "\n", &save1), *l2 = strtok_r(second, "\n", &save2);
+    for (; l1 != NULL && l2 != NULL;
+         l1 = strtok_r(NULL, "\n", &save1), l2 = strtok_r(NULL, "\n", &save2)) {
+        char *c1 = strstr(l1, " # "), *c2 = strstr(l2, " # ");
+        if (l1[0] != '#' && c1 != NULL && c2 != NULL) {
+            *strrchr(l1, '#') = '\0';
+            *strrchr(l2, '#') = '\0';
+        }
+        cr_expect_str_eq(l1, l2);
+    }
+    cr_expect(l1 == NULL && l2 == NULL, "as many lines");
+    free(first);
+    free(second);
+    cg_config_cleanup(&again);
+    cg_config_cleanup(&cfg);
+}
+
+Test(config, file_values_quotes_and_comments, .timeout = 10)
+{
+    char *path = write_temp("# a comment\n"
+                            "workers = 4 # four\n"
+                            "llm_model = \"m#1\" # the model\n"
+                            "model_map = x=o200k_base#not-a-comment\n");
+    struct cg_config cfg;
+    struct cg_err err;
+    cr_assert_eq(cg_config_init(&cfg), CG_OK);
+    cr_assert_eq(cg_config_load_file(&cfg, path, &err), CG_OK, "%s", err.msg);
+    cr_expect_eq(cfg.workers, 4);
+    cr_expect_str_eq(cfg.llm_model, "m#1");
+    cr_expect_str_eq(cfg.model_map, "x=o200k_base#not-a-comment");
+    cg_config_cleanup(&cfg);
+    unlink(path);
+
+    static const char *const bad[] = {"llm_model = \"open\n", "llm_model = \"a\" b\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        path = write_temp(bad[i]);
+        cr_assert_eq(cg_config_init(&cfg), CG_OK);
+        cr_expect_eq(cg_config_load_file(&cfg, path, &err), CG_CONFIG, "%s", bad[i]);
+        cr_expect(strstr(err.msg, "'llm_model'") != NULL && strstr(err.msg, "line 1:") != NULL,
+                  "%s", err.msg);
+        cg_config_cleanup(&cfg);
+        unlink(path);
+    }
 }
