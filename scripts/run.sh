@@ -8,14 +8,19 @@
 #   scripts/run.sh status   what runs
 #
 # Files in .run/: env (DSN and Redis URL), admin_key (0600, made once), target
-# (host:port of the server), ctxguard.pid, ctxguard.log, demo_key (0600).
-# CTXGUARD_PORT picks the port (default 50051, or a free one if that is taken);
-# other CTXGUARD_* settings of the server (CTXGUARD_LOG_LEVEL=debug...) pass through.
-# BUILD_DIR (default build) says which build to run; SKIP_BUILD=1 skips deps and build.
+# (host:port of the server), ctxguard.pid, ctxguard.log, demo_key (0600, made once and
+# reused while the server accepts it).
+# CTXGUARD_PORT picks the port (default 50051, or a free one if that is taken: .run/target
+# says which); other CTXGUARD_* settings of the server (CTXGUARD_LOG_LEVEL=debug...) pass
+# through. BUILD_DIR (default build) says which build to run; SKIP_BUILD=1 skips deps and
+# build; RUN_DIR (default .run) where the files and the services live.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
-RUN=$ROOT/.run
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+RUN=${RUN_DIR:-$ROOT/.run}
+[[ $RUN == /* ]] || RUN=$ROOT/$RUN
 BUILD_DIR=${BUILD_DIR:-build}
 [[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
 SERVER=$BUILD_DIR/bin/ctxguard
@@ -192,9 +197,13 @@ log "starting the server on $TARGET (log: $RUN/ctxguard.log)"
     echo
     echo "==== $(date -u +%Y-%m-%dT%H:%M:%SZ) scripts/run.sh starts ctxguard on $TARGET"
 } >>"$RUN/ctxguard.log"
-# setsid: the server outlives this script and ignores the terminal's Ctrl-C.
-"${SERVER_ENV[@]}" CTXGUARD_LISTEN="$TARGET" setsid "$SERVER" \
-    >>"$RUN/ctxguard.log" 2>&1 </dev/null &
+# setsid: the server outlives this script and ignores the terminal's Ctrl-C. The subshell
+# closes what the caller left open, then execs (env, setsid and the server keep its pid).
+(
+    close_inherited_fds
+    exec "${SERVER_ENV[@]}" CTXGUARD_LISTEN="$TARGET" setsid "$SERVER" \
+        >>"$RUN/ctxguard.log" 2>&1 </dev/null
+) &
 echo $! >"$RUN/ctxguard.pid"
 
 serving=0
@@ -235,17 +244,30 @@ fi
 
 echo
 echo "== an API key for tenant $TENANT_ID"
-echo "\$ ctxguardctl key create $TENANT_ID --name demo"
-out=$(admin_ctl --json key create "$TENANT_ID" --name demo) ||
-    die "key create failed: $out"
-echo "$out"
-# {key: {...}, secret: "..."}: the secret is the whole key to present.
-DEMO_KEY=$(json_pick secret api_key apiKey <<<"$out")
-[[ -n $DEMO_KEY ]] || die "no secret in the output of key create"
-(
-    umask 077
-    printf '%s\n' "$DEMO_KEY" >"$RUN/demo_key"
-)
+# The key of an earlier run is reused while the server still takes it for this tenant
+# (a revoked key, or a new database, gets a new one).
+DEMO_KEY=
+if [[ -s $RUN/demo_key ]]; then
+    old_key=$(cat "$RUN/demo_key")
+    if who=$(ctl --json --key "$old_key" whoami 2>/dev/null) &&
+        [[ $(json_pick tenant_id tenantId <<<"$who") == "$TENANT_ID" ]]; then
+        DEMO_KEY=$old_key
+        echo "reusing the demo key of an earlier run ($RUN/demo_key)"
+    fi
+fi
+if [[ -z $DEMO_KEY ]]; then
+    echo "\$ ctxguardctl key create $TENANT_ID --name demo"
+    out=$(admin_ctl --json key create "$TENANT_ID" --name demo) ||
+        die "key create failed: $out"
+    echo "$out"
+    # {key: {...}, secret: "..."}: the secret is the whole key to present.
+    DEMO_KEY=$(json_pick secret api_key apiKey <<<"$out")
+    [[ -n $DEMO_KEY ]] || die "no secret in the output of key create"
+    (
+        umask 077
+        printf '%s\n' "$DEMO_KEY" >"$RUN/demo_key"
+    )
+fi
 
 echo
 echo "== an authenticated call"
@@ -288,8 +310,9 @@ ctxguard is running (pid $(cat "$RUN/ctxguard.pid")).
   log         $RUN/ctxguard.log
   services    $RUN/env (PostgreSQL and Redis)
 
-Try:
-  export CTXGUARD_TARGET=$TARGET
+Try (CTXGUARD_TARGET is where every ctxguardctl command and the README's examples connect;
+.run/target holds it):
+  export CTXGUARD_TARGET=\$(cat .run/target)
   build/bin/ctxguardctl --key "\$(cat .run/demo_key)" whoami
   build/bin/ctxguardctl --key "\$(cat .run/demo_key)" usage --depth 2
   build/bin/ctxguardctl --key "\$(cat .run/demo_key)" watch demo-session --descendants

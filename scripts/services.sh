@@ -39,6 +39,8 @@ PORT_MIN=15000 # below the kernel's ephemeral range (32768-60999)
 PORT_SPAN=17000
 LOCK_FILE=${TMPDIR:-/tmp}/ctxguard-services.$(id -u).lock # per user: no permission clash
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$SELF")/lib.sh"
 
 log() { printf 'services: %s\n' "$*" >&2; }
 die() {
@@ -220,8 +222,13 @@ pg_start() {
             # The postmaster.pid of a killed cluster whose pid is a zombie (or reused)
             # would stop the new postmaster: pg_running said it is dead, so drop it.
             rm -f "$(pg_data)/postmaster.pid"
-            if as_pg "$PG_BIN/pg_ctl" -D "$(pg_data)" -l "$(pg_dir)/postgres.log" -o "-p $PG_PORT" \
-                -w -t 60 start >/dev/null 2>&1 9>&-; then
+            # The subshell closes what the caller left open (this script's lock on fd 9
+            # included) so that the postmaster does not keep it.
+            if (
+                close_inherited_fds
+                as_pg "$PG_BIN/pg_ctl" -D "$(pg_data)" -l "$(pg_dir)/postgres.log" \
+                    -o "-p $PG_PORT" -w -t 60 start
+            ) >/dev/null 2>&1; then
                 break
             fi
             log "PostgreSQL did not start on port $PG_PORT (attempt $attempt); log tail:"
@@ -281,9 +288,12 @@ redis_start() {
                 REDIS_PORT=$(pick_port "$PG_PORT")
             fi
             rm -f "$DIR/redis/redis.pid"
-            if "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-                --daemonize yes --pidfile "$DIR/redis/redis.pid" --logfile "$DIR/redis/redis.log" \
-                --dir "$DIR/redis" --maxclients 4096 >/dev/null 2>&1 9>&-; then
+            if (
+                close_inherited_fds
+                exec "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --save '' \
+                    --appendonly no --daemonize yes --pidfile "$DIR/redis/redis.pid" \
+                    --logfile "$DIR/redis/redis.log" --dir "$DIR/redis" --maxclients 4096
+            ) >/dev/null 2>&1; then
                 for ((i = 0; i < 100; i++)); do
                     redis_pid >/dev/null && redis_ready && break
                     sleep 0.1
@@ -348,7 +358,8 @@ DIR=$(cd "$1" && pwd)
 with_lock() {
     # One start at a time on this machine: picking a port and binding it is then atomic
     # with respect to other runs of this script.
-    # The daemons started under it are given `9>&-`, or they would hold it for life.
+    # The daemons started under it close it (close_inherited_fds), or they would hold it
+    # for life.
     exec 9>>"$LOCK_FILE"
     flock -w 120 9 || die "could not take $LOCK_FILE"
 }

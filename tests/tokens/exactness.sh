@@ -16,8 +16,8 @@ python=/usr/bin/python3
 mkdir -p "$work/npm"
 if [[ ! -f $work/npm/node_modules/tiktoken/package.json ]]; then
     command -v npm >/dev/null || { echo "exactness: npm is needed (apt-get install npm)" >&2; exit 1; }
-    (cd "$work/npm" && npm install --silent --no-save --prefix . tiktoken@1.0.22 >/dev/null 2>npm.err) ||
-        { echo "exactness: npm install tiktoken@1.0.22 failed: $(tail -3 "$work/npm/npm.err")" >&2; exit 1; }
+    (cd "$work/npm" && npm install --loglevel=error --no-save --prefix . tiktoken@1.0.22 >/dev/null 2>npm.err) ||
+        { echo "exactness: npm install tiktoken@1.0.22 failed: $(grep -v '^npm error  *at ' "$work/npm/npm.err" | head -n 4)" >&2; exit 1; }
 fi
 start=$(date +%s)
 "$python" "$here/make_corpus.py" "$work/corpus.records" "${CG_EXACTNESS_MB:-8}"
