@@ -174,6 +174,9 @@ expect_rejected "a server without a readiness probe" "has no readinessProbe" \
 b=$(broken_chart secret-not-hook migrations-secret.yaml '/helm.sh\/hook: pre-install,pre-upgrade/d')
 expect_rejected "a migration Job reading a Secret that pre-install has not made" "does not exist yet at pre-install" \
     render_and_validate "$b" "$b/chart" "$DEFAULTS"
+b=$(broken_chart long-name service.yaml 's/^  name: {{ include "ctxguard.suffixedName" (dict "ctx" . "suffix" "headless") }}$/  name: {{ include "ctxguard.fullname" . }}-headless/')
+expect_rejected "a Service name over 63 characters" "a Service name must be a DNS-1035 label of at most 63 characters" \
+    render_and_validate "$b" "$b/chart" "$CHART/ci/existing-secret-values.yaml"
 b=$(broken_chart wrong-target-port service.yaml '0,/targetPort: grpc/s//targetPort: grcp/')
 expect_rejected "a Service port aimed at no container port" "targetPort grcp is not a port of the container" \
     render_and_validate "$b" "$b/chart" "$DEFAULTS"

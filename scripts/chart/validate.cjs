@@ -230,6 +230,7 @@ function checkManifests(a) {
     const name = get(it.obj, "metadata.name");
     if (typeof name !== "string" || !DNS1123_SUBDOMAIN.test(name) || name.length > 253) err(it, `metadata.name ${JSON.stringify(name)} is not a DNS-1123 name`);
     if (kind === "Service" && !(DNS1035_LABEL.test(name) && name.length <= 63)) err(it, `a Service name must be a DNS-1035 label of at most 63 characters`);
+    if (kind === "Job" && name.length > 63) err(it, "a Job name must fit a label value (63 characters): its pods are labelled with it");
     const id = `${kind}/${get(it.obj, "metadata.namespace") || ""}/${name}`;
     if (seen.has(id)) err(it, "rendered twice");
     seen.add(id);

@@ -17,6 +17,13 @@
 {{- end }}
 {{- end }}
 
+{{/* fullname-SUFFIX within 63 characters (Service names and a Job's pod labels must fit
+     a DNS label). Args: dict "ctx" (the root) "suffix". */}}
+{{- define "ctxguard.suffixedName" -}}
+{{- $base := include "ctxguard.fullname" .ctx | trunc (int (sub 62 (len .suffix))) | trimSuffix "-" }}
+{{- printf "%s-%s" $base .suffix }}
+{{- end }}
+
 {{- define "ctxguard.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
