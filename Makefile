@@ -16,7 +16,7 @@ PREFIX ?= /usr/local
 export PREFIX
 
 .PHONY: help deps build build-asan install run stop status test test-unit test-asan fuzz bench \
-        format format-check helm-check clean distclean
+        format format-check chart-check clean distclean
 
 help: ## this list
 	@echo "ctxguard make targets:"
@@ -72,15 +72,9 @@ format: ## clang-format -i every C source and header
 format-check: ## fail if clang-format would change anything
 	find $(FORMAT_DIRS) -name '*.[ch]' -print0 | xargs -0 -r clang-format --dry-run -Werror
 
-HELM ?= helm
-helm-check: ## lint and render the chart (needs helm on PATH or HELM=/path/to/helm)
-	@command -v $(HELM) >/dev/null || { echo "helm not found: set HELM=/path/to/helm"; exit 1; }
-	$(HELM) lint helm/ctxguard --set secrets.pgDsn=postgresql://u@pg/ctxguard
-	$(HELM) template cg helm/ctxguard --set secrets.pgDsn=postgresql://u@pg/ctxguard >/dev/null
-	$(HELM) template cg helm/ctxguard --set postgresql.host=pg --set postgresql.passwordSecret.name=pg \
-	    --set redis.host=redis --set redis.passwordSecret.name=redis --set tls.enabled=true \
-	    --set tls.secretName=tls >/dev/null
-	@echo "chart ok"
+chart-check: ## render helm/ctxguard (Go text/template + sprig) and validate every object
+	scripts/deps.sh chart
+	scripts/chart-check.sh
 
 clean: ## delete the build trees (keeps .run/)
 	rm -rf build build-asan build-fuzz
