@@ -72,6 +72,13 @@ format: ## clang-format -i every C source and header
 format-check: ## fail if clang-format would change anything
 	find $(FORMAT_DIRS) -name '*.[ch]' -print0 | xargs -0 -r clang-format --dry-run -Werror
 
+.PHONY: image image-smoke
+image: ## container image ctxguard:<version> + :latest (buildah, Containerfile; no registry needed)
+	scripts/image.sh build
+
+image-smoke: build ## run the image's server from its own root against throwaway services, check it
+	scripts/image.sh smoke
+
 HELM ?= helm
 helm-check: ## lint and render the chart (needs helm on PATH or HELM=/path/to/helm)
 	@command -v $(HELM) >/dev/null || { echo "helm not found: set HELM=/path/to/helm"; exit 1; }
