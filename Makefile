@@ -76,7 +76,7 @@ format-check: ## fail if clang-format would change anything
 image: ## container image ctxguard:<version> + :latest (buildah, Containerfile; no registry needed)
 	scripts/image.sh build
 
-image-smoke: build ## run the image's server from its own root against throwaway services, check it
+image-smoke: ## run the image's server from its own root against throwaway services, check it
 	scripts/image.sh smoke
 
 HELM ?= helm

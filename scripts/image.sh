@@ -22,7 +22,8 @@
 # chrooted into the mounted root, /proc and /dev bound, as the image's user, with the
 # image's environment plus the DSN, the Redis URL, an admin key and a free loopback port:
 # first `migrate`, then the default command (the server). From the host, the build tree's
-# ctxguardctl (CG_CTL, default build/bin/ctxguardctl: `make build`) checks health SERVING,
+# ctxguardctl (CG_CTL, default build/bin/ctxguardctl, built here when missing or out of
+# date; the build group of scripts/deps.sh is installed first) checks health SERVING,
 # creates a tenant and an API key, and counts tests/data/conv/texts/prose.txt exactly
 # (o200k_base and gpt-4o, against o200k_counts.tsv); the image's own ctxguardctl checks
 # health too. The image itself: user 10001 (nologin), entrypoint, exposed port, version
@@ -30,7 +31,8 @@
 # must then stop cleanly on SIGTERM. On every exit path the server is stopped, the binds
 # undone, the working containers unmounted and removed and the services destroyed.
 #
-# Needs root (buildah's storage, mmdebstrap, chroot, mount).
+# smoke needs root (chroot, mount). build was made and tested as root; without root, buildah
+# and mmdebstrap would need user namespaces (uidmap, /etc/subuid ranges): not tried.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SRC=$(pwd)
@@ -264,9 +266,27 @@ cmd_smoke() {
     [[ $(id -u) -eq 0 ]] || die "smoke needs root (buildah mount, chroot, mount)"
     IMAGE=${IMAGE:-$IMAGE_NAME:latest}
     local started=$SECONDS
-    CTL=${CG_CTL:-$SRC/build/bin/ctxguardctl}
-    [[ -x $CTL ]] || die "no host client $CTL: make build (or set CG_CTL)"
     buildah inspect --type image "$IMAGE" >/dev/null 2>&1 || die "no image $IMAGE: make image"
+    # PostgreSQL, Redis and the host's client come from the build group.
+    scripts/deps.sh build
+    if [[ -n ${CG_CTL:-} ]]; then
+        CTL=$CG_CTL
+        [[ -x $CTL ]] || die "CG_CTL=$CTL is not an executable"
+    else
+        # Only the client, in the build tree `make build` uses (configured the same way, so
+        # a later `make build` or `make test` goes on from here).
+        CTL=$SRC/build/bin/ctxguardctl
+        local t=$SECONDS
+        if [[ ! -f build/CMakeCache.txt ]]; then
+            cmake -S . -B build -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
+                >"${TMPDIR:-/tmp}/ctxguard-smoke-cmake.$$.log" 2>&1 ||
+                { cat "${TMPDIR:-/tmp}/ctxguard-smoke-cmake.$$.log" >&2; die "cmake failed"; }
+            rm -f "${TMPDIR:-/tmp}/ctxguard-smoke-cmake.$$.log"
+        fi
+        cmake --build build -j"${JOBS:-2}" --target ctxguardctl >/dev/null ||
+            die "building the host's ctxguardctl failed"
+        log "smoke: host client build/bin/ctxguardctl up to date ($((SECONDS - t)) s)"
+    fi
 
     local texts=$SRC/tests/data/conv/texts want
     want=$(awk -F'\t' '$1 == "prose.txt" { print $2 }' "$texts/o200k_counts.tsv")
