@@ -454,6 +454,17 @@ cmd_smoke() {
         check "the server stops on SIGTERM, exit $rc" [ "$rc" = 0 ]
     fi
     SM_PID=
+    # What the container's writable layer holds now is what migrate, the server and the
+    # clients wrote into the image's filesystem: nothing, so a read-only root works.
+    local upper
+    upper=$(findmnt -no OPTIONS "$SM_ROOT" | tr ',' '\n' | sed -n 's/^upperdir=//p')
+    if [[ -d $upper ]]; then
+        found=$(cd "$upper" && find . -mindepth 1 | head -n 5)
+        check "nothing written into the image's filesystem${found:+ (found: ${found//$'\n'/ })}" \
+            [ -z "$found" ]
+    else
+        log "smoke: no overlay upper directory for $SM_ROOT: writes not checked"
+    fi
 
     # ---- sizes: `buildah images`, and the bytes in the root the runtime stage added
     local base_root root_b base_b
