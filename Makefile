@@ -39,6 +39,13 @@ build-asan: ## the same with AddressSanitizer + UBSan, in build-asan/
 install: build ## install into PREFIX (default /usr/local; DESTDIR honoured): bin/, share/ctxguard, docs
 	cmake --install build --prefix "$(PREFIX)"
 
+.PHONY: image image-smoke
+image: ## container image ctxguard:<version> + :latest (buildah, Containerfile; no registry needed)
+	scripts/image.sh build
+
+image-smoke: ## run the image's server from its own root against throwaway services, check it
+	scripts/image.sh smoke
+
 run: ## start PostgreSQL, Redis and the server under .run/ and show a call
 	scripts/run.sh
 
@@ -71,13 +78,6 @@ format: ## clang-format -i every C source and header
 
 format-check: ## fail if clang-format would change anything
 	find $(FORMAT_DIRS) -name '*.[ch]' -print0 | xargs -0 -r clang-format --dry-run -Werror
-
-.PHONY: image image-smoke
-image: ## container image ctxguard:<version> + :latest (buildah, Containerfile; no registry needed)
-	scripts/image.sh build
-
-image-smoke: ## run the image's server from its own root against throwaway services, check it
-	scripts/image.sh smoke
 
 HELM ?= helm
 helm-check: ## lint and render the chart (needs helm on PATH or HELM=/path/to/helm)
