@@ -39,6 +39,13 @@ build-asan: ## the same with AddressSanitizer + UBSan, in build-asan/
 install: build ## install into PREFIX (default /usr/local; DESTDIR honoured): bin/, share/ctxguard, docs
 	cmake --install build --prefix "$(PREFIX)"
 
+.PHONY: image image-smoke
+image: ## container image ctxguard:<version> + :latest (buildah, Containerfile; no registry needed)
+	scripts/image.sh build
+
+image-smoke: ## run the image's server from its own root against throwaway services, check it
+	scripts/image.sh smoke
+
 run: ## start PostgreSQL, Redis and the server under .run/ and show a call
 	scripts/run.sh
 

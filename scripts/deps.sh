@@ -36,7 +36,7 @@ BUILD_PACKAGES=(
 DEV_PACKAGES=(clang libclang-rt-14-dev clang-format nghttp2-client)
 # `make image`: buildah builds the Containerfile; mmdebstrap makes the base image when
 # debian:bookworm-slim is not in local storage.
-IMAGE_PACKAGES=(buildah mmdebstrap uidmap)
+IMAGE_PACKAGES=(buildah mmdebstrap uidmap python3)
 # `make chart-check`: Go's text/template with sprig (helm's template language) renders the
 # chart; the Kubernetes API schemas and their validator come from npm (pinned in a lockfile).
 CHART_PACKAGES=(golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev)
