@@ -2,10 +2,11 @@
  * 1,000-message / ~250k-token one, at 37.5 % of a 128k window, as the server runs it: JSON
  * read, exact o200k counts for OpenAI models (estimates otherwise), the cascade, validation.
  *
- *   bench_compress [--out ODIR] [DIR]   DIR: OpenAI JSON conversations with `needles`
- *                          (default /work/shared/data/conversations); ODIR: where to write the
- *                          synthetic input (synthetic-1000.json) and every output, as OpenAI
- *                          JSON (out-NAME), for bench/compress.sh to race and score the peers
+ *   bench_compress [--out ODIR] [DIR]
+ *     DIR: OpenAI JSON conversations with `needles` (default: the ones generated at build time,
+ *     <build>/testdata/conversations, by tests/support/gen_conversations.py); ODIR: where to
+ *     write the synthetic input (synthetic-1000.json) and every output, as OpenAI JSON
+ *     (out-NAME), for bench/compress.sh to race and score the peers.
  * Prints per conversation: messages, tokens before, tokens after / target, valid, planted
  * facts still in the output itself (artifacts and history not counted), p50 time of 5 runs,
  * and that time as a ratio to the baseline: one exact o200k count of all the conversation's
@@ -261,7 +262,7 @@ static void run_one(const char *name, const char *json, size_t len, const char *
 
 int main(int argc, char **argv)
 {
-    const char *dir = "/work/shared/data/conversations";
+    const char *dir = CG_TESTDATA_CONVERSATIONS;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out_dir = argv[++i];
@@ -329,7 +330,8 @@ int main(int argc, char **argv)
     printf("\ntool       p50 ms (samples)  p50 ms (synthetic)  invalid outputs  target missed\n");
     printf("ctxguard   %14.2f  %18.2f  %15d  %13d\n", samples_p50, n_syn ? syn_times[0] : 0.0,
            invalid, unreached);
-    printf("CTXGUARD %.3f %.3f %d %d\n", samples_p50, n_syn ? syn_times[0] : 0.0, invalid, unreached);
+    printf("CTXGUARD %.3f %.3f %d %d\n", samples_p50, n_syn ? syn_times[0] : 0.0, invalid,
+           unreached);
     cg_tok_encoding_free(o200k);
     return 0;
 }

@@ -2,15 +2,14 @@
  * bytes in the same run: memchr for a byte that is absent (the memory-bandwidth floor of one
  * pass), strlen, and a UTF-8 character count (what a chars/4 heuristic must do at least).
  *
- *   bench_estimate [DIR]   DIR: OpenAI JSON conversations (default /work/shared/data/
- *                          conversations, else $CG_SHARED_DATA/conversations); without any,
- *                          the headers in /usr/include are the text.
+ *   bench_estimate [DIR]   DIR: OpenAI JSON conversations (default: the ones generated at
+ *                          build time, <build>/testdata/conversations,
+ *                          tests/support/gen_conversations.py).
  * Prints MB/s and the ratio to memchr for: the scan + model over all text as one buffer;
  * cg_estimate_text part by part (as counting a conversation does); cg_estimate_conv over
  * each parsed conversation (framing, tools, images included; parsing excluded).
  */
 #include <dirent.h>
-#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,12 +107,7 @@ static volatile size_t sink;
 
 int main(int argc, char **argv)
 {
-    char dir[1024];
-    const char *base = getenv("CG_SHARED_DATA");
-    if (argc > 1)
-        snprintf(dir, sizeof dir, "%s", argv[1]);
-    else
-        snprintf(dir, sizeof dir, "%s/conversations", base ? base : "/work/shared/data");
+    const char *dir = argc > 1 ? argv[1] : CG_TESTDATA_CONVERSATIONS;
     struct text t = {0};
     static struct cg_conv *convs[MAX_CONVS];
     size_t nconv = 0;
@@ -134,27 +128,12 @@ int main(int argc, char **argv)
     }
     if (d != NULL)
         closedir(d);
-    const char *source = dir;
     if (t.len == 0) {
-        glob_t g;
-        source = "/usr/include/*.h";
-        if (glob(source, 0, NULL, &g) == 0) {
-            for (size_t i = 0; i < g.gl_pathc; i++) {
-                size_t len;
-                char *s = slurp(g.gl_pathv[i], &len);
-                if (s != NULL)
-                    append(&t, s, len);
-                free(s);
-            }
-            globfree(&g);
-        }
-    }
-    if (t.len == 0) {
-        fprintf(stderr, "no text to measure\n");
+        fprintf(stderr, "bench_estimate: no conversations (*.json) with text in %s\n", dir);
         return 1;
     }
     printf("estimator throughput, single thread: %.1f MB of text in %zu parts from %s\n",
-           (double)t.len / 1e6, t.n, source);
+           (double)t.len / 1e6, t.n, dir);
 
     double memchr_mbs, strlen_mbs, utf8_mbs, bulk_mbs, parts_mbs, conv_mbs = 0;
     MEASURE(memchr_mbs, t.len, sink += memchr(t.buf, 0x01, t.len) != NULL);

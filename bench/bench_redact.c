@@ -1,8 +1,9 @@
-/* bench_redact.c - single-thread throughput of PII redaction (core/redact) on the text of the
+/* bench_redact.c - single-thread throughput of PII redaction (core/redact) on the text of
  * sample conversations, against memcpy and memchr baselines measured in the same run.
  *
  * usage: bench_redact [DIR_OR_FILE...] [-r REPEATS]
- * Default input: /work/shared/data/conversations (every *.json). From each OpenAI-format
+ * Default input: the conversations generated at build time (<build>/testdata/conversations,
+ * tests/support/gen_conversations.py; every *.json). From each OpenAI-format
  * conversation the string values of "content", "text" and "arguments" (message text, tool
  * outputs, tool-call arguments) are decoded from JSON and redacted one message at a time with
  * one session per conversation, as the server would. Figures are medians over REPEATS runs
@@ -17,7 +18,7 @@
 
 #include "core/redact.h"
 
-#define DEFAULT_DIR "/work/shared/data/conversations"
+#define DEFAULT_DIR CG_TESTDATA_CONVERSATIONS
 #define FILE_MAX (256u << 20)
 
 struct text {

@@ -2,8 +2,9 @@
  * 400-token summary keeps, and how long the largest conversation takes.
  *
  * usage: bench_summary [DIR_OR_FILE...] [-t TARGET] [-r REPEATS] [-v]
- * Default input: /work/shared/data/conversations and tests/data/summary (held-out
- * conversations written for this test, with facts of other shapes, in en, de and ja).
+ * Default input: the conversations generated at build time (<build>/testdata/conversations,
+ * tests/support/gen_conversations.py) and tests/data/summary (held-out conversations written
+ * for this test, with facts of other shapes, in en, de and ja).
  * Each file is an OpenAI-format conversation object with a "needles" array of
  * {"fact": TEXT, "where": "user"|"assistant"|"tool"}: TEXT is stated in a message of that
  * role. A fact is kept when TEXT appears in the summary (ASCII case folded): the summary
@@ -159,7 +160,7 @@ int main(int argc, char **argv)
             add_path(argv[i]);
     }
     if (n_files == 0) {
-        add_path("/work/shared/data/conversations");
+        add_path(CG_TESTDATA_CONVERSATIONS);
         /* The held-out set lives in the source tree, found from this file's path. */
         char dir[1024];
         snprintf(dir, sizeof dir, "%s", __FILE__);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # compress.sh - Compress (no LLM) against the npm context trimmers, one run, same inputs (issue 5).
 #
-#   bench/compress.sh               build/ (BUILD=...), the shared conversations (CONV_DIR=...),
-#                                   3 interleaved rounds (COMPRESS_ROUNDS=...)
+#   bench/compress.sh               build/ (BUILD=...), the conversations generated at build
+#                                   time ($BUILD/testdata/conversations; another set with
+#                                   CONV_DIR=...), 3 interleaved rounds (COMPRESS_ROUNDS=...)
 #
 # Installs the peers (bench/peers/package.json, pinned: @langchain/core, @strands-agents/sdk,
 # @mastra/core, gpt-tokenizer) into bench/out/peers once, then bench/peers/compress_peers.mjs
@@ -14,10 +15,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${BUILD:-build}
 OUT=bench/out
-CONV_DIR=${CONV_DIR:-/work/shared/data/conversations}
+CONV_DIR=${CONV_DIR:-$BUILD/testdata/conversations}
 mkdir -p "$OUT/peers" "$OUT/compress"
 [[ -x $BUILD/bin/bench_compress ]] ||
     { echo "compress: build first (cmake --build $BUILD --target bench_compress)" >&2; exit 1; }
+compgen -G "$CONV_DIR/conv-*.json" >/dev/null ||
+    { echo "compress: no conv-*.json in $CONV_DIR" >&2; exit 1; }
 command -v node >/dev/null && command -v npm >/dev/null ||
     { echo "compress: node and npm are needed (apt-get install nodejs npm)" >&2; exit 1; }
 if ! cmp -s bench/peers/package.json "$OUT/peers/package.json" ||

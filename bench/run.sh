@@ -6,6 +6,9 @@
 #   BENCH_SECONDS=5 bench/run.sh shorter runs
 #   BENCH_SKIP_WRITES=1          transport and CheckBudget only (no Reserve+Commit/pgbench)
 #   BENCH_ROUNDS=3               interleaved rounds of the CheckBudget comparison (medians)
+#   BENCH_CONVERSATIONS=DIR      where the CountTokens request comes from (default: the
+#                                conversations generated at build time, $BUILD/testdata/
+#                                conversations)
 #
 # Starts its own PostgreSQL and Redis (.run/bench) and a server on a free port, measures,
 # stops the server. Prints one table row per RPC and concurrency: req/s, p50/p99 latency
@@ -154,12 +157,12 @@ echo "CheckBudget sources: $("$BUILD/bin/bench_check" source "127.0.0.1:$PORT" "
 
 # ---------------------------------------------------------------- token counting ----
 # CountTokens on a 200-message conversation: the first 200 messages (and the tools) of the
-# largest conversation of ../shared/data/conversations with at least 200, as OpenAI JSON,
-# hand-encoded once: CountTokensRequest{conversation{openai_json}, model}. Exact (gpt-4o:
-# o200k_base, no store) and estimated (claude-sonnet-4-5: one PostgreSQL statement that
-# records the estimate and reads the calibration).
-CONV_DIR=${BENCH_CONVERSATIONS:-../shared/data/conversations}
-[[ -d $CONV_DIR ]] || CONV_DIR=/work/shared/data/conversations # from a worktree
+# largest conversation of $BENCH_CONVERSATIONS (default: those generated at build time) with
+# at least 200, as OpenAI JSON, hand-encoded once: CountTokensRequest{conversation{openai_json},
+# model}. Exact (gpt-4o: o200k_base, no store) and estimated (claude-sonnet-4-5: one PostgreSQL
+# statement that records the estimate and reads the calibration).
+CONV_DIR=${BENCH_CONVERSATIONS:-$BUILD/testdata/conversations}
+[[ -d $CONV_DIR ]] || { echo "bench: no conversations in $CONV_DIR (make build writes them)" >&2; exit 1; }
 COUNT_JSON=$OUT/count-200.json
 /usr/bin/python3 - "$CONV_DIR" "$COUNT_JSON" "$OUT/count-exact.grpc" "$OUT/count-est.grpc" <<'PY'
 import json, os, sys

@@ -4,9 +4,10 @@
 #   bench/tokens.sh                 build/ (BUILD=...), an 8 MB mixed corpus (TOKENS_MB=...)
 #
 # Installs tiktoken, gpt-tokenizer and ai-tokenizer (bench/peers/package.json, pinned) into
-# bench/out/peers once, builds the corpus from the shared conversations and this machine's
-# files (tests/tokens/make_corpus.py --real), runs the peers (bench/peers/bench_peers.mjs)
-# and then bench_tokens, which prints the table with the ratios. See bench/README.md.
+# bench/out/peers once, builds the corpus from generated conversations and documents and
+# the repository's files (tests/tokens/make_corpus.py --real), runs the peers
+# (bench/peers/bench_peers.mjs) and then bench_tokens, which prints the table with the
+# ratios. See bench/README.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${BUILD:-build}

@@ -1,40 +1,61 @@
 #!/usr/bin/env python3
-"""Builds the estimator's fitting corpus from text files on this machine (never from the sample
-conversations): C headers, licences, docs, man pages, Python, JSON, logs, package lists and
-multilingual tutorials. Chunks of 64..8192 bytes cut at UTF-8 boundaries; each file goes
-wholly to the fit set or the held-out set (by a hash of its path).
+"""Builds the estimator's fitting corpus (never from the test conversations): documents of each
+kind an agent reads, generated with a fixed seed by tests/support/textgen.py (C sources,
+English prose, man pages, Python, JSON, logs, package lists, multilingual text in Cyrillic,
+CJK, Hangul, Greek, Arabic and Devanagari scripts, command output: listings, process tables,
+git logs, grep hits, test runs, diffs), plus this repository's own files (C, Markdown, SQL,
+proto, YAML, scripts) as the kind "repo". Nothing outside the repository is read. Chunks of
+64..8192 bytes cut at UTF-8 boundaries; each document goes wholly to the fit set or the
+held-out set (by a hash of its name).
 
 usage: corpus.py OUT_DIR   -> OUT_DIR/{fit,holdout}.chunks (u32 length + bytes, repeated)
                               and OUT_DIR/{fit,holdout}.kinds (one kind per chunk)
 """
-import glob, gzip, hashlib, os, random, struct, sys
+import glob, hashlib, os, random, struct, sys
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import textgen as tg  # noqa: E402
 
 out = sys.argv[1]
 rng = random.Random(7)
-SOURCES = [
-    ("c", ["/usr/include/*.h", "/usr/include/*/*.h", "/usr/include/*/*/*.h"], 400),
-    ("prose", ["/usr/share/common-licenses/*", "/usr/share/doc/*/copyright",
-               "/usr/share/doc/*/README*", "/usr/share/doc/*/NEWS*"], 400),
-    ("man", ["/usr/share/man/man1/*.gz", "/usr/share/man/man3/*.gz", "/usr/share/man/man5/*.gz"], 300),
-    ("python", ["/usr/lib/python3/dist-packages/*/*.py", "/usr/lib/python3.*/*.py"], 300),
-    ("json", ["/usr/share/**/*.json", "/root/.pyenv/versions/*/lib/python3*/test/**/*.json",
-              "/usr/lib/node_modules/**/package.json", "/root/.rustup/toolchains/*/etc/*.json"], 300),
-    ("logs", ["/var/log/*.log", "/var/log/apt/*.log", "/var/log/postgresql/*.log"], 50),
-    ("pkglist", ["/var/lib/dpkg/status", "/var/lib/apt/lists/*Packages"], 5),
-    ("multilingual", ["/usr/share/vim/vim90/tutor/tutor.*", "/usr/share/gnupg/help.*.txt",
-                      "/usr/share/vim/vim90/lang/menu_*.vim", "/usr/share/i18n/locales/*"], 400),
-]
 
-def read(path):
-    try:
-        if os.path.getsize(path) > 4 << 20:
-            return None
-        data = open(path, "rb").read()
-        if path.endswith(".gz"):
-            data = gzip.decompress(data)
-        return data.decode("utf-8")
-    except Exception:
-        return None
+
+def doc_size(r, lo=500, hi=64_000):
+    return int(lo * (hi / lo) ** r.random())  # log-uniform
+
+
+def english(r, size):
+    return tg.grow(r, size, lambda q: tg.prose(q, "en", q.randint(2, 7)) + "\n")
+
+
+def multilingual(r, size):
+    lang = r.choice([l for l in tg.PROSE_LANGUAGES if l != "en"])
+    if lang in tg.LANGS and r.random() < 0.4:
+        return tg.markdown_doc(r, lang, size)
+    return tg.grow(r, size, lambda q: tg.prose(q, lang, q.randint(2, 7)) + "\n")
+
+
+def command_output(r, size):
+    return tg.text(r, r.choice(["listing", "ps", "pods", "gitlog", "grep", "tests", "diff"]), size)
+
+
+# kind, document maker (rng, size), documents, size range
+SOURCES = [
+    ("c", lambda r, n: tg.c_source(r, n), 300, (500, 64_000)),
+    ("prose", english, 400, (500, 64_000)),
+    ("man", lambda r, n: tg.man_page(r, n), 300, (500, 32_000)),
+    ("python", lambda r, n: tg.python_source(r, n), 350, (500, 64_000)),
+    ("json", lambda r, n: tg.json_document(r, n, indent=r.choice([None, 2, 4])), 150, (300, 64_000)),
+    ("logs", lambda r, n: tg.logs(r, n), 12, (20_000, 400_000)),
+    ("pkglist", lambda r, n: tg.package_list(r, n), 2, (100_000, 400_000)),
+    ("multilingual", multilingual, 300, (500, 32_000)),
+    ("cmdout", command_output, 10, (20_000, 400_000)),
+]
+REPO_GLOBS = ["server/**/*.[ch]", "client/*.[ch]", "tests/**/*.[ch]", "bench/**/*.[ch]",
+              "**/*.md", "migrations/*.sql", "proto/**/*.proto", "helm/**/*.yaml",
+              "scripts/*", "tests/**/*.py", "bench/**/*.py"]
+
 
 def chunks(text):
     data = text.encode()
@@ -47,51 +68,31 @@ def chunks(text):
         yield data[i:j]
         i = j
 
-# Command output of the kinds agents read (listings, package tables, search hits, history).
-COMMANDS = [
-    "dpkg -l", "ls -la /usr/share/doc", "ls -la /usr/include", "ls -lR /etc", "ps aux",
-    "df -h", "mount", "ip addr", "uname -a", "dpkg -L coreutils", "apt-cache show libc6 bash",
-    "grep -rn include /usr/include/sys", "grep -rn -i error /usr/include/linux",
-    "find /usr/share/doc -name '*.gz'", "stat /usr/bin/* ", "id", "cat /proc/cpuinfo",
-    "cat /proc/meminfo", "ls -la /usr/lib/x86_64-linux-gnu", "git -C /work/main log --stat -n 40",
-    "env -i PATH=/usr/bin:/bin printenv", "lsof -n", "sha256sum /usr/bin/[a-c]*", "netstat -an",
-    "du -a /usr/share/man/man1", "file /usr/bin/*", "getent passwd", "cat /etc/services",
-]
 
-def command_outputs():
-    import subprocess
-    for i, cmd in enumerate(COMMANDS):
+def documents():
+    for kind, make, count, (lo, hi) in SOURCES:
+        for i in range(count):
+            r = random.Random(f"estimate-corpus:{kind}:{i}")
+            yield kind, f"{kind}:{i}", make(r, doc_size(r, lo, hi)), 60 if kind == "cmdout" else 40
+    paths = sorted({p for g in REPO_GLOBS for p in glob.glob(os.path.join(ROOT, g), recursive=True)
+                    if os.path.isfile(p) and "/build" not in p[len(ROOT):]})
+    for p in paths:
         try:
-            out = subprocess.run(cmd, shell=True, capture_output=True, timeout=20).stdout
-            text = out[: 2 << 20].decode("utf-8", "replace")
-        except Exception:
+            with open(p, encoding="utf-8") as f:
+                yield "repo", os.path.relpath(p, ROOT), f.read(4 << 20), 40
+        except (OSError, UnicodeDecodeError):
             continue
-        if len(text) > 64:
-            yield "cmd:" + cmd, text
+
 
 sets = {"fit": [], "holdout": []}
-for path, text in command_outputs():
-    which = "holdout" if int(hashlib.sha1(path.encode()).hexdigest(), 16) % 4 == 0 else "fit"
+for kind, name, text, per_doc in documents():
+    if len(text) < 64:
+        continue
+    which = "holdout" if int(hashlib.sha1(name.encode()).hexdigest(), 16) % 4 == 0 else "fit"
     cs = list(chunks(text))
     rng.shuffle(cs)
-    for c in cs[:60]:
-        sets[which].append(("cmdout", c))
-for kind, patterns, max_files in SOURCES:
-    files = sorted({p for pat in patterns for p in glob.glob(pat, recursive=True) if os.path.isfile(p)})
-    rng.shuffle(files)
-    taken = 0
-    for path in files:
-        if taken >= max_files:
-            break
-        text = read(path)
-        if not text or len(text) < 64:
-            continue
-        taken += 1
-        which = "holdout" if int(hashlib.sha1(path.encode()).hexdigest(), 16) % 4 == 0 else "fit"
-        cs = list(chunks(text))
-        rng.shuffle(cs)
-        for c in cs[:40]:
-            sets[which].append((kind, c))
+    for c in cs[:per_doc]:
+        sets[which].append((kind, c))
 
 os.makedirs(out, exist_ok=True)
 for name, items in sets.items():

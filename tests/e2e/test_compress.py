@@ -1,13 +1,18 @@
-"""ContextService.Compress (stateless) and ValidateContext end to end: the sample conversations
-of /work/shared/data/conversations compressed to 37.5 % of a 128k window (every output valid,
-target met where reachable, report numbers consistent), determinism, the stateless trim
-boundary, and bad input."""
+"""ContextService.Compress (stateless) and ValidateContext end to end: sample conversations
+compressed to 37.5 % of a 128k window (every output valid, target met where reachable, report
+numbers consistent), determinism, the stateless trim boundary, and bad input.
+
+The samples are generated for this run by tests/support/gen_conversations.py (the seed of the
+build's set, 24 conversations of 3 to ~280 messages, seven languages, planted facts) into a
+temporary directory; $CG_EXTRA_CONVERSATIONS, when it names a directory, adds its conv-*.json
+after them."""
 
 import glob
 import hashlib
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import uuid
 
@@ -16,13 +21,39 @@ import grpc
 import cgtest
 from cgtest import common_pb2, context_pb2, context_pb2_grpc
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import gen_conversations  # noqa: E402
+
 C = context_pb2
-DATA = os.environ.get("CG_CONVERSATIONS", "/work/shared/data/conversations")
 WINDOW = 128000
+_generated = None  # the TemporaryDirectory of setUpModule
+
+
+def setUpModule():
+    global _generated
+    _generated = tempfile.TemporaryDirectory(prefix="cg-conversations-")
+    gen_conversations.generate(_generated.name)
+
+
+def tearDownModule():
+    _generated.cleanup()
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def samples():
-    return sorted(glob.glob(os.path.join(DATA, "conv-*.json")))
+    """The generated conversations, then those of $CG_EXTRA_CONVERSATIONS if set."""
+    files = sorted(glob.glob(os.path.join(_generated.name, "conv-*.json")))
+    extra = os.environ.get("CG_EXTRA_CONVERSATIONS")
+    if extra:
+        more = sorted(glob.glob(os.path.join(extra, "conv-*.json")))
+        if not more:
+            raise AssertionError(f"CG_EXTRA_CONVERSATIONS={extra}: no conv-*.json there")
+        files += more
+    return files
 
 
 def openai_conv(messages, tools=None, model=None):
@@ -77,11 +108,11 @@ class CompressTest(cgtest.TestCase):
 
     def test_sample_conversations_reach_the_target_and_stay_valid(self):
         files = samples()
-        self.assertGreaterEqual(len(files), 20, DATA)
-        reached = 0
+        self.assertGreaterEqual(len(files), 20)
+        reached, over_window, compressed, untouched = 0, 0, 0, 0
         for path in files:
             with self.subTest(conversation=os.path.basename(path)):
-                d = json.load(open(path))
+                d = load(path)
                 conv = openai_conv(d["messages"], d.get("tools"))
                 pol = C.CompressionPolicy(target_ratio=0.375, reserved_output_tokens=0)
                 resp = self.compress(conversation=conv, model=d["model"],
@@ -89,6 +120,9 @@ class CompressTest(cgtest.TestCase):
                 rep = resp.report
                 self.check_report(rep, resp.conversation.openai_json)
                 self.assertEqual(resp.trim_boundary, rep.trim_boundary_after)
+                over_window += rep.tokens_before > WINDOW
+                compressed += rep.tokens_after < rep.tokens_before
+                untouched += rep.tokens_before <= rep.target_tokens
                 # 37.5 % of the window less the system prompt and the tools.
                 self.assertLessEqual(rep.target_tokens, int(0.375 * WINDOW))
                 codes = {w.code for w in rep.warnings}
@@ -108,6 +142,11 @@ class CompressTest(cgtest.TestCase):
                 else:
                     self.assertIn(C.COMPRESSION_WARNING_CODE_ESTIMATED_COUNTS, codes)
         self.assertEqual(reached, len(files), "the target is reachable for every sample")
+        # The set spans what the cascade must handle: conversations above the whole window,
+        # others compressed below the target, and small ones already under it.
+        self.assertGreaterEqual(over_window, 3)
+        self.assertGreaterEqual(compressed, 8)
+        self.assertGreaterEqual(untouched, 3)
 
     def summary_layer(self, summarizer):
         """Compresses a long chat with the sliding window off, so that the summary layer
@@ -151,7 +190,7 @@ class CompressTest(cgtest.TestCase):
         self.check_report(resp.report, resp.conversation.openai_json)
 
     def test_same_input_and_boundary_give_identical_output(self):
-        d = json.load(open(samples()[1]))
+        d = load(samples()[1])
         conv = openai_conv(d["messages"], d.get("tools"))
         a = self.compress(conversation=conv, model="gpt-4o", context_window_tokens=WINDOW,
                           trim_boundary=5)
@@ -161,25 +200,37 @@ class CompressTest(cgtest.TestCase):
         self.assertEqual(a.trim_boundary, b.trim_boundary)
 
     def test_trimming_boundary_round_trip_keeps_the_prefix(self):
-        d = json.load(open(samples()[1]))
+        d = load(samples()[1])
         msgs = d["messages"]
         starts = [i for i, m in enumerate(msgs) if m["role"] == "user"]
-        boundary, prev, kept, turns = 0, None, 0, 0
+        boundary, prev, kept, turns, moves, other_breaks = 0, None, 0, 0, 0, []
         pol = C.CompressionPolicy(strategy=C.COMPRESSION_STRATEGY_TRIMMING)
         for end in starts[1:] + [len(msgs)]:
             resp = self.compress(conversation=openai_conv(msgs[:end], d.get("tools")),
                                  model="gpt-4o", context_window_tokens=64000, policy=pol,
                                  trim_boundary=boundary)
             self.assertGreaterEqual(resp.trim_boundary, boundary)
+            self.assertEqual(resp.report.boundary_moved, resp.trim_boundary != boundary)
             boundary = resp.trim_boundary
             out = json.loads(resp.conversation.openai_json)
             out = out["messages"] if isinstance(out, dict) else out
             if prev is not None:
                 turns += 1
-                kept += out[:len(prev)] == prev
+                moves += resp.report.boundary_moved
+                same = out[:len(prev)] == prev
+                kept += same
+                if not same and not resp.report.boundary_moved:
+                    other_breaks.append(end)
             prev = out
         self.assertGreater(boundary, 0)
-        self.assertGreaterEqual(kept, 0.8 * turns, f"prefix kept on {kept} of {turns} turns")
+        self.assertGreaterEqual(turns, 20)
+        # The prompt prefix changes when the boundary moves, and otherwise at most once: the
+        # turn the cascade first triggers, when L1 may compact a large tool result after the
+        # boundary. How often the boundary moves depends on how much each turn adds against
+        # the hysteresis (0.75 x the trigger), not on every turn.
+        self.assertLessEqual(len(other_breaks), 1, f"prefix changed without a move at {other_breaks}")
+        self.assertLessEqual(moves, turns // 2, f"the boundary moved on {moves} of {turns} turns")
+        self.assertEqual(kept, turns - moves - len(other_breaks))
 
     def test_bad_input_gets_a_status_naming_the_field(self):
         bad = grpc.StatusCode.INVALID_ARGUMENT
@@ -323,8 +374,9 @@ class SessionTest(cgtest.TestCase):
 
     def test_every_planted_fact_is_recoverable_and_the_history_is_the_input(self):
         files = samples()
+        facts, artifacts = 0, 0
         for path in files:
-            d = json.load(open(path))
+            d = load(path)
             with self.subTest(conversation=os.path.basename(path)):
                 session = "s-" + uuid.uuid4().hex
                 conv = openai_conv(d["messages"], d.get("tools"))
@@ -362,9 +414,15 @@ class SessionTest(cgtest.TestCase):
                 stored = all_text(hist)
                 for n in d["needles"]:
                     self.assertTrue(n["fact"] in out or n["fact"] in stored, n)
+                facts += len(d["needles"])
+                artifacts += len(arts)
+        # Not vacuous: the set plants facts everywhere and has tool outputs large enough
+        # for the offload layer.
+        self.assertGreaterEqual(facts, 100)
+        self.assertGreater(artifacts, 0)
 
     def test_turns_append_to_the_history_and_the_boundary_is_kept(self):
-        d = json.load(open(samples()[1]))
+        d = load(samples()[1])
         msgs = d["messages"]
         session = "s-" + uuid.uuid4().hex
         pol = C.CompressionPolicy(strategy=C.COMPRESSION_STRATEGY_TRIMMING)
@@ -391,7 +449,7 @@ class SessionTest(cgtest.TestCase):
         self.assertEqual(resp.report.history_messages_added, 0)
 
     def test_append_sync_and_divergence(self):
-        d = json.load(open(samples()[0]))
+        d = load(samples()[0])
         msgs = d["messages"]
         session = "s-" + uuid.uuid4().hex
         a = self.compress(conversation=openai_conv(msgs[:10]), session_id=session,
@@ -477,7 +535,7 @@ class SessionTest(cgtest.TestCase):
         self.assertEqual([a.artifact_id for a in only.artifacts], [arts[2].artifact_id])
 
     def test_compression_stats_add_up_the_reports(self):
-        d = json.load(open(samples()[1]))
+        d = load(samples()[1])
         msgs = d["messages"]
         session = "s-" + uuid.uuid4().hex
         reports = []
@@ -547,7 +605,7 @@ class CtlCompress(cgtest.TestCase):
     def test_compress_a_sample_and_write_the_result(self):
         path = samples()[0]
         with tempfile.TemporaryDirectory() as d:
-            src = json.load(open(path))
+            src = load(path)
             conv_path = os.path.join(d, "in.json")
             with open(conv_path, "w") as f:
                 json.dump({"messages": src["messages"], "tools": src.get("tools", [])}, f)
@@ -556,7 +614,7 @@ class CtlCompress(cgtest.TestCase):
                          "--target-ratio", "0.3", "--force", "--out", out_path)
             self.assertIn("tokens: ", r.stdout)
             self.assertIn("NORMALIZE", r.stdout)
-            out = json.load(open(out_path))
+            out = load(out_path)
             msgs = out["messages"] if isinstance(out, dict) else out
             self.assertGreater(len(msgs), 0)
             self.assertLess(len(json.dumps(msgs)), len(json.dumps(src["messages"])))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # exactness.sh - ctxguard's token counts against npm tiktoken, both encodings, with and
-# without special tokens, over a corpus of this machine's files, the shared conversations
-# ($CG_CONVERSATIONS_DIR) and generated edge cases (tests/tokens/make_corpus.py).
+# without special tokens, over a corpus of generated conversations and documents, the
+# repository's own files and generated edge cases (tests/tokens/make_corpus.py; an outside
+# set of conversations is added only when $CG_EXTRA_CONVERSATIONS names one).
 #
 #   tests/tokens/exactness.sh TOK_COUNT_BIN WORK_DIR
 #

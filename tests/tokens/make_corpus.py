@@ -3,27 +3,39 @@
 
     make_corpus.py [--real] OUT.records [BUDGET_MB]
 
---real keeps only real text (conversations and files: the benchmark's mixed corpus).
+--real keeps only real-looking text (conversations, generated documents and the repository's
+files: the benchmark's mixed corpus).
 
 Records (u32 little-endian length + bytes) from:
-  - every string in the conversations under $CG_CONVERSATIONS_DIR (default
-    /work/shared/data/conversations, missing is skipped with a note): message contents, tool
-    call arguments, tool definitions;
-  - files of this machine: /usr/include headers, /usr/share/common-licenses, man page
-    sources, dpkg's package list, Python sources: whole files (capped) and line groups;
+  - every string of the test conversations (tests/support/gen_conversations.py, the build's
+    seed: message contents, tool call arguments, tool definitions), and of the conversations
+    in $CG_EXTRA_CONVERSATIONS (*.json) when that names a directory;
+  - documents of the kinds an agent reads, generated with a fixed seed
+    (tests/support/textgen.py): C and Python sources, JSON bodies, logs, man page sources,
+    package lists, test output, Markdown and prose in Latin, Cyrillic, CJK, Hangul, Greek,
+    Arabic and Devanagari scripts; and files of this repository (server/, client/, tests/data,
+    proto/, migrations/, docs and scripts): whole documents (capped) and line groups;
   - a sweep over the code points (all of planes 0, 1 and 14, samples of the others) in the
     contexts that decide a character's class under both pre-tokenizers;
   - generated edge cases with a fixed seed: whitespace and digit runs, contractions in all
-    cases, \\r\\n mixes, special-token texts, NUL bytes, invalid UTF-8, long single pieces.
-The budget (default 8 MB) bounds the file part so that npm tiktoken stays within ~60 s.
+    cases, \\r\\n mixes, special-token texts, NUL bytes, invalid UTF-8, long single pieces,
+    long hex, base64 and minified-JSON runs.
+The budget (default 8 MB) bounds the document part so that npm tiktoken stays within ~60 s.
+Nothing outside the repository is read unless $CG_EXTRA_CONVERSATIONS says so.
 """
+import base64
 import glob
-import gzip
 import json
 import os
 import random
 import struct
 import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import gen_conversations  # noqa: E402
+import textgen  # noqa: E402
 
 args = sys.argv[1:]
 real_only = "--real" in args
@@ -55,41 +67,61 @@ def strings(node):
 
 
 # -- conversations ------------------------------------------------------------------------
-conv_dir = os.environ.get("CG_CONVERSATIONS_DIR", "/work/shared/data/conversations")
-conv_files = sorted(glob.glob(os.path.join(conv_dir, "*.json")))
-if not conv_files:
-    print(f"make_corpus: no conversations in {conv_dir} (CG_CONVERSATIONS_DIR)", file=sys.stderr)
-for path in conv_files:
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+for doc in gen_conversations.conversations():
     for s in strings(doc):
         add("conversations", s)
+extra_dir = os.environ.get("CG_EXTRA_CONVERSATIONS")
+if extra_dir:
+    extra = sorted(glob.glob(os.path.join(extra_dir, "*.json")))
+    if not extra:
+        sys.exit(f"make_corpus: CG_EXTRA_CONVERSATIONS={extra_dir}: no *.json there")
+    for path in extra:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        for s in strings(doc):
+            add("extra-conversations", s)
 
-# -- files of this machine ----------------------------------------------------------------
-def file_sources():
-    yield "headers", sorted(glob.glob("/usr/include/**/*.h", recursive=True))
-    yield "licenses", sorted(glob.glob("/usr/share/common-licenses/*"))
-    yield "man", sorted(glob.glob("/usr/share/man/man[1-8]/*.gz"))
-    yield "packages", ["/var/lib/dpkg/status"]
-    yield "python", sorted(glob.glob("/usr/lib/python3*/*.py"))
+
+# -- documents: generated kinds and the repository's files ----------------------------------
+GENERATED = ["c", "python", "json", "logs", "man", "packages", "prose", "tests", "markdown",
+             "yaml", "listing", "diff"]
+REPO_GLOBS = ["server/**/*.c", "server/**/*.h", "client/*.c", "tests/data/**/*.*", "proto/**/*.proto",
+              "migrations/*.sql", "docs/*.md", "README.md", "bench/README.md", "scripts/*.sh",
+              "scripts/*.py", "helm/**/*.yaml"]
 
 
-per_source = budget // 5
-for kind, paths in file_sources():
-    rng.shuffle(paths)
-    used = 0
+def repo_files():
+    paths = sorted({p for g in REPO_GLOBS for p in glob.glob(os.path.join(ROOT, g), recursive=True)
+                    if os.path.isfile(p)})
     for path in paths:
-        if used >= per_source:
+        with open(path, "rb") as f:
+            yield f.read(200_000)
+
+
+def generated(kind):
+    """Documents of one kind, each of a size the corpus cuts at anyway."""
+    for i in range(100_000):
+        r = random.Random(f"make_corpus:{kind}:{i}")
+        yield textgen.text(r, kind, r.choice([2_000, 8_000, 32_000])).encode("utf-8")
+
+
+def sources():
+    for kind in GENERATED:
+        yield kind, generated(kind)
+    docs = list(repo_files())
+    rng.shuffle(docs)
+    yield "repository", iter(docs)
+
+
+# The repository gets a fifth of the budget, the generated kinds share the rest.
+shares = {"repository": budget // 5}
+for kind in GENERATED:
+    shares[kind] = (budget - budget // 5) // (2 * len(GENERATED))
+for kind, docs in sources():
+    used = 0
+    for data in docs:
+        if used >= shares[kind]:
             break
-        try:
-            if path.endswith(".gz"):
-                with gzip.open(path, "rb") as f:
-                    data = f.read(200_000)
-            else:
-                with open(path, "rb") as f:
-                    data = f.read(200_000)
-        except (OSError, EOFError):
-            continue
         data = data[:rng.choice([2_000, 8_000, 32_000])]
         add(kind, data)
         lines = data.split(b"\n")
@@ -172,6 +204,10 @@ for n in (1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 200, 1000):
     add("runs", "\u4e2d" * n)
     add("runs", "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n)))
 for n in (4096, 12000):
+    add("long", "".join(rng.choice("0123456789abcdef") for _ in range(n)))
+    add("long", base64.b64encode(bytes(rng.randrange(256) for _ in range(n * 3 // 4))).decode())
+    add("long", json.dumps([textgen.json_record(rng) for _ in range(n // 200)],
+                           separators=(",", ":"))[:n])
     add("long", "".join(rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
                         for _ in range(n)))
     add("long", bytes(rng.randrange(256) for _ in range(n)))

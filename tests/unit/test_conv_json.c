@@ -1,9 +1,11 @@
 /* test_conv_json.c - OpenAI and Anthropic JSON to the model and back: round trips on the
- * fixtures and on the sample conversations (CG_SHARED_DATA, default /work/shared/data; skipped
- * when absent), cross-format conversions, errors that name the JSON path, and hostile input. */
+ * fixtures and on the conversations generated at build time (tests/support/gen_conversations.py,
+ * plus $CG_EXTRA_CONVERSATIONS when it names a directory), cross-format conversions, errors that
+ * name the JSON path, and hostile input. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,37 +326,41 @@ static json_t *normalized_messages(json_t *root)
     return msgs;
 }
 
-Test(conv_json, sample_conversations_round_trip_in_both_formats, .timeout = 120)
+static bool is_json_name(const char *name)
 {
-    const char *base = getenv("CG_SHARED_DATA");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/conversations", base != NULL ? base : "/work/shared/data");
+    size_t n = strlen(name);
+    return n > 5 && strcmp(name + n - 5, ".json") == 0;
+}
+
+/* Round trips of every *.json conversation of dir; returns how many there are. */
+static int round_trip_all(const char *dir)
+{
     DIR *d = opendir(dir);
-    if (d == NULL)
-        cr_skip_test("no sample conversations at %s", dir);
+    cr_assert_not_null(d, "no conversations at %s", dir);
     struct dirent *e;
     int done = 0;
     while ((e = readdir(d)) != NULL) {
-        if (strstr(e->d_name, ".json") == NULL)
+        if (!is_json_name(e->d_name))
             continue;
         char path[2048];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         size_t len;
         char *json = slurp(path, &len);
+        cr_assert_not_null(json, "%s", path);
         struct cg_conv *conv = read_ok(CG_CONV_JSON_OPENAI, json, len);
         json_t *orig = json_loadb(json, len, 0, NULL);
         json_t *o = write_json(conv, CG_CONV_JSON_OPENAI);
-        cr_assert(json_equal(orig, o), "%s: OpenAI round trip", e->d_name);
+        cr_assert(json_equal(orig, o), "%s: OpenAI round trip", path);
         /* OpenAI -> Anthropic -> OpenAI: the same messages and tools. */
         json_t *a = write_json(conv, CG_CONV_JSON_ANTHROPIC);
         char *atext = json_dumps(a, JSON_COMPACT);
         struct cg_conv *from_a = read_ok(CG_CONV_JSON_ANTHROPIC, atext, strlen(atext));
         json_t *o2 = write_json(from_a, CG_CONV_JSON_OPENAI);
         json_t *m1 = normalized_messages(orig), *m2 = normalized_messages(o2);
-        cr_assert(json_equal(m1, m2), "%s: OpenAI -> Anthropic -> OpenAI", e->d_name);
+        cr_assert(json_equal(m1, m2), "%s: OpenAI -> Anthropic -> OpenAI", path);
         cr_assert(json_equal(json_object_get(orig, "tools"), json_object_get(o2, "tools")));
         json_t *a2 = write_json(from_a, CG_CONV_JSON_ANTHROPIC);
-        cr_assert(json_equal(a, a2), "%s: Anthropic round trip", e->d_name);
+        cr_assert(json_equal(a, a2), "%s: Anthropic round trip", path);
         json_decref(m1);
         json_decref(m2);
         json_decref(a2);
@@ -369,7 +375,16 @@ Test(conv_json, sample_conversations_round_trip_in_both_formats, .timeout = 120)
         done++;
     }
     closedir(d);
-    cr_assert_gt(done, 0);
+    return done;
+}
+
+Test(conv_json, sample_conversations_round_trip_in_both_formats, .timeout = 120)
+{
+    /* Written at build time (cmake/testdata.cmake): 24 conversations, 3 to ~280 messages. */
+    cr_assert_geq(round_trip_all(CG_TESTDATA_CONVERSATIONS), 20, "%s", CG_TESTDATA_CONVERSATIONS);
+    const char *extra = getenv("CG_EXTRA_CONVERSATIONS");
+    if (extra != NULL && extra[0] != '\0')
+        cr_assert_gt(round_trip_all(extra), 0, "CG_EXTRA_CONVERSATIONS=%s", extra);
 }
 
 Test(conv_json, garbage_never_crashes, .timeout = 30)

@@ -1,6 +1,7 @@
 /* test_validate.c - ValidateContext's rules, dialect by dialect. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,37 +319,53 @@ Test(validate, dialect_resolution, .timeout = 10)
     cr_assert_str_eq(cg_validate_kind_name(CG_ISSUE_PART_NOT_ALLOWED), "PART_NOT_ALLOWED");
 }
 
-Test(validate, sample_conversations_are_valid, .timeout = 60)
+static bool is_json_name(const char *name)
 {
-    const char *base = getenv("CG_SHARED_DATA");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/conversations", base != NULL ? base : "/work/shared/data");
+    size_t n = strlen(name);
+    return n > 5 && strcmp(name + n - 5, ".json") == 0;
+}
+
+/* Every *.json conversation of dir is valid in every dialect; returns how many there are. */
+static int all_valid(const char *dir)
+{
     DIR *d = opendir(dir);
-    if (d == NULL)
-        cr_skip_test("no sample conversations at %s", dir);
+    cr_assert_not_null(d, "no conversations at %s", dir);
     struct dirent *e;
+    int n = 0;
     while ((e = readdir(d)) != NULL) {
-        if (strstr(e->d_name, ".json") == NULL)
+        if (!is_json_name(e->d_name))
             continue;
         char path[2048];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         FILE *f = fopen(path, "rb");
-        cr_assert_not_null(f);
+        cr_assert_not_null(f, "%s", path);
         fseek(f, 0, SEEK_END);
-        long n = ftell(f);
+        long len = ftell(f);
         rewind(f);
-        char *json = malloc((size_t)n + 1);
-        cr_assert_eq(fread(json, 1, (size_t)n, f), (size_t)n);
-        json[n] = '\0';
+        char *json = malloc((size_t)len + 1);
+        cr_assert_eq(fread(json, 1, (size_t)len, f), (size_t)len);
+        json[len] = '\0';
         fclose(f);
         struct cg_conv *conv = openai(json);
         for (int dl = CG_DIALECT_OPENAI; dl <= CG_DIALECT_GENERIC; dl++) {
             struct cg_validate_result r = check(conv, (cg_dialect)dl);
-            cr_assert(r.valid, "%s dialect %d: %s", e->d_name, dl, r.n ? r.issues[0].message : "");
+            cr_assert(r.valid, "%s dialect %d: %s", path, dl, r.n ? r.issues[0].message : "");
             cg_validate_result_free(&r);
         }
         cg_conv_free(conv);
         free(json);
+        n++;
     }
     closedir(d);
+    return n;
+}
+
+/* The conversations that tests/support/gen_conversations.py writes at build time
+ * (cmake/testdata.cmake), and those of $CG_EXTRA_CONVERSATIONS when it names a directory. */
+Test(validate, sample_conversations_are_valid, .timeout = 60)
+{
+    cr_assert_geq(all_valid(CG_TESTDATA_CONVERSATIONS), 20, "%s", CG_TESTDATA_CONVERSATIONS);
+    const char *extra = getenv("CG_EXTRA_CONVERSATIONS");
+    if (extra != NULL && extra[0] != '\0')
+        cr_assert_gt(all_valid(extra), 0, "CG_EXTRA_CONVERSATIONS=%s", extra);
 }

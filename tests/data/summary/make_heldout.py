@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Writes the held-out conversations of the extractive summarizer's tests (heldout-*.json).
 
-They were written for ctxguard, independently of ../shared/data/conversations: other
-domains, other fact shapes (times, ports, paths, decisions with reasons, names, ids with
-letters, URLs, instance types, percentages, flags), facts inside longer sentences, in
-English, German and Japanese, among filler turns, repeated boilerplate and noisy tool output.
+They were written for ctxguard, independently of the other sample conversations (those of
+tests/support/gen_conversations.py and any outside set): other domains, other fact shapes
+(times, ports, paths, decisions with reasons, names, ids with letters, URLs, instance types,
+percentages, flags), facts inside longer sentences, in English, German and Japanese, among
+filler turns, repeated boilerplate and noisy tool output.
 Each file is an OpenAI-format conversation with "needles": [{fact, where}] (fact verbatim in a
 message of that role), read by bench/bench_summary.c and tests/unit/test_summary_heldout.c.
 Deterministic (fixed seed): run it again and the files are the same.
