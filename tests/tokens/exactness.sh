@@ -6,8 +6,9 @@
 #
 #   tests/tokens/exactness.sh TOK_COUNT_BIN WORK_DIR
 #
-# Installs tiktoken@1.0.22 (pinned: its regex tables are Unicode 16.0, as ours) from the npm
-# registry into WORK_DIR/npm once. Passes only with zero mismatches; prints the first ones.
+# Installs tiktoken 1.0.22 (pinned: its regex tables are Unicode 16.0, as ours) from the npm
+# registry into WORK_DIR/npm once, with `npm ci` from tests/tokens/reference/package-lock.json,
+# which pins its sha512. Passes only with zero mismatches; prints the first ones.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=${1:?usage: exactness.sh TOK_COUNT_BIN WORK_DIR}
@@ -15,10 +16,12 @@ work=${2:?usage: exactness.sh TOK_COUNT_BIN WORK_DIR}
 python=/usr/bin/python3
 [[ -x $python ]] || python=python3
 mkdir -p "$work/npm"
-if [[ ! -f $work/npm/node_modules/tiktoken/package.json ]]; then
+if [[ ! -f $work/npm/node_modules/tiktoken/package.json ]] ||
+    ! cmp -s "$here/reference/package-lock.json" "$work/npm/package-lock.json"; then
     command -v npm >/dev/null || { echo "exactness: npm is needed (apt-get install npm)" >&2; exit 1; }
-    (cd "$work/npm" && npm install --loglevel=error --no-save --prefix . tiktoken@1.0.22 >/dev/null 2>npm.err) ||
-        { echo "exactness: npm install tiktoken@1.0.22 failed: $(grep -v '^npm error  *at ' "$work/npm/npm.err" | head -n 4)" >&2; exit 1; }
+    cp "$here/reference/package.json" "$here/reference/package-lock.json" "$work/npm/"
+    (cd "$work/npm" && npm ci --loglevel=error --no-audit --no-fund >/dev/null 2>npm.err) ||
+        { echo "exactness: npm ci (tiktoken 1.0.22) failed: $(grep -v '^npm error  *at ' "$work/npm/npm.err" | head -n 4)" >&2; exit 1; }
 fi
 start=$(date +%s)
 "$python" "$here/make_corpus.py" "$work/corpus.records" "${CG_EXACTNESS_MB:-8}"
