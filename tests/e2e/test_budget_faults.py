@@ -62,12 +62,18 @@ class OwnServices:
 
 class Load:
     """Threads that Reserve and Commit `each` tokens in a loop against one task, through
-    the given servers, recording every acknowledged Commit and every error code."""
+    the given servers, recording every acknowledged Commit and every error code.
 
-    def __init__(self, servers, md, task, each, threads, per_thread):
+    hold_at: once that many Commits are acknowledged, no thread starts another Reserve
+    until resume() (calls in flight finish): a fault can then be injected while work is
+    certainly left, however fast the server is."""
+
+    def __init__(self, servers, md, task, each, threads, per_thread, hold_at=None):
         self.acked = []       # (ledger_entry_id, tokens)
         self.errors = []      # status codes other than RESOURCE_EXHAUSTED
         self.denied = 0
+        self.hold_at = hold_at
+        self.resumed = threading.Event()
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.progress = threading.Condition(self.lock)
@@ -80,6 +86,11 @@ class Load:
         for _ in range(n):
             if self.stop.is_set():
                 return
+            if self.hold_at is not None:
+                with self.lock:
+                    held = len(self.acked) >= self.hold_at
+                if held and not self.resumed.wait(120):
+                    return
             try:
                 r = stub.Reserve(B.ReserveRequest(scope=task, tokens=each), metadata=md,
                                  timeout=10)
@@ -111,6 +122,9 @@ class Load:
                     raise AssertionError(f"timed out waiting for {what}: {len(self.acked)} acked, "
                                          f"errors {self.errors[-5:]}")
                 self.progress.wait(left)
+
+    def resume(self):
+        self.resumed.set()
 
     def join(self, timeout=120):
         for t in self.threads:
@@ -175,9 +189,12 @@ class OwnStoreFaults(cgtest.TestCase):
     def test_redis_restart_changes_no_decision(self):
         srv, _ = self.server()
         tenant, md, stub, task = setup_tenant(srv, 3000)
-        load = Load([srv], md, task, 10, threads=32, per_thread=20).start()
+        # The load holds after 40 commits (at most 40 + 32 in flight) until Redis is down.
+        load = Load([srv], md, task, 10, threads=32, per_thread=20, hold_at=40).start()
+        self.addCleanup(load.resume)
         load.wait_for(lambda: len(load.acked) >= 40, 60, "40 acknowledged commits")
         self.svc.sh("redis-stop")
+        load.resume()
         load.wait_for(lambda: len(load.acked) >= 120, 60, "commits while Redis is down")
         self.svc.sh("redis-start")
         load.join()
