@@ -830,44 +830,99 @@ static void print_usage_tree(const Ctxguard__V1__ScopeUsage *u, int indent)
                u->child_count);
 }
 
+/* The settings stored for a scope, into *current (NULL when the scope has no budget yet),
+ * and their version. The caller frees *current. Returns EXIT_OK, or the failure's exit code
+ * (printed) for anything but NOT_FOUND. */
+static int read_budget(struct ctl *ctl, const Ctxguard__V1__Scope *scope,
+                       ProtobufCMessage **current, const Ctxguard__V1__BudgetSettings **settings,
+                       int64_t *version)
+{
+    Ctxguard__V1__GetBudgetRequest req = CTXGUARD__V1__GET_BUDGET_REQUEST__INIT;
+    struct cg_client_status st;
+    struct cg_client *client = ctl_client(ctl);
+
+    *current = NULL;
+    *settings = NULL;
+    *version = 0;
+    if (client == NULL)
+        return EXIT_USAGE;
+    req.scope = (Ctxguard__V1__Scope *)scope;
+    if (cg_client_unary(client, BUDGET_METHOD("GetBudget"), &req.base,
+                        &ctxguard__v1__get_budget_response__descriptor, current, &st) != CG_OK) {
+        *current = NULL;
+        return st.code == CG_NOT_FOUND ? EXIT_OK : fail_status(&st);
+    }
+    const Ctxguard__V1__GetBudgetResponse *resp = (const void *)*current;
+    if (resp->budget != NULL && resp->budget->settings != NULL) {
+        *settings = resp->budget->settings;
+        *version = resp->budget->version;
+    }
+    return EXIT_OK;
+}
+
 static int cmd_budget_set(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
 {
     Ctxguard__V1__SetBudgetRequest req = CTXGUARD__V1__SET_BUDGET_REQUEST__INIT;
-    Ctxguard__V1__BudgetSettings settings = CTXGUARD__V1__BUDGET_SETTINGS__INIT;
-    ProtobufCMessage *msg = NULL;
+    Ctxguard__V1__BudgetSettings fresh = CTXGUARD__V1__BUDGET_SETTINGS__INIT;
+    Ctxguard__V1__BudgetSettings *settings = &fresh;
+    ProtobufCMessage *msg = NULL, *current = NULL;
+    const Ctxguard__V1__BudgetSettings *stored = NULL;
+    int64_t version = 0;
     struct scope_arg sc;
     const char *limit_text = option_value(cmd, args, "--limit");
     const char *mode = option_value(cmd, args, "--mode");
     const char *warning = option_value(cmd, args, "--warning");
     long limit = 0;
+    double ratio = 0;
     int rc;
 
     if (!parse_scope(args->positional[0], &sc))
         return EXIT_USAGE;
-    if (limit_text == NULL)
-        return usage_error("budget set: --limit is required");
+    if (limit_text == NULL && mode == NULL && warning == NULL &&
+        option_value(cmd, args, "--allocate") == NULL)
+        return usage_error("budget set: nothing to set: give --limit (required for a new "
+                           "budget), --mode, --warning or --allocate");
     /* The server owns the bounds and names the field; here only "is it a number". */
-    if (!parse_long(limit_text, LONG_MIN, LONG_MAX, &limit))
+    if (limit_text != NULL && !parse_long(limit_text, LONG_MIN, LONG_MAX, &limit))
         return usage_error("--limit must be a number of tokens, not '%s'", limit_text);
-    settings.limit_tokens = limit;
-    if (mode == NULL || strcmp(mode, "hard") == 0)
-        settings.mode = CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_HARD;
-    else if (strcmp(mode, "soft") == 0)
-        settings.mode = CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_SOFT;
-    else if (strcmp(mode, "approval") == 0)
-        settings.mode = CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL;
-    else
+    if (mode != NULL && strcmp(mode, "hard") != 0 && strcmp(mode, "soft") != 0 &&
+        strcmp(mode, "approval") != 0)
         return usage_error("--mode must be hard, soft or approval, not '%s'", mode);
     if (warning != NULL) {
         char *end = NULL;
         errno = 0;
-        settings.warning_ratio = strtod(warning, &end);
+        ratio = strtod(warning, &end);
         if (errno != 0 || end == warning || *end != '\0')
             return usage_error("--warning must be a ratio such as 0.8, not '%s'", warning);
     }
-    settings.allocate_from_parent = option_value(cmd, args, "--allocate") != NULL;
+    /* An existing budget keeps every setting not given here (mode, warning ratio, tiers,
+     * cost limit, reset period...): it is read first and written back with its version,
+     * so that a change made in between fails (ABORTED) instead of being overwritten. */
+    rc = read_budget(ctl, &sc.scope, &current, &stored, &version);
+    if (rc)
+        goto out;
+    if (stored != NULL) {
+        settings = (Ctxguard__V1__BudgetSettings *)stored;
+        req.expected_version = version;
+    } else if (limit_text == NULL) {
+        rc = usage_error("budget set: --limit is required for a new budget");
+        goto out;
+    }
+    if (limit_text != NULL)
+        settings->limit_tokens = limit;
+    if (mode != NULL)
+        settings->mode = strcmp(mode, "soft") == 0 ? CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_SOFT
+                         : strcmp(mode, "approval") == 0
+                             ? CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL
+                             : CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_HARD;
+    else if (stored == NULL)
+        settings->mode = CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_HARD;
+    if (warning != NULL)
+        settings->warning_ratio = ratio;
+    if (option_value(cmd, args, "--allocate") != NULL)
+        settings->allocate_from_parent = true;
     req.scope = &sc.scope;
-    req.settings = &settings;
+    req.settings = settings;
     rc = call(ctl, BUDGET_METHOD("SetBudget"), &req.base,
               &ctxguard__v1__set_budget_response__descriptor, &msg);
     if (rc)
@@ -892,6 +947,8 @@ static int cmd_budget_set(struct ctl *ctl, const struct command *cmd, const stru
 out:
     if (msg != NULL)
         protobuf_c_message_free_unpacked(msg, NULL);
+    if (current != NULL)
+        protobuf_c_message_free_unpacked(current, NULL);
     return rc;
 }
 
@@ -1735,10 +1792,9 @@ static int cmd_summarize(struct ctl *ctl, const struct command *cmd, const struc
         req.summarizer = CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_EXTRACTIVE;
     else
         return usage_error("--summarizer must be auto, llm or extractive, not '%s'", kind);
-    bool anthropic = false;
-    if (format != NULL && strcmp(format, "anthropic") == 0)
-        anthropic = true;
-    else if (format != NULL && strcmp(format, "openai") != 0)
+    /* Without --format the file's shape decides, as for count and compress (an Anthropic
+     * file read as OpenAI JSON would lose its top-level system prompt). */
+    if (format != NULL && strcmp(format, "anthropic") != 0 && strcmp(format, "openai") != 0)
         return usage_error("--format must be openai or anthropic, not '%s'", format);
     const char *focus = option_value(cmd, args, "--focus");
     const char *language = option_value(cmd, args, "--language");
@@ -1757,6 +1813,7 @@ static int cmd_summarize(struct ctl *ctl, const struct command *cmd, const struc
                 args->positional[0]);
         return EXIT_FAIL;
     }
+    bool anthropic = format != NULL ? strcmp(format, "anthropic") == 0 : looks_anthropic(json);
     if (anthropic) {
         conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
         conv.anthropic_json = json;
@@ -2010,12 +2067,13 @@ static const struct command commands[] = {
      .run = cmd_ping},
     {.words = "budget set",
      .arg_usage = "SCOPE",
-     .summary = "create or replace the budget of SCOPE (session[/task[/agent]], - for the tenant)",
+     .summary = "create the budget of SCOPE (session[/task[/agent]], - for the tenant), or change"
+                " the settings given (an existing budget keeps the others)",
      .key = KEY_TENANT,
      .min_positional = 1,
      .max_positional = 1,
-     .options = {{"--limit", "N", "token limit (required)"},
-                 {"--mode", "MODE", "hard (default), soft or approval"},
+     .options = {{"--limit", "N", "token limit (required for a new budget)"},
+                 {"--mode", "MODE", "hard (default for a new budget), soft or approval"},
                  {"--warning", "R", "warning ratio in (0, 1] (default 0.8)"},
                  {"--allocate", NULL, "carve the limit out of the parent (allocate_from_parent)"}},
      .run = cmd_budget_set},
@@ -2088,7 +2146,7 @@ static const struct command commands[] = {
                  {"--focus", "TEXT", "what to emphasise"},
                  {"--language", "TAG", "language to write in (default: the conversation's)"},
                  {"--model", "NAME", "the conversation's model, for token counts"},
-                 {"--format", "FORMAT", "openai (default) or anthropic JSON"}},
+                 {"--format", "FORMAT", "openai or anthropic JSON (default: from the file)"}},
      .run = cmd_summarize},
     {.words = "compress",
      .arg_usage = "FILE",
@@ -2331,6 +2389,8 @@ int main(int argc, char **argv)
             if (group)
                 return EXIT_USAGE;
         }
+        if (rest[0][0] == '-' && !rest_is_positional[0])
+            return usage_error("unknown option '%s'", rest[0]);
         return usage_error("unknown command '%s'", rest[0]);
     }
     if (want_help) {
@@ -2402,6 +2462,15 @@ int main(int argc, char **argv)
         if (ctl.key == NULL)
             ctl.key = env_nonempty("CTXGUARD_ADMIN_KEY");
         break;
+    }
+    /* Without a key the server can only refuse: say which variable to set instead. */
+    if (ctl.key == NULL && (cmd->key == KEY_ADMIN || cmd->key == KEY_TENANT)) {
+        if (cmd->key == KEY_ADMIN)
+            return usage_error("'%s' needs the admin key (the server's admin_key): set "
+                               "CTXGUARD_ADMIN_KEY or pass --key",
+                               cmd->words);
+        return usage_error("'%s' needs a tenant API key (cgk_...): set CTXGUARD_KEY or pass --key",
+                           cmd->words);
     }
 
     /* gRPC's log lines repeat what the status message says; GRPC_VERBOSITY brings them back. */

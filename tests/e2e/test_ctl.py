@@ -6,6 +6,7 @@ import os
 import subprocess
 
 import cgtest
+from cgtest import budget_pb2, budget_pb2_grpc, common_pb2
 
 
 class Ctl(cgtest.TestCase):
@@ -55,6 +56,11 @@ class Ctl(cgtest.TestCase):
         self.assertIn("UNAUTHENTICATED", failed.stderr)
 
     def test_errors_and_usage(self):
+        no_key = self.ctl("tenant", "list", expect=2)
+        self.assertIn("set CTXGUARD_ADMIN_KEY", no_key.stderr)
+        no_key = self.ctl("usage", expect=2)
+        self.assertIn("set CTXGUARD_KEY", no_key.stderr)
+        self.assertIn("unknown option '--frobnicate'", self.ctl("--frobnicate", expect=2).stderr)
         denied = self.ctl("tenant", "list", key="cgk_not_a_real_key", expect=1)
         self.assertIn("UNAUTHENTICATED", denied.stderr)
         bad = self.ctl("tenant", "get", "not-a-uuid", admin=True, expect=1)
@@ -66,3 +72,40 @@ class Ctl(cgtest.TestCase):
     def test_ping_goes_through_the_reply_timer(self):
         out = self.ctl("ping", "--delay", "120", admin=True).stdout
         self.assertIn("delay_ms=120", out)
+
+    def test_budget_set_changes_only_what_it_is_given(self):
+        tenant = self.srv.create_tenant()
+        key = self.srv.create_key(tenant.tenant_id).secret
+        stub = budget_pb2_grpc.BudgetServiceStub(self.srv.channel())
+        md = cgtest.bearer(key)
+        B = budget_pb2
+        self.ctl("budget", "set", "-", "--limit", "100000", key=key)
+        missing = self.ctl("budget", "set", "run9", "--mode", "soft", key=key, expect=2)
+        self.assertIn("--limit is required for a new budget", missing.stderr)
+        nothing = self.ctl("budget", "set", "run9", key=key, expect=2)
+        self.assertIn("nothing to set", nothing.stderr)
+        self.ctl("budget", "set", "run9", "--limit", "5000", "--mode", "soft", "--warning", "0.6",
+                 key=key)
+        # Settings the CLI has no flag for, set through the API.
+        got = stub.GetBudget(B.GetBudgetRequest(scope=common_pb2.Scope(session_id="run9")), metadata=md,
+                             timeout=10).budget
+        settings = got.settings
+        settings.limit_cost_micros = 777000
+        settings.description = "kept"
+        stub.SetBudget(B.SetBudgetRequest(scope=common_pb2.Scope(session_id="run9"), settings=settings),
+                       metadata=md, timeout=10)
+
+        out = self.ctl("budget", "set", "run9", "--limit", "8000", key=key).stdout
+        self.assertIn("limit 8000 tokens, soft, warning at 0.6", out)
+        after = stub.GetBudget(B.GetBudgetRequest(scope=common_pb2.Scope(session_id="run9")), metadata=md,
+                               timeout=10).budget.settings
+        self.assertEqual(after.limit_tokens, 8000)
+        self.assertEqual(after.mode, B.BUDGET_MODE_SOFT)
+        self.assertAlmostEqual(after.warning_ratio, 0.6)
+        self.assertEqual(after.limit_cost_micros, 777000)
+        self.assertEqual(after.description, "kept")
+        # Only the mode, now.
+        self.ctl("budget", "set", "run9", "--mode", "hard", key=key)
+        after = stub.GetBudget(B.GetBudgetRequest(scope=common_pb2.Scope(session_id="run9")), metadata=md,
+                               timeout=10).budget.settings
+        self.assertEqual((after.limit_tokens, after.mode), (8000, B.BUDGET_MODE_HARD))

@@ -568,6 +568,20 @@ class SummarizeCtl(cgtest.TestCase):
         self.assertIn({"type": "PII_TYPE_EMAIL", "count": 20}, got["redactions"])
         self.assertNotIn("jane.doe@example.com", json.dumps(self.llm.requests()))
 
+    def test_anthropic_file_is_detected_and_keeps_its_system_prompt(self):
+        conv = json.dumps({"system": "Goal: migrate the billing database to PostgreSQL 15 "
+                                     "by Friday.",
+                           "messages": [{"role": "user", "content": "Start with the schema."},
+                                        {"role": "assistant",
+                                         "content": [{"type": "text",
+                                                      "text": "I dumped the schema first."}]}]})
+        got = json.loads(self.ctl("--json", "summarize", "-", "--summarizer", "extractive",
+                                  stdin=conv).stdout)
+        self.assertEqual(got["messages_summarized"], 3, "system, user and assistant")
+        forced = json.loads(self.ctl("--json", "summarize", "-", "--format", "openai",
+                                     "--summarizer", "extractive", stdin=conv).stdout)
+        self.assertEqual(forced["messages_summarized"], 2, "read as OpenAI JSON: no system")
+
     def test_usage_and_server_errors(self):
         err = self.ctl("summarize", "/nonexistent/conv.json", expect=1).stderr
         self.assertIn("No such file", err)
