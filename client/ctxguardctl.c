@@ -952,6 +952,249 @@ out:
     return rc;
 }
 
+/* ----------------------------------------------------- the budget flow (scripts) ---- */
+
+static const char *level_name(int level);
+
+/* Exit codes of check and reserve beyond 0/1/2: the decision, for shell scripts. */
+#define EXIT_DENY 3
+#define EXIT_APPROVAL 4
+
+static const char *decision_name(int decision)
+{
+    switch (decision) {
+    case CTXGUARD__V1__DECISION__DECISION_ALLOW:
+        return "ALLOW";
+    case CTXGUARD__V1__DECISION__DECISION_ALLOW_WITH_WARNING:
+        return "ALLOW_WITH_WARNING";
+    case CTXGUARD__V1__DECISION__DECISION_REQUIRE_APPROVAL:
+        return "REQUIRE_APPROVAL";
+    case CTXGUARD__V1__DECISION__DECISION_DENY:
+        return "DENY";
+    default:
+        return "UNSPECIFIED";
+    }
+}
+
+static int decision_exit(int decision)
+{
+    if (decision == CTXGUARD__V1__DECISION__DECISION_DENY)
+        return EXIT_DENY;
+    if (decision == CTXGUARD__V1__DECISION__DECISION_REQUIRE_APPROVAL)
+        return EXIT_APPROVAL;
+    return EXIT_OK;
+}
+
+/* A token-count option: absent is 0; anything else must be a number (the server owns the
+ * bounds and names the field). */
+static bool token_option(const struct command *cmd, const struct cmd_args *args, const char *name,
+                         int64_t *out)
+{
+    const char *text = option_value(cmd, args, name);
+    long v = 0;
+    *out = 0;
+    if (text == NULL)
+        return true;
+    if (!parse_long(text, LONG_MIN, LONG_MAX, &v)) {
+        usage_error("%s must be a number of tokens, not '%s'", name, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* --input/--output/--cache-read/--cache-write/--cost-micros into *usage. */
+static bool usage_options(const struct command *cmd, const struct cmd_args *args,
+                          Ctxguard__V1__TokenUsage *usage)
+{
+    return token_option(cmd, args, "--input", &usage->input_tokens) &&
+           token_option(cmd, args, "--output", &usage->output_tokens) &&
+           token_option(cmd, args, "--cache-read", &usage->cache_read_tokens) &&
+           token_option(cmd, args, "--cache-write", &usage->cache_write_tokens) &&
+           token_option(cmd, args, "--cost-micros", &usage->cost_micros);
+}
+
+/* `DECISION  delay 300ms (held 300ms)  tightest session 85%` and the reasons, on `out`. */
+static void print_decision(FILE *out, int decision, uint32_t delay_ms, uint32_t held_ms,
+                           int tightest_level, double tightest_ratio,
+                           Ctxguard__V1__DecisionReason *const *reasons, size_t n_reasons)
+{
+    fprintf(out, "%s  delay %" PRIu32 "ms (held %" PRIu32 "ms)", decision_name(decision), delay_ms,
+            held_ms);
+    if (tightest_level > 0)
+        fprintf(out, "  tightest %s %.0f%%", level_name(tightest_level), tightest_ratio * 100.0);
+    fputc('\n', out);
+    for (size_t i = 0; i < n_reasons; i++) {
+        fprintf(out, "  %s: ", level_name((int)reasons[i]->level));
+        print_text(out, reasons[i]->message);
+        fputc('\n', out);
+    }
+}
+
+static int cmd_check(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__CheckBudgetRequest req = CTXGUARD__V1__CHECK_BUDGET_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    struct scope_arg sc;
+    const char *model = option_value(cmd, args, "--model");
+
+    if (!parse_scope(args->positional[0], &sc))
+        return EXIT_USAGE;
+    if (!token_option(cmd, args, "--tokens", &req.estimated_tokens) ||
+        !token_option(cmd, args, "--output", &req.estimated_output_tokens))
+        return EXIT_USAGE;
+    req.scope = &sc.scope;
+    req.model = (char *)(model != NULL ? model : "");
+    req.dry_run = option_value(cmd, args, "--dry-run") != NULL;
+    if (option_value(cmd, args, "--return-only") != NULL)
+        req.delay_mode = CTXGUARD__V1__DELAY_MODE__DELAY_MODE_RETURN_ONLY;
+    int rc = call(ctl, BUDGET_METHOD("CheckBudget"), &req.base,
+                  &ctxguard__v1__check_budget_response__descriptor, &msg);
+    if (rc)
+        return rc;
+    const Ctxguard__V1__CheckBudgetResponse *r = (const void *)msg;
+    if (ctl->json) {
+        rc = print_json(msg);
+    } else {
+        print_decision(stdout, r->decision, r->backpressure_delay_ms, r->delay_held_ms,
+                       r->tightest_level, r->tightest_ratio, r->reasons, r->n_reasons);
+        printf("available %" PRId64 " tokens\n", r->available_tokens);
+        if (r->approval_id[0] != '\0')
+            printf("approval %s\n", r->approval_id);
+    }
+    if (rc == EXIT_OK)
+        rc = decision_exit(r->decision);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_reserve(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__ReserveRequest req = CTXGUARD__V1__RESERVE_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    struct scope_arg sc;
+    const char *model = option_value(cmd, args, "--model");
+    const char *key = option_value(cmd, args, "--idempotency-key");
+    int64_t ttl = 0;
+
+    if (!parse_scope(args->positional[0], &sc))
+        return EXIT_USAGE;
+    if (option_value(cmd, args, "--tokens") == NULL)
+        return usage_error("reserve: --tokens is required");
+    if (!token_option(cmd, args, "--tokens", &req.tokens) ||
+        !token_option(cmd, args, "--output", &req.estimated_output_tokens) ||
+        !token_option(cmd, args, "--ttl", &ttl))
+        return EXIT_USAGE;
+    if (ttl < 0 || ttl > UINT32_MAX)
+        return usage_error("--ttl must be 0..%" PRIu32 " milliseconds", UINT32_MAX);
+    req.ttl_ms = (uint32_t)ttl;
+    req.scope = &sc.scope;
+    req.model = (char *)(model != NULL ? model : "");
+    req.idempotency_key = (char *)(key != NULL ? key : "");
+    if (option_value(cmd, args, "--return-only") != NULL)
+        req.delay_mode = CTXGUARD__V1__DELAY_MODE__DELAY_MODE_RETURN_ONLY;
+    int rc = call(ctl, BUDGET_METHOD("Reserve"), &req.base,
+                  &ctxguard__v1__reserve_response__descriptor, &msg);
+    if (rc)
+        return rc;
+    const Ctxguard__V1__ReserveResponse *r = (const void *)msg;
+    if (ctl->json) {
+        rc = print_json(msg);
+    } else {
+        /* stdout holds the id alone (rid=$(ctxguardctl reserve ...)); the rest is stderr. */
+        if (r->reservation != NULL && r->reservation->reservation_id[0] != '\0')
+            printf("%s\n", r->reservation->reservation_id);
+        print_decision(stderr, r->decision, r->backpressure_delay_ms, r->delay_held_ms,
+                       r->tightest_level, r->tightest_ratio, r->reasons, r->n_reasons);
+        if (r->approval_id[0] != '\0')
+            fprintf(stderr, "approval %s: wait for its decision, then reserve again\n",
+                    r->approval_id);
+    }
+    if (rc == EXIT_OK)
+        rc = decision_exit(r->decision);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_commit(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__CommitRequest req = CTXGUARD__V1__COMMIT_REQUEST__INIT;
+    Ctxguard__V1__TokenUsage usage = CTXGUARD__V1__TOKEN_USAGE__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *model = option_value(cmd, args, "--model");
+
+    if (!usage_options(cmd, args, &usage))
+        return EXIT_USAGE;
+    req.reservation_id = (char *)args->positional[0];
+    req.usage = &usage;
+    req.model = (char *)(model != NULL ? model : "");
+    req.record_if_expired = option_value(cmd, args, "--record-if-expired") != NULL;
+    int rc = call(ctl, BUDGET_METHOD("Commit"), &req.base,
+                  &ctxguard__v1__commit_response__descriptor, &msg);
+    if (rc)
+        return rc;
+    const Ctxguard__V1__CommitResponse *r = (const void *)msg;
+    if (ctl->json)
+        rc = print_json(msg);
+    else
+        printf("committed: ledger %s, released %" PRId64 ", overrun %" PRId64 "%s%s\n",
+               r->ledger_entry_id, r->released_tokens, r->overrun_tokens,
+               r->replayed ? " (replayed)" : "",
+               r->reservation_expired ? " (the reservation had expired)" : "");
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_release(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__ReleaseRequest req = CTXGUARD__V1__RELEASE_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+
+    req.reservation_id = (char *)args->positional[0];
+    int rc = call(ctl, BUDGET_METHOD("Release"), &req.base,
+                  &ctxguard__v1__release_response__descriptor, &msg);
+    if (rc)
+        return rc;
+    const Ctxguard__V1__ReleaseResponse *r = (const void *)msg;
+    if (ctl->json)
+        rc = print_json(msg);
+    else
+        printf("released %" PRId64 " tokens%s\n", r->released_tokens,
+               r->replayed ? " (replayed)" : "");
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_record(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__RecordUsageRequest req = CTXGUARD__V1__RECORD_USAGE_REQUEST__INIT;
+    Ctxguard__V1__TokenUsage usage = CTXGUARD__V1__TOKEN_USAGE__INIT;
+    ProtobufCMessage *msg = NULL;
+    struct scope_arg sc;
+    const char *model = option_value(cmd, args, "--model");
+    const char *key = option_value(cmd, args, "--idempotency-key");
+
+    if (!parse_scope(args->positional[0], &sc))
+        return EXIT_USAGE;
+    if (!usage_options(cmd, args, &usage))
+        return EXIT_USAGE;
+    req.scope = &sc.scope;
+    req.usage = &usage;
+    req.model = (char *)(model != NULL ? model : "");
+    req.idempotency_key = (char *)(key != NULL ? key : "");
+    int rc = call(ctl, BUDGET_METHOD("RecordUsage"), &req.base,
+                  &ctxguard__v1__record_usage_response__descriptor, &msg);
+    if (rc)
+        return rc;
+    const Ctxguard__V1__RecordUsageResponse *r = (const void *)msg;
+    if (ctl->json)
+        rc = print_json(msg);
+    else
+        printf("recorded: ledger %s%s\n", r->ledger_entry_id, r->replayed ? " (replayed)" : "");
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
 static int cmd_usage(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
 {
     Ctxguard__V1__GetUsageRequest req = CTXGUARD__V1__GET_USAGE_REQUEST__INIT;
@@ -2077,6 +2320,70 @@ static const struct command commands[] = {
                  {"--warning", "R", "warning ratio in (0, 1] (default 0.8)"},
                  {"--allocate", NULL, "carve the limit out of the parent (allocate_from_parent)"}},
      .run = cmd_budget_set},
+    {.words = "check",
+     .arg_usage = "SCOPE",
+     .summary = "may SCOPE spend N tokens? prints the decision; exit 0 allow, 3 deny, 4 approval"
+                " required",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--tokens", "N", "estimated input tokens"},
+                 {"--output", "N", "estimated output tokens"},
+                 {"--model", "M", "model (prices the estimate for cost limits)"},
+                 {"--return-only", NULL,
+                  "answer at once instead of waiting the backpressure delay"},
+                 {"--dry-run", NULL, "never open an approval"}},
+     .run = cmd_check},
+    {.words = "reserve",
+     .arg_usage = "SCOPE",
+     .summary = "hold N tokens on SCOPE's path; prints the reservation id alone on stdout; exit"
+                " 0 held, 3 deny, 4 approval required",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--tokens", "N", "tokens to hold (required)"},
+                 {"--output", "N", "estimated output tokens"},
+                 {"--model", "M", "model"},
+                 {"--ttl", "MS", "expiry of the hold in ms (default: the budget's)"},
+                 {"--idempotency-key", "K", "a retry with the same key returns the same hold"},
+                 {"--return-only", NULL,
+                  "answer at once instead of waiting the backpressure delay"}},
+     .run = cmd_reserve},
+    {.words = "commit",
+     .arg_usage = "RESERVATION_ID",
+     .summary = "record what the call spent and settle the hold",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--input", "N", "input tokens"},
+                 {"--output", "N", "output tokens"},
+                 {"--cache-read", "N", "cache read tokens"},
+                 {"--cache-write", "N", "cache write tokens"},
+                 {"--cost-micros", "N", "cost in micro-USD (default: from the price table)"},
+                 {"--model", "M", "model"},
+                 {"--record-if-expired", NULL, "record the usage even if the hold expired"}},
+     .run = cmd_commit},
+    {.words = "release",
+     .arg_usage = "RESERVATION_ID",
+     .summary = "give a hold back unused (the call failed or was not made)",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .run = cmd_release},
+    {.words = "record",
+     .arg_usage = "SCOPE",
+     .summary = "record spend without a reservation",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .options = {{"--input", "N", "input tokens"},
+                 {"--output", "N", "output tokens"},
+                 {"--cache-read", "N", "cache read tokens"},
+                 {"--cache-write", "N", "cache write tokens"},
+                 {"--cost-micros", "N", "cost in micro-USD (default: from the price table)"},
+                 {"--model", "M", "model"},
+                 {"--idempotency-key", "K", "a retry with the same key records once"}},
+     .run = cmd_record},
     {.words = "usage",
      .arg_usage = "[SCOPE]",
      .summary = "the usage tree under SCOPE (default the tenant), a bar per level",

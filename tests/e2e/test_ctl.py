@@ -109,3 +109,47 @@ class Ctl(cgtest.TestCase):
         after = stub.GetBudget(B.GetBudgetRequest(scope=common_pb2.Scope(session_id="run9")), metadata=md,
                                timeout=10).budget.settings
         self.assertEqual((after.limit_tokens, after.mode), (8000, B.BUDGET_MODE_HARD))
+
+    def test_budget_flow_for_shell_scripts(self):
+        tenant = self.srv.create_tenant()
+        key = self.srv.create_key(tenant.tenant_id).secret
+        self.ctl("budget", "set", "-", "--limit", "100000", key=key)
+        self.ctl("budget", "set", "job", "--limit", "1000", key=key)
+
+        held = self.ctl("reserve", "job", "--tokens", "600", "--return-only", key=key)
+        rid = held.stdout.strip()
+        self.assertRegex(rid, r"^\S+$", "the reservation id alone on stdout")
+        self.assertIn("ALLOW", held.stderr)
+        out = self.ctl("commit", rid, "--input", "500", "--output", "50", "--cache-read", "20",
+                       key=key).stdout
+        self.assertIn("released 30", out)  # held 600, spent 570
+
+        check = self.ctl("check", "job", "--tokens", "600", "--return-only", key=key, expect=3)
+        self.assertIn("DENY", check.stdout)
+        refused = self.ctl("reserve", "job", "--tokens", "600", key=key, expect=1)
+        self.assertIn("RESOURCE_EXHAUSTED", refused.stderr)
+        ok = self.ctl("--json", "check", "job", "--tokens", "100", "--return-only", key=key)
+        self.assertEqual(json.loads(ok.stdout)["decision"], "DECISION_ALLOW")  # 67 %
+        warned = self.ctl("check", "job", "--tokens", "300", "--return-only", key=key)
+        self.assertIn("ALLOW_WITH_WARNING", warned.stdout)  # 87 %: over the 0.8 warning
+
+        rid = self.ctl("reserve", "job", "--tokens", "100", "--return-only",
+                       key=key).stdout.strip()
+        self.assertIn("released 100 tokens", self.ctl("release", rid, key=key).stdout)
+
+        first = self.ctl("record", "job", "--input", "7", "--idempotency-key", "k-1",
+                         key=key).stdout
+        again = self.ctl("record", "job", "--input", "7", "--idempotency-key", "k-1",
+                         key=key).stdout
+        self.assertIn("(replayed)", again)
+        self.assertEqual(first.split()[2], again.split()[2], "the same ledger entry")
+        used = json.loads(self.ctl("--json", "usage", "job", key=key).stdout)
+        self.assertEqual(int(used["root"]["used_tokens"]), 570 + 7)
+
+        self.ctl("budget", "set", "gated", "--limit", "100", "--mode", "approval", key=key)
+        gated = self.ctl("reserve", "gated", "--tokens", "500", "--return-only", key=key,
+                         expect=4)
+        self.assertEqual(gated.stdout, "", "no reservation id")
+        self.assertRegex(gated.stderr, r"approval \S+: wait for its decision")
+        bad = self.ctl("commit", "x", "--input", "many", key=key, expect=2)
+        self.assertIn("--input must be a number of tokens", bad.stderr)
