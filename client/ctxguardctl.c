@@ -2443,8 +2443,8 @@ static const struct command commands[] = {
      .run = cmd_count},
     {.words = "summarize",
      .arg_usage = "FILE",
-     .summary = "a structured summary of the conversation in FILE (OpenAI JSON; - for stdin), "
-                "PII redacted first",
+     .summary = "a structured summary of the conversation in FILE (OpenAI or Anthropic JSON, told"
+                " apart by its content; - for stdin), PII redacted first",
      .key = KEY_TENANT,
      .min_positional = 1,
      .max_positional = 1,
@@ -2514,9 +2514,24 @@ static const char *command_synopsis(const struct command *cmd, char *buf, size_t
     return buf;
 }
 
-static void print_usage(FILE *out)
+/* The whole help, or with group non-NULL ("tenant", "budget") only that group's commands. */
+static void print_usage(FILE *out, const char *group)
 {
     char synopsis[160];
+    size_t group_len = group != NULL ? strlen(group) : 0;
+
+    if (group != NULL) {
+        fprintf(out, "usage: " PROG " [OPTIONS] %s ...   (`" PROG " --help` for all)\n\n", group);
+        for (size_t i = 0; i < COMMAND_COUNT; i++) {
+            const struct command *cmd = &commands[i];
+            if (strncmp(cmd->words, group, group_len) != 0 ||
+                (cmd->words[group_len] != ' ' && cmd->words[group_len] != '\0'))
+                continue;
+            fprintf(out, "  %s\n      %s (%s)\n", command_synopsis(cmd, synopsis, sizeof synopsis),
+                    cmd->summary, key_note(cmd->key));
+        }
+        return;
+    }
 
     fprintf(out,
             "usage: " PROG " [OPTIONS] COMMAND [ARGS]\n"
@@ -2543,7 +2558,8 @@ static void print_usage(FILE *out)
     fprintf(out,
             "\n"
             "Exit status: 0 success; 1 the call failed (stderr: \"" PROG ": STATUS: message\")\n"
-            "or health is not SERVING; 2 usage error.\n");
+            "or health is not SERVING; 2 usage error; check and reserve: 3 DENY, 4 approval\n"
+            "required.\n");
 }
 
 static void print_command_usage(FILE *out, const struct command *cmd)
@@ -2554,7 +2570,10 @@ static void print_command_usage(FILE *out, const struct command *cmd)
             command_synopsis(cmd, synopsis, sizeof synopsis), cmd->summary, key_note(cmd->key));
     for (int i = 0; i < MAX_CMD_OPTIONS && cmd->options[i].name != NULL; i++) {
         const struct cmd_option *o = &cmd->options[i];
-        fprintf(out, "  %s %-10s %s\n", o->name, o->value_name ? o->value_name : "", o->help);
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s", o->name, o->value_name ? " " : "",
+                 o->value_name ? o->value_name : "");
+        fprintf(out, "  %-22s %s\n", left, o->help);
     }
 }
 
@@ -2671,8 +2690,19 @@ int main(int argc, char **argv)
         }
     }
     if (cmd == NULL) {
+        if (want_help && word_count > 0) {
+            /* "budget --help": the group's commands, when words[0] names a group. */
+            size_t len = strlen(words[0]);
+            for (size_t i = 0; i < COMMAND_COUNT; i++) {
+                if (strncmp(commands[i].words, words[0], len) == 0 &&
+                    commands[i].words[len] == ' ') {
+                    print_usage(stdout, words[0]);
+                    return EXIT_OK;
+                }
+            }
+        }
         if (want_help || rest_count == 0) {
-            print_usage(want_help ? stdout : stderr);
+            print_usage(want_help ? stdout : stderr, NULL);
             return want_help ? EXIT_OK : EXIT_USAGE;
         }
         if (word_count > 0) {

@@ -61,6 +61,12 @@ class Ctl(cgtest.TestCase):
         no_key = self.ctl("usage", expect=2)
         self.assertIn("set CTXGUARD_KEY", no_key.stderr)
         self.assertIn("unknown option '--frobnicate'", self.ctl("--frobnicate", expect=2).stderr)
+        group = self.ctl("tenant", "--help").stdout
+        self.assertIn("tenant create NAME", group)
+        self.assertIn("tenant list", group)
+        self.assertNotIn("budget set", group, "only the group's commands")
+        one = self.ctl("commit", "--help").stdout
+        self.assertRegex(one, r"(?m)^  --cache-read N +cache read tokens$")
         denied = self.ctl("tenant", "list", key="cgk_not_a_real_key", expect=1)
         self.assertIn("UNAUTHENTICATED", denied.stderr)
         bad = self.ctl("tenant", "get", "not-a-uuid", admin=True, expect=1)
