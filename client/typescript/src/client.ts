@@ -43,6 +43,8 @@ export interface RetryOptions {
   initialBackoffMs?: number;
   /** Largest backoff. Default 2,000 ms. */
   maxBackoffMs?: number;
+  /** Called before each retry (for logging and metrics). */
+  onRetry?: (info: { error: CtxguardError; attempt: number; delayMs: number; method: string }) => void;
 }
 
 export interface ClientOptions {
@@ -109,7 +111,7 @@ export class Client {
   readonly target: string;
   readonly timeoutMs: number;
   private readonly apiKey: string;
-  private readonly retry: Required<RetryOptions>;
+  private readonly retry: Required<Omit<RetryOptions, "onRetry">> & Pick<RetryOptions, "onRetry">;
   private readonly extraMd: Record<string, string>;
   private readonly budgetStub: budget.BudgetServiceClient;
   private readonly contextStub: context.ContextServiceClient;
@@ -124,6 +126,7 @@ export class Client {
       maxAttempts: Math.max(1, opts.retry?.maxAttempts ?? 4),
       initialBackoffMs: opts.retry?.initialBackoffMs ?? 100,
       maxBackoffMs: opts.retry?.maxBackoffMs ?? 2_000,
+      onRetry: opts.retry?.onRetry,
     };
     this.extraMd = { ...(opts.metadata ?? {}) };
     const creds = Client.credentials(opts.tls);
@@ -201,6 +204,7 @@ export class Client {
         const retriable = e.code === GrpcStatus.UNAVAILABLE && attempt + 1 < attempts;
         const wait = this.backoff(attempt, e.retryAfterMs);
         if (!retriable || Date.now() + wait >= overall) throw e;
+        this.retry.onRetry?.({ error: e, attempt: attempt + 1, delayMs: wait, method });
         await sleep(wait, undefined, opts.signal ? { signal: opts.signal } : undefined).catch(() => {
           throw abortError(opts.signal!);
         });
