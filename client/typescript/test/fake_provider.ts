@@ -136,11 +136,12 @@ export class FakeProvider {
     send(chunk({ role: "assistant", content: "" }, null));
     const words = text.split(" ");
     for (const [i, w] of words.entries()) {
-      send(chunk({ content: (i ? " " : "") + w }, null));
       if (model === "fail-midstream" && i === 1) {
-        res.socket?.destroy();
+        // Cut the connection once the first chunks are on the wire (headers included).
+        res.write(`data: ${JSON.stringify(chunk({ content: " " + w }, null))}\n\n`, () => res.socket?.destroy());
         return;
       }
+      send(chunk({ content: (i ? " " : "") + w }, null));
     }
     send(chunk({}, "stop"));
     const opts = body["stream_options"] as { include_usage?: boolean } | undefined;
@@ -188,11 +189,12 @@ export class FakeProvider {
     send("content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } });
     const words = text.split(" ");
     for (const [i, w] of words.entries()) {
-      send("content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: (i ? " " : "") + w } });
+      const delta = { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: (i ? " " : "") + w } };
       if (model === "fail-midstream" && i === 1) {
-        res.socket?.destroy();
+        res.write(`event: content_block_delta\ndata: ${JSON.stringify(delta)}\n\n`, () => res.socket?.destroy());
         return;
       }
+      send("content_block_delta", delta);
     }
     send("content_block_stop", { type: "content_block_stop", index: 0 });
     send("message_delta", { type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: usage.output_tokens } });
