@@ -16,7 +16,7 @@ import {
   guard,
   type GuardHandle,
 } from "../src/index.js";
-import { poll, Server, sid } from "./harness.js";
+import { Server, sid } from "./harness.js";
 
 let server: Server;
 let client: Client;
@@ -266,4 +266,3 @@ describe("restart", () => {
   });
 });
 
-void poll;

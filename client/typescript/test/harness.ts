@@ -91,7 +91,6 @@ export class Server {
       CTXGUARD_SWEEP_INTERVAL_MS: "500",
       ...this.extraEnv,
     });
-    this.stderr = [];
     const proc = spawn(requireEnv("CG_SERVER_BIN"), [], { env, stdio: ["ignore", "ignore", "pipe"] });
     this.proc = proc;
     this.exited = new Promise((resolve) => proc.on("exit", (code) => resolve(code)));
@@ -157,9 +156,13 @@ export class Server {
     }
   }
 
+  /** Stops it, drops its schema, and fails on a sanitizer report in its stderr. */
   async close(): Promise<void> {
     await this.stop();
     if (this.ownSchema) psql(`DROP SCHEMA IF EXISTS ${this.schema} CASCADE`);
+    const marks = ["ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "WARNING: ThreadSanitizer"];
+    const at = this.stderr.findIndex((l) => marks.some((m) => l.includes(m)));
+    if (at >= 0) throw new Error(`the server's sanitizers reported:\n${this.stderr.slice(at, at + 60).join("\n")}`);
   }
 
   admin(): AdminClient {
