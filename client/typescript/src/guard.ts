@@ -82,11 +82,13 @@ export class GuardHandle {
 /** Reserves per `opts`; ApprovalRequired on REQUIRE_APPROVAL; waits a client-side delay. */
 export async function reserveFor(client: Client, opts: GuardOptions): Promise<GuardHandle> {
   const scope = toScope(opts.scope);
+  const tokens = Math.max(1, Math.ceil(opts.estimatedTokens));
   const res = await client.reserve(
     {
       scope,
-      tokens: Math.max(1, Math.ceil(opts.estimatedTokens)),
-      estimatedOutputTokens: Math.max(0, Math.ceil(opts.estimatedOutputTokens ?? 0)),
+      tokens,
+      // The output part of the estimate cannot be more than the estimate (the server checks).
+      estimatedOutputTokens: Math.min(tokens, Math.max(0, Math.ceil(opts.estimatedOutputTokens ?? 0))),
       model: opts.model ?? "",
       ttlMs: opts.ttlMs ?? 0,
       estimateId: opts.estimateId ?? "",

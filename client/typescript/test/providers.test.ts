@@ -138,6 +138,22 @@ describe("wrapOpenAI", () => {
     assert.equal(fake.seen.length, before, "no request reached the provider");
   });
 
+  test("a given estimator and a scope chosen per call", async () => {
+    const s = await newScope();
+    const settled: GuardHandle[] = [];
+    const ai = wrapOpenAI(openai(), {
+      client,
+      scope: (params) => `${s}`.concat(params["model"] === "gpt-4o" ? "" : "-other"),
+      estimate: (params) => 700 + (params["messages"] as unknown[]).length,
+      delay: "client",
+      onSettled: ({ handle }) => settled.push(handle),
+    });
+    await ai.chat.completions.create({ model: "gpt-4o", messages: MESSAGES });
+    assert.equal(settled[0]!.reservation.tokens, 702);
+    assert.equal(settled[0]!.scope, s);
+    assert.equal((await usageOf(s)).usedTokens, fake.lastOpenAI!.total_tokens);
+  });
+
   test("everything else on the client is the SDK's own", () => {
     const raw = openai();
     const ai = wrapOpenAI(raw, { client, scope: "x" });
