@@ -314,4 +314,25 @@ describe("context", () => {
     const recount = await client.countTokens(out, { model: "gpt-4o" });
     assert.equal(recount.totalTokens, r.report.tokensAfter);
   });
+
+  test("compressMessages keeps the Anthropic format and the system prompt", async () => {
+    const messages: { role: string; content: string }[] = [];
+    for (let i = 0; i < 30; i++) {
+      messages.push({ role: "user", content: `Step ${i}: ` + "describe the next part of the plan please ".repeat(10) });
+      messages.push({ role: "assistant", content: `Part ${i}: ` + "the plan continues with this part ".repeat(10) });
+    }
+    const r = await client.compressMessages(messages, {
+      format: "anthropic",
+      system: "You plan things.",
+      model: "claude-sonnet-4-5",
+      contextWindowTokens: 6_000,
+      summarizer: 3,
+    });
+    assert.ok(r.report.tokensAfter < r.report.tokensBefore);
+    const conv = r.conversation as { system?: unknown; messages: { role: string }[] };
+    assert.equal(conv.system, "You plan things.");
+    assert.equal(conv.messages, r.messages);
+    assert.equal(r.messages.length, r.report.messagesAfter - 1, "the system prompt is counted as a message by the report");
+    assert.ok(conv.messages.every((m) => m.role === "user" || m.role === "assistant"));
+  });
 });
