@@ -134,7 +134,6 @@ export class Client {
     const channelOptions = {
       "grpc.initial_reconnect_backoff_ms": 100,
       "grpc.max_reconnect_backoff_ms": 1_000,
-      "grpc.keepalive_time_ms": 30_000,
       ...(opts.channelOptions ?? {}),
     };
     this.budgetStub = new budget.BudgetServiceClient(this.target, creds, channelOptions);
