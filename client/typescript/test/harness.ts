@@ -4,9 +4,9 @@
 // AdminService, and a deadline-bounded poll helper. Missing variables fail, never skip.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { credentials, Client as RawClient, status as GrpcStatus } from "@grpc/grpc-js";
+import { Client as RawClient, status as GrpcStatus } from "@grpc/grpc-js";
 
-import { AdminClient, Client, type ClientOptions } from "../src/index.js";
+import { AdminClient, Client, type ClientOptions, type TlsOptions } from "../src/index.js";
 
 export function requireEnv(name: string): string {
   const v = process.env[name];
@@ -68,6 +68,7 @@ export class Server {
     this.extraEnv = opts.env ?? {};
   }
   private readonly extraEnv: Record<string, string>;
+  private tls: TlsOptions | undefined;
 
   get target(): string {
     return `127.0.0.1:${this.port}`;
@@ -78,7 +79,8 @@ export class Server {
   }
 
   /** Starts it (on `port`, or any free port) and waits for Health SERVING. */
-  async start(port = 0, timeoutMs = 30_000): Promise<this> {
+  async start(port = 0, timeoutMs = 30_000, tls?: TlsOptions): Promise<this> {
+    this.tls = tls;
     if (this.ownSchema && port === 0 && this.proc === undefined) psql(`CREATE SCHEMA IF NOT EXISTS ${this.schema}`);
     const env: Record<string, string> = {};
     for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("CTXGUARD_") && v !== undefined) env[k] = v;
@@ -124,7 +126,7 @@ export class Server {
 
   /** Health/Check until SERVING (raw bytes: an empty request; SERVING is `08 01`). */
   async waitServing(timeoutMs = 30_000): Promise<void> {
-    const raw = new RawClient(this.target, credentials.createInsecure());
+    const raw = new RawClient(this.target, Client.credentials(this.tls));
     try {
       await poll(
         `Health SERVING on ${this.target}`,
