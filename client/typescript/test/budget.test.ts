@@ -215,7 +215,7 @@ describe("restart", () => {
     const own = await new Server().start();
     const retries: string[] = [];
     const { client: c } = await own.tenantClient({
-      retry: { maxAttempts: 60, initialBackoffMs: 50, maxBackoffMs: 250, onRetry: (i) => retries.push(`${i.method} ${i.error.codeName}`) },
+      retry: { maxAttempts: 120, initialBackoffMs: 50, maxBackoffMs: 250, onRetry: (i) => retries.push(`${i.method} ${i.error.codeName}`) },
       timeoutMs: 5_000,
     });
     const s = sid();
