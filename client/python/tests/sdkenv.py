@@ -17,7 +17,7 @@ import importlib.util
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG_ROOT = os.path.dirname(HERE)  # client/python
 SOURCE_DIR = os.environ.get("CG_SOURCE_DIR") or os.path.normpath(os.path.join(PKG_ROOT, "..", ".."))
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "e2e"))
+sys.path.append(os.path.join(SOURCE_DIR, "tests", "e2e"))  # after ours: names like test_install
 
 import cgtest  # noqa: E402  (generates its stubs; binds ctxguard.v1 to them)
 

@@ -1,0 +1,82 @@
+"""The package as a user installs it, offline on Debian 12: `pip install` into a fresh venv
+(--system-site-packages, so Debian's grpcio, protobuf, grpc_tools and hatchling are
+visible; --no-build-isolation --no-index: nothing is downloaded), then `import ctxguard`
+in that venv guards a call against a real server. And `python3 -m build --no-isolation`
+makes an sdist and a wheel with the generated modules and py.typed."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import zipfile
+
+import sdkenv
+from sdkenv import cgtest
+
+PKG_ROOT = sdkenv.PKG_ROOT
+PYTHON = cgtest.PYTHON  # /usr/bin/python3
+
+
+def run(argv, **kw):
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=600, **kw)
+    if r.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} failed ({r.returncode}):\n{r.stdout[-4000:]}")
+    return r.stdout
+
+
+def offline_env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
+    env["PIP_NO_INDEX"] = "1"  # belt and braces: never reach an index
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+class InstallTest(sdkenv.ServerCase):
+    def test_pip_install_into_a_fresh_venv_then_guard(self):
+        with tempfile.TemporaryDirectory(prefix="cg_sdk_venv_") as tmp:
+            venv = os.path.join(tmp, "venv")
+            run([PYTHON, "-m", "venv", "--system-site-packages", venv])
+            py = os.path.join(venv, "bin", "python")
+            run([py, "-m", "pip", "install", "--no-build-isolation", "--no-index", PKG_ROOT],
+                env=offline_env(), cwd=tmp)
+            s = "venv-" + os.urandom(4).hex()
+            self.client.set_budget(s, 10_000)
+            script = textwrap.dedent(f"""
+                import ctxguard, os
+                assert ctxguard.__file__.startswith({venv!r}), ctxguard.__file__
+                c = ctxguard.Client({self.srv.target!r}, api_key=os.environ["CG_KEY"])
+                with c.guard({s!r}, 500, model="gpt-4o") as g:
+                    g.commit_from({{"usage": {{"prompt_tokens": 42, "completion_tokens": 8}}}})
+                print("used", c.get_usage({s!r}).root.used_tokens)
+            """)
+            env = dict(offline_env(), CG_KEY=self.key)
+            out = run([py, "-c", script], env=env, cwd=tmp)  # cwd: not the source tree
+            self.assertIn("used 50", out)
+            self.assertEqual(self.used(s).used_tokens, 50)
+
+    def test_build_makes_an_sdist_and_a_wheel(self):
+        with tempfile.TemporaryDirectory(prefix="cg_sdk_build_") as tmp:
+            # Debian 12 lacks python3-editables, which python3-build's dependency check wants
+            # for hatchling; the build itself does not need it: --skip-dependency-check.
+            run([PYTHON, "-m", "build", "--no-isolation", "--skip-dependency-check",
+                 "--outdir", tmp, PKG_ROOT], env=offline_env(), cwd=tmp)
+            wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
+            sdists = [f for f in os.listdir(tmp) if f.endswith(".tar.gz")]
+            self.assertEqual(len(wheels), 1, os.listdir(tmp))
+            self.assertEqual(len(sdists), 1, os.listdir(tmp))
+            names = set(zipfile.ZipFile(os.path.join(tmp, wheels[0])).namelist())
+            for want in ("ctxguard/py.typed", "ctxguard/client.py",
+                         "ctxguard/_proto/ctxguard/v1/budget_pb2.py",
+                         "ctxguard/_proto/ctxguard/v1/budget_pb2_grpc.py",
+                         "ctxguard/_rpc/status_pb2.py", "ctxguard/_rpc/error_details_pb2.py"):
+                self.assertIn(want, names)
+            self.assertFalse([n for n in names if n.startswith(("grpc/", "google/"))], names)
+        # Nothing was generated into the source tree.
+        self.assertFalse(os.path.exists(os.path.join(PKG_ROOT, "dist")))
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
