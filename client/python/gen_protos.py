@@ -94,12 +94,13 @@ def generate(out_pkg=os.path.join(HERE, "ctxguard"), root=HERE, python=sys.execu
         os.makedirs(gen)
         _run([protoc, "-I", proto_dir, f"--python_out={gen}"] + protos, "protoc --python_out")
         try:
-            import grpc_tools  # noqa: F401
-        except ImportError:
-            raise GenerateError("grpc_tools is not importable by " + python + ": install "
-                                "python3-grpc-tools (Debian) or grpcio-tools") from None
-        _run([python, "-m", "grpc_tools.protoc", "-I", proto_dir, f"--grpc_python_out={gen}"]
-             + protos, "grpc_tools.protoc --grpc_python_out")
+            _run([python, "-m", "grpc_tools.protoc", "-I", proto_dir,
+                  f"--grpc_python_out={gen}"] + protos, "grpc_tools.protoc --grpc_python_out")
+        except GenerateError as e:
+            if "No module named grpc_tools" in str(e):
+                raise GenerateError(f"grpc_tools is not importable by {python}: install "
+                                    "python3-grpc-tools (Debian) or grpcio-tools") from None
+            raise
 
         dest = os.path.join(out_pkg, "_proto", "ctxguard", "v1")
         if os.path.isdir(os.path.join(out_pkg, "_proto")):

@@ -8,6 +8,8 @@ backpressure, approvals, token counting and context compression for LLM agents).
         g.commit_from(response)
 """
 
+from typing import Any, Union
+
 from ._common import CompressResult, RetryPolicy, TokenCount
 from ._stubs import admin_pb2, budget_pb2, common_pb2, context_pb2
 from .aio import AsyncClient, AsyncWatch
@@ -18,14 +20,14 @@ from .errors import (ApprovalNotFound, ApprovalRequired, BudgetExhausted, Confli
                      ReservationExpired, ReservationNotFound, ScopeNotFound, Unauthenticated,
                      Unavailable, from_rpc_error)
 from .guard import Guard, GuardHandle
-from .scope import Scope, parse_scope
+from .scope import Scope, ScopeLike, parse_scope
 from .usage import Usage, usage_from_anthropic, usage_from_openai, usage_from_response
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "AsyncClient", "Watch", "AsyncWatch", "Guard", "GuardHandle", "Scope",
-    "parse_scope", "Usage", "usage_from_openai", "usage_from_anthropic", "usage_from_response",
+    "ScopeLike", "parse_scope", "Usage", "usage_from_openai", "usage_from_anthropic", "usage_from_response",
     "TokenCount", "CompressResult", "RetryPolicy", "CtxguardError", "InvalidArgument",
     "NotFound", "ScopeNotFound", "ReservationNotFound", "ApprovalNotFound", "BudgetExhausted",
     "ApprovalRequired", "Unavailable", "DeadlineExceeded", "Unauthenticated",
@@ -35,11 +37,7 @@ __all__ = [
 ]
 
 
-def guard(scope: "ScopeLike", estimated_tokens: int, *, client: "Client | AsyncClient",
-          **options: "Any") -> Guard:
+def guard(scope: ScopeLike, estimated_tokens: int, *, client: Union[Client, AsyncClient],
+          **options: Any) -> Guard:
     """client.guard(scope, estimated_tokens, **options) as a function."""
     return client.guard(scope, estimated_tokens, **options)
-
-
-from typing import Any  # noqa: E402
-from .scope import ScopeLike  # noqa: E402

@@ -18,7 +18,6 @@ from google.protobuf import descriptor_pb2
 
 import sdkenv
 from sdkenv import cgtest, ctxguard, gen
-from ctxguard import errors
 
 GOOGLEAPIS = gen.find_googleapis_dir()
 

@@ -6,7 +6,6 @@ makes an sdist and a wheel with the generated modules and py.typed."""
 
 import os
 import subprocess
-import sys
 import tempfile
 import textwrap
 import zipfile
