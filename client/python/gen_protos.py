@@ -4,7 +4,7 @@ the tests; never committed).
     python3 gen_protos.py [OUT_PACKAGE_DIR]   (default: ./ctxguard, next to this file)
 
 Writes, under OUT_PACKAGE_DIR:
-- _proto/ctxguard/v1/{admin,budget,common,context}_pb2.py and *_pb2_grpc.py: messages from
+- _proto/ctxguard/v1/{admin,budget,common,context}_pb2.py (+ .pyi) and *_pb2_grpc.py: messages from
   the system `protoc` (matching the installed protobuf runtime), service stubs from
   grpc_tools (used for --grpc_python_out only: Debian's bundles an old protoc); their
   `from ctxguard.v1 import` lines are rewritten to `from ctxguard._proto.ctxguard.v1 import`
@@ -92,7 +92,9 @@ def generate(out_pkg=os.path.join(HERE, "ctxguard"), root=HERE, python=sys.execu
     with tempfile.TemporaryDirectory(prefix="ctxguard_gen_") as tmp:
         gen = os.path.join(tmp, "out")
         os.makedirs(gen)
-        _run([protoc, "-I", proto_dir, f"--python_out={gen}"] + protos, "protoc --python_out")
+        # .pyi stubs too (protoc >= 3.20), so that type checkers see the message classes.
+        _run([protoc, "-I", proto_dir, f"--python_out={gen}", f"--pyi_out={gen}"] + protos,
+             "protoc --python_out --pyi_out")
         try:
             _run([python, "-m", "grpc_tools.protoc", "-I", proto_dir,
                   f"--grpc_python_out={gen}"] + protos, "grpc_tools.protoc --grpc_python_out")
@@ -113,7 +115,7 @@ def generate(out_pkg=os.path.join(HERE, "ctxguard"), root=HERE, python=sys.execu
                     "_proto/ctxguard/v1/__init__.py"]
         src = os.path.join(gen, "ctxguard", "v1")
         for name in sorted(os.listdir(src)):
-            if not name.endswith(".py"):
+            if not name.endswith((".py", ".pyi")):
                 continue
             with open(os.path.join(src, name)) as f:
                 text = f.read()
@@ -152,13 +154,13 @@ def generate(out_pkg=os.path.join(HERE, "ctxguard"), root=HERE, python=sys.execu
         rgen = os.path.join(tmp, "rpc_out")
         os.makedirs(rgen)
         _run([protoc, "-I", inc] + [os.path.join("ctxguard", "_rpc", f) for f in RPC_FILES]
-             + [f"--python_out={rgen}"], "protoc --python_out (google/rpc)")
+             + [f"--python_out={rgen}", f"--pyi_out={rgen}"], "protoc --python_out (google/rpc)")
         os.makedirs(rpc_dest)
         _write_init(os.path.join(rpc_dest, "__init__.py"),
                     "Generated: google.rpc error details under a private proto package.")
         written.append("_rpc/__init__.py")
         for name in sorted(os.listdir(os.path.join(rgen, "ctxguard", "_rpc"))):
-            if name.endswith(".py"):
+            if name.endswith((".py", ".pyi")):
                 shutil.copy(os.path.join(rgen, "ctxguard", "_rpc", name),
                             os.path.join(rpc_dest, name))
                 written.append(f"_rpc/{name}")

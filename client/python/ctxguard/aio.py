@@ -2,7 +2,7 @@
 
 import asyncio
 import time
-from typing import Any, AsyncIterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, AsyncIterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 import grpc.aio
@@ -70,7 +70,7 @@ class AsyncClient:
         creds = _common.credentials(tls, root_certificates)
         self._channel = (grpc.aio.secure_channel(self.target, creds, options=opts) if creds
                          else grpc.aio.insecure_channel(self.target, options=opts))
-        self._stubs = {"budget": budget_pb2_grpc.BudgetServiceStub(self._channel),
+        self._stubs: Dict[str, Any] = {"budget": budget_pb2_grpc.BudgetServiceStub(self._channel),
                        "context": context_pb2_grpc.ContextServiceStub(self._channel),
                        "admin": admin_pb2_grpc.AdminServiceStub(self._channel)}
 

@@ -1,7 +1,7 @@
 """Client: the blocking client of BudgetService, ContextService and AdminService."""
 
 import time
-from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -71,7 +71,7 @@ class Client:
         creds = _common.credentials(tls, root_certificates)
         self._channel = (grpc.secure_channel(self.target, creds, options=opts) if creds
                          else grpc.insecure_channel(self.target, options=opts))
-        self._stubs = {"budget": budget_pb2_grpc.BudgetServiceStub(self._channel),
+        self._stubs: Dict[str, Any] = {"budget": budget_pb2_grpc.BudgetServiceStub(self._channel),
                        "context": context_pb2_grpc.ContextServiceStub(self._channel),
                        "admin": admin_pb2_grpc.AdminServiceStub(self._channel)}
 

@@ -195,10 +195,10 @@ class Guard:
         assert self.handle is not None
         return self.handle
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         h = self.handle
         if h is None:
-            return False
+            return None
         req = None if exc_type is not None else self._commit_request()
         if req is None:
             try:
@@ -208,9 +208,9 @@ class Guard:
                 if exc_type is None:
                     raise
                 # The original exception matters more; the hold expires by its TTL.
-            return False
+            return None
         h.commit_response = self.client._unary("Commit", req, self.timeout)
-        return False
+        return None
 
     # -- async
 
@@ -228,10 +228,10 @@ class Guard:
         assert self.handle is not None
         return self.handle
 
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         h = self.handle
         if h is None:
-            return False
+            return None
         req = None if exc_type is not None else self._commit_request()
         method = "Commit"
         if req is None:
@@ -246,11 +246,11 @@ class Guard:
                     None, functools.partial(self.client._unary, method, req, self.timeout))
         except CtxguardError:
             if method == "Release" and exc_type is not None:
-                return False
+                return None
             raise
         if method == "Commit":
             h.commit_response = resp
-        return False
+        return None
 
     # -- decorator
 

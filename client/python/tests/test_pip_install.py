@@ -68,6 +68,7 @@ class InstallTest(sdkenv.ServerCase):
             names = set(zipfile.ZipFile(os.path.join(tmp, wheels[0])).namelist())
             for want in ("ctxguard/py.typed", "ctxguard/client.py",
                          "ctxguard/_proto/ctxguard/v1/budget_pb2.py",
+                         "ctxguard/_proto/ctxguard/v1/budget_pb2.pyi",
                          "ctxguard/_proto/ctxguard/v1/budget_pb2_grpc.py",
                          "ctxguard/_rpc/status_pb2.py", "ctxguard/_rpc/error_details_pb2.py"):
                 self.assertIn(want, names)
