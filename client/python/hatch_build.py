@@ -1,5 +1,6 @@
 """Hatchling build hook: generates the protobuf/gRPC modules (gen_protos.py) at build time.
 
+Editable wheel (pip install -e): generates in place, into ctxguard/ (git-ignored).
 Wheel: generates into a temporary copy of the layout and force-includes the files under
 ctxguard/_proto/ and ctxguard/_rpc/ (they are never committed, and .gitignore'd in-tree).
 Sdist: copies the .proto files in under proto/ so that a wheel built from the sdist finds
@@ -27,6 +28,7 @@ class CustomBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version, build_data):
+        self._version = version
         gen = _load_gen(self.root)
         self._tmp = tempfile.mkdtemp(prefix="ctxguard_build_")
         try:
@@ -50,10 +52,19 @@ class CustomBuildHook(BuildHookInterface):
                     f"proto/google/rpc/{name}"
 
     def _wheel(self, gen, build_data):
+        if self.target_name == "wheel" and self.version_is_editable():
+            # An editable install imports the source folder: generate in place there
+            # (git-ignored), where `import ctxguard` will find the modules.
+            gen.generate(os.path.join(self.root, "ctxguard"), root=self.root,
+                         python=sys.executable)
+            return
         out_pkg = os.path.join(self._tmp, "ctxguard")
         os.makedirs(out_pkg)
         for rel in gen.generate(out_pkg, root=self.root, python=sys.executable):
             build_data["force_include"][os.path.join(out_pkg, rel)] = f"ctxguard/{rel}"
+
+    def version_is_editable(self):
+        return getattr(self, "_version", "") == "editable"
 
     def finalize(self, version, build_data, artifact_path):
         shutil.rmtree(getattr(self, "_tmp", ""), ignore_errors=True)

@@ -128,6 +128,15 @@ def _enum_value(fd: Any, value: Any) -> int:
                      f"(one of {', '.join(sorted(names))})")
 
 
+def _is_repeated(fd: Any) -> bool:
+    # FieldDescriptor.label is deprecated in recent protobuf releases (is_repeated replaces
+    # it); protobuf 3.21 has only label.
+    rep = getattr(fd, "is_repeated", None)
+    if isinstance(rep, bool):
+        return rep
+    return bool(fd.label == fd.LABEL_REPEATED)
+
+
 def fill(msg: _message.Message, fields: Mapping[str, Any]) -> _message.Message:
     """Sets fields of a proto message from Python values: scopes as paths or Scope, enums by
     name, sub-messages as dicts or messages, TokenUsage as Usage. Unknown names fail."""
@@ -138,7 +147,8 @@ def fill(msg: _message.Message, fields: Mapping[str, Any]) -> _message.Message:
         fd = desc.fields_by_name.get(name)
         if fd is None:
             raise TypeError(f"{desc.name} has no field {name!r}")
-        if fd.message_type is not None and fd.label != fd.LABEL_REPEATED:
+        repeated = _is_repeated(fd)
+        if fd.message_type is not None and not repeated:
             sub = getattr(msg, name)
             if fd.message_type.full_name == "ctxguard.v1.Scope":
                 sub.CopyFrom(parse_scope(value).to_proto())
@@ -151,7 +161,7 @@ def fill(msg: _message.Message, fields: Mapping[str, Any]) -> _message.Message:
             else:
                 raise TypeError(f"{desc.name}.{name}: a message or a dict, not {value!r}")
             continue
-        if fd.label == fd.LABEL_REPEATED:
+        if repeated:
             target = getattr(msg, name)
             del target[:]
             for item in value:
