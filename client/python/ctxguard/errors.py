@@ -250,7 +250,7 @@ def from_rpc_error(err: grpc.RpcError, method: str = "") -> CtxguardError:
     if cls is None:
         cls = CtxguardError
     violations = det.get("violations", [])
-    field = violations[0][0] if violations else ""
+    field = violations[0][0] if violations else det.get("metadata", {}).get("field", "")
     if not field and cls is InvalidArgument:
         m = _FIELD_RX.search(message) or _PATH_FIELD_RX.search(message)
         field = m.group(1) if m else ""

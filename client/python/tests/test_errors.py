@@ -149,6 +149,7 @@ class DetailsTest(unittest.TestCase):
         e = asyncio.run(main())
         self.assertIsInstance(e, ctxguard.ScopeNotFound)
         self.assertEqual(e.metadata["field"], "scope.task_id")
+        self.assertEqual(e.field, "scope.task_id")  # no BadRequest: ErrorInfo's `field`
 
 
 class FallbackTest(unittest.TestCase):
