@@ -3,6 +3,7 @@
 import asyncio
 import functools
 import inspect
+import sys
 import time
 from typing import Any, Callable, Optional, TypeVar, cast
 
@@ -188,10 +189,15 @@ class Guard:
     def __enter__(self) -> GuardHandle:
         if getattr(self.client, "is_async", False):
             raise TypeError("an AsyncClient's guard is entered with `async with`")
+        self.handle = None
         resp = self.client._unary("Reserve", self._reserve_request(), self.timeout)
         wait = self._accept(resp)
         if wait > 0:
-            time.sleep(wait)
+            try:
+                time.sleep(wait)
+            except BaseException:  # interrupted: give the hold back before leaving
+                self.__exit__(*sys.exc_info())
+                raise
         assert self.handle is not None
         return self.handle
 
@@ -215,6 +221,7 @@ class Guard:
     # -- async
 
     async def __aenter__(self) -> GuardHandle:
+        self.handle = None
         req = self._reserve_request()
         if getattr(self.client, "is_async", False):
             resp = await self.client._unary("Reserve", req, self.timeout)
@@ -224,7 +231,11 @@ class Guard:
                 None, functools.partial(self.client._unary, "Reserve", req, self.timeout))
         wait = self._accept(resp)
         if wait > 0:
-            await asyncio.sleep(wait)
+            try:
+                await asyncio.sleep(wait)
+            except BaseException:  # cancelled: give the hold back before leaving
+                await self.__aexit__(*sys.exc_info())
+                raise
         assert self.handle is not None
         return self.handle
 

@@ -321,6 +321,34 @@ class AsyncTest(sdkenv.ServerCase):
         self.assertEqual(events[0].type, B.USAGE_EVENT_TYPE_SNAPSHOT)
         self.assertEqual((after.used_tokens, after.reserved_tokens), (512, 0))
 
+    def test_cancelled_during_the_client_side_delay_releases(self):
+        s = sid()
+        self.client.set_budget(s, 10_000, backpressure_tiers=[(0.9, 750)])
+        self.client.record_usage(s, {"input_tokens": 8900})
+
+        async def main():
+            async with AsyncClient(self.srv.target, api_key=self.key, timeout=15) as c:
+                sleeping = asyncio.Event()
+
+                def hook(delay_s, resp):
+                    sleeping.set()  # reserved; the guard sleeps next
+                    return 30.0
+
+                async def guarded():
+                    async with c.guard(s, 200, delay="client", on_backpressure=hook):
+                        raise AssertionError("the block ran before the delay was over")
+
+                task = asyncio.ensure_future(guarded())
+                await asyncio.wait_for(sleeping.wait(), 15)
+                self.assertEqual(self.used(s).reserved_tokens, 200)
+                task.cancel()  # while it sleeps
+                with self.assertRaises(asyncio.CancelledError):
+                    await task
+
+        asyncio.run(main())
+        u = self.used(s)
+        self.assertEqual((u.used_tokens, u.reserved_tokens, u.open_reservations), (8900, 0, 0))
+
     def test_sync_client_in_async_with(self):
         s = sid()
         self.client.set_budget(s, 10_000)
