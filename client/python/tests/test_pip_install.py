@@ -5,6 +5,7 @@ in that venv guards a call against a real server. And `python3 -m build --no-iso
 makes an sdist and a wheel with the generated modules and py.typed."""
 
 import os
+import shutil
 import subprocess
 import tempfile
 import textwrap
@@ -75,6 +76,39 @@ class InstallTest(sdkenv.ServerCase):
             self.assertFalse([n for n in names if n.startswith(("grpc/", "google/"))], names)
         # Nothing was generated into the source tree.
         self.assertFalse(os.path.exists(os.path.join(PKG_ROOT, "dist")))
+
+
+class GenerateTest(sdkenv.ServerCase):
+    def test_without_the_google_rpc_protos_errors_fall_back_to_codes(self):
+        """Built where golang-github-gogo-googleapis-dev is missing: no ctxguard/_rpc, and a
+        call still raises the typed error chosen by the status code."""
+        with tempfile.TemporaryDirectory(prefix="cg_sdk_gen_") as tmp:
+            pkg = os.path.join(tmp, "ctxguard")
+            shutil.copytree(os.path.join(PKG_ROOT, "ctxguard"), pkg,
+                            ignore=shutil.ignore_patterns("_proto", "_rpc", "__pycache__"))
+            env = dict(offline_env(), CTXGUARD_GOOGLEAPIS_DIR="")
+            out = run([PYTHON, "-c", textwrap.dedent(f"""
+                import importlib.util, sys
+                spec = importlib.util.spec_from_file_location(
+                    "g", {os.path.join(PKG_ROOT, "gen_protos.py")!r})
+                g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
+                g.DEBIAN_GOOGLEAPIS = "/nonexistent"
+                written = g.generate({pkg!r}, root={PKG_ROOT!r})
+                assert not [w for w in written if w.startswith("_rpc")], written
+            """)], env=env, cwd=tmp)
+            self.assertIn("error details will not be decoded", out)
+            self.assertFalse(os.path.exists(os.path.join(pkg, "_rpc")))
+            script = textwrap.dedent(f"""
+                import sys; sys.path.insert(0, {tmp!r})
+                import ctxguard
+                try:
+                    ctxguard.Client({self.srv.target!r}, api_key={self.key!r}).reserve(
+                        "no-such-session", 10)
+                except ctxguard.ScopeNotFound as e:
+                    print("typed", e.reason, e.has_details)
+            """)
+            out = run([PYTHON, "-c", script], env=env, cwd=tmp)
+            self.assertIn("typed SCOPE_NOT_FOUND False", out)
 
 
 if __name__ == "__main__":
