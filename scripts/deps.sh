@@ -31,7 +31,7 @@ BUILD_PACKAGES=(
     postgresql redis-server
     python3 ca-certificates iproute2
     libcriterion-dev python3-grpcio python3-grpc-tools python3-protobuf tzdata openssl
-    golang-github-gogo-googleapis-dev
+    python3-pip python3-venv python3-hatchling python3-build golang-github-gogo-googleapis-dev
 )
 # Fuzz and sanitizer builds, `make format`, the load generator of the benchmarks.
 DEV_PACKAGES=(clang libclang-rt-14-dev clang-format nghttp2-client)
