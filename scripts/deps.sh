@@ -22,7 +22,10 @@ set -euo pipefail
 # fetch_tokens.sh converts the rank data), the CA certificates npm's HTTPS needs, iproute2
 # (ss: which ports are free); for the tests Criterion, Python grpcio and protobuf (stubs from
 # the system protoc and grpc_tools), tzdata (zoneinfo in the reset tests) and the openssl
-# CLI (the TLS tests make their certificates). Node.js and npm are handled below.
+# CLI (the TLS tests make their certificates); for the SDKs the google/rpc status protos
+# (golang-github-gogo-googleapis-dev ships the standard status.proto and
+# error_details.proto), pip, venv, hatchling and build (the Python package installs and
+# builds offline). Node.js and npm are handled below.
 BUILD_PACKAGES=(
     build-essential cmake pkg-config
     libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
