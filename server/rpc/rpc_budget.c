@@ -393,7 +393,21 @@ cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_ro
     return cg_rpc_extension_reasons(call, rows, n, r, *out, nout);
 }
 
-/* A RESOURCE_EXHAUSTED message naming the level that refused. */
+/* The facts of a refusal at rows[i] (ErrorInfo metadata): where, which level, its figures. */
+static void deny_facts(struct cg_err *err, const struct cg_budget_row *row, int64_t requested)
+{
+    cg_store_err_scope(err, &row->ids);
+    cg_err_meta(err, "level", cg_level_name((cg_level)row->level));
+    cg_err_meta_i64(err, "limit_tokens", (long long)row->limit_tokens);
+    cg_err_meta_i64(err, "used_tokens", (long long)row->used_tokens);
+    cg_err_meta_i64(err, "reserved_tokens", (long long)row->reserved_tokens);
+    cg_err_meta_i64(err, "requested_tokens", (long long)requested);
+    if (row->allocated_tokens > 0)
+        cg_err_meta_i64(err, "allocated_tokens", (long long)row->allocated_tokens);
+}
+
+/* A RESOURCE_EXHAUSTED message naming the level that refused (BUDGET_EXHAUSTED, with its
+ * figures), or FAILED_PRECONDITION for a closed scope (SCOPE_CLOSED). */
 cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
                       const struct cg_budget_result *r, int64_t tokens)
 {
@@ -402,28 +416,46 @@ cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows
         if (v->decision != CG_DECISION_DENY)
             continue;
         const char *what = cg_level_name((cg_level)rows[i].level);
-        if (v->reasons & CG_REASON_CLOSED)
-            return cg_err_set(&call->err, CG_FAILED_PRECONDITION, "the %s scope is closed", what);
-        if (v->reasons & CG_REASON_COST_LIMIT && !(v->reasons & CG_REASON_TOKEN_LIMIT))
-            return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                              "HARD cost limit of the %s: %lld micros used and reserved of %lld",
-                              what,
-                              (long long)(rows[i].used_cost_micros + rows[i].reserved_cost_micros),
-                              (long long)rows[i].limit_cost_micros);
-        if (rows[i].allocated_tokens > 0 || v->requested_tokens != tokens)
-            return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                              "HARD token limit of the %s: %lld used and reserved + %lld "
-                              "allocated to children + %lld requested > %lld",
-                              what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
-                              (long long)rows[i].allocated_tokens, (long long)v->requested_tokens,
-                              (long long)rows[i].limit_tokens);
-        return cg_err_set(
-            &call->err, CG_RESOURCE_EXHAUSTED,
-            "HARD token limit of the %s: %lld used and reserved + %lld requested > %lld", what,
-            (long long)(rows[i].used_tokens + rows[i].reserved_tokens), (long long)tokens,
-            (long long)rows[i].limit_tokens);
+        if (v->reasons & CG_REASON_CLOSED) {
+            cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_SCOPE_CLOSED,
+                        "the %s scope is closed", what);
+            cg_store_err_scope(&call->err, &rows[i].ids);
+            cg_err_meta(&call->err, "level", what);
+            return CG_FAILED_PRECONDITION;
+        }
+        if (v->reasons & CG_REASON_COST_LIMIT && !(v->reasons & CG_REASON_TOKEN_LIMIT)) {
+            cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                        "HARD cost limit of the %s: %lld micros used and reserved of %lld", what,
+                        (long long)(rows[i].used_cost_micros + rows[i].reserved_cost_micros),
+                        (long long)rows[i].limit_cost_micros);
+            cg_store_err_scope(&call->err, &rows[i].ids);
+            cg_err_meta(&call->err, "level", what);
+            cg_err_meta(&call->err, "limit", "cost");
+            cg_err_meta_i64(&call->err, "limit_cost_micros", (long long)rows[i].limit_cost_micros);
+            cg_err_meta_i64(&call->err, "used_cost_micros", (long long)rows[i].used_cost_micros);
+            cg_err_meta_i64(&call->err, "reserved_cost_micros",
+                            (long long)rows[i].reserved_cost_micros);
+            return CG_RESOURCE_EXHAUSTED;
+        }
+        if (rows[i].allocated_tokens > 0 || v->requested_tokens != tokens) {
+            cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                        "HARD token limit of the %s: %lld used and reserved + %lld "
+                        "allocated to children + %lld requested > %lld",
+                        what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
+                        (long long)rows[i].allocated_tokens, (long long)v->requested_tokens,
+                        (long long)rows[i].limit_tokens);
+            deny_facts(&call->err, &rows[i], v->requested_tokens);
+            return CG_RESOURCE_EXHAUSTED;
+        }
+        cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                    "HARD token limit of the %s: %lld used and reserved + %lld requested > %lld",
+                    what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
+                    (long long)tokens, (long long)rows[i].limit_tokens);
+        deny_facts(&call->err, &rows[i], tokens);
+        return CG_RESOURCE_EXHAUSTED;
     }
-    return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED, "budget exhausted");
+    return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                       "budget exhausted");
 }
 
 /* ---------------------------------------------------------------- transactions ---- */
@@ -778,7 +810,7 @@ CG_HANDLER(cg_rpc_budget_get)
         return st;
     const struct cg_budget_row *row = &path[n - 1];
     if (!row->has_budget)
-        return cg_err_set(&call->err, CG_NOT_FOUND, "the %s has no budget",
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_BUDGET_NOT_FOUND, "the %s has no budget",
                           cg_level_name((cg_level)level));
     struct cg_budget_result r;
     cg_rpc_decide(path, n, 0, 0, &r);

@@ -186,7 +186,7 @@ static cg_status history_in(struct cg_rpc_call *call, const struct cg_rpc_env *e
     cg_status st = cg_store_ctx_session_get(env->store, call->principal.tenant_id, req->session_id,
                                             &sess, &serr);
     if (st == CG_NOT_FOUND)
-        return cg_err_set(&call->err, CG_NOT_FOUND, "field 'session_id': no such session");
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_SESSION_NOT_FOUND, "field 'session_id': no such session");
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     int64_t from = req->from_position;
