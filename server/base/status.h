@@ -16,27 +16,27 @@
 
 /* XX(name, grpc_code, text, default error reason (CG_ERROR_REASON below)) */
 #define CG_STATUS(XX)                                                                              \
-    XX(OK, 0, "ok", NONE)                                                                                \
-    XX(CANCELLED, 1, "cancelled by the caller", CANCELLED)                                                    \
-    XX(UNKNOWN, 2, "unknown error", INTERNAL)                                                                \
-    XX(INVALID_ARGUMENT, 3, "invalid argument", INVALID_ARGUMENT)                                                    \
-    XX(DEADLINE_EXCEEDED, 4, "deadline exceeded", DEADLINE_EXCEEDED)                                                  \
-    XX(NOT_FOUND, 5, "not found", NOT_FOUND)                                                                  \
-    XX(ALREADY_EXISTS, 6, "already exists", ALREADY_EXISTS)                                                        \
-    XX(PERMISSION_DENIED, 7, "permission denied", PERMISSION_DENIED)                                                  \
-    XX(RESOURCE_EXHAUSTED, 8, "resource exhausted", RESOURCE_EXHAUSTED)                                                \
-    XX(FAILED_PRECONDITION, 9, "failed precondition", FAILED_PRECONDITION)                                              \
-    XX(ABORTED, 10, "aborted", CONFLICT)                                                                     \
-    XX(OUT_OF_RANGE, 11, "out of range", OUT_OF_RANGE)                                                           \
-    XX(UNIMPLEMENTED, 12, "not implemented", UNIMPLEMENTED)                                                       \
-    XX(INTERNAL, 13, "internal error", INTERNAL)                                                             \
-    XX(UNAVAILABLE, 14, "unavailable", STORE_UNAVAILABLE)                                                             \
-    XX(DATA_LOSS, 15, "data loss", INTERNAL)                                                                 \
-    XX(UNAUTHENTICATED, 16, "unauthenticated", UNAUTHENTICATED)                                                     \
+    XX(OK, 0, "ok", NONE)                                                                          \
+    XX(CANCELLED, 1, "cancelled by the caller", CANCELLED)                                         \
+    XX(UNKNOWN, 2, "unknown error", INTERNAL)                                                      \
+    XX(INVALID_ARGUMENT, 3, "invalid argument", INVALID_ARGUMENT)                                  \
+    XX(DEADLINE_EXCEEDED, 4, "deadline exceeded", DEADLINE_EXCEEDED)                               \
+    XX(NOT_FOUND, 5, "not found", NOT_FOUND)                                                       \
+    XX(ALREADY_EXISTS, 6, "already exists", ALREADY_EXISTS)                                        \
+    XX(PERMISSION_DENIED, 7, "permission denied", PERMISSION_DENIED)                               \
+    XX(RESOURCE_EXHAUSTED, 8, "resource exhausted", RESOURCE_EXHAUSTED)                            \
+    XX(FAILED_PRECONDITION, 9, "failed precondition", FAILED_PRECONDITION)                         \
+    XX(ABORTED, 10, "aborted", CONFLICT)                                                           \
+    XX(OUT_OF_RANGE, 11, "out of range", OUT_OF_RANGE)                                             \
+    XX(UNIMPLEMENTED, 12, "not implemented", UNIMPLEMENTED)                                        \
+    XX(INTERNAL, 13, "internal error", INTERNAL)                                                   \
+    XX(UNAVAILABLE, 14, "unavailable", STORE_UNAVAILABLE)                                          \
+    XX(DATA_LOSS, 15, "data loss", INTERNAL)                                                       \
+    XX(UNAUTHENTICATED, 16, "unauthenticated", UNAUTHENTICATED)                                    \
     /* internal codes: never leave the process as such, mapped to a gRPC code */                   \
-    XX(NOMEM, 8, "out of memory", RESOURCE_EXHAUSTED)                                                                  \
-    XX(CONFIG, 3, "invalid configuration", INVALID_ARGUMENT)                                                         \
-    XX(IO, 13, "input/output error", INTERNAL)                                                               \
+    XX(NOMEM, 8, "out of memory", RESOURCE_EXHAUSTED)                                              \
+    XX(CONFIG, 3, "invalid configuration", INVALID_ARGUMENT)                                       \
+    XX(IO, 13, "input/output error", INTERNAL)                                                     \
     /* a handler handed its call on; answered later (rpc.h cg_rpc_complete) */                     \
     XX(DEFERRED, 13, "deferred", INTERNAL)
 

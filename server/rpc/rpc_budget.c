@@ -640,10 +640,13 @@ static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_
                                             : "scope.task_id";
     if (!parent->has_budget) {
         cg_store_rollback(env->store);
-        return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
-                          "field 'settings.allocate_from_parent': the %s (%s '%s') has no "
-                          "budget to allocate from",
-                          parent_name, parent_field, parent_id);
+        cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_BUDGET_NOT_FOUND,
+                    "field 'settings.allocate_from_parent': the %s (%s '%s') has no "
+                    "budget to allocate from",
+                    parent_name, parent_field, parent_id);
+        cg_store_err_scope(&call->err, &parent->ids);
+        cg_err_meta(&call->err, "level", parent_name);
+        return CG_FAILED_PRECONDITION;
     }
     struct cg_budget_row next = *row;
     next.used_tokens = existing ? existing->used_tokens : 0;
@@ -659,11 +662,14 @@ static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_
         return CG_OK;
     cg_store_rollback(env->store);
     /* Counters last: a long id may cut the message at the end of struct cg_err. */
-    return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                      "field 'settings.allocate_from_parent': the share needs %lld more tokens, "
-                      "the %s has %lld free (%s '%s')",
-                      (long long)need, parent_name, (long long)(free_tokens > 0 ? free_tokens : 0),
-                      parent_field, parent_id);
+    cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                "field 'settings.allocate_from_parent': the share needs %lld more tokens, "
+                "the %s has %lld free (%s '%s')",
+                (long long)need, parent_name, (long long)(free_tokens > 0 ? free_tokens : 0),
+                parent_field, parent_id);
+    deny_facts(&call->err, parent, need);
+    cg_err_meta(&call->err, "field", "settings.allocate_from_parent");
+    return CG_RESOURCE_EXHAUSTED;
 }
 
 CG_HANDLER(cg_rpc_budget_set)
@@ -810,8 +816,8 @@ CG_HANDLER(cg_rpc_budget_get)
         return st;
     const struct cg_budget_row *row = &path[n - 1];
     if (!row->has_budget)
-        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_BUDGET_NOT_FOUND, "the %s has no budget",
-                          cg_level_name((cg_level)level));
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_BUDGET_NOT_FOUND,
+                           "the %s has no budget", cg_level_name((cg_level)level));
     struct cg_budget_result r;
     cg_rpc_decide(path, n, 0, 0, &r);
 
@@ -1279,11 +1285,16 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
             if ((st = cg_rpc_approval_gate(call, env, &ids, req->tokens, req->model, path, &n, &r,
                                            &gate)) != CG_OK)
                 return st;
-            if (gate.involved && gate.outcome == CG_APPROVAL_WAS_DENIED)
-                return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                                  "APPROVAL token limit of the %s: approval %s was denied",
-                                  cg_level_name((cg_level)gate.approval.level),
-                                  gate.approval.approval_id);
+            if (gate.involved && gate.outcome == CG_APPROVAL_WAS_DENIED) {
+                cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_APPROVAL_DENIED,
+                            "APPROVAL token limit of the %s: approval %s was denied",
+                            cg_level_name((cg_level)gate.approval.level),
+                            gate.approval.approval_id);
+                cg_store_err_scope(&call->err, &gate.approval.ids);
+                cg_err_meta(&call->err, "level", cg_level_name((cg_level)gate.approval.level));
+                cg_err_meta(&call->err, "approval_id", gate.approval.approval_id);
+                return CG_RESOURCE_EXHAUSTED;
+            }
             if (r.decision == CG_DECISION_DENY)
                 return cg_rpc_deny(call, path, n, &r, req->tokens);
             if (!gate.involved)
@@ -1329,6 +1340,27 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
         return st;
     *response = &resp->base;
     return CG_OK;
+}
+
+/* FAILED_PRECONDITION for a reservation past its ACTIVE state, with its facts. */
+static cg_status reservation_settled(struct cg_rpc_call *call, cg_error_reason reason,
+                                     const struct cg_reservation *res, const char *state,
+                                     const char *fmt, ...) CG_PRINTF(5, 6);
+
+static cg_status reservation_settled(struct cg_rpc_call *call, cg_error_reason reason,
+                                     const struct cg_reservation *res, const char *state,
+                                     const char *fmt, ...)
+{
+    char msg[CG_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cg_err_setr(&call->err, CG_FAILED_PRECONDITION, reason, "%s", msg);
+    cg_err_meta(&call->err, "reservation_id", res->reservation_id);
+    cg_err_meta(&call->err, "state", state);
+    cg_store_err_scope(&call->err, &res->ids);
+    return CG_FAILED_PRECONDITION;
 }
 
 static cg_status check_reservation_id(struct cg_rpc_call *call, const char *id)
@@ -1417,8 +1449,8 @@ CG_HANDLER(cg_rpc_budget_release)
         res.settled_at_ms = cg_wall_ms();
     } else if (res.state == 2) {
         cg_store_rollback(env->store);
-        return cg_err_set(&call->err, CG_FAILED_PRECONDITION, "reservation %s is already committed",
-                          res.reservation_id);
+        return reservation_settled(call, CG_ERR_RESERVATION_SETTLED, &res, "committed",
+                                   "reservation %s is already committed", res.reservation_id);
     } else {
         resp->replayed = true; /* released or expired before */
     }
@@ -1524,9 +1556,9 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
         /* Committed before: the same usage is a retry, another one a mistake. */
         cg_store_rollback(env->store);
         if (!same_usage(&usage, &res.committed))
-            return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
-                              "reservation %s was already committed with another usage",
-                              res.reservation_id);
+            return reservation_settled(call, CG_ERR_RESERVATION_SETTLED, &res, "committed",
+                                       "reservation %s was already committed with another usage",
+                                       res.reservation_id);
         resp->replayed = true;
         usage = res.committed;
         price_known = usage.cost_micros > 0;
@@ -1551,10 +1583,12 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
             } else {
                 cg_store_rollback(env->store);
             }
-            return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
-                              "reservation %s is %s; nothing recorded (set record_if_expired to "
-                              "record the usage anyway)",
-                              res.reservation_id, res.state == 3 ? "released" : "expired");
+            return reservation_settled(
+                call, res.state == 3 ? CG_ERR_RESERVATION_SETTLED : CG_ERR_RESERVATION_EXPIRED,
+                &res, res.state == 3 ? "released" : "expired",
+                "reservation %s is %s; nothing recorded (set record_if_expired to "
+                "record the usage anyway)",
+                res.reservation_id, res.state == 3 ? "released" : "expired");
         }
         st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false,
                                 cg_wall_ms(), path, &n, &serr);

@@ -391,6 +391,8 @@ static void on_timer(struct worker *w, struct cg_timer *timer)
         c->st = cg_err_set(&c->rc.err, CG_DEADLINE_EXCEEDED,
                            "reply held %u ms, past the call's deadline (max_call_ms %lld)",
                            c->rc.reply_delay_ms, (long long)c->w->srv->cfg->max_call_ms);
+        cg_err_meta_i64(&c->rc.err, "reply_delay_ms", (long long)c->rc.reply_delay_ms);
+        cg_err_meta_i64(&c->rc.err, "max_call_ms", (long long)c->w->srv->cfg->max_call_ms);
         reply_error(c);
         return;
     }
@@ -791,7 +793,7 @@ static cg_status read_buffer(struct call *c, grpc_byte_buffer *bb, const uint8_t
     if (len > c->rc.max_message_bytes)
         st = cg_err_setr(&c->rc.err, CG_RESOURCE_EXHAUSTED, CG_ERR_MESSAGE_TOO_LARGE,
                          "request of %zu bytes is larger than the limit of %zu", len,
-                        c->rc.max_message_bytes);
+                         c->rc.max_message_bytes);
     else if ((buf = cg_arena_alloc(c->rc.arena, len ? len : 1)) == NULL)
         st = cg_err_set(&c->rc.err, CG_RESOURCE_EXHAUSTED, "out of memory for the request");
     else
