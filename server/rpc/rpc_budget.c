@@ -1699,10 +1699,13 @@ CG_HANDLER(cg_rpc_budget_record_usage)
     bool replayed = false;
     if (st == CG_ALREADY_EXISTS) {
         cg_store_rollback(env->store);
-        if (!same_usage(&asked, &previous) || strcmp(req->model, previous_model) != 0)
-            return cg_err_set(&call->err, CG_ALREADY_EXISTS,
-                              "idempotency_key '%s' was recorded with another usage",
-                              req->idempotency_key);
+        if (!same_usage(&asked, &previous) || strcmp(req->model, previous_model) != 0) {
+            cg_err_set(&call->err, CG_ALREADY_EXISTS,
+                       "idempotency_key '%s' was recorded with another usage",
+                       req->idempotency_key);
+            cg_err_meta(&call->err, "field", "idempotency_key");
+            return CG_ALREADY_EXISTS;
+        }
         replayed = true;
         usage = previous;
         price_known = usage.cost_micros > 0;

@@ -194,6 +194,23 @@ class ErrorDetails(cgtest.TestCase):
                      metadata=self.md, timeout=10, reason="INVALID_ARGUMENT",
                      field="reservation_id")
 
+    def test_closed_scope_and_reused_idempotency_key(self):
+        s = self.new_session(1000)
+        self.budget.RecordUsage(B.RecordUsageRequest(
+            scope=scope(s), usage=common_pb2.TokenUsage(input_tokens=1),
+            idempotency_key="k-" + s), metadata=self.md, timeout=10)
+        self.details(grpc.StatusCode.ALREADY_EXISTS, self.budget.RecordUsage,
+                     B.RecordUsageRequest(scope=scope(s),
+                                          usage=common_pb2.TokenUsage(input_tokens=2),
+                                          idempotency_key="k-" + s),
+                     metadata=self.md, timeout=10, reason="ALREADY_EXISTS",
+                     field="idempotency_key")
+        self.budget.CloseScope(B.CloseScopeRequest(scope=scope(s)), metadata=self.md, timeout=10)
+        self.details(grpc.StatusCode.FAILED_PRECONDITION, self.budget.Reserve,
+                     B.ReserveRequest(scope=scope(s), tokens=1), metadata=self.md, timeout=10,
+                     reason="SCOPE_CLOSED", info={"scope": s, "level": "session"},
+                     contains=("closed",))
+
     def test_version_mismatch(self):
         s = self.new_session(1000)
         self.details(grpc.StatusCode.ABORTED, self.budget.SetBudget, B.SetBudgetRequest(
