@@ -101,7 +101,8 @@ typedef enum {
 #define CG_ERR_MSG_MAX 160
 /* Bounds of an error's metadata (what ErrorInfo.metadata carries): at most CG_ERR_META_MAX
  * entries, each value cut to CG_ERR_META_VALUE_MAX bytes, all values together within
- * CG_ERR_META_BYTES (an entry that finds no room is dropped). */
+ * CG_ERR_META_BYTES (a value is cut to the room left; dropped when none is left). A struct
+ * cg_err is copied whole (call->err = serr): whoever declares one clears or sets it first. */
 #define CG_ERR_META_MAX 8
 #define CG_ERR_META_VALUE_MAX 256
 #define CG_ERR_META_BYTES 1024

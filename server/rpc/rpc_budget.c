@@ -688,6 +688,7 @@ CG_HANDLER(cg_rpc_budget_set)
         return st;
 
     struct cg_err serr;
+    cg_err_clear(&serr);
     if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
@@ -1242,6 +1243,7 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
     struct cg_scope_ids ids = *scope_ids;
     cg_status st;
     struct cg_err serr;
+    cg_err_clear(&serr);
     if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
@@ -1416,6 +1418,7 @@ CG_HANDLER(cg_rpc_budget_release)
     if (st != CG_OK)
         return st;
     struct cg_err serr;
+    cg_err_clear(&serr);
     struct cg_reservation res;
     if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
         return st;
@@ -1540,6 +1543,7 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
     if (st != CG_OK)
         return st;
     struct cg_err serr;
+    cg_err_clear(&serr);
     struct cg_reservation res;
     if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
         return st;
@@ -1671,6 +1675,7 @@ CG_HANDLER(cg_rpc_budget_record_usage)
         return st;
 
     struct cg_err serr;
+    cg_err_clear(&serr);
     if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/utf8.h"
 #include "google/protobuf/any.pb-c.h"
 #include "google/protobuf/duration.pb-c.h"
 #include "google/rpc/error_details.pb-c.h"
@@ -16,6 +17,27 @@
 
 #define TYPE_URL_PREFIX "type.googleapis.com/"
 #define MAX_DETAILS 3
+
+/* s as valid UTF-8: s itself when it is, else a copy in arena with each invalid byte replaced
+ * by '?'. proto3 strings must be UTF-8 (clients refuse to parse the Status otherwise), and a
+ * message may hold bytes that are not: an unknown method's path, or a message cut at its
+ * buffer's end inside a character. NULL when the arena is full. */
+static char *valid_utf8(struct cg_arena *arena, const char *s)
+{
+    size_t len = strlen(s);
+    size_t bad;
+    if (cg_utf8_valid(s, len, &bad))
+        return (char *)s;
+    char *copy = cg_arena_strndup(arena, s, len);
+    if (copy == NULL)
+        return NULL;
+    size_t from = 0;
+    while (!cg_utf8_valid(copy + from, len - from, &bad)) {
+        copy[from + bad] = '?';
+        from += bad + 1;
+    }
+    return copy;
+}
 
 /* Packs msg into arena as an Any. Returns NULL when the arena is full. */
 static Google__Protobuf__Any *pack_any(struct cg_arena *arena, const ProtobufCMessage *msg)
@@ -52,9 +74,13 @@ cg_status cg_status_details_pack(const struct cg_err *err, cg_status st, const c
     if (message == NULL)
         message = cg_status_str(st);
     snprintf(facts->msg, sizeof facts->msg, "%s", message);
+    if ((message = valid_utf8(arena, message)) == NULL)
+        return CG_NOMEM;
     cg_error_reason reason = cg_err_reason(err, st);
     cg_err_field_from_message(facts);
     const char *field = cg_err_meta_get(facts, "field");
+    if (field != NULL && (field = valid_utf8(arena, field)) == NULL)
+        return CG_NOMEM;
 
     Google__Protobuf__Any *details[MAX_DETAILS];
     size_t ndetails = 0;
@@ -68,7 +94,9 @@ cg_status cg_status_details_pack(const struct cg_err *err, cg_status st, const c
     for (unsigned i = 0; i < facts->nmeta; i++) {
         google__rpc__error_info__metadata_entry__init(&entries[i]);
         entries[i].key = (char *)facts->meta[i].key;
-        entries[i].value = facts->meta_buf + facts->meta[i].offset;
+        entries[i].value = valid_utf8(arena, facts->meta_buf + facts->meta[i].offset);
+        if (entries[i].value == NULL)
+            return CG_NOMEM;
         entry_ptrs[i] = &entries[i];
     }
     info.n_metadata = facts->nmeta;

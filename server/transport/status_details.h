@@ -25,9 +25,9 @@
  *     OUT_OF_RANGE when a field is known;
  *   - a RetryInfo {retry_delay} when the reason has a retry delay.
  * err may be NULL or hold another code (then only the defaults of st apply); it is not
- * changed. message is what grpc-message says (NULL: st's text). st must not be CG_OK.
- * On success *out (in arena) and *len are set; CG_NOMEM when the arena is full.
- * Thread-compatible (touches only its arguments). */
+ * changed. Strings that are not valid UTF-8 go out with '?' for each invalid byte. message is what
+ * grpc-message says (NULL: st's text). st must not be CG_OK. On success *out (in arena) and *len
+ * are set; CG_NOMEM when the arena is full. Thread-compatible (touches only its arguments). */
 cg_status cg_status_details_pack(const struct cg_err *err, cg_status st, const char *message,
                                  struct cg_arena *arena, uint8_t **out, size_t *len) CG_MUST_CHECK;
 

@@ -195,3 +195,30 @@ Test(status_details, reasons_match_the_proto_enum, .timeout = 10)
         cr_assert_str_eq(v->name, want);
     }
 }
+
+Test(status_details, strings_go_out_as_valid_utf8, .timeout = 10)
+{
+    struct cg_err err;
+    /* an unknown method's path is whatever bytes the caller sent */
+    cg_err_set(&err, CG_UNIMPLEMENTED, "unknown method /a\xff\xfex");
+    cg_err_meta(&err, "method", "/a\xff\xfex");
+    struct unpacked u;
+    unpack(&err, CG_UNIMPLEMENTED, cg_err_text(&err), &u);
+    cr_assert_str_eq(u.status->message, "unknown method /a?"
+                                        "?x");
+    cr_assert_str_eq(meta(&u, "method"), "/a?"
+                                         "?x");
+    unpacked_free(&u);
+
+    /* a message cut inside a character by its fixed buffer */
+    char cut[CG_ERR_MSG_MAX + 8];
+    memset(cut, 'm', CG_ERR_MSG_MAX - 2);
+    strcpy(cut + CG_ERR_MSG_MAX - 2, "\xe2\x82\xac"); /* the euro sign across the end */
+    cg_err_set(&err, CG_INVALID_ARGUMENT, "%s", cut);
+    cr_assert_eq(strlen(err.msg), CG_ERR_MSG_MAX - 1);
+    unpack(&err, CG_INVALID_ARGUMENT, cg_err_text(&err), &u);
+    size_t n = strlen(u.status->message);
+    cr_assert_eq(n, CG_ERR_MSG_MAX - 1);
+    cr_assert_eq(u.status->message[n - 1], '?');
+    unpacked_free(&u);
+}
