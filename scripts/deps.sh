@@ -29,7 +29,7 @@ set -euo pipefail
 BUILD_PACKAGES=(
     build-essential cmake pkg-config
     libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
-    grpc-proto
+    grpc-proto golang-github-gogo-googleapis-dev
     libpq-dev libhiredis-dev libssl-dev libjansson-dev libyajl-dev libcurl4-openssl-dev
     postgresql redis-server
     python3 ca-certificates iproute2

@@ -187,9 +187,9 @@ cg_status cg_rpc_decode(struct cg_rpc_call *call, const ProtobufCMessageDescript
     if (*out == NULL) {
         /* protobuf-c does not say why; the arena cap is the one cause we can tell apart. */
         if (len > call->max_message_bytes)
-            return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                              "request of %zu bytes is larger than the limit of %zu", len,
-                              call->max_message_bytes);
+            return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_MESSAGE_TOO_LARGE,
+                               "request of %zu bytes is larger than the limit of %zu", len,
+                               call->max_message_bytes);
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "request is not a valid %s message",
                           desc->name);
     }
@@ -203,9 +203,9 @@ cg_status cg_rpc_encode(struct cg_rpc_call *call, const ProtobufCMessage *msg, u
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
     if (n > call->max_message_bytes)
-        return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                          "response of %zu bytes is larger than the limit of %zu", n,
-                          call->max_message_bytes);
+        return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_MESSAGE_TOO_LARGE,
+                           "response of %zu bytes is larger than the limit of %zu", n,
+                           call->max_message_bytes);
     uint8_t *buf = cg_arena_alloc(call->arena, n);
     if (buf == NULL)
         return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED, "out of memory for the response");
@@ -259,9 +259,11 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
     if (!cg_equal_ct(hash, rec.secret_hash, sizeof hash))
         return cg_err_set(&call->err, CG_UNAUTHENTICATED,
                           "invalid API key in 'authorization' metadata");
-    if (rec.revoked)
-        return cg_err_set(&call->err, CG_UNAUTHENTICATED, "API key %s has been revoked",
-                          parts.key_id);
+    if (rec.revoked) {
+        cg_err_set(&call->err, CG_UNAUTHENTICATED, "API key %s has been revoked", parts.key_id);
+        cg_err_meta(&call->err, "key_id", parts.key_id);
+        return CG_UNAUTHENTICATED;
+    }
     struct cg_principal *p = &call->principal;
     p->authenticated = true;
     p->is_admin = false;
@@ -280,9 +282,13 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
     call->needs_pool = false;
     if (m->auth == CG_AUTH_NONE)
         return CG_OK;
-    if (m->auth == CG_AUTH_ADMIN && env->config->admin_key[0] == '\0')
-        return cg_err_set(&call->err, CG_PERMISSION_DENIED,
-                          "AdminService is disabled: the server has no admin_key configured");
+    if (m->auth == CG_AUTH_ADMIN && env->config->admin_key[0] == '\0') {
+        cg_err_set(&call->err, CG_PERMISSION_DENIED,
+                   "AdminService is disabled: the server has no admin_key configured");
+        cg_err_meta(&call->err, "required_key", "admin");
+        cg_err_meta(&call->err, "admin_key_configured", "false");
+        return CG_PERMISSION_DENIED;
+    }
 
     const char *header = call->authorization;
     if (header == NULL || header[0] == '\0')
@@ -295,25 +301,66 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
                           "malformed 'authorization' metadata: expected 'Bearer <key>'");
 
     if (is_admin_key(env->config, token, len)) {
-        if (m->auth == CG_AUTH_TENANT)
-            return cg_err_set(
-                &call->err, CG_PERMISSION_DENIED,
-                "this method needs a tenant API key; the admin key acts for no tenant");
+        if (m->auth == CG_AUTH_TENANT) {
+            cg_err_set(&call->err, CG_PERMISSION_DENIED,
+                       "this method needs a tenant API key; the admin key acts for no tenant");
+            cg_err_meta(&call->err, "required_key", "tenant");
+            return CG_PERMISSION_DENIED;
+        }
         call->principal.authenticated = true;
         call->principal.is_admin = true;
         return CG_OK;
     }
     if (m->auth == CG_AUTH_ADMIN) {
         struct cg_apikey_parts parts;
-        if (cg_apikey_parse(token, len, &parts))
-            return cg_err_set(&call->err, CG_PERMISSION_DENIED,
-                              "this method needs the admin key, not a tenant API key");
+        if (cg_apikey_parse(token, len, &parts)) {
+            cg_err_set(&call->err, CG_PERMISSION_DENIED,
+                       "this method needs the admin key, not a tenant API key");
+            cg_err_meta(&call->err, "required_key", "admin");
+            return CG_PERMISSION_DENIED;
+        }
         return cg_err_set(&call->err, CG_UNAUTHENTICATED, "invalid admin key");
     }
     return auth_tenant(call, env, token, len);
 }
 
 /* ---------------------------------------------------------------- invoke ---------- */
+
+static cg_status not_implemented(struct cg_rpc_call *call, const struct cg_rpc_method *m)
+{
+    cg_err_set(&call->err, CG_UNIMPLEMENTED,
+               "%s is not implemented in this version of ctxguard (planned: %s)", m->path + 1,
+               m->pending ? m->pending : "later");
+    cg_err_meta(&call->err, "method", m->path);
+    return CG_UNIMPLEMENTED;
+}
+
+/* Identifiers a request names at its top level that a program needs next to an error about
+ * them (ErrorInfo metadata), added unless the site already set them. */
+static const char *const request_id_fields[] = {"reservation_id", "approval_id", "artifact_id",
+                                                "session_id"};
+
+/* Adds call->request's request_id_fields (non-empty strings only) to call->err's metadata. */
+static void err_request_ids(struct cg_rpc_call *call)
+{
+    const ProtobufCMessage *req = call->request;
+    if (req == NULL)
+        return;
+    for (size_t i = 0; i < sizeof request_id_fields / sizeof request_id_fields[0]; i++) {
+        const char *name = request_id_fields[i];
+        const ProtobufCFieldDescriptor *f =
+            protobuf_c_message_descriptor_get_field_by_name(req->descriptor, name);
+        if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING || f->label == PROTOBUF_C_LABEL_REPEATED)
+            continue;
+        /* A member of a oneof shares its storage with the others: only when it is the one set. */
+        if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+            *(const uint32_t *)((const char *)req + f->quantifier_offset) != f->id)
+            continue;
+        const char *value = *(const char *const *)((const char *)req + f->offset);
+        if (value != NULL && value[0] != '\0' && cg_err_meta_get(&call->err, name) == NULL)
+            cg_err_meta(&call->err, name, value);
+    }
+}
 
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
@@ -326,13 +373,13 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
     if (st != CG_OK)
         return st;
     ProtobufCMessage *request = NULL;
+    call->request = NULL;
     st = cg_rpc_decode(call, m->request_desc, req, len, &request);
     if (st != CG_OK)
         return st;
+    call->request = request;
     if (m->handler == NULL)
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "%s is not implemented in this version of ctxguard (planned: %s)",
-                          m->path + 1, m->pending ? m->pending : "later");
+        return not_implemented(call, m);
 
     ProtobufCMessage *response = NULL;
     st = m->handler(call, env, request, &response);
@@ -341,6 +388,7 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
     if (st != CG_OK) {
         if (call->err.code != st)
             cg_err_set(&call->err, st, "%s", cg_status_str(st));
+        err_request_ids(call);
         return st;
     }
     if (response == NULL)
@@ -359,6 +407,7 @@ void cg_rpc_complete(struct cg_rpc_call *call, cg_status st, const ProtobufCMess
     else if (call->err.code != st)
         cg_err_set(&call->err, st, "%s", cg_status_str(st));
     if (st != CG_OK) {
+        err_request_ids(call);
         out = NULL;
         out_len = 0;
     }
@@ -372,16 +421,19 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
     cg_status st = cg_rpc_authenticate(m, call, env);
     if (st != CG_OK)
         return st;
+    call->request = NULL;
     st = cg_rpc_decode(call, m->request_desc, req, len, request);
     if (st != CG_OK)
         return st;
+    call->request = *request;
     if (m->poll == NULL)
-        return cg_err_set(&call->err, CG_UNIMPLEMENTED,
-                          "%s is not implemented in this version of ctxguard (planned: %s)",
-                          m->path + 1, m->pending ? m->pending : "later");
-    if (m->open != NULL)
-        return m->open(call, env, *request, stream);
-    return CG_OK;
+        return not_implemented(call, m);
+    if (m->open != NULL) {
+        st = m->open(call, env, *request, stream);
+        if (st != CG_OK)
+            err_request_ids(call);
+    }
+    return st;
 }
 
 bool cg_rpc_health_probe(const struct cg_rpc_env *env)

@@ -107,6 +107,9 @@ struct cg_rpc_call {
     uint32_t reply_delay_ms; /* hold the (successful) reply this long on a timer */
     bool needs_pool;         /* try_inline methods without a store: run me again on the pool */
     struct cg_err err;       /* what the client sees when the status is not OK */
+    /* The decoded request (in arena), NULL before decoding: its identifiers join err's
+     * metadata when the call fails (reservation_id, approval_id, artifact_id, session_id). */
+    const ProtobufCMessage *request;
     /* Set by the transport when the call may be answered later from another thread (a
      * handler returned CG_DEFERRED): takes the final status and the encoded answer (in the
      * arena), then the call belongs to the transport again. NULL: not deferrable. */

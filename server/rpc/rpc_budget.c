@@ -393,7 +393,21 @@ cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_ro
     return cg_rpc_extension_reasons(call, rows, n, r, *out, nout);
 }
 
-/* A RESOURCE_EXHAUSTED message naming the level that refused. */
+/* The facts of a refusal at rows[i] (ErrorInfo metadata): where, which level, its figures. */
+static void deny_facts(struct cg_err *err, const struct cg_budget_row *row, int64_t requested)
+{
+    cg_store_err_scope(err, &row->ids);
+    cg_err_meta(err, "level", cg_level_name((cg_level)row->level));
+    cg_err_meta_i64(err, "limit_tokens", (long long)row->limit_tokens);
+    cg_err_meta_i64(err, "used_tokens", (long long)row->used_tokens);
+    cg_err_meta_i64(err, "reserved_tokens", (long long)row->reserved_tokens);
+    cg_err_meta_i64(err, "requested_tokens", (long long)requested);
+    if (row->allocated_tokens > 0)
+        cg_err_meta_i64(err, "allocated_tokens", (long long)row->allocated_tokens);
+}
+
+/* A RESOURCE_EXHAUSTED message naming the level that refused (BUDGET_EXHAUSTED, with its
+ * figures), or FAILED_PRECONDITION for a closed scope (SCOPE_CLOSED). */
 cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
                       const struct cg_budget_result *r, int64_t tokens)
 {
@@ -402,28 +416,46 @@ cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows
         if (v->decision != CG_DECISION_DENY)
             continue;
         const char *what = cg_level_name((cg_level)rows[i].level);
-        if (v->reasons & CG_REASON_CLOSED)
-            return cg_err_set(&call->err, CG_FAILED_PRECONDITION, "the %s scope is closed", what);
-        if (v->reasons & CG_REASON_COST_LIMIT && !(v->reasons & CG_REASON_TOKEN_LIMIT))
-            return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                              "HARD cost limit of the %s: %lld micros used and reserved of %lld",
-                              what,
-                              (long long)(rows[i].used_cost_micros + rows[i].reserved_cost_micros),
-                              (long long)rows[i].limit_cost_micros);
-        if (rows[i].allocated_tokens > 0 || v->requested_tokens != tokens)
-            return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                              "HARD token limit of the %s: %lld used and reserved + %lld "
-                              "allocated to children + %lld requested > %lld",
-                              what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
-                              (long long)rows[i].allocated_tokens, (long long)v->requested_tokens,
-                              (long long)rows[i].limit_tokens);
-        return cg_err_set(
-            &call->err, CG_RESOURCE_EXHAUSTED,
-            "HARD token limit of the %s: %lld used and reserved + %lld requested > %lld", what,
-            (long long)(rows[i].used_tokens + rows[i].reserved_tokens), (long long)tokens,
-            (long long)rows[i].limit_tokens);
+        if (v->reasons & CG_REASON_CLOSED) {
+            cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_SCOPE_CLOSED,
+                        "the %s scope is closed", what);
+            cg_store_err_scope(&call->err, &rows[i].ids);
+            cg_err_meta(&call->err, "level", what);
+            return CG_FAILED_PRECONDITION;
+        }
+        if (v->reasons & CG_REASON_COST_LIMIT && !(v->reasons & CG_REASON_TOKEN_LIMIT)) {
+            cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                        "HARD cost limit of the %s: %lld micros used and reserved of %lld", what,
+                        (long long)(rows[i].used_cost_micros + rows[i].reserved_cost_micros),
+                        (long long)rows[i].limit_cost_micros);
+            cg_store_err_scope(&call->err, &rows[i].ids);
+            cg_err_meta(&call->err, "level", what);
+            cg_err_meta(&call->err, "limit", "cost");
+            cg_err_meta_i64(&call->err, "limit_cost_micros", (long long)rows[i].limit_cost_micros);
+            cg_err_meta_i64(&call->err, "used_cost_micros", (long long)rows[i].used_cost_micros);
+            cg_err_meta_i64(&call->err, "reserved_cost_micros",
+                            (long long)rows[i].reserved_cost_micros);
+            return CG_RESOURCE_EXHAUSTED;
+        }
+        if (rows[i].allocated_tokens > 0 || v->requested_tokens != tokens) {
+            cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                        "HARD token limit of the %s: %lld used and reserved + %lld "
+                        "allocated to children + %lld requested > %lld",
+                        what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
+                        (long long)rows[i].allocated_tokens, (long long)v->requested_tokens,
+                        (long long)rows[i].limit_tokens);
+            deny_facts(&call->err, &rows[i], v->requested_tokens);
+            return CG_RESOURCE_EXHAUSTED;
+        }
+        cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                    "HARD token limit of the %s: %lld used and reserved + %lld requested > %lld",
+                    what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
+                    (long long)tokens, (long long)rows[i].limit_tokens);
+        deny_facts(&call->err, &rows[i], tokens);
+        return CG_RESOURCE_EXHAUSTED;
     }
-    return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED, "budget exhausted");
+    return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                       "budget exhausted");
 }
 
 /* ---------------------------------------------------------------- transactions ---- */
@@ -608,10 +640,13 @@ static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_
                                             : "scope.task_id";
     if (!parent->has_budget) {
         cg_store_rollback(env->store);
-        return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
-                          "field 'settings.allocate_from_parent': the %s (%s '%s') has no "
-                          "budget to allocate from",
-                          parent_name, parent_field, parent_id);
+        cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_BUDGET_NOT_FOUND,
+                    "field 'settings.allocate_from_parent': the %s (%s '%s') has no "
+                    "budget to allocate from",
+                    parent_name, parent_field, parent_id);
+        cg_store_err_scope(&call->err, &parent->ids);
+        cg_err_meta(&call->err, "level", parent_name);
+        return CG_FAILED_PRECONDITION;
     }
     struct cg_budget_row next = *row;
     next.used_tokens = existing ? existing->used_tokens : 0;
@@ -627,11 +662,14 @@ static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_
         return CG_OK;
     cg_store_rollback(env->store);
     /* Counters last: a long id may cut the message at the end of struct cg_err. */
-    return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                      "field 'settings.allocate_from_parent': the share needs %lld more tokens, "
-                      "the %s has %lld free (%s '%s')",
-                      (long long)need, parent_name, (long long)(free_tokens > 0 ? free_tokens : 0),
-                      parent_field, parent_id);
+    cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                "field 'settings.allocate_from_parent': the share needs %lld more tokens, "
+                "the %s has %lld free (%s '%s')",
+                (long long)need, parent_name, (long long)(free_tokens > 0 ? free_tokens : 0),
+                parent_field, parent_id);
+    deny_facts(&call->err, parent, need);
+    cg_err_meta(&call->err, "field", "settings.allocate_from_parent");
+    return CG_RESOURCE_EXHAUSTED;
 }
 
 CG_HANDLER(cg_rpc_budget_set)
@@ -650,6 +688,7 @@ CG_HANDLER(cg_rpc_budget_set)
         return st;
 
     struct cg_err serr;
+    cg_err_clear(&serr);
     if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
@@ -778,8 +817,8 @@ CG_HANDLER(cg_rpc_budget_get)
         return st;
     const struct cg_budget_row *row = &path[n - 1];
     if (!row->has_budget)
-        return cg_err_set(&call->err, CG_NOT_FOUND, "the %s has no budget",
-                          cg_level_name((cg_level)level));
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_BUDGET_NOT_FOUND,
+                           "the %s has no budget", cg_level_name((cg_level)level));
     struct cg_budget_result r;
     cg_rpc_decide(path, n, 0, 0, &r);
 
@@ -1204,6 +1243,7 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
     struct cg_scope_ids ids = *scope_ids;
     cg_status st;
     struct cg_err serr;
+    cg_err_clear(&serr);
     if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
@@ -1247,11 +1287,16 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
             if ((st = cg_rpc_approval_gate(call, env, &ids, req->tokens, req->model, path, &n, &r,
                                            &gate)) != CG_OK)
                 return st;
-            if (gate.involved && gate.outcome == CG_APPROVAL_WAS_DENIED)
-                return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                                  "APPROVAL token limit of the %s: approval %s was denied",
-                                  cg_level_name((cg_level)gate.approval.level),
-                                  gate.approval.approval_id);
+            if (gate.involved && gate.outcome == CG_APPROVAL_WAS_DENIED) {
+                cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_APPROVAL_DENIED,
+                            "APPROVAL token limit of the %s: approval %s was denied",
+                            cg_level_name((cg_level)gate.approval.level),
+                            gate.approval.approval_id);
+                cg_store_err_scope(&call->err, &gate.approval.ids);
+                cg_err_meta(&call->err, "level", cg_level_name((cg_level)gate.approval.level));
+                cg_err_meta(&call->err, "approval_id", gate.approval.approval_id);
+                return CG_RESOURCE_EXHAUSTED;
+            }
             if (r.decision == CG_DECISION_DENY)
                 return cg_rpc_deny(call, path, n, &r, req->tokens);
             if (!gate.involved)
@@ -1297,6 +1342,27 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
         return st;
     *response = &resp->base;
     return CG_OK;
+}
+
+/* FAILED_PRECONDITION for a reservation past its ACTIVE state, with its facts. */
+static cg_status reservation_settled(struct cg_rpc_call *call, cg_error_reason reason,
+                                     const struct cg_reservation *res, const char *state,
+                                     const char *fmt, ...) CG_PRINTF(5, 6);
+
+static cg_status reservation_settled(struct cg_rpc_call *call, cg_error_reason reason,
+                                     const struct cg_reservation *res, const char *state,
+                                     const char *fmt, ...)
+{
+    char msg[CG_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cg_err_setr(&call->err, CG_FAILED_PRECONDITION, reason, "%s", msg);
+    cg_err_meta(&call->err, "reservation_id", res->reservation_id);
+    cg_err_meta(&call->err, "state", state);
+    cg_store_err_scope(&call->err, &res->ids);
+    return CG_FAILED_PRECONDITION;
 }
 
 static cg_status check_reservation_id(struct cg_rpc_call *call, const char *id)
@@ -1352,6 +1418,7 @@ CG_HANDLER(cg_rpc_budget_release)
     if (st != CG_OK)
         return st;
     struct cg_err serr;
+    cg_err_clear(&serr);
     struct cg_reservation res;
     if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
         return st;
@@ -1385,8 +1452,8 @@ CG_HANDLER(cg_rpc_budget_release)
         res.settled_at_ms = cg_wall_ms();
     } else if (res.state == 2) {
         cg_store_rollback(env->store);
-        return cg_err_set(&call->err, CG_FAILED_PRECONDITION, "reservation %s is already committed",
-                          res.reservation_id);
+        return reservation_settled(call, CG_ERR_RESERVATION_SETTLED, &res, "committed",
+                                   "reservation %s is already committed", res.reservation_id);
     } else {
         resp->replayed = true; /* released or expired before */
     }
@@ -1476,6 +1543,7 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
     if (st != CG_OK)
         return st;
     struct cg_err serr;
+    cg_err_clear(&serr);
     struct cg_reservation res;
     if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
         return st;
@@ -1492,9 +1560,9 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
         /* Committed before: the same usage is a retry, another one a mistake. */
         cg_store_rollback(env->store);
         if (!same_usage(&usage, &res.committed))
-            return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
-                              "reservation %s was already committed with another usage",
-                              res.reservation_id);
+            return reservation_settled(call, CG_ERR_RESERVATION_SETTLED, &res, "committed",
+                                       "reservation %s was already committed with another usage",
+                                       res.reservation_id);
         resp->replayed = true;
         usage = res.committed;
         price_known = usage.cost_micros > 0;
@@ -1519,10 +1587,12 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
             } else {
                 cg_store_rollback(env->store);
             }
-            return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
-                              "reservation %s is %s; nothing recorded (set record_if_expired to "
-                              "record the usage anyway)",
-                              res.reservation_id, res.state == 3 ? "released" : "expired");
+            return reservation_settled(
+                call, res.state == 3 ? CG_ERR_RESERVATION_SETTLED : CG_ERR_RESERVATION_EXPIRED,
+                &res, res.state == 3 ? "released" : "expired",
+                "reservation %s is %s; nothing recorded (set record_if_expired to "
+                "record the usage anyway)",
+                res.reservation_id, res.state == 3 ? "released" : "expired");
         }
         st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false,
                                 cg_wall_ms(), path, &n, &serr);
@@ -1605,6 +1675,7 @@ CG_HANDLER(cg_rpc_budget_record_usage)
         return st;
 
     struct cg_err serr;
+    cg_err_clear(&serr);
     if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
@@ -1633,10 +1704,13 @@ CG_HANDLER(cg_rpc_budget_record_usage)
     bool replayed = false;
     if (st == CG_ALREADY_EXISTS) {
         cg_store_rollback(env->store);
-        if (!same_usage(&asked, &previous) || strcmp(req->model, previous_model) != 0)
-            return cg_err_set(&call->err, CG_ALREADY_EXISTS,
-                              "idempotency_key '%s' was recorded with another usage",
-                              req->idempotency_key);
+        if (!same_usage(&asked, &previous) || strcmp(req->model, previous_model) != 0) {
+            cg_err_set(&call->err, CG_ALREADY_EXISTS,
+                       "idempotency_key '%s' was recorded with another usage",
+                       req->idempotency_key);
+            cg_err_meta(&call->err, "field", "idempotency_key");
+            return CG_ALREADY_EXISTS;
+        }
         replayed = true;
         usage = previous;
         price_known = usage.cost_micros > 0;

@@ -40,6 +40,7 @@ cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env
 {
     memset(gate, 0, sizeof *gate);
     struct cg_err serr;
+    cg_err_clear(&serr);
     cg_status st = cg_rpc_begin(call, env, &serr);
     if (st != CG_OK)
         return st;

@@ -350,8 +350,8 @@ static cg_status count_exact(struct cg_rpc_call *call, const struct cg_rpc_env *
 {
     const struct cg_tok_encoding *enc = cg_rpc_tokenizer(env, encoding);
     if (enc == NULL)
-        return cg_err_set(&call->err, CG_UNAVAILABLE, "the %s tokenizer is not loaded",
-                          cg_models_encoding_name(encoding));
+        return cg_err_setr(&call->err, CG_UNAVAILABLE, CG_ERR_TOKENIZER_NOT_LOADED,
+                           "the %s tokenizer is not loaded", cg_models_encoding_name(encoding));
     struct exact x = {.call = call, .enc = enc, .allow_special = req->allow_special_tokens};
     struct tally t = {0};
     if (conv != NULL) {

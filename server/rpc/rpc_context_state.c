@@ -638,7 +638,8 @@ CG_HANDLER(cg_rpc_context_get_artifact)
     if (req->artifact_id[0] == '\0')
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'artifact_id' is required");
     if (strlen(req->artifact_id) >= CG_CTX_ID_MAX)
-        return cg_err_set(&call->err, CG_NOT_FOUND, "artifact_id: no such artifact");
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_ARTIFACT_NOT_FOUND,
+                           "artifact_id: no such artifact");
     if (req->offset < 0)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'offset' must not be negative");
     if (req->length < 0 || req->length > ARTIFACT_READ_MAX)

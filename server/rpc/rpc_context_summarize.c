@@ -186,7 +186,8 @@ static cg_status history_in(struct cg_rpc_call *call, const struct cg_rpc_env *e
     cg_status st = cg_store_ctx_session_get(env->store, call->principal.tenant_id, req->session_id,
                                             &sess, &serr);
     if (st == CG_NOT_FOUND)
-        return cg_err_set(&call->err, CG_NOT_FOUND, "field 'session_id': no such session");
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_SESSION_NOT_FOUND,
+                           "field 'session_id': no such session");
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     int64_t from = req->from_position;
@@ -254,9 +255,9 @@ CG_HANDLER(cg_rpc_context_summarize)
                    ? CG_RPC_SUMMARIZER_AUTO
                    : (int)req->summarizer;
     if (kind == CG_RPC_SUMMARIZER_LLM && (env->llm == NULL || !cg_llm_is_configured(env->llm)))
-        return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
-                          "field 'summarizer': LLM asked for but no LLM is configured "
-                          "(llm_base_url)");
+        return cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_LLM_NOT_CONFIGURED,
+                           "field 'summarizer': LLM asked for but no LLM is configured "
+                           "(llm_base_url)");
 
     struct cg_conv *conv = NULL, *red = NULL;
     struct cg_redact_counts counts = {0};

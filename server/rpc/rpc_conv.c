@@ -40,7 +40,9 @@ static void pop(struct path *p, size_t saved)
 
 static cg_status bad(struct cg_rpc_call *call, struct path *p, const char *leaf, const char *what)
 {
-    return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "%s%s: %s", p->text, leaf, what);
+    cg_err_set(&call->err, CG_INVALID_ARGUMENT, "%s%s: %s", p->text, leaf, what);
+    cg_err_metaf(&call->err, "field", "%s%s", p->text, leaf);
+    return CG_INVALID_ARGUMENT;
 }
 
 /* 1..max characters when required, 0..max otherwise. */
@@ -171,7 +173,8 @@ static cg_status part_in(struct cg_rpc_call *call, struct cg_conv *conv, struct 
         if (tr->n_images > 0) {
             r->images = cg_conv_alloc(conv, tr->n_images, sizeof *r->images);
             if (r->images == NULL)
-                return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED, "conversation too large");
+                return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_MESSAGE_TOO_LARGE,
+                                   "conversation too large");
             for (size_t k = 0; k < tr->n_images && st == CG_OK; k++) {
                 size_t saved = push(p, ".tool_result.images[%zu]", k);
                 struct cg_str e = {"", 0};
@@ -271,9 +274,9 @@ static cg_status json_in(struct cg_rpc_call *call, struct path *p, const char *l
 {
     size_t len = strlen(json);
     if (call->max_message_bytes > 0 && len > call->max_message_bytes)
-        return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                          "%s%s: %zu bytes is over the limit of %zu", p->text, leaf, len,
-                          call->max_message_bytes);
+        return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_MESSAGE_TOO_LARGE,
+                           "%s%s: %zu bytes is over the limit of %zu", p->text, leaf, len,
+                           call->max_message_bytes);
     struct cg_err err = {0};
     cg_status st = cg_conv_json_read(format, json, len, limits, out, &err);
     if (st != CG_OK)

@@ -53,7 +53,8 @@ cg_status cg_rpc_health_check(struct cg_rpc_call *call, const struct cg_rpc_env 
     const Grpc__Health__V1__HealthCheckRequest *req =
         (const Grpc__Health__V1__HealthCheckRequest *)request;
     if (!known_service(req->service))
-        return cg_err_set(&call->err, CG_NOT_FOUND, "unknown service '%.80s'", req->service);
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_SERVICE_NOT_FOUND,
+                           "unknown service '%.80s'", req->service);
     Grpc__Health__V1__HealthCheckResponse *r = new_response(call, current(env, req->service));
     if (r == NULL)
         return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED, "out of memory");

@@ -581,9 +581,9 @@ cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *en
                           opts->from, to, conv->n_messages);
     bool llm_ready = env->llm != NULL && cg_llm_is_configured(env->llm);
     if (opts->kind == CG_RPC_SUMMARIZER_LLM && !llm_ready)
-        return cg_err_set(&call->err, CG_FAILED_PRECONDITION,
-                          "field 'summarizer': LLM asked for but no LLM is configured "
-                          "(llm_base_url)");
+        return cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_LLM_NOT_CONFIGURED,
+                           "field 'summarizer': LLM asked for but no LLM is configured "
+                           "(llm_base_url)");
 
     /* What the summary replaces, in tokens: the messages of the range. */
     struct counter counter = {opts->profile, opts->enc};
@@ -643,8 +643,8 @@ cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *en
         }
         free(text);
         if (opts->kind == CG_RPC_SUMMARIZER_LLM)
-            return cg_err_set(&call->err, CG_UNAVAILABLE, "the LLM summarizer failed: %s",
-                              run.detail);
+            return cg_err_setr(&call->err, CG_UNAVAILABLE, CG_ERR_LLM_UNAVAILABLE,
+                               "the LLM summarizer failed: %s", run.detail);
         out->reason = run.reason;
         snprintf(out->detail, sizeof out->detail, "%s", run.detail);
     }

@@ -560,7 +560,8 @@ static cg_status decision_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     cg_status st =
         cg_store_approval_get(env->store, w->tenant_id, w->approval_id, cg_wall_ms(), &a, &serr);
     if (st == CG_NOT_FOUND)
-        return cg_err_set(&call->err, CG_NOT_FOUND, "field 'approval_id': no such approval");
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_APPROVAL_NOT_FOUND,
+                           "field 'approval_id': no such approval");
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     if (a.state == CTXGUARD__V1__APPROVAL_STATE__APPROVAL_STATE_PENDING)
@@ -674,8 +675,8 @@ cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *e
     int n = 0;
     if (!feed_join(w->tenant_id, &w->position)) {
         free(w);
-        return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                          "too many tenants are watched on this server; retry on another");
+        return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_SERVER_OVERLOADED,
+                           "too many tenants are watched on this server; retry on another");
     }
     stream->state = w;
     stream->state_free = watch_free;

@@ -149,6 +149,18 @@ static bool cache_enabled(const struct cg_store *store)
     return store->redis != NULL && store->key_cache_ttl_s > 0;
 }
 
+void cg_store_err_scope(struct cg_err *err, const struct cg_scope_ids *ids)
+{
+    if (ids->session_id[0] == '\0')
+        cg_err_meta(err, "scope", "tenant");
+    else if (ids->task_id[0] == '\0')
+        cg_err_meta(err, "scope", ids->session_id);
+    else if (ids->agent_id[0] == '\0')
+        cg_err_metaf(err, "scope", "%s/%s", ids->session_id, ids->task_id);
+    else
+        cg_err_metaf(err, "scope", "%s/%s/%s", ids->session_id, ids->task_id, ids->agent_id);
+}
+
 /* ------------------------------------------------------------------ lifecycle --- */
 
 struct cg_store *cg_store_new(const struct cg_store_opts *opts)
@@ -260,7 +272,7 @@ cg_status cg_store_tenant_settings_put(struct cg_store *store, const char *tenan
         return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "tenant_id: no such tenant");
     cg_status rc = check_settings(settings, err);
     if (rc != CG_OK)
         return rc;
@@ -274,7 +286,7 @@ cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id, str
         return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "tenant_id: no such tenant");
     return cg_pg_tenant_get(store->pg, id, out, err);
 }
 
@@ -304,7 +316,7 @@ cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id, con
         return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "tenant_id: no such tenant");
     if (!cg__store_key_id_valid(key_id))
         return cg_err_set(err, CG_INVALID_ARGUMENT,
                           "key_id: must be 1..%d characters of A-Z a-z 0-9 _ -", CG_KEY_ID_LEN);
@@ -331,7 +343,7 @@ cg_status cg_store_key_list(struct cg_store *store, const char *tenant_id, int l
         return rc;
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "tenant_id: no such tenant");
     return cg_pg_key_list(store->pg, id, limit, out, count, err);
 }
 
@@ -342,7 +354,7 @@ cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, con
         return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_key_id_valid(key_id))
-        return cg_err_set(err, CG_NOT_FOUND, "key_id: no such key");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_API_KEY_NOT_FOUND, "key_id: no such key");
     cg_status rc = cg_pg_key_revoke(store->pg, id, key_id, out, err);
     /* Also when the outcome is unknown (connection lost, timed out): dropping an entry
      * that is still right costs one PostgreSQL read, keeping a stale one does not. */
@@ -358,7 +370,7 @@ cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, con
         return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_key_id_valid(key_id))
-        return cg_err_set(err, CG_NOT_FOUND, "key_id: no such key");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_API_KEY_NOT_FOUND, "key_id: no such key");
     if (cache_enabled(store) && cg_redis_key_get(store->redis, id, key_id, out))
         return CG_OK;
     cg_status rc = cg_pg_key_lookup(store->pg, id, key_id, out, err);
@@ -426,7 +438,7 @@ cg_status cg__store_open_call(struct cg_store *store, const char *tenant_id,
     if (cg__store_deadline_passed(store))
         return cg__store_deadline_exceeded(err);
     if (tenant_id == NULL || !cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "tenant_id: no such tenant");
     return CG_OK;
 }
 

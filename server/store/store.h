@@ -188,6 +188,10 @@ struct cg_scope_ids {
     char agent_id[CG_SCOPE_ID_MAX + 1];   /* "" above the agent level */
 };
 
+/* Adds "scope" to err's metadata (status.h): the scope's path "session/task/agent" as far as
+ * ids go, or "tenant" for the tenant level. err may be NULL. Never allocates. */
+void cg_store_err_scope(struct cg_err *err, const struct cg_scope_ids *ids);
+
 /* One scope's row. Settings are meaningful when has_budget. */
 struct cg_budget_row {
     struct cg_scope_ids ids;

@@ -35,7 +35,8 @@ static cg_status approval_id_in(const char *approval_id, char id[CG_UUID_LEN + 1
     if (approval_id == NULL || approval_id[0] == '\0')
         return cg_err_set(err, CG_INVALID_ARGUMENT, "approval_id: required");
     if (!cg__store_normalize_uuid(approval_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "approval_id: no such approval");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_APPROVAL_NOT_FOUND,
+                           "approval_id: no such approval");
     return CG_OK;
 }
 

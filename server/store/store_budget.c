@@ -255,7 +255,8 @@ cg_status cg_store_reservation_lock(struct cg_store *store, const char *tenant_i
         return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1], rid[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_normalize_uuid(reservation_id, rid))
-        return cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
+                           "reservation_id: no such reservation");
     return cg_pg_reservation_lock(store->pg, id, rid, out, err);
 }
 
@@ -267,7 +268,8 @@ cg_status cg_store_reservation_settle(struct cg_store *store, const char *tenant
         return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1], rid[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_normalize_uuid(reservation_id, rid))
-        return cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
+                           "reservation_id: no such reservation");
     if (state < 2 || state > 4)
         return cg_err_set(err, CG_INVALID_ARGUMENT,
                           "state: must be 2 COMMITTED, 3 RELEASED or 4 EXPIRED");
@@ -321,7 +323,8 @@ cg_status cg_store_ledger_append_at(struct cg_store *store, const char *tenant_i
     char rid[CG_UUID_LEN + 1] = "";
     if (reservation_id != NULL && reservation_id[0] != '\0' &&
         !cg__store_normalize_uuid(reservation_id, rid))
-        return cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
+                           "reservation_id: no such reservation");
     if (occurred_at_ms < 0)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "occurred_at_ms: must not be negative");
     return cg_pg_ledger_append(store->pg, id, ids, usage, model, idempotency_key, rid,
@@ -367,6 +370,7 @@ cg_status cg_store_ledger_entry_of(struct cg_store *store, const char *tenant_id
     if (rc != CG_OK)
         return rc;
     if (!cg__store_normalize_uuid(reservation_id, rid))
-        return cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
+                           "reservation_id: no such reservation");
     return cg_pg_ledger_entry_of(store->pg, id, rid, entry_id, err);
 }

@@ -42,7 +42,7 @@ cg_status cg_store_events_append(struct cg_store *store, const char *tenant_id,
         return cg_err_set(err, CG_INVALID_ARGUMENT, "events: 1..%d needed", APPEND_MAX);
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "tenant_id: no such tenant");
     for (int i = 0; i < n; i++) {
         cg_status rc = cg__store_check_ids(&events[i].ids, "scope", err);
         if (rc != CG_OK)
@@ -154,6 +154,6 @@ cg_status cg_store_event_seq(struct cg_store *store, const char *tenant_id,
         return rc;
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id))
-        return cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "tenant_id: no such tenant");
     return cg_pg_event_seq(store->pg, id, ids, seq, err);
 }

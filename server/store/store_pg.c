@@ -1042,6 +1042,27 @@ out:
     return rc;
 }
 
+/* The reason of a cg__pg_run_one miss, from the callers' `missing` texts (each names the
+ * key it looked up: "reservation_id: no such reservation", ...). */
+static cg_error_reason missing_reason(const char *missing)
+{
+    static const struct {
+        const char *key;
+        cg_error_reason reason;
+    } table[] = {
+        {"reservation_id: no such", CG_ERR_RESERVATION_NOT_FOUND},
+        {"artifact_id:", CG_ERR_ARTIFACT_NOT_FOUND},
+        {"session_id:", CG_ERR_SESSION_NOT_FOUND},
+        {"tenant_id:", CG_ERR_TENANT_NOT_FOUND},
+        {"scope", CG_ERR_SCOPE_NOT_FOUND},
+        {"approval_id:", CG_ERR_APPROVAL_NOT_FOUND},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strncmp(missing, table[i].key, strlen(table[i].key)) == 0)
+            return table[i].reason;
+    return CG_ERR_NOT_FOUND;
+}
+
 /* cg__pg_run() for a statement that names one row by its key: an id PostgreSQL cannot even
  * parse (22P02) and no row at all are both CG_NOT_FOUND with `missing` as the message.
  * On CG_OK, *out holds exactly one row. */
@@ -1052,11 +1073,11 @@ cg_status cg__pg_run_one(struct cg_pg *pg, const char *label, const char *sql, i
     cg_status rc = cg__pg_run(pg, label, sql, nparams, values, NULL, NULL, flags, out, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", missing);
+            rc = cg_err_setr(err, CG_NOT_FOUND, missing_reason(missing), "%s", missing);
         return rc;
     }
     if (PQntuples(*out) != 1)
-        return cg_err_set(err, CG_NOT_FOUND, "%s", missing);
+        return cg_err_setr(err, CG_NOT_FOUND, missing_reason(missing), "%s", missing);
     return CG_OK;
 }
 

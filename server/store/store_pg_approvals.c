@@ -258,7 +258,7 @@ cg_status cg_pg_approval_request(struct cg_pg *pg, const char *tenant_id,
         18, insert_values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "scope: no such scope");
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_SCOPE_NOT_FOUND, "scope: no such scope");
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "approval: invalid value");
         goto out;
@@ -403,9 +403,12 @@ cg_status cg_pg_approval_resolve(struct cg_pg *pg, const char *tenant_id, const 
     }
     if (rc == CG_OK)
         rc = cg_pg_commit(pg, err);
-    if (rc == CG_OK && commit_then_refuse)
-        rc = cg_err_set(err, CG_FAILED_PRECONDITION, "approval_id %s: already %s", out->approval_id,
-                        state_name(out->state));
+    if (rc == CG_OK && commit_then_refuse) {
+        rc = cg_err_setr(err, CG_FAILED_PRECONDITION, CG_ERR_APPROVAL_RESOLVED,
+                         "approval_id %s: already %s", out->approval_id, state_name(out->state));
+        cg_err_meta(err, "approval_id", out->approval_id);
+        cg_err_meta(err, "state", state_name(out->state));
+    }
     if (rc == CG_OK && !*replayed)
         cg_log(CG_LOG_INFO, MOD, cg__pg_rid(pg),
                "approval decided: tenant=%s approval_id=%s state=%s granted_tokens=%lld", tenant_id,
@@ -460,15 +463,19 @@ cg_status cg_pg_approval_list(struct cg_pg *pg, const char *tenant_id,
                         4, scope_values, NULL, NULL, RUN_READ, &res, err);
         if (rc != CG_OK) {
             if (cg__pg_sqlstate_is(pg, "22P02"))
-                rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+                rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND,
+                                 "tenant_id: no such tenant");
             goto out;
         }
         if (PQgetvalue(res, 0, 0)[0] != 't')
-            rc = cg_err_set(err, CG_NOT_FOUND, "scope.session_id: no such session");
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_SCOPE_NOT_FOUND,
+                             "scope.session_id: no such session");
         else if (ids->task_id[0] != '\0' && PQgetvalue(res, 0, 1)[0] != 't')
-            rc = cg_err_set(err, CG_NOT_FOUND, "scope.task_id: no such task");
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_SCOPE_NOT_FOUND,
+                             "scope.task_id: no such task");
         else if (ids->agent_id[0] != '\0' && PQgetvalue(res, 0, 2)[0] != 't')
-            rc = cg_err_set(err, CG_NOT_FOUND, "scope.agent_id: no such agent");
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_SCOPE_NOT_FOUND,
+                             "scope.agent_id: no such agent");
         if (rc != CG_OK)
             goto out;
         PQclear(res);

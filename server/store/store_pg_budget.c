@@ -26,6 +26,15 @@ const char *const cg__pg_no_such_scope[4] = {
     "scope.agent_id: no such agent",
 };
 
+cg_status cg__pg_scope_missing(struct cg_err *err, int index)
+{
+    if (index < 0 || index > 3)
+        index = 0;
+    return cg_err_setr(err, CG_NOT_FOUND,
+                       index == 0 ? CG_ERR_TENANT_NOT_FOUND : CG_ERR_SCOPE_NOT_FOUND, "%s",
+                       cg__pg_no_such_scope[index]);
+}
+
 /* 1 tenant .. 4 agent: the level of the scope ids name. */
 int cg__pg_scope_depth(const struct cg_scope_ids *ids)
 {
@@ -146,7 +155,7 @@ static cg_status select_path(struct cg_pg *pg, const char *tenant_id,
     cg_status rc = cg__pg_run(pg, label, sql, 4, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
+            rc = cg__pg_scope_missing(err, 0);
         goto out;
     }
     for (int i = 0; i < PQntuples(res); i++) {
@@ -194,7 +203,7 @@ cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct 
         PQclear(res);
         if (rc != CG_OK) {
             if (cg__pg_sqlstate_is(pg, "23503"))
-                rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
+                rc = cg__pg_scope_missing(err, 0);
             return rc;
         }
         rc = select_path(pg, tenant_id, ids, lock, out, &present, err);
@@ -225,7 +234,7 @@ cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct 
             *n = depth - 1;
             return CG_OK;
         }
-        return cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[level - 1]);
+        return cg__pg_scope_missing(err, level - 1);
     }
     *n = depth;
     return CG_OK;
@@ -269,17 +278,23 @@ static cg_status explain_put_refusal(struct cg_pg *pg, const char *tenant_id,
     bool exists = !PQgetisnull(res, 0, 0);
     int64_t stored = exists ? cg__pg_parse_i64(PQgetvalue(res, 0, 0)) : 0;
     if (exists && expected_version > 0 && stored != expected_version) {
-        rc = cg_err_set(err, CG_ABORTED,
-                        "expected_version %lld does not match the stored version %lld",
-                        (long long)expected_version, (long long)stored);
+        rc = cg_err_setr(err, CG_ABORTED, CG_ERR_VERSION_MISMATCH,
+                         "expected_version %lld does not match the stored version %lld",
+                         (long long)expected_version, (long long)stored);
+        cg_err_meta(err, "field", "expected_version");
+        cg_err_meta_i64(err, "expected_version", (long long)expected_version);
+        cg_err_meta_i64(err, "stored_version", (long long)stored);
     } else if (row->level >= 3 && !cg__pg_is_true(PQgetvalue(res, 0, 1))) {
-        rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[1]);
+        rc = cg__pg_scope_missing(err, 1);
     } else if (row->level == 4 && !cg__pg_is_true(PQgetvalue(res, 0, 2))) {
-        rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[2]);
+        rc = cg__pg_scope_missing(err, 2);
     } else if (!exists && expected_version > 0) {
-        rc = cg_err_set(err, CG_ABORTED,
-                        "expected_version %lld does not match the stored version 0 (no budget)",
-                        (long long)expected_version);
+        rc = cg_err_setr(err, CG_ABORTED, CG_ERR_VERSION_MISMATCH,
+                         "expected_version %lld does not match the stored version 0 (no budget)",
+                         (long long)expected_version);
+        cg_err_meta(err, "field", "expected_version");
+        cg_err_meta_i64(err, "expected_version", (long long)expected_version);
+        cg_err_meta_i64(err, "stored_version", 0);
     } else {
         cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "budget_put stored nothing for no visible reason");
         rc = cg_err_set(err, CG_ABORTED, "conflict with a concurrent change; retry");
@@ -406,10 +421,9 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         /* scopes_parent only fires for a parent made missing meanwhile (the WHERE checks
          * first); the tenants foreign key for a tenant that does not exist. */
         if (cg__pg_sqlstate_is(pg, "23503") && strcmp(pg->constraint, "scopes_parent") == 0)
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s",
-                            cg__pg_no_such_scope[row->level >= 2 ? row->level - 2 : 0]);
+            rc = cg__pg_scope_missing(err, row->level >= 2 ? row->level - 2 : 0);
         else if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
+            rc = cg__pg_scope_missing(err, 0);
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "settings: invalid value");
         goto out;
@@ -487,7 +501,7 @@ cg_status cg_pg_path_change(struct cg_pg *pg, const char *tenant_id, struct cg_b
         if (cg__pg_sqlstate_is(pg, "22003"))
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "tokens: a counter would leave its range");
         else if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
+            rc = cg__pg_scope_missing(err, 0);
         goto out;
     }
     struct cg_budget_row updated[4];
@@ -503,7 +517,7 @@ cg_status cg_pg_path_change(struct cg_pg *pg, const char *tenant_id, struct cg_b
     }
     for (int level = 1; level <= n; level++) {
         if (!(present & (1u << (level - 1)))) {
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[level - 1]);
+            rc = cg__pg_scope_missing(err, level - 1);
             goto out;
         }
     }
@@ -573,8 +587,7 @@ cg_status cg_pg_reservation_insert(struct cg_pg *pg, const char *tenant_id,
                    10, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s",
-                            cg__pg_no_such_scope[cg__pg_scope_depth(ids) - 1]);
+            rc = cg__pg_scope_missing(err, cg__pg_scope_depth(ids) - 1);
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "reservation: invalid value");
         goto out;
@@ -671,7 +684,8 @@ cg_status cg_pg_reservation_settle(struct cg_pg *pg, const char *tenant_id,
                    8, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
+                             "reservation_id: no such reservation");
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "usage: invalid value");
         goto out;
@@ -684,9 +698,13 @@ cg_status cg_pg_reservation_settle(struct cg_pg *pg, const char *tenant_id,
                         "SELECT state FROM reservations"
                         " WHERE tenant_id = $1::uuid AND reservation_id = $2::uuid",
                         2, values, 0, "reservation_id: no such reservation", &res, err);
-    if (rc == CG_OK)
-        rc = cg_err_set(err, CG_FAILED_PRECONDITION, "reservation_id: already %s",
-                        state_name((int)cg__pg_parse_i64(PQgetvalue(res, 0, 0))));
+    if (rc == CG_OK) {
+        int stored = (int)cg__pg_parse_i64(PQgetvalue(res, 0, 0));
+        rc = cg_err_setr(err, CG_FAILED_PRECONDITION,
+                         stored == 4 ? CG_ERR_RESERVATION_EXPIRED : CG_ERR_RESERVATION_SETTLED,
+                         "reservation_id: already %s", state_name(stored));
+        cg_err_meta(err, "state", state_name(stored));
+    }
 out:
     PQclear(res);
     return rc;
@@ -732,16 +750,17 @@ cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
                    13, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23505") && strcmp(pg->constraint, "ledger_reservation") == 0)
-            rc = cg_err_set(err, CG_FAILED_PRECONDITION,
-                            "reservation_id: its usage is already in the ledger");
+            rc = cg_err_setr(err, CG_FAILED_PRECONDITION, CG_ERR_RESERVATION_SETTLED,
+                             "reservation_id: its usage is already in the ledger");
         else if (cg__pg_sqlstate_is(pg, "23503") &&
                  strcmp(pg->constraint, "ledger_reservation_exists") == 0)
-            rc = cg_err_set(err, CG_NOT_FOUND, "reservation_id: no such reservation");
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
+                             "reservation_id: no such reservation");
         else if (cg__pg_sqlstate_is(pg, "23503"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s",
-                            cg__pg_no_such_scope[cg__pg_scope_depth(ids) - 1]);
+            rc = cg__pg_scope_missing(err, cg__pg_scope_depth(ids) - 1);
         else if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id or reservation_id: not found");
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
+                             "tenant_id or reservation_id: not found");
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "usage: invalid value");
         goto out;
@@ -830,7 +849,7 @@ cg_status cg_pg_path_peek(struct cg_pg *pg, const char *tenant_id, const struct 
     int depth = cg__pg_scope_depth(ids);
     for (int level = 2; level <= depth; level++)
         if (!(present & (1u << (level - 1))))
-            return cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[level - 1]);
+            return cg__pg_scope_missing(err, level - 1);
     *n = depth;
     return CG_OK;
 }

@@ -44,7 +44,8 @@ cg_status cg_pg_estimate_record(struct cg_pg *pg, const char *tenant_id, const c
         4, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23503"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND,
+                             "tenant_id: no such tenant");
         else if (cg__pg_sqlstate_is(pg, "23505"))
             rc = cg_err_set(err, CG_ALREADY_EXISTS, "estimate_id: already recorded");
         return rc;

@@ -132,11 +132,11 @@ cg_status cg__pg_events_append(struct cg_pg *pg, const char *tenant_id,
                    "announce; watchers learn of them later");
     if (rc != CG_OK && cg__pg_sqlstate_is(pg, "P0002")) {
         const struct cg_scope_ids *ids = &events[0].ids;
-        rc = cg_err_set(err, CG_NOT_FOUND, "%s: no such scope",
-                        ids->agent_id[0]     ? "scope.agent_id"
-                        : ids->task_id[0]    ? "scope.task_id"
-                        : ids->session_id[0] ? "scope.session_id"
-                                             : "tenant_id");
+        rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_SCOPE_NOT_FOUND, "%s: no such scope",
+                         ids->agent_id[0]     ? "scope.agent_id"
+                         : ids->task_id[0]    ? "scope.task_id"
+                         : ids->session_id[0] ? "scope.session_id"
+                                              : "tenant_id");
     }
     PQclear(res);
     free(b.data);

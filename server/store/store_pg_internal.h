@@ -88,6 +88,10 @@ bool cg__pg_parse_tiers(const char *ratios, const char *delays, struct cg_budget
 /* "tenant_id: no such tenant", "scope.session_id: no such session", ... by level - 1. */
 extern const char *const cg__pg_no_such_scope[4];
 
+/* Sets err to CG_NOT_FOUND with cg__pg_no_such_scope[index] and its reason
+ * (TENANT_NOT_FOUND for index 0, SCOPE_NOT_FOUND otherwise). Returns CG_NOT_FOUND. */
+cg_status cg__pg_scope_missing(struct cg_err *err, int index);
+
 /* 1 tenant .. 4 agent: the level that ids name. */
 int cg__pg_scope_depth(const struct cg_scope_ids *ids);
 

@@ -291,7 +291,7 @@ static cg_status select_path(struct cg_pg *pg, const char *tenant_id,
                               5, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
+            rc = cg__pg_scope_missing(err, 0);
         goto out;
     }
     for (int i = 0; i < PQntuples(res); i++) {
@@ -314,7 +314,7 @@ static cg_status check_path(const struct cg_scope_ids *ids, unsigned present, st
     int depth = cg__pg_scope_depth(ids);
     for (int level = 2; level <= depth; level++)
         if (!(present & (1u << (level - 1))))
-            return cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[level - 1]);
+            return cg__pg_scope_missing(err, level - 1);
     return CG_OK;
 }
 
@@ -338,7 +338,7 @@ static cg_status run_close_step(struct cg_pg *pg, const char *label, const char 
 {
     cg_status rc = cg__pg_run(pg, label, sql, 5, values, NULL, NULL, 0, res, err);
     if (rc != CG_OK && cg__pg_sqlstate_is(pg, "22P02"))
-        rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
+        rc = cg__pg_scope_missing(err, 0);
     return rc;
 }
 
@@ -641,7 +641,7 @@ cg_status cg_pg_usage_tree(struct cg_pg *pg, const char *tenant_id, const struct
     if (!(present & 1u)) {
         /* No scope of this tenant was ever used: nothing below it exists either. */
         if (cg__pg_scope_depth(ids) > 1)
-            return cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[1]);
+            return cg__pg_scope_missing(err, 1);
         empty_tenant(&found[0]);
         present = 1u;
     }
@@ -760,7 +760,7 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
     rc = cg__pg_run(pg, "scope_list", sql, 12, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "%s", cg__pg_no_such_scope[0]);
+            rc = cg__pg_scope_missing(err, 0);
         goto out;
     }
     int rows = PQntuples(res);

@@ -183,7 +183,8 @@ cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *
                               4, values, lengths, formats, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND,
+                             "tenant_id: no such tenant");
         else if (cg__pg_sqlstate_is(pg, "23505"))
             rc = cg_err_set(err, CG_ALREADY_EXISTS, "key_id: the tenant already has this key");
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
@@ -224,12 +225,13 @@ cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit, str
                    2, values, NULL, NULL, RUN_READ, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND,
+                             "tenant_id: no such tenant");
         goto out;
     }
     int rows = PQntuples(res);
     if (rows == 0) {
-        rc = cg_err_set(err, CG_NOT_FOUND, "tenant_id: no such tenant");
+        rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "tenant_id: no such tenant");
         goto out;
     }
     for (int i = 0; i < rows && *count < limit; i++) {

@@ -15,6 +15,7 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@
 #include "rpc/rpc.h"
 #include "rpc/rpc_cache.h"
 #include "store/store.h"
+#include "transport/status_details.h"
 
 #define GENERIC_SLOTS 8
 #define ARENA_FIRST_BLOCK 8192
@@ -149,6 +151,8 @@ struct call {
     grpc_byte_buffer *recv_bb;
     grpc_slice status_details;
     bool has_status_details;
+    grpc_metadata trailing_md[1]; /* grpc-status-details-bin of an error reply */
+    bool has_trailing_md;
     int64_t start_ns;
     int64_t deadline_ns;     /* the call's deadline (max_call_ms or the caller's), now_ns clock */
     bool server_cap_binds;   /* max_call_ms, not the caller, sets deadline_ns */
@@ -244,6 +248,8 @@ static void call_free(struct call *c)
         grpc_byte_buffer_destroy(c->recv_bb);
     if (c->has_status_details)
         grpc_slice_unref(c->status_details);
+    if (c->has_trailing_md)
+        grpc_slice_unref(c->trailing_md[0].value);
     if (c->stream.state_free != NULL)
         c->stream.state_free(c->stream.state);
     cg_arena_free(c->arena);
@@ -298,7 +304,36 @@ static void fill_initial_md(struct call *c, grpc_op *op)
     c->initial_md_sent = true;
 }
 
-/* Sends the final status (with the answer first when st is OK and there is one). */
+/* Puts the error's google.rpc.Status (status_details.h) in op's trailing metadata as
+ * grpc-status-details-bin (C core base64-encodes -bin values itself). Packed in the call's
+ * arena; when that is full, in a small arena of its own (an error must still say why). A
+ * reply without it is still a reply: a failure here is logged only. */
+static void attach_status_details(struct call *c, grpc_op *op, cg_status st, const char *message)
+{
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    struct cg_arena *own = NULL;
+    cg_status rc = cg_status_details_pack(&c->rc.err, st, message, c->arena, &bytes, &len);
+    if (rc != CG_OK) {
+        own = cg_arena_new(ARENA_FIRST_BLOCK, 64 * 1024);
+        rc = own == NULL ? CG_NOMEM
+                         : cg_status_details_pack(&c->rc.err, st, message, own, &bytes, &len);
+    }
+    if (rc == CG_OK) {
+        c->trailing_md[0].key = grpc_slice_from_static_string("grpc-status-details-bin");
+        c->trailing_md[0].value = grpc_slice_from_copied_buffer((const char *)bytes, len);
+        c->has_trailing_md = true;
+        op->data.send_status_from_server.trailing_metadata_count = 1;
+        op->data.send_status_from_server.trailing_metadata = c->trailing_md;
+    } else {
+        cg_log(CG_LOG_WARN, "transport", c->rid, "cannot pack the error details: %s",
+               cg_status_name(rc));
+    }
+    cg_arena_free(own);
+}
+
+/* Sends the final status (with the answer first when st is OK and there is one); an error
+ * carries its details (attach_status_details). */
 static void send_final(struct call *c, cg_status st, const char *message)
 {
     grpc_op ops[3];
@@ -322,6 +357,8 @@ static void send_final(struct call *c, cg_status st, const char *message)
         c->status_details = grpc_slice_from_copied_string(c->detail);
         c->has_status_details = true;
         ops[n].data.send_status_from_server.status_details = &c->status_details;
+        if (!c->has_trailing_md)
+            attach_status_details(c, &ops[n], st, c->detail);
     }
     n++;
     c->phase = PHASE_DONE;
@@ -354,6 +391,8 @@ static void on_timer(struct worker *w, struct cg_timer *timer)
         c->st = cg_err_set(&c->rc.err, CG_DEADLINE_EXCEEDED,
                            "reply held %u ms, past the call's deadline (max_call_ms %lld)",
                            c->rc.reply_delay_ms, (long long)c->w->srv->cfg->max_call_ms);
+        cg_err_meta_i64(&c->rc.err, "reply_delay_ms", (long long)c->rc.reply_delay_ms);
+        cg_err_meta_i64(&c->rc.err, "max_call_ms", (long long)c->w->srv->cfg->max_call_ms);
         reply_error(c);
         return;
     }
@@ -625,9 +664,13 @@ static void stream_pump(struct call *c)
         }
         return;
     }
-    if (finished || atomic_load(&c->w->srv->stopping))
-        send_final(c, finished ? CG_OK : CG_UNAVAILABLE,
-                   finished ? NULL : "server is shutting down");
+    if (finished) {
+        send_final(c, CG_OK, NULL);
+    } else if (atomic_load(&c->w->srv->stopping)) {
+        c->st = cg_err_setr(&c->rc.err, CG_UNAVAILABLE, CG_ERR_SERVER_SHUTTING_DOWN,
+                            "server is shutting down");
+        reply_error(c);
+    }
 }
 
 static void on_stream_sent(struct worker *w, struct tag *t, bool ok)
@@ -748,9 +791,9 @@ static cg_status read_buffer(struct call *c, grpc_byte_buffer *bb, const uint8_t
     cg_status st = CG_OK;
     uint8_t *buf = NULL;
     if (len > c->rc.max_message_bytes)
-        st = cg_err_set(&c->rc.err, CG_RESOURCE_EXHAUSTED,
-                        "request of %zu bytes is larger than the limit of %zu", len,
-                        c->rc.max_message_bytes);
+        st = cg_err_setr(&c->rc.err, CG_RESOURCE_EXHAUSTED, CG_ERR_MESSAGE_TOO_LARGE,
+                         "request of %zu bytes is larger than the limit of %zu", len,
+                         c->rc.max_message_bytes);
     else if ((buf = cg_arena_alloc(c->rc.arena, len ? len : 1)) == NULL)
         st = cg_err_set(&c->rc.err, CG_RESOURCE_EXHAUSTED, "out of memory for the request");
     else
@@ -871,6 +914,7 @@ static void start_call(struct worker *w, struct call *c, grpc_byte_buffer *paylo
 
     if (c->method == NULL) {
         c->st = cg_err_set(&c->rc.err, CG_UNIMPLEMENTED, "unknown method %s", c->path);
+        cg_err_meta(&c->rc.err, "method", c->path);
         reply_error(c);
         return;
     }
@@ -922,7 +966,8 @@ static void start_call(struct worker *w, struct call *c, grpc_byte_buffer *paylo
     c->pending++; /* the pool's wake-up */
     if (cg_pool_submit(w->srv->pool, &c->job) != CG_OK) {
         c->pending--;
-        c->st = cg_err_set(&c->rc.err, CG_UNAVAILABLE, "server overloaded; retry later");
+        c->st = cg_err_setr(&c->rc.err, CG_UNAVAILABLE, CG_ERR_SERVER_OVERLOADED,
+                            "server overloaded; retry later");
         reply_error(c);
     }
 }
@@ -1324,7 +1369,11 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
     grpc_arg args[3];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = (int)cfg->max_message_bytes;
+    /* C core refuses a larger message by itself, with no error details. Up to twice the
+     * limit it lets it through so that read_buffer refuses it (MESSAGE_TOO_LARGE, in
+     * grpc-status-details-bin); the call's arena is capped at 8x the limit anyway. */
+    long long receive_cap = (long long)cfg->max_message_bytes * 2;
+    args[0].value.integer = receive_cap > INT_MAX ? INT_MAX : (int)receive_cap;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = (int)cfg->max_message_bytes;
