@@ -104,6 +104,11 @@ class GuardTest(sdkenv.ServerCase):
         self.assertEqual(e.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
         self.assertEqual(e.reason, "BUDGET_EXHAUSTED")
         self.assertIsInstance(e, ctxguard.CtxguardError)
+        # The server's own ErrorInfo, not a fallback: the refusing level and its figures.
+        self.assertTrue(e.has_details)
+        self.assertEqual(e.metadata["limit_tokens"], "1000")
+        self.assertEqual(e.metadata["requested_tokens"], "5000")
+        self.assertEqual(e.metadata["level"], "session")
         self.assertEqual(self.used(s).reserved_tokens, 0)
 
     def test_approval_required_then_approved(self):

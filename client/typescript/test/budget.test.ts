@@ -99,6 +99,10 @@ describe("guard", () => {
         assert.ok(err instanceof BudgetExhausted, `got ${String(err)}`);
         assert.equal(err.reason, "BUDGET_EXHAUSTED");
         assert.equal(err.codeName, "RESOURCE_EXHAUSTED");
+        // The server's own ErrorInfo, not a fallback: the refusing level and its figures.
+        assert.equal(err.metadata.limit_tokens, "1000");
+        assert.equal(err.metadata.requested_tokens, "5000");
+        assert.equal(err.metadata.level, "session");
         return true;
       },
     );
