@@ -10,6 +10,7 @@
  * Exit status: 0 success, 1 the call failed (or health is not SERVING), 2 usage error.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -2735,46 +2736,64 @@ int main(int argc, char **argv)
         return EXIT_OK;
     }
 
-    /* Pass 2: the command's positional arguments and options. */
+    /* Pass 2: the command's options, with getopt_long over a table made from the command's
+     * row (values as `--opt V` or `--opt=V`, options and arguments in any order, unique
+     * prefixes accepted), then its positional arguments in order. What came after `--` in
+     * pass 1 stays positional: it goes after a `--` here too. */
     struct cmd_args args = {0};
+    struct option longopts[MAX_CMD_OPTIONS + 1];
+    int nopts = 0;
+    for (; nopts < MAX_CMD_OPTIONS && cmd->options[nopts].name != NULL; nopts++) {
+        longopts[nopts] = (struct option){cmd->options[nopts].name + 2,
+                                          cmd->options[nopts].value_name != NULL ? required_argument
+                                                                                 : no_argument,
+                                          NULL, 1000 + nopts};
+    }
+    longopts[nopts] = (struct option){NULL, 0, NULL, 0};
+    char *argv2[MAX_ARGS + 2];
+    int argc2 = 0;
+    argv2[argc2++] = (char *)cmd->words;
+    bool dashes_added = false;
     for (int i = used; i < rest_count; i++) {
-        const char *arg = rest[i];
-        if (rest_is_positional[i] || arg[0] != '-' || arg[1] == '\0') {
-            if (args.positional_count >= cmd->max_positional ||
-                args.positional_count >= MAX_POSITIONAL) {
-                fprintf(stderr, PROG ": %s: unexpected argument '", cmd->words);
-                print_text(stderr, arg);
-                fprintf(stderr, "'\n");
-                print_command_usage(stderr, cmd);
-                return EXIT_USAGE;
-            }
-            args.positional[args.positional_count++] = arg;
+        if (rest_is_positional[i] && !dashes_added) {
+            argv2[argc2++] = "--";
+            dashes_added = true;
+        }
+        argv2[argc2++] = (char *)rest[i];
+    }
+    argv2[argc2] = NULL;
+    opterr = 0;
+    optind = 0; /* GNU: start afresh */
+    int opt;
+    while ((opt = getopt_long(argc2, argv2, ":", longopts, NULL)) != -1) {
+        if (opt >= 1000 && opt < 1000 + nopts) {
+            args.option_values[opt - 1000] = optarg != NULL ? optarg : "";
             continue;
         }
-        const char *value = NULL;
-        const char *name = split_option(arg, name_buf, sizeof name_buf, &value);
-        int index = -1;
-        for (int j = 0; j < MAX_CMD_OPTIONS && cmd->options[j].name != NULL; j++) {
-            if (strcmp(cmd->options[j].name, name) == 0)
-                index = j;
+        const char *bad = argv2[optind - 1];
+        if (opt == ':') {
+            rc = usage_error("%s needs a value", bad);
+        } else if (optopt >= 1000 && optopt < 1000 + nopts) {
+            rc = usage_error("%s takes no value", cmd->options[optopt - 1000].name);
+        } else {
+            fprintf(stderr, PROG ": %s: unknown or ambiguous option '", cmd->words);
+            print_text(stderr, bad);
+            fprintf(stderr, "'\n");
+            print_command_usage(stderr, cmd);
+            rc = EXIT_USAGE;
         }
-        if (index < 0) {
-            fprintf(stderr, PROG ": %s: unknown option '", cmd->words);
-            print_text(stderr, name);
+        return rc;
+    }
+    for (int i = optind; i < argc2; i++) {
+        if (args.positional_count >= cmd->max_positional ||
+            args.positional_count >= MAX_POSITIONAL) {
+            fprintf(stderr, PROG ": %s: unexpected argument '", cmd->words);
+            print_text(stderr, argv2[i]);
             fprintf(stderr, "'\n");
             print_command_usage(stderr, cmd);
             return EXIT_USAGE;
         }
-        if (cmd->options[index].value_name == NULL) {
-            if (value != NULL)
-                return usage_error("%s takes no value", name);
-            value = "";
-        } else if (value == NULL) {
-            if (i + 1 >= rest_count)
-                return usage_error("%s needs a value", name);
-            value = rest[++i];
-        }
-        args.option_values[index] = value;
+        args.positional[args.positional_count++] = argv2[i];
     }
     if (args.positional_count < cmd->min_positional) {
         fprintf(stderr, PROG ": %s: missing arguments\n", cmd->words);

@@ -65,6 +65,13 @@ class Ctl(cgtest.TestCase):
         self.assertIn("tenant create NAME", group)
         self.assertIn("tenant list", group)
         self.assertNotIn("budget set", group, "only the group's commands")
+        # Command options: getopt_long (unique prefixes, --opt=V, options after arguments).
+        typo = self.ctl("reserve", "x", "--tokns", "5", key="cgk_x", expect=2).stderr
+        self.assertIn("unknown or ambiguous option '--tokns'", typo)
+        self.assertIn("--tokens needs a value",
+                      self.ctl("reserve", "x", "--tokens", key="cgk_x", expect=2).stderr)
+        self.assertIn("--return-only takes no value",
+                      self.ctl("check", "x", "--return-only=1", key="cgk_x", expect=2).stderr)
         one = self.ctl("commit", "--help").stdout
         self.assertRegex(one, r"(?m)^  --cache-read N +cache read tokens$")
         denied = self.ctl("tenant", "list", key="cgk_not_a_real_key", expect=1)
