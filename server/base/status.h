@@ -82,7 +82,8 @@
     XX(DEADLINE_EXCEEDED, 0)                                                                       \
     XX(CANCELLED, 0)                                                                               \
     XX(UNIMPLEMENTED, 0)                                                                           \
-    XX(INTERNAL, 0)
+    XX(INTERNAL, 0)                                                                                \
+    XX(IDEMPOTENCY_KEY_REUSED, 0)
 
 typedef enum {
 #define CG_ERROR_REASON_ENUM(name, retry_ms) CG_ERR_##name,

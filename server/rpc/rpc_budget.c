@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -184,6 +185,49 @@ cg_status cg_rpc_usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsa
 static int64_t usage_tokens(const struct cg_usage *u)
 {
     return u->input_tokens + u->output_tokens + u->cache_read_tokens + u->cache_write_tokens;
+}
+
+static bool same_scope(const struct cg_scope_ids *a, const struct cg_scope_ids *b)
+{
+    return strcmp(a->session_id, b->session_id) == 0 && strcmp(a->task_id, b->task_id) == 0 &&
+           strcmp(a->agent_id, b->agent_id) == 0;
+}
+
+/* An idempotency key used before for something else (what: "another scope", ...):
+ * ALREADY_EXISTS naming the first use, which was at first_ms (unix ms) on first_ids and made
+ * id_name = first_id. Nothing was recorded: a silent replay would drop the usage. */
+static cg_status key_reused(struct cg_rpc_call *call, const char *key,
+                            const struct cg_scope_ids *first_ids, int64_t first_ms,
+                            const char *id_name, const char *first_id, const char *what)
+{
+    char scope[3 * CG_SCOPE_ID_MAX + 32];
+    if (first_ids->session_id[0] == '\0')
+        snprintf(scope, sizeof scope, "the tenant");
+    else if (first_ids->task_id[0] == '\0')
+        snprintf(scope, sizeof scope, "session %s", first_ids->session_id);
+    else if (first_ids->agent_id[0] == '\0')
+        snprintf(scope, sizeof scope, "session %s/task %s", first_ids->session_id,
+                 first_ids->task_id);
+    else
+        snprintf(scope, sizeof scope, "session %s/task %s/agent %s", first_ids->session_id,
+                 first_ids->task_id, first_ids->agent_id);
+    char when[40] = "?";
+    time_t secs = (time_t)(first_ms / 1000);
+    struct tm tm;
+    if (gmtime_r(&secs, &tm) != NULL) {
+        size_t len = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(when + len, sizeof when - len, ".%03dZ", (int)(first_ms % 1000));
+    }
+    cg_err_setr(&call->err, CG_ALREADY_EXISTS, CG_ERR_IDEMPOTENCY_KEY_REUSED,
+                "idempotency_key '%s' was first used for %s at %s with %s", key, scope, when, what);
+    cg_err_meta(&call->err, "field", "idempotency_key");
+    cg_err_meta(&call->err, "idempotency_key", key);
+    struct cg_err path;
+    cg_err_clear(&path);
+    cg_store_err_scope(&path, first_ids);
+    cg_err_meta(&call->err, "first_scope", cg_err_meta_get(&path, "scope"));
+    cg_err_meta(&call->err, id_name, first_id);
+    return CG_ALREADY_EXISTS;
 }
 
 /* ---------------------------------------------------------------- conversions ----- */
@@ -1270,7 +1314,17 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
         return OOM(call);
     }
     if (res.replayed) {
-        /* The first Reserve with this key already held the tokens: answer it again. */
+        /* The first Reserve with this key already held the tokens: answer it again, if this
+         * is a retry of it; the key reused for another hold holds nothing. */
+        const char *other = !same_scope(&ids, &res.ids)          ? "another scope"
+                            : req->tokens != res.tokens          ? "other tokens"
+                            : strcmp(req->model, res.model) != 0 ? "another model"
+                                                                 : NULL;
+        if (other != NULL) {
+            cg_store_rollback(env->store);
+            return key_reused(call, req->idempotency_key, &res.ids, res.created_at_ms,
+                              "first_reservation_id", res.reservation_id, other);
+        }
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
         cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
@@ -1620,7 +1674,7 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
         if (st == CG_OK)
             st = cg_store_ledger_append(env->store, call->principal.tenant_id, &res.ids, &usage,
                                         req->model[0] ? req->model : res.model, key,
-                                        res.reservation_id, entry, NULL, NULL, &serr);
+                                        res.reservation_id, entry, NULL, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
@@ -1695,24 +1749,24 @@ CG_HANDLER(cg_rpc_budget_record_usage)
     struct cg_usage asked = usage;
     bool price_known = price_usage(env, req->model, &usage);
     char entry[CG_UUID_LEN + 1] = "";
-    struct cg_usage previous;
-    char previous_model[CG_MODEL_MAX * 4 + 1] = "";
+    struct cg_ledger_first first;
     if (st == CG_OK)
-        st = cg_store_ledger_append_at(
-            env->store, call->principal.tenant_id, &ids, &usage, req->model, req->idempotency_key,
-            NULL, req->occurred_at_unix_ms, entry, &previous, previous_model, &serr);
+        st = cg_store_ledger_append_at(env->store, call->principal.tenant_id, &ids, &usage,
+                                       req->model, req->idempotency_key, NULL,
+                                       req->occurred_at_unix_ms, entry, &first, &serr);
     bool replayed = false;
     if (st == CG_ALREADY_EXISTS) {
         cg_store_rollback(env->store);
-        if (!same_usage(&asked, &previous) || strcmp(req->model, previous_model) != 0) {
-            cg_err_set(&call->err, CG_ALREADY_EXISTS,
-                       "idempotency_key '%s' was recorded with another usage",
-                       req->idempotency_key);
-            cg_err_meta(&call->err, "field", "idempotency_key");
-            return CG_ALREADY_EXISTS;
-        }
+        /* A retry repeats the first request; anything else must not pass as one. */
+        const char *other = !same_scope(&ids, &first.ids)          ? "another scope"
+                            : !same_usage(&asked, &first.usage)    ? "other usage"
+                            : strcmp(req->model, first.model) != 0 ? "another model"
+                                                                   : NULL;
+        if (other != NULL)
+            return key_reused(call, req->idempotency_key, &first.ids, first.created_at_ms,
+                              "first_ledger_entry_id", entry, other);
         replayed = true;
-        usage = previous;
+        usage = first.usage;
         price_known = usage.cost_micros > 0;
         if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
             return st;

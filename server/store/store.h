@@ -504,11 +504,19 @@ cg_status cg_store_reservation_settle(struct cg_store *store, const char *tenant
                                       const struct cg_usage *usage,
                                       struct cg_err *err) CG_MUST_CHECK;
 
+/* The ledger entry that first used an idempotency key (cg_store_ledger_append). */
+struct cg_ledger_first {
+    struct cg_scope_ids ids; /* its scope */
+    struct cg_usage usage;   /* as recorded (priced) */
+    char model[CG_MODEL_MAX * 4 + 1];
+    int64_t created_at_ms; /* the entry's time */
+};
+
 /* Inside a transaction: appends a ledger entry. *entry_id (37 bytes) gets its id. A repeated
- * (tenant, idempotency_key): CG_ALREADY_EXISTS, and *previous (when not NULL) gets the
- * earlier entry's usage, model and id, so that the caller can replay the first answer.
- * previous_model (when not NULL, CG_MODEL_MAX * 4 + 1 bytes) gets its model and entry_id
- * its id; the transaction stays usable. idempotency_key and reservation_id may be NULL or
+ * (tenant, idempotency_key): CG_ALREADY_EXISTS, entry_id gets the earlier entry's id and
+ * *first (when not NULL) its scope, usage, model and time, so that the caller can tell a
+ * retry (replay the first answer) from a key reused for something else; the transaction
+ * stays usable. idempotency_key and reservation_id may be NULL or
  * "" for none. A reservation's usage enters the ledger once: a second entry for it is
  * CG_FAILED_PRECONDITION naming reservation_id (and aborts the transaction); an unknown
  * reservation_id is CG_NOT_FOUND. The scope's row must exist (CG_NOT_FOUND naming its
@@ -517,8 +525,7 @@ cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
                                  const struct cg_scope_ids *ids, const struct cg_usage *usage,
                                  const char *model, const char *idempotency_key,
                                  const char *reservation_id, char *entry_id,
-                                 struct cg_usage *previous, char *previous_model,
-                                 struct cg_err *err) CG_MUST_CHECK;
+                                 struct cg_ledger_first *first, struct cg_err *err) CG_MUST_CHECK;
 
 /* As cg_store_ledger_append, with the time the spend happened (unix ms; 0: now) as the
  * entry's time. The caller checks it against the period (RecordUsage). */
@@ -526,7 +533,7 @@ cg_status cg_store_ledger_append_at(struct cg_store *store, const char *tenant_i
                                     const struct cg_scope_ids *ids, const struct cg_usage *usage,
                                     const char *model, const char *idempotency_key,
                                     const char *reservation_id, int64_t occurred_at_ms,
-                                    char *entry_id, struct cg_usage *previous, char *previous_model,
+                                    char *entry_id, struct cg_ledger_first *first,
                                     struct cg_err *err) CG_MUST_CHECK;
 
 /* --- the shared row cache (Redis) --------------------------------------------------- *

@@ -286,18 +286,17 @@ cg_status cg_store_ledger_append(struct cg_store *store, const char *tenant_id,
                                  const struct cg_scope_ids *ids, const struct cg_usage *usage,
                                  const char *model, const char *idempotency_key,
                                  const char *reservation_id, char *entry_id,
-                                 struct cg_usage *previous, char *previous_model,
-                                 struct cg_err *err)
+                                 struct cg_ledger_first *first, struct cg_err *err)
 {
     return cg_store_ledger_append_at(store, tenant_id, ids, usage, model, idempotency_key,
-                                     reservation_id, 0, entry_id, previous, previous_model, err);
+                                     reservation_id, 0, entry_id, first, err);
 }
 
 cg_status cg_store_ledger_append_at(struct cg_store *store, const char *tenant_id,
                                     const struct cg_scope_ids *ids, const struct cg_usage *usage,
                                     const char *model, const char *idempotency_key,
                                     const char *reservation_id, int64_t occurred_at_ms,
-                                    char *entry_id, struct cg_usage *previous, char *previous_model,
+                                    char *entry_id, struct cg_ledger_first *first,
                                     struct cg_err *err)
 {
     if (entry_id != NULL)
@@ -328,7 +327,7 @@ cg_status cg_store_ledger_append_at(struct cg_store *store, const char *tenant_i
     if (occurred_at_ms < 0)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "occurred_at_ms: must not be negative");
     return cg_pg_ledger_append(store->pg, id, ids, usage, model, idempotency_key, rid,
-                               occurred_at_ms, entry_id, previous, previous_model, err);
+                               occurred_at_ms, entry_id, first, err);
 }
 
 cg_status cg_store_subtree_max_limits(struct cg_store *store, const char *tenant_id,

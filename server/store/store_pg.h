@@ -186,8 +186,7 @@ cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
                               const struct cg_scope_ids *ids, const struct cg_usage *usage,
                               const char *model, const char *idempotency_key,
                               const char *reservation_id, int64_t occurred_at_ms, char *entry_id,
-                              struct cg_usage *previous, char *previous_model,
-                              struct cg_err *err) CG_MUST_CHECK;
+                              struct cg_ledger_first *first, struct cg_err *err) CG_MUST_CHECK;
 
 /* See cg_store_subtree_max_limits (store.h). */
 cg_status cg_pg_subtree_max_limits(struct cg_pg *pg, const char *tenant_id,

@@ -716,7 +716,7 @@ cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
                               const struct cg_scope_ids *ids, const struct cg_usage *usage,
                               const char *model, const char *idempotency_key,
                               const char *reservation_id, int64_t occurred_at_ms, char *entry_id,
-                              struct cg_usage *previous, char *previous_model, struct cg_err *err)
+                              struct cg_ledger_first *first, struct cg_err *err)
 {
     entry_id[0] = '\0';
     if (!pg->in_tx)
@@ -774,7 +774,8 @@ cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
     const char *key_values[] = {tenant_id, idempotency_key};
     rc = cg__pg_run(pg, "ledger_previous",
                     "SELECT entry_id::text, input_tokens, output_tokens, cache_read_tokens,"
-                    " cache_write_tokens, cost_micros, model FROM ledger"
+                    " cache_write_tokens, cost_micros, model, session_id, task_id, agent_id,"
+                    " (extract(epoch FROM created_at) * 1000)::int8 FROM ledger"
                     " WHERE tenant_id = $1::uuid AND idempotency_key = $2::text",
                     2, key_values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK)
@@ -784,15 +785,19 @@ cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
         goto out;
     }
     cg__pg_copy_str(entry_id, CG_UUID_LEN + 1, PQgetvalue(res, 0, 0));
-    if (previous != NULL) {
-        previous->input_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 1));
-        previous->output_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 2));
-        previous->cache_read_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 3));
-        previous->cache_write_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 4));
-        previous->cost_micros = cg__pg_parse_i64(PQgetvalue(res, 0, 5));
+    if (first != NULL) {
+        memset(first, 0, sizeof *first);
+        first->usage.input_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 1));
+        first->usage.output_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 2));
+        first->usage.cache_read_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 3));
+        first->usage.cache_write_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 4));
+        first->usage.cost_micros = cg__pg_parse_i64(PQgetvalue(res, 0, 5));
+        cg__pg_copy_str(first->model, sizeof first->model, PQgetvalue(res, 0, 6));
+        cg__pg_copy_str(first->ids.session_id, sizeof first->ids.session_id, PQgetvalue(res, 0, 7));
+        cg__pg_copy_str(first->ids.task_id, sizeof first->ids.task_id, PQgetvalue(res, 0, 8));
+        cg__pg_copy_str(first->ids.agent_id, sizeof first->ids.agent_id, PQgetvalue(res, 0, 9));
+        first->created_at_ms = cg__pg_parse_i64(PQgetvalue(res, 0, 10));
     }
-    if (previous_model != NULL)
-        cg__pg_copy_str(previous_model, CG_MODEL_MAX * 4 + 1, PQgetvalue(res, 0, 6));
     rc = cg_err_set(err, CG_ALREADY_EXISTS, "idempotency_key: already used");
 out:
     PQclear(res);

@@ -10,6 +10,7 @@ import uuid
 import grpc
 
 import cgtest
+import test_error_details
 from cgtest import budget_pb2, budget_pb2_grpc, common_pb2
 
 B = budget_pb2
@@ -155,6 +156,112 @@ class BatchedWrites(cgtest.TestCase):
         # 960 of 1,000 tokens held: the thresholds up to 95 % were crossed on the way.
         self.assertIn(B.USAGE_EVENT_TYPE_THRESHOLD_CROSSED, types)
         self.assertEqual(max(int(r.split("|")[2]) for r in rows), 960)
+
+    # -- an idempotency key reused for something else is refused, never a silent replay
+
+    def other_task(self):
+        """A second task of the session, with a budget: where a reused key must not land."""
+        other = scope(self.s, "t2")
+        self.stub.SetBudget(B.SetBudgetRequest(
+            scope=other, settings=B.BudgetSettings(limit_tokens=1000, mode=B.BUDGET_MODE_HARD)),
+            metadata=self.md, timeout=10)
+        return other
+
+    def record(self, sc, tokens, key, model=""):
+        return self.stub.RecordUsage(B.RecordUsageRequest(
+            scope=sc, usage=common_pb2.TokenUsage(input_tokens=tokens), model=model,
+            idempotency_key=key), metadata=self.md, timeout=30)
+
+    def assertKeyReused(self, fn, *args, key, first_scope, first_id, id_name, what, **kw):
+        err = self.assertRpcError(grpc.StatusCode.ALREADY_EXISTS, fn, *args,
+                                  contains=(f"idempotency_key '{key}' was first used for",
+                                            f"session {self.s}/task t at 20", what), **kw)
+        d = test_error_details.Details(err)
+        self.assertEqual(d.status.code, grpc.StatusCode.ALREADY_EXISTS.value[0])
+        self.assertEqual(d.info.reason, "IDEMPOTENCY_KEY_REUSED")
+        self.assertEqual(d.info.metadata["idempotency_key"], key)
+        self.assertEqual(d.info.metadata["first_scope"], first_scope)
+        self.assertEqual(d.info.metadata[id_name], first_id)
+        self.assertEqual(d.info.metadata["field"], "idempotency_key")
+        return err
+
+    def test_record_usage_key_reused_elsewhere_is_refused(self):
+        other = self.other_task()
+        key = "k-" + uuid.uuid4().hex[:8]
+        first = self.record(self.task, 7, key, model="gpt-4o")
+        self.assertFalse(first.replayed)
+        for sc, tokens, model, what in ((other, 7, "gpt-4o", "another scope"),
+                                        (scope(self.s), 7, "gpt-4o", "another scope"),
+                                        (self.task, 8, "gpt-4o", "other usage"),
+                                        (self.task, 7, "gpt-4o-mini", "another model")):
+            self.assertKeyReused(self.record, sc, tokens, key, model=model, key=key,
+                                 first_scope=f"{self.s}/t", first_id=first.ledger_entry_id,
+                                 id_name="first_ledger_entry_id", what=what)
+        # Nothing of the refused requests was counted anywhere.
+        got = self.stub.GetBudget(B.GetBudgetRequest(scope=other), metadata=self.md,
+                                  timeout=10).usage
+        self.assertEqual((got.used_tokens, got.reserved_tokens), (0, 0))
+        self.assertEqual(self.usage().used_tokens, 7)
+        # The same request again is a replay of the first: the same entry, counted once.
+        again = self.record(self.task, 7, key, model="gpt-4o")
+        self.assertTrue(again.replayed)
+        self.assertEqual(again.ledger_entry_id, first.ledger_entry_id)
+        self.assertEqual(self.usage().used_tokens, 7)
+        rows = cgtest.psql(f"SELECT count(*) FROM ledger WHERE tenant_id = '{self.tenant}'",
+                           dsn=self.srv.dsn).strip()
+        self.assertEqual(rows, "1")
+
+    def test_reserve_key_reused_elsewhere_is_refused(self):
+        other = self.other_task()
+        key = "r-" + uuid.uuid4().hex[:8]
+        first = self.reserve(40, idempotency_key=key, model="gpt-4o")
+        self.assertFalse(first.replayed)
+        rid = first.reservation.reservation_id
+
+        def reserve_on(sc, tokens, model):
+            return self.stub.Reserve(B.ReserveRequest(
+                scope=sc, tokens=tokens, model=model, idempotency_key=key,
+                delay_mode=B.DELAY_MODE_RETURN_ONLY), metadata=self.md, timeout=30)
+
+        for sc, tokens, model, what in ((other, 40, "gpt-4o", "another scope"),
+                                        (self.task, 41, "gpt-4o", "other tokens"),
+                                        (self.task, 40, "gpt-4o-mini", "another model")):
+            self.assertKeyReused(reserve_on, sc, tokens, model, key=key,
+                                 first_scope=f"{self.s}/t", first_id=rid,
+                                 id_name="first_reservation_id", what=what)
+        # Many at once on the other scope (decided together when batching): all refused.
+        results = run_together(12, lambda i: reserve_on(other, 40, "gpt-4o"))
+        self.assertEqual([r.code() if isinstance(r, grpc.RpcError) else r for r in results],
+                         [grpc.StatusCode.ALREADY_EXISTS] * 12)
+        got = self.stub.GetBudget(B.GetBudgetRequest(scope=other), metadata=self.md,
+                                  timeout=10).usage
+        self.assertEqual((got.used_tokens, got.reserved_tokens), (0, 0))
+        self.assertEqual(self.usage().reserved_tokens, 40)
+        again = reserve_on(self.task, 40, "gpt-4o")
+        self.assertTrue(again.replayed)
+        self.assertEqual(again.reservation.reservation_id, rid)
+        self.assertEqual(self.usage().reserved_tokens, 40)
+
+    def test_one_new_key_sent_at_once_to_two_scopes_holds_on_one(self):
+        other = self.other_task()
+        key = "n-" + uuid.uuid4().hex[:8]
+        scopes = [self.task, other]
+        results = run_together(16, lambda i: self.stub.Reserve(B.ReserveRequest(
+            scope=scopes[i % 2], tokens=30, idempotency_key=key,
+            delay_mode=B.DELAY_MODE_RETURN_ONLY), metadata=self.md, timeout=30))
+        ok = [(i, r) for i, r in enumerate(results) if not isinstance(r, grpc.RpcError)]
+        refused = [(i, r) for i, r in enumerate(results) if isinstance(r, grpc.RpcError)]
+        self.assertEqual(len(ok), 8, [r.details() for _, r in refused])
+        winner = ok[0][0] % 2
+        self.assertTrue(all(i % 2 == winner for i, _ in ok), "every success on one scope")
+        self.assertEqual(len({r.reservation.reservation_id for _, r in ok}), 1)
+        self.assertEqual(sum(1 for _, r in ok if not r.replayed), 1)
+        for _, e in refused:
+            self.assertEqual(e.code(), grpc.StatusCode.ALREADY_EXISTS, e.details())
+            self.assertEqual(test_error_details.Details(e).info.reason, "IDEMPOTENCY_KEY_REUSED")
+        held = [self.stub.GetBudget(B.GetBudgetRequest(scope=sc), metadata=self.md,
+                                    timeout=10).usage.reserved_tokens for sc in scopes]
+        self.assertEqual(sorted(held), [0, 30])
 
 
 class UnbatchedWrites(BatchedWrites):

@@ -203,8 +203,10 @@ class ErrorDetails(cgtest.TestCase):
                      B.RecordUsageRequest(scope=scope(s),
                                           usage=common_pb2.TokenUsage(input_tokens=2),
                                           idempotency_key="k-" + s),
-                     metadata=self.md, timeout=10, reason="ALREADY_EXISTS",
-                     field="idempotency_key")
+                     metadata=self.md, timeout=10, reason="IDEMPOTENCY_KEY_REUSED",
+                     field="idempotency_key",
+                     info={"idempotency_key": "k-" + s, "first_scope": s},
+                     contains=(f"first used for session {s} at", "other usage"))
         self.budget.CloseScope(B.CloseScopeRequest(scope=scope(s)), metadata=self.md, timeout=10)
         self.details(grpc.StatusCode.FAILED_PRECONDITION, self.budget.Reserve,
                      B.ReserveRequest(scope=scope(s), tokens=1), metadata=self.md, timeout=10,

@@ -350,8 +350,7 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     struct cg_usage negative = {.output_tokens = -5};
     char entry[CG_UUID_LEN + 1];
-    rc = cg_store_ledger_append(s, t.tenant_id, &ids, &negative, "", "", NULL, entry, NULL, NULL,
-                                &err);
+    rc = cg_store_ledger_append(s, t.tenant_id, &ids, &negative, "", "", NULL, entry, NULL, &err);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "usage.output_tokens: must not be negative");
     cg_store_rollback(s);
@@ -737,33 +736,43 @@ Test(budget_store, ledger_append_and_a_repeated_key, .init = setup, .fini = tear
 
     cg_storetest_begin(s);
     cr_assert_eq(cg_store_ledger_append(s, t.tenant_id, &ids, &first, "claude", "usage-1", NULL,
-                                        entry, NULL, NULL, &err),
+                                        entry, NULL, &err),
                  CG_OK, "%s", err.msg);
     cg_storetest_commit(s);
     cr_assert_eq(strlen(entry), CG_UUID_LEN);
 
     struct cg_usage second = {.input_tokens = 1};
-    struct cg_usage previous = {0};
-    char previous_model[CG_MODEL_MAX * 4 + 1] = "";
+    struct cg_ledger_first previous;
+    memset(&previous, 0xff, sizeof previous);
     struct cg_budget_row rows[4];
+    /* The key again, on another scope (the session): the first use is named. */
+    struct cg_scope_ids other = cg_storetest_scope("s", "", "");
     cg_storetest_begin(s);
     int n = read_path(s, t.tenant_id, ids, rows);
-    cg_status rc = cg_store_ledger_append(s, t.tenant_id, &ids, &second, "other", "usage-1", NULL,
-                                          again, &previous, previous_model, &err);
+    int64_t before_ms = cg_wall_ms();
+    cg_status rc = cg_store_ledger_append(s, t.tenant_id, &other, &second, "other", "usage-1", NULL,
+                                          again, &previous, &err);
     cr_assert_eq(rc, CG_ALREADY_EXISTS, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_str_eq(err.msg, "idempotency_key: already used");
     cr_assert_str_eq(again, entry);
-    cr_assert_eq(previous.input_tokens, 10);
-    cr_assert_eq(previous.output_tokens, 20);
-    cr_assert_eq(previous.cache_read_tokens, 30);
-    cr_assert_eq(previous.cache_write_tokens, 40);
-    cr_assert_eq(previous.cost_micros, 50);
-    cr_assert_str_eq(previous_model, "claude");
+    cr_assert_eq(previous.usage.input_tokens, 10);
+    cr_assert_eq(previous.usage.output_tokens, 20);
+    cr_assert_eq(previous.usage.cache_read_tokens, 30);
+    cr_assert_eq(previous.usage.cache_write_tokens, 40);
+    cr_assert_eq(previous.usage.cost_micros, 50);
+    cr_assert_str_eq(previous.model, "claude");
+    cr_assert_str_eq(previous.ids.session_id, "s");
+    cr_assert_str_eq(previous.ids.task_id, "t");
+    cr_assert_str_eq(previous.ids.agent_id, "");
+    /* Its time is the first entry's (a few seconds' slack for the clocks). */
+    cr_assert(
+        previous.created_at_ms > before_ms - 60000 && previous.created_at_ms <= before_ms + 5000,
+        "created_at_ms %lld, now %lld", (long long)previous.created_at_ms, (long long)before_ms);
     /* The repeated key did not abort the transaction: it goes on and commits. */
     cr_assert_eq(cg_store_path_add(s, t.tenant_id, rows, n, 3, 0, 0, 0, &err), CG_OK, "%s",
                  err.msg);
     cr_assert_eq(cg_store_ledger_append(s, t.tenant_id, &ids, &second, "", "usage-2", NULL, again,
-                                        NULL, NULL, &err),
+                                        NULL, &err),
                  CG_OK, "%s", err.msg);
     cg_storetest_commit(s);
     cr_assert_str_neq(again, entry);
@@ -774,7 +783,7 @@ Test(budget_store, ledger_append_and_a_repeated_key, .init = setup, .fini = tear
     cg_storetest_begin(s);
     for (int i = 0; i < 2; i++)
         cr_assert_eq(cg_store_ledger_append(s, t.tenant_id, &ids, &second, "", NULL, NULL, again,
-                                            NULL, NULL, &err),
+                                            NULL, &err),
                      CG_OK, "%s", err.msg);
     cg_storetest_commit(s);
     cr_assert_eq(db_int("SELECT count(*) FROM ledger WHERE tenant_id = $1::uuid", t.tenant_id), 4);
@@ -799,7 +808,7 @@ Test(budget_store, a_reservation_reaches_the_ledger_once, .init = setup, .fini =
         cg_store_reservation_insert(s, t.tenant_id, &ids, 10, 0, "", "", "", 60000, &res, &err),
         CG_OK, "%s", err.msg);
     cr_assert_eq(cg_store_ledger_append(s, t.tenant_id, &ids, &usage, "", NULL, res.reservation_id,
-                                        entry, NULL, NULL, &err),
+                                        entry, NULL, &err),
                  CG_OK, "%s", err.msg);
     cg_storetest_commit(s);
     cr_assert_eq(
@@ -808,21 +817,20 @@ Test(budget_store, a_reservation_reaches_the_ledger_once, .init = setup, .fini =
 
     cg_storetest_begin(s);
     cg_status rc = cg_store_ledger_append(s, t.tenant_id, &ids, &usage, "", NULL,
-                                          res.reservation_id, entry, NULL, NULL, &err);
+                                          res.reservation_id, entry, NULL, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_FAILED_PRECONDITION, "%s %s", cg_status_name(rc), err.msg);
 
     cg_storetest_begin(s);
     rc = cg_store_ledger_append(s, t.tenant_id, &ids, &usage, "", NULL,
-                                "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", entry, NULL, NULL, &err);
+                                "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", entry, NULL, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_str_eq(err.msg, "reservation_id: no such reservation");
 
     struct cg_scope_ids ghost = cg_storetest_scope("s", "ghost", "");
     cg_storetest_begin(s);
-    rc = cg_store_ledger_append(s, t.tenant_id, &ghost, &usage, "", NULL, NULL, entry, NULL, NULL,
-                                &err);
+    rc = cg_store_ledger_append(s, t.tenant_id, &ghost, &usage, "", NULL, NULL, entry, NULL, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_str_eq(err.msg, "scope.task_id: no such task");
@@ -857,9 +865,9 @@ Test(budget_store, rollback_leaves_nothing, .init = setup, .fini = teardown, .ti
     cr_assert_eq(
         cg_store_reservation_insert(s, t.tenant_id, &ids, 10, 0, "", "", "k", 60000, &res, &err),
         CG_OK, "%s", err.msg);
-    cr_assert_eq(cg_store_ledger_append(s, t.tenant_id, &ids, &usage, "", "k", NULL, entry, NULL,
-                                        NULL, &err),
-                 CG_OK, "%s", err.msg);
+    cr_assert_eq(
+        cg_store_ledger_append(s, t.tenant_id, &ids, &usage, "", "k", NULL, entry, NULL, &err),
+        CG_OK, "%s", err.msg);
     cg_store_rollback(s);
     cg_store_rollback(s); /* harmless without a transaction */
 

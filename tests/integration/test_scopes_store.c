@@ -114,8 +114,8 @@ static bool commit_reservation(struct cg_store *s, const char *tenant_id, const 
     if (rc == CG_OK)
         rc = cg_store_reservation_settle(s, tenant_id, rid, 2, &usage, &err);
     if (rc == CG_OK)
-        rc = cg_store_ledger_append(s, tenant_id, &res.ids, &usage, "m", "", rid, entry, NULL, NULL,
-                                    &err);
+        rc =
+            cg_store_ledger_append(s, tenant_id, &res.ids, &usage, "m", "", rid, entry, NULL, &err);
     if (rc == CG_OK)
         rc = cg_store_commit(s, &err);
     if (rc != CG_OK) {
