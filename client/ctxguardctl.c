@@ -1004,6 +1004,16 @@ static bool token_option(const struct command *cmd, const struct cmd_args *args,
     return true;
 }
 
+/* The options usage_options reads, as rows of a command's option table (commit, record). */
+/* clang-format off */
+#define USAGE_OPTION_ROWS                                                        \
+    {"--input", "N", "input tokens"},                                            \
+    {"--output", "N", "output tokens"},                                          \
+    {"--cache-read", "N", "cache read tokens"},                                  \
+    {"--cache-write", "N", "cache write tokens"},                                \
+    {"--cost-micros", "N", "cost in micro-USD (default: from the price table)"}
+/* clang-format on */
+
 /* --input/--output/--cache-read/--cache-write/--cost-micros into *usage. */
 static bool usage_options(const struct command *cmd, const struct cmd_args *args,
                           Ctxguard__V1__TokenUsage *usage)
@@ -2356,11 +2366,7 @@ static const struct command commands[] = {
      .key = KEY_TENANT,
      .min_positional = 1,
      .max_positional = 1,
-     .options = {{"--input", "N", "input tokens"},
-                 {"--output", "N", "output tokens"},
-                 {"--cache-read", "N", "cache read tokens"},
-                 {"--cache-write", "N", "cache write tokens"},
-                 {"--cost-micros", "N", "cost in micro-USD (default: from the price table)"},
+     .options = {USAGE_OPTION_ROWS,
                  {"--model", "M", "model"},
                  {"--record-if-expired", NULL, "record the usage even if the hold expired"}},
      .run = cmd_commit},
@@ -2377,11 +2383,7 @@ static const struct command commands[] = {
      .key = KEY_TENANT,
      .min_positional = 1,
      .max_positional = 1,
-     .options = {{"--input", "N", "input tokens"},
-                 {"--output", "N", "output tokens"},
-                 {"--cache-read", "N", "cache read tokens"},
-                 {"--cache-write", "N", "cache write tokens"},
-                 {"--cost-micros", "N", "cost in micro-USD (default: from the price table)"},
+     .options = {USAGE_OPTION_ROWS,
                  {"--model", "M", "model"},
                  {"--idempotency-key", "K", "a retry with the same key records once"}},
      .run = cmd_record},

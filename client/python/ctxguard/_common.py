@@ -10,7 +10,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import grpc
 from google.protobuf import message as _message
 
-from ._stubs import admin_pb2, budget_pb2, common_pb2, context_pb2
+from ._stubs import admin_pb2, admin_pb2_grpc, budget_pb2, budget_pb2_grpc, common_pb2, \
+    context_pb2, context_pb2_grpc
 from .scope import Scope, parse_scope
 from .usage import Usage
 
@@ -107,6 +108,27 @@ def credentials(tls: Union[bool, grpc.ChannelCredentials, None],
     if tls is True:
         return grpc.ssl_channel_credentials(root_certificates=root_certificates)
     return tls
+
+
+def connect(client: Any, channels: Any, target: Optional[str], api_key: Optional[str],
+            admin_key: Optional[str], timeout: float,
+            tls: Union[bool, grpc.ChannelCredentials], root_certificates: Optional[bytes],
+            retry: Optional["RetryPolicy"], options: Sequence[Tuple[str, Any]]) -> None:
+    """Sets up a Client or AsyncClient (their constructors' arguments): its settings, its
+    channel from `channels` (the module grpc or grpc.aio: the same channel constructors) and
+    a stub per service."""
+    client.target = target or env_target()
+    client.api_key = api_key if api_key is not None else env_key()
+    client.admin_key = admin_key
+    client.timeout = timeout
+    client.retry = retry or RetryPolicy()
+    opts = list(CHANNEL_OPTIONS) + list(options)
+    creds = credentials(tls, root_certificates)
+    client._channel = (channels.secure_channel(client.target, creds, options=opts) if creds
+                       else channels.insecure_channel(client.target, options=opts))
+    client._stubs = {"budget": budget_pb2_grpc.BudgetServiceStub(client._channel),
+                     "context": context_pb2_grpc.ContextServiceStub(client._channel),
+                     "admin": admin_pb2_grpc.AdminServiceStub(client._channel)}
 
 
 # ------------------------------------------------------------------ requests --------

@@ -7,8 +7,7 @@ import grpc
 
 from . import _common
 from ._common import CompressResult, RetryPolicy, TokenCount
-from ._stubs import admin_pb2, admin_pb2_grpc, budget_pb2, budget_pb2_grpc, context_pb2, \
-    context_pb2_grpc
+from ._stubs import admin_pb2, budget_pb2, context_pb2
 from .errors import from_rpc_error
 from .guard import BackpressureHook, Guard
 from .scope import ScopeLike
@@ -62,18 +61,14 @@ class Client:
                  root_certificates: Optional[bytes] = None,
                  retry: Optional[RetryPolicy] = None,
                  options: Sequence[Tuple[str, Any]] = ()) -> None:
-        self.target = target or _common.env_target()
-        self.api_key = api_key if api_key is not None else _common.env_key()
-        self.admin_key = admin_key
-        self.timeout = timeout
-        self.retry = retry or RetryPolicy()
-        opts = list(_common.CHANNEL_OPTIONS) + list(options)
-        creds = _common.credentials(tls, root_certificates)
-        self._channel = (grpc.secure_channel(self.target, creds, options=opts) if creds
-                         else grpc.insecure_channel(self.target, options=opts))
-        self._stubs: Dict[str, Any] = {"budget": budget_pb2_grpc.BudgetServiceStub(self._channel),
-                       "context": context_pb2_grpc.ContextServiceStub(self._channel),
-                       "admin": admin_pb2_grpc.AdminServiceStub(self._channel)}
+        self.target: str
+        self.api_key: str
+        self.admin_key: Optional[str]
+        self.timeout: float
+        self.retry: RetryPolicy
+        self._stubs: Dict[str, Any]
+        _common.connect(self, grpc, target, api_key, admin_key, timeout, tls, root_certificates,
+                        retry, options)
 
     # -- plumbing
 

@@ -122,6 +122,39 @@ function proxyPath<T extends object>(target: T, path: string[], wrap: (orig: (..
   });
 }
 
+/** Runs the provider call; when it throws, gives the reservation back and rethrows. */
+async function callOrRelease<R>(opts: WrapOptions, handle: GuardHandle, call: () => Promise<R>): Promise<R> {
+  try {
+    return await call();
+  } catch (err) {
+    await releaseQuietly(opts.client, handle, opts.callOptions);
+    throw err;
+  }
+}
+
+/** A non-streaming call: the usage its response reports (read by `extract`) is committed. */
+async function plainCall(
+  opts: WrapOptions,
+  handle: GuardHandle,
+  params: Params,
+  call: () => Promise<unknown>,
+  extract: (res: unknown) => Usage | null,
+): Promise<unknown> {
+  const res = await callOrRelease(opts, handle, call);
+  const u = extract(res);
+  if (u) handle.record({ ...u, ...modelOf(res) });
+  await finish(opts, handle, params);
+  return res;
+}
+
+/** A stream's end: released when it failed before any usage was seen, else committed. */
+function streamSettler(opts: WrapOptions, handle: GuardHandle, params: Params) {
+  return async (outcome: StreamOutcome): Promise<void> => {
+    if (outcome === "failed" && !handle.recorded) await releaseQuietly(opts.client, handle, opts.callOptions);
+    else await finish(opts, handle, params);
+  };
+}
+
 /**
  * The OpenAI client with `chat.completions.create` guarded. Non-streaming calls commit
  * the response's usage (cached prompt tokens as cache reads); `stream: true` calls get
@@ -133,28 +166,13 @@ export function wrapOpenAI<T extends object>(openai: T, options: WrapOptions): T
   return proxyPath(openai, ["chat", "completions", "create"], (create) => {
     return async (params: Params, requestOptions?: unknown) => {
       const handle = await begin(options, params, "openai");
-      if (!params["stream"]) {
-        let res: unknown;
-        try {
-          res = await create(params, requestOptions);
-        } catch (err) {
-          await releaseQuietly(options.client, handle, options.callOptions);
-          throw err;
-        }
-        const u = usageFromOpenAI(res);
-        if (u) handle.record({ ...u, ...modelOf(res) });
-        await finish(options, handle, params);
-        return res;
-      }
+      if (!params["stream"])
+        return plainCall(options, handle, params, async () => create(params, requestOptions), usageFromOpenAI);
       const callerWantsUsage = (params["stream_options"] as { include_usage?: boolean } | undefined)?.include_usage === true;
       const sent = { ...params, stream_options: { ...((params["stream_options"] as object) ?? {}), include_usage: true } };
-      let inner: AsyncIterable<unknown> & { controller?: AbortController };
-      try {
-        inner = (await create(sent, requestOptions)) as typeof inner;
-      } catch (err) {
-        await releaseQuietly(options.client, handle, options.callOptions);
-        throw err;
-      }
+      const inner = (await callOrRelease(options, handle, async () => create(sent, requestOptions))) as AsyncIterable<unknown> & {
+        controller?: AbortController;
+      };
       return new GuardedStream(
         inner,
         handle,
@@ -174,10 +192,7 @@ export function wrapOpenAI<T extends object>(openai: T, options: WrapOptions): T
           }
           return true;
         },
-        async (outcome) => {
-          if (outcome === "failed" && !handle.recorded) await releaseQuietly(options.client, handle, options.callOptions);
-          else await finish(options, handle, params);
-        },
+        streamSettler(options, handle, params),
       );
     };
   });
@@ -192,26 +207,11 @@ export function wrapAnthropic<T extends object>(anthropic: T, options: WrapOptio
   return proxyPath(anthropic, ["messages", "create"], (create) => {
     return async (params: Params, requestOptions?: unknown) => {
       const handle = await begin(options, params, "anthropic");
-      if (!params["stream"]) {
-        let res: unknown;
-        try {
-          res = await create(params, requestOptions);
-        } catch (err) {
-          await releaseQuietly(options.client, handle, options.callOptions);
-          throw err;
-        }
-        const u = usageFromAnthropic(res);
-        if (u) handle.record({ ...u, ...modelOf(res) });
-        await finish(options, handle, params);
-        return res;
-      }
-      let inner: AsyncIterable<unknown> & { controller?: AbortController };
-      try {
-        inner = (await create(params, requestOptions)) as typeof inner;
-      } catch (err) {
-        await releaseQuietly(options.client, handle, options.callOptions);
-        throw err;
-      }
+      if (!params["stream"])
+        return plainCall(options, handle, params, async () => create(params, requestOptions), usageFromAnthropic);
+      const inner = (await callOrRelease(options, handle, async () => create(params, requestOptions))) as AsyncIterable<unknown> & {
+        controller?: AbortController;
+      };
       return new GuardedStream(
         inner,
         handle,
@@ -232,10 +232,7 @@ export function wrapAnthropic<T extends object>(anthropic: T, options: WrapOptio
           }
           return true;
         },
-        async (outcome) => {
-          if (outcome === "failed" && !handle.recorded) await releaseQuietly(options.client, handle, options.callOptions);
-          else await finish(options, handle, params);
-        },
+        streamSettler(options, handle, params),
       );
     };
   });
