@@ -83,7 +83,12 @@
     XX(CANCELLED, 0)                                                                               \
     XX(UNIMPLEMENTED, 0)                                                                           \
     XX(INTERNAL, 0)                                                                                \
-    XX(IDEMPOTENCY_KEY_REUSED, 0)
+    XX(IDEMPOTENCY_KEY_REUSED, 0)                                                                  \
+    XX(ROLE_NOT_ALLOWED, 0)                                                                        \
+    XX(SELF_APPROVAL, 0)                                                                           \
+    XX(API_KEY_EXPIRED, 0)                                                                         \
+    XX(CALL_TOKENS_ABOVE_LIMIT, 0)                                                                 \
+    XX(SCOPE_REQUIRED, 0)
 
 typedef enum {
 #define CG_ERROR_REASON_ENUM(name, retry_ms) CG_ERR_##name,

@@ -225,6 +225,22 @@ static bool is_admin_key(const struct cg_config *cfg, const char *token, size_t 
     return cg_equal_ct(cfg->admin_key, token, len);
 }
 
+/* Fills the principal from a key record that authenticated (secret matched). */
+static void principal_from_key(struct cg_principal *p, const struct cg_apikey_parts *parts,
+                               const struct cg_key_auth *rec)
+{
+    p->authenticated = true;
+    p->is_admin = false;
+    p->role = (cg_key_role)rec->role;
+    memcpy(p->tenant_id, parts->tenant_id, sizeof p->tenant_id);
+    memcpy(p->key_id, parts->key_id, sizeof p->key_id);
+    snprintf(p->tenant_name, sizeof p->tenant_name, "%s", rec->tenant_name);
+    snprintf(p->scope_session_id, sizeof p->scope_session_id, "%s", rec->scope_session_id);
+    snprintf(p->scope_task_id, sizeof p->scope_task_id, "%s", rec->scope_task_id);
+    p->expires_at_ms = rec->expires_at_ms;
+    p->max_call_tokens = rec->max_call_tokens > 0 ? rec->max_call_tokens : CG_CALL_TOKENS_DEFAULT;
+}
+
 static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                              const char *token, size_t len)
 {
@@ -233,6 +249,7 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
         return cg_err_set(&call->err, CG_UNAUTHENTICATED,
                           "invalid API key in 'authorization' metadata");
     struct cg_key_auth rec;
+    bool from_store = false;
     /* The process's key cache first: a hit needs no I/O, so a try_inline method can
      * authenticate on the completion-queue thread. The ticket makes a revocation that
      * races the lookup below win over what the lookup read. */
@@ -253,6 +270,7 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
             return st;
         }
         cg_cache_key_put(env->cache, parts.tenant_id, parts.key_id, &rec, ticket, cg_mono_ms());
+        from_store = true;
     }
     uint8_t hash[CG_SHA256_LEN];
     cg_sha256(token, len, hash);
@@ -264,15 +282,43 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
         cg_err_meta(&call->err, "key_id", parts.key_id);
         return CG_UNAUTHENTICATED;
     }
-    struct cg_principal *p = &call->principal;
-    p->authenticated = true;
-    p->is_admin = false;
-    memcpy(p->tenant_id, parts.tenant_id, sizeof p->tenant_id);
-    memcpy(p->key_id, parts.key_id, sizeof p->key_id);
-    size_t nlen = strnlen(rec.tenant_name, sizeof p->tenant_name - 1);
-    memcpy(p->tenant_name, rec.tenant_name, nlen);
-    p->tenant_name[nlen] = '\0';
+    if (rec.expires_at_ms > 0 && cg_wall_ms() >= rec.expires_at_ms) {
+        cg_err_setr(&call->err, CG_UNAUTHENTICATED, CG_ERR_API_KEY_EXPIRED,
+                    "API key %s expired at %lld (unix ms)", parts.key_id,
+                    (long long)rec.expires_at_ms);
+        cg_err_meta(&call->err, "key_id", parts.key_id);
+        cg_err_metaf(&call->err, "expired_at_unix_ms", "%lld", (long long)rec.expires_at_ms);
+        return CG_UNAUTHENTICATED;
+    }
+    if (!cg_key_role_valid(rec.role)) {
+        cg_err_set(&call->err, CG_UNAUTHENTICATED, "API key %s has no valid role", parts.key_id);
+        cg_err_meta(&call->err, "key_id", parts.key_id);
+        return CG_UNAUTHENTICATED;
+    }
+    principal_from_key(&call->principal, &parts, &rec);
+    if (from_store) {
+        /* Last use, to the minute (at most one write a minute per key); never fails a call. */
+        struct cg_err terr;
+        cg_err_clear(&terr);
+        cg_store_key_touch(env->store, parts.tenant_id, parts.key_id, &terr);
+    }
     return CG_OK;
+}
+
+/* PERMISSION_DENIED naming the role, the method and who may call it. */
+static cg_status role_denied(struct cg_rpc_call *call, const struct cg_rpc_method *m,
+                             cg_key_role role)
+{
+    char allowed[128];
+    cg_key_role_mask_text(m->allow, allowed, sizeof allowed);
+    const char *method = strrchr(m->path, '/') + 1;
+    cg_err_setr(&call->err, CG_PERMISSION_DENIED, CG_ERR_ROLE_NOT_ALLOWED,
+                "a key with role '%s' may not call %s (allowed: %s)", cg_key_role_name(role),
+                method, allowed);
+    cg_err_meta(&call->err, "role", cg_key_role_name(role));
+    cg_err_meta(&call->err, "method", m->path);
+    cg_err_meta(&call->err, "allowed_roles", allowed);
+    return CG_PERMISSION_DENIED;
 }
 
 cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
@@ -280,9 +326,10 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
 {
     memset(&call->principal, 0, sizeof call->principal);
     call->needs_pool = false;
-    if (m->auth == CG_AUTH_NONE)
+    if (m->allow & CG_ALLOW_ANYONE)
         return CG_OK;
-    if (m->auth == CG_AUTH_ADMIN && env->config->admin_key[0] == '\0') {
+    bool tenant_keys = (m->allow & CG_ALLOW_TENANT_KEYS) != 0;
+    if (!tenant_keys && env->config->admin_key[0] == '\0') {
         cg_err_set(&call->err, CG_PERMISSION_DENIED,
                    "AdminService is disabled: the server has no admin_key configured");
         cg_err_meta(&call->err, "required_key", "admin");
@@ -301,7 +348,7 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
                           "malformed 'authorization' metadata: expected 'Bearer <key>'");
 
     if (is_admin_key(env->config, token, len)) {
-        if (m->auth == CG_AUTH_TENANT) {
+        if (!(m->allow & CG_ALLOW_SERVER_ADMIN)) {
             cg_err_set(&call->err, CG_PERMISSION_DENIED,
                        "this method needs a tenant API key; the admin key acts for no tenant");
             cg_err_meta(&call->err, "required_key", "tenant");
@@ -309,9 +356,10 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
         }
         call->principal.authenticated = true;
         call->principal.is_admin = true;
+        call->principal.role = CG_KEY_ROLE_NONE;
         return CG_OK;
     }
-    if (m->auth == CG_AUTH_ADMIN) {
+    if (!tenant_keys) {
         struct cg_apikey_parts parts;
         if (cg_apikey_parse(token, len, &parts)) {
             cg_err_set(&call->err, CG_PERMISSION_DENIED,
@@ -321,7 +369,21 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
         }
         return cg_err_set(&call->err, CG_UNAUTHENTICATED, "invalid admin key");
     }
-    return auth_tenant(call, env, token, len);
+    cg_status st = auth_tenant(call, env, token, len);
+    if (st != CG_OK)
+        return st;
+    if (!cg_key_role_allowed(m->allow, call->principal.role)) {
+        cg_key_role role = call->principal.role;
+        memset(&call->principal, 0, sizeof call->principal);
+        return role_denied(call, m, role);
+    }
+    return CG_OK;
+}
+
+bool cg_rpc_scope_reachable(const struct cg_principal *p, const char *session_id,
+                            const char *task_id)
+{
+    return cg_scope_within(p->scope_session_id, p->scope_task_id, session_id, task_id);
 }
 
 /* ---------------------------------------------------------------- invoke ---------- */

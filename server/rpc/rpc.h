@@ -18,6 +18,7 @@
 #include "base/config.h"
 #include "base/health.h"
 #include "base/status.h"
+#include "core/keyrole.h"
 #include "store/store.h"
 
 struct cg_reflection;
@@ -45,13 +46,6 @@ struct cg_llm;
 struct cg_rpc_pseudonyms;
 
 typedef enum {
-    CG_AUTH_NONE,   /* anyone (health, reflection) */
-    CG_AUTH_ANY,    /* the admin key or a tenant key */
-    CG_AUTH_TENANT, /* a tenant key */
-    CG_AUTH_ADMIN,  /* the admin key */
-} cg_rpc_auth;
-
-typedef enum {
     CG_RPC_UNARY,
     CG_RPC_SERVER_STREAM, /* one request, a stream of answers (see cg_rpc_method.poll) */
     CG_RPC_BIDI_EACH,     /* a stream of requests, one answer to each, in order */
@@ -60,10 +54,17 @@ typedef enum {
 /* Who a call is made by, filled by authentication. */
 struct cg_principal {
     bool authenticated;
-    bool is_admin;
+    bool is_admin;    /* the server's admin key: role CG_KEY_ROLE_NONE, no tenant */
+    cg_key_role role; /* a tenant key's role */
     char tenant_id[CG_UUID_LEN + 1];
     char tenant_name[CG_NAME_MAX * 4 + 1];
     char key_id[CG_KEY_ID_LEN + 1];
+    /* The subtree a scope-bound key reaches ("" = the whole tenant; core/keyrole.h
+     * cg_scope_within): requests naming a scope outside it are NOT_FOUND. */
+    char scope_session_id[CG_SCOPE_ID_MAX + 1];
+    char scope_task_id[CG_SCOPE_ID_MAX + 1];
+    int64_t expires_at_ms;   /* unix ms; 0 never */
+    int64_t max_call_tokens; /* the tenant's bound on one Commit/RecordUsage */
 };
 
 /* What handlers may use. One per thread: store is that thread's own connections and is
@@ -149,8 +150,8 @@ struct cg_rpc_method {
     const char *path;    /* "/ctxguard.v1.AdminService/CreateTenant" */
     const char *service; /* "ctxguard.v1.AdminService" */
     cg_rpc_kind kind;
-    cg_rpc_auth auth;
-    bool blocking; /* uses the store: runs on the worker pool */
+    unsigned allow; /* who may call it: CG_ALLOW_* bits (core/keyrole.h), the one role table */
+    bool blocking;  /* uses the store: runs on the worker pool */
     const ProtobufCMessageDescriptor *request_desc;
     const ProtobufCMessageDescriptor *response_desc;
     cg_rpc_handler_fn handler; /* unary and bidi; NULL: answered UNIMPLEMENTED */
@@ -187,10 +188,18 @@ cg_status cg_rpc_decode(struct cg_rpc_call *call, const ProtobufCMessageDescript
 cg_status cg_rpc_encode(struct cg_rpc_call *call, const ProtobufCMessage *msg, uint8_t **out,
                         size_t *out_len) CG_MUST_CHECK;
 
-/* Checks call->authorization against the method's rule and fills call->principal.
- * Tenant keys are looked up through env->store (so only on pool threads). */
+/* Checks call->authorization against the method's `allow` and fills call->principal:
+ * UNAUTHENTICATED for a missing, malformed, unknown, revoked or expired key;
+ * PERMISSION_DENIED (reason ROLE_NOT_ALLOWED) naming the key's role, the method and the
+ * roles that may call it. Tenant keys are looked up through env->store (so only on pool
+ * threads) unless the process's key cache has them. */
 cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                               const struct cg_rpc_env *env) CG_MUST_CHECK;
+
+/* Whether the principal reaches the scope (session, task): a key bound to a subtree reaches
+ * only scopes inside it (core/keyrole.h cg_scope_within); unbound keys reach every scope. */
+bool cg_rpc_scope_reachable(const struct cg_principal *p, const char *session_id,
+                            const char *task_id);
 
 /* The whole unary (and bidi-each) path: authenticate, decode, handle, encode.
  * On success out and out_len hold the encoded answer (in the arena). On error call->err

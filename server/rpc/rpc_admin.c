@@ -11,8 +11,10 @@
 #include "base/clock.h"
 #include "base/crypto.h"
 #include "core/apikey.h"
+#include "core/keyrole.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/admin.pb-c.h"
+#include "rpc/rpc_budget.h"
 #include "rpc/rpc_cache.h"
 
 #define LIST_DEFAULT 100
@@ -20,6 +22,8 @@
 #define KEYS_MAX 1000
 #define PING_DELAY_MAX_MS 60000
 #define PING_PAYLOAD_MAX (64 * 1024)
+#define KEY_TTL_MAX_MS 31536000000LL /* one year */
+#define CALL_TOKENS_MAX 100000000LL
 
 /* ---------------------------------------------------------------- shared checks ---- */
 
@@ -89,6 +93,7 @@ static Ctxguard__V1__Tenant *tenant_msg(struct cg_rpc_call *call, const struct c
         if (t->settings.redact_types & (1u << type))
             s->redact_types[s->n_redact_types++] = (Ctxguard__V1__PiiType)type;
     s->redact_artifacts = t->settings.redact_artifacts;
+    s->max_call_tokens = t->settings.max_call_tokens;
     m->settings = s;
     return m;
 }
@@ -110,6 +115,47 @@ static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__Tenan
         out->redact_types |= 1u << type;
     }
     out->redact_artifacts = in->redact_artifacts;
+    if (in->max_call_tokens < 0 || in->max_call_tokens > CALL_TOKENS_MAX)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.max_call_tokens' must be 0..%lld (0: %lld)",
+                          CALL_TOKENS_MAX, CG_CALL_TOKENS_DEFAULT);
+    out->max_call_tokens = in->max_call_tokens;
+    return CG_OK;
+}
+
+/* The tenant a request names in `field`, lower case, into out: the admin key must name
+ * one; a tenant key acts for its own, named or left empty (another tenant's id is
+ * NOT_FOUND, as if it did not exist). */
+static cg_status request_tenant(struct cg_rpc_call *call, const char *field, const char *value,
+                                char out[CG_UUID_LEN + 1])
+{
+    const struct cg_principal *p = &call->principal;
+    if (p->is_admin || value[0] != '\0') {
+        cg_status st = cg_rpc_check_uuid(call, field, value);
+        if (st != CG_OK)
+            return st;
+    }
+    const char *id = value[0] != '\0' ? value : p->tenant_id;
+    for (int i = 0; i <= CG_UUID_LEN; i++)
+        out[i] = (id[i] >= 'A' && id[i] <= 'F') ? (char)(id[i] - 'A' + 'a') : id[i];
+    if (!p->is_admin && strcmp(out, p->tenant_id) != 0)
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "%s: no such tenant",
+                           field);
+    return CG_OK;
+}
+
+/* A Scope message for a key's bound subtree; NULL (no error) when unbound. */
+static cg_status bound_scope_msg(struct cg_rpc_call *call, const char *session, const char *task,
+                                 Ctxguard__V1__Scope **out)
+{
+    *out = NULL;
+    if (session[0] == '\0')
+        return CG_OK;
+    Ctxguard__V1__Scope *m = NEW(call, Ctxguard__V1__Scope, ctxguard__v1__scope__init);
+    if (m == NULL || (m->session_id = dup(call, session)) == NULL ||
+        (m->task_id = dup(call, task)) == NULL)
+        return OOM(call);
+    *out = m;
     return CG_OK;
 }
 
@@ -123,7 +169,13 @@ static Ctxguard__V1__ApiKey *key_msg(struct cg_rpc_call *call, const struct cg_a
     m->name = dup(call, k->name);
     m->created_at_unix_ms = k->created_at_ms;
     m->revoked_at_unix_ms = k->revoked_at_ms;
-    if (m->key_id == NULL || m->tenant_id == NULL || m->name == NULL)
+    m->role = (Ctxguard__V1__ApiKeyRole)k->role;
+    m->expires_at_unix_ms = k->expires_at_ms;
+    m->last_used_at_unix_ms = k->last_used_at_ms;
+    m->created_by_key_id = dup(call, k->created_by_key_id);
+    if (m->key_id == NULL || m->tenant_id == NULL || m->name == NULL ||
+        m->created_by_key_id == NULL ||
+        bound_scope_msg(call, k->scope_session_id, k->scope_task_id, &m->scope) != CG_OK)
         return NULL;
     return m;
 }
@@ -182,13 +234,14 @@ CG_HANDLER(cg_rpc_admin_create_tenant)
 CG_HANDLER(cg_rpc_admin_get_tenant)
 {
     const Ctxguard__V1__GetTenantRequest *req = (const Ctxguard__V1__GetTenantRequest *)request;
-    cg_status st = cg_rpc_check_uuid(call, "tenant_id", req->tenant_id);
+    char tenant[CG_UUID_LEN + 1];
+    cg_status st = request_tenant(call, "tenant_id", req->tenant_id, tenant);
     if (st != CG_OK)
         return st;
     struct cg_tenant t;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_tenant_get(env->store, req->tenant_id, &t, &serr);
+    st = cg_store_tenant_get(env->store, tenant, &t, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     Ctxguard__V1__GetTenantResponse *resp =
@@ -203,7 +256,8 @@ CG_HANDLER(cg_rpc_admin_update_tenant_settings)
 {
     const Ctxguard__V1__UpdateTenantSettingsRequest *req =
         (const Ctxguard__V1__UpdateTenantSettingsRequest *)request;
-    cg_status st = cg_rpc_check_uuid(call, "tenant_id", req->tenant_id);
+    char tenant[CG_UUID_LEN + 1];
+    cg_status st = request_tenant(call, "tenant_id", req->tenant_id, tenant);
     if (st != CG_OK)
         return st;
     /* Required: an absent message would silently reset everything to the defaults. */
@@ -215,7 +269,7 @@ CG_HANDLER(cg_rpc_admin_update_tenant_settings)
     struct cg_tenant t;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_tenant_settings_put(env->store, req->tenant_id, &settings, &t, &serr);
+    st = cg_store_tenant_settings_put(env->store, tenant, &settings, &t, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     Ctxguard__V1__UpdateTenantSettingsResponse *resp =
@@ -270,13 +324,86 @@ CG_HANDLER(cg_rpc_admin_list_tenants)
 
 /* ---------------------------------------------------------------- keys ------------ */
 
+/* What CreateApiKey asks for, checked against the creator: a role of at most its own, a
+ * scope inside its own, an expiry no later than its own. */
+static cg_status key_spec_in(struct cg_rpc_call *call, const Ctxguard__V1__CreateApiKeyRequest *req,
+                             struct cg_api_key_spec *spec)
+{
+    const struct cg_principal *p = &call->principal;
+    memset(spec, 0, sizeof *spec);
+    spec->name = req->name;
+    int role = req->role == CTXGUARD__V1__API_KEY_ROLE__API_KEY_ROLE_UNSPECIFIED ? CG_KEY_ROLE_AGENT
+                                                                                 : (int)req->role;
+    if (!cg_key_role_valid(role))
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'role' is not an ApiKeyRole (1..4): %d", (int)req->role);
+    spec->role = role;
+    if (!p->is_admin && role > (int)p->role) {
+        cg_err_setr(&call->err, CG_PERMISSION_DENIED, CG_ERR_ROLE_NOT_ALLOWED,
+                    "a key with role '%s' may not create a key with role '%s' (at most its own)",
+                    cg_key_role_name(p->role), cg_key_role_name((cg_key_role)role));
+        cg_err_meta(&call->err, "role", cg_key_role_name(p->role));
+        cg_err_meta(&call->err, "requested_role", cg_key_role_name((cg_key_role)role));
+        return CG_PERMISSION_DENIED;
+    }
+
+    spec->scope_session_id = "";
+    spec->scope_task_id = "";
+    const Ctxguard__V1__Scope *sc = req->scope;
+    if (sc != NULL) {
+        cg_status st = cg_rpc_check_key(call, "scope.session_id", sc->session_id, false);
+        if (st == CG_OK)
+            st = cg_rpc_check_key(call, "scope.task_id", sc->task_id, false);
+        if (st != CG_OK)
+            return st;
+        if (sc->agent_id[0] != '\0')
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field 'scope.agent_id' must be empty: a key binds to a session or "
+                              "a task");
+        if (sc->task_id[0] != '\0' && sc->session_id[0] == '\0')
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field 'scope.session_id' is required with scope.task_id");
+        if (sc->tenant && sc->session_id[0] != '\0')
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field 'scope.tenant' cannot be set together with ids");
+        spec->scope_session_id = sc->session_id;
+        spec->scope_task_id = sc->task_id;
+    }
+    if (role == CG_KEY_ROLE_ADMIN && spec->scope_session_id[0] != '\0')
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'scope': an admin key acts for the whole tenant; bind agent, "
+                          "viewer or operator keys");
+    /* The tenant level (no session) is outside every bound creator's subtree. */
+    if (!p->is_admin && p->scope_session_id[0] != '\0' &&
+        !cg_rpc_scope_reachable(p, spec->scope_session_id, spec->scope_task_id)) {
+        cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_SCOPE_NOT_FOUND,
+                    "scope: no such scope (a key bound to a scope creates keys inside it)");
+        return CG_NOT_FOUND;
+    }
+
+    if (req->ttl_ms < 0 || req->ttl_ms > KEY_TTL_MAX_MS)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'ttl_ms' must be 0..%lld (0: never expires)", KEY_TTL_MAX_MS);
+    int64_t now = cg_wall_ms();
+    spec->expires_at_ms = req->ttl_ms > 0 ? now + req->ttl_ms : 0;
+    if (!p->is_admin && p->expires_at_ms > 0 &&
+        (spec->expires_at_ms == 0 || spec->expires_at_ms > p->expires_at_ms))
+        spec->expires_at_ms = p->expires_at_ms;
+    spec->created_by_key_id = p->is_admin ? "" : p->key_id;
+    return CG_OK;
+}
+
 CG_HANDLER(cg_rpc_admin_create_api_key)
 {
     const Ctxguard__V1__CreateApiKeyRequest *req =
         (const Ctxguard__V1__CreateApiKeyRequest *)request;
-    cg_status st = cg_rpc_check_uuid(call, "tenant_id", req->tenant_id);
+    char tenant[CG_UUID_LEN + 1];
+    cg_status st = request_tenant(call, "tenant_id", req->tenant_id, tenant);
     if (st == CG_OK)
         st = cg_rpc_check_name(call, "name", req->name, CG_NAME_MAX, false);
+    struct cg_api_key_spec spec;
+    if (st == CG_OK)
+        st = key_spec_in(call, req, &spec);
     if (st != CG_OK)
         return st;
 
@@ -291,12 +418,6 @@ CG_HANDLER(cg_rpc_admin_create_api_key)
     char *text = cg_arena_alloc(call->arena, CG_APIKEY_LEN + 1);
     if (text == NULL)
         return OOM(call);
-    /* tenant_id was checked above; lower-case it so the stored key matches the text. */
-    char tenant[CG_UUID_LEN + 1];
-    for (int i = 0; i <= CG_UUID_LEN; i++)
-        tenant[i] = (req->tenant_id[i] >= 'A' && req->tenant_id[i] <= 'F')
-                        ? (char)(req->tenant_id[i] - 'A' + 'a')
-                        : req->tenant_id[i];
     if (!cg_apikey_format(tenant, key_id, secret, text, CG_APIKEY_LEN + 1))
         return cg_err_set(&call->err, CG_INTERNAL, "could not format the key");
     uint8_t hash[CG_SHA256_LEN];
@@ -305,7 +426,7 @@ CG_HANDLER(cg_rpc_admin_create_api_key)
     struct cg_api_key k;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_key_create(env->store, tenant, key_id, hash, req->name, &k, &serr);
+    st = cg_store_key_create(env->store, tenant, key_id, hash, &spec, &k, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
 
@@ -321,7 +442,8 @@ CG_HANDLER(cg_rpc_admin_create_api_key)
 CG_HANDLER(cg_rpc_admin_list_api_keys)
 {
     const Ctxguard__V1__ListApiKeysRequest *req = (const Ctxguard__V1__ListApiKeysRequest *)request;
-    cg_status st = cg_rpc_check_uuid(call, "tenant_id", req->tenant_id);
+    char tenant[CG_UUID_LEN + 1];
+    cg_status st = request_tenant(call, "tenant_id", req->tenant_id, tenant);
     if (st != CG_OK)
         return st;
     struct cg_api_key *rows = cg_arena_calloc(call->arena, KEYS_MAX, sizeof *rows);
@@ -330,7 +452,7 @@ CG_HANDLER(cg_rpc_admin_list_api_keys)
     int count = 0;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_key_list(env->store, req->tenant_id, KEYS_MAX, rows, &count, &serr);
+    st = cg_store_key_list(env->store, tenant, KEYS_MAX, rows, &count, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     Ctxguard__V1__ListApiKeysResponse *resp =
@@ -352,7 +474,8 @@ CG_HANDLER(cg_rpc_admin_revoke_api_key)
 {
     const Ctxguard__V1__RevokeApiKeyRequest *req =
         (const Ctxguard__V1__RevokeApiKeyRequest *)request;
-    cg_status st = cg_rpc_check_uuid(call, "tenant_id", req->tenant_id);
+    char tenant[CG_UUID_LEN + 1];
+    cg_status st = request_tenant(call, "tenant_id", req->tenant_id, tenant);
     if (st != CG_OK)
         return st;
     size_t klen = strlen(req->key_id);
@@ -365,14 +488,9 @@ CG_HANDLER(cg_rpc_admin_revoke_api_key)
     struct cg_api_key k;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_key_revoke(env->store, req->tenant_id, req->key_id, &k, &serr);
+    st = cg_store_key_revoke(env->store, tenant, req->key_id, &k, &serr);
     /* This process stops accepting the key at once (also when the outcome is unknown);
      * other replicas within key_cache_ttl_s, as with the Redis entry. */
-    char tenant[CG_UUID_LEN + 1];
-    snprintf(tenant, sizeof tenant, "%s", req->tenant_id);
-    for (char *c = tenant; *c != '\0'; c++) /* keys name their tenant in lower case */
-        if (*c >= 'A' && *c <= 'F')
-            *c = (char)(*c - 'A' + 'a');
     cg_cache_key_drop(env->cache, tenant, req->key_id);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
@@ -404,6 +522,11 @@ CG_HANDLER(cg_rpc_admin_who_am_i)
         resp->key_id = dup(call, p->key_id);
         if (resp->tenant_id == NULL || resp->tenant_name == NULL || resp->key_id == NULL)
             return OOM(call);
+        resp->role = (Ctxguard__V1__ApiKeyRole)p->role;
+        resp->expires_at_unix_ms = p->expires_at_ms;
+        cg_status st = bound_scope_msg(call, p->scope_session_id, p->scope_task_id, &resp->scope);
+        if (st != CG_OK)
+            return st;
     }
     *response = &resp->base;
     return CG_OK;

@@ -241,6 +241,9 @@ static cg_status check_settings(const struct cg_tenant_settings *s, struct cg_er
 {
     if (s->redact_types & ~CG_TENANT_PII_TYPES_MASK)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "settings.redact_types: unknown PiiType");
+    if (s->max_call_tokens < 0 || s->max_call_tokens > 100000000)
+        return cg_err_set(err, CG_INVALID_ARGUMENT,
+                          "settings.max_call_tokens: must be 0..100000000 (0: the default)");
     return CG_OK;
 }
 
@@ -308,8 +311,13 @@ cg_status cg_store_tenant_list(struct cg_store *store, const char *after_id, int
 
 /* ------------------------------------------------------------------ API keys --- */
 
+static const char *or_empty(const char *s)
+{
+    return s != NULL ? s : "";
+}
+
 cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id, const char *key_id,
-                              const uint8_t secret_hash[32], const char *name,
+                              const uint8_t secret_hash[32], const struct cg_api_key_spec *spec,
                               struct cg_api_key *out, struct cg_err *err)
 {
     if (cg__store_deadline_passed(store))
@@ -322,14 +330,26 @@ cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id, con
                           "key_id: must be 1..%d characters of A-Z a-z 0-9 _ -", CG_KEY_ID_LEN);
     if (secret_hash == NULL)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "secret_hash: missing");
-    if (name == NULL)
-        name = "";
-    cg_status rc = check_name(name, false, err);
+    struct cg_api_key_spec s = *spec;
+    s.name = or_empty(s.name);
+    s.scope_session_id = or_empty(s.scope_session_id);
+    s.scope_task_id = or_empty(s.scope_task_id);
+    s.created_by_key_id = or_empty(s.created_by_key_id);
+    cg_status rc = check_name(s.name, false, err);
     if (rc != CG_OK)
         return rc;
+    if (s.role < 1 || s.role > 4)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "role: must be 1..4");
+    if (strlen(s.scope_session_id) > CG_SCOPE_ID_MAX || strlen(s.scope_task_id) > CG_SCOPE_ID_MAX ||
+        (s.scope_task_id[0] != '\0' && s.scope_session_id[0] == '\0'))
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "scope: invalid");
+    if (s.expires_at_ms < 0)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "expires_at: negative");
+    if (s.created_by_key_id[0] != '\0' && !cg__store_key_id_valid(s.created_by_key_id))
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "created_by_key_id: invalid");
     /* No cache entry can exist for a key id that was never stored (misses are not cached),
      * so there is nothing to invalidate here. */
-    return cg_pg_key_create(store->pg, id, key_id, secret_hash, name, out, err);
+    return cg_pg_key_create(store->pg, id, key_id, secret_hash, &s, out, err);
 }
 
 cg_status cg_store_key_list(struct cg_store *store, const char *tenant_id, int limit,
@@ -377,6 +397,17 @@ cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, con
     if (rc == CG_OK && cache_enabled(store))
         cg_redis_key_put(store->redis, id, key_id, out, store->key_cache_ttl_s);
     return rc;
+}
+
+cg_status cg_store_key_touch(struct cg_store *store, const char *tenant_id, const char *key_id,
+                             struct cg_err *err)
+{
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    char id[CG_UUID_LEN + 1];
+    if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_key_id_valid(key_id))
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_API_KEY_NOT_FOUND, "key_id: no such key");
+    return cg_pg_key_touch(store->pg, id, key_id, err);
 }
 
 /* ------------------------------------------------------------------ shared checks --- */

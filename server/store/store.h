@@ -31,8 +31,10 @@
 #define CG_KEY_ID_LEN 16
 #define CG_NAME_MAX 200
 #define CG_TZ_MAX 64
-#define CG_STORE_PAGE_MAX 1000        /* largest `limit` of the list functions */
-#define CG_STORE_USAGE_NODES_MAX 5000 /* most nodes of one cg_store_usage_by_model call */
+#define CG_SCOPE_ID_MAX 128
+#define CG_CALL_TOKENS_DEFAULT 10000000LL /* a tenant's max_call_tokens unless set */
+#define CG_STORE_PAGE_MAX 1000            /* largest `limit` of the list functions */
+#define CG_STORE_USAGE_NODES_MAX 5000     /* most nodes of one cg_store_usage_by_model call */
 
 struct cg_store;
 
@@ -47,8 +49,9 @@ struct cg_store_opts {
 
 /* What a tenant's calls do with PII (admin.proto TenantSettings). */
 struct cg_tenant_settings {
-    unsigned redact_types; /* 1u << PiiType per type (bits 1..8); 0: every type */
-    bool redact_artifacts; /* Compress redacts offloaded artifacts before storing them */
+    unsigned redact_types;   /* 1u << PiiType per type (bits 1..8); 0: every type */
+    bool redact_artifacts;   /* Compress redacts offloaded artifacts before storing them */
+    int64_t max_call_tokens; /* the most tokens one Commit/RecordUsage records; 0: default */
 };
 
 #define CG_TENANT_PII_TYPES_MASK 0x1feu /* bits 1..8: the PiiTypes there are */
@@ -66,7 +69,23 @@ struct cg_api_key {
     char key_id[CG_KEY_ID_LEN + 1];
     char name[CG_NAME_MAX * 4 + 1];
     int64_t created_at_ms;
-    int64_t revoked_at_ms; /* 0 while active */
+    int64_t revoked_at_ms;                      /* 0 while active */
+    int role;                                   /* core/role.h cg_role: 1 agent .. 4 admin */
+    char scope_session_id[CG_SCOPE_ID_MAX + 1]; /* the bound subtree; "" the whole tenant */
+    char scope_task_id[CG_SCOPE_ID_MAX + 1];    /* "" unless bound to a task */
+    int64_t expires_at_ms;                      /* 0 never */
+    int64_t last_used_at_ms;                    /* 0 never */
+    char created_by_key_id[CG_KEY_ID_LEN + 1];  /* "" for the server's admin key */
+};
+
+/* What a new key is (cg_store_key_create): its role, bound subtree and expiry. */
+struct cg_api_key_spec {
+    const char *name;              /* NULL or "" for none */
+    int role;                      /* 1..4 */
+    const char *scope_session_id;  /* NULL or "" for the whole tenant */
+    const char *scope_task_id;     /* NULL or "": not bound to a task */
+    int64_t expires_at_ms;         /* unix ms; 0 never */
+    const char *created_by_key_id; /* NULL or "" for the server's admin key */
 };
 
 /* What authentication needs from a key lookup. */
@@ -74,6 +93,11 @@ struct cg_key_auth {
     char tenant_name[CG_NAME_MAX * 4 + 1];
     uint8_t secret_hash[32];
     bool revoked;
+    int role; /* cg_role */
+    char scope_session_id[CG_SCOPE_ID_MAX + 1];
+    char scope_task_id[CG_SCOPE_ID_MAX + 1];
+    int64_t expires_at_ms;   /* unix ms; 0 never */
+    int64_t max_call_tokens; /* the tenant's setting */
 };
 
 /* A new store; connects lazily. opts' strings are copied. NULL when out of memory. */
@@ -143,10 +167,11 @@ cg_status cg_store_tenant_list(struct cg_store *store, const char *after_id, int
 
 /* Stores a key: id and the SHA-256 of its secret (never the secret). CG_NOT_FOUND when
  * the tenant does not exist; CG_INVALID_ARGUMENT naming key_id (1..16 of [A-Za-z0-9_-]),
- * secret_hash (NULL) or name (valid UTF-8, at most 200 characters; NULL means "");
+ * secret_hash (NULL), spec's name (valid UTF-8, at most 200 characters; NULL means ""),
+ * role (1..4) or scope (ids of at most 128 bytes, a task needs its session);
  * CG_ALREADY_EXISTS naming key_id when the tenant already has that key id. */
 cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id, const char *key_id,
-                              const uint8_t secret_hash[32], const char *name,
+                              const uint8_t secret_hash[32], const struct cg_api_key_spec *spec,
                               struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
 
 /* Lists a tenant's keys, newest first, at most `limit` (1..CG_STORE_PAGE_MAX) entries of
@@ -166,6 +191,11 @@ cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, con
 cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, const char *key_id,
                               struct cg_key_auth *out, struct cg_err *err) CG_MUST_CHECK;
 
+/* Records that the key was used now (ApiKey.last_used_at_unix_ms, to the minute): at most
+ * one write per key per minute in PostgreSQL. Best effort: callers may ignore a failure. */
+cg_status cg_store_key_touch(struct cg_store *store, const char *tenant_id, const char *key_id,
+                             struct cg_err *err);
+
 /* --- budgets (scopes) -------------------------------------------------------------- *
  *
  * A scope is tenant -> session -> task -> agent, named by ids ("" for the levels below
@@ -177,7 +207,6 @@ cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, con
  * of replicas can then act on stale counters.
  */
 
-#define CG_SCOPE_ID_MAX 128
 #define CG_TIERS_STORE_MAX 8
 #define CG_MODEL_MAX 200
 #define CG_IDEMPOTENCY_MAX 128

@@ -86,8 +86,8 @@ cg_status cg_pg_tenant_list(struct cg_pg *pg, const char *after_id, int limit,
 /* Inserts a key. CG_NOT_FOUND naming tenant_id when the tenant does not exist;
  * CG_ALREADY_EXISTS naming key_id when the tenant already has that key id. */
 cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *key_id,
-                           const uint8_t secret_hash[32], const char *name, struct cg_api_key *out,
-                           struct cg_err *err) CG_MUST_CHECK;
+                           const uint8_t secret_hash[32], const struct cg_api_key_spec *spec,
+                           struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
 
 /* Up to limit keys of a tenant, newest first. CG_NOT_FOUND when the tenant does not exist. */
 cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit, struct cg_api_key *out,
@@ -100,6 +100,10 @@ cg_status cg_pg_key_revoke(struct cg_pg *pg, const char *tenant_id, const char *
 /* Reads what authentication needs. CG_NOT_FOUND when there is no such key. */
 cg_status cg_pg_key_lookup(struct cg_pg *pg, const char *tenant_id, const char *key_id,
                            struct cg_key_auth *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* Sets last_used_at to now unless it is less than a minute old. */
+cg_status cg_pg_key_touch(struct cg_pg *pg, const char *tenant_id, const char *key_id,
+                          struct cg_err *err);
 
 /* --- budgets (scopes) ------------------------------------------------------------------
  *

@@ -14,7 +14,7 @@
 #define TENANT_COLUMNS                                                                             \
     "tenant_id::text, name, time_zone, floor(extract(epoch FROM created_at) * 1000)::int8,"        \
     " (SELECT coalesce(bit_or(1 << t), 0) FROM unnest(pii_redact_types) AS t),"                    \
-    " pii_redact_artifacts"
+    " pii_redact_artifacts, max_call_tokens"
 
 static void read_tenant(PGresult *res, int row, struct cg_tenant *out)
 {
@@ -25,6 +25,15 @@ static void read_tenant(PGresult *res, int row, struct cg_tenant *out)
     out->settings.redact_types =
         (unsigned)cg__pg_parse_i64(PQgetvalue(res, row, 4)) & CG_TENANT_PII_TYPES_MASK;
     out->settings.redact_artifacts = strcmp(PQgetvalue(res, row, 5), "t") == 0;
+    out->settings.max_call_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 6));
+}
+
+/* The setting as stored: 0 means the default. */
+static void max_call_text(const struct cg_tenant_settings *settings, char *out, size_t cap)
+{
+    snprintf(out, cap, "%lld",
+             (long long)(settings->max_call_tokens > 0 ? settings->max_call_tokens
+                                                       : CG_CALL_TOKENS_DEFAULT));
 }
 
 /* The type mask as a PostgreSQL array literal: "{1,5}" ("{}" for 0). */
@@ -44,17 +53,20 @@ cg_status cg_pg_tenant_create(struct cg_pg *pg, const char *name, const char *ti
 {
     /* The time zone must be one PostgreSQL lists by name: abbreviations and POSIX offsets
      * that AT TIME ZONE would also take are not what calendar-aligned resets need. */
-    char types[32];
+    char types[32], max_call[24];
     types_text(settings->redact_types, types, sizeof types);
-    const char *values[] = {name, time_zone, types, settings->redact_artifacts ? "t" : "f"};
+    max_call_text(settings, max_call, sizeof max_call);
+    const char *values[] = {name, time_zone, types, settings->redact_artifacts ? "t" : "f",
+                            max_call};
     PGresult *res = NULL;
     cg_status rc =
         cg__pg_run(pg, "tenant_create",
-                   "INSERT INTO tenants (name, time_zone, pii_redact_types, pii_redact_artifacts)"
-                   " SELECT $1::text, $2::text, $3::smallint[], $4::boolean"
+                   "INSERT INTO tenants (name, time_zone, pii_redact_types,"
+                   " pii_redact_artifacts, max_call_tokens)"
+                   " SELECT $1::text, $2::text, $3::smallint[], $4::boolean, $5::int8"
                    " WHERE EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $2::text)"
                    " RETURNING " TENANT_COLUMNS,
-                   4, values, NULL, NULL, 0, &res, err);
+                   5, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "name or time_zone: invalid value");
@@ -90,15 +102,16 @@ cg_status cg_pg_tenant_settings_put(struct cg_pg *pg, const char *tenant_id,
                                     const struct cg_tenant_settings *settings,
                                     struct cg_tenant *out, struct cg_err *err)
 {
-    char types[32];
+    char types[32], max_call[24];
     types_text(settings->redact_types, types, sizeof types);
-    const char *values[] = {tenant_id, types, settings->redact_artifacts ? "t" : "f"};
+    max_call_text(settings, max_call, sizeof max_call);
+    const char *values[] = {tenant_id, types, settings->redact_artifacts ? "t" : "f", max_call};
     PGresult *res = NULL;
     cg_status rc = cg__pg_run_one(pg, "tenant_settings_put",
                                   "UPDATE tenants SET pii_redact_types = $2::smallint[],"
-                                  " pii_redact_artifacts = $3::boolean"
+                                  " pii_redact_artifacts = $3::boolean, max_call_tokens = $4::int8"
                                   " WHERE tenant_id = $1::uuid RETURNING " TENANT_COLUMNS,
-                                  3, values, 0, "tenant_id: no such tenant", &res, err);
+                                  4, values, 0, "tenant_id: no such tenant", &res, err);
     if (rc == CG_OK)
         read_tenant(res, 0, out);
     else if (cg__pg_sqlstate_is(pg, "23514"))
@@ -157,7 +170,10 @@ out:
 
 #define KEY_COLUMNS                                                                                \
     "tenant_id::text, key_id, name, floor(extract(epoch FROM created_at) * 1000)::int8,"           \
-    " coalesce(floor(extract(epoch FROM revoked_at) * 1000)::int8, 0)"
+    " coalesce(floor(extract(epoch FROM revoked_at) * 1000)::int8, 0), role, scope_session_id,"    \
+    " scope_task_id, coalesce(floor(extract(epoch FROM expires_at) * 1000)::int8, 0),"             \
+    " coalesce(floor(extract(epoch FROM last_used_at) * 1000)::int8, 0), created_by_key_id"
+#define KEY_COLUMN_COUNT 11
 
 static void read_key(PGresult *res, int row, struct cg_api_key *out)
 {
@@ -166,21 +182,36 @@ static void read_key(PGresult *res, int row, struct cg_api_key *out)
     cg__pg_copy_str(out->name, sizeof out->name, PQgetvalue(res, row, 2));
     out->created_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 3));
     out->revoked_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 4));
+    out->role = (int)cg__pg_parse_i64(PQgetvalue(res, row, 5));
+    cg__pg_copy_str(out->scope_session_id, sizeof out->scope_session_id, PQgetvalue(res, row, 6));
+    cg__pg_copy_str(out->scope_task_id, sizeof out->scope_task_id, PQgetvalue(res, row, 7));
+    out->expires_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 8));
+    out->last_used_at_ms = cg__pg_parse_i64(PQgetvalue(res, row, 9));
+    cg__pg_copy_str(out->created_by_key_id, sizeof out->created_by_key_id,
+                    PQgetvalue(res, row, 10));
 }
 
 cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *key_id,
-                           const uint8_t secret_hash[32], const char *name, struct cg_api_key *out,
-                           struct cg_err *err)
+                           const uint8_t secret_hash[32], const struct cg_api_key_spec *spec,
+                           struct cg_api_key *out, struct cg_err *err)
 {
-    const char *values[] = {tenant_id, key_id, (const char *)secret_hash, name};
-    const int lengths[] = {0, 0, 32, 0};
-    const int formats[] = {0, 0, 1, 0}; /* the hash goes as binary bytea */
+    char role[8], expires[24];
+    snprintf(role, sizeof role, "%d", spec->role);
+    snprintf(expires, sizeof expires, "%lld", (long long)spec->expires_at_ms);
+    const char *values[] = {tenant_id,           key_id,  (const char *)secret_hash,
+                            spec->name,          role,    spec->scope_session_id,
+                            spec->scope_task_id, expires, spec->created_by_key_id};
+    const int lengths[] = {0, 0, 32, 0, 0, 0, 0, 0, 0};
+    const int formats[] = {0, 0, 1, 0, 0, 0, 0, 0, 0}; /* the hash goes as binary bytea */
     PGresult *res = NULL;
-    cg_status rc = cg__pg_run(pg, "key_create",
-                              "INSERT INTO api_keys (tenant_id, key_id, secret_hash, name)"
-                              " VALUES ($1::uuid, $2::text, $3::bytea, $4::text)"
-                              " RETURNING " KEY_COLUMNS,
-                              4, values, lengths, formats, 0, &res, err);
+    cg_status rc = cg__pg_run(
+        pg, "key_create",
+        "INSERT INTO api_keys (tenant_id, key_id, secret_hash, name, role, scope_session_id,"
+        " scope_task_id, expires_at, created_by_key_id)"
+        " VALUES ($1::uuid, $2::text, $3::bytea, $4::text, $5::smallint, $6::text, $7::text,"
+        " CASE WHEN $8::int8 = 0 THEN NULL ELSE to_timestamp($8::int8 / 1000.0) END, $9::text)"
+        " RETURNING " KEY_COLUMNS,
+        9, values, lengths, formats, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
             rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND,
@@ -188,10 +219,11 @@ cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *
         else if (cg__pg_sqlstate_is(pg, "23505"))
             rc = cg_err_set(err, CG_ALREADY_EXISTS, "key_id: the tenant already has this key");
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
-            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "key_id or name: invalid value");
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT,
+                            "key_id, name, scope or ttl_ms: invalid value");
         goto out;
     }
-    if (PQntuples(res) != 1) {
+    if (PQntuples(res) != 1 || PQnfields(res) != KEY_COLUMN_COUNT) {
         rc = cg_err_set(err, CG_INTERNAL, "storage error");
         goto out;
     }
@@ -213,13 +245,15 @@ cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit, str
      * join stays within one tenant. */
     cg_status rc =
         cg__pg_run(pg, "key_list",
-                   "SELECT k.tenant_id::text, k.key_id, k.name, k.created_ms, k.revoked_ms"
+                   "SELECT k.tenant_id::text, k.key_id, k.name, k.created_ms, k.revoked_ms,"
+                   " k.role, k.ss, k.st, k.expires_ms, k.used_ms, k.by"
                    " FROM tenants t LEFT JOIN LATERAL ("
                    "  SELECT " KEY_COLUMNS ", created_at AS created"
                    "  FROM api_keys"
                    "  WHERE api_keys.tenant_id = t.tenant_id"
                    "  ORDER BY created_at DESC, key_id DESC LIMIT $2::int"
-                   " ) AS k (tenant_id, key_id, name, created_ms, revoked_ms, created) ON true"
+                   " ) AS k (tenant_id, key_id, name, created_ms, revoked_ms, role, ss, st,"
+                   " expires_ms, used_ms, by, created) ON true"
                    " WHERE t.tenant_id = $1::uuid"
                    " ORDER BY k.created DESC, k.key_id DESC",
                    2, values, NULL, NULL, RUN_READ, &res, err);
@@ -265,12 +299,15 @@ cg_status cg_pg_key_lookup(struct cg_pg *pg, const char *tenant_id, const char *
 {
     const char *values[] = {tenant_id, key_id};
     PGresult *res = NULL;
-    cg_status rc = cg__pg_run_one(pg, "key_lookup",
-                                  "SELECT t.name, k.secret_hash, k.revoked_at IS NOT NULL"
-                                  " FROM api_keys k JOIN tenants t ON t.tenant_id = k.tenant_id"
-                                  " WHERE k.tenant_id = $1::uuid AND t.tenant_id = $1::uuid"
-                                  " AND k.key_id = $2::text",
-                                  2, values, RUN_READ, "key_id: no such key", &res, err);
+    cg_status rc = cg__pg_run_one(
+        pg, "key_lookup",
+        "SELECT t.name, k.secret_hash, k.revoked_at IS NOT NULL, k.role, k.scope_session_id,"
+        " k.scope_task_id, coalesce(floor(extract(epoch FROM k.expires_at) * 1000)::int8, 0),"
+        " t.max_call_tokens"
+        " FROM api_keys k JOIN tenants t ON t.tenant_id = k.tenant_id"
+        " WHERE k.tenant_id = $1::uuid AND t.tenant_id = $1::uuid"
+        " AND k.key_id = $2::text",
+        2, values, RUN_READ, "key_id: no such key", &res, err);
     if (rc != CG_OK)
         goto out;
     if (!cg__pg_decode_bytea_hex(PQgetvalue(res, 0, 1), out->secret_hash,
@@ -281,7 +318,28 @@ cg_status cg_pg_key_lookup(struct cg_pg *pg, const char *tenant_id, const char *
     }
     cg__pg_copy_str(out->tenant_name, sizeof out->tenant_name, PQgetvalue(res, 0, 0));
     out->revoked = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
+    out->role = (int)cg__pg_parse_i64(PQgetvalue(res, 0, 3));
+    cg__pg_copy_str(out->scope_session_id, sizeof out->scope_session_id, PQgetvalue(res, 0, 4));
+    cg__pg_copy_str(out->scope_task_id, sizeof out->scope_task_id, PQgetvalue(res, 0, 5));
+    out->expires_at_ms = cg__pg_parse_i64(PQgetvalue(res, 0, 6));
+    out->max_call_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 7));
 out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_key_touch(struct cg_pg *pg, const char *tenant_id, const char *key_id,
+                          struct cg_err *err)
+{
+    const char *values[] = {tenant_id, key_id};
+    PGresult *res = NULL;
+    /* At most one write a minute per key, whatever the number of replicas. */
+    cg_status rc = cg__pg_run(pg, "key_touch",
+                              "UPDATE api_keys SET last_used_at = now()"
+                              " WHERE tenant_id = $1::uuid AND key_id = $2::text"
+                              " AND (last_used_at IS NULL"
+                              "  OR last_used_at < now() - interval '1 minute')",
+                              2, values, NULL, NULL, 0, &res, err);
     PQclear(res);
     return rc;
 }

@@ -36,8 +36,8 @@
 static const char put_script[] =
     "redis.call('DEL', KEYS[1]) "
     "redis.call('HSET', KEYS[1], 'tenant_name', ARGV[1], 'secret_hash', ARGV[2], "
-    "'revoked', ARGV[3]) "
-    "redis.call('EXPIRE', KEYS[1], ARGV[4]) "
+    "'revoked', ARGV[3], 'grant', ARGV[4], 'scope_session', ARGV[5], 'scope_task', ARGV[6]) "
+    "redis.call('EXPIRE', KEYS[1], ARGV[7]) "
     "return 1";
 
 struct cg_redis {
@@ -378,26 +378,65 @@ static bool is_string(const redisReply *r)
     return r->type == REDIS_REPLY_STRING;
 }
 
+/* The "grant" field: "<role> <expires_at_ms> <max_call_tokens>", each a decimal number. */
+static bool parse_grant(const char *s, size_t len, struct cg_key_auth *out)
+{
+    char buf[80];
+    if (len >= sizeof buf)
+        return false;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    int role;
+    long long expires, max_call;
+    int used = 0;
+    if (sscanf(buf, "%d %lld %lld%n", &role, &expires, &max_call, &used) != 3 ||
+        (size_t)used != len || role < 1 || role > 4 || expires < 0 || max_call < 1)
+        return false;
+    out->role = role;
+    out->expires_at_ms = expires;
+    out->max_call_tokens = max_call;
+    return true;
+}
+
+/* A scope id field: at most 128 bytes of 0x21..0x7E, or empty. */
+static bool copy_scope_id(char *dst, size_t cap, const redisReply *r)
+{
+    if (!is_string(r) || r->len >= cap)
+        return false;
+    for (size_t i = 0; i < r->len; i++)
+        if (r->str[i] < 0x21 || r->str[i] > 0x7e)
+            return false;
+    copy_str(dst, cap, r->str, r->len);
+    return true;
+}
+
 bool cg_redis_key_get(struct cg_redis *redis, const char *tenant_id, const char *key_id,
                       struct cg_key_auth *out)
 {
     char key[KEY_NAME_MAX];
     if (!cg_redis_key_name(tenant_id, key_id, key, sizeof key))
         return false;
-    const char *argv[] = {"HMGET", key, "tenant_name", "secret_hash", "revoked"};
-    redisReply *reply = command(redis, "HMGET", 5, argv, NULL);
+    const char *argv[] = {"HMGET",   key,     "tenant_name",   "secret_hash",
+                          "revoked", "grant", "scope_session", "scope_task"};
+    redisReply *reply = command(redis, "HMGET", 8, argv, NULL);
     if (reply == NULL)
         return false;
 
+    /* An entry written by an older version (no grant) is a miss: PostgreSQL is read. */
     bool hit = false;
-    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 3) {
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 6) {
         const redisReply *name = reply->element[0];
         const redisReply *hash = reply->element[1];
         const redisReply *revoked = reply->element[2];
-        if (is_string(name) && is_string(hash) && is_string(revoked)) {
+        const redisReply *grant = reply->element[3];
+        if (is_string(name) && is_string(hash) && is_string(revoked) && is_string(grant)) {
             hit = name->len < sizeof out->tenant_name && memchr(name->str, 0, name->len) == NULL &&
                   hash->len == 2 * sizeof out->secret_hash && revoked->len == 1 &&
-                  (revoked->str[0] == '0' || revoked->str[0] == '1');
+                  (revoked->str[0] == '0' || revoked->str[0] == '1') &&
+                  parse_grant(grant->str, grant->len, out) &&
+                  copy_scope_id(out->scope_session_id, sizeof out->scope_session_id,
+                                reply->element[4]) &&
+                  copy_scope_id(out->scope_task_id, sizeof out->scope_task_id, reply->element[5]);
             for (size_t i = 0; hit && i < sizeof out->secret_hash; i++) {
                 int hi = hex_value(hash->str[2 * i]), lo = hex_value(hash->str[2 * i + 1]);
                 if (hi < 0 || lo < 0)
@@ -425,12 +464,22 @@ void cg_redis_key_put(struct cg_redis *redis, const char *tenant_id, const char 
         return;
     char hash_hex[2 * sizeof entry->secret_hash + 1];
     cg_hex_encode(entry->secret_hash, sizeof entry->secret_hash, hash_hex);
-    char ttl[16];
+    char ttl[16], grant[80];
     snprintf(ttl, sizeof ttl, "%d", ttl_s);
-    const char *argv[] = {
-        "EVAL", put_script, "1", key, entry->tenant_name, hash_hex, entry->revoked ? "1" : "0",
-        ttl};
-    redisReply *reply = command(redis, "EVAL", 8, argv, NULL);
+    snprintf(grant, sizeof grant, "%d %lld %lld", entry->role, (long long)entry->expires_at_ms,
+             (long long)entry->max_call_tokens);
+    const char *argv[] = {"EVAL",
+                          put_script,
+                          "1",
+                          key,
+                          entry->tenant_name,
+                          hash_hex,
+                          entry->revoked ? "1" : "0",
+                          grant,
+                          entry->scope_session_id,
+                          entry->scope_task_id,
+                          ttl};
+    redisReply *reply = command(redis, "EVAL", 11, argv, NULL);
     if (reply != NULL)
         freeReplyObject(reply);
 }

@@ -572,10 +572,17 @@ class Server:
                                       metadata=self.admin_md(), timeout=10)
         return r.tenant
 
-    def create_key(self, tenant_id, name="e2e"):
-        return self.admin().CreateApiKey(
-            admin_pb2.CreateApiKeyRequest(tenant_id=tenant_id, name=name),
-            metadata=self.admin_md(), timeout=10)
+    def create_key(self, tenant_id, name="e2e", role="admin", scope=None, ttl_ms=0):
+        """A key of tenant_id; a tenant admin unless role ("agent", "viewer", "operator")
+        says otherwise. scope: (session_id,) or (session_id, task_id) to bind it."""
+        req = admin_pb2.CreateApiKeyRequest(
+            tenant_id=tenant_id, name=name, ttl_ms=ttl_ms,
+            role=admin_pb2.ApiKeyRole.Value("API_KEY_ROLE_" + role.upper()))
+        if scope:
+            req.scope.session_id = scope[0]
+            if len(scope) > 1:
+                req.scope.task_id = scope[1]
+        return self.admin().CreateApiKey(req, metadata=self.admin_md(), timeout=10)
 
     def log_text(self):
         return self.err.text() if self.err else ""

@@ -10,6 +10,7 @@ import cgtest
 from cgtest import admin_pb2, budget_pb2, budget_pb2_grpc, context_pb2, context_pb2_grpc
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+NOT_FOUND = grpc.StatusCode.NOT_FOUND
 PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED
 
 
@@ -158,21 +159,41 @@ class Auth(cgtest.TestCase):
 
     # -- PERMISSION_DENIED
 
-    def test_tenant_key_on_admin_rpcs(self):
+    def test_tenant_key_on_server_admin_rpcs(self):
+        # Even a tenant admin key manages no tenant but its own.
         md = cgtest.bearer(self.key)
-        tid = self.tenant.tenant_id
         calls = [
             (self.admin.ListTenants, admin_pb2.ListTenantsRequest()),
             (self.admin.CreateTenant, admin_pb2.CreateTenantRequest(name="sneaky")),
-            (self.admin.GetTenant, admin_pb2.GetTenantRequest(tenant_id=tid)),
-            (self.admin.CreateApiKey, admin_pb2.CreateApiKeyRequest(tenant_id=tid)),
-            (self.admin.ListApiKeys, admin_pb2.ListApiKeysRequest(tenant_id=tid)),
             (self.admin.Ping, admin_pb2.PingRequest()),
         ]
         for fn, req in calls:
             with self.subTest(rpc=type(req).__name__):
                 self.assertRpcError(PERMISSION_DENIED, fn, req, metadata=md, timeout=10,
                                     contains="admin key")
+
+    def test_agent_key_on_tenant_admin_rpcs(self):
+        md = cgtest.bearer(self.srv.create_key(self.tenant.tenant_id, role="agent").secret)
+        tid = self.tenant.tenant_id
+        calls = [
+            (self.admin.GetTenant, admin_pb2.GetTenantRequest(tenant_id=tid)),
+            (self.admin.CreateApiKey, admin_pb2.CreateApiKeyRequest(tenant_id=tid)),
+            (self.admin.ListApiKeys, admin_pb2.ListApiKeysRequest(tenant_id=tid)),
+        ]
+        for fn, req in calls:
+            with self.subTest(rpc=type(req).__name__):
+                self.assertRpcError(PERMISSION_DENIED, fn, req, metadata=md, timeout=10,
+                                    contains="role 'agent'")
+
+    def test_tenant_admin_key_cannot_reach_another_tenant(self):
+        md = cgtest.bearer(self.key)
+        oid = self.other.tenant_id
+        for fn, req in ((self.admin.GetTenant, admin_pb2.GetTenantRequest(tenant_id=oid)),
+                        (self.admin.CreateApiKey, admin_pb2.CreateApiKeyRequest(tenant_id=oid)),
+                        (self.admin.ListApiKeys, admin_pb2.ListApiKeysRequest(tenant_id=oid))):
+            with self.subTest(rpc=type(req).__name__):
+                self.assertRpcError(NOT_FOUND, fn, req, metadata=md, timeout=10,
+                                    contains="tenant_id")
 
     def test_admin_key_on_tenant_rpcs(self):
         for fn, req in ((self.budget.SetBudget, budget_pb2.SetBudgetRequest()),

@@ -217,7 +217,7 @@ class TenantPii(cgtest.TestCase):
     # -- bad input
 
     def test_bad_input(self):
-        t, md = self.tenant()
+        t, _ = self.tenant()
         bad = grpc.StatusCode.INVALID_ARGUMENT
         self.assertRpcError(bad, self.admin.UpdateTenantSettings,
                             admin_pb2.UpdateTenantSettingsRequest(
@@ -245,10 +245,11 @@ class TenantPii(cgtest.TestCase):
                             admin_pb2.UpdateTenantSettingsRequest(
                                 tenant_id=str(uuid.uuid4()), settings=admin_pb2.TenantSettings()),
                             metadata=self.amd, timeout=10, contains="tenant_id")
+        agent = cgtest.bearer(self.srv.create_key(t.tenant_id, role="agent").secret)
         self.assertRpcError(grpc.StatusCode.PERMISSION_DENIED, self.admin.UpdateTenantSettings,
                             admin_pb2.UpdateTenantSettingsRequest(
                                 tenant_id=t.tenant_id, settings=admin_pb2.TenantSettings()),
-                            metadata=md, timeout=10, contains="admin key")
+                            metadata=agent, timeout=10, contains="role 'agent'")
         # Nothing changed.
         got = self.admin.GetTenant(admin_pb2.GetTenantRequest(tenant_id=t.tenant_id),
                                    metadata=self.amd, timeout=10).tenant

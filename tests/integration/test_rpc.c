@@ -1,11 +1,13 @@
 /* test_rpc.c - the rpc layer without a network: decoding and string checks on nested
  * fields, authentication rules, and the planned-method answer. Needs no database. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/arena.h"
 #include "base/config.h"
 #include "ctxguard/v1/admin.pb-c.h"
+#include "ctxguard/v1/budget.pb-c.h"
 #include "ctxguard/v1/context.pb-c.h"
 #include "rpc/rpc.h"
 
@@ -167,7 +169,147 @@ Test(rpc, every_method_is_in_the_table_once_with_descriptors)
         cr_assert(implemented || m[i].pending != NULL, "%s: unimplemented without a plan",
                   m[i].path);
         /* A method that authenticates tenants must run where a store is. */
-        if (m[i].auth == CG_AUTH_TENANT || m[i].auth == CG_AUTH_ANY)
+        if (m[i].allow & CG_ALLOW_TENANT_KEYS)
             cr_assert(m[i].blocking, "%s needs the pool", m[i].path);
     }
+}
+
+/* ------------------------------------------------------------------ the role table --- */
+
+static const ProtobufCServiceDescriptor *const ctxguard_services[] = {
+    &ctxguard__v1__admin_service__descriptor,
+    &ctxguard__v1__budget_service__descriptor,
+    &ctxguard__v1__context_service__descriptor,
+};
+
+static unsigned allow_of(const char *service, const char *method)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/%s/%s", service, method);
+    const struct cg_rpc_method *m = cg_rpc_find(path);
+    cr_assert_not_null(m, "%s is in the proto but has no rule in the method table", path);
+    return m->allow;
+}
+
+/* Every RPC the protos declare has a rule, and every rule of the table belongs to an RPC the
+ * protos declare: a new RPC without a rule fails here. */
+Test(rpc, the_role_table_covers_exactly_the_protos_methods)
+{
+    size_t declared = 0;
+    for (size_t s = 0; s < sizeof ctxguard_services / sizeof ctxguard_services[0]; s++) {
+        const ProtobufCServiceDescriptor *d = ctxguard_services[s];
+        for (unsigned i = 0; i < d->n_methods; i++) {
+            unsigned allow = allow_of(d->name, d->methods[i].name);
+            cr_assert_neq(allow, 0u, "%s/%s allows nobody", d->name, d->methods[i].name);
+            cr_assert_eq(allow & CG_ALLOW_ANYONE, 0u, "%s/%s needs no key", d->name,
+                         d->methods[i].name);
+            declared++;
+        }
+    }
+    size_t n, ours = 0;
+    const struct cg_rpc_method *m = cg_rpc_methods(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(m[i].service, "ctxguard.v1.", 12) != 0) {
+            cr_assert_eq(m[i].allow, CG_ALLOW_ANYONE, "%s: health and reflection are open",
+                         m[i].path);
+            continue;
+        }
+        ours++;
+        bool found = false;
+        for (size_t s = 0; s < sizeof ctxguard_services / sizeof ctxguard_services[0]; s++) {
+            const ProtobufCServiceDescriptor *d = ctxguard_services[s];
+            if (strcmp(d->name, m[i].service) != 0)
+                continue;
+            for (unsigned j = 0; j < d->n_methods; j++)
+                found |= strcmp(strrchr(m[i].path, '/') + 1, d->methods[j].name) == 0;
+        }
+        cr_assert(found, "%s has a rule but no RPC in the protos", m[i].path);
+    }
+    cr_assert_eq(ours, declared);
+}
+
+/* What the roles mean (README "Roles and keys"), checked over the whole table. */
+Test(rpc, roles_hold_their_promises_over_the_whole_table)
+{
+    /* The RPCs that change budgets, approvals, keys or settings. */
+    static const char *const privileged[] = {
+        "BudgetService/SetBudget",       "BudgetService/CloseScope",
+        "BudgetService/ResolveApproval", "AdminService/CreateApiKey",
+        "AdminService/RevokeApiKey",     "AdminService/UpdateTenantSettings",
+        "AdminService/CreateTenant",
+    };
+    /* What a viewer may call: reads only. */
+    static const char *const reads[] = {
+        "BudgetService/GetBudget",
+        "BudgetService/GetUsage",
+        "BudgetService/ListScopes",
+        "BudgetService/WatchUsage",
+        "BudgetService/GetApproval",
+        "BudgetService/ListApprovals",
+        "ContextService/GetCompressionStats",
+        "AdminService/WhoAmI",
+    };
+    size_t n;
+    const struct cg_rpc_method *m = cg_rpc_methods(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].allow & CG_ALLOW_ANYONE)
+            continue;
+        const char *name = strchr(m[i].path + 1, '.') ? strrchr(m[i].service, '.') + 1 : "";
+        char short_path[96];
+        snprintf(short_path, sizeof short_path, "%s/%s", name, strrchr(m[i].path, '/') + 1);
+        bool is_privileged = false, is_read = false;
+        for (size_t k = 0; k < sizeof privileged / sizeof privileged[0]; k++)
+            is_privileged |= strcmp(short_path, privileged[k]) == 0;
+        for (size_t k = 0; k < sizeof reads / sizeof reads[0]; k++)
+            is_read |= strcmp(short_path, reads[k]) == 0;
+        unsigned a = m[i].allow;
+        if (is_privileged) {
+            cr_assert_eq(a & CG_ALLOW_AGENT, 0u, "an agent key may call %s", m[i].path);
+            cr_assert_eq(a & CG_ALLOW_VIEWER, 0u, "a viewer key may call %s", m[i].path);
+        }
+        cr_assert(!(a & CG_ALLOW_VIEWER) || is_read, "a viewer may call %s, not a read", m[i].path);
+        /* A tenant admin may do whatever another tenant role may (what every key could do
+         * before roles: migration 0016 makes existing keys admins). */
+        if (a & CG_ALLOW_TENANT_KEYS)
+            cr_assert(a & CG_ALLOW_TENANT_ADMIN, "%s: a tenant role may but not admin", m[i].path);
+        /* Operators reach what viewers do. */
+        if (a & CG_ALLOW_VIEWER)
+            cr_assert(a & CG_ALLOW_OPERATOR, "%s: viewer may but not operator", m[i].path);
+    }
+    /* Spending is for agents (and tenant admins), never for viewers or operators. */
+    static const char *const spend[] = {"CheckBudget", "Reserve", "Commit", "Release",
+                                        "RecordUsage"};
+    for (size_t k = 0; k < sizeof spend / sizeof spend[0]; k++) {
+        unsigned a = allow_of("ctxguard.v1.BudgetService", spend[k]);
+        cr_assert(a & CG_ALLOW_AGENT, "%s", spend[k]);
+        cr_assert_eq(a & (CG_ALLOW_VIEWER | CG_ALLOW_OPERATOR | CG_ALLOW_SERVER_ADMIN), 0u, "%s",
+                     spend[k]);
+    }
+}
+
+Test(rpc, role_names_and_masks)
+{
+    cg_key_role r;
+    cr_assert(cg_key_role_parse("operator", &r) && r == CG_KEY_ROLE_OPERATOR);
+    cr_assert(!cg_key_role_parse("Operator", &r));
+    cr_assert(!cg_key_role_parse("server_admin", &r), "not a tenant role");
+    cr_assert_str_eq(cg_key_role_name(CG_KEY_ROLE_VIEWER), "viewer");
+    cr_assert(cg_key_role_allowed(CG_ALLOW_OPERATOR, CG_KEY_ROLE_OPERATOR));
+    cr_assert(!cg_key_role_allowed(CG_ALLOW_OPERATOR, CG_KEY_ROLE_AGENT));
+    cr_assert(!cg_key_role_allowed(CG_ALLOW_TENANT_KEYS, CG_KEY_ROLE_NONE));
+    cr_assert(!cg_key_role_allowed(CG_ALLOW_TENANT_KEYS, (cg_key_role)9));
+    char text[128];
+    cg_key_role_mask_text(CG_ALLOW_OPERATOR | CG_ALLOW_TENANT_ADMIN | CG_ALLOW_SERVER_ADMIN, text,
+                          sizeof text);
+    cr_assert_str_eq(text, "operator, admin, the server's admin key");
+    cg_key_role_mask_text(CG_ALLOW_TENANT_KEYS, text, 12);
+    cr_assert_eq(strlen(text), 11, "cut: %s", text);
+    /* The subtree of a scope-bound key. */
+    cr_assert(cg_scope_within("", "", "", ""), "unbound reaches the tenant level");
+    cr_assert(cg_scope_within("s1", "", "s1", "t9"));
+    cr_assert(!cg_scope_within("s1", "", "s2", ""));
+    cr_assert(!cg_scope_within("s1", "", "", ""), "bound keys never reach the tenant level");
+    cr_assert(cg_scope_within("s1", "t1", "s1", "t1"));
+    cr_assert(!cg_scope_within("s1", "t1", "s1", ""), "a task key does not reach its session");
+    cr_assert(!cg_scope_within("s1", "t1", "s1", "t2"));
 }

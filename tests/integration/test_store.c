@@ -73,7 +73,8 @@ static struct cg_api_key make_key(struct cg_store *s, const char *tenant_id, con
     hash_of(secret, h);
     struct cg_api_key k;
     struct cg_err err;
-    cg_status rc = cg_store_key_create(s, tenant_id, key_id, h, "ci key", &k, &err);
+    struct cg_api_key_spec spec = {.name = "ci key", .role = 4};
+    cg_status rc = cg_store_key_create(s, tenant_id, key_id, h, &spec, &k, &err);
     cr_assert_eq(rc, CG_OK, "key_create: %s %s", cg_status_name(rc), err.msg);
     return k;
 }
@@ -355,18 +356,20 @@ Test(store, key_create_lookup_list_revoke, .init = setup, .fini = teardown, .tim
 
     /* Same id twice, unknown tenant, malformed ids. */
     struct cg_api_key dup;
-    cr_assert_eq(cg_store_key_create(s, t.tenant_id, k.key_id, want, "", &dup, &err),
+    const struct cg_api_key_spec agent = {.role = 1};
+    cr_assert_eq(cg_store_key_create(s, t.tenant_id, k.key_id, want, &agent, &dup, &err),
                  CG_ALREADY_EXISTS);
     cr_assert(strstr(err.msg, "key_id") != NULL, "%s", err.msg);
-    cr_assert_eq(
-        cg_store_key_create(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", "k2", want, "", &dup, &err),
-        CG_NOT_FOUND);
+    cr_assert_eq(cg_store_key_create(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", "k2", want, &agent,
+                                     &dup, &err),
+                 CG_NOT_FOUND);
     cr_assert(strstr(err.msg, "tenant_id") != NULL, "%s", err.msg);
-    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad key!", want, "", &dup, &err),
+    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad key!", want, &agent, &dup, &err),
                  CG_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "key_id") != NULL, "%s", err.msg);
-    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "k12345678901234567", want, "", &dup, &err),
-                 CG_INVALID_ARGUMENT);
+    cr_assert_eq(
+        cg_store_key_create(s, t.tenant_id, "k12345678901234567", want, &agent, &dup, &err),
+        CG_INVALID_ARGUMENT);
     cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, "nokey", &auth, &err), CG_NOT_FOUND);
     cr_assert_eq(cg_store_key_lookup(s, "nope", k.key_id, &auth, &err), CG_NOT_FOUND);
     cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, "x'y", &auth, &err), CG_NOT_FOUND);
