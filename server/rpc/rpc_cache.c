@@ -352,10 +352,13 @@ void cg_cache_key_drop(struct cg_cache *cache, const char *tenant_id, const char
     struct shard *s = shard_of(&cache->keys, h);
     pthread_mutex_lock(&s->lock);
     struct entry *e = find(s, h, name);
-    if (e != NULL) {
-        e->dropped = true;
-        e->drop_seq = seq;
-    }
+    /* A key never cached here gets an entry too, empty and dropped, so that its next
+     * lookup reads PostgreSQL (cg_cache_key_dropped) rather than a Redis entry that the
+     * revoking replica may have failed to mark. */
+    if (e == NULL)
+        e = insert(s, h, name);
+    e->dropped = true;
+    e->drop_seq = seq;
     s->drop_seq_max = seq;
     pthread_mutex_unlock(&s->lock);
 }

@@ -68,10 +68,10 @@ void cg_cache_key_put(struct cg_cache *cache, const char *tenant_id, const char 
 /* Forgets a key at once (revocation, here or announced on cg_keys). NULL cache: no-op. */
 void cg_cache_key_drop(struct cg_cache *cache, const char *tenant_id, const char *key_id);
 
-/* Whether the key's entry was dropped (cg_cache_key_drop) and not filled again since: its
- * next lookup should read PostgreSQL, since other caches (Redis) may still hold what the
- * drop announced to be wrong. False when it was never cached or has been evicted. NULL
- * cache: false. */
+/* Whether the key was dropped (cg_cache_key_drop, which leaves an empty entry for a key
+ * not cached) and not filled again since: its next lookup should read PostgreSQL, since
+ * other caches (Redis) may still hold what the drop announced to be wrong. False when
+ * that entry has been evicted since. NULL cache: false. */
 bool cg_cache_key_dropped(struct cg_cache *cache, const char *tenant_id, const char *key_id);
 
 /* Forgets every key: entries filled before are not served again, fills in flight are

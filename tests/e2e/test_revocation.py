@@ -115,6 +115,20 @@ class Revocation(cgtest.TestCase):
         self.assertEqual(redis_cli(url, "HGET", rkey, "revoked").strip(), "1",
                          "B's read of PostgreSQL rewrote the Redis entry")
 
+    def test_a_valid_redis_entry_does_not_admit_it_on_a_replica_that_never_cached_it(self):
+        # Only A used the key: B has nothing cached, and the Redis entry (A's) says valid.
+        a, b = self.replicas()
+        tenant_id, key_id, md = key_of(a)
+        self.assertIsNone(whoami(a, md))
+        rkey = f"cg:{{{tenant_id}}}:key:{key_id}"
+        url = cgtest.redis_url()
+        self.revoke_rpc(a, tenant_id, key_id)
+        revoked = time.monotonic()
+        redis_cli(url, "HSET", rkey, "revoked", "0")
+        delay = wait_refused(self, b, md, PROPAGATION_BOUND_S, revoked,
+                             "B (never cached it), Redis saying valid")
+        print(f"propagation to an uncached replica, stale Redis: {delay * 1000:.1f} ms")
+
     def test_without_the_notification_the_ttl_bounds_it(self):
         # The trigger silenced (session_replication_role = replica skips ordinary
         # triggers): only key_cache_ttl_s stops B, which proves the notification is what
