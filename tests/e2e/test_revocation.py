@@ -96,12 +96,13 @@ class Revocation(cgtest.TestCase):
                                  f"{name} after an UPDATE by SQL")
             print(f"propagation: {name} refused {delay * 1000:.1f} ms after the UPDATE")
 
-    def test_a_valid_redis_entry_does_not_revive_the_key(self):
-        # The revoking replica's Redis write lost: the entry still says valid. B, told by
-        # the notification, reads PostgreSQL instead of that entry.
+    def stale_redis_case(self, cached_on):
+        """The key used on cached_on ("a" or "b"), revoked through A, then its Redis entry
+        set back to valid (the revoking replica's Redis write lost): B must refuse it within
+        the bound all the same, since the notification makes it read PostgreSQL."""
         a, b = self.replicas()
         tenant_id, key_id, md = key_of(a)
-        self.assertIsNone(whoami(b, md))
+        self.assertIsNone(whoami(a if cached_on == "a" else b, md))
         rkey = f"cg:{{{tenant_id}}}:key:{key_id}"
         url = cgtest.redis_url()
         self.assertEqual(redis_cli(url, "HGET", rkey, "revoked").strip(), "0")
@@ -110,24 +111,18 @@ class Revocation(cgtest.TestCase):
         self.assertEqual(redis_cli(url, "HGET", rkey, "revoked").strip(), "1",
                          "RevokeApiKey marks the Redis entry revoked")
         redis_cli(url, "HSET", rkey, "revoked", "0")
-        delay = wait_refused(self, b, md, PROPAGATION_BOUND_S, revoked, "B, Redis saying valid")
-        print(f"propagation with a stale Redis entry: B refused {delay * 1000:.1f} ms after")
+        delay = wait_refused(self, b, md, PROPAGATION_BOUND_S, revoked,
+                             f"B (key used on {cached_on.upper()}), Redis saying valid")
+        print(f"propagation, stale Redis, key used on {cached_on.upper()}: B refused"
+              f" {delay * 1000:.1f} ms after RevokeApiKey returned")
         self.assertEqual(redis_cli(url, "HGET", rkey, "revoked").strip(), "1",
                          "B's read of PostgreSQL rewrote the Redis entry")
 
+    def test_a_valid_redis_entry_does_not_revive_the_key(self):
+        self.stale_redis_case("b")
+
     def test_a_valid_redis_entry_does_not_admit_it_on_a_replica_that_never_cached_it(self):
-        # Only A used the key: B has nothing cached, and the Redis entry (A's) says valid.
-        a, b = self.replicas()
-        tenant_id, key_id, md = key_of(a)
-        self.assertIsNone(whoami(a, md))
-        rkey = f"cg:{{{tenant_id}}}:key:{key_id}"
-        url = cgtest.redis_url()
-        self.revoke_rpc(a, tenant_id, key_id)
-        revoked = time.monotonic()
-        redis_cli(url, "HSET", rkey, "revoked", "0")
-        delay = wait_refused(self, b, md, PROPAGATION_BOUND_S, revoked,
-                             "B (never cached it), Redis saying valid")
-        print(f"propagation to an uncached replica, stale Redis: {delay * 1000:.1f} ms")
+        self.stale_redis_case("a")
 
     def test_without_the_notification_the_ttl_bounds_it(self):
         # The trigger silenced (session_replication_role = replica skips ordinary
