@@ -261,7 +261,12 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
         }
         struct cg_err serr;
         cg_err_clear(&serr);
-        cg_status st = cg_store_key_lookup(env->store, parts.tenant_id, parts.key_id, &rec, &serr);
+        /* A key dropped by a revocation (here, or announced on cg_keys) is read from
+         * PostgreSQL: Redis may not have heard of the revocation yet. */
+        cg_status st =
+            cg_cache_key_dropped(env->cache, parts.tenant_id, parts.key_id)
+                ? cg_store_key_lookup_fresh(env->store, parts.tenant_id, parts.key_id, &rec, &serr)
+                : cg_store_key_lookup(env->store, parts.tenant_id, parts.key_id, &rec, &serr);
         if (st == CG_NOT_FOUND)
             return cg_err_set(&call->err, CG_UNAUTHENTICATED,
                               "invalid API key in 'authorization' metadata");

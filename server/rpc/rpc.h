@@ -264,7 +264,8 @@ bool cg_rpc_health_probe(const struct cg_rpc_env *env);
 bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired);
 
 /* One step of WatchUsage's delivery (rpc_watch.c), for one thread of the process that owns
- * listener: waits up to timeout_ms for notifications of committed events, fetches the new
+ * listener: waits up to timeout_ms for notifications of committed events (and of revoked
+ * API keys, which it drops from the process's key cache), fetches the new
  * events of the tenants watched in this process into the in-process buffer (after a
  * reconnection: catches up from the table) and wakes the streams through
  * env->wake_streams, also when nothing arrived (heartbeats are due by time). Logs store

@@ -490,7 +490,8 @@ CG_HANDLER(cg_rpc_admin_revoke_api_key)
     cg_err_clear(&serr);
     st = cg_store_key_revoke(env->store, tenant, req->key_id, &k, &serr);
     /* This process stops accepting the key at once (also when the outcome is unknown);
-     * other replicas within key_cache_ttl_s, as with the Redis entry. */
+     * other replicas when the commit's cg_keys notification reaches them (migrations/0017),
+     * or within key_cache_ttl_s while their LISTEN connection is down. */
     cg_cache_key_drop(env->cache, tenant, req->key_id);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);

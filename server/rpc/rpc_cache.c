@@ -38,6 +38,17 @@
  * Listener down: the cache stops serving (cg_cache_set_live) rather than serving within
  * a TTL, because an outage of the LISTEN connection usually means PostgreSQL is away
  * too, where the on_store_failure policy (which reads the kept rows) is the answer.
+ *
+ * Keys: a revoked, changed or deleted key is announced on cg_keys by a trigger
+ * (migrations/0017), whoever changed it; the events thread drops it (cg_cache_key_drop),
+ * so every replica refuses it as soon as the notification arrives. While the listener is
+ * down keys are still served, for at most key_ttl_ms after their fill (refusing every
+ * key would fail every call during a blip of one connection); when it comes back every
+ * key filled before is forgotten (cg_cache_key_drop_all, from cg_cache_set_live), since
+ * the revocations announced meanwhile were lost. A key dropped by a notification is read
+ * again from PostgreSQL, not Redis (cg_cache_key_dropped): the Redis entry may still be
+ * the one from before the revocation, if the revoking replica has not overwritten it yet
+ * or failed to.
  */
 #include "rpc/rpc_cache.h"
 
@@ -94,8 +105,9 @@ struct cg_cache {
     int64_t row_ttl_ms;
     struct table keys;
     struct table rows;
-    atomic_uint_fast64_t seq;       /* the ticket: advanced by every drop */
-    atomic_uint_fast64_t flush_seq; /* fills with an older ticket are never fresh */
+    atomic_uint_fast64_t seq;           /* the ticket: advanced by every drop */
+    atomic_uint_fast64_t flush_seq;     /* fills with an older ticket are never fresh */
+    atomic_uint_fast64_t key_flush_seq; /* the same for keys (cg_cache_key_drop_all) */
     atomic_bool live;
     atomic_bool store_down;
     atomic_uint_fast64_t outage_epoch;
@@ -255,6 +267,7 @@ struct cg_cache *cg_cache_new(const struct cg_cache_opts *opts)
     c->row_ttl_ms = opts->row_ttl_ms > 0 ? opts->row_ttl_ms : CG_CACHE_ROW_TTL_MS_DEFAULT;
     atomic_init(&c->seq, 1);
     atomic_init(&c->flush_seq, 1);
+    atomic_init(&c->key_flush_seq, 1);
     atomic_init(&c->live, false);
     atomic_init(&c->store_down, false);
     atomic_init(&c->outage_epoch, 1);
@@ -297,7 +310,8 @@ bool cg_cache_key_get(struct cg_cache *cache, const char *tenant_id, const char 
     struct shard *s = shard_of(&cache->keys, h);
     pthread_mutex_lock(&s->lock);
     struct entry *e = find(s, h, name);
-    bool hit = e != NULL && !e->dropped && now_ms - e->filled_ms < cache->key_ttl_ms;
+    bool hit = e != NULL && !e->dropped && e->fill_ticket >= atomic_load(&cache->key_flush_seq) &&
+               now_ms - e->filled_ms < cache->key_ttl_ms;
     if (hit)
         *out = e->key;
     pthread_mutex_unlock(&s->lock);
@@ -315,7 +329,9 @@ void cg_cache_key_put(struct cg_cache *cache, const char *tenant_id, const char 
     struct shard *s = shard_of(&cache->keys, h);
     pthread_mutex_lock(&s->lock);
     struct entry *e = find(s, h, name);
-    if (e == NULL ? ticket >= s->drop_seq_max : ticket >= e->drop_seq) {
+    bool newer = ticket >= atomic_load(&cache->key_flush_seq) &&
+                 (e == NULL ? ticket >= s->drop_seq_max : ticket >= e->drop_seq);
+    if (newer) {
         if (e == NULL)
             e = insert(s, h, name);
         e->key = *entry;
@@ -336,12 +352,38 @@ void cg_cache_key_drop(struct cg_cache *cache, const char *tenant_id, const char
     struct shard *s = shard_of(&cache->keys, h);
     pthread_mutex_lock(&s->lock);
     struct entry *e = find(s, h, name);
-    if (e != NULL) {
-        e->dropped = true;
-        e->drop_seq = seq;
-    }
+    /* A key never cached here gets an entry too, empty and dropped, so that its next
+     * lookup reads PostgreSQL (cg_cache_key_dropped) rather than a Redis entry that the
+     * revoking replica may have failed to mark. */
+    if (e == NULL)
+        e = insert(s, h, name);
+    e->dropped = true;
+    e->drop_seq = seq;
     s->drop_seq_max = seq;
     pthread_mutex_unlock(&s->lock);
+}
+
+bool cg_cache_key_dropped(struct cg_cache *cache, const char *tenant_id, const char *key_id)
+{
+    char name[NAME_MAX_BYTES];
+    if (cache == NULL || !key_name(tenant_id, key_id, name, sizeof name))
+        return false;
+    uint64_t h = hash_name(name);
+    struct shard *s = shard_of(&cache->keys, h);
+    pthread_mutex_lock(&s->lock);
+    struct entry *e = find(s, h, name);
+    bool dropped = e != NULL && e->dropped;
+    pthread_mutex_unlock(&s->lock);
+    return dropped;
+}
+
+void cg_cache_key_drop_all(struct cg_cache *cache)
+{
+    if (cache == NULL)
+        return;
+    /* As cg_cache_drop_all: entries filled before are never served again, and a fill in
+     * flight (its ticket older) is refused. */
+    atomic_store(&cache->key_flush_seq, next_drop(cache));
 }
 
 /* ---------------------------------------------------------------- rows ------------ */
@@ -535,8 +577,11 @@ void cg_cache_set_live(struct cg_cache *cache, bool live)
     if (cache == NULL)
         return;
     bool was = atomic_exchange(&cache->live, live);
-    if (live && !was)
-        cg_cache_drop_all(cache); /* what changed while nobody listened is unknown */
+    if (live && !was) {
+        /* What changed while nobody listened is unknown: budget rows and revoked keys. */
+        cg_cache_drop_all(cache);
+        cg_cache_key_drop_all(cache);
+    }
 }
 
 bool cg_cache_is_live(const struct cg_cache *cache)

@@ -17,6 +17,9 @@
  *     row_ttl_ms after it was read from PostgreSQL or Redis, then read again);
  *   - while the LISTEN connection is down nothing is served as fresh (cg_cache_set_live),
  *     and what was filled before it came back is never served as fresh again.
+ * Keys: a revoked (changed, deleted) key is dropped when its cg_keys notification arrives
+ * (migrations/0017, from the events thread); while the LISTEN connection is down a key is
+ * served for at most key_ttl_ms after its fill, and every key is dropped when it is back.
  * Stale rows stay readable for the on_store_failure policy (cg_cache_path_get with
  * allow_stale), which is what they are kept for during a PostgreSQL outage.
  */
@@ -62,8 +65,19 @@ bool cg_cache_key_get(struct cg_cache *cache, const char *tenant_id, const char 
 void cg_cache_key_put(struct cg_cache *cache, const char *tenant_id, const char *key_id,
                       const struct cg_key_auth *entry, uint64_t ticket, int64_t now_ms);
 
-/* Forgets a key at once (revocation). NULL cache: no-op. */
+/* Forgets a key at once (revocation, here or announced on cg_keys). NULL cache: no-op. */
 void cg_cache_key_drop(struct cg_cache *cache, const char *tenant_id, const char *key_id);
+
+/* Whether the key was dropped (cg_cache_key_drop, which leaves an empty entry for a key
+ * not cached) and not filled again since: its next lookup should read PostgreSQL, since
+ * other caches (Redis) may still hold what the drop announced to be wrong. False when
+ * that entry has been evicted since. NULL cache: false. */
+bool cg_cache_key_dropped(struct cg_cache *cache, const char *tenant_id, const char *key_id);
+
+/* Forgets every key: entries filled before are not served again, fills in flight are
+ * refused (their ticket is older). Called when the LISTEN connection (re)connects, and
+ * when a cg_keys notification names every key. NULL cache: no-op. */
+void cg_cache_key_drop_all(struct cg_cache *cache);
 
 /* ---- budget rows ---- */
 
@@ -102,8 +116,9 @@ void cg_cache_drop_tenant(struct cg_cache *cache, const char *tenant_id);
 void cg_cache_drop_all(struct cg_cache *cache);
 
 /* Whether writes of other replicas are being heard (the events thread's LISTEN connection
- * is up). Going down stops fresh hits; coming back (true after false) also drops
- * everything filled before, since notifications sent meanwhile were lost. */
+ * is up). Going down stops fresh hits of rows (keys are still served within key_ttl_ms);
+ * coming back (true after false) drops every row and every key filled before, since
+ * notifications sent meanwhile were lost. */
 void cg_cache_set_live(struct cg_cache *cache, bool live);
 bool cg_cache_is_live(const struct cg_cache *cache);
 

@@ -194,6 +194,24 @@ static cg_status fetch_into_feed(struct cg_store_listener *l, const char *tenant
     return st;
 }
 
+/* Revoked, changed and deleted keys (cg_keys, migrations/0017) leave the process's key
+ * cache at once: the next call with one reads PostgreSQL. */
+static void drop_announced_keys(const struct cg_rpc_env *env, struct cg_store_listener *listener)
+{
+    struct cg_key_notice keys[CG_STORE_KEY_NOTICES_MAX];
+    int nkeys = 0;
+    if (cg_store_listener_keys(listener, keys, CG_STORE_KEY_NOTICES_MAX, &nkeys)) {
+        cg_cache_key_drop_all(env->cache);
+        cg_log(CG_LOG_INFO, MOD, NULL, "every cached API key dropped (cg_keys)");
+        return;
+    }
+    for (int i = 0; i < nkeys; i++) {
+        cg_cache_key_drop(env->cache, keys[i].tenant_id, keys[i].key_id);
+        cg_log(CG_LOG_DEBUG, MOD, NULL, "API key %s of tenant %s dropped (cg_keys)", keys[i].key_id,
+               keys[i].tenant_id);
+    }
+}
+
 bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *listener,
                         int timeout_ms)
 {
@@ -222,6 +240,7 @@ bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *
     cg_cache_set_live(env->cache, true);
     for (int i = 0; i < count; i++)
         cg_cache_drop_path(env->cache, notices[i].tenant_id, &notices[i].ids);
+    drop_announced_keys(env, listener);
     if (relistened) {
         /* Notifications sent while nobody listened are lost: read what the table has. */
         int64_t since = listen_ok_ms > 0 ? listen_ok_ms - CATCHUP_MARGIN_MS : 0;

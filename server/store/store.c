@@ -376,27 +376,48 @@ cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, con
     if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_key_id_valid(key_id))
         return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_API_KEY_NOT_FOUND, "key_id: no such key");
     cg_status rc = cg_pg_key_revoke(store->pg, id, key_id, out, err);
-    /* Also when the outcome is unknown (connection lost, timed out): dropping an entry
-     * that is still right costs one PostgreSQL read, keeping a stale one does not. */
-    if (store->redis != NULL && (rc == CG_OK || rc == CG_UNAVAILABLE || rc == CG_DEADLINE_EXCEEDED))
-        (void)cg_redis_key_drop(store->redis, id, key_id);
+    /* Marked revoked, not deleted: a lookup elsewhere that read PostgreSQL just before the
+     * commit cannot put the key back as valid (cg_redis_key_put keeps a revoked entry).
+     * Also when the outcome is unknown (connection lost, timed out): a key marked revoked
+     * that is not gets read from PostgreSQL again within key_cache_ttl_s at most. */
+    if (store->redis != NULL &&
+        (rc == CG_OK || rc == CG_UNAVAILABLE || rc == CG_DEADLINE_EXCEEDED)) {
+        if (cache_enabled(store))
+            (void)cg_redis_key_revoke(store->redis, id, key_id, store->key_cache_ttl_s);
+        else
+            (void)cg_redis_key_drop(store->redis, id, key_id);
+    }
     return rc;
 }
 
-cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, const char *key_id,
-                              struct cg_key_auth *out, struct cg_err *err)
+/* cg_store_key_lookup and cg_store_key_lookup_fresh: read_cache says whether Redis is read
+ * first. PostgreSQL's answer is written to Redis either way. */
+static cg_status key_lookup(struct cg_store *store, const char *tenant_id, const char *key_id,
+                            bool read_cache, struct cg_key_auth *out, struct cg_err *err)
 {
     if (cg__store_deadline_passed(store))
         return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_key_id_valid(key_id))
         return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_API_KEY_NOT_FOUND, "key_id: no such key");
-    if (cache_enabled(store) && cg_redis_key_get(store->redis, id, key_id, out))
+    if (read_cache && cache_enabled(store) && cg_redis_key_get(store->redis, id, key_id, out))
         return CG_OK;
     cg_status rc = cg_pg_key_lookup(store->pg, id, key_id, out, err);
     if (rc == CG_OK && cache_enabled(store))
         cg_redis_key_put(store->redis, id, key_id, out, store->key_cache_ttl_s);
     return rc;
+}
+
+cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, const char *key_id,
+                              struct cg_key_auth *out, struct cg_err *err)
+{
+    return key_lookup(store, tenant_id, key_id, true, out, err);
+}
+
+cg_status cg_store_key_lookup_fresh(struct cg_store *store, const char *tenant_id,
+                                    const char *key_id, struct cg_key_auth *out, struct cg_err *err)
+{
+    return key_lookup(store, tenant_id, key_id, false, out, err);
 }
 
 cg_status cg_store_key_touch(struct cg_store *store, const char *tenant_id, const char *key_id,

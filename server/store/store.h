@@ -180,8 +180,9 @@ cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id, con
 cg_status cg_store_key_list(struct cg_store *store, const char *tenant_id, int limit,
                             struct cg_api_key *out, int *count, struct cg_err *err) CG_MUST_CHECK;
 
-/* Revokes a key (idempotent: revoking twice keeps the first time) and drops it from
- * the cache. CG_NOT_FOUND when the tenant has no such key. */
+/* Revokes a key (idempotent: revoking twice keeps the first time) and marks it revoked
+ * in the Redis cache. The commit announces it to every server (cg_keys, migrations/0017).
+ * CG_NOT_FOUND when the tenant has no such key. */
 cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, const char *key_id,
                               struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
 
@@ -190,6 +191,13 @@ cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, con
  * malformed ids). A revoked key is found, with revoked set. */
 cg_status cg_store_key_lookup(struct cg_store *store, const char *tenant_id, const char *key_id,
                               struct cg_key_auth *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* As cg_store_key_lookup, but reads PostgreSQL without looking at Redis first (its answer
+ * is still written there): for a key announced as revoked or changed, whose Redis entry
+ * may predate the announcement. */
+cg_status cg_store_key_lookup_fresh(struct cg_store *store, const char *tenant_id,
+                                    const char *key_id, struct cg_key_auth *out,
+                                    struct cg_err *err) CG_MUST_CHECK;
 
 /* Records that the key was used now (ApiKey.last_used_at_unix_ms, to the minute): at most
  * one write per key per minute in PostgreSQL. Best effort: callers may ignore a failure. */
@@ -1047,6 +1055,14 @@ struct cg_event_notice {
     int64_t seq;
 };
 
+/* An API key that a cg_keys notification announced as revoked, changed or deleted
+ * (migrations/0017): whatever a server cached about it is wrong now. */
+#define CG_STORE_KEY_NOTICES_MAX 64
+struct cg_key_notice {
+    char tenant_id[CG_UUID_LEN + 1]; /* lower case */
+    char key_id[CG_KEY_ID_LEN + 1];
+};
+
 /* A range of one scope's events to fetch: seq in (after_seq, upto_seq]; upto 0: no bound. */
 struct cg_event_want {
     struct cg_scope_ids ids;
@@ -1061,15 +1077,25 @@ struct cg_store_listener *cg_store_listener_new(const struct cg_store_opts *opts
 /* Closes the connection and frees the listener; NULL is a no-op. */
 void cg_store_listener_free(struct cg_store_listener *l);
 
-/* (Re)establishes LISTEN when needed (*relistened is then true: notifications sent while
- * it was not listening are lost, and the caller catches up from the table), then returns
- * the notifications already received, or waits up to timeout_ms for some (poll() on the
- * socket: no busy loop). Fills up to max of out, *count how many (more stay queued for the
- * next call). CG_UNAVAILABLE when PostgreSQL cannot be reached (the caller retries later;
- * the connection is remade then). */
+/* (Re)establishes LISTEN (cg_events and cg_keys) when needed (*relistened is then true:
+ * notifications sent while it was not listening are lost, and the caller catches up from
+ * the table and drops every cached key), then returns the notifications already received,
+ * or waits up to timeout_ms for some (poll() on the socket: no busy loop). Fills up to max
+ * of out with events, *count how many (more stay queued for the next call); the keys
+ * announced are read with cg_store_listener_keys. CG_UNAVAILABLE when PostgreSQL cannot be reached
+ * (the caller retries later; the connection is remade then). */
 cg_status cg_store_listener_wait(struct cg_store_listener *l, int timeout_ms,
                                  struct cg_event_notice *out, int max, int *count, bool *relistened,
                                  struct cg_err *err) CG_MUST_CHECK;
+
+/* The keys announced on cg_keys (revoked, changed or deleted: see struct cg_key_notice)
+ * among the notifications the last cg_store_listener_wait received: up to max of them into
+ * out, *count how many. Returns true when every cached key must be dropped instead: the
+ * table was truncated, or more keys were announced at once than CG_STORE_KEY_NOTICES_MAX
+ * (then out is not filled). Payloads that are not '<tenant uuid>:<key_id>' or '*' are
+ * logged and skipped: a NOTIFY on cg_keys by anyone else names no key of ours. */
+bool cg_store_listener_keys(struct cg_store_listener *l, struct cg_key_notice *out, int max,
+                            int *count);
 
 /* Fetches the events of one tenant in the ranges of wants[0..nwants) (at most 256), in
  * order of scope then seq, up to max into out; *count gets how many. With since_ms > 0,

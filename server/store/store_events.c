@@ -1,8 +1,10 @@
 /* store_events.c - the facade of the event log and of the LISTEN connection: checks,
- * deadline, then PostgreSQL (store_pg_events.c). See store.h, "events". */
+ * deadline, then PostgreSQL (store_pg_events.c). See store.h, "events". The key
+ * notifications' payloads (migrations/0017) are validated here. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "store/store_internal.h"
 #include "store/store_pg_events.h"
 
@@ -11,10 +13,12 @@
 #define EXPIRE_LIMIT_MAX 100000
 #define DEFAULT_CONNECT_TIMEOUT_MS 3000
 #define DEFAULT_STATEMENT_TIMEOUT_MS 5000
+#define MOD "store"
 
 struct cg_store_listener {
     struct cg_pg *pg;
     void *listening; /* the connection LISTEN was sent on (compared, never dereferenced) */
+    struct cg_pg_key_payloads keys; /* of the last wait */
 };
 
 cg_status cg_store_event_append(struct cg_store *store, const char *tenant_id,
@@ -120,7 +124,40 @@ cg_status cg_store_listener_wait(struct cg_store_listener *l, int timeout_ms,
     if (max < 1 || out == NULL)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "max: must be at least 1");
     return cg_pg_listen_wait(l->pg, &l->listening, timeout_ms < 0 ? 0 : timeout_ms, out, max, count,
-                             relistened, err);
+                             &l->keys, relistened, err);
+}
+
+/* '<tenant uuid>:<key_id>' into out; false when payload is not that. */
+static bool parse_key_payload(const char *payload, struct cg_key_notice *out)
+{
+    const char *colon = strchr(payload, ':');
+    if (colon == NULL || colon - payload != CG_UUID_LEN)
+        return false;
+    char tenant[CG_UUID_LEN + 1];
+    memcpy(tenant, payload, CG_UUID_LEN);
+    tenant[CG_UUID_LEN] = '\0';
+    if (!cg__store_normalize_uuid(tenant, out->tenant_id) || !cg__store_key_id_valid(colon + 1))
+        return false;
+    memcpy(out->key_id, colon + 1, strlen(colon + 1) + 1); /* at most CG_KEY_ID_LEN */
+    return true;
+}
+
+bool cg_store_listener_keys(struct cg_store_listener *l, struct cg_key_notice *out, int max,
+                            int *count)
+{
+    *count = 0;
+    if (l->keys.overflow || l->keys.count > max)
+        return true;
+    for (int i = 0; i < l->keys.count; i++) {
+        const char *payload = l->keys.payload[i];
+        if (strcmp(payload, "*") == 0)
+            return true;
+        if (parse_key_payload(payload, &out[*count]))
+            (*count)++;
+        else
+            cg_log(CG_LOG_WARN, MOD, NULL, "cg_keys: ignored a notification that names no key");
+    }
+    return false;
 }
 
 cg_status cg_store_listener_fetch(struct cg_store_listener *l, const char *tenant_id,

@@ -1,7 +1,8 @@
 /* store_pg_events.c - the event log's SQL and the LISTEN connection (see store.h,
  * "events", and migrations/0006_events.sql). Events are appended by the SQL function
  * cg_events_append, which numbers them per scope under the scope row's lock and NOTIFYs
- * cg_events; every statement is keyed by tenant_id.
+ * cg_events; every statement is keyed by tenant_id. The same connection LISTENs on
+ * cg_keys, where a trigger announces revoked, changed and deleted API keys (0017).
  */
 #include "store/store_pg_events.h"
 
@@ -264,36 +265,60 @@ static bool parse_notice(const char *payload, struct cg_event_notice *out)
     return out->seq > 0;
 }
 
-static void drain(PGconn *conn, struct cg_event_notice *out, int max, int *count)
+/* Stores one cg_keys payload (checked later, by the facade). */
+static void key_payload_add(struct cg_pg_key_payloads *keys, const char *payload)
+{
+    if (keys->count == CG_STORE_KEY_NOTICES_MAX) {
+        keys->overflow = true;
+        return;
+    }
+    char *slot = keys->payload[keys->count++];
+    size_t len = strlen(payload);
+    if (len >= CG_PG_KEY_PAYLOAD_LEN)
+        len = 0; /* too long to be one of ours: refused as malformed */
+    memcpy(slot, payload, len);
+    slot[len] = '\0';
+}
+
+static void drain(PGconn *conn, struct cg_event_notice *out, int max, int *count,
+                  struct cg_pg_key_payloads *keys)
 {
     PGnotify *n;
     while (*count < max && (n = PQnotifies(conn)) != NULL) {
         if (strcmp(n->relname, "cg_events") == 0 && parse_notice(n->extra, &out[*count]))
             (*count)++;
+        else if (strcmp(n->relname, "cg_keys") == 0)
+            key_payload_add(keys, n->extra);
         PQfreemem(n);
     }
 }
 
 cg_status cg_pg_listen_wait(struct cg_pg *pg, void **listening, int timeout_ms,
-                            struct cg_event_notice *out, int max, int *count, bool *relistened,
-                            struct cg_err *err)
+                            struct cg_event_notice *out, int max, int *count,
+                            struct cg_pg_key_payloads *keys, bool *relistened, struct cg_err *err)
 {
     *count = 0;
+    keys->count = 0;
+    keys->overflow = false;
     *relistened = false;
     if (pg->conn == NULL || (void *)pg->conn != *listening) {
         *listening = NULL;
-        PGresult *res = NULL;
-        cg_status rc =
-            cg__pg_run(pg, "listen", "LISTEN cg_events", 0, NULL, NULL, NULL, 0, &res, err);
-        PQclear(res);
-        if (rc != CG_OK)
-            return rc;
+        /* A key revoked before LISTEN cg_keys took effect is unheard; the caller drops every
+         * cached key on *relistened, which comes after both. */
+        static const char *const channels[] = {"LISTEN cg_events", "LISTEN cg_keys"};
+        for (int i = 0; i < 2; i++) {
+            PGresult *res = NULL;
+            cg_status rc = cg__pg_run(pg, "listen", channels[i], 0, NULL, NULL, NULL, 0, &res, err);
+            PQclear(res);
+            if (rc != CG_OK)
+                return rc;
+        }
         *listening = pg->conn;
         *relistened = true;
     }
     PGconn *conn = pg->conn;
-    drain(conn, out, max, count);
-    if (*count > 0)
+    drain(conn, out, max, count, keys);
+    if (*count > 0 || keys->count > 0 || keys->overflow)
         return CG_OK;
     struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
     if (p.fd < 0)
@@ -304,7 +329,7 @@ cg_status cg_pg_listen_wait(struct cg_pg *pg, void **listening, int timeout_ms,
     if (ready > 0) {
         if (!PQconsumeInput(conn) || PQstatus(conn) != CONNECTION_OK)
             goto lost;
-        drain(conn, out, max, count);
+        drain(conn, out, max, count, keys);
     }
     return CG_OK;
 lost:

@@ -29,10 +29,22 @@ cg_status cg_pg_event_seq(struct cg_pg *pg, const char *tenant_id, const struct 
 cg_status cg_pg_events_expire(struct cg_pg *pg, const char *tenant_id, int64_t before_ms, int limit,
                               int *deleted, struct cg_err *err) CG_MUST_CHECK;
 
-/* LISTEN cg_events when conn is not *listening (a new or remade connection); then drains
- * notifications or waits up to timeout_ms. See cg_store_listener_wait. */
+/* The payloads of cg_keys notifications (migrations/0017) as received, unchecked: the
+ * facade (store_events.c) validates them. A payload that does not fit is stored empty (so
+ * it is refused as malformed); more than fit set overflow. */
+#define CG_PG_KEY_PAYLOAD_LEN 64
+struct cg_pg_key_payloads {
+    char payload[CG_STORE_KEY_NOTICES_MAX][CG_PG_KEY_PAYLOAD_LEN];
+    int count;
+    bool overflow;
+};
+
+/* LISTEN cg_events and cg_keys when conn is not *listening (a new or remade connection);
+ * then drains notifications or waits up to timeout_ms. keys is emptied first and gets the
+ * cg_keys payloads received. See cg_store_listener_wait. */
 cg_status cg_pg_listen_wait(struct cg_pg *pg, void **listening, int timeout_ms,
-                            struct cg_event_notice *out, int max, int *count, bool *relistened,
+                            struct cg_event_notice *out, int max, int *count,
+                            struct cg_pg_key_payloads *keys, bool *relistened,
                             struct cg_err *err) CG_MUST_CHECK;
 
 cg_status cg_pg_events_fetch(struct cg_pg *pg, const char *tenant_id,

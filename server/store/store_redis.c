@@ -32,8 +32,10 @@
 #define DB_MAX 1000000
 
 /* Replaces an entry and sets its expiry in one step, so that a failure between the two can
- * never leave an entry that does not expire. */
+ * never leave an entry that does not expire. Revocation is one-way: an entry (or marker)
+ * saying revoked is not replaced by a valid one read before the revocation. */
 static const char put_script[] =
+    "if ARGV[3] == '0' and redis.call('HGET', KEYS[1], 'revoked') == '1' then return 0 end "
     "redis.call('DEL', KEYS[1]) "
     "redis.call('HSET', KEYS[1], 'tenant_name', ARGV[1], 'secret_hash', ARGV[2], "
     "'revoked', ARGV[3], 'grant', ARGV[4], 'scope_session', ARGV[5], 'scope_task', ARGV[6]) "
@@ -495,6 +497,30 @@ bool cg_redis_key_drop(struct cg_redis *redis, const char *tenant_id, const char
         return false;
     freeReplyObject(reply);
     return true;
+}
+
+/* Marks an entry revoked; a key without an entry gets a marker of that one field (no
+ * tenant_name, no secret_hash: cg_redis_key_get misses on it), expiring in ARGV[1] s. */
+static const char revoke_script[] =
+    "redis.call('HSET', KEYS[1], 'revoked', '1') "
+    "if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end "
+    "return 1";
+
+bool cg_redis_key_revoke(struct cg_redis *redis, const char *tenant_id, const char *key_id,
+                         int ttl_s)
+{
+    char key[KEY_NAME_MAX];
+    if (ttl_s <= 0 || !cg_redis_key_name(tenant_id, key_id, key, sizeof key))
+        return false;
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", ttl_s);
+    const char *argv[] = {"EVAL", revoke_script, "1", key, ttl};
+    redisReply *reply = command(redis, "EVAL", 5, argv, NULL);
+    if (reply == NULL)
+        return false;
+    bool ok = reply->type == REDIS_REPLY_INTEGER;
+    freeReplyObject(reply);
+    return ok;
 }
 
 /* ------------------------------------------------------------------ budget rows --- */

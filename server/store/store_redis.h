@@ -69,9 +69,18 @@ bool cg_redis_key_get(struct cg_redis *redis, const char *tenant_id, const char 
                       struct cg_key_auth *out);
 
 /* Caches an entry for ttl_s seconds (> 0), replacing any previous one, atomically (the
- * entry never exists without its expiry). Best effort. */
+ * entry never exists without its expiry), except that an entry saying revoked is never
+ * replaced by one that does not: a lookup that read PostgreSQL before a revocation and
+ * writes after it cannot bring the key back (cg_redis_key_revoke). Best effort. */
 void cg_redis_key_put(struct cg_redis *redis, const char *tenant_id, const char *key_id,
                       const struct cg_key_auth *entry, int ttl_s);
+
+/* Marks the entry of a key revoked, keeping its expiry; without an entry, leaves a marker
+ * that expires in ttl_s seconds (> 0), which cg_redis_key_get reads as a miss and which
+ * keeps cg_redis_key_put from storing the key as valid meanwhile. Best effort: returns
+ * whether Redis confirmed it. */
+bool cg_redis_key_revoke(struct cg_redis *redis, const char *tenant_id, const char *key_id,
+                         int ttl_s);
 
 /* Deletes the entry of a key. Best effort: returns whether Redis confirmed it. */
 bool cg_redis_key_drop(struct cg_redis *redis, const char *tenant_id, const char *key_id);

@@ -200,6 +200,38 @@ Test(cache, keys_and_revocation)
     cr_assert_not(cg_cache_key_get(NULL, TENANT, "k1", 100, &out));
 }
 
+/* A revocation announced for a key never cached here leaves it to PostgreSQL; a
+ * reconnection of the listener forgets every key and refuses the fills in flight. */
+Test(cache, announced_keys_and_reconnection)
+{
+    struct cg_cache *c = new_cache(1000, 0);
+    struct cg_key_auth k, out;
+    memset(&k, 0, sizeof k);
+    cr_assert_not(cg_cache_key_dropped(c, TENANT, "k2"));
+    cg_cache_key_drop(c, TENANT, "k2"); /* announced on cg_keys, never cached here */
+    cr_assert(cg_cache_key_dropped(c, TENANT, "k2"), "its next lookup must read PostgreSQL");
+    cr_assert_not(cg_cache_key_get(c, TENANT, "k2", 100, &out));
+    cg_cache_key_put(c, TENANT, "k2", &k, cg_cache_ticket(c), 100);
+    cr_assert_not(cg_cache_key_dropped(c, TENANT, "k2"), "filled again after the drop");
+    cr_assert(cg_cache_key_get(c, TENANT, "k2", 100, &out));
+
+    cg_cache_key_put(c, TENANT, "k1", &k, cg_cache_ticket(c), 100);
+    uint64_t in_flight = cg_cache_ticket(c);
+    cr_assert(cg_cache_key_get(c, TENANT, "k1", 100, &out));
+    cg_cache_set_live(c, false); /* the LISTEN connection is lost: keys still served */
+    cr_assert(cg_cache_key_get(c, TENANT, "k1", 100, &out), "within key_ttl_ms while down");
+    cg_cache_set_live(c, true); /* back: revocations sent meanwhile were lost */
+    cr_assert_not(cg_cache_key_get(c, TENANT, "k1", 100, &out));
+    cr_assert_not(cg_cache_key_get(c, TENANT, "k2", 100, &out));
+    cg_cache_key_put(c, TENANT, "k1", &k, in_flight, 101);
+    cr_assert_not(cg_cache_key_get(c, TENANT, "k1", 101, &out), "a fill read before the flush");
+    cg_cache_key_put(c, TENANT, "k1", &k, cg_cache_ticket(c), 102);
+    cr_assert(cg_cache_key_get(c, TENANT, "k1", 102, &out));
+    cg_cache_key_drop_all(c); /* a TRUNCATE announced on cg_keys */
+    cr_assert_not(cg_cache_key_get(c, TENANT, "k1", 102, &out));
+    cg_cache_free(c);
+}
+
 Test(cache, local_allowance_per_outage)
 {
     struct cg_cache *c = new_cache(1000, 0);
