@@ -1,11 +1,13 @@
 """`ctxguard migrate` and migrate-on-start: ordered, recorded once, safe when concurrent."""
 
+import hashlib
 import os
 import re
 import subprocess
 import time
 
 import cgtest
+from cgtest import admin_pb2, budget_pb2, budget_pb2_grpc, common_pb2
 
 
 def migration_versions():
@@ -97,3 +99,52 @@ class Migrate(cgtest.TestCase):
 if __name__ == "__main__":
     import unittest
     unittest.main()
+
+
+class KeysBeforeRoles(cgtest.TestCase):
+    """A deployment's keys made before roles existed (migration 0016) keep working."""
+
+    def test_existing_keys_become_tenant_admins_and_keep_working(self):
+        schema = cgtest.new_schema()
+        self.addCleanup(cgtest.drop_schema, schema)
+        dsn = cgtest.dsn_with_schema(cgtest.pg_dsn(), schema)
+        d = os.path.join(cgtest.SOURCE_DIR, "migrations")
+        cgtest.psql("CREATE TABLE schema_migrations (version int PRIMARY KEY, name text NOT NULL,"
+                    " applied_at timestamptz NOT NULL DEFAULT now())", dsn)
+        for f in sorted(os.listdir(d)):
+            m = re.match(r"^(\d{4})_(\w+)\.sql$", f)
+            if m is None or int(m.group(1)) >= 16:
+                continue
+            with open(os.path.join(d, f), encoding="utf-8") as fh:
+                cgtest.psql(fh.read(), dsn)
+            cgtest.psql(f"INSERT INTO schema_migrations VALUES ({int(m.group(1))}, "
+                        f"'{m.group(2)}')", dsn)
+        tenant_id = cgtest.psql("INSERT INTO tenants (name) VALUES ('before-roles')"
+                                " RETURNING tenant_id", dsn).strip()
+        key_id, secret = "00112233aabbccdd", "A" * 43
+        key = f"cgk_{tenant_id.replace('-', '')}_{key_id}_{secret}"
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        cgtest.psql(f"INSERT INTO api_keys (tenant_id, key_id, secret_hash, name) VALUES "
+                    f"('{tenant_id}', '{key_id}', decode('{digest}', 'hex'), 'old')", dsn)
+
+        r = subprocess.run([cgtest.server_bin(), "migrate"], env=cgtest.clean_env(
+            {"CTXGUARD_PG_DSN": dsn, "CTXGUARD_REDIS_URL": ""}), stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(cgtest.psql("SELECT role FROM api_keys", dsn).strip(), "4")
+
+        srv = cgtest.start_server(self, schema=schema)
+        ch = srv.channel()
+        md = cgtest.bearer(key)
+        me = srv.admin(ch).WhoAmI(admin_pb2.WhoAmIRequest(), metadata=md, timeout=10)
+        self.assertEqual(me.role, admin_pb2.API_KEY_ROLE_ADMIN)
+        # What a key could do before: set a budget, spend, and create keys of its tenant.
+        stub = budget_pb2_grpc.BudgetServiceStub(ch)
+        sc = common_pb2.Scope(session_id="s1")
+        stub.SetBudget(budget_pb2.SetBudgetRequest(
+            scope=sc, settings=budget_pb2.BudgetSettings(limit_tokens=1000)), metadata=md,
+            timeout=10)
+        r = stub.Reserve(budget_pb2.ReserveRequest(scope=sc, tokens=100), metadata=md, timeout=10)
+        self.assertEqual(r.decision, budget_pb2.DECISION_ALLOW, r)
+        k = srv.admin(ch).CreateApiKey(admin_pb2.CreateApiKeyRequest(), metadata=md, timeout=10)
+        self.assertEqual(k.key.role, admin_pb2.API_KEY_ROLE_AGENT, "new keys default to agent")
