@@ -322,10 +322,14 @@ class AsyncClient:
         return (await self._unary("UpdateTenantSettings", _common.request(
             "UpdateTenantSettings", tenant_id=tenant_id, settings=settings), timeout)).tenant
 
-    async def create_api_key(self, tenant_id: str, name: str = "", *,
-                       timeout: Optional[float] = None) -> "admin_pb2.CreateApiKeyResponse":
+    async def create_api_key(self, tenant_id: str = "", name: str = "", *, role: Any = None,
+                             scope: Any = None, ttl_ms: int = 0,
+                             timeout: Optional[float] = None
+                             ) -> "admin_pb2.CreateApiKeyResponse":
+        """As Client.create_api_key."""
         return await self._unary("CreateApiKey", _common.request(
-            "CreateApiKey", tenant_id=tenant_id, name=name), timeout)
+            "CreateApiKey", tenant_id=tenant_id, name=name, role=role, scope=scope,
+            ttl_ms=ttl_ms), timeout)
 
     async def list_api_keys(self, tenant_id: str, *,
                       timeout: Optional[float] = None) -> List["admin_pb2.ApiKey"]:

@@ -329,10 +329,15 @@ class Client:
         return self._unary("UpdateTenantSettings", _common.request(
             "UpdateTenantSettings", tenant_id=tenant_id, settings=settings), timeout).tenant
 
-    def create_api_key(self, tenant_id: str, name: str = "", *,
+    def create_api_key(self, tenant_id: str = "", name: str = "", *, role: Any = None,
+                       scope: Any = None, ttl_ms: int = 0,
                        timeout: Optional[float] = None) -> "admin_pb2.CreateApiKeyResponse":
+        """A new key (its secret is in the answer, once). role: "agent" (the default),
+        "viewer", "operator" or "admin"; scope: bind it to "session" or "session/task";
+        ttl_ms: expire it. tenant_id may be "" with a tenant key (its own tenant)."""
         return self._unary("CreateApiKey", _common.request(
-            "CreateApiKey", tenant_id=tenant_id, name=name), timeout)
+            "CreateApiKey", tenant_id=tenant_id, name=name, role=role, scope=scope,
+            ttl_ms=ttl_ms), timeout)
 
     def list_api_keys(self, tenant_id: str, *,
                       timeout: Optional[float] = None) -> List["admin_pb2.ApiKey"]:

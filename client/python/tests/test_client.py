@@ -177,6 +177,21 @@ class GuardTest(sdkenv.ServerCase):
         self.assertEqual(g.slept_seconds, 1.0)
 
 
+class KeysTest(sdkenv.ServerCase):
+    def test_an_orchestrator_mints_a_scoped_expiring_agent_key(self):
+        made = self.client.create_api_key(name="worker", role="agent", scope="s1/t1",
+                                          ttl_ms=3_600_000)
+        self.assertEqual(made.key.role, ctxguard.admin_pb2.API_KEY_ROLE_AGENT)
+        self.assertEqual((made.key.scope.session_id, made.key.scope.task_id), ("s1", "t1"))
+        self.assertGreater(made.key.expires_at_unix_ms, made.key.created_at_unix_ms)
+        with ctxguard.Client(self.srv.target, api_key=made.secret, timeout=15) as worker:
+            me = worker.who_am_i()
+            self.assertEqual(me.role, ctxguard.admin_pb2.API_KEY_ROLE_AGENT)
+            self.assertEqual(me.scope.task_id, "t1")
+            with self.assertRaises(ctxguard.PermissionDenied):
+                worker.create_api_key(role="agent")
+
+
 class ErrorsTest(sdkenv.ServerCase):
     def test_scope_not_found(self):
         with self.assertRaises(ScopeNotFound) as cm:
