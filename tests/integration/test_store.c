@@ -466,6 +466,66 @@ Test(store, lookup_is_served_from_redis_after_the_first, .init = setup, .fini = 
     cg_store_free(s);
 }
 
+/* What a key may do (migration 0016) comes back from PostgreSQL and, unchanged, from Redis. */
+Test(store, key_grants_round_trip_through_postgres_and_redis, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    struct cg_store *s = test_store();
+    struct cg_tenant t = make_tenant(s, "grants");
+    uint8_t h[32];
+    hash_of("grant secret", h);
+    int64_t expires = cg_wall_ms() + 3600 * 1000;
+    const struct cg_api_key_spec spec = {.name = "worker",
+                                         .role = 3,
+                                         .scope_session_id = "s-1",
+                                         .scope_task_id = "t/1",
+                                         .expires_at_ms = expires,
+                                         .created_by_key_id = "creator01"};
+    struct cg_api_key k;
+    struct cg_err err;
+    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "grantkey", h, &spec, &k, &err), CG_OK, "%s",
+                 err.msg);
+    cr_assert_eq(k.role, 3);
+    cr_assert_str_eq(k.scope_session_id, "s-1");
+    cr_assert_str_eq(k.scope_task_id, "t/1");
+    cr_assert(k.expires_at_ms >= expires - 1 && k.expires_at_ms <= expires + 1, "%lld",
+              (long long)k.expires_at_ms);
+    cr_assert_str_eq(k.created_by_key_id, "creator01");
+    cr_assert_eq(k.last_used_at_ms, 0);
+
+    for (int round = 0; round < 2; round++) { /* PostgreSQL, then the Redis entry */
+        struct cg_key_auth auth;
+        memset(&auth, 0, sizeof auth);
+        cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, "grantkey", &auth, &err), CG_OK, "%s",
+                     err.msg);
+        cr_assert_eq(auth.role, 3, "round %d", round);
+        cr_assert_str_eq(auth.scope_session_id, "s-1");
+        cr_assert_str_eq(auth.scope_task_id, "t/1");
+        cr_assert_eq(auth.expires_at_ms, k.expires_at_ms);
+        cr_assert_eq(auth.max_call_tokens, CG_CALL_TOKENS_DEFAULT);
+    }
+
+    cr_assert_eq(cg_store_key_touch(s, t.tenant_id, "grantkey", &err), CG_OK, "%s", err.msg);
+    struct cg_api_key listed[4];
+    int n = 0;
+    cr_assert_eq(cg_store_key_list(s, t.tenant_id, 4, listed, &n, &err), CG_OK);
+    cr_assert_eq(n, 1);
+    cr_assert_gt(listed[0].last_used_at_ms, 0);
+
+    /* Bad grants are refused before PostgreSQL, naming what is wrong. */
+    struct cg_api_key_spec bad = spec;
+    bad.role = 0;
+    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad1", h, &bad, &k, &err),
+                 CG_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "role") != NULL, "%s", err.msg);
+    bad = spec;
+    bad.scope_session_id = "";
+    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad2", h, &bad, &k, &err),
+                 CG_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "scope") != NULL, "%s", err.msg);
+    cg_store_free(s);
+}
+
 Test(store, revoke_marks_the_cache_entry_revoked, .init = setup, .fini = teardown, .timeout = 30)
 {
     struct cg_store *s = test_store();
