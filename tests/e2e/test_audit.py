@@ -131,7 +131,7 @@ class Audit(cgtest.TestCase):
             note="go ahead"), metadata=self.md_rid(op_md, r1), timeout=10)
         self.budget.ResolveApproval(B.ResolveApprovalRequest(
             approval_id=no, decision=B.APPROVAL_STATE_DENIED, note="no"),
-            metadata=self.md_rid(self.srv.admin_md(), r2), timeout=10)
+            metadata=self.md_rid(self.md, r2), timeout=10)
         e = self.only(kind="approval_approved")
         self.assertEqual((e.actor_key_id, e.actor_role, e.request_id, e.target),
                          (operator.key.key_id, "operator", r1, yes))
@@ -142,7 +142,7 @@ class Audit(cgtest.TestCase):
                          ("APPROVED", 700, "go ahead"))
         d = self.only(kind="approval_denied")
         self.assertEqual((d.actor_key_id, d.actor_role, d.request_id, d.target),
-                         ("", "server_admin", r2, no))
+                         (self.key_id, "admin", r2, no))
         self.assertEqual(json.loads(d.after_json)["state"], "DENIED")
         # A replayed decision changes nothing: no second row.
         self.budget.ResolveApproval(B.ResolveApprovalRequest(
@@ -177,8 +177,8 @@ class Audit(cgtest.TestCase):
         r = rid()
         self.admin.UpdateTenantSettings(A.UpdateTenantSettingsRequest(
             tenant_id=self.tid, settings=A.TenantSettings(
-                redact_types=[common_pb2.PII_TYPE_EMAIL] if hasattr(common_pb2, "PII_TYPE_EMAIL")
-                else [], redact_artifacts=True, max_call_tokens=5000)),
+                redact_types=[common_pb2.PII_TYPE_EMAIL], redact_artifacts=True,
+                max_call_tokens=5000)),
             metadata=self.md_rid(self.md, r), timeout=10)
         e = self.only(kind="tenant_settings_updated")
         self.assertEqual((e.actor_key_id, e.request_id), (self.key_id, r))
@@ -186,6 +186,7 @@ class Audit(cgtest.TestCase):
         self.assertEqual((before["redact_artifacts"], before["max_call_tokens"]),
                          (False, 10000000))
         self.assertEqual((after["redact_artifacts"], after["max_call_tokens"]), (True, 5000))
+        self.assertEqual((before["redact_types"], after["redact_types"]), ([], [1]))
 
     # ---- reading the trail
 
@@ -311,6 +312,6 @@ class AuditCtl(cgtest.TestCase):
                                   "--limit", "2").stdout)
         self.assertEqual(len(got["events"]), 2)
         got = json.loads(self.ctl("--json", "audit", tid, "--actor", "admin").stdout)
-        self.assertEqual({e["kind"] for e in got["events"]}, {"api_key_created"})
+        self.assertEqual({e["kind"] for e in got["events"]}, {"tenant_created", "api_key_created"})
         bad = self.ctl("audit", tid, "--kind", "Bad-Kind", expect=1)
         self.assertIn("kind", bad.stderr)
