@@ -45,13 +45,15 @@ cg_status cg_pg_audit_append(struct cg_pg *pg, const char *tenant_id, const stru
     return rc;
 }
 
-/* Columns of a listed row; before and after longer than CG_AUDIT_JSON_MAX are replaced by
- * a marker object, never cut (a cut would not be JSON). */
-#define AUDIT_JSON_COLUMN(col)                                                                     \
-    "CASE WHEN octet_length(" col "::text) > 65536 THEN '{\"cut_off\": true}'"                     \
-    " ELSE " col "::text END"
+/* Columns of a listed row: before and after longer than CG_AUDIT_JSON_MAX are replaced by a
+ * marker object, never cut (a cut would not be JSON). */
+#define AUDIT_JSON_COLUMNS                                                                         \
+    "CASE WHEN octet_length(before::text) > 65536 THEN '{\"cut_off\": true}'"                      \
+    " ELSE before::text END,"                                                                      \
+    " CASE WHEN octet_length(after::text) > 65536 THEN '{\"cut_off\": true}'"                      \
+    " ELSE after::text END"
 
-_Static_assert(CG_AUDIT_JSON_MAX == 65536, "AUDIT_JSON_COLUMN's bound");
+_Static_assert(CG_AUDIT_JSON_MAX == 65536, "AUDIT_JSON_COLUMNS' bound");
 
 static char *json_copy(PGresult *res, int row, int col, bool *oom)
 {
@@ -62,6 +64,26 @@ static char *json_copy(PGresult *res, int row, int col, bool *oom)
         *oom = true;
     return s;
 }
+
+/* Newest first by audit_id, which the primary key (tenant_id, audit_id) serves; the page
+ * token is the last audit_id of the page. The scope filter ($3..$6) takes the scope and what
+ * is under it; the bound key's subtree ($7, $8) leaves out other sessions and the rows
+ * without a scope. */
+static const char list_sql[] =
+    "SELECT audit_id, floor(extract(epoch FROM at) * 1000)::int8, actor_key_id, actor_role,"
+    " kind, session_id, task_id, agent_id, target, " AUDIT_JSON_COLUMNS ", request_id"
+    " FROM audit_events"
+    " WHERE tenant_id = $1::uuid"
+    "  AND ($2::int8 = 0 OR audit_id < $2::int8)"
+    "  AND (NOT $3::boolean OR (($4::text = '' OR session_id = $4::text)"
+    "   AND ($5::text = '' OR task_id = $5::text) AND ($6::text = '' OR agent_id = $6::text)))"
+    "  AND ($7::text = '' OR (session_id = $7::text"
+    "   AND ($8::text = '' OR task_id = $8::text)))"
+    "  AND (NOT $9::boolean OR actor_key_id = $10::text)"
+    "  AND ($11::text = '' OR kind = $11::text)"
+    "  AND ($12::int8 = 0 OR at >= to_timestamp($12::int8 / 1000.0))"
+    "  AND ($13::int8 = 0 OR at < to_timestamp($13::int8 / 1000.0))"
+    " ORDER BY audit_id DESC LIMIT $14::int";
 
 cg_status cg_pg_audit_list(struct cg_pg *pg, const char *tenant_id,
                            const struct cg_audit_filter *filter, int64_t before_id, int limit,
@@ -91,36 +113,8 @@ cg_status cg_pg_audit_list(struct cg_pg *pg, const char *tenant_id,
                             until,
                             limit_text};
     PGresult *res = NULL;
-    /* Newest first by audit_id, which the primary key (tenant_id, audit_id) serves; the
-     * page token is the last audit_id of the page. The scope filter takes the scope and
-     * what is under it; the bound key's subtree leaves out other sessions and the rows
-     * without a scope. */
-    cg_status rc = cg__pg_run(
-        pg, "audit_list",
-        "SELECT audit_id, floor(extract(epoch FROM at) * 1000)::int8, actor_key_id, actor_role,"
-        " kind, session_id, task_id, agent_id, target, " AUDIT_JSON_COLUMN(
-            "before") ", " AUDIT_JSON_COLUMN("after") ", request_id"
-                                                      " FROM audit_events"
-                                                      " WHERE tenant_id = $1::uuid"
-                                                      "  AND ($2::int8 = 0 OR audit_id < $2::int8)"
-                                                      "  AND (NOT $3::boolean OR ("
-                                                      "   ($4::text = '' OR session_id = $4::text)"
-                                                      "   AND ($5::text = '' OR task_id = $5::text)"
-                                                      "   AND ($6::text = '' OR agent_id = "
-                                                      "$6::text)))"
-                                                      "  AND ($7::text = '' OR (session_id = "
-                                                      "$7::text"
-                                                      "   AND ($8::text = '' OR task_id = "
-                                                      "$8::text)))"
-                                                      "  AND (NOT $9::boolean OR actor_key_id = "
-                                                      "$10::text)"
-                                                      "  AND ($11::text = '' OR kind = $11::text)"
-                                                      "  AND ($12::int8 = 0 OR at >= "
-                                                      "to_timestamp($12::int8 / 1000.0))"
-                                                      "  AND ($13::int8 = 0 OR at < "
-                                                      "to_timestamp($13::int8 / 1000.0))"
-                                                      " ORDER BY audit_id DESC LIMIT $14::int",
-        14, values, NULL, NULL, RUN_READ, &res, err);
+    cg_status rc =
+        cg__pg_run(pg, "audit_list", list_sql, 14, values, NULL, NULL, RUN_READ, &res, err);
     if (rc != CG_OK)
         goto out;
     int rows = PQntuples(res);

@@ -304,6 +304,10 @@ out:
     return rc;
 }
 
+/* The budget before (old, o) and as stored (put, p) in budget_put's audit row. */
+#define BUDGET_JSON_OLD AUDIT_BUDGET_JSON("o")
+#define BUDGET_JSON_PUT AUDIT_BUDGET_JSON("p")
+
 cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct cg_budget_row *row,
                            int64_t expected_version, const char *key_id, int64_t now_ms,
                            const struct cg_audit *audit, struct cg_budget_row *out, bool *created,
@@ -429,10 +433,9 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         " WHERE $22::int8 = 0 OR s.version = $22::int8"
         " RETURNING s.*),"
         " audit AS (" AUDIT_INSERT " SELECT p.tenant_id, $27::text, $28::int2, 'budget_set',"
-        "  p.session_id, p.task_id, p.agent_id, '', (SELECT " AUDIT_BUDGET_JSON(
-            "o") " FROM old o),"
-                 "  " AUDIT_BUDGET_JSON("p") ", $29::text FROM put p)"
-                                             " SELECT " SCOPE_COLUMNS " FROM put",
+        "  p.session_id, p.task_id, p.agent_id, '', (SELECT " BUDGET_JSON_OLD " FROM old o),"
+        "  " BUDGET_JSON_PUT ", $29::text FROM put p)"
+        " SELECT " SCOPE_COLUMNS " FROM put",
         29, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         /* scopes_parent only fires for a parent made missing meanwhile (the WHERE checks

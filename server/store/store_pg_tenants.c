@@ -32,6 +32,11 @@ static cg_status end_tx(struct cg_pg *pg, cg_status rc, struct cg_err *err)
     return rc;
 }
 
+/* The aliases the statements below give the rows: made (m), old (o), changed (c). */
+#define SETTINGS_JSON_MADE SETTINGS_JSON("m")
+#define SETTINGS_JSON_OLD SETTINGS_JSON("o")
+#define SETTINGS_JSON_NEW SETTINGS_JSON("c")
+
 static void read_tenant(PGresult *res, int row, struct cg_tenant *out)
 {
     cg__pg_copy_str(out->tenant_id, sizeof out->tenant_id, PQgetvalue(res, row, 0));
@@ -89,8 +94,8 @@ cg_status cg_pg_tenant_create(struct cg_pg *pg, const char *name, const char *ti
         "  RETURNING *),"
         " audit AS (" AUDIT_INSERT " SELECT m.tenant_id, $6::text, $7::int2, 'tenant_created',"
         "  '', '', '', m.tenant_id::text, NULL, jsonb_build_object('name', m.name, 'time_zone',"
-        "  m.time_zone) || " SETTINGS_JSON("m") ", $8::text FROM made m)"
-                                                " SELECT " TENANT_COLUMNS " FROM made",
+        "  m.time_zone) || " SETTINGS_JSON_MADE ", $8::text FROM made m)"
+        " SELECT " TENANT_COLUMNS " FROM made",
         8, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
@@ -151,17 +156,17 @@ cg_status cg_pg_tenant_settings_put(struct cg_pg *pg, const char *tenant_id,
     PQclear(res);
     res = NULL;
     if (rc == CG_OK)
-        rc = cg__pg_run_one(
-            pg, "tenant_settings_put",
-            "WITH old AS (SELECT * FROM tenants WHERE tenant_id = $1::uuid),"
-            " changed AS (UPDATE tenants SET pii_redact_types = $2::smallint[],"
-            "  pii_redact_artifacts = $3::boolean, max_call_tokens = $4::int8"
-            "  WHERE tenant_id = $1::uuid RETURNING *),"
-            " audit AS (" AUDIT_INSERT " SELECT c.tenant_id, $5::text, $6::int2,"
-            "  'tenant_settings_updated', '', '', '', '', " SETTINGS_JSON("o") ", " SETTINGS_JSON(
-                "c") ", $7::text FROM changed c JOIN old o ON o.tenant_id = c.tenant_id)"
-                     " SELECT " TENANT_COLUMNS " FROM changed",
-            7, values, 0, missing, &res, err);
+        rc = cg__pg_run_one(pg, "tenant_settings_put",
+                            "WITH old AS (SELECT * FROM tenants WHERE tenant_id = $1::uuid),"
+                            " changed AS (UPDATE tenants SET pii_redact_types = $2::smallint[],"
+                            "  pii_redact_artifacts = $3::boolean, max_call_tokens = $4::int8"
+                            "  WHERE tenant_id = $1::uuid RETURNING *),"
+                            " audit AS (" AUDIT_INSERT " SELECT c.tenant_id, $5::text, $6::int2,"
+                            "  'tenant_settings_updated', '', '', '', '', " SETTINGS_JSON_OLD
+                            ", " SETTINGS_JSON_NEW
+                            ", $7::text FROM changed c JOIN old o ON o.tenant_id = c.tenant_id)"
+                            " SELECT " TENANT_COLUMNS " FROM changed",
+                            7, values, 0, missing, &res, err);
     if (rc == CG_OK)
         read_tenant(res, 0, out);
     else if (cg__pg_sqlstate_is(pg, "23514"))
@@ -249,6 +254,10 @@ static void read_key(PGresult *res, int row, struct cg_api_key *out)
     ".expires_at) * 1000)::int8, 'name', " alias ".name, 'revoked_at_unix_ms', floor(extract("     \
     "epoch FROM " alias ".revoked_at) * 1000)::int8)"
 
+#define KEY_JSON_MADE KEY_JSON("m")
+#define KEY_JSON_OLD KEY_JSON("o")
+#define KEY_JSON_NEW KEY_JSON("c")
+
 cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *key_id,
                            const uint8_t secret_hash[32], const struct cg_api_key_spec *spec,
                            const struct cg_audit *audit, struct cg_api_key *out, struct cg_err *err)
@@ -274,8 +283,8 @@ cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *
         "  CASE WHEN $8::int8 = 0 THEN NULL ELSE to_timestamp($8::int8 / 1000.0) END, $9::text)"
         "  RETURNING *),"
         " audit AS (" AUDIT_INSERT " SELECT m.tenant_id, $10::text, $11::int2, 'api_key_created',"
-        "  '', '', '', m.key_id, NULL, " KEY_JSON("m") ", $12::text FROM made m)"
-                                                       " SELECT " KEY_COLUMNS " FROM made",
+        "  '', '', '', m.key_id, NULL, " KEY_JSON_MADE ", $12::text FROM made m)"
+        " SELECT " KEY_COLUMNS " FROM made",
         12, values, lengths, formats, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
@@ -374,9 +383,9 @@ cg_status cg_pg_key_revoke(struct cg_pg *pg, const char *tenant_id, const char *
         " changed AS (UPDATE api_keys SET revoked_at = now()"
         "  WHERE tenant_id = $1::uuid AND key_id = $2::text RETURNING *),"
         " audit AS (" AUDIT_INSERT " SELECT c.tenant_id, $3::text, $4::int2, 'api_key_revoked',"
-        "  '', '', '', c.key_id, " KEY_JSON("o") ", " KEY_JSON(
-            "c") ", $5::text FROM changed c JOIN old o ON o.key_id = c.key_id)"
-                 " SELECT " KEY_COLUMNS " FROM changed",
+        "  '', '', '', c.key_id, " KEY_JSON_OLD ", " KEY_JSON_NEW
+        ", $5::text FROM changed c JOIN old o ON o.key_id = c.key_id)"
+        " SELECT " KEY_COLUMNS " FROM changed",
         5, values, 0, missing, &res, err);
     if (rc == CG_OK)
         read_key(res, 0, out);
