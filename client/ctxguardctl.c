@@ -1796,6 +1796,159 @@ static int cmd_approvals(struct ctl *ctl, const struct command *cmd, const struc
     return rc;
 }
 
+/* ------------------------------------------------------------------ audit ------- */
+
+#define AUDIT_PAGE 100
+#define AUDIT_LIMIT_DEFAULT 100
+#define AUDIT_LIMIT_MAX 100000
+
+/* Days from 1970-01-01 to the civil date y-m-d (proleptic Gregorian; H. Hinnant). */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* A time argument: unix milliseconds (digits), or RFC 3339 "2024-05-01T12:00:00Z" with
+ * optional fraction (milliseconds kept) and a Z or ±HH:MM offset. False when malformed. */
+static bool parse_time_ms(const char *s, int64_t *out)
+{
+    long ms_digits = 0;
+    if (strspn(s, "0123456789") == strlen(s) && parse_long(s, 1, LONG_MAX, &ms_digits)) {
+        *out = ms_digits;
+        return true;
+    }
+    int y, mo, d, h, mi, sec, n = 0;
+    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n != 19 ||
+        mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
+        return false;
+    const char *p = s + n;
+    int64_t millis = 0;
+    if (*p == '.') {
+        int digits = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+            if (digits < 3)
+                millis = millis * 10 + (*p - '0');
+        if (digits == 0)
+            return false;
+        for (; digits < 3; digits++)
+            millis *= 10;
+    }
+    int64_t offset_min = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om, on = 0;
+        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &on) != 2 || on != 5 || oh > 23 || om > 59)
+            return false;
+        offset_min = (*p == '-' ? -1 : 1) * (oh * 60 + om);
+        p += 6;
+    } else {
+        return false;
+    }
+    if (*p != '\0')
+        return false;
+    int64_t secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - offset_min * 60;
+    *out = secs * 1000 + millis;
+    return *out > 0;
+}
+
+/* One row for a terminal: time, actor and role, kind, scope, target, before -> after. */
+static void print_audit_event(const Ctxguard__V1__AuditEvent *e)
+{
+    char when[40], actor[64];
+    snprintf(actor, sizeof actor, "%s (%s)", e->actor_key_id[0] != '\0' ? e->actor_key_id : "admin",
+             e->actor_role);
+    print_cell(format_time(e->at_unix_ms, when, sizeof when), 24);
+    print_cell(actor, 30);
+    print_cell(e->kind, 23);
+    print_scope_path(e->scope);
+    fputs("  ", stdout);
+    print_cell(e->target[0] != '\0' ? e->target : "-", 16);
+    print_text(stdout, e->before_json[0] != '\0' ? e->before_json : "-");
+    fputs(" -> ", stdout);
+    print_text(stdout, e->after_json[0] != '\0' ? e->after_json : "-");
+    fputc('\n', stdout);
+}
+
+static int cmd_audit(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__ListAuditEventsRequest req = CTXGUARD__V1__LIST_AUDIT_EVENTS_REQUEST__INIT;
+    const char *scope_text = option_value(cmd, args, "--scope");
+    const char *since = option_value(cmd, args, "--since");
+    const char *until = option_value(cmd, args, "--until");
+    const char *limit_text = option_value(cmd, args, "--limit");
+    const char *actor = option_value(cmd, args, "--actor");
+    const char *kind = option_value(cmd, args, "--kind");
+    struct scope_arg sc;
+    long limit = AUDIT_LIMIT_DEFAULT;
+    char *token = NULL;
+    int rc = EXIT_OK;
+
+    req.tenant_id = args->positional_count > 0 ? (char *)args->positional[0] : "";
+    if (scope_text != NULL) {
+        if (!parse_scope(scope_text, &sc))
+            return EXIT_USAGE;
+        req.scope = &sc.scope;
+    }
+    if (actor != NULL)
+        req.actor_key_id = (char *)actor;
+    if (kind != NULL)
+        req.kind = (char *)kind;
+    if (since != NULL && !parse_time_ms(since, &req.since_unix_ms))
+        return usage_error("--since must be unix milliseconds or RFC 3339 "
+                           "(2024-05-01T12:00:00Z), not '%s'",
+                           since);
+    if (until != NULL && !parse_time_ms(until, &req.until_unix_ms))
+        return usage_error("--until must be unix milliseconds or RFC 3339 "
+                           "(2024-05-01T12:00:00Z), not '%s'",
+                           until);
+    if (limit_text != NULL && !parse_long(limit_text, 1, AUDIT_LIMIT_MAX, &limit))
+        return usage_error("--limit must be 1..%d, not '%s'", AUDIT_LIMIT_MAX, limit_text);
+
+    if (ctl->json)
+        fputs("{\"events\":[", stdout);
+    else
+        printf("%-24s  %-30s  %-23s  %s\n", "TIME", "ACTOR (ROLE)", "KIND",
+               "SCOPE  TARGET  BEFORE -> AFTER");
+    long shown = 0;
+    for (int page = 0; page < LIST_MAX_PAGES && shown < limit; page++) {
+        ProtobufCMessage *msg = NULL;
+        req.page_token = token != NULL ? token : "";
+        req.page_size = (uint32_t)(limit - shown < AUDIT_PAGE ? limit - shown : AUDIT_PAGE);
+        rc = call(ctl, ADMIN_METHOD("ListAuditEvents"), &req.base,
+                  &ctxguard__v1__list_audit_events_response__descriptor, &msg);
+        if (rc)
+            break;
+        const Ctxguard__V1__ListAuditEventsResponse *resp = (const void *)msg;
+        for (size_t i = 0; i < resp->n_events && shown < limit; i++, shown++) {
+            if (!ctl->json) {
+                print_audit_event(resp->events[i]);
+                continue;
+            }
+            if (shown > 0)
+                fputc(',', stdout);
+            if (cg_json_write_message(stdout, &resp->events[i]->base) != CG_OK) {
+                rc = EXIT_FAIL;
+                break;
+            }
+        }
+        free(token);
+        token = resp->next_page_token[0] != '\0' ? strdup(resp->next_page_token) : NULL;
+        protobuf_c_message_free_unpacked(msg, NULL);
+        if (rc != EXIT_OK || token == NULL)
+            break;
+    }
+    free(token);
+    if (ctl->json && rc == EXIT_OK)
+        fputs("]}\n", stdout);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ count ------- */
 
 #define COUNT_FILE_MAX (64L << 20) /* the server's own cap is smaller; this bounds our memory */
@@ -2425,6 +2578,19 @@ static const struct command commands[] = {
      .options = {{"--note", "TEXT", "a note kept with the decision"},
                  {"--by", "NAME", "who decides (default: the key's id)"}},
      .run = cmd_deny},
+    {.words = "audit",
+     .arg_usage = "[TENANT_ID]",
+     .summary = "the audit trail, newest first: who changed which budget, approval, key or "
+                "setting, when, before -> after (TENANT_ID required with the admin key)",
+     .key = KEY_ADMIN,
+     .max_positional = 1,
+     .options = {{"--scope", "S[/T[/A]]", "only that scope and the scopes under it"},
+                 {"--actor", "KEY_ID", "only changes by that key (admin: the server's admin key)"},
+                 {"--kind", "KIND", "only that kind (budget_set, api_key_created, ...)"},
+                 {"--since", "TIME", "at or after TIME (unix ms or RFC 3339)"},
+                 {"--until", "TIME", "before TIME"},
+                 {"--limit", "N", "at most N rows (default 100)"}},
+     .run = cmd_audit},
     {.words = "approvals",
      .arg_usage = "[SCOPE]",
      .summary = "approvals under SCOPE (default the tenant), newest first",

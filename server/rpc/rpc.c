@@ -385,6 +385,14 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
     return CG_OK;
 }
 
+void cg_rpc_audit(const struct cg_rpc_call *call, struct cg_audit *out)
+{
+    const struct cg_principal *p = &call->principal;
+    out->actor_key_id = p->is_admin ? "" : p->key_id;
+    out->actor_role = p->is_admin ? (int)CG_KEY_ROLE_NONE : (int)p->role;
+    out->request_id = call->request_id;
+}
+
 bool cg_rpc_scope_reachable(const struct cg_principal *p, const char *session_id,
                             const char *task_id)
 {

@@ -196,6 +196,11 @@ cg_status cg_rpc_encode(struct cg_rpc_call *call, const ProtobufCMessage *msg, u
 cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                               const struct cg_rpc_env *env) CG_MUST_CHECK;
 
+/* The call's actor for the audit trail (store.h): the principal's key id and role ("" and 0
+ * for the server's admin key) and the request id. The strings stay the call's (borrowed for
+ * the call). */
+void cg_rpc_audit(const struct cg_rpc_call *call, struct cg_audit *out);
+
 /* Whether the principal reaches the scope (session, task): a key bound to a subtree reaches
  * only scopes inside it (core/keyrole.h cg_scope_within); unbound keys reach every scope. */
 bool cg_rpc_scope_reachable(const struct cg_principal *p, const char *session_id,

@@ -219,7 +219,9 @@ CG_HANDLER(cg_rpc_admin_create_tenant)
     struct cg_tenant t;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_tenant_create_with(env->store, req->name, tz, &settings, &t, &serr);
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
+    st = cg_store_tenant_create_with(env->store, req->name, tz, &settings, &audit, &t, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
 
@@ -269,7 +271,9 @@ CG_HANDLER(cg_rpc_admin_update_tenant_settings)
     struct cg_tenant t;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_tenant_settings_put(env->store, tenant, &settings, &t, &serr);
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
+    st = cg_store_tenant_settings_put(env->store, tenant, &settings, &audit, &t, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     Ctxguard__V1__UpdateTenantSettingsResponse *resp =
@@ -426,7 +430,9 @@ CG_HANDLER(cg_rpc_admin_create_api_key)
     struct cg_api_key k;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_key_create(env->store, tenant, key_id, hash, &spec, &k, &serr);
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
+    st = cg_store_key_create(env->store, tenant, key_id, hash, &spec, &audit, &k, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
 
@@ -488,7 +494,9 @@ CG_HANDLER(cg_rpc_admin_revoke_api_key)
     struct cg_api_key k;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_key_revoke(env->store, tenant, req->key_id, &k, &serr);
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
+    st = cg_store_key_revoke(env->store, tenant, req->key_id, &audit, &k, &serr);
     /* This process stops accepting the key at once (also when the outcome is unknown);
      * other replicas when the commit's cg_keys notification reaches them (migrations/0017),
      * or within key_cache_ttl_s while their LISTEN connection is down. */
@@ -499,6 +507,165 @@ CG_HANDLER(cg_rpc_admin_revoke_api_key)
         NEW(call, Ctxguard__V1__RevokeApiKeyResponse, ctxguard__v1__revoke_api_key_response__init);
     if (resp == NULL || (resp->key = key_msg(call, &k)) == NULL)
         return OOM(call);
+    *response = &resp->base;
+    return CG_OK;
+}
+
+/* ---------------------------------------------------------------- audit trail ----- */
+
+#define AUDIT_TOKEN_MAX_DIGITS 19
+
+/* The page token: the last audit_id of the previous page, in decimal. */
+static bool audit_token_in(const char *token, int64_t *before_id)
+{
+    size_t len = strlen(token);
+    if (len == 0 || len > AUDIT_TOKEN_MAX_DIGITS || strspn(token, "0123456789") != len ||
+        token[0] == '0')
+        return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (v > (INT64_MAX - (token[i] - '0')) / 10)
+            return false;
+        v = v * 10 + (token[i] - '0');
+    }
+    *before_id = v;
+    return true;
+}
+
+/* ListAuditEventsRequest's filters into the store's; errors name the field. */
+static cg_status audit_filter_in(struct cg_rpc_call *call,
+                                 const Ctxguard__V1__ListAuditEventsRequest *req,
+                                 struct cg_audit_filter *f)
+{
+    const struct cg_principal *p = &call->principal;
+    memset(f, 0, sizeof *f);
+    if (req->scope != NULL) {
+        int level;
+        cg_status st = cg_rpc_scope_in(call, req->scope, &f->scope, &level);
+        if (st != CG_OK)
+            return st;
+        f->has_scope = true;
+    }
+    /* A scope-bound key sees the rows inside its subtree only (the SQL leaves out the rest). */
+    if (!p->is_admin) {
+        f->bound_session_id = p->scope_session_id;
+        f->bound_task_id = p->scope_task_id;
+    }
+    const char *actor = req->actor_key_id;
+    if (actor[0] != '\0') {
+        size_t len = strlen(actor);
+        bool admin = strcmp(actor, "admin") == 0;
+        if (!admin && (len > CG_KEY_ID_LEN ||
+                       strspn(actor, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                     "0123456789_-") != len))
+            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                              "field 'actor_key_id' must be a key id (1..%d of A-Z a-z 0-9 _ -) "
+                              "or \"admin\"",
+                              CG_KEY_ID_LEN);
+        f->has_actor = true;
+        f->actor_key_id = admin ? "" : actor;
+    }
+    size_t klen = strlen(req->kind);
+    if (klen > 0 &&
+        (klen > CG_AUDIT_KIND_MAX || strspn(req->kind, "abcdefghijklmnopqrstuvwxyz_") != klen))
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'kind' must be 1..%d of a-z and _ (e.g. budget_set)",
+                          CG_AUDIT_KIND_MAX);
+    f->kind = req->kind;
+    if (req->since_unix_ms < 0)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'since_unix_ms' must not be negative");
+    if (req->until_unix_ms < 0)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'until_unix_ms' must not be negative");
+    if (req->since_unix_ms > 0 && req->until_unix_ms > 0 &&
+        req->until_unix_ms <= req->since_unix_ms)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'until_unix_ms' must be after since_unix_ms");
+    f->since_ms = req->since_unix_ms;
+    f->until_ms = req->until_unix_ms;
+    return CG_OK;
+}
+
+static Ctxguard__V1__AuditEvent *audit_event_msg(struct cg_rpc_call *call, const char *tenant,
+                                                 const struct cg_audit_event *e)
+{
+    Ctxguard__V1__AuditEvent *m =
+        NEW(call, Ctxguard__V1__AuditEvent, ctxguard__v1__audit_event__init);
+    if (m == NULL)
+        return NULL;
+    m->audit_id = e->audit_id;
+    m->at_unix_ms = e->at_ms;
+    m->actor_role = (char *)cg_key_role_name((cg_key_role)e->actor_role);
+    if ((m->tenant_id = dup(call, tenant)) == NULL ||
+        (m->actor_key_id = dup(call, e->actor_key_id)) == NULL ||
+        (m->kind = dup(call, e->kind)) == NULL || (m->target = dup(call, e->target)) == NULL ||
+        (m->request_id = dup(call, e->request_id)) == NULL ||
+        (m->before_json = dup(call, e->before_json ? e->before_json : "")) == NULL ||
+        (m->after_json = dup(call, e->after_json ? e->after_json : "")) == NULL)
+        return NULL;
+    if (e->ids.session_id[0] != '\0') {
+        Ctxguard__V1__Scope *sc = NEW(call, Ctxguard__V1__Scope, ctxguard__v1__scope__init);
+        if (sc == NULL || (sc->session_id = dup(call, e->ids.session_id)) == NULL ||
+            (sc->task_id = dup(call, e->ids.task_id)) == NULL ||
+            (sc->agent_id = dup(call, e->ids.agent_id)) == NULL)
+            return NULL;
+        m->scope = sc;
+    }
+    return m;
+}
+
+CG_HANDLER(cg_rpc_admin_list_audit_events)
+{
+    const Ctxguard__V1__ListAuditEventsRequest *req =
+        (const Ctxguard__V1__ListAuditEventsRequest *)request;
+    char tenant[CG_UUID_LEN + 1];
+    cg_status st = request_tenant(call, "tenant_id", req->tenant_id, tenant);
+    if (st != CG_OK)
+        return st;
+    uint32_t size = req->page_size ? req->page_size : LIST_DEFAULT;
+    if (size > LIST_MAX)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'page_size' must be at most %d",
+                          LIST_MAX);
+    int64_t before_id = 0;
+    if (req->page_token[0] != '\0' && !audit_token_in(req->page_token, &before_id))
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'page_token' is not a token this server gave");
+    struct cg_audit_filter filter;
+    if ((st = audit_filter_in(call, req, &filter)) != CG_OK)
+        return st;
+
+    struct cg_audit_event *rows = cg_arena_calloc(call->arena, size, sizeof *rows);
+    if (rows == NULL)
+        return OOM(call);
+    int count = 0;
+    bool more = false;
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    st = cg_store_audit_list(env->store, tenant, &filter, before_id, (int)size, rows, &count, &more,
+                             &serr);
+    if (st != CG_OK)
+        return cg_rpc_store_error(call, &serr);
+
+    /* The rows' JSON is the store's (malloc): copied into the arena, then freed once. */
+    Ctxguard__V1__ListAuditEventsResponse *resp =
+        NEW(call, Ctxguard__V1__ListAuditEventsResponse,
+            ctxguard__v1__list_audit_events_response__init);
+    if (resp != NULL)
+        resp->events = cg_arena_calloc(call->arena, (size_t)count + 1, sizeof *resp->events);
+    bool oom = resp == NULL || resp->events == NULL;
+    for (int i = 0; i < count && !oom; i++)
+        oom = (resp->events[i] = audit_event_msg(call, tenant, &rows[i])) == NULL;
+    cg_audit_events_cleanup(rows, count);
+    if (oom)
+        return OOM(call);
+    resp->n_events = (size_t)count;
+    if (more && count > 0) {
+        char token[24];
+        snprintf(token, sizeof token, "%lld", (long long)rows[count - 1].audit_id);
+        if ((resp->next_page_token = dup(call, token)) == NULL)
+            return OOM(call);
+    }
     *response = &resp->base;
     return CG_OK;
 }

@@ -782,8 +782,11 @@ CG_HANDLER(cg_rpc_budget_set)
 
     struct cg_budget_row stored;
     bool created = false;
-    st = cg_store_budget_put(env->store, call->principal.tenant_id, &row, req->expected_version,
-                             call->principal.key_id, cg_wall_ms(), &stored, &created, &serr);
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
+    st =
+        cg_store_budget_put(env->store, call->principal.tenant_id, &row, req->expected_version,
+                            call->principal.key_id, cg_wall_ms(), &audit, &stored, &created, &serr);
     if (st == CG_OK) /* WatchUsage: BUDGET_CHANGED and the crossings a new limit makes */
         st = cg_rpc_emit_budget(call, env, existing, &stored, &serr);
     if (st == CG_OK) /* and the parent's, when the scope's share of it moved */

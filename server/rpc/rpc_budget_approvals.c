@@ -239,10 +239,12 @@ CG_HANDLER(cg_rpc_budget_resolve_approval)
     struct cg_err serr;
     cg_err_clear(&serr);
     bool replayed = false;
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
     st = cg_store_approval_resolve(env->store, call->principal.tenant_id, req->approval_id,
                                    (int)req->decision, req->granted_tokens, req->decided_by,
-                                   call->principal.key_id, req->note, cg_wall_ms(), a, &replayed,
-                                   &serr);
+                                   call->principal.key_id, req->note, cg_wall_ms(), &audit, a,
+                                   &replayed, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     if (!replayed) /* an approval moves approved_extra_tokens of its scope's row */

@@ -93,11 +93,13 @@ CG_HANDLER(cg_rpc_budget_close_scope)
     struct cg_scope_close closed;
     struct cg_err serr;
     cg_err_clear(&serr);
-    /* The close and its SCOPE_CLOSED event commit together (store_scopes.c). */
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
+    /* The close, its SCOPE_CLOSED event and its audit row commit together (store_scopes.c). */
     st = cg_store_scope_close_events(env->store, call->principal.tenant_id, &ids,
                                      /* what the close did to the path (released holds, a
                                       * share returned) is worth the events of any write */
-                                     cg_rpc_path_events, NULL, &closed, &serr);
+                                     cg_rpc_path_events, NULL, &audit, &closed, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     cg_rpc_cache_dropped(env, call->principal.tenant_id);

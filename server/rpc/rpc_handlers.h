@@ -35,6 +35,7 @@ CG_HANDLER(cg_rpc_admin_update_tenant_settings);
 CG_HANDLER(cg_rpc_admin_create_api_key);
 CG_HANDLER(cg_rpc_admin_list_api_keys);
 CG_HANDLER(cg_rpc_admin_revoke_api_key);
+CG_HANDLER(cg_rpc_admin_list_audit_events);
 CG_HANDLER(cg_rpc_admin_who_am_i);
 CG_HANDLER(cg_rpc_admin_ping);
 

@@ -86,10 +86,9 @@ static const struct cg_rpc_method methods[] = {
     /* The admin key is checked in memory, so Ping never needs the pool. */
     UNARY(ADMIN, Ping, SERVER_ADMIN, false, ctxguard__v1__ping_request, ctxguard__v1__ping_response,
           cg_rpc_admin_ping),
-    {"/" ADMIN "/ListAuditEvents", ADMIN, CG_RPC_UNARY, SERVER_ADMIN | MANAGERS, true,
-     &ctxguard__v1__list_audit_events_request__descriptor,
-     &ctxguard__v1__list_audit_events_response__descriptor, NULL, NULL,
-     "the audit trail (issue 13)", NULL, false},
+    UNARY(ADMIN, ListAuditEvents, SERVER_ADMIN | MANAGERS, true,
+          ctxguard__v1__list_audit_events_request, ctxguard__v1__list_audit_events_response,
+          cg_rpc_admin_list_audit_events),
 
     UNARY(BUDGET, SetBudget, MANAGERS, true, ctxguard__v1__set_budget_request,
           ctxguard__v1__set_budget_response, cg_rpc_budget_set),

@@ -234,7 +234,7 @@ cg_status cg_store_migrate(struct cg_store *store, int *applied, struct cg_err *
 cg_status cg_store_tenant_create(struct cg_store *store, const char *name, const char *time_zone,
                                  struct cg_tenant *out, struct cg_err *err)
 {
-    return cg_store_tenant_create_with(store, name, time_zone, NULL, out, err);
+    return cg_store_tenant_create_with(store, name, time_zone, NULL, NULL, out, err);
 }
 
 static cg_status check_settings(const struct cg_tenant_settings *s, struct cg_err *err)
@@ -250,7 +250,8 @@ static cg_status check_settings(const struct cg_tenant_settings *s, struct cg_er
 cg_status cg_store_tenant_create_with(struct cg_store *store, const char *name,
                                       const char *time_zone,
                                       const struct cg_tenant_settings *settings,
-                                      struct cg_tenant *out, struct cg_err *err)
+                                      const struct cg_audit *audit, struct cg_tenant *out,
+                                      struct cg_err *err)
 {
     static const struct cg_tenant_settings defaults = {0};
     if (settings == NULL)
@@ -264,12 +265,13 @@ cg_status cg_store_tenant_create_with(struct cg_store *store, const char *name,
         rc = check_settings(settings, err);
     if (rc != CG_OK)
         return rc;
-    return cg_pg_tenant_create(store->pg, name, time_zone, settings, out, err);
+    return cg_pg_tenant_create(store->pg, name, time_zone, settings, audit, out, err);
 }
 
 cg_status cg_store_tenant_settings_put(struct cg_store *store, const char *tenant_id,
                                        const struct cg_tenant_settings *settings,
-                                       struct cg_tenant *out, struct cg_err *err)
+                                       const struct cg_audit *audit, struct cg_tenant *out,
+                                       struct cg_err *err)
 {
     if (cg__store_deadline_passed(store))
         return cg__store_deadline_exceeded(err);
@@ -279,7 +281,7 @@ cg_status cg_store_tenant_settings_put(struct cg_store *store, const char *tenan
     cg_status rc = check_settings(settings, err);
     if (rc != CG_OK)
         return rc;
-    return cg_pg_tenant_settings_put(store->pg, id, settings, out, err);
+    return cg_pg_tenant_settings_put(store->pg, id, settings, audit, out, err);
 }
 
 cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id, struct cg_tenant *out,
@@ -318,7 +320,8 @@ static const char *or_empty(const char *s)
 
 cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id, const char *key_id,
                               const uint8_t secret_hash[32], const struct cg_api_key_spec *spec,
-                              struct cg_api_key *out, struct cg_err *err)
+                              const struct cg_audit *audit, struct cg_api_key *out,
+                              struct cg_err *err)
 {
     if (cg__store_deadline_passed(store))
         return cg__store_deadline_exceeded(err);
@@ -349,7 +352,7 @@ cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id, con
         return cg_err_set(err, CG_INVALID_ARGUMENT, "created_by_key_id: invalid");
     /* No cache entry can exist for a key id that was never stored (misses are not cached),
      * so there is nothing to invalidate here. */
-    return cg_pg_key_create(store->pg, id, key_id, secret_hash, &s, out, err);
+    return cg_pg_key_create(store->pg, id, key_id, secret_hash, &s, audit, out, err);
 }
 
 cg_status cg_store_key_list(struct cg_store *store, const char *tenant_id, int limit,
@@ -368,14 +371,15 @@ cg_status cg_store_key_list(struct cg_store *store, const char *tenant_id, int l
 }
 
 cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, const char *key_id,
-                              struct cg_api_key *out, struct cg_err *err)
+                              const struct cg_audit *audit, struct cg_api_key *out,
+                              struct cg_err *err)
 {
     if (cg__store_deadline_passed(store))
         return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
     if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_key_id_valid(key_id))
         return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_API_KEY_NOT_FOUND, "key_id: no such key");
-    cg_status rc = cg_pg_key_revoke(store->pg, id, key_id, out, err);
+    cg_status rc = cg_pg_key_revoke(store->pg, id, key_id, audit, out, err);
     /* Marked revoked, not deleted: a lookup elsewhere that read PostgreSQL just before the
      * commit cannot put the key back as valid (cg_redis_key_put keeps a revoked entry).
      * Also when the outcome is unknown (connection lost, timed out): a key marked revoked

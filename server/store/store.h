@@ -37,6 +37,7 @@
 #define CG_STORE_USAGE_NODES_MAX 5000     /* most nodes of one cg_store_usage_by_model call */
 
 struct cg_store;
+struct cg_audit; /* who made a change ("the audit trail" below) */
 
 struct cg_store_opts {
     const char *pg_dsn;          /* libpq URI or keyword string; its settings win */
@@ -132,23 +133,29 @@ cg_status cg_store_migrate(struct cg_store *store, int *applied, struct cg_err *
 /* --- tenants --------------------------------------------------------------------- */
 
 /* Creates a tenant. name: valid UTF-8, 1..200 characters; time_zone must be an IANA name
- * PostgreSQL knows. CG_INVALID_ARGUMENT naming `name` or `time_zone` otherwise. */
+ * PostgreSQL knows. CG_INVALID_ARGUMENT naming `name` or `time_zone` otherwise. Audited as
+ * tenant_created by the server's admin key, without a request id. */
 cg_status cg_store_tenant_create(struct cg_store *store, const char *name, const char *time_zone,
                                  struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
 
-/* cg_store_tenant_create with settings (NULL: the defaults, all zero), in one statement.
- * CG_INVALID_ARGUMENT naming `settings.redact_types` for bits outside
+/* cg_store_tenant_create with settings (NULL: the defaults, all zero), in one statement
+ * that also writes the audit row tenant_created (after: name, time zone, settings) by
+ * audit's actor. CG_INVALID_ARGUMENT naming `settings.redact_types` for bits outside
  * CG_TENANT_PII_TYPES_MASK. */
 cg_status cg_store_tenant_create_with(struct cg_store *store, const char *name,
                                       const char *time_zone,
                                       const struct cg_tenant_settings *settings,
-                                      struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
+                                      const struct cg_audit *audit, struct cg_tenant *out,
+                                      struct cg_err *err) CG_MUST_CHECK;
 
-/* Replaces a tenant's settings and reads the tenant back into out. CG_NOT_FOUND
- * "tenant_id: no such tenant"; CG_INVALID_ARGUMENT as for cg_store_tenant_create_with. */
+/* Replaces a tenant's settings and reads the tenant back into out, in one statement that
+ * also writes the audit row tenant_settings_updated (the settings before and after) by
+ * audit's actor. CG_NOT_FOUND "tenant_id: no such tenant"; CG_INVALID_ARGUMENT as for
+ * cg_store_tenant_create_with. */
 cg_status cg_store_tenant_settings_put(struct cg_store *store, const char *tenant_id,
                                        const struct cg_tenant_settings *settings,
-                                       struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
+                                       const struct cg_audit *audit, struct cg_tenant *out,
+                                       struct cg_err *err) CG_MUST_CHECK;
 
 /* Reads a tenant. CG_NOT_FOUND when there is none (also for ids that are not UUIDs). */
 cg_status cg_store_tenant_get(struct cg_store *store, const char *tenant_id, struct cg_tenant *out,
@@ -169,10 +176,13 @@ cg_status cg_store_tenant_list(struct cg_store *store, const char *after_id, int
  * the tenant does not exist; CG_INVALID_ARGUMENT naming key_id (1..16 of [A-Za-z0-9_-]),
  * secret_hash (NULL), spec's name (valid UTF-8, at most 200 characters; NULL means ""),
  * role (1..4) or scope (ids of at most 128 bytes, a task needs its session);
- * CG_ALREADY_EXISTS naming key_id when the tenant already has that key id. */
+ * CG_ALREADY_EXISTS naming key_id when the tenant already has that key id. The same
+ * statement writes the audit row api_key_created (target the key id; after: role, scope,
+ * expiry, name) by audit's actor. */
 cg_status cg_store_key_create(struct cg_store *store, const char *tenant_id, const char *key_id,
                               const uint8_t secret_hash[32], const struct cg_api_key_spec *spec,
-                              struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
+                              const struct cg_audit *audit, struct cg_api_key *out,
+                              struct cg_err *err) CG_MUST_CHECK;
 
 /* Lists a tenant's keys, newest first, at most `limit` (1..CG_STORE_PAGE_MAX) entries of
  * out (caller-allocated); *count gets how many. CG_NOT_FOUND when the tenant does not
@@ -182,9 +192,12 @@ cg_status cg_store_key_list(struct cg_store *store, const char *tenant_id, int l
 
 /* Revokes a key (idempotent: revoking twice keeps the first time) and marks it revoked
  * in the Redis cache. The commit announces it to every server (cg_keys, migrations/0017).
+ * The revocation that takes effect writes, in its transaction, the audit row
+ * api_key_revoked (target the key id) by audit's actor; a repeated one writes none.
  * CG_NOT_FOUND when the tenant has no such key. */
 cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, const char *key_id,
-                              struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
+                              const struct cg_audit *audit, struct cg_api_key *out,
+                              struct cg_err *err) CG_MUST_CHECK;
 
 /* Looks a key up for authentication: Redis first (when enabled), PostgreSQL on a miss
  * (then cached for key_cache_ttl_s). CG_NOT_FOUND when there is no such key (also for
@@ -228,6 +241,74 @@ struct cg_scope_ids {
 /* Adds "scope" to err's metadata (status.h): the scope's path "session/task/agent" as far as
  * ids go, or "tenant" for the tenant level. err may be NULL. Never allocates. */
 void cg_store_err_scope(struct cg_err *err, const struct cg_scope_ids *ids);
+
+/* --- the audit trail -------------------------------------------------------------- *
+ *
+ * Every privileged change (SetBudget, CloseScope, ResolveApproval, key creation and
+ * revocation, tenant creation and settings) writes one row of audit_events
+ * (migrations/0016_trust.sql, admin.proto AuditEvent) in the transaction of the change: a
+ * change that rolls back leaves no row, one that commits always has its row. The table is
+ * append-only (a trigger refuses UPDATE, DELETE and TRUNCATE); nothing here prunes it.
+ * The functions that change something take the actor as a `const struct cg_audit *`; NULL
+ * means the server's admin key with no request id (what tests and tools use).
+ */
+
+#define CG_AUDIT_KIND_MAX 40       /* bytes of a kind, [a-z_] */
+#define CG_AUDIT_REQUEST_ID_MAX 64 /* bytes of a request id kept (x-request-id's bound) */
+#define CG_AUDIT_TARGET_MAX 64     /* bytes of a target: a key id, an approval id */
+#define CG_AUDIT_JSON_MAX 65536    /* bytes of before or after read back (longer: cut off) */
+
+/* Who made a change. Strings are borrowed for the call. */
+struct cg_audit {
+    const char *actor_key_id; /* NULL or "" for the server's admin key */
+    int actor_role;           /* 0 the server's admin key, else the key's role 1..4 */
+    const char *request_id;   /* NULL or "" for none; cut to CG_AUDIT_REQUEST_ID_MAX */
+};
+
+/* One row of the trail as read back. */
+struct cg_audit_event {
+    int64_t audit_id; /* increases with each row of a tenant */
+    int64_t at_ms;    /* unix ms */
+    char actor_key_id[CG_KEY_ID_LEN + 1];
+    int actor_role;
+    char kind[CG_AUDIT_KIND_MAX + 1];
+    struct cg_scope_ids ids; /* all "" when the change has no scope */
+    char target[CG_AUDIT_TARGET_MAX + 1];
+    char request_id[CG_AUDIT_REQUEST_ID_MAX + 1];
+    char *before_json; /* owned (cg_audit_events_cleanup); NULL when there is none */
+    char *after_json;
+};
+
+/* What cg_store_audit_list selects. Zero it, then set what applies. */
+struct cg_audit_filter {
+    /* with has_scope: rows of scope and the scopes under it (an empty session: every row) */
+    bool has_scope;
+    struct cg_scope_ids scope;
+    /* the subtree a scope-bound key reaches ("" unbound): rows outside it are left out, and
+     * so are rows without a scope when bound_session_id is set */
+    const char *bound_session_id;
+    const char *bound_task_id;
+    bool has_actor;           /* only rows of actor_key_id ("" = the server's admin key) */
+    const char *actor_key_id; /* with has_actor */
+    const char *kind;         /* NULL or "" any; else [a-z_]{1,40} */
+    int64_t since_ms;         /* at or after (unix ms); 0 unbounded */
+    int64_t until_ms;         /* before; 0 unbounded */
+};
+
+/* One page of the tenant's trail, newest first: rows with audit_id < before_id (0: from
+ * the newest) that match filter, up to limit (1..CG_STORE_PAGE_MAX, else
+ * CG_INVALID_ARGUMENT naming limit) into out (caller-allocated); *count gets how many,
+ * *more whether older rows follow (the next page starts before out[*count - 1].audit_id).
+ * CG_INVALID_ARGUMENT naming kind, before_id or the scope's field when malformed. A tenant
+ * id that is not a UUID has no rows. One statement. On success the caller frees out's
+ * JSON with cg_audit_events_cleanup(out, *count); on error nothing is held. */
+cg_status cg_store_audit_list(struct cg_store *store, const char *tenant_id,
+                              const struct cg_audit_filter *filter, int64_t before_id, int limit,
+                              struct cg_audit_event *out, int *count, bool *more,
+                              struct cg_err *err) CG_MUST_CHECK;
+
+/* Frees the JSON of events[0..count); harmless twice. */
+void cg_audit_events_cleanup(struct cg_audit_event *events, int count);
 
 /* One scope's row. Settings are meaningful when has_budget. */
 struct cg_budget_row {
@@ -372,11 +453,14 @@ cg_status cg_store_path_read(struct cg_store *store, const char *tenant_id,
  * A tenant budget whose reset_period changes (or that gets its first) starts counting
  * periods at now_ms (unix ms): period_start_ms and next_reset_ms are those of the period
  * containing now_ms in the tenant's time zone. The counters are not touched: usage counted
- * so far stays until the next boundary. An unchanged reset_period keeps its period. */
+ * so far stays until the next boundary. An unchanged reset_period keeps its period.
+ * The same statement writes the audit row budget_set (before: the budget as it was, null
+ * when the scope had none; after: as stored) by audit's actor. */
 cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
                               const struct cg_budget_row *row, int64_t expected_version,
-                              const char *key_id, int64_t now_ms, struct cg_budget_row *out,
-                              bool *created, struct cg_err *err) CG_MUST_CHECK;
+                              const char *key_id, int64_t now_ms, const struct cg_audit *audit,
+                              struct cg_budget_row *out, bool *created,
+                              struct cg_err *err) CG_MUST_CHECK;
 
 /* Outside a transaction: reads the path like cg_store_path_read without locks, in one
  * statement (a consistent snapshot of the rows), for answers that only read. When that
@@ -742,19 +826,23 @@ typedef cg_path_events_fn cg_scope_close_events_fn;
  * the two steps and locked by a concurrent Commit or Release is left to that call (its
  * tokens are settled by it, not lost).
  * The tenant scope: CG_INVALID_ARGUMENT naming `scope`; a scope that does not exist:
- * CG_NOT_FOUND naming the first unknown id. */
+ * CG_NOT_FOUND naming the first unknown id. A close that changed something writes the
+ * audit row scope_closed by the server's admin key (cg_store_scope_close_events: by its
+ * audit's actor). */
 cg_status cg_store_scope_close(struct cg_store *store, const char *tenant_id,
                                const struct cg_scope_ids *ids, struct cg_scope_close *out,
                                struct cg_err *err) CG_MUST_CHECK;
 
 /* As cg_store_scope_close; when the close changed something and events is not NULL, the
  * events it returns (at most CG_STORE_CLOSE_EVENTS_MAX) are appended in the close's
- * transaction before the scope's SCOPE_CLOSED, so that they commit with it. */
+ * transaction before the scope's SCOPE_CLOSED, so that they commit with it; so is the
+ * audit row scope_closed by audit's actor. */
 #define CG_STORE_CLOSE_EVENTS_MAX 63
 cg_status cg_store_scope_close_events(struct cg_store *store, const char *tenant_id,
                                       const struct cg_scope_ids *ids,
                                       cg_scope_close_events_fn events, void *ctx,
-                                      struct cg_scope_close *out, struct cg_err *err) CG_MUST_CHECK;
+                                      const struct cg_audit *audit, struct cg_scope_close *out,
+                                      struct cg_err *err) CG_MUST_CHECK;
 
 /* A usage tree: the root's path and the nodes under it, breadth first. */
 struct cg_usage_tree {
@@ -909,11 +997,14 @@ cg_status cg_store_approval_request(struct cg_store *store, const char *tenant_i
  * again the same way is answered as recorded with *replayed true; another decision, or
  * any decision on an EXPIRED one (a PENDING one past expiry is stored EXPIRED first, and
  * that is committed), is CG_FAILED_PRECONDITION naming approval_id and its state. No such
- * approval (or not a UUID): CG_NOT_FOUND naming `approval_id`. *out gets the approval. */
+ * approval (or not a UUID): CG_NOT_FOUND naming `approval_id`. *out gets the approval.
+ * A decision (not a replay) writes the audit row approval_approved or approval_denied
+ * (target the approval id) by audit's actor in its transaction. */
 cg_status cg_store_approval_resolve(struct cg_store *store, const char *tenant_id,
                                     const char *approval_id, int decision, int64_t granted_tokens,
                                     const char *decided_by, const char *key_id, const char *note,
-                                    int64_t now_ms, struct cg_approval *out, bool *replayed,
+                                    int64_t now_ms, const struct cg_audit *audit,
+                                    struct cg_approval *out, bool *replayed,
                                     struct cg_err *err) CG_MUST_CHECK;
 
 /* One statement: reads an approval; a PENDING one past its expiry at now_ms reads as

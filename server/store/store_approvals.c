@@ -14,7 +14,8 @@ cg_status cg_pg_approval_request(struct cg_pg *pg, const char *tenant_id,
 cg_status cg_pg_approval_resolve(struct cg_pg *pg, const char *tenant_id, const char *approval_id,
                                  int decision, int64_t granted_tokens, const char *decided_by,
                                  const char *key_id, const char *note, int64_t now_ms,
-                                 struct cg_approval *out, bool *replayed, struct cg_err *err);
+                                 const struct cg_audit *audit, struct cg_approval *out,
+                                 bool *replayed, struct cg_err *err);
 cg_status cg_pg_approval_get(struct cg_pg *pg, const char *tenant_id, const char *approval_id,
                              int64_t now_ms, struct cg_approval *out, struct cg_err *err);
 cg_status cg_pg_approval_list(struct cg_pg *pg, const char *tenant_id,
@@ -91,8 +92,8 @@ cg_status cg_store_approval_request(struct cg_store *store, const char *tenant_i
 cg_status cg_store_approval_resolve(struct cg_store *store, const char *tenant_id,
                                     const char *approval_id, int decision, int64_t granted_tokens,
                                     const char *decided_by, const char *key_id, const char *note,
-                                    int64_t now_ms, struct cg_approval *out, bool *replayed,
-                                    struct cg_err *err)
+                                    int64_t now_ms, const struct cg_audit *audit,
+                                    struct cg_approval *out, bool *replayed, struct cg_err *err)
 {
     *replayed = false;
     /* approval_id may point into *out (a re-read): copied before out is cleared. */
@@ -124,7 +125,7 @@ cg_status cg_store_approval_resolve(struct cg_store *store, const char *tenant_i
     if (rc != CG_OK)
         return rc;
     return cg_pg_approval_resolve(store->pg, id, approval, decision, granted_tokens, decided_by,
-                                  key_id, note, now_ms, out, replayed, err);
+                                  key_id, note, now_ms, audit, out, replayed, err);
 }
 
 cg_status cg_store_approval_get(struct cg_store *store, const char *tenant_id,

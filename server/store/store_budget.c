@@ -119,8 +119,8 @@ cg_status cg_store_path_read(struct cg_store *store, const char *tenant_id,
 
 cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
                               const struct cg_budget_row *row, int64_t expected_version,
-                              const char *key_id, int64_t now_ms, struct cg_budget_row *out,
-                              bool *created, struct cg_err *err)
+                              const char *key_id, int64_t now_ms, const struct cg_audit *audit,
+                              struct cg_budget_row *out, bool *created, struct cg_err *err)
 {
     *created = false;
     char id[CG_UUID_LEN + 1];
@@ -166,8 +166,8 @@ cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
     if (stored.allocate_from_parent && stored.level < 2)
         return cg_err_set(err, CG_INVALID_ARGUMENT,
                           "settings.allocate_from_parent: the tenant has no parent");
-    return cg_pg_budget_put(store->pg, id, &stored, expected_version, key_id, now_ms, out, created,
-                            err);
+    return cg_pg_budget_put(store->pg, id, &stored, expected_version, key_id, now_ms, audit, out,
+                            created, err);
 }
 
 /* rows[0..n) must be the rows of one path, tenant first. */

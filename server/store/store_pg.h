@@ -63,14 +63,16 @@ cg_status cg_pg_migrate(struct cg_pg *pg, const struct cg_migration *migrations,
 /* Inserts a tenant. A time_zone PostgreSQL does not list in pg_timezone_names ->
  * CG_INVALID_ARGUMENT naming time_zone. */
 cg_status cg_pg_tenant_create(struct cg_pg *pg, const char *name, const char *time_zone,
-                              const struct cg_tenant_settings *settings, struct cg_tenant *out,
+                              const struct cg_tenant_settings *settings,
+                              const struct cg_audit *audit, struct cg_tenant *out,
                               struct cg_err *err) CG_MUST_CHECK;
 
 /* Replaces a tenant's settings (checked by the caller) and reads it back. CG_NOT_FOUND
  * naming tenant_id when there is no such tenant. */
 cg_status cg_pg_tenant_settings_put(struct cg_pg *pg, const char *tenant_id,
                                     const struct cg_tenant_settings *settings,
-                                    struct cg_tenant *out, struct cg_err *err) CG_MUST_CHECK;
+                                    const struct cg_audit *audit, struct cg_tenant *out,
+                                    struct cg_err *err) CG_MUST_CHECK;
 
 /* Reads a tenant by canonical UUID text. CG_NOT_FOUND when there is none. */
 cg_status cg_pg_tenant_get(struct cg_pg *pg, const char *tenant_id, struct cg_tenant *out,
@@ -87,7 +89,8 @@ cg_status cg_pg_tenant_list(struct cg_pg *pg, const char *after_id, int limit,
  * CG_ALREADY_EXISTS naming key_id when the tenant already has that key id. */
 cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *key_id,
                            const uint8_t secret_hash[32], const struct cg_api_key_spec *spec,
-                           struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
+                           const struct cg_audit *audit, struct cg_api_key *out,
+                           struct cg_err *err) CG_MUST_CHECK;
 
 /* Up to limit keys of a tenant, newest first. CG_NOT_FOUND when the tenant does not exist. */
 cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit, struct cg_api_key *out,
@@ -95,7 +98,8 @@ cg_status cg_pg_key_list(struct cg_pg *pg, const char *tenant_id, int limit, str
 
 /* Sets revoked_at unless already set. CG_NOT_FOUND when the tenant has no such key. */
 cg_status cg_pg_key_revoke(struct cg_pg *pg, const char *tenant_id, const char *key_id,
-                           struct cg_api_key *out, struct cg_err *err) CG_MUST_CHECK;
+                           const struct cg_audit *audit, struct cg_api_key *out,
+                           struct cg_err *err) CG_MUST_CHECK;
 
 /* Reads what authentication needs. CG_NOT_FOUND when there is no such key. */
 cg_status cg_pg_key_lookup(struct cg_pg *pg, const char *tenant_id, const char *key_id,
@@ -148,7 +152,23 @@ cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct 
  * scope got its first budget with this call. */
 cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct cg_budget_row *row,
                            int64_t expected_version, const char *key_id, int64_t now_ms,
-                           struct cg_budget_row *out, bool *created,
+                           const struct cg_audit *audit, struct cg_budget_row *out, bool *created,
+                           struct cg_err *err) CG_MUST_CHECK;
+
+/* Inside a transaction: appends one audit row of kind for ids (NULL: no scope) and target
+ * (NULL: none), with before and after as JSON text (NULL: SQL NULL). For changes whose
+ * JSON is figures computed across statements (CloseScope); a change made by one statement
+ * writes its row in that statement instead, from the row itself. */
+cg_status cg_pg_audit_append(struct cg_pg *pg, const char *tenant_id, const struct cg_audit *audit,
+                             const char *kind, const struct cg_scope_ids *ids, const char *target,
+                             const char *before_json, const char *after_json,
+                             struct cg_err *err) CG_MUST_CHECK;
+
+/* One page of the audit trail: see cg_store_audit_list (arguments checked by the caller;
+ * tenant_id canonical). */
+cg_status cg_pg_audit_list(struct cg_pg *pg, const char *tenant_id,
+                           const struct cg_audit_filter *filter, int64_t before_id, int limit,
+                           struct cg_audit_event *out, int *count, bool *more,
                            struct cg_err *err) CG_MUST_CHECK;
 
 /* Inside a transaction: see cg_store_path_add. rows[n - 1].ids names the path (its depth

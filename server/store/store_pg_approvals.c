@@ -26,7 +26,8 @@ cg_status cg_pg_approval_request(struct cg_pg *pg, const char *tenant_id,
 cg_status cg_pg_approval_resolve(struct cg_pg *pg, const char *tenant_id, const char *approval_id,
                                  int decision, int64_t granted_tokens, const char *decided_by,
                                  const char *key_id, const char *note, int64_t now_ms,
-                                 struct cg_approval *out, bool *replayed, struct cg_err *err);
+                                 const struct cg_audit *audit, struct cg_approval *out,
+                                 bool *replayed, struct cg_err *err);
 cg_status cg_pg_approval_get(struct cg_pg *pg, const char *tenant_id, const char *approval_id,
                              int64_t now_ms, struct cg_approval *out, struct cg_err *err);
 cg_status cg_pg_approval_list(struct cg_pg *pg, const char *tenant_id,
@@ -128,6 +129,35 @@ static cg_status store_expired(struct cg_pg *pg, const char *tenant_id, const ch
                               " WHERE tenant_id = $1::uuid AND approval_id = $2::uuid"
                               " AND state = 1",
                               2, values, NULL, NULL, 0, &res, err);
+    PQclear(res);
+    return rc;
+}
+
+/* The audit row of a decision, from the approval as decide() stored it, in its transaction:
+ * before is the PENDING request, after the decision. */
+static cg_status approval_audit(struct cg_pg *pg, const char *tenant_id, const char *approval_id,
+                                const struct cg_audit *audit, struct cg_err *err)
+{
+    struct cg__pg_actor actor;
+    cg__pg_actor(audit, &actor);
+    const char *values[] = {tenant_id, approval_id, actor.key_id, actor.role, actor.request_id};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(
+        pg, "approval_audit",
+        AUDIT_INSERT " SELECT a.tenant_id, $3::text, $4::int2,"
+                     " CASE a.state WHEN 2 THEN 'approval_approved' ELSE 'approval_denied' END,"
+                     " a.session_id, a.task_id, a.agent_id, a.approval_id::text,"
+                     " jsonb_build_object('state', 'PENDING', 'level', a.level,"
+                     "  'requested_tokens', a.requested_tokens, 'overage_tokens',"
+                     "  a.overage_tokens, 'limit_tokens', a.limit_tokens, 'reason', a.reason,"
+                     "  'requested_by_key_id', a.requested_by_key_id),"
+                     " jsonb_build_object('state', CASE a.state WHEN 2 THEN 'APPROVED'"
+                     "  ELSE 'DENIED' END, 'granted_tokens', a.granted_tokens, 'decided_by',"
+                     "  a.decided_by, 'note', a.decision_note),"
+                     " $5::text FROM approvals a"
+                     " WHERE a.tenant_id = $1::uuid AND a.approval_id = $2::uuid"
+                     " AND a.state IN (2, 3)",
+        5, values, NULL, NULL, 0, &res, err);
     PQclear(res);
     return rc;
 }
@@ -351,7 +381,8 @@ out:
 cg_status cg_pg_approval_resolve(struct cg_pg *pg, const char *tenant_id, const char *approval_id,
                                  int decision, int64_t granted_tokens, const char *decided_by,
                                  const char *key_id, const char *note, int64_t now_ms,
-                                 struct cg_approval *out, bool *replayed, struct cg_err *err)
+                                 const struct cg_audit *audit, struct cg_approval *out,
+                                 bool *replayed, struct cg_err *err)
 {
     *replayed = false;
     char now_text[24];
@@ -394,6 +425,8 @@ cg_status cg_pg_approval_resolve(struct cg_pg *pg, const char *tenant_id, const 
                     now_text, err);
         if (rc == CG_OK)
             rc = approval_event(pg, tenant_id, out, 7 /* APPROVAL_DECIDED */, now_ms, err);
+        if (rc == CG_OK)
+            rc = approval_audit(pg, tenant_id, out->approval_id, audit, err);
     } else if (out->state == decision) {
         *replayed = true;
     } else {

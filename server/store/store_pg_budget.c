@@ -304,9 +304,14 @@ out:
     return rc;
 }
 
+/* The budget before (old, o) and as stored (put, p) in budget_put's audit row. */
+#define BUDGET_JSON_OLD AUDIT_BUDGET_JSON("o")
+#define BUDGET_JSON_PUT AUDIT_BUDGET_JSON("p")
+
 cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct cg_budget_row *row,
                            int64_t expected_version, const char *key_id, int64_t now_ms,
-                           struct cg_budget_row *out, bool *created, struct cg_err *err)
+                           const struct cg_audit *audit, struct cg_budget_row *out, bool *created,
+                           struct cg_err *err)
 {
     *created = false;
     if (!pg->in_tx)
@@ -330,6 +335,8 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
     /* The parent of a task is its session's row, of an agent its task's. */
     const char *parent_session = row->level >= 3 ? row->ids.session_id : "";
     const char *parent_task = row->level == 4 ? row->ids.task_id : "";
+    struct cg__pg_actor actor;
+    cg__pg_actor(audit, &actor);
     const char *values[] = {tenant_id,
                             row->ids.session_id,
                             row->ids.task_id,
@@ -355,7 +362,10 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
                             now_text,
                             approval_ttl,
                             row->exclude_cache_read_tokens ? "t" : "f",
-                            row->has_budget && row->allocate_from_parent ? "t" : "f"};
+                            row->has_budget && row->allocate_from_parent ? "t" : "f",
+                            actor.key_id,
+                            actor.role,
+                            actor.request_id};
     /* One statement: the SELECT's WHERE refuses a missing parent, and a missing row when a
      * version is expected (no insert is even tried); the DO UPDATE's WHERE refuses a
      * stored version other than the expected one. Either way no row comes back and
@@ -363,13 +373,19 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
      * here when missing (scopes_parent requires it; the foreign key check at the end of
      * the statement sees it). A reset period counts from the period containing now_ms ($23)
      * in the tenant's time zone when it is new or changed, and keeps its period otherwise
-     * (cg_period_start/next are NULL for period 1, none). */
+     * (cg_period_start/next are NULL for period 1, none).
+     * The audit row is written by the same statement, from the rows themselves: `old` reads
+     * the statement's snapshot, which is the row as it was (the caller holds it locked since
+     * cg_store_path_read), `put` is the row as stored; no row comes back, none is written. */
     PGresult *res = NULL;
     cg_status rc = cg__pg_run(
         pg, "budget_put",
         "WITH tenant_scope AS (INSERT INTO scopes (tenant_id, session_id, task_id, agent_id, level)"
-        "  SELECT $1::uuid, '', '', '', 1 WHERE $5::int2 >= 2 ON CONFLICT DO NOTHING)"
-        " INSERT INTO scopes AS s (tenant_id, session_id, task_id, agent_id, level, has_budget,"
+        "  SELECT $1::uuid, '', '', '', 1 WHERE $5::int2 >= 2 ON CONFLICT DO NOTHING),"
+        " old AS (SELECT * FROM scopes o WHERE o.tenant_id = $1::uuid AND o.session_id = $2::text"
+        "  AND o.task_id = $3::text AND o.agent_id = $4::text AND o.has_budget),"
+        " put AS (INSERT INTO scopes AS s (tenant_id, session_id, task_id, agent_id, level, "
+        "has_budget,"
         " mode, limit_tokens, limit_cost_micros, warning_ratio, backpressure_disabled,"
         " tier_ratio, tier_delay_ms, on_store_failure, local_allowance_tokens, reset_period,"
         " reservation_ttl_ms, description, version, updated_by_key_id, period_start, next_reset_at,"
@@ -415,8 +431,12 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
         "   THEN greatest(0, s.used_tokens - s.spent_cache_read_tokens)"
         "   ELSE s.used_tokens + s.spent_cache_read_tokens END"
         " WHERE $22::int8 = 0 OR s.version = $22::int8"
-        " RETURNING " SCOPE_COLUMNS,
-        26, values, NULL, NULL, 0, &res, err);
+        " RETURNING s.*),"
+        " audit AS (" AUDIT_INSERT " SELECT p.tenant_id, $27::text, $28::int2, 'budget_set',"
+        "  p.session_id, p.task_id, p.agent_id, '', (SELECT " BUDGET_JSON_OLD " FROM old o),"
+        "  " BUDGET_JSON_PUT ", $29::text FROM put p)"
+        " SELECT " SCOPE_COLUMNS " FROM put",
+        29, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         /* scopes_parent only fires for a parent made missing meanwhile (the WHERE checks
          * first); the tenants foreign key for a tenant that does not exist. */

@@ -120,6 +120,39 @@ cg_status cg__pg_not_in_tx(struct cg_pg *pg, const char *what, struct cg_err *er
     " coalesce(floor(extract(epoch FROM last_activity_at) * 1000)::int8, 0),"                      \
     " allocate_from_parent, allocated_tokens"
 
+/* The audit trail (store.h, store_pg_audit.c). A statement that writes an audit row runs
+ * AUDIT_INSERT with a SELECT of, in this order: tenant_id, actor key id, actor role, kind,
+ * session_id, task_id, agent_id, target, before, after, request id; the actor's three come
+ * from cg__pg_actor as text parameters. */
+#define AUDIT_INSERT                                                                               \
+    "INSERT INTO audit_events (tenant_id, actor_key_id, actor_role, kind, session_id, task_id,"    \
+    " agent_id, target, before, after, request_id)"
+
+/* What a reader of the trail needs of a budget (scopes aliased `alias`), as jsonb. */
+#define AUDIT_BUDGET_JSON(alias)                                                                   \
+    "jsonb_build_object('limit_tokens', " alias ".limit_tokens, 'limit_cost_micros', " alias       \
+    ".limit_cost_micros, 'mode', (ARRAY['HARD', 'SOFT', 'APPROVAL'])[" alias ".mode::int],"        \
+    " 'reset_period', (ARRAY['NONE', 'DAILY', 'MONTHLY'])[" alias ".reset_period::int],"           \
+    " 'warning_ratio', " alias ".warning_ratio, 'backpressure_disabled', " alias                   \
+    ".backpressure_disabled, 'tier_ratio', " alias ".tier_ratio, 'tier_delay_ms', " alias          \
+    ".tier_delay_ms, 'on_store_failure', (ARRAY['FAIL_CLOSED', 'FAIL_OPEN',"                       \
+    " 'LOCAL_ALLOWANCE'])[" alias ".on_store_failure::int], 'local_allowance_tokens', " alias      \
+    ".local_allowance_tokens, 'reservation_ttl_ms', " alias ".reservation_ttl_ms,"                 \
+    " 'approval_ttl_ms', " alias ".approval_ttl_ms, 'exclude_cache_read_tokens', " alias           \
+    ".exclude_cache_read_tokens, 'allocate_from_parent', " alias ".allocate_from_parent,"          \
+    " 'description', " alias ".description, 'version', " alias ".version)"
+
+/* An actor as the text parameters of AUDIT_INSERT's SELECT. */
+struct cg__pg_actor {
+    const char *key_id; /* "" for the server's admin key */
+    char role[8];
+    char request_id[CG_AUDIT_REQUEST_ID_MAX + 1];
+};
+
+/* audit (NULL: the server's admin key, no request id) as parameters; the request id is cut
+ * to CG_AUDIT_REQUEST_ID_MAX bytes. */
+void cg__pg_actor(const struct cg_audit *audit, struct cg__pg_actor *out);
+
 /* Reads row `row` of res (SCOPE_COLUMNS) into out. False when it does not parse. */
 bool cg__pg_read_scope(PGresult *res, int row, struct cg_budget_row *out);
 

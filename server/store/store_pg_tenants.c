@@ -16,6 +16,27 @@
     " (SELECT coalesce(bit_or(1 << t), 0) FROM unnest(pii_redact_types) AS t),"                    \
     " pii_redact_artifacts, max_call_tokens"
 
+/* A tenant's settings (tenants aliased `alias`) as the audit trail shows them. */
+#define SETTINGS_JSON(alias)                                                                       \
+    "jsonb_build_object('redact_types', to_jsonb(" alias ".pii_redact_types),"                     \
+    " 'redact_artifacts', " alias ".pii_redact_artifacts, 'max_call_tokens', " alias               \
+    ".max_call_tokens)"
+
+/* Ends a transaction of this file: commits after rc == CG_OK, else rolls back. */
+static cg_status end_tx(struct cg_pg *pg, cg_status rc, struct cg_err *err)
+{
+    if (rc == CG_OK)
+        rc = cg_pg_commit(pg, err);
+    if (rc != CG_OK)
+        cg_pg_rollback(pg);
+    return rc;
+}
+
+/* The aliases the statements below give the rows: made (m), old (o), changed (c). */
+#define SETTINGS_JSON_MADE SETTINGS_JSON("m")
+#define SETTINGS_JSON_OLD SETTINGS_JSON("o")
+#define SETTINGS_JSON_NEW SETTINGS_JSON("c")
+
 static void read_tenant(PGresult *res, int row, struct cg_tenant *out)
 {
     cg__pg_copy_str(out->tenant_id, sizeof out->tenant_id, PQgetvalue(res, row, 0));
@@ -48,7 +69,8 @@ static void types_text(unsigned mask, char *out, size_t cap)
 }
 
 cg_status cg_pg_tenant_create(struct cg_pg *pg, const char *name, const char *time_zone,
-                              const struct cg_tenant_settings *settings, struct cg_tenant *out,
+                              const struct cg_tenant_settings *settings,
+                              const struct cg_audit *audit, struct cg_tenant *out,
                               struct cg_err *err)
 {
     /* The time zone must be one PostgreSQL lists by name: abbreviations and POSIX offsets
@@ -56,17 +78,25 @@ cg_status cg_pg_tenant_create(struct cg_pg *pg, const char *name, const char *ti
     char types[32], max_call[24];
     types_text(settings->redact_types, types, sizeof types);
     max_call_text(settings, max_call, sizeof max_call);
-    const char *values[] = {name, time_zone, types, settings->redact_artifacts ? "t" : "f",
-                            max_call};
+    struct cg__pg_actor actor;
+    cg__pg_actor(audit, &actor);
+    const char *values[] = {
+        name,     time_zone,    types,      settings->redact_artifacts ? "t" : "f",
+        max_call, actor.key_id, actor.role, actor.request_id};
     PGresult *res = NULL;
-    cg_status rc =
-        cg__pg_run(pg, "tenant_create",
-                   "INSERT INTO tenants (name, time_zone, pii_redact_types,"
-                   " pii_redact_artifacts, max_call_tokens)"
-                   " SELECT $1::text, $2::text, $3::smallint[], $4::boolean, $5::int8"
-                   " WHERE EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $2::text)"
-                   " RETURNING " TENANT_COLUMNS,
-                   5, values, NULL, NULL, 0, &res, err);
+    /* The audit row in the same statement: one statement commits or fails whole. */
+    cg_status rc = cg__pg_run(
+        pg, "tenant_create",
+        "WITH made AS (INSERT INTO tenants (name, time_zone, pii_redact_types,"
+        "  pii_redact_artifacts, max_call_tokens)"
+        "  SELECT $1::text, $2::text, $3::smallint[], $4::boolean, $5::int8"
+        "  WHERE EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $2::text)"
+        "  RETURNING *),"
+        " audit AS (" AUDIT_INSERT " SELECT m.tenant_id, $6::text, $7::int2, 'tenant_created',"
+        "  '', '', '', m.tenant_id::text, NULL, jsonb_build_object('name', m.name, 'time_zone',"
+        "  m.time_zone) || " SETTINGS_JSON_MADE ", $8::text FROM made m)"
+        " SELECT " TENANT_COLUMNS " FROM made",
+        8, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "name or time_zone: invalid value");
@@ -100,24 +130,49 @@ cg_status cg_pg_tenant_get(struct cg_pg *pg, const char *tenant_id, struct cg_te
 
 cg_status cg_pg_tenant_settings_put(struct cg_pg *pg, const char *tenant_id,
                                     const struct cg_tenant_settings *settings,
-                                    struct cg_tenant *out, struct cg_err *err)
+                                    const struct cg_audit *audit, struct cg_tenant *out,
+                                    struct cg_err *err)
 {
     char types[32], max_call[24];
     types_text(settings->redact_types, types, sizeof types);
     max_call_text(settings, max_call, sizeof max_call);
-    const char *values[] = {tenant_id, types, settings->redact_artifacts ? "t" : "f", max_call};
+    struct cg__pg_actor actor;
+    cg__pg_actor(audit, &actor);
+    const char *values[] = {tenant_id,       types,        settings->redact_artifacts ? "t" : "f",
+                            max_call,        actor.key_id, actor.role,
+                            actor.request_id};
+    static const char missing[] = "tenant_id: no such tenant";
+    /* Two statements in a transaction rather than one: the row is locked first, so that the
+     * snapshot of the second statement, whose `old` is the audit row's before, holds the
+     * settings this update replaces (one statement alone could read a version a concurrent
+     * update has just replaced). */
+    cg_status rc = cg_pg_begin(pg, err);
+    if (rc != CG_OK)
+        return rc;
     PGresult *res = NULL;
-    cg_status rc = cg__pg_run_one(pg, "tenant_settings_put",
-                                  "UPDATE tenants SET pii_redact_types = $2::smallint[],"
-                                  " pii_redact_artifacts = $3::boolean, max_call_tokens = $4::int8"
-                                  " WHERE tenant_id = $1::uuid RETURNING " TENANT_COLUMNS,
-                                  4, values, 0, "tenant_id: no such tenant", &res, err);
+    rc = cg__pg_run_one(pg, "tenant_lock",
+                        "SELECT 1 FROM tenants WHERE tenant_id = $1::uuid FOR NO KEY UPDATE", 1,
+                        values, 0, missing, &res, err);
+    PQclear(res);
+    res = NULL;
+    if (rc == CG_OK)
+        rc = cg__pg_run_one(pg, "tenant_settings_put",
+                            "WITH old AS (SELECT * FROM tenants WHERE tenant_id = $1::uuid),"
+                            " changed AS (UPDATE tenants SET pii_redact_types = $2::smallint[],"
+                            "  pii_redact_artifacts = $3::boolean, max_call_tokens = $4::int8"
+                            "  WHERE tenant_id = $1::uuid RETURNING *),"
+                            " audit AS (" AUDIT_INSERT " SELECT c.tenant_id, $5::text, $6::int2,"
+                            "  'tenant_settings_updated', '', '', '', '', " SETTINGS_JSON_OLD
+                            ", " SETTINGS_JSON_NEW
+                            ", $7::text FROM changed c JOIN old o ON o.tenant_id = c.tenant_id)"
+                            " SELECT " TENANT_COLUMNS " FROM changed",
+                            7, values, 0, missing, &res, err);
     if (rc == CG_OK)
         read_tenant(res, 0, out);
     else if (cg__pg_sqlstate_is(pg, "23514"))
         rc = cg_err_set(err, CG_INVALID_ARGUMENT, "settings.redact_types: unknown PiiType");
     PQclear(res);
-    return rc;
+    return end_tx(pg, rc, err);
 }
 
 cg_status cg_pg_tenant_list(struct cg_pg *pg, const char *after_id, int limit,
@@ -191,27 +246,46 @@ static void read_key(PGresult *res, int row, struct cg_api_key *out)
                     PQgetvalue(res, row, 10));
 }
 
+/* A key (api_keys aliased `alias`) as the audit trail shows it: never its secret. */
+#define KEY_JSON(alias)                                                                            \
+    "jsonb_build_object('role', (ARRAY['agent', 'viewer', 'operator', 'admin'])[" alias            \
+    ".role::int], 'scope_session_id', " alias ".scope_session_id, 'scope_task_id', " alias         \
+    ".scope_task_id, 'expires_at_unix_ms', floor(extract(epoch FROM " alias                        \
+    ".expires_at) * 1000)::int8, 'name', " alias ".name, 'revoked_at_unix_ms', floor(extract("     \
+    "epoch FROM " alias ".revoked_at) * 1000)::int8)"
+
+#define KEY_JSON_MADE KEY_JSON("m")
+#define KEY_JSON_OLD KEY_JSON("o")
+#define KEY_JSON_NEW KEY_JSON("c")
+
 cg_status cg_pg_key_create(struct cg_pg *pg, const char *tenant_id, const char *key_id,
                            const uint8_t secret_hash[32], const struct cg_api_key_spec *spec,
-                           struct cg_api_key *out, struct cg_err *err)
+                           const struct cg_audit *audit, struct cg_api_key *out, struct cg_err *err)
 {
     char role[8], expires[24];
     snprintf(role, sizeof role, "%d", spec->role);
     snprintf(expires, sizeof expires, "%lld", (long long)spec->expires_at_ms);
-    const char *values[] = {tenant_id,           key_id,  (const char *)secret_hash,
-                            spec->name,          role,    spec->scope_session_id,
-                            spec->scope_task_id, expires, spec->created_by_key_id};
-    const int lengths[] = {0, 0, 32, 0, 0, 0, 0, 0, 0};
-    const int formats[] = {0, 0, 1, 0, 0, 0, 0, 0, 0}; /* the hash goes as binary bytea */
+    struct cg__pg_actor actor;
+    cg__pg_actor(audit, &actor);
+    const char *values[] = {tenant_id,           key_id,     (const char *)secret_hash,
+                            spec->name,          role,       spec->scope_session_id,
+                            spec->scope_task_id, expires,    spec->created_by_key_id,
+                            actor.key_id,        actor.role, actor.request_id};
+    const int lengths[] = {0, 0, 32, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    const int formats[] = {0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}; /* the hash as binary bytea */
     PGresult *res = NULL;
+    /* The audit row in the same statement: one statement commits or fails whole. */
     cg_status rc = cg__pg_run(
         pg, "key_create",
-        "INSERT INTO api_keys (tenant_id, key_id, secret_hash, name, role, scope_session_id,"
-        " scope_task_id, expires_at, created_by_key_id)"
-        " VALUES ($1::uuid, $2::text, $3::bytea, $4::text, $5::smallint, $6::text, $7::text,"
-        " CASE WHEN $8::int8 = 0 THEN NULL ELSE to_timestamp($8::int8 / 1000.0) END, $9::text)"
-        " RETURNING " KEY_COLUMNS,
-        9, values, lengths, formats, 0, &res, err);
+        "WITH made AS (INSERT INTO api_keys (tenant_id, key_id, secret_hash, name, role,"
+        "  scope_session_id, scope_task_id, expires_at, created_by_key_id)"
+        "  VALUES ($1::uuid, $2::text, $3::bytea, $4::text, $5::smallint, $6::text, $7::text,"
+        "  CASE WHEN $8::int8 = 0 THEN NULL ELSE to_timestamp($8::int8 / 1000.0) END, $9::text)"
+        "  RETURNING *),"
+        " audit AS (" AUDIT_INSERT " SELECT m.tenant_id, $10::text, $11::int2, 'api_key_created',"
+        "  '', '', '', m.key_id, NULL, " KEY_JSON_MADE ", $12::text FROM made m)"
+        " SELECT " KEY_COLUMNS " FROM made",
+        12, values, lengths, formats, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
             rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND,
@@ -279,19 +353,45 @@ out:
 }
 
 cg_status cg_pg_key_revoke(struct cg_pg *pg, const char *tenant_id, const char *key_id,
-                           struct cg_api_key *out, struct cg_err *err)
+                           const struct cg_audit *audit, struct cg_api_key *out, struct cg_err *err)
 {
-    const char *values[] = {tenant_id, key_id};
+    struct cg__pg_actor actor;
+    cg__pg_actor(audit, &actor);
+    const char *values[] = {tenant_id, key_id, actor.key_id, actor.role, actor.request_id};
+    static const char missing[] = "key_id: no such key";
+    /* A transaction: the key is locked and read first, so that only the revocation that
+     * takes effect writes the audit row (a repeated one answers the row as it is), and the
+     * row's before is the key this revocation changed. */
+    cg_status rc = cg_pg_begin(pg, err);
+    if (rc != CG_OK)
+        return rc;
     PGresult *res = NULL;
-    cg_status rc = cg__pg_run_one(pg, "key_revoke",
-                                  "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())"
-                                  " WHERE tenant_id = $1::uuid AND key_id = $2::text"
-                                  " RETURNING " KEY_COLUMNS,
-                                  2, values, 0, "key_id: no such key", &res, err);
+    rc = cg__pg_run_one(pg, "key_revoke_lock",
+                        "SELECT " KEY_COLUMNS " FROM api_keys"
+                        " WHERE tenant_id = $1::uuid AND key_id = $2::text FOR NO KEY UPDATE",
+                        2, values, 0, missing, &res, err);
+    if (rc != CG_OK)
+        goto out;
+    read_key(res, 0, out);
+    if (out->revoked_at_ms != 0)
+        goto out; /* revoked before: nothing changes, nothing is audited */
+    PQclear(res);
+    res = NULL;
+    rc = cg__pg_run_one(
+        pg, "key_revoke",
+        "WITH old AS (SELECT * FROM api_keys WHERE tenant_id = $1::uuid AND key_id = $2::text),"
+        " changed AS (UPDATE api_keys SET revoked_at = now()"
+        "  WHERE tenant_id = $1::uuid AND key_id = $2::text RETURNING *),"
+        " audit AS (" AUDIT_INSERT " SELECT c.tenant_id, $3::text, $4::int2, 'api_key_revoked',"
+        "  '', '', '', c.key_id, " KEY_JSON_OLD ", " KEY_JSON_NEW
+        ", $5::text FROM changed c JOIN old o ON o.key_id = c.key_id)"
+        " SELECT " KEY_COLUMNS " FROM changed",
+        5, values, 0, missing, &res, err);
     if (rc == CG_OK)
         read_key(res, 0, out);
+out:
     PQclear(res);
-    return rc;
+    return end_tx(pg, rc, err);
 }
 
 cg_status cg_pg_key_lookup(struct cg_pg *pg, const char *tenant_id, const char *key_id,

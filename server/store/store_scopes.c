@@ -39,13 +39,14 @@ cg_status cg_store_scope_close(struct cg_store *store, const char *tenant_id,
                                const struct cg_scope_ids *ids, struct cg_scope_close *out,
                                struct cg_err *err)
 {
-    return cg_store_scope_close_events(store, tenant_id, ids, NULL, NULL, out, err);
+    return cg_store_scope_close_events(store, tenant_id, ids, NULL, NULL, NULL, out, err);
 }
 
 cg_status cg_store_scope_close_events(struct cg_store *store, const char *tenant_id,
                                       const struct cg_scope_ids *ids,
                                       cg_scope_close_events_fn events, void *ctx,
-                                      struct cg_scope_close *out, struct cg_err *err)
+                                      const struct cg_audit *audit, struct cg_scope_close *out,
+                                      struct cg_err *err)
 {
     memset(out, 0, sizeof *out);
     char id[CG_UUID_LEN + 1];
@@ -69,8 +70,10 @@ cg_status cg_store_scope_close_events(struct cg_store *store, const char *tenant
          * computed by the caller from the rows before and after. */
         nev = events(ctx, out->path_before, out->path_after, out->npath, ev,
                      CG_STORE_CLOSE_EVENTS_MAX);
-        if (nev < 0)
+        if (nev < 0 || nev > CG_STORE_CLOSE_EVENTS_MAX) {
+            nev = 0;
             rc = cg_err_set(err, CG_INTERNAL, "scope_close: too many events");
+        }
     }
     if (rc == CG_OK && !out->already_closed) {
         memset(&ev[nev], 0, sizeof ev[nev]);
@@ -80,6 +83,21 @@ cg_status cg_store_scope_close_events(struct cg_store *store, const char *tenant
     }
     if (rc == CG_OK && nev > 0)
         rc = cg__pg_events_append(store->pg, id, ev, nev, cg_wall_ms(), err);
+    /* The audit row of a close that changed something (a repeated close that found nothing
+     * open changed nothing); its figures are counted across the close's statements. */
+    if (rc == CG_OK && (!out->already_closed || out->closed_scopes > 0 ||
+                        out->released_reservations > 0 || out->expired_approvals > 0)) {
+        char before[64], after[256];
+        snprintf(before, sizeof before, "{\"closed\": %s}", out->already_closed ? "true" : "false");
+        snprintf(after, sizeof after,
+                 "{\"closed\": true, \"closed_scopes\": %u, \"released_reservations\": %u,"
+                 " \"released_tokens\": %lld, \"released_cost_micros\": %lld,"
+                 " \"expired_approvals\": %u}",
+                 out->closed_scopes, out->released_reservations, (long long)out->released_tokens,
+                 (long long)out->released_cost_micros, out->expired_approvals);
+        rc =
+            cg_pg_audit_append(store->pg, id, audit, "scope_closed", ids, NULL, before, after, err);
+    }
     rc = close_call(store, rc, err);
     if (rc != CG_OK)
         memset(out, 0, sizeof *out);

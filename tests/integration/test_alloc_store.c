@@ -119,8 +119,8 @@ Test(alloc_store, the_tenant_cannot_allocate, .init = setup, .fini = teardown, .
     bool created;
     struct cg_err err;
     cg_storetest_begin(s);
-    cg_status rc =
-        cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
+    cg_status rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), NULL, &out,
+                                       &created, &err);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "allocate_from_parent") != NULL, "%s", err.msg);
     cg_store_rollback(s);

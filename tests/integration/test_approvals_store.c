@@ -70,7 +70,7 @@ static struct cg_budget_row put_approval_budget(struct cg_store *s, const char *
     struct cg_budget_row path[4];
     cg_status rc = cg_store_path_read(s, tenant_id, &ids, true, true, now_ms, path, &n, &err);
     cr_assert_eq(rc, CG_OK, "path_read: %s %s", cg_status_name(rc), err.msg);
-    rc = cg_store_budget_put(s, tenant_id, &row, 0, "k1", now_ms, &out, &created, &err);
+    rc = cg_store_budget_put(s, tenant_id, &row, 0, "k1", now_ms, NULL, &out, &created, &err);
     cr_assert_eq(rc, CG_OK, "budget_put: %s %s", cg_status_name(rc), err.msg);
     cg_storetest_commit(s);
     return out;
@@ -121,7 +121,7 @@ static cg_status resolve_at(struct cg_store *s, const char *tenant_id, const cha
                             bool *replayed, struct cg_err *err)
 {
     return cg_store_approval_resolve(s, tenant_id, approval_id, decision, granted, "alice", "opkey",
-                                     "ok by me", now_ms, out, replayed, err);
+                                     "ok by me", now_ms, NULL, out, replayed, err);
 }
 
 static struct cg_approval A, B; /* big structs: kept off the stack */

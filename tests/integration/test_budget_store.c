@@ -238,15 +238,16 @@ Test(budget_store, a_missing_level_is_not_found_naming_its_field, .init = setup,
     struct cg_budget_row out;
     bool created = true;
     cg_storetest_begin(s);
-    cg_status rc =
-        cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, cg_wall_ms(), &out, &created, &err);
+    cg_status rc = cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, cg_wall_ms(), NULL, &out,
+                                       &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_str_eq(err.msg, "scope.session_id: no such session");
     cr_assert_not(created);
     orphan = cg_storetest_budget("s", "nope", "a", 10);
     cg_storetest_begin(s);
-    rc = cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, cg_wall_ms(), &out, &created, &err);
+    rc = cg_store_budget_put(s, t.tenant_id, &orphan, 0, NULL, cg_wall_ms(), NULL, &out, &created,
+                             &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_NOT_FOUND, "%s %s", cg_status_name(rc), err.msg);
     cr_assert_str_eq(err.msg, "scope.task_id: no such task");
@@ -311,15 +312,16 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
     struct cg_budget_row row = cg_storetest_budget("s", "", "", 1000);
     row.reset_period = 2;
     cg_storetest_begin(s);
-    cg_status rc =
-        cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
+    cg_status rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), NULL, &out,
+                                       &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "settings.reset_period: only a tenant budget resets");
 
     row = cg_storetest_budget("s", "", "", 0);
     cg_storetest_begin(s);
-    rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
+    rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), NULL, &out, &created,
+                             &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "settings.limit_tokens: must be positive");
@@ -327,14 +329,16 @@ Test(budget_store, bad_arguments_are_invalid_argument_naming_the_field, .init = 
     row = cg_storetest_budget("s", "", "", 10);
     row.mode = 7;
     cg_storetest_begin(s);
-    rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), &out, &created, &err);
+    rc = cg_store_budget_put(s, t.tenant_id, &row, 0, NULL, cg_wall_ms(), NULL, &out, &created,
+                             &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert(strncmp(err.msg, "settings.mode:", 14) == 0, "%s", err.msg);
 
     row = cg_storetest_budget("s", "", "", 10);
     cg_storetest_begin(s);
-    rc = cg_store_budget_put(s, t.tenant_id, &row, -1, NULL, cg_wall_ms(), &out, &created, &err);
+    rc = cg_store_budget_put(s, t.tenant_id, &row, -1, NULL, cg_wall_ms(), NULL, &out, &created,
+                             &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_INVALID_ARGUMENT, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "expected_version: must not be negative");
@@ -372,9 +376,9 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     struct cg_err err;
 
     cg_storetest_begin(s);
-    cr_assert_eq(
-        cg_store_budget_put(s, t.tenant_id, &row, 0, "k1", cg_wall_ms(), &out, &created, &err),
-        CG_OK, "%s", err.msg);
+    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &row, 0, "k1", cg_wall_ms(), NULL, &out,
+                                     &created, &err),
+                 CG_OK, "%s", err.msg);
     cg_storetest_commit(s);
     cr_assert(created);
     cr_assert_eq(out.version, 1);
@@ -382,9 +386,9 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
 
     row.limit_tokens = 2000;
     cg_storetest_begin(s);
-    cr_assert_eq(
-        cg_store_budget_put(s, t.tenant_id, &row, 0, "k2", cg_wall_ms(), &out, &created, &err),
-        CG_OK, "%s", err.msg);
+    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &row, 0, "k2", cg_wall_ms(), NULL, &out,
+                                     &created, &err),
+                 CG_OK, "%s", err.msg);
     cg_storetest_commit(s);
     cr_assert_not(created);
     cr_assert_eq(out.version, 2);
@@ -395,17 +399,17 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     /* A stale version is refused and changes nothing. */
     row.limit_tokens = 3000;
     cg_storetest_begin(s);
-    cg_status rc =
-        cg_store_budget_put(s, t.tenant_id, &row, 1, "k3", cg_wall_ms(), &out, &created, &err);
+    cg_status rc = cg_store_budget_put(s, t.tenant_id, &row, 1, "k3", cg_wall_ms(), NULL, &out,
+                                       &created, &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_ABORTED, "%s", cg_status_name(rc));
     cr_assert_str_eq(err.msg, "expected_version 1 does not match the stored version 2");
     cr_assert_eq(db_int("SELECT limit_tokens FROM scopes WHERE session_id = $1", "s"), 2000);
 
     cg_storetest_begin(s);
-    cr_assert_eq(
-        cg_store_budget_put(s, t.tenant_id, &row, 2, "k3", cg_wall_ms(), &out, &created, &err),
-        CG_OK, "%s", err.msg);
+    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &row, 2, "k3", cg_wall_ms(), NULL, &out,
+                                     &created, &err),
+                 CG_OK, "%s", err.msg);
     cg_storetest_commit(s);
     cr_assert_eq(out.version, 3);
     cr_assert_eq(out.limit_tokens, 3000);
@@ -413,7 +417,8 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     /* An expected version for a scope that has none yet is refused too. */
     struct cg_budget_row fresh = cg_storetest_budget("s2", "", "", 10);
     cg_storetest_begin(s);
-    rc = cg_store_budget_put(s, t.tenant_id, &fresh, 4, NULL, cg_wall_ms(), &out, &created, &err);
+    rc = cg_store_budget_put(s, t.tenant_id, &fresh, 4, NULL, cg_wall_ms(), NULL, &out, &created,
+                             &err);
     cg_store_rollback(s);
     cr_assert_eq(rc, CG_ABORTED, "%s", cg_status_name(rc));
     cr_assert(strstr(err.msg, "expected_version 4 does not match the stored version 0") != NULL,
@@ -428,9 +433,9 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     struct cg_budget_row tenant = cg_storetest_budget("", "", "", 1000000);
     tenant.reset_period = 3;
     cg_storetest_begin(s);
-    cr_assert_eq(
-        cg_store_budget_put(s, t.tenant_id, &tenant, 0, NULL, cg_wall_ms(), &out, &created, &err),
-        CG_OK, "%s", err.msg);
+    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &tenant, 0, NULL, cg_wall_ms(), NULL, &out,
+                                     &created, &err),
+                 CG_OK, "%s", err.msg);
     cg_storetest_commit(s);
     cr_assert(created);
     cr_assert_eq(out.version, 1);
@@ -442,7 +447,7 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
     struct cg_tenant fresh_tenant = make_tenant(s, "fresh");
     cg_storetest_begin(s);
     cr_assert_eq(cg_store_budget_put(s, fresh_tenant.tenant_id, &tenant, 0, NULL, cg_wall_ms(),
-                                     &out, &created, &err),
+                                     NULL, &out, &created, &err),
                  CG_OK, "%s", err.msg);
     cg_storetest_commit(s);
     cr_assert(created);
@@ -455,8 +460,8 @@ Test(budget_store, versions_and_expected_version, .init = setup, .fini = teardow
                                          cg_storetest_budget("s", "t", "", 10)};
     for (size_t i = 0; i < sizeof ghost_rows / sizeof ghost_rows[0]; i++) {
         cg_storetest_begin(s);
-        rc = cg_store_budget_put(s, ghost, &ghost_rows[i], 0, NULL, cg_wall_ms(), &out, &created,
-                                 &err);
+        rc = cg_store_budget_put(s, ghost, &ghost_rows[i], 0, NULL, cg_wall_ms(), NULL, &out,
+                                 &created, &err);
         cg_store_rollback(s);
         cr_assert_eq(rc, CG_NOT_FOUND, "level %zu: %s", i + 1, cg_status_name(rc));
         cr_assert_str_eq(err.msg, "tenant_id: no such tenant");
@@ -856,9 +861,9 @@ Test(budget_store, rollback_leaves_nothing, .init = setup, .fini = teardown, .ti
     cg_storetest_begin(s);
     int n = read_path(s, t.tenant_id, cg_storetest_scope("", "", ""), rows);
     cr_assert_eq(n, 1);
-    cr_assert_eq(
-        cg_store_budget_put(s, t.tenant_id, &session, 0, NULL, cg_wall_ms(), &out, &created, &err),
-        CG_OK, "%s", err.msg);
+    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &session, 0, NULL, cg_wall_ms(), NULL, &out,
+                                     &created, &err),
+                 CG_OK, "%s", err.msg);
     n = read_path(s, t.tenant_id, ids, rows);
     cr_assert_eq(cg_store_path_add(s, t.tenant_id, rows, n, 5, 10, 0, 0, &err), CG_OK, "%s",
                  err.msg);
@@ -878,9 +883,9 @@ Test(budget_store, rollback_leaves_nothing, .init = setup, .fini = teardown, .ti
 
     /* The same again commits: the keys were not used up by the rolled-back attempt. */
     cg_storetest_begin(s);
-    cr_assert_eq(
-        cg_store_budget_put(s, t.tenant_id, &session, 0, NULL, cg_wall_ms(), &out, &created, &err),
-        CG_OK, "%s", err.msg);
+    cr_assert_eq(cg_store_budget_put(s, t.tenant_id, &session, 0, NULL, cg_wall_ms(), NULL, &out,
+                                     &created, &err),
+                 CG_OK, "%s", err.msg);
     cr_assert_eq(
         cg_store_reservation_insert(s, t.tenant_id, &ids, 10, 0, "", "", "k", 60000, &res, &err),
         CG_OK, "%s", err.msg);

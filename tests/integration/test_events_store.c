@@ -61,7 +61,7 @@ static void make_scope(struct cg_store *s, char tenant[CG_UUID_LEN + 1], struct 
     int n;
     OK(cg_store_begin(s, &err));
     OK(cg_store_path_read(s, tenant, ids, true, true, cg_wall_ms(), path, &n, &err));
-    OK(cg_store_budget_put(s, tenant, &row, 0, NULL, cg_wall_ms(), &out, &created, &err));
+    OK(cg_store_budget_put(s, tenant, &row, 0, NULL, cg_wall_ms(), NULL, &out, &created, &err));
     OK(cg_store_commit(s, &err));
 }
 
@@ -246,7 +246,7 @@ Test(events_store, events_carry_allocated_tokens, .init = setup, .fini = teardow
     struct cg_err err;
     OK(cg_store_begin(s, &err));
     OK(cg_store_path_read(s, tenant, &task, true, true, cg_wall_ms(), path, &n, &err));
-    OK(cg_store_budget_put(s, tenant, &row, 0, NULL, cg_wall_ms(), &out, &created, &err));
+    OK(cg_store_budget_put(s, tenant, &row, 0, NULL, cg_wall_ms(), NULL, &out, &created, &err));
     /* After the put's statement: its trigger moved the session's allocated_tokens. */
     OK(cg_store_event_append(s, tenant, &session, 2, NULL, cg_wall_ms(), &err));
     OK(cg_store_commit(s, &err));
@@ -259,7 +259,7 @@ Test(events_store, events_carry_allocated_tokens, .init = setup, .fini = teardow
 
     struct close_seen seen = {0};
     struct cg_scope_close closed;
-    OK(cg_store_scope_close_events(s, tenant, &task, close_hook, &seen, &closed, &err));
+    OK(cg_store_scope_close_events(s, tenant, &task, close_hook, &seen, NULL, &closed, &err));
     cr_assert_eq(seen.calls, 1);
     cr_assert_eq(seen.n, 3);
     cr_assert_eq(closed.npath, 3);
@@ -274,7 +274,7 @@ Test(events_store, events_carry_allocated_tokens, .init = setup, .fini = teardow
     cr_assert_eq(ev[0].type, 10, "SCOPE_CLOSED");
     cr_assert(ev[0].closed);
     /* Closing again changes nothing: the hook has nothing to say, no SCOPE_CLOSED. */
-    OK(cg_store_scope_close_events(s, tenant, &task, close_hook, &seen, &closed, &err));
+    OK(cg_store_scope_close_events(s, tenant, &task, close_hook, &seen, NULL, &closed, &err));
     cr_assert(closed.already_closed);
     OK(cg_store_events_read(s, tenant, &session, 0, 8, ev, &count, &err));
     cr_assert_eq(count, 2);

@@ -59,7 +59,8 @@ static void set_budget(struct cg_store *s, const char *tenant_id, struct cg_scop
     cr_assert_eq(cg_store_begin(s, &err), CG_OK, "%s", err.msg);
     cg_status rc = cg_store_path_read(s, tenant_id, &ids, true, true, cg_wall_ms(), path, &n, &err);
     if (rc == CG_OK)
-        rc = cg_store_budget_put(s, tenant_id, &row, 0, "", cg_wall_ms(), &stored, &created, &err);
+        rc = cg_store_budget_put(s, tenant_id, &row, 0, "", cg_wall_ms(), NULL, &stored, &created,
+                                 &err);
     if (rc == CG_OK)
         rc = cg_store_commit(s, &err);
     cr_assert_eq(rc, CG_OK, "set_budget: %s %s", cg_status_name(rc), err.msg);

@@ -74,7 +74,7 @@ static struct cg_api_key make_key(struct cg_store *s, const char *tenant_id, con
     struct cg_api_key k;
     struct cg_err err;
     struct cg_api_key_spec spec = {.name = "ci key", .role = 4};
-    cg_status rc = cg_store_key_create(s, tenant_id, key_id, h, &spec, &k, &err);
+    cg_status rc = cg_store_key_create(s, tenant_id, key_id, h, &spec, NULL, &k, &err);
     cr_assert_eq(rc, CG_OK, "key_create: %s %s", cg_status_name(rc), err.msg);
     return k;
 }
@@ -357,18 +357,18 @@ Test(store, key_create_lookup_list_revoke, .init = setup, .fini = teardown, .tim
     /* Same id twice, unknown tenant, malformed ids. */
     struct cg_api_key dup;
     const struct cg_api_key_spec agent = {.role = 1};
-    cr_assert_eq(cg_store_key_create(s, t.tenant_id, k.key_id, want, &agent, &dup, &err),
+    cr_assert_eq(cg_store_key_create(s, t.tenant_id, k.key_id, want, &agent, NULL, &dup, &err),
                  CG_ALREADY_EXISTS);
     cr_assert(strstr(err.msg, "key_id") != NULL, "%s", err.msg);
     cr_assert_eq(cg_store_key_create(s, "6f1c1d52-0c34-4d0e-9a57-0d5bbd3e1f00", "k2", want, &agent,
-                                     &dup, &err),
+                                     NULL, &dup, &err),
                  CG_NOT_FOUND);
     cr_assert(strstr(err.msg, "tenant_id") != NULL, "%s", err.msg);
-    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad key!", want, &agent, &dup, &err),
+    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad key!", want, &agent, NULL, &dup, &err),
                  CG_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "key_id") != NULL, "%s", err.msg);
     cr_assert_eq(
-        cg_store_key_create(s, t.tenant_id, "k12345678901234567", want, &agent, &dup, &err),
+        cg_store_key_create(s, t.tenant_id, "k12345678901234567", want, &agent, NULL, &dup, &err),
         CG_INVALID_ARGUMENT);
     cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, "nokey", &auth, &err), CG_NOT_FOUND);
     cr_assert_eq(cg_store_key_lookup(s, "nope", k.key_id, &auth, &err), CG_NOT_FOUND);
@@ -381,14 +381,15 @@ Test(store, key_create_lookup_list_revoke, .init = setup, .fini = teardown, .tim
     cr_assert_str_eq(listed[0].key_id, k.key_id);
 
     struct cg_api_key revoked, again;
-    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, &revoked, &err), CG_OK, "%s",
+    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, NULL, &revoked, &err), CG_OK, "%s",
                  err.msg);
     cr_assert_gt(revoked.revoked_at_ms, 0);
-    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, &again, &err), CG_OK, "%s", err.msg);
+    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, NULL, &again, &err), CG_OK, "%s",
+                 err.msg);
     cr_assert_eq(again.revoked_at_ms, revoked.revoked_at_ms, "a second revoke moved the time");
     cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, k.key_id, &auth, &err), CG_OK, "%s", err.msg);
     cr_assert(auth.revoked);
-    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, "nokey", &again, &err), CG_NOT_FOUND);
+    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, "nokey", NULL, &again, &err), CG_NOT_FOUND);
     cr_assert(strstr(err.msg, "key_id") != NULL, "%s", err.msg);
     cg_store_free(s);
 }
@@ -483,8 +484,8 @@ Test(store, key_grants_round_trip_through_postgres_and_redis, .init = setup, .fi
                                          .created_by_key_id = "creator01"};
     struct cg_api_key k;
     struct cg_err err;
-    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "grantkey", h, &spec, &k, &err), CG_OK, "%s",
-                 err.msg);
+    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "grantkey", h, &spec, NULL, &k, &err), CG_OK,
+                 "%s", err.msg);
     cr_assert_eq(k.role, 3);
     cr_assert_str_eq(k.scope_session_id, "s-1");
     cr_assert_str_eq(k.scope_task_id, "t/1");
@@ -515,12 +516,12 @@ Test(store, key_grants_round_trip_through_postgres_and_redis, .init = setup, .fi
     /* Bad grants are refused before PostgreSQL, naming what is wrong. */
     struct cg_api_key_spec bad = spec;
     bad.role = 0;
-    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad1", h, &bad, &k, &err),
+    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad1", h, &bad, NULL, &k, &err),
                  CG_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "role") != NULL, "%s", err.msg);
     bad = spec;
     bad.scope_session_id = "";
-    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad2", h, &bad, &k, &err),
+    cr_assert_eq(cg_store_key_create(s, t.tenant_id, "bad2", h, &bad, NULL, &k, &err),
                  CG_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "scope") != NULL, "%s", err.msg);
     cg_store_free(s);
@@ -539,7 +540,7 @@ Test(store, revoke_marks_the_cache_entry_revoked, .init = setup, .fini = teardow
     cr_assert(cg_pgtest_redis_exists(&T, key));
 
     struct cg_api_key revoked;
-    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, &revoked, &err), CG_OK, "%s",
+    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, NULL, &revoked, &err), CG_OK, "%s",
                  err.msg);
     /* Marked revoked, not deleted, so that a lookup racing the revocation cannot write the
      * key back as valid. */
@@ -579,7 +580,7 @@ Test(store, lookup_works_without_redis, .init = setup, .fini = teardown, .timeou
     struct cg_api_key revoked;
     struct cg_key_auth auth;
     struct cg_err err;
-    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, &revoked, &err), CG_OK, "%s",
+    cr_assert_eq(cg_store_key_revoke(s, t.tenant_id, k.key_id, NULL, &revoked, &err), CG_OK, "%s",
                  err.msg);
     cr_assert_eq(cg_store_key_lookup(s, t.tenant_id, k.key_id, &auth, &err), CG_OK, "%s", err.msg);
     cr_assert(auth.revoked);

@@ -76,7 +76,8 @@ static struct cg_budget_row put_at(struct cg_store *s, const char *tenant_id,
     bool created = false;
     struct cg_err err;
     cg_storetest_begin(s);
-    cg_status rc = cg_store_budget_put(s, tenant_id, row, 0, NULL, now_ms, &out, &created, &err);
+    cg_status rc =
+        cg_store_budget_put(s, tenant_id, row, 0, NULL, now_ms, NULL, &out, &created, &err);
     cr_assert_eq(rc, CG_OK, "budget_put: %s %s", cg_status_name(rc), err.msg);
     cg_storetest_commit(s);
     return out;

@@ -39,7 +39,8 @@ Test(tenant_settings, defaults_create_update_and_read_back, .init = setup, .fini
 
     struct cg_tenant_settings in = {.redact_types = (1u << 1) | (1u << 8),
                                     .redact_artifacts = true};
-    cr_assert_eq(cg_store_tenant_create_with(s, "pii", "UTC", &in, &t, &err), CG_OK, "%s", err.msg);
+    cr_assert_eq(cg_store_tenant_create_with(s, "pii", "UTC", &in, NULL, &t, &err), CG_OK, "%s",
+                 err.msg);
     cr_assert_eq(t.settings.redact_types, in.redact_types);
     cr_assert(t.settings.redact_artifacts);
     cr_assert_eq(cg_store_tenant_get(s, t.tenant_id, &got, &err), CG_OK, "%s", err.msg);
@@ -47,7 +48,7 @@ Test(tenant_settings, defaults_create_update_and_read_back, .init = setup, .fini
     cr_assert(got.settings.redact_artifacts);
 
     struct cg_tenant_settings upd = {.redact_types = 1u << 5, .redact_artifacts = false};
-    cr_assert_eq(cg_store_tenant_settings_put(s, t.tenant_id, &upd, &got, &err), CG_OK, "%s",
+    cr_assert_eq(cg_store_tenant_settings_put(s, t.tenant_id, &upd, NULL, &got, &err), CG_OK, "%s",
                  err.msg);
     cr_assert_eq(got.settings.redact_types, 1u << 5);
     cr_assert(!got.settings.redact_artifacts);
@@ -69,19 +70,22 @@ Test(tenant_settings, bad_input, .init = setup, .fini = teardown, .timeout = 30)
     struct cg_tenant t, got;
     struct cg_err err = {0};
     struct cg_tenant_settings bad = {.redact_types = 1u << 9};
-    cr_assert_eq(cg_store_tenant_create_with(s, "x", "UTC", &bad, &t, &err), CG_INVALID_ARGUMENT);
+    cr_assert_eq(cg_store_tenant_create_with(s, "x", "UTC", &bad, NULL, &t, &err),
+                 CG_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "redact_types") != NULL, "%s", err.msg);
     bad.redact_types = 1u; /* bit 0: UNSPECIFIED */
-    cr_assert_eq(cg_store_tenant_create_with(s, "x", "UTC", &bad, &t, &err), CG_INVALID_ARGUMENT);
+    cr_assert_eq(cg_store_tenant_create_with(s, "x", "UTC", &bad, NULL, &t, &err),
+                 CG_INVALID_ARGUMENT);
 
     cr_assert_eq(cg_store_tenant_create(s, "ok", "UTC", &t, &err), CG_OK, "%s", err.msg);
-    cr_assert_eq(cg_store_tenant_settings_put(s, t.tenant_id, &bad, &got, &err),
+    cr_assert_eq(cg_store_tenant_settings_put(s, t.tenant_id, &bad, NULL, &got, &err),
                  CG_INVALID_ARGUMENT);
     struct cg_tenant_settings fine = {.redact_types = 1u << 2};
-    cr_assert_eq(
-        cg_store_tenant_settings_put(s, "00000000-0000-4000-8000-000000000000", &fine, &got, &err),
-        CG_NOT_FOUND);
+    cr_assert_eq(cg_store_tenant_settings_put(s, "00000000-0000-4000-8000-000000000000", &fine,
+                                              NULL, &got, &err),
+                 CG_NOT_FOUND);
     cr_assert(strstr(err.msg, "tenant_id") != NULL, "%s", err.msg);
-    cr_assert_eq(cg_store_tenant_settings_put(s, "not-a-uuid", &fine, &got, &err), CG_NOT_FOUND);
+    cr_assert_eq(cg_store_tenant_settings_put(s, "not-a-uuid", &fine, NULL, &got, &err),
+                 CG_NOT_FOUND);
     cg_store_free(s);
 }
