@@ -53,7 +53,7 @@ CTL=("$BUILD/bin/ctxguardctl" --target "127.0.0.1:$PORT")
 "${CTL[@]}" health >/dev/null
 TENANT=$(CTXGUARD_ADMIN_KEY=$ADMIN_KEY "${CTL[@]}" --json tenant create bench |
          /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("tenant_id") or d["tenant"]["tenant_id"])')
-KEY=$(CTXGUARD_ADMIN_KEY=$ADMIN_KEY "${CTL[@]}" --json key create "$TENANT" --name bench |
+KEY=$(CTXGUARD_ADMIN_KEY=$ADMIN_KEY "${CTL[@]}" --json key create "$TENANT" --name bench --role admin |
       /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')
 
 # Every request here is an empty protobuf message: a 5-byte gRPC frame of zeros.

@@ -62,7 +62,7 @@ start_server() {
     local ctl=("$BUILD/bin/ctxguardctl" --target "127.0.0.1:$PORT") tenant
     tenant=$(CTXGUARD_ADMIN_KEY=$admin "${ctl[@]}" --json tenant create "writes-$1-$$" |
         /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("tenant_id") or d["tenant"]["tenant_id"])')
-    KEY=$(CTXGUARD_ADMIN_KEY=$admin "${ctl[@]}" --json key create "$tenant" --name bench |
+    KEY=$(CTXGUARD_ADMIN_KEY=$admin "${ctl[@]}" --json key create "$tenant" --name bench --role admin |
         /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')
     "$BUILD/bin/bench_budget" setup "127.0.0.1:$PORT" "$KEY" benchw >/dev/null
 }

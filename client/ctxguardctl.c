@@ -545,14 +545,131 @@ out:
     return rc;
 }
 
+#define SCOPE_ID_MAX 128
+#define USAGE_BAR_WIDTH 12
+#define USAGE_DEPTH_DEFAULT 3
+
+/* A SCOPE argument: "session[/task[/agent]]"; "" or "-" is the tenant (scope.tenant set). ids holds
+ * the copies the Scope points into. Returns false (after a usage message) when malformed. */
+struct scope_arg {
+    char ids[3][SCOPE_ID_MAX + 1];
+    Ctxguard__V1__Scope scope;
+};
+
+static bool parse_scope(const char *arg, struct scope_arg *out)
+{
+    memset(out, 0, sizeof *out);
+    ctxguard__v1__scope__init(&out->scope);
+    out->scope.session_id = out->ids[0];
+    out->scope.task_id = out->ids[1];
+    out->scope.agent_id = out->ids[2];
+    /* The tenant level, said explicitly: the server refuses a spend with no scope. */
+    if (arg[0] == '\0' || strcmp(arg, "-") == 0) {
+        out->scope.tenant = true;
+        return true;
+    }
+    const char *p = arg;
+    for (int i = 0; i < 3; i++) {
+        size_t len = strcspn(p, "/");
+        if (len == 0 || len > SCOPE_ID_MAX)
+            break;
+        memcpy(out->ids[i], p, len);
+        out->ids[i][len] = '\0';
+        p += len;
+        if (*p == '\0')
+            return true;
+        p++;
+    }
+    usage_error("SCOPE must be session[/task[/agent]] (ids of 1..%d characters) or - for the"
+                " tenant, not '%s'",
+                SCOPE_ID_MAX, arg);
+    return false;
+}
+
+static const char *const key_role_names[] = {"", "agent", "viewer", "operator", "admin"};
+#define KEY_ROLE_COUNT (sizeof key_role_names / sizeof *key_role_names)
+
+/* "agent" .. "admin"; "-" for a role the server did not say. */
+static const char *key_role_name(int role)
+{
+    return role > 0 && (size_t)role < KEY_ROLE_COUNT ? key_role_names[role] : "-";
+}
+
+/* A key's bound scope as "session[/task]"; "-" for the whole tenant. */
+static const char *key_scope_text(const Ctxguard__V1__Scope *sc, char *buf, size_t len)
+{
+    if (sc == NULL || sc->session_id == NULL || sc->session_id[0] == '\0')
+        snprintf(buf, len, "-");
+    else if (sc->task_id == NULL || sc->task_id[0] == '\0')
+        snprintf(buf, len, "%s", sc->session_id);
+    else
+        snprintf(buf, len, "%s/%s", sc->session_id, sc->task_id);
+    return buf;
+}
+
+/* A key's expiry: the time, "never", or "expired" once past. */
+static const char *key_expiry_text(int64_t expires_at_ms, char *buf, size_t len)
+{
+    if (expires_at_ms == 0) {
+        snprintf(buf, len, "never");
+        return buf;
+    }
+    if (cg_wall_ms() >= expires_at_ms) {
+        snprintf(buf, len, "expired");
+        return buf;
+    }
+    return format_time(expires_at_ms, buf, len);
+}
+
 static void print_api_key(const Ctxguard__V1__ApiKey *k)
 {
     char when[40];
+    char scope[2 * SCOPE_ID_MAX + 2];
     print_field("key_id:", k->key_id);
     print_field("tenant_id:", k->tenant_id);
     print_field("name:", k->name);
+    print_field("role:", key_role_name(k->role));
+    print_field("scope:", key_scope_text(k->scope, scope, sizeof scope));
+    print_field("expires_at:", key_expiry_text(k->expires_at_unix_ms, when, sizeof when));
     print_field("created_at:", format_time(k->created_at_unix_ms, when, sizeof when));
+    print_field("last_used:", k->last_used_at_unix_ms != 0
+                                  ? format_time(k->last_used_at_unix_ms, when, sizeof when)
+                                  : "never");
     print_field("revoked_at:", format_time(k->revoked_at_unix_ms, when, sizeof when));
+}
+
+/* A duration like 90s, 30m, 2h or 7d (a bare number is seconds) in milliseconds, 1 s to
+ * one year. False for anything else. */
+static bool parse_duration_ms(const char *s, int64_t *out)
+{
+    static const struct {
+        char unit;
+        int64_t ms;
+    } units[] = {{'s', 1000}, {'m', 60000}, {'h', 3600000}, {'d', 86400000}};
+    const int64_t max_ms = 365LL * 86400000;
+    char *end = NULL;
+    if (s[0] < '0' || s[0] > '9')
+        return false;
+    errno = 0;
+    long long n = strtoll(s, &end, 10);
+    if (errno != 0 || n < 1)
+        return false;
+    int64_t unit = 0;
+    if (*end == '\0')
+        unit = 1000;
+    for (size_t i = 0; unit == 0 && i < sizeof units / sizeof *units; i++)
+        if (end[0] == units[i].unit && end[1] == '\0')
+            unit = units[i].ms;
+    if (unit == 0 || n > max_ms / unit)
+        return false;
+    *out = (int64_t)n * unit;
+    return true;
+}
+
+/* TENANT_ID of the key commands: "-" (or "") is the key's own tenant, for a tenant key. */
+static char *tenant_arg(const char *arg)
+{
+    return (char *)(strcmp(arg, "-") == 0 ? "" : arg);
 }
 
 static int cmd_key_create(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
@@ -560,11 +677,34 @@ static int cmd_key_create(struct ctl *ctl, const struct command *cmd, const stru
     Ctxguard__V1__CreateApiKeyRequest req = CTXGUARD__V1__CREATE_API_KEY_REQUEST__INIT;
     ProtobufCMessage *msg = NULL;
     const char *name = option_value(cmd, args, "--name");
+    const char *role = option_value(cmd, args, "--role");
+    const char *scope_text = option_value(cmd, args, "--scope");
+    const char *expires = option_value(cmd, args, "--expires");
+    struct scope_arg sc;
     int rc;
 
-    req.tenant_id = (char *)args->positional[0];
+    req.tenant_id = tenant_arg(args->positional[0]);
     if (name != NULL)
         req.name = (char *)name;
+    if (role != NULL) {
+        for (size_t i = 1; i < KEY_ROLE_COUNT; i++)
+            if (strcmp(role, key_role_names[i]) == 0)
+                req.role = (Ctxguard__V1__ApiKeyRole)i;
+        if (req.role == 0)
+            return usage_error("--role must be agent, viewer, operator or admin, not '%s'", role);
+    }
+    if (scope_text != NULL) {
+        /* A key binds to a session or a task: at most two ids. */
+        if (!parse_scope(scope_text, &sc))
+            return EXIT_USAGE;
+        if (sc.scope.tenant || sc.ids[2][0] != '\0')
+            return usage_error("--scope must be SESSION or SESSION/TASK, not '%s'", scope_text);
+        req.scope = &sc.scope;
+    }
+    if (expires != NULL && !parse_duration_ms(expires, &req.ttl_ms))
+        return usage_error("--expires must be a duration like 90s, 30m, 2h or 7d (at most 365d),"
+                           " not '%s'",
+                           expires);
     rc = call(ctl, ADMIN_METHOD("CreateApiKey"), &req.base,
               &ctxguard__v1__create_api_key_response__descriptor, &msg);
     if (rc)
@@ -578,9 +718,14 @@ static int cmd_key_create(struct ctl *ctl, const struct command *cmd, const stru
         rc = print_json(msg);
         goto out;
     }
+    char when[40];
+    char scope[2 * SCOPE_ID_MAX + 2];
     print_field("key_id:", resp->key->key_id);
     print_field("tenant_id:", resp->key->tenant_id);
     print_field("name:", resp->key->name);
+    print_field("role:", key_role_name(resp->key->role));
+    print_field("scope:", key_scope_text(resp->key->scope, scope, sizeof scope));
+    print_field("expires_at:", key_expiry_text(resp->key->expires_at_unix_ms, when, sizeof when));
     print_field("secret:", resp->secret);
     printf("\nThe secret above is shown only this once: store it now. The server keeps only\n"
            "its hash and cannot show it again.\n");
@@ -596,7 +741,7 @@ static int cmd_key_list(struct ctl *ctl, const struct command *cmd, const struct
     ProtobufCMessage *msg = NULL;
     int rc;
 
-    req.tenant_id = (char *)args->positional[0];
+    req.tenant_id = tenant_arg(args->positional[0]);
     rc = call(ctl, ADMIN_METHOD("ListApiKeys"), &req.base,
               &ctxguard__v1__list_api_keys_response__descriptor, &msg);
     if (rc)
@@ -606,13 +751,22 @@ static int cmd_key_list(struct ctl *ctl, const struct command *cmd, const struct
         goto out;
     }
     const Ctxguard__V1__ListApiKeysResponse *resp = (const void *)msg;
-    printf("%-16s  %-24s  %-24s  %s\n", "KEY_ID", "CREATED_AT", "REVOKED_AT", "NAME");
+    printf("%-16s  %-8s  %-24s  %-24s  %-24s  %-24s  %s\n", "KEY_ID", "ROLE", "SCOPE", "EXPIRES",
+           "LAST_USED", "REVOKED_AT", "NAME");
     for (size_t i = 0; i < resp->n_keys; i++) {
         const Ctxguard__V1__ApiKey *k = resp->keys[i];
-        char created[40];
+        char expires[40];
+        char used[40];
         char revoked[40];
+        char scope[2 * SCOPE_ID_MAX + 2];
         print_cell(k->key_id, 16);
-        print_cell(format_time(k->created_at_unix_ms, created, sizeof created), 24);
+        print_cell(key_role_name(k->role), 8);
+        print_cell(key_scope_text(k->scope, scope, sizeof scope), 24);
+        print_cell(key_expiry_text(k->expires_at_unix_ms, expires, sizeof expires), 24);
+        print_cell(k->last_used_at_unix_ms != 0
+                       ? format_time(k->last_used_at_unix_ms, used, sizeof used)
+                       : "never",
+                   24);
         print_cell(k->revoked_at_unix_ms != 0
                        ? format_time(k->revoked_at_unix_ms, revoked, sizeof revoked)
                        : "active",
@@ -632,7 +786,7 @@ static int cmd_key_revoke(struct ctl *ctl, const struct command *cmd, const stru
     ProtobufCMessage *msg = NULL;
     int rc;
 
-    req.tenant_id = (char *)args->positional[0];
+    req.tenant_id = tenant_arg(args->positional[0]);
     req.key_id = (char *)args->positional[1];
     rc = call(ctl, ADMIN_METHOD("RevokeApiKey"), &req.base,
               &ctxguard__v1__revoke_api_key_response__descriptor, &msg);
@@ -668,6 +822,8 @@ static int cmd_whoami(struct ctl *ctl, const struct command *cmd, const struct c
         goto out;
     }
     const Ctxguard__V1__WhoAmIResponse *resp = (const void *)msg;
+    char when[40];
+    char scope[2 * SCOPE_ID_MAX + 2];
     switch (resp->kind) {
     case CTXGUARD__V1__WHO_AM_IRESPONSE__KIND__KIND_ADMIN:
         print_field("kind:", "admin");
@@ -677,6 +833,9 @@ static int cmd_whoami(struct ctl *ctl, const struct command *cmd, const struct c
         print_field("tenant_id:", resp->tenant_id);
         print_field("tenant_name:", resp->tenant_name);
         print_field("key_id:", resp->key_id);
+        print_field("role:", key_role_name(resp->role));
+        print_field("scope:", key_scope_text(resp->scope, scope, sizeof scope));
+        print_field("expires_at:", key_expiry_text(resp->expires_at_unix_ms, when, sizeof when));
         break;
     default:
         print_field("kind:", "unspecified");
@@ -725,44 +884,6 @@ out:
 }
 
 /* ------------------------------------------------------------------ budgets ----- */
-
-#define SCOPE_ID_MAX 128
-#define USAGE_BAR_WIDTH 12
-#define USAGE_DEPTH_DEFAULT 3
-
-/* A SCOPE argument: "session[/task[/agent]]"; "" or "-" is the tenant. ids holds the
- * copies the Scope points into. Returns false (after a usage message) when malformed. */
-struct scope_arg {
-    char ids[3][SCOPE_ID_MAX + 1];
-    Ctxguard__V1__Scope scope;
-};
-
-static bool parse_scope(const char *arg, struct scope_arg *out)
-{
-    memset(out, 0, sizeof *out);
-    ctxguard__v1__scope__init(&out->scope);
-    out->scope.session_id = out->ids[0];
-    out->scope.task_id = out->ids[1];
-    out->scope.agent_id = out->ids[2];
-    if (arg[0] == '\0' || strcmp(arg, "-") == 0)
-        return true;
-    const char *p = arg;
-    for (int i = 0; i < 3; i++) {
-        size_t len = strcspn(p, "/");
-        if (len == 0 || len > SCOPE_ID_MAX)
-            break;
-        memcpy(out->ids[i], p, len);
-        out->ids[i][len] = '\0';
-        p += len;
-        if (*p == '\0')
-            return true;
-        p++;
-    }
-    usage_error("SCOPE must be session[/task[/agent]] (ids of 1..%d characters) or - for the"
-                " tenant, not '%s'",
-                SCOPE_ID_MAX, arg);
-    return false;
-}
 
 /* "task t1", "tenant": a scope's last level and id. */
 static void print_scope_name(const Ctxguard__V1__Scope *sc)
@@ -2441,15 +2562,21 @@ static const struct command commands[] = {
      .run = cmd_tenant_list},
     {.words = "key create",
      .arg_usage = "TENANT_ID",
-     .summary = "create an API key; prints its secret once",
+     .summary = "create an API key; prints its secret once (TENANT_ID - : the tenant of a tenant"
+                " admin or operator --key)",
      .key = KEY_ADMIN,
      .min_positional = 1,
      .max_positional = 1,
-     .options = {{"--name", "NAME", "label of the key"}},
+     .options = {{"--name", "NAME", "label of the key"},
+                 {"--role", "ROLE",
+                  "agent (the default: spends and reads), viewer, operator or admin"},
+                 {"--scope", "SESSION[/TASK]", "bind the key to a session or a task"},
+                 {"--expires", "DURATION", "lifetime: 90s, 30m, 2h, 7d (default: never)"}},
      .run = cmd_key_create},
     {.words = "key list",
      .arg_usage = "TENANT_ID",
-     .summary = "list a tenant's API keys (never their secrets)",
+     .summary = "list a tenant's API keys with role, scope, expiry and last use (never their"
+                " secrets; TENANT_ID - : the key's own tenant)",
      .key = KEY_ADMIN,
      .min_positional = 1,
      .max_positional = 1,

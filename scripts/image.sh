@@ -427,7 +427,7 @@ cmd_smoke() {
     tenant=$(json_field tenant_id <<<"$out") || die "no tenant_id in: $out"
     check "tenant created ($tenant)" true
     out=$(env -i CTXGUARD_ADMIN_KEY="$admin_key" timeout 30 "$CTL" --target "$TARGET" --json \
-        key create "$tenant" --name smoke) || die "key create failed: $out"
+        key create "$tenant" --name smoke --role admin) || die "key create failed: $out"
     key=$(json_field secret <<<"$out") || die "no secret in: $out"
     check "API key created" true
     local how

@@ -256,8 +256,8 @@ if [[ -s $RUN/demo_key ]]; then
     fi
 fi
 if [[ -z $DEMO_KEY ]]; then
-    echo "\$ ctxguardctl key create $TENANT_ID --name demo"
-    out=$(admin_ctl --json key create "$TENANT_ID" --name demo) ||
+    echo "\$ ctxguardctl key create $TENANT_ID --name demo --role admin"
+    out=$(admin_ctl --json key create "$TENANT_ID" --name demo --role admin) ||
         die "key create failed: $out"
     echo "$out"
     # {key: {...}, secret: "..."}: the secret is the whole key to present.

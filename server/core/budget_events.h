@@ -39,9 +39,10 @@ typedef enum {
     CG_EVENT_SCOPE_CLOSED = 10,
     CG_EVENT_RESERVATION_EXPIRED = 11,
     CG_EVENT_HEARTBEAT = 12,
+    CG_EVENT_OVERRUN = 13,
 } cg_event_type;
 
-#define CG_EVENT_TYPE_MAX 12
+#define CG_EVENT_TYPE_MAX 13
 /* Events one change can make at most: usage, every tier, warning, exhausted. */
 #define CG_LEVEL_EVENTS_MAX (CG_TIERS_MAX + 3)
 
@@ -62,7 +63,7 @@ int cg_budget_level_events(const struct cg_budget_level *before,
 /* The tier delay in force at a level at its current ratio (0 without a budget). */
 uint32_t cg_budget_level_delay(const struct cg_budget_level *level);
 
-/* Whether t is a type a watcher may ask for in a filter (2..11: not SNAPSHOT, not
+/* Whether t is a type a watcher may ask for in a filter (2..11 and 13: not SNAPSHOT, not
  * HEARTBEAT, not unspecified). */
 bool cg_event_type_filterable(int t);
 

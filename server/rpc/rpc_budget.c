@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "core/budget.h"
+#include "core/budget_events.h"
 #include "core/preset.h"
 #include "core/price.h"
 #include "core/utf8.h"
@@ -76,6 +77,29 @@ static cg_status check_id(struct cg_rpc_call *call, const char *field, const cha
     return CG_OK;
 }
 
+/* scope.tenant names the tenant level, so it cannot come with an id. */
+static cg_status check_tenant_flag(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope)
+{
+    if (scope->tenant && (scope->session_id[0] || scope->task_id[0] || scope->agent_id[0]))
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'scope.tenant' names the whole tenant: leave scope.session_id, "
+                          "scope.task_id and scope.agent_id empty with it");
+    return CG_OK;
+}
+
+cg_status cg_rpc_scope_required(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope)
+{
+    bool named = scope != NULL &&
+                 (scope->tenant || scope->session_id[0] || scope->task_id[0] || scope->agent_id[0]);
+    if (named)
+        return CG_OK;
+    cg_err_setr(&call->err, CG_INVALID_ARGUMENT, CG_ERR_SCOPE_REQUIRED,
+                "field 'scope' is required: set scope.session_id, or scope.tenant = true to "
+                "spend on the whole tenant");
+    cg_err_meta(&call->err, "field", "scope");
+    return CG_INVALID_ARGUMENT;
+}
+
 /* Reads a Scope into ids and its level. A NULL scope is the tenant. */
 cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
                           struct cg_scope_ids *ids, int *level)
@@ -84,7 +108,9 @@ cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *s
     *level = CG_LEVEL_TENANT;
     if (scope == NULL)
         return CG_OK;
-    cg_status st = check_id(call, "scope.session_id", scope->session_id);
+    cg_status st = check_tenant_flag(call, scope);
+    if (st == CG_OK)
+        st = check_id(call, "scope.session_id", scope->session_id);
     if (st == CG_OK)
         st = check_id(call, "scope.task_id", scope->task_id);
     if (st == CG_OK)
@@ -146,6 +172,27 @@ cg_status cg_rpc_check_key(struct cg_rpc_call *call, const char *field, const ch
     return CG_OK;
 }
 
+/* The tenant's bound on one Commit or RecordUsage (TenantSettings.max_call_tokens, which
+ * authentication put in the principal with the key): checked here, with the request, so
+ * that every path (one request, a batch, a replay) refuses before anything is written. */
+static cg_status check_call_tokens(struct cg_rpc_call *call, const struct cg_usage *u)
+{
+    int64_t max = call->principal.max_call_tokens > 0 ? call->principal.max_call_tokens
+                                                      : CG_CALL_TOKENS_DEFAULT;
+    int64_t tokens =
+        u->input_tokens + u->output_tokens + u->cache_read_tokens + u->cache_write_tokens;
+    if (tokens <= max)
+        return CG_OK;
+    cg_err_setr(&call->err, CG_INVALID_ARGUMENT, CG_ERR_CALL_TOKENS_ABOVE_LIMIT,
+                "field 'usage' counts %lld tokens, above the tenant's max_call_tokens %lld for "
+                "one call; nothing recorded",
+                (long long)tokens, (long long)max);
+    cg_err_meta(&call->err, "field", "usage");
+    cg_err_meta_i64(&call->err, "tokens", tokens);
+    cg_err_meta_i64(&call->err, "max_call_tokens", max);
+    return CG_INVALID_ARGUMENT;
+}
+
 cg_status cg_rpc_usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsage *u,
                           struct cg_usage *out)
 {
@@ -179,7 +226,7 @@ cg_status cg_rpc_usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsa
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'usage' must count at least one token (release a reservation "
                           "that spent nothing)");
-    return CG_OK;
+    return check_call_tokens(call, out);
 }
 
 static int64_t usage_tokens(const struct cg_usage *u)
@@ -1093,7 +1140,9 @@ CG_HANDLER(cg_rpc_budget_check)
     const Ctxguard__V1__CheckBudgetRequest *req = (const Ctxguard__V1__CheckBudgetRequest *)request;
     struct cg_scope_ids ids;
     int level;
-    cg_status st = cg_rpc_scope_in(call, req->scope, &ids, &level);
+    cg_status st = cg_rpc_scope_required(call, req->scope);
+    if (st == CG_OK)
+        st = cg_rpc_scope_in(call, req->scope, &ids, &level);
     if (st == CG_OK)
         st = cg_rpc_check_count(call, "estimated_tokens", req->estimated_tokens,
                                 CG_TOKENS_PER_CALL_MAX);
@@ -1210,7 +1259,9 @@ CG_HANDLER(cg_rpc_budget_reserve)
     const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)request;
     struct cg_scope_ids ids;
     int level;
-    cg_status st = cg_rpc_scope_in(call, req->scope, &ids, &level);
+    cg_status st = cg_rpc_scope_required(call, req->scope);
+    if (st == CG_OK)
+        st = cg_rpc_scope_in(call, req->scope, &ids, &level);
     if (st == CG_OK && (req->tokens < 1 || req->tokens > CG_TOKENS_PER_CALL_MAX))
         st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                         "field 'tokens' must be between 1 and %lld (got %lld)",
@@ -1591,6 +1642,25 @@ int64_t cg_rpc_provider_input_tokens(int64_t provider_input_tokens, const struct
     return u->input_tokens + u->cache_read_tokens + u->cache_write_tokens;
 }
 
+/* Inside the Commit's transaction, after its spend: the OVERRUN event of a Commit that
+ * recorded more than its reservation held (the spend counts in full; watchers learn both
+ * figures). */
+static cg_status emit_overrun(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              const struct cg_reservation *res, const struct cg_usage *usage,
+                              struct cg_err *serr)
+{
+    struct cg_event_fields f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.ref_id, sizeof f.ref_id, "%s", res->reservation_id);
+    f.ref_tokens = res->tokens;
+    f.ref_state = CTXGUARD__V1__RESERVATION_STATE__RESERVATION_STATE_COMMITTED;
+    f.ref_usage = *usage;
+    snprintf(f.message, sizeof f.message, "reservation %s held %lld tokens; %lld committed",
+             res->reservation_id, (long long)res->tokens, (long long)usage_tokens(usage));
+    return cg_store_event_append(env->store, call->principal.tenant_id, &res->ids, CG_EVENT_OVERRUN,
+                                 &f, cg_wall_ms(), serr);
+}
+
 cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                const Ctxguard__V1__CommitRequest *req, ProtobufCMessage **response)
 {
@@ -1668,6 +1738,8 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
         if (st == CG_OK)
             st = cg_rpc_emit_path(call, env, path, n, spent, usage.cache_read_tokens, -unhold,
                                   &serr);
+        if (st == CG_OK && !expired && spent > res.tokens)
+            st = emit_overrun(call, env, &res, &usage, &serr);
         /* ACTIVE -> COMMITTED; found past its expiry -> EXPIRED; RELEASED stays so. */
         int settled = res.state == 1 ? 2 : holds_tokens(&res) ? 4 : 0;
         if (st == CG_OK && settled != 0)
@@ -1710,7 +1782,9 @@ CG_HANDLER(cg_rpc_budget_record_usage)
     struct cg_scope_ids ids;
     int level;
     struct cg_usage usage;
-    cg_status st = cg_rpc_scope_in(call, req->scope, &ids, &level);
+    cg_status st = cg_rpc_scope_required(call, req->scope);
+    if (st == CG_OK)
+        st = cg_rpc_scope_in(call, req->scope, &ids, &level);
     if (st == CG_OK)
         st = cg_rpc_usage_in(call, req->usage, &usage);
     if (st == CG_OK)

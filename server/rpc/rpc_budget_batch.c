@@ -408,9 +408,15 @@ static void decide_commit(const struct cg_rpc_env *env, struct batch *b, struct 
         b->state[i] = ITEM_FALLBACK;
         return;
     }
+    it->spent = cg_rpc_usage_tokens(&it->usage);
+    /* An overrun's OVERRUN event names the reservation (the batch's events carry no
+     * reference): the one-request path writes it. Overruns are the exception. */
+    if (it->spent > it->res.tokens) {
+        b->state[i] = ITEM_FALLBACK;
+        return;
+    }
     it->price_known =
         cg_rpc_price_usage(env, req->model[0] ? req->model : it->res.model, &it->usage);
-    it->spent = cg_rpc_usage_tokens(&it->usage);
     struct cg_budget_row before[CG_PATH_MAX];
     if (cg_store_uuid(it->entry_id) != CG_OK ||
         !apply(rows, at, n, &it->usage, -it->res.tokens, -it->res.cost_micros, before, it->after)) {

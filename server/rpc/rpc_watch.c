@@ -356,10 +356,10 @@ static bool matches(const struct watch *w, const struct cg_event *e)
 static const char *type_name(int t)
 {
     static const char *names[] = {
-        "",         "snapshot",       "usage changed",      "threshold crossed",
-        "warning",  "exhausted",      "approval requested", "approval decided",
-        "reset",    "budget changed", "scope closed",       "reservation expired",
-        "heartbeat"};
+        "",          "snapshot",       "usage changed",      "threshold crossed",
+        "warning",   "exhausted",      "approval requested", "approval decided",
+        "reset",     "budget changed", "scope closed",       "reservation expired",
+        "heartbeat", "overrun"};
     return t >= 0 && t <= CG_EVENT_TYPE_MAX ? names[t] : "event";
 }
 
@@ -414,7 +414,7 @@ static Ctxguard__V1__UsageEvent *event_out(struct cg_rpc_call *call, const struc
     m->falling = e->fields.falling;
     m->backpressure_delay_ms = e->fields.delay_ms;
     m->period_start_unix_ms = e->fields.period_start_ms;
-    if (e->type == CG_EVENT_RESERVATION_EXPIRED) {
+    if (e->type == CG_EVENT_RESERVATION_EXPIRED || e->type == CG_EVENT_OVERRUN) {
         Ctxguard__V1__Reservation *r =
             NEW(call, Ctxguard__V1__Reservation, ctxguard__v1__reservation__init);
         if (r == NULL ||
@@ -423,6 +423,10 @@ static Ctxguard__V1__UsageEvent *event_out(struct cg_rpc_call *call, const struc
             return NULL;
         r->tokens = e->fields.ref_tokens;
         r->state = (Ctxguard__V1__ReservationState)e->fields.ref_state;
+        /* OVERRUN: what the Commit recorded, beyond the tokens held. */
+        if (e->type == CG_EVENT_OVERRUN &&
+            (r->committed_usage = cg_rpc_usage_out(call, &e->fields.ref_usage)) == NULL)
+            return NULL;
         m->reservation = r;
     }
     if (e->type == CG_EVENT_APPROVAL_REQUESTED || e->type == CG_EVENT_APPROVAL_DECIDED) {
@@ -660,7 +664,8 @@ cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *e
         if (!cg_event_type_filterable((int)req->event_types[i]))
             st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                             "field 'event_types[%zu]' must be a type from USAGE_CHANGED to "
-                            "RESERVATION_EXPIRED (SNAPSHOT and HEARTBEAT have their own fields)",
+                            "RESERVATION_EXPIRED, or OVERRUN (SNAPSHOT and HEARTBEAT have their "
+                            "own fields)",
                             i);
         else
             w->types |= 1u << req->event_types[i];

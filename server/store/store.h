@@ -1059,10 +1059,11 @@ struct cg_event_fields {
     bool falling;                       /* THRESHOLD_CROSSED downwards */
     uint32_t delay_ms;                  /* the backpressure delay in force at the scope after it */
     int64_t period_start_ms;            /* RESET */
-    char ref_id[CG_UUID_LEN + 1];       /* RESERVATION_EXPIRED, APPROVAL_*: the id */
+    char ref_id[CG_UUID_LEN + 1];       /* RESERVATION_EXPIRED, OVERRUN, APPROVAL_*: the id */
     int64_t ref_tokens;                 /* the reservation's or approval's tokens */
     int ref_state;                      /* the reservation's or approval's state */
     char message[CG_EVENT_MESSAGE_MAX]; /* human-readable summary; "" for a default */
+    struct cg_usage ref_usage;          /* OVERRUN: the usage committed (migration 0018) */
 };
 
 /* One event to append. */

@@ -22,7 +22,8 @@
     " e.limit_tokens, e.limit_cost_micros, e.warning_ratio, e.used_tokens, e.reserved_tokens,"     \
     " e.used_cost_micros, e.reserved_cost_micros, e.closed, e.threshold_ratio, e.falling,"         \
     " e.delay_ms, e.period_start_ms, e.ref_id, e.ref_tokens, e.ref_state, e.message,"              \
-    " e.allocated_tokens, e.approved_extra_tokens"
+    " e.allocated_tokens, e.approved_extra_tokens, e.ref_input_tokens, e.ref_output_tokens,"       \
+    " e.ref_cache_read_tokens, e.ref_cache_write_tokens, e.ref_cost_micros"
 
 /* A growable text buffer with a cap (JSON parameters). */
 struct buf {
@@ -111,7 +112,11 @@ cg_status cg__pg_events_append(struct cg_pg *pg, const char *tenant_id,
         buf_json_str(&b, "ref", f->ref_id);
         buf_printf(&b, ",\"reft\":%lld,\"refs\":%d,", (long long)f->ref_tokens, f->ref_state);
         buf_json_str(&b, "msg", f->message);
-        buf_add(&b, "}", 1);
+        const struct cg_usage *u = &f->ref_usage;
+        buf_printf(&b, ",\"ri\":%lld,\"ro\":%lld,\"rcr\":%lld,\"rcw\":%lld,\"rc\":%lld}",
+                   (long long)u->input_tokens, (long long)u->output_tokens,
+                   (long long)u->cache_read_tokens, (long long)u->cache_write_tokens,
+                   (long long)u->cost_micros);
     }
     buf_add(&b, "]", 1);
     if (b.failed) {
@@ -177,6 +182,11 @@ static void row_to_event(PGresult *res, int i, struct cg_event *e)
     cg__pg_copy_str(e->fields.message, sizeof e->fields.message, PQgetvalue(res, i, c++));
     e->allocated_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
     e->approved_extra_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->fields.ref_usage.input_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->fields.ref_usage.output_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->fields.ref_usage.cache_read_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->fields.ref_usage.cache_write_tokens = cg__pg_parse_i64(PQgetvalue(res, i, c++));
+    e->fields.ref_usage.cost_micros = cg__pg_parse_i64(PQgetvalue(res, i, c++));
 }
 
 static void rows_to_events(PGresult *res, struct cg_event *out, int max, int *count)

@@ -122,6 +122,20 @@ class BatchedWrites(cgtest.TestCase):
                            dsn=self.srv.dsn).strip()
         self.assertEqual(rows, "1")
 
+    def test_overruns_committed_together_count_in_full_with_an_event_each(self):
+        rids = [self.reserve(10).reservation.reservation_id for _ in range(24)]
+        results = run_together(24, lambda i: self.commit(rids[i], 30))
+        errors = [r for r in results if isinstance(r, grpc.RpcError)]
+        self.assertEqual(errors, [])
+        self.assertEqual([r.overrun_tokens for r in results], [20] * 24)
+        u = self.usage()
+        self.assertEqual((u.used_tokens, u.reserved_tokens), (720, 0))
+        rows = cgtest.psql(
+            f"SELECT ref_id, ref_tokens, ref_input_tokens FROM scope_events"
+            f" WHERE tenant_id = '{self.tenant}' AND type = {B.USAGE_EVENT_TYPE_OVERRUN}",
+            dsn=self.srv.dsn).split()
+        self.assertEqual(sorted(rows), sorted(f"{rid}|10|30" for rid in rids))
+
     def test_reserves_and_commits_mixed_all_reach_the_ledger(self):
         def pairs(i):
             spent = 0

@@ -23,7 +23,8 @@ POLICY = B.BUDGET_SOURCE_STORE_FAILURE_POLICY
 
 
 def scope(session="", task=""):
-    return common_pb2.Scope(session_id=session, task_id=task)
+    # No ids: the tenant, named as a spend must name it.
+    return common_pb2.Scope(session_id=session, task_id=task, tenant=not session)
 
 
 def check(stub, md, sc, tokens=100):

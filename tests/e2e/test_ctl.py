@@ -55,6 +55,67 @@ class Ctl(cgtest.TestCase):
         failed = self.ctl("whoami", key=secret, expect=1)
         self.assertIn("UNAUTHENTICATED", failed.stderr)
 
+    def test_key_roles_scopes_and_expiry(self):
+        tenant_id = self.ctl("tenant", "create", "ctl-keys", admin=True).stdout.strip()
+        made = json.loads(self.ctl("--json", "key", "create", tenant_id, "--role", "operator",
+                                   "--name", "ops", admin=True).stdout)
+        operator = made["secret"]
+        self.assertEqual(made["key"]["role"], "API_KEY_ROLE_OPERATOR")
+        # The default role is agent, which the help says.
+        plain = self.ctl("key", "create", tenant_id, admin=True).stdout
+        self.assertRegex(plain, r"(?m)^role: +agent$")
+        self.assertRegex(plain, r"(?m)^scope: +-$")
+        self.assertRegex(plain, r"(?m)^expires_at: +never$")
+        self.assertIn("agent (the default", self.ctl("key", "create", "--help").stdout)
+
+        # An operator mints an agent key for one task of its own tenant ("-"), for 2 hours.
+        out = self.ctl("key", "create", "-", "--role", "agent", "--scope", "s1/t1",
+                       "--expires", "2h", "--name", "task-agent", key=operator).stdout
+        self.assertRegex(out, r"(?m)^role: +agent$")
+        self.assertRegex(out, r"(?m)^scope: +s1/t1$")
+        self.assertRegex(out, r"(?m)^expires_at: +20\d\d-")
+        self.assertIn(f"tenant_id:   {tenant_id}", out)
+        agent = [l.split()[-1] for l in out.splitlines() if l.startswith("secret:")][0]
+        who = self.ctl("whoami", key=agent).stdout
+        self.assertRegex(who, r"(?m)^role: +agent$")
+        self.assertRegex(who, r"(?m)^scope: +s1/t1$")
+        self.assertRegex(who, r"(?m)^expires_at: +20\d\d-")
+        # An operator cannot mint an admin key.
+        self.assertIn("PERMISSION_DENIED", self.ctl("key", "create", "-", "--role", "admin",
+                                                    key=operator, expect=1).stderr)
+
+        # A tenant admin key lists its own tenant's keys ("-"; operators may not).
+        tenant_admin = json.loads(self.ctl("--json", "key", "create", tenant_id, "--role",
+                                           "admin", "--name", "tadmin", admin=True).stdout)
+        listed = self.ctl("key", "list", "-", key=tenant_admin["secret"]).stdout.splitlines()
+        self.assertEqual(listed[0].split(),
+                         ["KEY_ID", "ROLE", "SCOPE", "EXPIRES", "LAST_USED", "REVOKED_AT", "NAME"])
+        rows = {l.split()[-1]: l.split() for l in listed[1:] if l.split()}
+        self.assertEqual(rows["task-agent"][1:3], ["agent", "s1/t1"])
+        self.assertRegex(rows["task-agent"][3], r"^20\d\d-")
+        self.assertRegex(rows["task-agent"][4], r"^20\d\d-", "whoami used it")
+        self.assertEqual(rows["ops"][1:3], ["operator", "-"])
+        self.assertEqual(rows["ops"][3], "never")
+
+        for args, text in ((("--expires", "2 hours"), "--expires must be a duration"),
+                           (("--expires", "0s"), "--expires must be a duration"),
+                           (("--expires", "400d"), "at most 365d"),
+                           (("--role", "root"), "--role must be agent, viewer, operator or admin"),
+                           (("--scope", "s/t/a"), "--scope must be SESSION or SESSION/TASK"),
+                           (("--scope", "-"), "--scope must be SESSION or SESSION/TASK")):
+            with self.subTest(args=args):
+                self.assertIn(text, self.ctl("key", "create", "-", *args, key=operator,
+                                             expect=2).stderr)
+
+    def test_spends_on_the_tenant_say_so(self):
+        tenant_id = self.ctl("tenant", "create", "ctl-spend", admin=True).stdout.strip()
+        key = json.loads(self.ctl("--json", "key", "create", tenant_id, "--role", "admin",
+                                  admin=True).stdout)["secret"]
+        # "-" is the tenant named explicitly (scope.tenant): the server takes the spend.
+        self.ctl("record", "-", "--input", "5", "--idempotency-key", "k1", key=key)
+        self.ctl("check", "-", "--tokens", "5", key=key)
+        self.assertIn("5", self.ctl("usage", "-", key=key).stdout)
+
     def test_errors_and_usage(self):
         no_key = self.ctl("tenant", "list", expect=2)
         self.assertIn("set CTXGUARD_ADMIN_KEY", no_key.stderr)

@@ -121,7 +121,8 @@ Test(budget_events, filterable_types)
     cr_assert(!cg_event_type_filterable(CG_EVENT_HEARTBEAT));
     cr_assert(cg_event_type_filterable(CG_EVENT_USAGE_CHANGED));
     cr_assert(cg_event_type_filterable(CG_EVENT_RESERVATION_EXPIRED));
-    cr_assert(!cg_event_type_filterable(13));
+    cr_assert(cg_event_type_filterable(CG_EVENT_OVERRUN));
+    cr_assert(!cg_event_type_filterable(14));
 }
 
 Test(budget_events, an_allocation_alone_is_a_usage_change_and_crosses)

@@ -20,14 +20,14 @@ from .errors import (ApprovalNotFound, ApprovalRequired, BudgetExhausted, Confli
                      ReservationExpired, ReservationNotFound, ScopeNotFound, Unauthenticated,
                      Unavailable, from_rpc_error)
 from .guard import Guard, GuardHandle
-from .scope import Scope, ScopeLike, parse_scope
+from .scope import TENANT, Scope, ScopeLike, parse_scope
 from .usage import Usage, usage_from_anthropic, usage_from_openai, usage_from_response
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "AsyncClient", "Watch", "AsyncWatch", "Guard", "GuardHandle", "Scope",
-    "ScopeLike", "parse_scope", "Usage", "usage_from_openai", "usage_from_anthropic", "usage_from_response",
+    "ScopeLike", "TENANT", "parse_scope", "Usage", "usage_from_openai", "usage_from_anthropic", "usage_from_response",
     "TokenCount", "CompressResult", "RetryPolicy", "CtxguardError", "InvalidArgument",
     "NotFound", "ScopeNotFound", "ReservationNotFound", "ApprovalNotFound", "BudgetExhausted",
     "ApprovalRequired", "Unavailable", "DeadlineExceeded", "Unauthenticated",

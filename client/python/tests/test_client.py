@@ -202,6 +202,22 @@ class ErrorsTest(sdkenv.ServerCase):
             with self.client.guard("no-such-session/t", 10):
                 pass
 
+    def test_a_spend_names_its_scope(self):
+        # No scope is refused (never a silent spend on the whole tenant); TENANT or "-"
+        # names the tenant.
+        for spend in (lambda sc: self.client.record_usage(sc, {"input_tokens": 5}),
+                      lambda sc: self.client.check_budget(sc, 5),
+                      lambda sc: self.client.reserve(sc, 5)):
+            for no_scope in (None, ""):
+                with self.assertRaises(InvalidArgument) as cm:
+                    spend(no_scope)
+                self.assertEqual(cm.exception.reason, "SCOPE_REQUIRED")
+                self.assertEqual(cm.exception.field, "scope")
+        before = self.client.get_usage().root.used_tokens
+        self.client.record_usage(ctxguard.TENANT, {"input_tokens": 5})
+        self.client.reserve("-", 5)
+        self.assertGreaterEqual(self.client.get_usage().root.used_tokens, before + 5)
+
     def test_invalid_argument_names_the_field(self):
         s = sid()
         with self.assertRaises(InvalidArgument) as cm:

@@ -86,10 +86,16 @@ class UsageTest(unittest.TestCase):
 
 class ScopeTest(unittest.TestCase):
     def test_paths(self):
-        from ctxguard import Scope, parse_scope
-        self.assertEqual(parse_scope("-"), Scope())
+        from ctxguard import TENANT, Scope, parse_scope
+        # "-" names the tenant explicitly (spends need that); "" and None are no scope.
+        self.assertEqual(parse_scope("-"), TENANT)
+        self.assertTrue(parse_scope("-").to_proto().tenant)
         self.assertEqual(parse_scope(""), Scope())
         self.assertEqual(parse_scope(None), Scope())
+        self.assertFalse(parse_scope(None).to_proto().tenant)
+        self.assertEqual(TENANT.path, "-")
+        with self.assertRaises(ValueError):
+            Scope("s", tenant=True)
         self.assertEqual(parse_scope("s/t/a"), Scope("s", "t", "a"))
         self.assertEqual(parse_scope("s/t").path, "s/t")
         self.assertEqual(Scope().path, "-")

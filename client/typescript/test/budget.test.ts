@@ -12,6 +12,7 @@ import {
   Client,
   InvalidArgument,
   ScopeNotFound,
+  TENANT,
   UsageEventType,
   guard,
   type GuardHandle,
@@ -174,6 +175,23 @@ describe("client", () => {
       assert.match(err.field, /limit_tokens/);
       return true;
     });
+  });
+
+  test("a spend names its scope: none is SCOPE_REQUIRED, TENANT spends on the tenant", async () => {
+    for (const scope of [undefined, ""]) {
+      await assert.rejects(client.recordUsage({ scope, usage: { inputTokens: 5 } }), (err) => {
+        assert.ok(err instanceof InvalidArgument, `got ${String(err)}`);
+        assert.equal(err.reason, "SCOPE_REQUIRED");
+        assert.equal(err.field, "scope");
+        return true;
+      });
+      await assert.rejects(client.checkBudget({ scope, estimatedTokens: 5 }), InvalidArgument);
+      await assert.rejects(client.reserve({ scope, tokens: 5 }), InvalidArgument);
+    }
+    const before = (await client.getUsage({})).root!.usedTokens;
+    await client.recordUsage({ scope: TENANT, usage: { inputTokens: 5 } });
+    await client.reserve({ scope: { tenant: true }, tokens: 5 });
+    assert.ok((await client.getUsage({})).root!.usedTokens >= before + 5);
   });
 
   test("scopes as objects; GetUsage depth; ListScopes", async () => {

@@ -6,6 +6,7 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { Client as RawClient, status as GrpcStatus } from "@grpc/grpc-js";
 
+import { ApiKeyRole } from "../gen/ctxguard/v1/admin.js";
 import { AdminClient, Client, type ClientOptions, type TlsOptions } from "../src/index.js";
 
 export function requireEnv(name: string): string {
@@ -176,7 +177,12 @@ export class Server {
     const admin = this.admin();
     try {
       const t = await admin.createTenant({ name: "ts-" + randomUUID().slice(0, 8) });
-      const k = await admin.createApiKey({ tenantId: t.tenant!.tenantId, name: "ts-sdk" });
+      // A tenant admin: the tests set budgets and spend with the same key.
+      const k = await admin.createApiKey({
+        tenantId: t.tenant!.tenantId,
+        name: "ts-sdk",
+        role: ApiKeyRole.API_KEY_ROLE_ADMIN,
+      });
       return { client: new Client({ ...opts, target: this.target, apiKey: k.secret }), apiKey: k.secret, tenantId: t.tenant!.tenantId };
     } finally {
       admin.close();

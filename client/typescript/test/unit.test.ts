@@ -14,6 +14,7 @@ import {
   ScopeNotFound,
   Unavailable,
   fromGrpcError,
+  TENANT,
   toScope,
   scopePath,
   usageFromAnthropic,
@@ -155,11 +156,16 @@ test("usageFromLLMResult: usage_metadata (cache split out), else llmOutput.token
 });
 
 test("scopes: paths and objects", () => {
-  assert.deepEqual(toScope("s1/t1/a1"), { sessionId: "s1", taskId: "t1", agentId: "a1" });
-  assert.deepEqual(toScope(""), { sessionId: "", taskId: "", agentId: "" });
-  assert.deepEqual(toScope("-"), { sessionId: "", taskId: "", agentId: "" });
-  assert.deepEqual(toScope({ session: "s", task: "t" }), { sessionId: "s", taskId: "t", agentId: "" });
-  assert.deepEqual(toScope({ sessionId: "s" }), { sessionId: "s", taskId: "", agentId: "" });
+  assert.deepEqual(toScope("s1/t1/a1"), { sessionId: "s1", taskId: "t1", agentId: "a1", tenant: false });
+  // "" is no scope (spends refuse it); "-" (TENANT) names the tenant explicitly.
+  assert.deepEqual(toScope(""), { sessionId: "", taskId: "", agentId: "", tenant: false });
+  assert.deepEqual(toScope(undefined), { sessionId: "", taskId: "", agentId: "", tenant: false });
+  assert.deepEqual(toScope("-"), { sessionId: "", taskId: "", agentId: "", tenant: true });
+  assert.deepEqual(toScope(TENANT), { sessionId: "", taskId: "", agentId: "", tenant: true });
+  assert.deepEqual(toScope({ tenant: true }), { sessionId: "", taskId: "", agentId: "", tenant: true });
+  assert.deepEqual(toScope({ session: "s", task: "t" }), { sessionId: "s", taskId: "t", agentId: "", tenant: false });
+  assert.deepEqual(toScope({ sessionId: "s" }), { sessionId: "s", taskId: "", agentId: "", tenant: false });
+  assert.throws(() => toScope({ tenant: "yes" } as never), TypeError);
   assert.throws(() => toScope("a//b"), TypeError);
   assert.throws(() => toScope("a/b/c/d"), TypeError);
   assert.equal(scopePath({ sessionId: "s", taskId: "t" }), "s/t");
