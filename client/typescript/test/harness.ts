@@ -6,7 +6,7 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { Client as RawClient, status as GrpcStatus } from "@grpc/grpc-js";
 
-import { AdminClient, Client, type ClientOptions, type TlsOptions } from "../src/index.js";
+import { AdminClient, adminpb, Client, type ClientOptions, type TlsOptions } from "../src/index.js";
 
 export function requireEnv(name: string): string {
   const v = process.env[name];
@@ -169,6 +169,18 @@ export class Server {
 
   admin(): AdminClient {
     return new AdminClient({ target: this.target, adminKey: ADMIN_KEY });
+  }
+
+  /** A Client with a new operator key of tenantId (it decides approvals: the key that
+   * opened one may not). */
+  async operatorClient(tenantId: string): Promise<{ client: Client; keyId: string }> {
+    const admin = this.admin();
+    try {
+      const k = await admin.createApiKey({ tenantId, name: "ts-operator", role: adminpb.ApiKeyRole.API_KEY_ROLE_OPERATOR });
+      return { client: new Client({ target: this.target, apiKey: k.secret }), keyId: k.key!.keyId };
+    } finally {
+      admin.close();
+    }
   }
 
   /** A new tenant and a Client with its key. */
