@@ -12,16 +12,16 @@ const MAX_ID = 128;
 
 /** The wire Scope for a path string or object. Throws TypeError when malformed. */
 export function toScope(scope: ScopeLike | undefined | null): Scope {
-  if (scope === undefined || scope === null) return { sessionId: "", taskId: "", agentId: "" };
+  if (scope === undefined || scope === null) return { sessionId: "", taskId: "", agentId: "", tenant: false };
   if (typeof scope === "string") {
-    if (scope === "" || scope === "-") return { sessionId: "", taskId: "", agentId: "" };
+    if (scope === "" || scope === "-") return { sessionId: "", taskId: "", agentId: "", tenant: false };
     const parts = scope.split("/");
     if (parts.length > 3 || parts.some((p) => p.length === 0 || p.length > MAX_ID)) {
       throw new TypeError(
         `scope must be session[/task[/agent]] (ids of 1..${MAX_ID} characters) or "" for the tenant, not '${scope}'`,
       );
     }
-    return { sessionId: parts[0] ?? "", taskId: parts[1] ?? "", agentId: parts[2] ?? "" };
+    return { sessionId: parts[0] ?? "", taskId: parts[1] ?? "", agentId: parts[2] ?? "", tenant: false };
   }
   if (typeof scope !== "object") throw new TypeError(`scope must be a string or an object, not ${typeof scope}`);
   const o = scope as Record<string, unknown>;
@@ -30,7 +30,13 @@ export function toScope(scope: ScopeLike | undefined | null): Scope {
     if (typeof v !== "string") throw new TypeError(`scope.${a} must be a string`);
     return v;
   };
-  return { sessionId: pick("sessionId", "session"), taskId: pick("taskId", "task"), agentId: pick("agentId", "agent") };
+  // Scope.tenant (the explicit tenant level) stays false: empty ids are the tenant already.
+  return {
+    sessionId: pick("sessionId", "session"),
+    taskId: pick("taskId", "task"),
+    agentId: pick("agentId", "agent"),
+    tenant: false,
+  };
 }
 
 /** The path string of a scope ("" for the tenant). */

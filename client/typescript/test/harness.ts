@@ -188,7 +188,8 @@ export class Server {
     const admin = this.admin();
     try {
       const t = await admin.createTenant({ name: "ts-" + randomUUID().slice(0, 8) });
-      const k = await admin.createApiKey({ tenantId: t.tenant!.tenantId, name: "ts-sdk" });
+      // A tenant admin key: new keys are agents by default, which may not set budgets.
+      const k = await admin.createApiKey({ tenantId: t.tenant!.tenantId, name: "ts-sdk", role: adminpb.ApiKeyRole.API_KEY_ROLE_ADMIN });
       return { client: new Client({ ...opts, target: this.target, apiKey: k.secret }), apiKey: k.secret, tenantId: t.tenant!.tenantId };
     } finally {
       admin.close();

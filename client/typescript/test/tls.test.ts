@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 
-import { AdminClient, Client, Unavailable } from "../src/index.js";
+import { AdminClient, adminpb, Client, Unavailable } from "../src/index.js";
 import { ADMIN_KEY, Server, sid } from "./harness.js";
 
 let dir: string;
@@ -48,7 +48,7 @@ test("mutual TLS with the CA and a client certificate given as files", async () 
   const tls = { rootCerts: join(dir, "ca.pem"), privateKey: join(dir, "client.key"), certChain: join(dir, "client.pem") };
   const admin = new AdminClient({ target: server.target, adminKey: ADMIN_KEY, tls });
   const t = await admin.createTenant({ name: sid("tls") });
-  const k = await admin.createApiKey({ tenantId: t.tenant!.tenantId, name: "tls" });
+  const k = await admin.createApiKey({ tenantId: t.tenant!.tenantId, name: "tls", role: adminpb.ApiKeyRole.API_KEY_ROLE_ADMIN });
   admin.close();
   const client = new Client({ target: server.target, apiKey: k.secret, tls });
   try {

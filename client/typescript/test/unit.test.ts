@@ -155,11 +155,11 @@ test("usageFromLLMResult: usage_metadata (cache split out), else llmOutput.token
 });
 
 test("scopes: paths and objects", () => {
-  assert.deepEqual(toScope("s1/t1/a1"), { sessionId: "s1", taskId: "t1", agentId: "a1" });
-  assert.deepEqual(toScope(""), { sessionId: "", taskId: "", agentId: "" });
-  assert.deepEqual(toScope("-"), { sessionId: "", taskId: "", agentId: "" });
-  assert.deepEqual(toScope({ session: "s", task: "t" }), { sessionId: "s", taskId: "t", agentId: "" });
-  assert.deepEqual(toScope({ sessionId: "s" }), { sessionId: "s", taskId: "", agentId: "" });
+  assert.deepEqual(toScope("s1/t1/a1"), { sessionId: "s1", taskId: "t1", agentId: "a1", tenant: false });
+  assert.deepEqual(toScope(""), { sessionId: "", taskId: "", agentId: "", tenant: false });
+  assert.deepEqual(toScope("-"), { sessionId: "", taskId: "", agentId: "", tenant: false });
+  assert.deepEqual(toScope({ session: "s", task: "t" }), { sessionId: "s", taskId: "t", agentId: "", tenant: false });
+  assert.deepEqual(toScope({ sessionId: "s" }), { sessionId: "s", taskId: "", agentId: "", tenant: false });
   assert.throws(() => toScope("a//b"), TypeError);
   assert.throws(() => toScope("a/b/c/d"), TypeError);
   assert.equal(scopePath({ sessionId: "s", taskId: "t" }), "s/t");
