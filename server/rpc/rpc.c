@@ -399,6 +399,28 @@ bool cg_rpc_scope_reachable(const struct cg_principal *p, const char *session_id
     return cg_scope_within(p->scope_session_id, p->scope_task_id, session_id, task_id);
 }
 
+cg_status cg_rpc_scope_check(struct cg_rpc_call *call, const char *session_id, const char *task_id)
+{
+    const struct cg_principal *p = &call->principal;
+    if (cg_rpc_scope_reachable(p, session_id, task_id))
+        return CG_OK;
+    /* Another task of the bound session is a "missing" task; anything else (another
+     * session, the tenant, the bound task's own session) a missing session. No word of the
+     * binding, of other scopes or of whether this one exists. */
+    bool other_task = strcmp(p->scope_session_id, session_id) == 0 && task_id[0] != '\0';
+    return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_SCOPE_NOT_FOUND, "%s",
+                       other_task ? "scope.task_id: no such task"
+                                  : "scope.session_id: no such session");
+}
+
+cg_status cg_rpc_session_check(struct cg_rpc_call *call, const char *session_id)
+{
+    if (cg_rpc_scope_reachable(&call->principal, session_id, ""))
+        return CG_OK;
+    return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_SESSION_NOT_FOUND,
+                       "session_id: no such session");
+}
+
 /* ---------------------------------------------------------------- invoke ---------- */
 
 static cg_status not_implemented(struct cg_rpc_call *call, const struct cg_rpc_method *m)

@@ -206,6 +206,18 @@ void cg_rpc_audit(const struct cg_rpc_call *call, struct cg_audit *out);
 bool cg_rpc_scope_reachable(const struct cg_principal *p, const char *session_id,
                             const char *task_id);
 
+/* Checks that the principal reaches the scope (session, task), as cg_rpc_scope_reachable.
+ * Outside: NOT_FOUND, reason SCOPE_NOT_FOUND, with the store's words for a scope that does
+ * not exist ("scope.session_id: no such session", "scope.task_id: no such task"), so that
+ * a bound key learns nothing of what exists beside its subtree. */
+cg_status cg_rpc_scope_check(struct cg_rpc_call *call, const char *session_id,
+                             const char *task_id) CG_MUST_CHECK;
+
+/* Checks that the principal reaches a ContextService session (the scope session_id, at the
+ * session level: a task-bound key reaches none). Outside: NOT_FOUND, reason
+ * SESSION_NOT_FOUND, "session_id: no such session", as for an unknown session. */
+cg_status cg_rpc_session_check(struct cg_rpc_call *call, const char *session_id) CG_MUST_CHECK;
+
 /* The whole unary (and bidi-each) path: authenticate, decode, handle, encode.
  * On success out and out_len hold the encoded answer (in the arena). On error call->err
  * holds what the client should see and *out is NULL. CG_DEFERRED: the handler handed the

@@ -107,7 +107,7 @@ cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *s
     memset(ids, 0, sizeof *ids);
     *level = CG_LEVEL_TENANT;
     if (scope == NULL)
-        return CG_OK;
+        return cg_rpc_scope_check(call, "", "");
     cg_status st = check_tenant_flag(call, scope);
     if (st == CG_OK)
         st = check_id(call, "scope.session_id", scope->session_id);
@@ -128,7 +128,9 @@ cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *s
     snprintf(ids->task_id, sizeof ids->task_id, "%s", scope->task_id);
     snprintf(ids->agent_id, sizeof ids->agent_id, "%s", scope->agent_id);
     *level = a ? CG_LEVEL_AGENT : t ? CG_LEVEL_TASK : s ? CG_LEVEL_SESSION : CG_LEVEL_TENANT;
-    return CG_OK;
+    /* A scope-bound key sees only its subtree: anything else, the tenant level included, is
+     * NOT_FOUND as a scope that does not exist (README "Scope-bound keys"). */
+    return cg_rpc_scope_check(call, ids->session_id, ids->task_id);
 }
 
 cg_status cg_rpc_check_count(struct cg_rpc_call *call, const char *field, int64_t v, int64_t max)
@@ -247,8 +249,14 @@ static cg_status key_reused(struct cg_rpc_call *call, const char *key,
                             const struct cg_scope_ids *first_ids, int64_t first_ms,
                             const char *id_name, const char *first_id, const char *what)
 {
+    /* A first use outside a scope-bound key's subtree is not named (nor its entry or
+     * reservation): the key learns only that the idempotency key is taken. */
+    bool named =
+        cg_rpc_scope_reachable(&call->principal, first_ids->session_id, first_ids->task_id);
     char scope[3 * CG_SCOPE_ID_MAX + 32];
-    if (first_ids->session_id[0] == '\0')
+    if (!named)
+        snprintf(scope, sizeof scope, "a scope outside this key's subtree");
+    else if (first_ids->session_id[0] == '\0')
         snprintf(scope, sizeof scope, "the tenant");
     else if (first_ids->task_id[0] == '\0')
         snprintf(scope, sizeof scope, "session %s", first_ids->session_id);
@@ -269,6 +277,8 @@ static cg_status key_reused(struct cg_rpc_call *call, const char *key,
                 "idempotency_key '%s' was first used for %s at %s with %s", key, scope, when, what);
     cg_err_meta(&call->err, "field", "idempotency_key");
     cg_err_meta(&call->err, "idempotency_key", key);
+    if (!named)
+        return CG_ALREADY_EXISTS;
     struct cg_err path;
     cg_err_clear(&path);
     cg_store_err_scope(&path, first_ids);
@@ -1505,6 +1515,15 @@ static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env 
     return st;
 }
 
+/* A reservation outside a scope-bound key's subtree: rolled back, nothing touched, and
+ * NOT_FOUND in the words of an unknown id (cg_store_reservation_lock). */
+static cg_status reservation_hidden(struct cg_rpc_call *call, const struct cg_rpc_env *env)
+{
+    cg_store_rollback(env->store);
+    return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
+                       "reservation_id: no such reservation");
+}
+
 /* Opens the transaction of a Commit or Release and locks the reservation (first: the lock
  * order of store.h). On error the transaction is rolled back and call->err filled. */
 static cg_status begin_with_reservation(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -1516,7 +1535,11 @@ static cg_status begin_with_reservation(struct cg_rpc_call *call, const struct c
         return st;
     st =
         cg_store_reservation_lock(env->store, call->principal.tenant_id, reservation_id, res, serr);
-    return st == CG_OK ? CG_OK : cg_rpc_store_fail(call, env, serr);
+    if (st != CG_OK)
+        return cg_rpc_store_fail(call, env, serr);
+    if (!cg_rpc_scope_reachable(&call->principal, res->ids.session_id, res->ids.task_id))
+        return reservation_hidden(call, env);
+    return CG_OK;
 }
 
 CG_HANDLER(cg_rpc_budget_release)

@@ -207,6 +207,23 @@ static cg_status check_approval_id(struct cg_rpc_call *call, const char *id)
     return cg_rpc_check_text(call, "approval_id", id, CG_UUID_LEN);
 }
 
+/* The approval approval_id into *a, as the caller may see it: one outside a scope-bound
+ * key's subtree is NOT_FOUND in the words of an unknown id (store_approvals.c). */
+static cg_status approval_read(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                               const char *approval_id, struct cg_approval *a)
+{
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    cg_status st = cg_store_approval_get(env->store, call->principal.tenant_id, approval_id,
+                                         cg_wall_ms(), a, &serr);
+    if (st != CG_OK)
+        return cg_rpc_store_error(call, &serr);
+    if (!cg_rpc_scope_reachable(&call->principal, a->ids.session_id, a->ids.task_id))
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_APPROVAL_NOT_FOUND,
+                           "approval_id: no such approval");
+    return CG_OK;
+}
+
 CG_HANDLER(cg_rpc_budget_resolve_approval)
 {
     const Ctxguard__V1__ResolveApprovalRequest *req =
@@ -238,6 +255,19 @@ CG_HANDLER(cg_rpc_budget_resolve_approval)
         return OOM(call);
     struct cg_err serr;
     cg_err_clear(&serr);
+    /* Who may decide it is a property of the approval that never changes (its scope and
+     * the key that opened it), so reading it before the resolve's own transaction is safe. */
+    if ((st = approval_read(call, env, req->approval_id, a)) != CG_OK)
+        return st;
+    if (a->requested_by_key_id[0] != '\0' &&
+        strcmp(a->requested_by_key_id, call->principal.key_id) == 0) {
+        cg_err_setr(&call->err, CG_PERMISSION_DENIED, CG_ERR_SELF_APPROVAL,
+                    "approval %s was opened by this key; another key must decide it",
+                    a->approval_id);
+        cg_err_meta(&call->err, "approval_id", a->approval_id);
+        cg_err_meta(&call->err, "key_id", call->principal.key_id);
+        return CG_PERMISSION_DENIED;
+    }
     bool replayed = false;
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
@@ -267,12 +297,8 @@ CG_HANDLER(cg_rpc_budget_get_approval)
     struct cg_approval *a = cg_arena_alloc(call->arena, sizeof *a);
     if (a == NULL)
         return OOM(call);
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    st = cg_store_approval_get(env->store, call->principal.tenant_id, req->approval_id,
-                               cg_wall_ms(), a, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
+    if ((st = approval_read(call, env, req->approval_id, a)) != CG_OK)
+        return st;
     Ctxguard__V1__GetApprovalResponse *resp =
         NEW(call, Ctxguard__V1__GetApprovalResponse, ctxguard__v1__get_approval_response__init);
     if (resp == NULL || (resp->approval = cg_rpc_approval_out(call, a)) == NULL)

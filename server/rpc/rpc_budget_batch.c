@@ -273,8 +273,11 @@ static cg_status lock_reservations(const struct cg_rpc_env *env, const char *ten
         return st;
     for (int j = 0; j < nres; j++) {
         int i = b->res_owner[j];
-        /* Unknown, settled or past expiry: the one-request path has the answers. */
-        if (!b->found[j] || b->res[j].state != 1) {
+        /* Unknown, settled, past expiry or outside a scope-bound key's subtree: the
+         * one-request path has the answers (NOT_FOUND for the last, nothing touched). */
+        const struct cg_principal *p = &b->items[i]->call->principal;
+        if (!b->found[j] || b->res[j].state != 1 ||
+            !cg_rpc_scope_reachable(p, b->res[j].ids.session_id, b->res[j].ids.task_id)) {
             b->state[i] = ITEM_FALLBACK;
             continue;
         }

@@ -170,6 +170,8 @@ cg_status cg_rpc_ctx_begin(struct cg_rpc_call *call, const struct cg_rpc_env *en
 {
     memset(s, 0, sizeof *s);
     cg_status st = check_session_id(call, "session_id", req->session_id);
+    if (st == CG_OK)
+        st = cg_rpc_session_check(call, req->session_id);
     if (st != CG_OK)
         return st;
     if (env->store == NULL)
@@ -650,8 +652,19 @@ CG_HANDLER(cg_rpc_context_get_artifact)
     void *content = NULL;
     size_t len = 0;
     struct cg_err serr = {0};
-    if (cg_store_ctx_artifact_get(env->store, call->principal.tenant_id, req->artifact_id,
-                                  req->offset, length, &info, &content, &len, &serr) != CG_OK)
+    memset(&info, 0, sizeof info);
+    cg_status st =
+        cg_store_ctx_artifact_get(env->store, call->principal.tenant_id, req->artifact_id,
+                                  req->offset, length, &info, &content, &len, &serr);
+    /* An artifact of a session outside a scope-bound key is as unknown as another tenant's,
+     * also when the offset is past its end (info is read then too). */
+    if ((st == CG_OK || st == CG_OUT_OF_RANGE) &&
+        !cg_rpc_scope_reachable(&call->principal, info.session_id, "")) {
+        free(content);
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_ARTIFACT_NOT_FOUND,
+                           "artifact_id: no such artifact");
+    }
+    if (st != CG_OK)
         return store_error(call, &serr);
     Ctxguard__V1__GetArtifactResponse *resp =
         NEW(call, Ctxguard__V1__GetArtifactResponse, ctxguard__v1__get_artifact_response__init);
@@ -704,6 +717,7 @@ CG_HANDLER(cg_rpc_context_list_artifacts)
     int limit = PAGE_DEFAULT;
     int64_t after = 0;
     if ((st = check_session_id(call, "session_id", req->session_id)) != CG_OK ||
+        (st = cg_rpc_session_check(call, req->session_id)) != CG_OK ||
         (st = page_size(call, req->page_size, &limit)) != CG_OK ||
         (st = parse_token(call, req->page_token, 's', &after)) != CG_OK ||
         (st = cg_rpc_check_name(call, "tool_call_id", req->tool_call_id, 256, false)) != CG_OK)
@@ -753,6 +767,7 @@ CG_HANDLER(cg_rpc_context_get_history)
     int limit = PAGE_DEFAULT;
     int64_t from = 0;
     if ((st = check_session_id(call, "session_id", req->session_id)) != CG_OK ||
+        (st = cg_rpc_session_check(call, req->session_id)) != CG_OK ||
         (st = page_size(call, req->page_size, &limit)) != CG_OK ||
         (st = parse_token(call, req->page_token, 'p', &from)) != CG_OK)
         return st;
@@ -869,6 +884,9 @@ CG_HANDLER(cg_rpc_context_get_stats)
     cg_status st;
     if (req->session_id[0] != '\0' &&
         (st = check_session_id(call, "session_id", req->session_id)) != CG_OK)
+        return st;
+    /* The tenant-wide figures (no session) are outside a scope-bound key too. */
+    if ((st = cg_rpc_session_check(call, req->session_id)) != CG_OK)
         return st;
     if (req->since_unix_ms < 0)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,

@@ -66,6 +66,12 @@ static cg_status check_request(struct cg_rpc_call *call, const Ctxguard__V1__Sum
     st = cg_rpc_check_name(call, "session_id", req->session_id, 200, false);
     if (st != CG_OK)
         return st;
+    /* A session outside a scope-bound key is unknown, also when only its redaction labels
+     * would be used (a conversation given). */
+    if (req->session_id[0] != '\0' &&
+        !cg_rpc_scope_reachable(&call->principal, req->session_id, ""))
+        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_SESSION_NOT_FOUND,
+                           "field 'session_id': no such session");
     if (req->from_position < 0 || req->to_position < 0)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' must not be negative",
                           req->from_position < 0 ? "from_position" : "to_position");

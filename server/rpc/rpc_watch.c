@@ -582,7 +582,9 @@ static cg_status decision_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     cg_err_clear(&serr);
     cg_status st =
         cg_store_approval_get(env->store, w->tenant_id, w->approval_id, cg_wall_ms(), &a, &serr);
-    if (st == CG_NOT_FOUND)
+    /* One outside a scope-bound key's subtree is as unknown as another tenant's. */
+    if (st == CG_NOT_FOUND ||
+        (st == CG_OK && !cg_rpc_scope_reachable(&call->principal, a.ids.session_id, a.ids.task_id)))
         return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_APPROVAL_NOT_FOUND,
                            "field 'approval_id': no such approval");
     if (st != CG_OK)
@@ -659,7 +661,17 @@ cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *e
     struct watch *w = calloc(1, sizeof *w);
     if (w == NULL)
         return OOM(call);
-    cg_status st = cg_rpc_scope_in(call, req->scope, &w->ids, &w->level);
+    /* approval_id mode names no scope (the approval has one): a scope-bound key then
+     * watches from its own subtree, where the approval must be (decision_in). */
+    const Ctxguard__V1__Scope *scope = req->scope;
+    Ctxguard__V1__Scope bound = CTXGUARD__V1__SCOPE__INIT;
+    if (scope == NULL && req->approval_id[0] != '\0' &&
+        call->principal.scope_session_id[0] != '\0') {
+        bound.session_id = call->principal.scope_session_id;
+        bound.task_id = call->principal.scope_task_id;
+        scope = &bound;
+    }
+    cg_status st = cg_rpc_scope_in(call, scope, &w->ids, &w->level);
     for (size_t i = 0; st == CG_OK && i < req->n_event_types; i++) {
         if (!cg_event_type_filterable((int)req->event_types[i]))
             st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,

@@ -100,7 +100,8 @@ cg_status cg_store_ctx_artifact_put(struct cg_store *store, const char *tenant_i
 
 /* An artifact's description and content[offset, offset + length) (malloc'd into *content,
  * *len bytes; the caller frees it). CG_NOT_FOUND for an unknown id, CG_OUT_OF_RANGE for an
- * offset past the end. */
+ * offset past the end (info is filled then too: whose artifact it is decides what the
+ * caller may learn). */
 cg_status cg_store_ctx_artifact_get(struct cg_store *store, const char *tenant_id,
                                     const char *artifact_id, int64_t offset, int64_t length,
                                     struct cg_ctx_artifact *info, void **content, size_t *len,

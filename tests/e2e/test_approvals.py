@@ -29,13 +29,18 @@ def reason_codes(resp):
 
 
 class Tenant:
-    """A tenant with its own key and stub on a server."""
+    """A tenant with its own key and stub on a server, and an operator key that decides the
+    approvals (the key that opened an approval may not: SELF_APPROVAL)."""
 
     def __init__(self, srv):
         t = srv.create_tenant()
         self.id = t.tenant_id
         self.key = srv.create_key(t.tenant_id).secret
         self.md = cgtest.bearer(self.key)
+        approver = srv.create_key(t.tenant_id, name="approver", role="operator")
+        self.approver_key = approver.secret
+        self.approver_key_id = approver.key.key_id
+        self.approver_md = cgtest.bearer(self.approver_key)
         self.stub = budget_pb2_grpc.BudgetServiceStub(srv.channel())
 
     def set(self, sc, limit, mode=HARD, **kw):
@@ -60,7 +65,8 @@ class Tenant:
 
     def resolve(self, approval_id, decision, **kw):
         return self.stub.ResolveApproval(B.ResolveApprovalRequest(
-            approval_id=approval_id, decision=decision, **kw), metadata=self.md, timeout=10)
+            approval_id=approval_id, decision=decision, **kw), metadata=self.approver_md,
+            timeout=10)
 
     def get_approval(self, approval_id):
         return self.stub.GetApproval(B.GetApprovalRequest(approval_id=approval_id),
@@ -146,8 +152,15 @@ class Approvals(cgtest.TestCase):
         a = done.approval
         self.assertEqual((a.state, a.granted_tokens, a.decided_by, a.decision_note),
                          (APPROVED, 1200, "ops-alice", "launch day"))
-        self.assertEqual(a.decided_by_key_id, a.requested_by_key_id)
+        self.assertEqual(a.decided_by_key_id, self.t.approver_key_id)
+        self.assertNotEqual(a.decided_by_key_id, a.requested_by_key_id)
         self.assertGreater(a.decided_at_unix_ms, 0)
+        # Who decided and when survive: GetApproval reads them back from the store.
+        stored = self.t.get_approval(approval_id)
+        self.assertEqual((stored.state, stored.decided_by_key_id, stored.decided_at_unix_ms,
+                          stored.requested_by_key_id, stored.decided_by),
+                         (APPROVED, a.decided_by_key_id, a.decided_at_unix_ms,
+                          a.requested_by_key_id, "ops-alice"))
 
         # The retry passes: the session's limit is 1000 + 1200 now.
         ok = self.t.reserve(self.task, 1000)
@@ -279,7 +292,7 @@ class Approvals(cgtest.TestCase):
     def ctl(self, *args, expect=0):
         env = {k: v for k, v in os.environ.items() if not k.startswith("CTXGUARD_")}
         env["CTXGUARD_TARGET"] = self.srv.target
-        env["CTXGUARD_KEY"] = self.t.key
+        env["CTXGUARD_KEY"] = self.t.approver_key  # approvals are decided by another key
         proc = subprocess.run([cgtest.require_env("CG_CTL_BIN")] + list(args), env=env,
                               capture_output=True, text=True, timeout=30)
         self.assertEqual(proc.returncode, expect,

@@ -91,6 +91,9 @@ class Watch(cgtest.TestCase):
         t = self.a.create_tenant()
         self.tenant = t.tenant_id
         self.md = cgtest.bearer(self.a.create_key(t.tenant_id).secret)
+        # Approvals are decided by another key than the one that opened them.
+        self.approver_md = cgtest.bearer(
+            self.a.create_key(t.tenant_id, name="approver", role="operator").secret)
         self.sa = budget_pb2_grpc.BudgetServiceStub(self.a.channel())
         self.sb = budget_pb2_grpc.BudgetServiceStub(self.b.channel())
         self.s = "s-" + uuid.uuid4().hex[:8]
@@ -202,8 +205,8 @@ class Watch(cgtest.TestCase):
 
     def decide(self, approval_id):
         self.sa.ResolveApproval(B.ResolveApprovalRequest(
-            approval_id=approval_id, decision=B.APPROVAL_STATE_APPROVED), metadata=self.md,
-            timeout=10)
+            approval_id=approval_id, decision=B.APPROVAL_STATE_APPROVED),
+            metadata=self.approver_md, timeout=10)
 
     def test_approval_id_mode_ends_ok_after_the_decision(self):
         approval = self.open_approval()

@@ -35,6 +35,9 @@ class WatchAllocation(cgtest.TestCase):
     def setUp(self):
         t = self.srv.create_tenant()
         self.md = cgtest.bearer(self.srv.create_key(t.tenant_id).secret)
+        # Approvals are decided by another key than the one that opened them.
+        self.approver_md = cgtest.bearer(
+            self.srv.create_key(t.tenant_id, name="approver", role="operator").secret)
         self.stub = budget_pb2_grpc.BudgetServiceStub(self.srv.channel())
         self.s = "s-" + uuid.uuid4().hex[:8]
         self.session = scope(self.s)
@@ -151,7 +154,7 @@ class WatchAllocation(cgtest.TestCase):
         self.assertEqual(first.decision, B.DECISION_REQUIRE_APPROVAL)
         self.stub.ResolveApproval(B.ResolveApprovalRequest(
             approval_id=first.approval_id, decision=B.APPROVAL_STATE_APPROVED),
-            metadata=self.md, timeout=10)
+            metadata=self.approver_md, timeout=10)
         w = self.watch(sess)
         self.stub.Reserve(B.ReserveRequest(scope=task, tokens=1000, delay_mode=2),
                           metadata=self.md, timeout=10)

@@ -126,9 +126,17 @@ class GuardTest(sdkenv.ServerCase):
         t = threading.Thread(target=lambda: decided.append(
             self.client.wait_for_approval(aid, timeout=20)))
         t.start()
-        self.client.resolve_approval(aid, approve=True, granted_tokens=4000, note="ok")
+        # The key that opened the approval may not decide it: an operator key does.
+        with self.assertRaises(ctxguard.CtxguardError) as self_approval:
+            self.client.resolve_approval(aid, approve=True)
+        self.assertEqual(self_approval.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+        self.assertEqual(self_approval.exception.reason, "SELF_APPROVAL")
+        operator = self.srv.create_key(self.tenant.tenant_id, name="approver", role="operator")
+        with Client(self.srv.target, api_key=operator.secret, timeout=15) as approver:
+            approver.resolve_approval(aid, approve=True, granted_tokens=4000, note="ok")
         t.join(25)
         self.assertEqual(decided[0].state, B.APPROVAL_STATE_APPROVED)
+        self.assertEqual(self.client.get_approval(aid).decided_by_key_id, operator.key.key_id)
         with self.client.guard(s, 4000) as g:
             g.record(input_tokens=3000)
         self.assertEqual(self.used(s).used_tokens, 3000)

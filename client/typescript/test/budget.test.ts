@@ -10,6 +10,7 @@ import {
   BudgetExhausted,
   BudgetMode,
   Client,
+  CtxguardError,
   InvalidArgument,
   ScopeNotFound,
   TENANT,
@@ -21,10 +22,11 @@ import { Server, sid } from "./harness.js";
 
 let server: Server;
 let client: Client;
+let tenantId: string;
 
 before(async () => {
   server = await new Server().start();
-  ({ client } = await server.tenantClient());
+  ({ client, tenantId } = await server.tenantClient());
 });
 
 after(async () => {
@@ -127,8 +129,24 @@ describe("guard", () => {
     const got = await client.getApproval({ approvalId });
     assert.equal(got.approval!.state, ApprovalState.APPROVAL_STATE_PENDING);
     const decided = client.waitForApproval(approvalId, { timeoutMs: 10_000 });
-    await client.resolveApproval({ approvalId, decision: ApprovalState.APPROVAL_STATE_APPROVED, grantedTokens: 10_000 });
+    // The key that opened the approval may not decide it: an operator key does.
+    await assert.rejects(
+      client.resolveApproval({ approvalId, decision: ApprovalState.APPROVAL_STATE_APPROVED }),
+      (err) => {
+        assert.ok(err instanceof CtxguardError, `got ${String(err)}`);
+        assert.equal(err.codeName, "PERMISSION_DENIED");
+        assert.equal(err.reason, "SELF_APPROVAL");
+        return true;
+      },
+    );
+    const operator = await server.operatorClient(tenantId);
+    try {
+      await operator.client.resolveApproval({ approvalId, decision: ApprovalState.APPROVAL_STATE_APPROVED, grantedTokens: 10_000 });
+    } finally {
+      operator.client.close();
+    }
     assert.equal((await decided).state, ApprovalState.APPROVAL_STATE_APPROVED);
+    assert.equal((await client.getApproval({ approvalId })).approval!.decidedByKeyId, operator.keyId);
     await guard(client, { scope: s, estimatedTokens: 5_000 }, async (h) => {
       h.record({ inputTokens: 4_000, outputTokens: 100 });
     });

@@ -172,6 +172,18 @@ export class Server {
     return new AdminClient({ target: this.target, adminKey: ADMIN_KEY });
   }
 
+  /** A Client with a new operator key of tenantId (it decides approvals: the key that
+   * opened one may not). */
+  async operatorClient(tenantId: string): Promise<{ client: Client; keyId: string }> {
+    const admin = this.admin();
+    try {
+      const k = await admin.createApiKey({ tenantId, name: "ts-operator", role: adminpb.ApiKeyRole.API_KEY_ROLE_OPERATOR });
+      return { client: new Client({ target: this.target, apiKey: k.secret }), keyId: k.key!.keyId };
+    } finally {
+      admin.close();
+    }
+  }
+
   /** A new tenant and a Client with its key. */
   async tenantClient(opts: Omit<ClientOptions, "target" | "apiKey"> = {}): Promise<{ client: Client; apiKey: string; tenantId: string }> {
     const admin = this.admin();
