@@ -257,7 +257,10 @@ class Audit(cgtest.TestCase):
         rows = self.events(md=bound, tenant_id="")
         self.assertEqual(sorted((e.scope.session_id, e.scope.task_id) for e in rows),
                          [("s1", ""), ("s1", "t1")])
-        self.assertEqual(len(self.events(md=bound, tenant_id="", scope=scope("s2"))), 0)
+        self.assertEqual(len(self.events(md=bound, tenant_id="", scope=scope("s1", "t1"))), 1)
+        # A scope outside its subtree does not exist for it (as for every scoped RPC).
+        self.assertRpcError(grpc.StatusCode.NOT_FOUND, self.events, md=bound, tenant_id="",
+                            scope=scope("s2"))
 
     def test_append_only(self):
         self.set_budget(scope("s1"), 100)

@@ -177,7 +177,7 @@ export class Server {
   async operatorClient(tenantId: string): Promise<{ client: Client; keyId: string }> {
     const admin = this.admin();
     try {
-      const k = await admin.createApiKey({ tenantId, name: "ts-operator", role: adminpb.ApiKeyRole.API_KEY_ROLE_OPERATOR });
+      const k = await admin.createApiKey({ tenantId, name: "ts-operator", role: ApiKeyRole.API_KEY_ROLE_OPERATOR });
       return { client: new Client({ target: this.target, apiKey: k.secret }), keyId: k.key!.keyId };
     } finally {
       admin.close();
