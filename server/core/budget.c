@@ -263,18 +263,3 @@ cg_status cg_budget_check_nesting(const struct cg_budget_level *parent,
                     cg_level_name(parent->level), (long long)parent->limit_cost_micros);
     return CG_OK;
 }
-
-const char *cg_level_name(cg_level level)
-{
-    switch (level) {
-    case CG_LEVEL_TENANT:
-        return "tenant";
-    case CG_LEVEL_SESSION:
-        return "session";
-    case CG_LEVEL_TASK:
-        return "task";
-    case CG_LEVEL_AGENT:
-        return "agent";
-    }
-    return "unknown level";
-}

@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "core/scope.h"
 
 /* Numbered as in budget.proto, so the rpc layer can cast. */
 typedef enum {
@@ -56,13 +57,7 @@ typedef enum {
     CG_DECISION_DENY = 4,
 } cg_decision;
 
-/* ScopeLevel of common.proto. */
-typedef enum {
-    CG_LEVEL_TENANT = 1,
-    CG_LEVEL_SESSION = 2,
-    CG_LEVEL_TASK = 3,
-    CG_LEVEL_AGENT = 4,
-} cg_level;
+/* cg_level (ScopeLevel of common.proto) and cg_level_name: core/scope.h. */
 
 /* Reasons a level gives for its verdict (bits). */
 enum {
@@ -158,9 +153,5 @@ cg_status cg_budget_check_settings(const struct cg_budget_level *settings,
 cg_status cg_budget_check_nesting(const struct cg_budget_level *parent,
                                   const struct cg_budget_level *child,
                                   struct cg_err *err) CG_MUST_CHECK;
-
-/* Name of a level ("tenant", "session", "task", "agent"); "unknown level" otherwise.
- * Static storage. */
-const char *cg_level_name(cg_level level);
 
 #endif

@@ -59,13 +59,3 @@ void cg_key_role_mask_text(unsigned mask, char *out, size_t cap)
         at += (size_t)n;
     }
 }
-
-bool cg_scope_within(const char *bound_session, const char *bound_task, const char *session,
-                     const char *task)
-{
-    if (bound_session[0] == '\0')
-        return true;
-    if (strcmp(bound_session, session) != 0)
-        return false;
-    return bound_task[0] == '\0' || strcmp(bound_task, task) == 0;
-}

@@ -1,5 +1,6 @@
-/* keyrole.h - what an API key may do: its role, the sets of roles a method allows, and the
- * subtree a scope-bound key may reach (README "Roles and keys").
+/* keyrole.h - what an API key may do: its role and the sets of roles a method allows
+ * (README "Roles and keys"); the subtree a scope-bound key may reach is cg_scope_within
+ * (core/scope.h).
  *
  * The role numbers are admin.proto's ApiKeyRole and the api_keys.role column's. A method
  * names the roles it allows as a mask of CG_ALLOW_* bits; the server's admin key is a
@@ -48,12 +49,5 @@ bool cg_key_role_allowed(unsigned mask, cg_key_role role);
 /* Writes the names of the tenant roles in mask, comma-separated ("operator, admin"), and
  * "the server's admin key" when it allows that, into out (cut to cap - 1 bytes). */
 void cg_key_role_mask_text(unsigned mask, char *out, size_t cap);
-
-/* Whether a key bound to (bound_session, bound_task) reaches the scope (session, task)
- * ("" = unbound / above that level): the unbound key reaches everything; a session-bound
- * key the session and what is under it; a task-bound key the task and its agents. The
- * tenant level and other sessions are outside every bound key. */
-bool cg_scope_within(const char *bound_session, const char *bound_task, const char *session,
-                     const char *task);
 
 #endif

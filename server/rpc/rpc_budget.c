@@ -127,7 +127,7 @@ cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *s
     snprintf(ids->session_id, sizeof ids->session_id, "%s", scope->session_id);
     snprintf(ids->task_id, sizeof ids->task_id, "%s", scope->task_id);
     snprintf(ids->agent_id, sizeof ids->agent_id, "%s", scope->agent_id);
-    *level = a ? CG_LEVEL_AGENT : t ? CG_LEVEL_TASK : s ? CG_LEVEL_SESSION : CG_LEVEL_TENANT;
+    *level = cg_scope_level(ids);
     /* A scope-bound key sees only its subtree: anything else, the tenant level included, is
      * NOT_FOUND as a scope that does not exist (README "Scope-bound keys"). */
     return cg_rpc_scope_check(call, ids->session_id, ids->task_id);
@@ -234,12 +234,6 @@ cg_status cg_rpc_usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsa
 static int64_t usage_tokens(const struct cg_usage *u)
 {
     return u->input_tokens + u->output_tokens + u->cache_read_tokens + u->cache_write_tokens;
-}
-
-static bool same_scope(const struct cg_scope_ids *a, const struct cg_scope_ids *b)
-{
-    return strcmp(a->session_id, b->session_id) == 0 && strcmp(a->task_id, b->task_id) == 0 &&
-           strcmp(a->agent_id, b->agent_id) == 0;
 }
 
 /* An idempotency key used before for something else (what: "another scope", ...):
@@ -1380,7 +1374,7 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
     if (res.replayed) {
         /* The first Reserve with this key already held the tokens: answer it again, if this
          * is a retry of it; the key reused for another hold holds nothing. */
-        const char *other = !same_scope(&ids, &res.ids)          ? "another scope"
+        const char *other = !cg_scope_equal(&ids, &res.ids)      ? "another scope"
                             : req->tokens != res.tokens          ? "other tokens"
                             : strcmp(req->model, res.model) != 0 ? "another model"
                                                                  : NULL;
@@ -1858,7 +1852,7 @@ CG_HANDLER(cg_rpc_budget_record_usage)
     if (st == CG_ALREADY_EXISTS) {
         cg_store_rollback(env->store);
         /* A retry repeats the first request; anything else must not pass as one. */
-        const char *other = !same_scope(&ids, &first.ids)          ? "another scope"
+        const char *other = !cg_scope_equal(&ids, &first.ids)      ? "another scope"
                             : !same_usage(&asked, &first.usage)    ? "other usage"
                             : strcmp(req->model, first.model) != 0 ? "another model"
                                                                    : NULL;

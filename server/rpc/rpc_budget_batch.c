@@ -109,17 +109,6 @@ bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call, const struct cg_rpc_
 
 /* ------------------------------------------------------------------ deciding --- */
 
-static int depth(const struct cg_scope_ids *ids)
-{
-    return ids->agent_id[0] ? 4 : ids->task_id[0] ? 3 : ids->session_id[0] ? 2 : 1;
-}
-
-static bool same_ids(const struct cg_scope_ids *a, const struct cg_scope_ids *b)
-{
-    return strcmp(a->session_id, b->session_id) == 0 && strcmp(a->task_id, b->task_id) == 0 &&
-           strcmp(a->agent_id, b->agent_id) == 0;
-}
-
 /* The locked rows, their working counters and whether the batch changed them. */
 struct rows {
     struct cg_budget_row *row;
@@ -130,7 +119,7 @@ struct rows {
 static int find_row(const struct rows *rows, const struct cg_scope_ids *ids)
 {
     for (int i = 0; i < rows->n; i++)
-        if (same_ids(&rows->row[i].ids, ids))
+        if (cg_scope_equal(&rows->row[i].ids, ids))
             return i;
     return -1;
 }
@@ -139,10 +128,10 @@ static int find_row(const struct rows *rows, const struct cg_scope_ids *ids)
 static bool path_of(const struct rows *rows, const struct cg_scope_ids *ids, int at[CG_PATH_MAX],
                     int *n)
 {
-    *n = depth(ids);
+    *n = cg_scope_level(ids);
     for (int level = 1; level <= *n; level++) {
         struct cg_scope_ids p;
-        cg_store_path_ids(ids, level, &p);
+        cg_scope_prefix(ids, level, &p);
         if ((at[level - 1] = find_row(rows, &p)) < 0)
             return false;
     }
@@ -298,8 +287,8 @@ static cg_status lock_scopes(const struct cg_rpc_env *env, const char *tenant, s
         if (b->state[i] != ITEM_PENDING)
             continue;
         const struct cg_scope_ids *ids = &b->items[i]->ids;
-        for (int level = 1; level <= depth(ids); level++)
-            cg_store_path_ids(ids, level, &b->keys[nkeys++]);
+        for (int level = 1; level <= cg_scope_level(ids); level++)
+            cg_scope_prefix(ids, level, &b->keys[nkeys++]);
     }
     int nrows = 0;
     cg_status st = cg_store_batch_lock_scopes(env->store, tenant, b->keys, nkeys, b->rowbuf,
@@ -525,7 +514,7 @@ static int coalesce_usage_events(struct cg_event_in *events, int n)
         if (events[i].type == CG_EVENT_USAGE_CHANGED)
             for (int j = i + 1; j < n && !later; j++)
                 later = events[j].type == CG_EVENT_USAGE_CHANGED &&
-                        same_ids(&events[j].ids, &events[i].ids);
+                        cg_scope_equal(&events[j].ids, &events[i].ids);
         if (!later)
             events[kept++] = events[i];
     }

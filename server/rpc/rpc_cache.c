@@ -440,29 +440,6 @@ int cg_cache_rows_put(struct cg_cache *cache, const char *tenant_id,
     return stored;
 }
 
-/* The ids of level `level` (1..4) of the path to ids. */
-static void prefix_ids(const struct cg_scope_ids *ids, int level, struct cg_scope_ids *out)
-{
-    memset(out, 0, sizeof *out);
-    if (level >= 2)
-        memcpy(out->session_id, ids->session_id, sizeof out->session_id);
-    if (level >= 3)
-        memcpy(out->task_id, ids->task_id, sizeof out->task_id);
-    if (level >= 4)
-        memcpy(out->agent_id, ids->agent_id, sizeof out->agent_id);
-}
-
-static int depth_of(const struct cg_scope_ids *ids)
-{
-    if (ids->session_id[0] == '\0')
-        return 1;
-    if (ids->task_id[0] == '\0')
-        return 2;
-    if (ids->agent_id[0] == '\0')
-        return 3;
-    return 4;
-}
-
 bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
                        const struct cg_scope_ids *ids, int64_t now_ms, bool allow_stale,
                        struct cg_budget_row out[4], int *n, int64_t *oldest_fill_ms)
@@ -471,13 +448,13 @@ bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
         return false;
     bool live = atomic_load(&cache->live);
     uint64_t flush = atomic_load(&cache->flush_seq);
-    int depth = depth_of(ids);
+    int depth = cg_scope_level(ids);
     int64_t oldest = now_ms;
     bool hit = allow_stale || live;
     for (int level = 1; hit && level <= depth; level++) {
         struct cg_scope_ids p;
         char name[NAME_MAX_BYTES];
-        prefix_ids(ids, level, &p);
+        cg_scope_prefix(ids, level, &p);
         if (!row_name(tenant_id, &p, name, sizeof name)) {
             hit = false;
             break;
@@ -513,11 +490,11 @@ void cg_cache_drop_path(struct cg_cache *cache, const char *tenant_id,
     if (cache == NULL)
         return;
     uint64_t seq = next_drop(cache);
-    int depth = depth_of(ids);
+    int depth = cg_scope_level(ids);
     for (int level = 1; level <= depth; level++) {
         struct cg_scope_ids p;
         char name[NAME_MAX_BYTES];
-        prefix_ids(ids, level, &p);
+        cg_scope_prefix(ids, level, &p);
         if (!row_name(tenant_id, &p, name, sizeof name))
             return;
         uint64_t h = hash_name(name);

@@ -151,14 +151,11 @@ static bool cache_enabled(const struct cg_store *store)
 
 void cg_store_err_scope(struct cg_err *err, const struct cg_scope_ids *ids)
 {
-    if (ids->session_id[0] == '\0')
-        cg_err_meta(err, "scope", "tenant");
-    else if (ids->task_id[0] == '\0')
-        cg_err_meta(err, "scope", ids->session_id);
-    else if (ids->agent_id[0] == '\0')
-        cg_err_metaf(err, "scope", "%s/%s", ids->session_id, ids->task_id);
-    else
-        cg_err_metaf(err, "scope", "%s/%s/%s", ids->session_id, ids->task_id, ids->agent_id);
+    if (err == NULL)
+        return;
+    char path[CG_ERR_META_VALUE_MAX + 1];
+    cg_scope_path_text(ids, path, sizeof path);
+    cg_err_meta(err, "scope", path);
 }
 
 /* ------------------------------------------------------------------ lifecycle --- */
@@ -453,17 +450,6 @@ cg_status cg__store_check_text(const char *s, size_t cap, size_t max_bytes, long
     return CG_OK;
 }
 
-int cg__store_scope_depth(const struct cg_scope_ids *ids)
-{
-    if (ids->session_id[0] == '\0')
-        return 1;
-    if (ids->task_id[0] == '\0')
-        return 2;
-    if (ids->agent_id[0] == '\0')
-        return 3;
-    return 4;
-}
-
 cg_status cg__store_check_ids(const struct cg_scope_ids *ids, const char *prefix,
                               struct cg_err *err)
 {
@@ -503,17 +489,6 @@ bool cg_store_uuid_canonical(const char *s, char out[CG_UUID_LEN + 1])
     return cg__store_normalize_uuid(s, out);
 }
 
-void cg_store_path_ids(const struct cg_scope_ids *ids, int level, struct cg_scope_ids *out)
-{
-    memset(out, 0, sizeof *out);
-    if (level >= 2)
-        memcpy(out->session_id, ids->session_id, sizeof out->session_id);
-    if (level >= 3)
-        memcpy(out->task_id, ids->task_id, sizeof out->task_id);
-    if (level >= 4)
-        memcpy(out->agent_id, ids->agent_id, sizeof out->agent_id);
-}
-
 /* ------------------------------------------------------------------ allocation --- */
 
 int64_t cg_store_alloc_share(const struct cg_budget_row *row)
@@ -528,12 +503,6 @@ int64_t cg_store_alloc_share(const struct cg_budget_row *row)
     return row->limit_tokens - held;
 }
 
-static bool ids_equal(const struct cg_scope_ids *a, const struct cg_scope_ids *b)
-{
-    return strcmp(a->session_id, b->session_id) == 0 && strcmp(a->task_id, b->task_id) == 0 &&
-           strcmp(a->agent_id, b->agent_id) == 0;
-}
-
 void cg_store_alloc_mirror(struct cg_budget_row *rows, int n, const int64_t *share_before,
                            bool add_allocated)
 {
@@ -544,9 +513,10 @@ void cg_store_alloc_mirror(struct cg_budget_row *rows, int n, const int64_t *sha
         if (delta == 0)
             continue;
         struct cg_scope_ids parent;
-        cg_store_path_ids(&rows[i].ids, rows[i].level - 1, &parent);
+        cg_scope_prefix(&rows[i].ids, rows[i].level - 1, &parent);
         for (int j = 0; j < n; j++) {
-            if (j == i || rows[j].level != rows[i].level - 1 || !ids_equal(&rows[j].ids, &parent))
+            if (j == i || rows[j].level != rows[i].level - 1 ||
+                !cg_scope_equal(&rows[j].ids, &parent))
                 continue;
             /* The trigger's UPDATE of the parent bumps its row_version once. */
             rows[j].row_version++;

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "core/scope.h"
 
 #define CG_UUID_LEN 36
 /* Requests of one batched transaction, at most (store.h "batches"). */
@@ -31,7 +32,6 @@
 #define CG_KEY_ID_LEN 16
 #define CG_NAME_MAX 200
 #define CG_TZ_MAX 64
-#define CG_SCOPE_ID_MAX 128
 #define CG_CALL_TOKENS_DEFAULT 10000000LL /* a tenant's max_call_tokens unless set */
 #define CG_STORE_PAGE_MAX 1000            /* largest `limit` of the list functions */
 #define CG_STORE_USAGE_NODES_MAX 5000     /* most nodes of one cg_store_usage_by_model call */
@@ -232,11 +232,7 @@ cg_status cg_store_key_touch(struct cg_store *store, const char *tenant_id, cons
 #define CG_MODEL_MAX 200
 #define CG_IDEMPOTENCY_MAX 128
 
-struct cg_scope_ids {
-    char session_id[CG_SCOPE_ID_MAX + 1]; /* "" for the tenant level */
-    char task_id[CG_SCOPE_ID_MAX + 1];    /* "" above the task level */
-    char agent_id[CG_SCOPE_ID_MAX + 1];   /* "" above the agent level */
-};
+/* struct cg_scope_ids, its level and path: core/scope.h. */
 
 /* Adds "scope" to err's metadata (status.h): the scope's path "session/task/agent" as far as
  * ids go, or "tenant" for the tenant level. err may be NULL. Never allocates. */
@@ -568,9 +564,6 @@ cg_status cg_store_batch_write(struct cg_store *store, const char *tenant_id,
 
 /* The canonical (lower-case) form of a UUID into out; false when s is not one. */
 bool cg_store_uuid_canonical(const char *s, char out[CG_UUID_LEN + 1]);
-
-/* The ids of the level-th row (1 tenant .. 4 agent) of the path to ids. */
-void cg_store_path_ids(const struct cg_scope_ids *ids, int level, struct cg_scope_ids *out);
 
 /* A new random (version 4) UUID in canonical text form. */
 cg_status cg_store_uuid(char out[CG_UUID_LEN + 1]) CG_MUST_CHECK;

@@ -145,7 +145,7 @@ cg_status cg_store_budget_put(struct cg_store *store, const char *tenant_id,
     /* The level follows from the ids; a row without a budget keeps neutral settings, so
      * that what it stores never depends on fields that mean nothing. */
     struct cg_budget_row stored = *row;
-    stored.level = cg__store_scope_depth(&row->ids);
+    stored.level = cg_scope_level(&row->ids);
     if (stored.has_budget) {
         rc = check_settings(&stored, stored.level, err);
         if (rc != CG_OK)
@@ -178,7 +178,7 @@ static cg_status check_path_rows(const struct cg_budget_row *rows, int n, struct
     cg_status rc = cg__store_check_ids(&rows[n - 1].ids, "scope", err);
     if (rc != CG_OK)
         return rc;
-    if (cg__store_scope_depth(&rows[n - 1].ids) != n)
+    if (cg_scope_level(&rows[n - 1].ids) != n)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "n: does not match the path in rows");
     return CG_OK;
 }

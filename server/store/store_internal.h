@@ -37,9 +37,6 @@ bool cg__store_key_id_valid(const char *s);
 cg_status cg__store_check_text(const char *s, size_t cap, size_t max_bytes, long max_chars,
                                const char *field, struct cg_err *err);
 
-/* 1 tenant .. 4 agent: the level that well-formed ids name. */
-int cg__store_scope_depth(const struct cg_scope_ids *ids);
-
 /* Scope ids: each at most CG_SCOPE_ID_MAX bytes of UTF-8; a task needs a session and an
  * agent a task. prefix names the argument in messages ("scope", "parent"). */
 cg_status cg__store_check_ids(const struct cg_scope_ids *ids, const char *prefix,

@@ -361,7 +361,7 @@ static cg_status decide(struct cg_pg *pg, const char *tenant_id, struct cg_appro
     res = NULL;
     if (granted > 0) {
         struct cg_scope_ids row;
-        cg_store_path_ids(&a->ids, a->level, &row);
+        cg_scope_prefix(&a->ids, a->level, &row);
         const char *extra_values[] = {tenant_id, row.session_id, row.task_id, row.agent_id,
                                       granted_text};
         rc = cg__pg_run(pg, "approval_extend",

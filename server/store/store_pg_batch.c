@@ -79,12 +79,6 @@ static void lit_double(struct lit *l, double v)
     lit_put(l, num, (size_t)n);
 }
 
-static bool same_scope(const struct cg_scope_ids *a, const struct cg_scope_ids *b)
-{
-    return strcmp(a->session_id, b->session_id) == 0 && strcmp(a->task_id, b->task_id) == 0 &&
-           strcmp(a->agent_id, b->agent_id) == 0;
-}
-
 static void lit_i64(struct lit *l, int64_t v)
 {
     char num[24];
@@ -438,7 +432,7 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
         lit_i64(&lits[CNT_CW], c->spent_cache_write_tokens);
         int ne = 0;
         for (int e = 0; e < w->n_events; e++)
-            ne += same_scope(&w->events[e].ids, &c->ids);
+            ne += cg_scope_equal(&w->events[e].ids, &c->ids);
         lit_i64(&lits[CNT_NE], ne);
         lit_i64(&lits[CNT_ALLOC], c->allocated_tokens);
     }
@@ -446,7 +440,7 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
         const struct cg_event_in *ev = &w->events[e];
         int k = 1; /* its place among the events of its scope */
         for (int j = 0; j < e; j++)
-            k += same_scope(&w->events[j].ids, &ev->ids);
+            k += cg_scope_equal(&w->events[j].ids, &ev->ids);
         lit_text(&lits[EV_S], ev->ids.session_id);
         lit_text(&lits[EV_T], ev->ids.task_id);
         lit_text(&lits[EV_A], ev->ids.agent_id);

@@ -35,18 +35,6 @@ cg_status cg__pg_scope_missing(struct cg_err *err, int index)
                        cg__pg_no_such_scope[index]);
 }
 
-/* 1 tenant .. 4 agent: the level of the scope ids name. */
-int cg__pg_scope_depth(const struct cg_scope_ids *ids)
-{
-    if (ids->session_id[0] == '\0')
-        return 1;
-    if (ids->task_id[0] == '\0')
-        return 2;
-    if (ids->agent_id[0] == '\0')
-        return 3;
-    return 4;
-}
-
 double cg__pg_parse_double(const char *s)
 {
     char *end = NULL;
@@ -226,7 +214,7 @@ cg_status cg_pg_path_read(struct cg_pg *pg, const char *tenant_id, const struct 
         if (rc != CG_OK)
             return rc;
     }
-    int depth = cg__pg_scope_depth(ids);
+    int depth = cg_scope_level(ids);
     for (int level = 2; level <= depth; level++) {
         if (present & (1u << (level - 1)))
             continue;
@@ -607,7 +595,7 @@ cg_status cg_pg_reservation_insert(struct cg_pg *pg, const char *tenant_id,
                    10, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg__pg_scope_missing(err, cg__pg_scope_depth(ids) - 1);
+            rc = cg__pg_scope_missing(err, cg_scope_level(ids) - 1);
         else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "reservation: invalid value");
         goto out;
@@ -777,7 +765,7 @@ cg_status cg_pg_ledger_append(struct cg_pg *pg, const char *tenant_id,
             rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
                              "reservation_id: no such reservation");
         else if (cg__pg_sqlstate_is(pg, "23503"))
-            rc = cg__pg_scope_missing(err, cg__pg_scope_depth(ids) - 1);
+            rc = cg__pg_scope_missing(err, cg_scope_level(ids) - 1);
         else if (cg__pg_sqlstate_is(pg, "22P02"))
             rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
                              "tenant_id or reservation_id: not found");
@@ -832,7 +820,7 @@ cg_status cg_pg_subtree_max_limits(struct cg_pg *pg, const char *tenant_id,
     *max_cost_micros = 0;
     if (!pg->in_tx)
         return cg__pg_not_in_tx(pg, "subtree_max_limits", err);
-    int depth = cg__pg_scope_depth(ids);
+    int depth = cg_scope_level(ids);
     if (depth == 4)
         return CG_OK; /* an agent has nothing under it */
     char depth_text[4];
@@ -871,7 +859,7 @@ cg_status cg_pg_path_peek(struct cg_pg *pg, const char *tenant_id, const struct 
         *need_tx = true;
         return CG_OK;
     }
-    int depth = cg__pg_scope_depth(ids);
+    int depth = cg_scope_level(ids);
     for (int level = 2; level <= depth; level++)
         if (!(present & (1u << (level - 1))))
             return cg__pg_scope_missing(err, level - 1);

@@ -92,9 +92,6 @@ extern const char *const cg__pg_no_such_scope[4];
  * (TENANT_NOT_FOUND for index 0, SCOPE_NOT_FOUND otherwise). Returns CG_NOT_FOUND. */
 cg_status cg__pg_scope_missing(struct cg_err *err, int index);
 
-/* 1 tenant .. 4 agent: the level that ids name. */
-int cg__pg_scope_depth(const struct cg_scope_ids *ids);
-
 /* A float8 / boolean from PostgreSQL's text output (0 / false for garbage). */
 double cg__pg_parse_double(const char *s);
 bool cg__pg_is_true(const char *s);

@@ -311,7 +311,7 @@ out:
 /* CG_NOT_FOUND naming the first level of the path to ids that is missing from present. */
 static cg_status check_path(const struct cg_scope_ids *ids, unsigned present, struct cg_err *err)
 {
-    int depth = cg__pg_scope_depth(ids);
+    int depth = cg_scope_level(ids);
     for (int level = 2; level <= depth; level++)
         if (!(present & (1u << (level - 1))))
             return cg__pg_scope_missing(err, level - 1);
@@ -381,7 +381,7 @@ cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struc
         values, &res, err);
     if (rc != CG_OK)
         goto out;
-    int depth = cg__pg_scope_depth(ids);
+    int depth = cg_scope_level(ids);
     unsigned present = 0;
     for (int i = 0; i < PQntuples(res); i++) {
         int level = (int)cg__pg_parse_i64(PQgetvalue(res, i, 0));
@@ -640,14 +640,14 @@ cg_status cg_pg_usage_tree(struct cg_pg *pg, const char *tenant_id, const struct
         return rc;
     if (!(present & 1u)) {
         /* No scope of this tenant was ever used: nothing below it exists either. */
-        if (cg__pg_scope_depth(ids) > 1)
+        if (cg_scope_level(ids) > 1)
             return cg__pg_scope_missing(err, 1);
         empty_tenant(&found[0]);
         present = 1u;
     }
     if ((rc = check_path(ids, present, err)) != CG_OK)
         return rc;
-    int root_level = cg__pg_scope_depth(ids);
+    int root_level = cg_scope_level(ids);
     for (int i = 0; i < root_level; i++)
         out->path[i] = found[i].row;
     out->npath = root_level;
@@ -702,7 +702,7 @@ cg_status cg_pg_scope_list(struct cg_pg *pg, const char *tenant_id,
     res = NULL;
     if (rc != CG_OK)
         return rc;
-    int parent_level = cg__pg_scope_depth(parent);
+    int parent_level = cg_scope_level(parent);
     if (parent_level > 1) {
         struct cg_scope_usage found[4];
         unsigned present = 0;

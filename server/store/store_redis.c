@@ -694,25 +694,6 @@ bool cg_redis_row_decode(const char *text, size_t len, struct cg_budget_row *row
     return true;
 }
 
-static void level_ids(const struct cg_scope_ids *ids, int level, struct cg_scope_ids *out)
-{
-    memset(out, 0, sizeof *out);
-    if (level >= 2)
-        memcpy(out->session_id, ids->session_id, sizeof out->session_id);
-    if (level >= 3)
-        memcpy(out->task_id, ids->task_id, sizeof out->task_id);
-    if (level >= 4)
-        memcpy(out->agent_id, ids->agent_id, sizeof out->agent_id);
-}
-
-static int ids_depth(const struct cg_scope_ids *ids)
-{
-    return ids->session_id[0] == '\0' ? 1
-           : ids->task_id[0] == '\0'  ? 2
-           : ids->agent_id[0] == '\0' ? 3
-                                      : 4;
-}
-
 #define ROW_KEY_MAX (CG_UUID_LEN + 3 * (CG_SCOPE_ID_MAX + 1) + 16)
 
 bool cg_redis_path_get(struct cg_redis *redis, const char *tenant_id,
@@ -722,13 +703,13 @@ bool cg_redis_path_get(struct cg_redis *redis, const char *tenant_id,
     *gen = -1;
     char keys[5][ROW_KEY_MAX];
     const char *argv[6] = {"MGET"};
-    int depth = ids_depth(ids);
+    int depth = cg_scope_level(ids);
     struct cg_scope_ids level[4];
     if (!gen_key_name(tenant_id, keys[0], sizeof keys[0]))
         return false;
     argv[1] = keys[0];
     for (int i = 0; i < depth; i++) {
-        level_ids(ids, i + 1, &level[i]);
+        cg_scope_prefix(ids, i + 1, &level[i]);
         if (!row_key_name(tenant_id, &level[i], keys[i + 1], sizeof keys[i + 1]))
             return false;
         argv[i + 2] = keys[i + 1];

@@ -55,7 +55,7 @@ cg_status cg_store_scope_close_events(struct cg_store *store, const char *tenant
         rc = cg__store_check_ids(ids, "scope", err);
     if (rc != CG_OK)
         return rc;
-    if (cg__store_scope_depth(ids) == 1)
+    if (cg_scope_level(ids) == 1)
         return cg_err_set(err, CG_INVALID_ARGUMENT,
                           "scope: the tenant scope cannot be closed (name a session, task or"
                           " agent)");
@@ -152,7 +152,7 @@ cg_status cg_store_scope_list(struct cg_store *store, const char *tenant_id,
         rc = cg__store_check_ids(parent, "parent", err);
     if (rc != CG_OK)
         return rc;
-    if (level <= cg__store_scope_depth(parent) || level > 4)
+    if (level <= cg_scope_level(parent) || level > 4)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "level: must be below the parent's level");
     if (order < 1 || order > 3)
         return cg_err_set(err, CG_INVALID_ARGUMENT,
