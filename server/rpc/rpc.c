@@ -255,10 +255,8 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
      * races the lookup below win over what the lookup read. */
     uint64_t ticket = cg_cache_ticket(env->cache);
     if (!cg_cache_key_get(env->cache, parts.tenant_id, parts.key_id, cg_mono_ms(), &rec)) {
-        if (env->store == NULL) {
-            call->needs_pool = true;
-            return cg_err_set(&call->err, CG_INTERNAL, "tenant authentication without a store");
-        }
+        if (env->store == NULL)
+            return CG_NEEDS_POOL; /* a try_inline method: looked up on the pool */
         struct cg_err serr;
         cg_err_clear(&serr);
         /* A key dropped by a revocation (here, or announced on cg_keys) is read from
@@ -330,7 +328,6 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
                               const struct cg_rpc_env *env)
 {
     memset(&call->principal, 0, sizeof call->principal);
-    call->needs_pool = false;
     if (m->allow & CG_ALLOW_ANYONE)
         return CG_OK;
     bool tenant_keys = (m->allow & CG_ALLOW_TENANT_KEYS) != 0;
@@ -482,6 +479,8 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
     st = m->handler(call, env, request, &response);
     if (st == CG_DEFERRED)
         return st; /* the call may already be answered and gone */
+    if (st == CG_NEEDS_POOL)
+        return st; /* nothing answered: the transport runs the call again on the pool */
     if (st != CG_OK) {
         if (call->err.code != st)
             cg_err_set(&call->err, st, "%s", cg_status_str(st));

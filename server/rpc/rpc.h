@@ -106,7 +106,6 @@ struct cg_rpc_call {
     /* outputs */
     struct cg_principal principal;
     uint32_t reply_delay_ms; /* hold the (successful) reply this long on a timer */
-    bool needs_pool;         /* try_inline methods without a store: run me again on the pool */
     struct cg_err err;       /* what the client sees when the status is not OK */
     /* The decoded request (in arena), NULL before decoding: its identifiers join err's
      * metadata when the call fails (reservation_id, approval_id, artifact_id, session_id). */
@@ -159,10 +158,10 @@ struct cg_rpc_method {
     const char *pending;       /* for unimplemented methods: which work delivers it */
     cg_rpc_open_fn open;       /* server streams, optional */
     /* blocking methods only: first tried on the completion-queue thread (env->store NULL),
-     * where the handler answers from env->cache or, when it would need the store, sets
-     * call->needs_pool and returns (any status); the transport then runs the call again
-     * from the start on the pool, as for any blocking method. Authentication on that
-     * thread uses the key cache only (a miss also sets needs_pool). */
+     * where the handler answers from env->cache or, when it would need the store, returns
+     * CG_NEEDS_POOL (a control result, base/status.h: never sent); the transport then runs
+     * the call again from the start on the pool, as for any blocking method. Authentication
+     * on that thread uses the key cache only (a miss also returns CG_NEEDS_POOL). */
     bool try_inline;
 };
 
@@ -222,7 +221,8 @@ cg_status cg_rpc_session_check(struct cg_rpc_call *call, const char *session_id)
  * On success out and out_len hold the encoded answer (in the arena). On error call->err
  * holds what the client should see and *out is NULL. CG_DEFERRED: the handler handed the
  * call on (only when call->resume is set); it is answered through call->resume, maybe
- * already, so neither call nor out may be touched. */
+ * already, so neither call nor out may be touched. CG_NEEDS_POOL (only without env->store,
+ * for try_inline methods): nothing was answered; run the call again on the pool. */
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
                         size_t *out_len) CG_MUST_CHECK;

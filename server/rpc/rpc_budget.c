@@ -975,13 +975,6 @@ static bool store_known_down(const struct cg_rpc_env *env)
     return env->health != NULL && atomic_load(&env->health->store_ok) == 0;
 }
 
-/* Needs the store on a thread without one: the transport runs the call again on the pool. */
-static cg_status needs_pool(struct cg_rpc_call *call)
-{
-    call->needs_pool = true;
-    return cg_err_set(&call->err, CG_INTERNAL, "this call needs the store");
-}
-
 /* CheckBudget's read of the path: the process's cache (fresh rows only), then Redis, then
  * PostgreSQL; what Redis or PostgreSQL gave fills the caches above it. *source says which
  * answered. CG_UNAVAILABLE (call->err set) when PostgreSQL is unreachable or known to be. */
@@ -999,7 +992,7 @@ static cg_status check_path(struct cg_rpc_call *call, const struct cg_rpc_env *e
     if (store_known_down(env))
         return cg_err_set(&call->err, CG_UNAVAILABLE, "storage unavailable");
     if (env->store == NULL)
-        return needs_pool(call);
+        return CG_NEEDS_POOL;
     /* Taken before the reads: a write announced meanwhile refuses what they read. */
     uint64_t ticket = cg_cache_ticket(env->cache);
     int64_t gen = -1;
@@ -1175,7 +1168,7 @@ CG_HANDLER(cg_rpc_budget_check)
     struct cg_rpc_approval_gate gate = {.involved = false};
     if (r.decision == CG_DECISION_REQUIRE_APPROVAL && !req->dry_run) {
         if (env->store == NULL)
-            return needs_pool(call);
+            return CG_NEEDS_POOL;
         if ((st = cg_rpc_approval_gate(call, env, &ids, req->estimated_tokens, req->model, path, &n,
                                        &r, &gate)) != CG_OK)
             return st;
@@ -1290,7 +1283,7 @@ CG_HANDLER(cg_rpc_budget_reserve)
     if (cg_rpc_batch_can_defer(call, env))
         return cg_rpc_batch_submit(call, env, CG_BATCH_RESERVE, &req->base, &ids);
     if (env->store == NULL)
-        return needs_pool(call);
+        return CG_NEEDS_POOL;
     return cg_rpc_reserve_single(call, env, req, &ids, response);
 }
 
@@ -1618,7 +1611,7 @@ CG_HANDLER(cg_rpc_budget_commit)
     if (cg_rpc_batch_can_defer(call, env))
         return cg_rpc_batch_submit(call, env, CG_BATCH_COMMIT, &req->base, NULL);
     if (env->store == NULL)
-        return needs_pool(call);
+        return CG_NEEDS_POOL;
     return cg_rpc_commit_single(call, env, req, response);
 }
 

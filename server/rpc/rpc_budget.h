@@ -220,8 +220,8 @@ bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call, const struct cg_rpc_
  * answered later (cg_rpc_complete) by whichever pool thread leads the tenant's batches,
  * possibly this one before this returns. After this the caller must not touch call.
  * Without a store (env->store NULL: a completion-queue thread) it only joins a batch that
- * is running; when none is, it sets call->needs_pool and returns an error status without
- * queueing anything. ids: the Reserve's scope (NULL for Commit). */
+ * is running; when none is, it returns CG_NEEDS_POOL without queueing anything. ids: the Reserve's
+ * scope (NULL for Commit). */
 cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                               cg_batch_kind kind, const ProtobufCMessage *request,
                               const struct cg_scope_ids *ids);

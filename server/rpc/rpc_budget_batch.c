@@ -754,8 +754,7 @@ cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env 
         /* A completion-queue thread only joins a running batch: leading one takes a
          * store, so the transport runs the call again on the pool. */
         pthread_mutex_unlock(&bt->lock);
-        call->needs_pool = true;
-        return cg_err_set(&call->err, CG_INTERNAL, "no batch running: needs the pool");
+        return CG_NEEDS_POOL;
     }
     if (g == NULL) {
         /* Nobody leads this tenant: this thread will, until the queue runs dry. */

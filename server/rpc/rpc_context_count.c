@@ -457,8 +457,7 @@ CG_HANDLER(cg_rpc_context_count_tokens)
     /* On the completion-queue thread: only small exact counts (see INLINE_REQUEST_MAX). */
     if (env->store == NULL && (encoding == CG_ENCODING_NONE ||
                                protobuf_c_message_get_packed_size(request) > INLINE_REQUEST_MAX)) {
-        call->needs_pool = true;
-        return cg_err_set(&call->err, CG_INTERNAL, "CountTokens needs the pool");
+        return CG_NEEDS_POOL;
     }
 
     struct cg_conv *conv = NULL;

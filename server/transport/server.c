@@ -339,6 +339,10 @@ static void send_final(struct call *c, cg_status st, const char *message)
     grpc_op ops[3];
     size_t n = 0;
     memset(ops, 0, sizeof ops);
+    /* A control result here is a bug upstream; the client sees INTERNAL, never the result. */
+    if (cg_status_for_wire(&st, &message))
+        cg_log(CG_LOG_ERROR, "transport", c->rid, "a control result reached the reply of %s",
+               c->method != NULL ? c->method->path : "?");
     c->st = st;
     if (!c->initial_md_sent)
         fill_initial_md(c, &ops[n++]);
@@ -465,11 +469,10 @@ static void resume_deferred(struct cg_rpc_call *rc, cg_status st, uint8_t *out, 
 
 /* A try_inline method (rpc.h) on this completion-queue thread, without a store: true when
  * it answered (from the cache) or handed the call on (deferred: a budget write queued for
- * the batch a pool thread is running); false when it needs the pool, with everything it
- * set reset so that the pool runs the call from the start. */
+ * the batch a pool thread is running); false when it needs the pool (CG_NEEDS_POOL), with
+ * everything it set reset so that the pool runs the call from the start. */
 static bool try_inline(struct call *c)
 {
-    c->rc.needs_pool = false;
     uint8_t *resp = NULL;
     size_t resp_len = 0;
     cg_status st =
@@ -482,14 +485,13 @@ static bool try_inline(struct call *c)
         c->pending++;
         return true;
     }
-    c->st = st;
-    c->resp = resp;
-    c->resp_len = resp_len;
-    if (!c->rc.needs_pool) {
+    if (st != CG_NEEDS_POOL) {
+        c->st = st;
+        c->resp = resp;
+        c->resp_len = resp_len;
         finish_unary(c);
         return true;
     }
-    c->rc.needs_pool = false;
     c->rc.reply_delay_ms = 0;
     cg_err_clear(&c->rc.err);
     memset(&c->rc.principal, 0, sizeof c->rc.principal);
