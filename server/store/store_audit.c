@@ -64,13 +64,3 @@ cg_status cg_store_audit_list(struct cg_store *store, const char *tenant_id,
         memset(&f.scope, 0, sizeof f.scope);
     return cg_pg_audit_list(store->pg, id, &f, before_id, limit, out, count, more, err);
 }
-
-void cg_audit_events_cleanup(struct cg_audit_event *events, int count)
-{
-    for (int i = 0; i < count; i++) {
-        free(events[i].before_json);
-        free(events[i].after_json);
-        events[i].before_json = NULL;
-        events[i].after_json = NULL;
-    }
-}

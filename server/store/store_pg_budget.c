@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "store/store_pg_sweep.h"
+#include "store/store_pg_reset.h"
 
 /* ------------------------------------------------------------------ scopes --- */
 

@@ -16,15 +16,6 @@
 
 struct cg_pg;
 
-/* Inside a transaction (cg_pg_path_read's): applies the reset of the tenant budget when it
- * is due at now_ms; the tenant row is locked by the update (already, when the caller holds
- * the path lock). When applied, *applied is true and tenant_row's used counters and period
- * are set to what was stored; when not (nothing due, or a concurrent transaction that held
- * the row applied it first), *applied is false and tenant_row is untouched. */
-cg_status cg__pg_reset_if_due(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
-                              struct cg_budget_row *tenant_row, bool *applied,
-                              struct cg_err *err) CG_MUST_CHECK;
-
 /* See cg_store_sweep_tenants; after_id "" for the first page. */
 cg_status cg_pg_sweep_tenants(struct cg_pg *pg, const char *after_id, int limit,
                               char (*ids)[CG_UUID_LEN + 1], int *count,
