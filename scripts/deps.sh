@@ -19,7 +19,8 @@ set -euo pipefail
 # .proto files they compile (libprotobuf-dev ships google/protobuf/descriptor.proto, which
 # protobuf-compiler only recommends), the store, crypto, JSON and HTTP libraries, the
 # throwaway PostgreSQL and Redis, python3 (run.sh reads the CLI's JSON with it;
-# fetch_tokens.sh converts the rank data), the CA certificates npm's HTTPS needs, iproute2
+# fetch_tokens.sh converts the rank data) with python3-protobuf (cmake/gen_methods.py writes
+# the method table from the compiled protos), the CA certificates npm's HTTPS needs, iproute2
 # (ss: which ports are free); for the tests Criterion, Python grpcio and protobuf (stubs from
 # the system protoc and grpc_tools), tzdata (zoneinfo in the reset tests) and the openssl
 # CLI (the TLS tests make their certificates); for the SDKs the google/rpc status protos

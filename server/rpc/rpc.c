@@ -422,9 +422,8 @@ cg_status cg_rpc_session_check(struct cg_rpc_call *call, const char *session_id)
 
 static cg_status not_implemented(struct cg_rpc_call *call, const struct cg_rpc_method *m)
 {
-    cg_err_set(&call->err, CG_UNIMPLEMENTED,
-               "%s is not implemented in this version of ctxguard (planned: %s)", m->path + 1,
-               m->pending ? m->pending : "later");
+    cg_err_set(&call->err, CG_UNIMPLEMENTED, "%s is not implemented in this version of ctxguard",
+               m->path + 1);
     cg_err_meta(&call->err, "method", m->path);
     return CG_UNIMPLEMENTED;
 }

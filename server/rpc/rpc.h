@@ -153,9 +153,8 @@ struct cg_rpc_method {
     bool blocking;  /* uses the store: runs on the worker pool */
     const ProtobufCMessageDescriptor *request_desc;
     const ProtobufCMessageDescriptor *response_desc;
-    cg_rpc_handler_fn handler; /* unary and bidi; NULL: answered UNIMPLEMENTED */
+    cg_rpc_handler_fn handler; /* unary and bidi */
     cg_rpc_poll_fn poll;       /* server streams */
-    const char *pending;       /* for unimplemented methods: which work delivers it */
     cg_rpc_open_fn open;       /* server streams, optional */
     /* blocking methods only: first tried on the completion-queue thread (env->store NULL),
      * where the handler answers from env->cache or, when it would need the store, returns
@@ -165,7 +164,7 @@ struct cg_rpc_method {
     bool try_inline;
 };
 
-/* The method table (borrowed, static). */
+/* The method table (borrowed, static), generated from the .proto files (rpc_methods.h). */
 const struct cg_rpc_method *cg_rpc_methods(size_t *count);
 
 /* The method with this path, or NULL. */

@@ -199,7 +199,8 @@ static cg_status check_time_zone(struct cg_rpc_call *call, const char *tz)
 
 /* ---------------------------------------------------------------- tenants --------- */
 
-CG_HANDLER(cg_rpc_admin_create_tenant)
+cg_status cg_rpc_admin_create_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__CreateTenantRequest *req =
         (const Ctxguard__V1__CreateTenantRequest *)request;
@@ -233,7 +234,8 @@ CG_HANDLER(cg_rpc_admin_create_tenant)
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_admin_get_tenant)
+cg_status cg_rpc_admin_get_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__GetTenantRequest *req = (const Ctxguard__V1__GetTenantRequest *)request;
     char tenant[CG_UUID_LEN + 1];
@@ -254,7 +256,10 @@ CG_HANDLER(cg_rpc_admin_get_tenant)
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_admin_update_tenant_settings)
+cg_status cg_rpc_admin_update_tenant_settings(struct cg_rpc_call *call,
+                                              const struct cg_rpc_env *env,
+                                              const ProtobufCMessage *request,
+                                              ProtobufCMessage **response)
 {
     const Ctxguard__V1__UpdateTenantSettingsRequest *req =
         (const Ctxguard__V1__UpdateTenantSettingsRequest *)request;
@@ -285,7 +290,8 @@ CG_HANDLER(cg_rpc_admin_update_tenant_settings)
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_admin_list_tenants)
+cg_status cg_rpc_admin_list_tenants(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                    const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__ListTenantsRequest *req = (const Ctxguard__V1__ListTenantsRequest *)request;
     uint32_t size = req->page_size ? req->page_size : LIST_DEFAULT;
@@ -397,7 +403,8 @@ static cg_status key_spec_in(struct cg_rpc_call *call, const Ctxguard__V1__Creat
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_admin_create_api_key)
+cg_status cg_rpc_admin_create_api_key(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__CreateApiKeyRequest *req =
         (const Ctxguard__V1__CreateApiKeyRequest *)request;
@@ -445,7 +452,8 @@ CG_HANDLER(cg_rpc_admin_create_api_key)
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_admin_list_api_keys)
+cg_status cg_rpc_admin_list_api_keys(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__ListApiKeysRequest *req = (const Ctxguard__V1__ListApiKeysRequest *)request;
     char tenant[CG_UUID_LEN + 1];
@@ -476,7 +484,8 @@ CG_HANDLER(cg_rpc_admin_list_api_keys)
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_admin_revoke_api_key)
+cg_status cg_rpc_admin_revoke_api_key(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__RevokeApiKeyRequest *req =
         (const Ctxguard__V1__RevokeApiKeyRequest *)request;
@@ -615,7 +624,9 @@ static Ctxguard__V1__AuditEvent *audit_event_msg(struct cg_rpc_call *call, const
     return m;
 }
 
-CG_HANDLER(cg_rpc_admin_list_audit_events)
+cg_status cg_rpc_admin_list_audit_events(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                         const ProtobufCMessage *request,
+                                         ProtobufCMessage **response)
 {
     const Ctxguard__V1__ListAuditEventsRequest *req =
         (const Ctxguard__V1__ListAuditEventsRequest *)request;
@@ -672,7 +683,8 @@ CG_HANDLER(cg_rpc_admin_list_audit_events)
 
 /* ---------------------------------------------------------------- diagnostics ----- */
 
-CG_HANDLER(cg_rpc_admin_who_am_i)
+cg_status cg_rpc_admin_who_am_i(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     (void)env;
     (void)request;
@@ -700,7 +712,8 @@ CG_HANDLER(cg_rpc_admin_who_am_i)
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_admin_ping)
+cg_status cg_rpc_admin_ping(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     (void)env;
     const Ctxguard__V1__PingRequest *req = (const Ctxguard__V1__PingRequest *)request;

@@ -767,7 +767,8 @@ static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_
     return CG_RESOURCE_EXHAUSTED;
 }
 
-CG_HANDLER(cg_rpc_budget_set)
+cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__SetBudgetRequest *req = (const Ctxguard__V1__SetBudgetRequest *)request;
     struct cg_budget_row row;
@@ -901,7 +902,8 @@ cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *en
     return cg_rpc_commit(call, env, &serr);
 }
 
-CG_HANDLER(cg_rpc_budget_get)
+cg_status cg_rpc_budget_get(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__GetBudgetRequest *req = (const Ctxguard__V1__GetBudgetRequest *)request;
     struct cg_scope_ids ids;
@@ -1132,7 +1134,8 @@ static cg_status store_failure_answer(struct cg_rpc_call *call, const struct cg_
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_budget_check)
+cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__CheckBudgetRequest *req = (const Ctxguard__V1__CheckBudgetRequest *)request;
     struct cg_scope_ids ids;
@@ -1251,7 +1254,8 @@ Ctxguard__V1__Reservation *cg_rpc_reservation_out(struct cg_rpc_call *call,
     return r;
 }
 
-CG_HANDLER(cg_rpc_budget_reserve)
+cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)request;
     struct cg_scope_ids ids;
@@ -1529,7 +1533,8 @@ static cg_status begin_with_reservation(struct cg_rpc_call *call, const struct c
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_budget_release)
+cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__ReleaseRequest *req = (const Ctxguard__V1__ReleaseRequest *)request;
     cg_status st = check_reservation_id(call, req->reservation_id);
@@ -1592,7 +1597,8 @@ static bool same_usage(const struct cg_usage *a, const struct cg_usage *b)
            (a->cost_micros == 0 || a->cost_micros == b->cost_micros);
 }
 
-CG_HANDLER(cg_rpc_budget_commit)
+cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                               const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)request;
     struct cg_usage usage;
@@ -1786,7 +1792,8 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
     return cg_rpc_commit_finish(call, resp, &res, &usage, price_known, path, n, response);
 }
 
-CG_HANDLER(cg_rpc_budget_record_usage)
+cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__RecordUsageRequest *req = (const Ctxguard__V1__RecordUsageRequest *)request;
     struct cg_scope_ids ids;

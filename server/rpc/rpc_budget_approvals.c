@@ -224,7 +224,9 @@ static cg_status approval_read(struct cg_rpc_call *call, const struct cg_rpc_env
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_budget_resolve_approval)
+cg_status cg_rpc_budget_resolve_approval(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                         const ProtobufCMessage *request,
+                                         ProtobufCMessage **response)
 {
     const Ctxguard__V1__ResolveApprovalRequest *req =
         (const Ctxguard__V1__ResolveApprovalRequest *)request;
@@ -288,7 +290,8 @@ CG_HANDLER(cg_rpc_budget_resolve_approval)
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_budget_get_approval)
+cg_status cg_rpc_budget_get_approval(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__GetApprovalRequest *req = (const Ctxguard__V1__GetApprovalRequest *)request;
     cg_status st = check_approval_id(call, req->approval_id);
@@ -341,7 +344,8 @@ static cg_status token_in(struct cg_rpc_call *call, const char *token, uint32_t 
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_budget_list_approvals)
+cg_status cg_rpc_budget_list_approvals(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                       const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__ListApprovalsRequest *req =
         (const Ctxguard__V1__ListApprovalsRequest *)request;

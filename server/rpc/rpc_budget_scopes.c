@@ -77,7 +77,8 @@ Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
 
 /* ---------------------------------------------------------------- CloseScope ------ */
 
-CG_HANDLER(cg_rpc_budget_close_scope)
+cg_status cg_rpc_budget_close_scope(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                    const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__CloseScopeRequest *req = (const Ctxguard__V1__CloseScopeRequest *)request;
     struct cg_scope_ids ids;
@@ -174,7 +175,8 @@ oom:
     return OOM(call);
 }
 
-CG_HANDLER(cg_rpc_budget_get_usage)
+cg_status cg_rpc_budget_get_usage(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__GetUsageRequest *req = (const Ctxguard__V1__GetUsageRequest *)request;
     struct cg_scope_ids ids;
@@ -397,7 +399,8 @@ static cg_status parent_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *
     return name_parent(call, cg_rpc_scope_in(call, scope, ids, level));
 }
 
-CG_HANDLER(cg_rpc_budget_list_scopes)
+cg_status cg_rpc_budget_list_scopes(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                    const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__ListScopesRequest *req = (const Ctxguard__V1__ListScopesRequest *)request;
     struct list_filters f;

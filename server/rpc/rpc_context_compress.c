@@ -452,7 +452,8 @@ static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t f
     return st;
 }
 
-CG_HANDLER(cg_rpc_context_compress)
+cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     (void)env;
     const Ctxguard__V1__CompressRequest *req = (const Ctxguard__V1__CompressRequest *)request;
@@ -649,7 +650,8 @@ out:
 
 /* ------------------------------------------------------------------ ValidateContext --- */
 
-CG_HANDLER(cg_rpc_context_validate)
+cg_status cg_rpc_context_validate(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     (void)env;
     const Ctxguard__V1__ValidateContextRequest *req =

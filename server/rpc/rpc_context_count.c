@@ -445,7 +445,8 @@ static void lookup_model(struct cg_rpc_call *call, const struct cg_rpc_env *env,
     cg_models_lookup_with(map, model, out);
 }
 
-CG_HANDLER(cg_rpc_context_count_tokens)
+cg_status cg_rpc_context_count_tokens(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__CountTokensRequest *req = (const Ctxguard__V1__CountTokensRequest *)request;
     cg_status st = check_request(call, req);

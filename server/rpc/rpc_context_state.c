@@ -634,7 +634,8 @@ static Ctxguard__V1__ArtifactInfo *artifact_out(struct cg_rpc_call *call,
     return o;
 }
 
-CG_HANDLER(cg_rpc_context_get_artifact)
+cg_status cg_rpc_context_get_artifact(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__GetArtifactRequest *req = (const Ctxguard__V1__GetArtifactRequest *)request;
     if (req->artifact_id[0] == '\0')
@@ -709,7 +710,9 @@ static cg_status page_size(struct cg_rpc_call *call, uint32_t v, int *out)
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_context_list_artifacts)
+cg_status cg_rpc_context_list_artifacts(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                        const ProtobufCMessage *request,
+                                        ProtobufCMessage **response)
 {
     const Ctxguard__V1__ListArtifactsRequest *req =
         (const Ctxguard__V1__ListArtifactsRequest *)request;
@@ -760,7 +763,8 @@ CG_HANDLER(cg_rpc_context_list_artifacts)
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_context_get_history)
+cg_status cg_rpc_context_get_history(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__GetHistoryRequest *req = (const Ctxguard__V1__GetHistoryRequest *)request;
     cg_status st;
@@ -877,7 +881,8 @@ out:
     return st;
 }
 
-CG_HANDLER(cg_rpc_context_get_stats)
+cg_status cg_rpc_context_get_stats(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                   const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__GetCompressionStatsRequest *req =
         (const Ctxguard__V1__GetCompressionStatsRequest *)request;

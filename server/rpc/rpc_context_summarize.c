@@ -250,7 +250,8 @@ static cg_status history_in(struct cg_rpc_call *call, const struct cg_rpc_env *e
     return CG_OK;
 }
 
-CG_HANDLER(cg_rpc_context_summarize)
+cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                   const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__SummarizeRequest *req = (const Ctxguard__V1__SummarizeRequest *)request;
     int64_t target;

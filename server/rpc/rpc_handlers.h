@@ -1,4 +1,8 @@
-/* rpc_handlers.h - the handlers of the method table, one file per service. Internal to rpc/. */
+/* rpc_handlers.h - the handlers of the method table, one file per service. Internal to rpc/.
+ *
+ * Each unary or bidi handler is a cg_rpc_handler_fn (rpc.h), written out as an ordinary
+ * function; the method table (generated at build time from the .proto files: README
+ * "Architecture") names them. */
 #ifndef CG_RPC_HANDLERS_H
 #define CG_RPC_HANDLERS_H
 
@@ -17,36 +21,53 @@
 /* The answer of a call whose arena ran out. */
 #define OOM(call) cg_err_set(&(call)->err, CG_RESOURCE_EXHAUSTED, "out of memory")
 
-#define CG_HANDLER(name)                                                                           \
-    cg_status name(struct cg_rpc_call *call, const struct cg_rpc_env *env,                         \
-                   const ProtobufCMessage *request, ProtobufCMessage **response)
-
 /* rpc_health.c */
-CG_HANDLER(cg_rpc_health_check);
+cg_status cg_rpc_health_check(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              const ProtobufCMessage *request, ProtobufCMessage **response);
 cg_status cg_rpc_health_watch(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                               const ProtobufCMessage *request, struct cg_rpc_stream *stream,
                               ProtobufCMessage **response, bool *finished);
 
 /* rpc_admin.c */
-CG_HANDLER(cg_rpc_admin_create_tenant);
-CG_HANDLER(cg_rpc_admin_get_tenant);
-CG_HANDLER(cg_rpc_admin_list_tenants);
-CG_HANDLER(cg_rpc_admin_update_tenant_settings);
-CG_HANDLER(cg_rpc_admin_create_api_key);
-CG_HANDLER(cg_rpc_admin_list_api_keys);
-CG_HANDLER(cg_rpc_admin_revoke_api_key);
-CG_HANDLER(cg_rpc_admin_list_audit_events);
-CG_HANDLER(cg_rpc_admin_who_am_i);
-CG_HANDLER(cg_rpc_admin_ping);
+cg_status cg_rpc_admin_create_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_admin_get_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_admin_list_tenants(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                    const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_admin_update_tenant_settings(struct cg_rpc_call *call,
+                                              const struct cg_rpc_env *env,
+                                              const ProtobufCMessage *request,
+                                              ProtobufCMessage **response);
+cg_status cg_rpc_admin_create_api_key(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_admin_list_api_keys(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_admin_revoke_api_key(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_admin_list_audit_events(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                         const ProtobufCMessage *request,
+                                         ProtobufCMessage **response);
+cg_status cg_rpc_admin_who_am_i(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_admin_ping(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const ProtobufCMessage *request, ProtobufCMessage **response);
 
 /* rpc_budget.c */
-CG_HANDLER(cg_rpc_budget_set);
-CG_HANDLER(cg_rpc_budget_get);
-CG_HANDLER(cg_rpc_budget_check);
-CG_HANDLER(cg_rpc_budget_reserve);
-CG_HANDLER(cg_rpc_budget_commit);
-CG_HANDLER(cg_rpc_budget_release);
-CG_HANDLER(cg_rpc_budget_record_usage);
+cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_budget_get(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                            const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                               const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     const ProtobufCMessage *request, ProtobufCMessage **response);
 
 /* rpc_watch.c: WatchUsage (server stream; open on the pool, poll on the queue) */
 cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -56,28 +77,45 @@ cg_status cg_rpc_watch_poll(struct cg_rpc_call *call, const struct cg_rpc_env *e
                             ProtobufCMessage **response, bool *finished);
 
 /* rpc_budget_scopes.c */
-CG_HANDLER(cg_rpc_budget_close_scope);
-CG_HANDLER(cg_rpc_budget_get_usage);
-CG_HANDLER(cg_rpc_budget_list_scopes);
+cg_status cg_rpc_budget_close_scope(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                    const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_budget_get_usage(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_budget_list_scopes(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                    const ProtobufCMessage *request, ProtobufCMessage **response);
 
 /* rpc_budget_approvals.c */
-CG_HANDLER(cg_rpc_budget_resolve_approval);
-CG_HANDLER(cg_rpc_budget_get_approval);
-CG_HANDLER(cg_rpc_budget_list_approvals);
+cg_status cg_rpc_budget_resolve_approval(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                         const ProtobufCMessage *request,
+                                         ProtobufCMessage **response);
+cg_status cg_rpc_budget_get_approval(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_budget_list_approvals(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                       const ProtobufCMessage *request,
+                                       ProtobufCMessage **response);
 
 /* rpc_context_count.c */
-CG_HANDLER(cg_rpc_context_count_tokens);
+cg_status cg_rpc_context_count_tokens(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      const ProtobufCMessage *request, ProtobufCMessage **response);
 /* rpc_context_summarize.c */
-CG_HANDLER(cg_rpc_context_summarize);
+cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                   const ProtobufCMessage *request, ProtobufCMessage **response);
 /* rpc_context_compress.c */
-CG_HANDLER(cg_rpc_context_compress);
-CG_HANDLER(cg_rpc_context_validate);
+cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_context_validate(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const ProtobufCMessage *request, ProtobufCMessage **response);
 
 /* rpc_context_state.c */
-CG_HANDLER(cg_rpc_context_get_artifact);
-CG_HANDLER(cg_rpc_context_list_artifacts);
-CG_HANDLER(cg_rpc_context_get_history);
-CG_HANDLER(cg_rpc_context_get_stats);
+cg_status cg_rpc_context_get_artifact(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_context_list_artifacts(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                        const ProtobufCMessage *request,
+                                        ProtobufCMessage **response);
+cg_status cg_rpc_context_get_history(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_context_get_stats(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                   const ProtobufCMessage *request, ProtobufCMessage **response);
 
 /* Checks a required text field: 1..max_chars code points, no control characters.
  * On error fills call->err naming `field`. */
