@@ -28,6 +28,8 @@ struct cg_llm;
 struct cg_llm_breaker;
 struct cg_reflection;
 
+/* Every thread reads the members; the objects behind the pointers are thread-safe (each
+ * header says so). Nothing here changes after cg_app_start but those objects' insides. */
 struct cg_app {
     const struct cg_config *config;  /* borrowed from main.c; immutable after loading */
     struct cg_price_table prices;    /* the `prices` setting, parsed */
@@ -45,7 +47,7 @@ struct cg_app {
     struct cg_llm_breaker *llm_breaker;   /* shared by every thread's LLM client */
     struct cg_rpc_pseudonyms *pseudonyms; /* Summarize's per-session redaction labels */
     struct cg_watch_hub *watch_hub;       /* WatchUsage's fan-out */
-    bool started;
+    bool started; /* cg_app_start ran: cleanup also ends the LLM library's global state */
 };
 
 /* Empties app, then checks and parses the settings that are tables (prices, model_map) and

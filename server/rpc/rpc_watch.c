@@ -6,10 +6,9 @@
  * connection (the transport's events thread calls cg_rpc_events_step in a loop); on a
  * notification it reads the announced events of the tenants watched here and appends
  * them to that tenant's feed in the hub: a bounded ring (FEED_RING events) under the hub's
- * mutex. Each
- * stream keeps a position in its tenant's feed; its poll takes the next matching event
- * without blocking. A stream that falls more than FEED_RING events behind skips ahead and
- * says so in the next event's message; the per-scope sequence numbers show the gap too.
+ * mutex. Each stream keeps a position in its tenant's feed; its poll takes the next
+ * matching event without blocking. A stream that falls more than FEED_RING events behind skips
+ * ahead and says so in the next event's message; the per-scope sequence numbers show the gap too.
  * After a reconnection of the LISTEN connection the step catches up from the table
  * (events of the last minute before the connection was lost that this process has not
  * seen, per scope by sequence), so no committed event is lost while the table keeps it.
