@@ -393,7 +393,7 @@ static bool matches(const struct watch *w, const struct cg_event *e)
 
 static const char *type_name(int t)
 {
-    static const char *names[] = {
+    static const char *const names[] = {
         "",          "snapshot",       "usage changed",      "threshold crossed",
         "warning",   "exhausted",      "approval requested", "approval decided",
         "reset",     "budget changed", "scope closed",       "reservation expired",
