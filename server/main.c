@@ -1,4 +1,6 @@
-/* main.c - wiring only: config -> log -> migrations -> reflection -> server -> signals -> teardown.
+/* main.c - builds the one application object (app/app.h) and hands it to the transport:
+ * config -> log -> app (settings, shared objects) -> migrations -> server -> signals ->
+ * teardown (the server and its threads, then the app).
  *
  *   ctxguard [serve]   run the server (default)
  *   ctxguard migrate   apply pending migrations and exit
@@ -10,14 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app/app.h"
 #include "base/config.h"
-#include "base/health.h"
 #include "base/log.h"
-#include "core/models.h"
-#include "core/price.h"
-#include "llm/llm.h"
-#include "rpc/reflection.h"
-#include "rpc/rpc.h"
 #include "store/store.h"
 #include "transport/server.h"
 
@@ -32,22 +29,11 @@ static void usage(FILE *out)
     cg_config_print_reference(out);
 }
 
-static void store_opts(const struct cg_config *cfg, struct cg_store_opts *o)
-{
-    o->pg_dsn = cfg->pg_dsn;
-    o->redis_url = cfg->redis_url;
-    o->pg_connect_timeout_ms = (int)cfg->pg_connect_timeout_ms;
-    o->pg_statement_timeout_ms = (int)cfg->pg_statement_timeout_ms;
-    o->redis_timeout_ms = (int)cfg->redis_timeout_ms;
-    o->key_cache_ttl_s = (int)cfg->key_cache_ttl_s;
-}
-
 /* Applies pending migrations. Several replicas may do this at once: the store serialises
  * them with an advisory lock. */
-static int migrate(const struct cg_config *cfg)
+static int migrate(const struct cg_app *app)
 {
-    struct cg_store_opts o;
-    store_opts(cfg, &o);
+    struct cg_store_opts o = app->store_opts;
     /* Migrations may take longer than an ordinary statement. */
     o.pg_statement_timeout_ms = 600000;
     struct cg_store *store = cg_store_new(&o);
@@ -68,22 +54,13 @@ static int migrate(const struct cg_config *cfg)
     return 0;
 }
 
-static int serve(const struct cg_config *cfg, const struct cg_price_table *prices,
-                 const struct cg_rpc_tokenizers *tokenizers)
+/* Runs the server on the started app until SIGTERM or SIGINT; the server is gone (every
+ * thread stopped) when this returns, so the caller may clean the app up. */
+static int serve(struct cg_app *app)
 {
-    if (cfg->migrate_on_start && migrate(cfg) != 0)
+    const struct cg_config *cfg = app->config;
+    if (cfg->migrate_on_start && migrate(app) != 0)
         return 1;
-
-    struct cg_err err;
-    cg_err_clear(&err);
-    size_t nservices;
-    const char *const *services = cg_rpc_services(&nservices);
-    struct cg_reflection *refl =
-        cg_reflection_new(cg_descriptor_set, cg_descriptor_set_len, services, nservices, &err);
-    if (refl == NULL) {
-        cg_log(CG_LOG_ERROR, "main", NULL, "reflection: %s", cg_err_text(&err));
-        return 1;
-    }
 
     /* Signals are taken by sigwait below; every thread started from here on inherits the
      * mask, so none of them is interrupted by SIGTERM/SIGINT. */
@@ -94,12 +71,11 @@ static int serve(const struct cg_config *cfg, const struct cg_price_table *price
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    struct cg_health health;
-    cg_health_init(&health);
-    struct cg_server *srv = cg_server_start(cfg, &health, refl, prices, tokenizers, &err);
+    struct cg_err err;
+    cg_err_clear(&err);
+    struct cg_server *srv = cg_server_start(app, &err);
     if (srv == NULL) {
         cg_log(CG_LOG_ERROR, "main", NULL, "cannot start: %s", cg_err_text(&err));
-        cg_reflection_free(refl);
         return err.code == CG_CONFIG ? 2 : 1; /* 2: fix the configuration, as for bad keys */
     }
     char port[16];
@@ -113,9 +89,7 @@ static int serve(const struct cg_config *cfg, const struct cg_price_table *price
     cg_log(CG_LOG_INFO, "main", NULL, "%s received: shutting down (grace %lld ms)",
            sig == SIGTERM ? "SIGTERM" : "SIGINT", (long long)cfg->shutdown_grace_ms);
     cg_server_shutdown(srv);
-    cg_server_free(srv);
-    cg_reflection_free(refl);
-    cg_llm_global_cleanup(); /* every LLM client went with the server's pool */
+    cg_server_free(srv); /* every thread, store and LLM client of the server goes here */
     return 0;
 }
 
@@ -127,10 +101,17 @@ int main(int argc, char **argv)
         return 1;
     }
     struct cg_config_cli cli;
-    struct cg_rpc_tokenizers tokenizers = {0};
+    /* The application object: everything the process consists of (app/app.h). Large (the
+     * parsed tables), so not on the stack. */
+    struct cg_app *app = calloc(1, sizeof *app);
     struct cg_err err;
     cg_err_clear(&err);
     int rc = 0;
+    if (app == NULL) {
+        fprintf(stderr, "ctxguard: out of memory\n");
+        rc = 1;
+        goto out;
+    }
     if (cg_config_load(&cfg, &cli, argc, argv, environ, &err) != CG_OK) {
         fprintf(stderr, "ctxguard: %s\n", cg_err_text(&err));
         rc = 2;
@@ -154,40 +135,29 @@ int main(int argc, char **argv)
         level = CG_LOG_INFO;
     cg_log_setup(level, strcmp(cfg.log_format, "json") == 0 ? CG_LOG_JSON : CG_LOG_LOGFMT, 2);
 
-    /* The price table is checked at start like every other setting (and kept for the
-     * process's life: the server borrows it). */
-    static struct cg_price_table prices;
-    if (cg_price_parse(cfg.prices, &prices, &err) != CG_OK) {
-        fprintf(stderr, "ctxguard: config key 'prices' (CTXGUARD_PRICES): %s\n", cg_err_text(&err));
+    /* The settings that are tables (prices, model_map) are checked like every other one,
+     * for every command. */
+    const char *setting = NULL;
+    if (cg_app_init(app, &cfg, &setting, &err) != CG_OK) {
+        fprintf(stderr, "ctxguard: %s: %s\n", setting, cg_err_text(&err));
         rc = 2;
         goto out;
     }
-
-    /* Checked here so that a typo stops the start; the handlers read the table from the
-     * setting (it is small) when they need it. */
-    static struct cg_model_map models;
-    if (cg_models_map_parse(cfg.model_map, &models, &err) != CG_OK) {
-        fprintf(stderr, "ctxguard: config key 'model_map' (CTXGUARD_MODEL_MAP): %s\n",
-                cg_err_text(&err));
-        rc = 2;
-        goto out;
-    }
-
     if (strcmp(cli.command, "migrate") == 0) {
-        rc = migrate(&cfg);
+        rc = migrate(app);
         goto out;
     }
-    /* The tokenizers are built once, before anything else starts, and shared read-only by
-     * every thread; without them the server does not start. */
-    if (cg_rpc_tokenizers_load(cfg.token_data_dir, &tokenizers, &err) != CG_OK) {
-        fprintf(stderr, "ctxguard: config key 'token_data_dir' (CTXGUARD_TOKEN_DATA_DIR): %s\n",
+    if (cg_app_start(app, &setting, &err) != CG_OK) {
+        fprintf(stderr, "ctxguard: %s%s%s\n", setting ? setting : "", setting ? ": " : "",
                 cg_err_text(&err));
         rc = err.code == CG_CONFIG ? 2 : 1;
         goto out;
     }
-    rc = serve(&cfg, &prices, &tokenizers);
+    rc = serve(app);
 out:
-    cg_rpc_tokenizers_cleanup(&tokenizers);
+    if (app != NULL)
+        cg_app_cleanup(app); /* after the server: no thread uses it any more */
+    free(app);
     cg_config_cleanup(&cfg);
     return rc;
 }

@@ -192,20 +192,31 @@ void cg_config_cleanup(struct cg_config *cfg)
             *slot = NULL;
         }
     }
+    for (size_t i = 0; i < ROW_COUNT; i++) {
+        free(cfg->origin_owned[i]);
+        cfg->origin_owned[i] = NULL;
+    }
 }
 
-/* Origins must outlive the config; file origins are interned in a small static pool.
- * Loading happens once, on the main thread, before any other thread starts. */
-static const char *intern_origin(const char *s)
+/* Sets a key from a config file line: origins must outlive the config, so the line's
+ * origin text is copied and owned by cfg (the row's earlier one, if any, is freed). */
+static cg_status set_from_file(struct cg_config *cfg, const char *key, const char *value,
+                               const char *origin, struct cg_err *err)
 {
-    static char pool[8192];
-    static size_t used;
-    size_t len = strlen(s) + 1;
-    if (used + len > sizeof pool)
-        return "file";
-    char *p = memcpy(pool + used, s, len);
-    used += len;
-    return p;
+    char *owned = strdup(origin);
+    if (owned == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory");
+    cg_status st = cg_config_set(cfg, key, value, owned, err);
+    if (st != CG_OK) {
+        free(owned);
+        return st;
+    }
+    for (size_t i = 0; i < ROW_COUNT; i++)
+        if (cfg->origin[i] == owned) {
+            free(cfg->origin_owned[i]);
+            cfg->origin_owned[i] = owned;
+        }
+    return CG_OK;
 }
 
 static char *trim(char *s)
@@ -288,7 +299,7 @@ cg_status cg_config_load_file(struct cg_config *cfg, const char *path, struct cg
         }
         char origin[128];
         snprintf(origin, sizeof origin, "file %.90s:%d", path, lineno);
-        st = cg_config_set(cfg, key, value, intern_origin(origin), err);
+        st = set_from_file(cfg, key, value, origin, err);
         if (st != CG_OK)
             break;
     }

@@ -106,6 +106,8 @@ struct cg_config {
     /* Where each key's value came from ("default", "file:PATH:LINE", "env", "flag"),
      * in table order. */
     const char *origin[48];
+    /* The origins that name a config file line, owned (freed by cg_config_cleanup). */
+    char *origin_owned[48];
 };
 
 /* What the command line asked for besides configuration values. */

@@ -10,8 +10,9 @@
 #include <openssl/sha.h>
 #include <openssl/x509.h>
 #include <string.h>
-#include <stdatomic.h>
+#include <stdint.h>
 #include <sys/random.h>
+#include <time.h>
 
 cg_status cg_random_bytes(void *buf, size_t n)
 {
@@ -142,11 +143,15 @@ out:
 void cg_request_id(char out[17])
 {
     /* Request ids need to be unique, not secret: a per-process random prefix and a
-     * counter would do, but 8 random bytes keep ids unguessable across replicas too. */
+     * counter would do, but 8 random bytes keep ids unguessable across replicas too. Should
+     * the random source ever fail, the clock's nanoseconds and this thread's stack address
+     * stand in (no process-wide counter: no mutable file-level state). */
     uint8_t raw[8];
     if (cg_random_bytes(raw, sizeof raw) != CG_OK) {
-        static atomic_ulong counter;
-        unsigned long c = atomic_fetch_add(&counter, 1);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t c = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+                     ((uint64_t)(uintptr_t)raw << 20);
         for (int i = 0; i < 8; i++)
             raw[i] = (uint8_t)(c >> (8 * i));
     }

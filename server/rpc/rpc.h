@@ -44,6 +44,7 @@ cg_status cg_rpc_tokenizers_load(const char *dir, struct cg_rpc_tokenizers *out,
 void cg_rpc_tokenizers_cleanup(struct cg_rpc_tokenizers *t);
 struct cg_llm;
 struct cg_rpc_pseudonyms;
+struct cg_watch_hub;
 
 typedef enum {
     CG_RPC_UNARY,
@@ -93,6 +94,9 @@ struct cg_rpc_env {
     /* The redaction pseudonyms of recent sessions, shared by every thread (Summarize:
      * the same value gets the same label across a session's requests). NULL: per request. */
     struct cg_rpc_pseudonyms *pseudonyms;
+    /* WatchUsage's fan-out (cg_watch_hub_new), shared by every thread: fed by the events
+     * thread, read by the streams. NULL: WatchUsage answers UNAVAILABLE. */
+    struct cg_watch_hub *watch_hub;
 };
 
 /* One call as this layer sees it. The transport fills the inputs; the handler the outputs. */
@@ -237,6 +241,13 @@ void cg_rpc_pseudonyms_free(struct cg_rpc_pseudonyms *p);
 struct cg_rpc_batcher *cg_rpc_batcher_new(void);
 void cg_rpc_batcher_free(struct cg_rpc_batcher *batcher);
 
+/* WatchUsage's fan-out (rpc_watch.c; env->watch_hub): per watched tenant a bounded ring of
+ * its committed events, fed by one events thread (cg_rpc_events_step) and read by the
+ * streams' polls. Thread-safe; freed after the events thread and every stream are gone
+ * (feeds still joined are freed with it). NULL when out of memory. */
+struct cg_watch_hub *cg_watch_hub_new(void);
+void cg_watch_hub_free(struct cg_watch_hub *hub);
+
 /* Answers a deferred call (see cg_rpc_call.resume): encodes response when st is CG_OK
  * (or fills call->err with st's text when the handler left it empty) and hands the call
  * back to the transport. Any thread; the call must not be touched afterwards. */
@@ -279,11 +290,11 @@ bool cg_rpc_health_probe(const struct cg_rpc_env *env);
  * pass (logged). Not thread-safe: env->store is the calling thread's. */
 bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired);
 
-/* One step of WatchUsage's delivery (rpc_watch.c), for one thread of the process that owns
- * listener: waits up to timeout_ms for notifications of committed events (and of revoked
- * API keys, which it drops from the process's key cache), fetches the new
- * events of the tenants watched in this process into the in-process buffer (after a
- * reconnection: catches up from the table) and wakes the streams through
+/* One step of WatchUsage's delivery (rpc_watch.c), for the one thread of the process that
+ * owns listener and feeds env->watch_hub (never NULL here; one thread per hub): waits up to
+ * timeout_ms for notifications of committed events (and of revoked API keys, which it drops from
+ * the process's key cache), fetches the new events of the tenants watched in this process into the
+ * hub (after a reconnection: catches up from the table) and wakes the streams through
  * env->wake_streams, also when nothing arrived (heartbeats are due by time). Logs store
  * trouble and returns false when PostgreSQL is away, so that the caller pauses (for
  * timeout_ms) before the next step; the caller loops until it stops. */

@@ -1,13 +1,14 @@
-/* rpc_watch.c - WatchUsage: the in-process event buffer, its delivery thread's step, and
- * the stream's open (on the pool) and poll (on a completion-queue thread).
+/* rpc_watch.c - WatchUsage: the process's fan-out (struct cg_watch_hub, made once by the
+ * application object), its delivery thread's step, and the stream's open (on the pool) and
+ * poll (on a completion-queue thread).
  *
  * Events are durable in PostgreSQL (store.h, "events"). Each server process has one LISTEN
  * connection (the transport's events thread calls cg_rpc_events_step in a loop); on a
  * notification it reads the announced events of the tenants watched here and appends
- * them to that tenant's feed: a bounded ring (FEED_RING events) under one mutex. Each
- * stream keeps a position in its tenant's feed; its poll takes the next matching event
- * without blocking. A stream that falls more than FEED_RING events behind skips ahead and
- * says so in the next event's message; the per-scope sequence numbers show the gap too.
+ * them to that tenant's feed in the hub: a bounded ring (FEED_RING events) under the hub's
+ * mutex. Each stream keeps a position in its tenant's feed; its poll takes the next
+ * matching event without blocking. A stream that falls more than FEED_RING events behind skips
+ * ahead and says so in the next event's message; the per-scope sequence numbers show the gap too.
  * After a reconnection of the LISTEN connection the step catches up from the table
  * (events of the last minute before the connection was lost that this process has not
  * seen, per scope by sequence), so no committed event is lost while the table keeps it.
@@ -53,26 +54,60 @@ struct feed {
     int nscopes;
 };
 
-static pthread_mutex_t feeds_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct feed *feeds[FEEDS_MAX];
-/* When the LISTEN connection was last known good (cg_wall_ms); 0 before the first. */
-static int64_t listen_ok_ms;
+/* The process's fan-out (rpc.h cg_watch_hub_new): the feeds of the watched tenants under
+ * one mutex, and what the events thread keeps between and during its steps. */
+struct cg_watch_hub {
+    pthread_mutex_t lock;
+    struct feed *feeds[FEEDS_MAX];
+    /* The events thread's own, untouched by the streams: when the LISTEN connection was
+     * last known good (cg_wall_ms; 0 before the first) and the step's buffers (too large
+     * for its stack). */
+    int64_t listen_ok_ms;
+    struct cg_event_notice notices[NOTICES_MAX];
+    struct cg_event fetched[FETCH_MAX];
+    struct cg_event_want wants[NOTICES_MAX];
+    char tenants[FEEDS_MAX][CG_UUID_LEN + 1];
+};
 
-static struct feed *feed_find(const char *tenant_id)
+struct cg_watch_hub *cg_watch_hub_new(void)
+{
+    struct cg_watch_hub *hub = calloc(1, sizeof *hub);
+    if (hub != NULL && pthread_mutex_init(&hub->lock, NULL) != 0) {
+        free(hub);
+        hub = NULL;
+    }
+    return hub;
+}
+
+void cg_watch_hub_free(struct cg_watch_hub *hub)
+{
+    if (hub == NULL)
+        return;
+    for (int i = 0; i < FEEDS_MAX; i++)
+        if (hub->feeds[i] != NULL) {
+            free(hub->feeds[i]->scopes);
+            free(hub->feeds[i]);
+        }
+    pthread_mutex_destroy(&hub->lock);
+    free(hub);
+}
+
+/* Under hub->lock. */
+static struct feed *feed_find(struct cg_watch_hub *hub, const char *tenant_id)
 {
     for (int i = 0; i < FEEDS_MAX; i++)
-        if (feeds[i] != NULL && strcmp(feeds[i]->tenant_id, tenant_id) == 0)
-            return feeds[i];
+        if (hub->feeds[i] != NULL && strcmp(hub->feeds[i]->tenant_id, tenant_id) == 0)
+            return hub->feeds[i];
     return NULL;
 }
 
 /* A watcher joins the tenant's feed; *position gets where it starts. false when full. */
-static bool feed_join(const char *tenant_id, uint64_t *position)
+static bool feed_join(struct cg_watch_hub *hub, const char *tenant_id, uint64_t *position)
 {
-    pthread_mutex_lock(&feeds_lock);
-    struct feed *f = feed_find(tenant_id);
+    pthread_mutex_lock(&hub->lock);
+    struct feed *f = feed_find(hub, tenant_id);
     for (int i = 0; f == NULL && i < FEEDS_MAX; i++) {
-        if (feeds[i] != NULL)
+        if (hub->feeds[i] != NULL)
             continue;
         f = calloc(1, sizeof *f);
         if (f != NULL && (f->scopes = calloc(SCOPES_MAX, sizeof *f->scopes)) == NULL) {
@@ -82,31 +117,31 @@ static bool feed_join(const char *tenant_id, uint64_t *position)
         if (f == NULL)
             break;
         snprintf(f->tenant_id, sizeof f->tenant_id, "%s", tenant_id);
-        feeds[i] = f;
+        hub->feeds[i] = f;
     }
     if (f != NULL) {
         f->watchers++;
         *position = f->head;
     }
-    pthread_mutex_unlock(&feeds_lock);
+    pthread_mutex_unlock(&hub->lock);
     return f != NULL;
 }
 
-static void feed_leave(const char *tenant_id)
+static void feed_leave(struct cg_watch_hub *hub, const char *tenant_id)
 {
-    pthread_mutex_lock(&feeds_lock);
+    pthread_mutex_lock(&hub->lock);
     for (int i = 0; i < FEEDS_MAX; i++) {
-        struct feed *f = feeds[i];
+        struct feed *f = hub->feeds[i];
         if (f == NULL || strcmp(f->tenant_id, tenant_id) != 0)
             continue;
         if (--f->watchers == 0) {
-            feeds[i] = NULL;
+            hub->feeds[i] = NULL;
             free(f->scopes);
             free(f);
         }
         break;
     }
-    pthread_mutex_unlock(&feeds_lock);
+    pthread_mutex_unlock(&hub->lock);
 }
 
 static uint64_t ids_hash(const struct cg_scope_ids *ids)
@@ -142,11 +177,12 @@ static struct scope_seq *scope_slot(struct feed *f, const struct cg_scope_ids *i
 }
 
 /* Appends fetched events to the tenant's feed, skipping any already there. Under the lock. */
-static int feed_append(const char *tenant_id, const struct cg_event *ev, int n)
+static int feed_append(struct cg_watch_hub *hub, const char *tenant_id, const struct cg_event *ev,
+                       int n)
 {
     int added = 0;
-    pthread_mutex_lock(&feeds_lock);
-    struct feed *f = feed_find(tenant_id);
+    pthread_mutex_lock(&hub->lock);
+    struct feed *f = feed_find(hub, tenant_id);
     for (int i = 0; f != NULL && i < n; i++) {
         struct scope_seq *s = scope_slot(f, &ev[i].ids);
         if (s->used && ev[i].seq <= s->seq)
@@ -161,33 +197,34 @@ static int feed_append(const char *tenant_id, const struct cg_event *ev, int n)
         f->head++;
         added++;
     }
-    pthread_mutex_unlock(&feeds_lock);
+    pthread_mutex_unlock(&hub->lock);
     return added;
 }
 
 /* ---------------------------------------------------------------- delivery -------- */
 
 /* The watched tenants (copied under the lock), at most max. */
-static int watched_tenants(char (*out)[CG_UUID_LEN + 1], int max)
+static int watched_tenants(struct cg_watch_hub *hub, char (*out)[CG_UUID_LEN + 1], int max)
 {
     int n = 0;
-    pthread_mutex_lock(&feeds_lock);
+    pthread_mutex_lock(&hub->lock);
     for (int i = 0; i < FEEDS_MAX && n < max; i++)
-        if (feeds[i] != NULL)
-            snprintf(out[n++], CG_UUID_LEN + 1, "%s", feeds[i]->tenant_id);
-    pthread_mutex_unlock(&feeds_lock);
+        if (hub->feeds[i] != NULL)
+            snprintf(out[n++], CG_UUID_LEN + 1, "%s", hub->feeds[i]->tenant_id);
+    pthread_mutex_unlock(&hub->lock);
     return n;
 }
 
-static cg_status fetch_into_feed(struct cg_store_listener *l, const char *tenant_id,
-                                 const struct cg_event_want *wants, int nwants, int64_t since_ms,
-                                 struct cg_event *buf, struct cg_err *err)
+static cg_status fetch_into_feed(struct cg_watch_hub *hub, struct cg_store_listener *l,
+                                 const char *tenant_id, const struct cg_event_want *wants,
+                                 int nwants, int64_t since_ms, struct cg_event *buf,
+                                 struct cg_err *err)
 {
     int count = 0;
     cg_status st =
         cg_store_listener_fetch(l, tenant_id, wants, nwants, since_ms, buf, FETCH_MAX, &count, err);
     if (st == CG_OK && count > 0)
-        feed_append(tenant_id, buf, count);
+        feed_append(hub, tenant_id, buf, count);
     if (st == CG_OK && count == FETCH_MAX)
         cg_log(CG_LOG_WARN, MOD, NULL, "tenant %s: more than %d events at once; watchers see a gap",
                tenant_id, FETCH_MAX);
@@ -215,10 +252,10 @@ static void drop_announced_keys(const struct cg_rpc_env *env, struct cg_store_li
 bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *listener,
                         int timeout_ms)
 {
-    static struct cg_event_notice notices[NOTICES_MAX];
-    static struct cg_event fetched[FETCH_MAX];
-    static struct cg_event_want wants[NOTICES_MAX];
-    static char tenants[FEEDS_MAX][CG_UUID_LEN + 1];
+    struct cg_watch_hub *hub = env->watch_hub;
+    struct cg_event_notice *notices = hub->notices;
+    struct cg_event *fetched = hub->fetched;
+    struct cg_event_want *wants = hub->wants;
     struct cg_err err;
     cg_err_clear(&err);
     int count = 0;
@@ -243,19 +280,19 @@ bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *
     drop_announced_keys(env, listener);
     if (relistened) {
         /* Notifications sent while nobody listened are lost: read what the table has. */
-        int64_t since = listen_ok_ms > 0 ? listen_ok_ms - CATCHUP_MARGIN_MS : 0;
-        int nt = since > 0 ? watched_tenants(tenants, FEEDS_MAX) : 0;
+        int64_t since = hub->listen_ok_ms > 0 ? hub->listen_ok_ms - CATCHUP_MARGIN_MS : 0;
+        int nt = since > 0 ? watched_tenants(hub, hub->tenants, FEEDS_MAX) : 0;
         for (int i = 0; i < nt && st == CG_OK; i++)
-            st = fetch_into_feed(listener, tenants[i], NULL, 0, since, fetched, &err);
+            st = fetch_into_feed(hub, listener, hub->tenants[i], NULL, 0, since, fetched, &err);
     }
     /* The announced events, grouped by tenant: one read per tenant and step. */
     bool done[NOTICES_MAX] = {false};
     for (int i = 0; i < count && st == CG_OK; i++) {
         if (done[i])
             continue;
-        pthread_mutex_lock(&feeds_lock);
-        bool watched = feed_find(notices[i].tenant_id) != NULL;
-        pthread_mutex_unlock(&feeds_lock);
+        pthread_mutex_lock(&hub->lock);
+        bool watched = feed_find(hub, notices[i].tenant_id) != NULL;
+        pthread_mutex_unlock(&hub->lock);
         int nw = 0;
         for (int j = i; j < count; j++) {
             if (done[j] || strcmp(notices[j].tenant_id, notices[i].tenant_id) != 0)
@@ -279,10 +316,10 @@ bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *
             }
         }
         if (nw > 0)
-            st = fetch_into_feed(listener, notices[i].tenant_id, wants, nw, 0, fetched, &err);
+            st = fetch_into_feed(hub, listener, notices[i].tenant_id, wants, nw, 0, fetched, &err);
     }
     if (st == CG_OK)
-        listen_ok_ms = cg_wall_ms();
+        hub->listen_ok_ms = cg_wall_ms();
     else
         cg_log(CG_LOG_WARN, MOD, NULL, "reading events failed: %s", cg_err_text(&err));
     if (env->wake_streams)
@@ -301,6 +338,7 @@ struct throttle {
 };
 
 struct watch {
+    struct cg_watch_hub *hub; /* the process's (env->watch_hub), joined at the open */
     char tenant_id[CG_UUID_LEN + 1];
     struct cg_scope_ids ids;
     int level;
@@ -324,7 +362,7 @@ static void watch_free(void *p)
     struct watch *w = p;
     if (w == NULL)
         return;
-    feed_leave(w->tenant_id);
+    feed_leave(w->hub, w->tenant_id);
     free(w);
 }
 
@@ -355,7 +393,7 @@ static bool matches(const struct watch *w, const struct cg_event *e)
 
 static const char *type_name(int t)
 {
-    static const char *names[] = {
+    static const char *const names[] = {
         "",          "snapshot",       "usage changed",      "threshold crossed",
         "warning",   "exhausted",      "approval requested", "approval decided",
         "reset",     "budget changed", "scope closed",       "reservation expired",
@@ -514,8 +552,8 @@ cg_status cg_rpc_watch_poll(struct cg_rpc_call *call, const struct cg_rpc_env *e
         }
     }
     while (!found) {
-        pthread_mutex_lock(&feeds_lock);
-        struct feed *f = feed_find(w->tenant_id);
+        pthread_mutex_lock(&w->hub->lock);
+        struct feed *f = feed_find(w->hub, w->tenant_id);
         bool have = f != NULL && w->position < f->head;
         if (have) {
             if (f->head - w->position > FEED_RING) {
@@ -525,7 +563,7 @@ cg_status cg_rpc_watch_poll(struct cg_rpc_call *call, const struct cg_rpc_env *e
             e = f->ring[w->position % FEED_RING];
             w->position++;
         }
-        pthread_mutex_unlock(&feeds_lock);
+        pthread_mutex_unlock(&w->hub->lock);
         if (!have)
             break;
         if (!matches(w, &e))
@@ -709,7 +747,12 @@ cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *e
      * wait forever. Joined before the snapshot is read, so nothing falls between them. */
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    if (!feed_join(w->tenant_id, &w->position)) {
+    if (env->watch_hub == NULL) {
+        free(w);
+        return cg_err_set(&call->err, CG_UNAVAILABLE, "WatchUsage is not served by this process");
+    }
+    w->hub = env->watch_hub;
+    if (!feed_join(w->hub, w->tenant_id, &w->position)) {
         free(w);
         return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_SERVER_OVERLOADED,
                            "too many tenants are watched on this server; retry on another");

@@ -173,10 +173,12 @@ struct cg_store *cg_store_new(const struct cg_store_opts *opts)
     store->pg = cg_pg_new(opts->pg_dsn, connect_ms, statement_ms);
     if (store->pg == NULL)
         goto fail;
+    cg_pg_set_outage_log(store->pg, opts->outages ? &opts->outages->pg : NULL);
     if (opts->redis_url != NULL && opts->redis_url[0] != '\0') {
         store->redis = cg_redis_new(opts->redis_url, redis_ms);
         if (store->redis == NULL)
             goto fail;
+        cg_redis_set_outage_log(store->redis, opts->outages ? &opts->outages->redis : NULL);
     }
     store->key_cache_ttl_s = opts->key_cache_ttl_s > 0 ? opts->key_cache_ttl_s : 0;
     return store;

@@ -18,6 +18,7 @@
 #ifndef CG_STORE_STORE_H
 #define CG_STORE_STORE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -39,13 +40,23 @@
 struct cg_store;
 struct cg_audit; /* who made a change ("the audit trail" below) */
 
+/* Whether an outage of PostgreSQL (pg) or Redis (redis) has been logged and not yet been
+ * followed by a success. Shared by every store and listener of a process (the application
+ * object owns it) so that an outage is one warning, not one per thread. Zero-initialised;
+ * must outlive the stores that use it. */
+struct cg_store_outages {
+    atomic_int pg;
+    atomic_int redis;
+};
+
 struct cg_store_opts {
-    const char *pg_dsn;          /* libpq URI or keyword string; its settings win */
-    const char *redis_url;       /* NULL or "" disables the cache */
-    int pg_connect_timeout_ms;   /* <= 0: 3000 */
-    int pg_statement_timeout_ms; /* <= 0: 5000 */
-    int redis_timeout_ms;        /* connect and command timeout; <= 0: 100 */
-    int key_cache_ttl_s;         /* 0: do not cache key lookups */
+    const char *pg_dsn;               /* libpq URI or keyword string; its settings win */
+    const char *redis_url;            /* NULL or "" disables the cache */
+    int pg_connect_timeout_ms;        /* <= 0: 3000 */
+    int pg_statement_timeout_ms;      /* <= 0: 5000 */
+    int redis_timeout_ms;             /* connect and command timeout; <= 0: 100 */
+    int key_cache_ttl_s;              /* 0: do not cache key lookups */
+    struct cg_store_outages *outages; /* borrowed, shared; NULL: the store logs on its own */
 };
 
 /* What a tenant's calls do with PII (admin.proto TenantSettings). */

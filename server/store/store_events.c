@@ -104,6 +104,7 @@ struct cg_store_listener *cg_store_listener_new(const struct cg_store_opts *opts
         return NULL;
     }
     cg_pg_set_request_id(l->pg, "events");
+    cg_pg_set_outage_log(l->pg, opts->outages ? &opts->outages->pg : NULL);
     return l;
 }
 

@@ -37,10 +37,6 @@
 /* libpq's own connect_timeout is in whole seconds and ignores values below 2. */
 #define LIBPQ_MIN_CONNECT_TIMEOUT_S 2
 
-/* Whether a connection failure has been logged and not yet followed by a success, shared by
- * all connections of the process so that an outage is one warning, not one per worker. */
-static atomic_int outage_logged;
-
 const char *cg__pg_rid(const struct cg_pg *pg)
 {
     return pg->rid[0] ? pg->rid : NULL;
@@ -142,7 +138,7 @@ static void note_outage(const struct cg_pg *pg, const char *what, const char *de
 {
     char line[512];
     one_line(line, sizeof line, detail);
-    if (atomic_exchange(&outage_logged, 1) == 0)
+    if (atomic_exchange(pg->outage_logged, 1) == 0)
         cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "postgresql unavailable: %s: %s", what, line);
     else
         cg_log(CG_LOG_DEBUG, MOD, cg__pg_rid(pg), "postgresql still unavailable: %s: %s", what,
@@ -151,7 +147,7 @@ static void note_outage(const struct cg_pg *pg, const char *what, const char *de
 
 static void note_connected(const struct cg_pg *pg)
 {
-    if (atomic_exchange(&outage_logged, 0) == 1)
+    if (atomic_exchange(pg->outage_logged, 0) == 1)
         cg_log(CG_LOG_INFO, MOD, cg__pg_rid(pg), "postgresql reachable again");
 }
 
@@ -812,7 +808,13 @@ struct cg_pg *cg_pg_new(const char *dsn, int connect_timeout_ms, int statement_t
     pg->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 1;
     pg->statement_timeout_ms = statement_timeout_ms > 0 ? statement_timeout_ms : 1;
     pg->session_timeout_ms = -1;
+    pg->outage_logged = &pg->own_outage_logged;
     return pg;
+}
+
+void cg_pg_set_outage_log(struct cg_pg *pg, atomic_int *flag)
+{
+    pg->outage_logged = flag != NULL ? flag : &pg->own_outage_logged;
 }
 
 void cg_pg_free(struct cg_pg *pg)

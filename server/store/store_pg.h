@@ -39,6 +39,10 @@ struct cg_pg *cg_pg_new(const char *dsn, int connect_timeout_ms, int statement_t
 /* Closes the connection and frees the handle. NULL is a no-op. */
 void cg_pg_free(struct cg_pg *pg);
 
+/* Shares flag (borrowed, must outlive pg; NULL: pg's own) with the other handles of the
+ * process: an outage is logged as a warning once, by the first handle to see it. */
+void cg_pg_set_outage_log(struct cg_pg *pg, atomic_int *flag);
+
 /* Sets the monotonic deadline (cg_mono_ms) of the current call; 0 clears it. Sends
  * nothing: the statement timeout is adjusted before the next statement, and only when
  * it must change. */

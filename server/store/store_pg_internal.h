@@ -34,6 +34,10 @@ struct cg_pg {
     char sqlstate[6];    /* of the last statement that failed, "" otherwise */
     char constraint[64]; /* the constraint it violated, "" otherwise */
     bool fatal_received; /* the server sent FATAL: it is closing this connection */
+    /* Whether an outage was logged and not yet followed by a success: the process's
+     * (cg_store_outages.pg) or own_outage_logged. */
+    atomic_int *outage_logged;
+    atomic_int own_outage_logged;
     /* A transaction is open (cg_pg_begin until commit or rollback). It stays set when the
      * connection is lost, so that later statements fail instead of running outside it. */
     bool in_tx;

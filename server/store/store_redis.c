@@ -49,10 +49,10 @@ struct cg_redis {
     int timeout_ms;
     bool ok;                 /* the last command got an answer */
     int64_t next_attempt_ms; /* no connection attempt before (cg_mono_ms) */
+    /* One warning per outage: the process's flag (cg_store_outages.redis) or this own. */
+    atomic_int *outage_logged;
+    atomic_int own_outage_logged;
 };
-
-/* One warning per outage for the whole process (see store_pg.c for the same idea). */
-static atomic_int outage_logged;
 
 /* ------------------------------------------------------------------ URL --- */
 
@@ -244,7 +244,7 @@ static void fail(struct cg_redis *r, const char *what, const char *detail)
     }
     r->ok = false;
     r->next_attempt_ms = cg_mono_ms() + RECONNECT_INTERVAL_MS;
-    if (atomic_exchange(&outage_logged, 1) == 0)
+    if (atomic_exchange(r->outage_logged, 1) == 0)
         cg_log(CG_LOG_WARN, MOD, NULL, "redis unavailable, using postgresql only: %s: %s", what,
                detail);
     else
@@ -254,7 +254,7 @@ static void fail(struct cg_redis *r, const char *what, const char *detail)
 static void answered(struct cg_redis *r)
 {
     r->ok = true;
-    if (atomic_exchange(&outage_logged, 0) == 1)
+    if (atomic_exchange(r->outage_logged, 0) == 1)
         cg_log(CG_LOG_INFO, MOD, NULL, "redis reachable again");
 }
 
@@ -354,11 +354,17 @@ struct cg_redis *cg_redis_new(const char *url, int timeout_ms)
     if (r == NULL)
         return NULL;
     r->timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
+    r->outage_logged = &r->own_outage_logged;
     struct cg_err err;
     r->addr_valid = cg_redis_url_parse(url, &r->addr, &err) == CG_OK;
     if (!r->addr_valid)
         cg_log(CG_LOG_ERROR, MOD, NULL, "cache disabled: %s", err.msg);
     return r;
+}
+
+void cg_redis_set_outage_log(struct cg_redis *redis, atomic_int *flag)
+{
+    redis->outage_logged = flag != NULL ? flag : &redis->own_outage_logged;
 }
 
 void cg_redis_free(struct cg_redis *redis)

@@ -60,6 +60,10 @@ struct cg_redis *cg_redis_new(const char *url, int timeout_ms);
 /* Closes the connection and frees the handle. NULL is a no-op. */
 void cg_redis_free(struct cg_redis *redis);
 
+/* Shares flag (borrowed, must outlive redis; NULL: redis's own) with the other handles of
+ * the process: an outage is logged as a warning once, by the first handle to see it. */
+void cg_redis_set_outage_log(struct cg_redis *redis, atomic_int *flag);
+
 /* Whether the last command got an answer (false before the first one). */
 bool cg_redis_ok(const struct cg_redis *redis);
 

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "app/app.h"
 #include "base/arena.h"
 #include "base/clock.h"
 #include "base/crypto.h"
@@ -31,7 +32,6 @@
 #include "base/timerheap.h"
 #include "llm/llm.h"
 #include "rpc/rpc.h"
-#include "rpc/rpc_cache.h"
 #include "store/store.h"
 #include "transport/status_details.h"
 
@@ -40,7 +40,6 @@
 #define RID_MAX 64
 #define AUTH_MAX 1024
 #define POOL_QUEUE_PER_THREAD 256
-#define PSEUDONYM_SESSIONS 64 /* sessions whose redaction labels are remembered (~130 KB each) */
 
 struct worker;
 struct call;
@@ -71,11 +70,9 @@ struct worker {
 };
 
 struct cg_server {
-    const struct cg_config *cfg;
-    struct cg_health *health;
-    const struct cg_reflection *reflection;
-    const struct cg_price_table *prices;
-    const struct cg_rpc_tokenizers *tokenizers;
+    struct cg_app *app;          /* borrowed: what the process consists of (app/app.h) */
+    const struct cg_config *cfg; /* app's */
+    struct cg_health *health;    /* app's */
     grpc_server *server;
     int port;
     int nworkers;
@@ -84,10 +81,6 @@ struct cg_server {
     size_t nmethods;
     void **handles;
     struct cg_pool *pool;
-    struct cg_rpc_batcher *batcher; /* NULL when write_batching is off */
-    struct cg_cache *cache; /* keys and budget rows for every thread (rpc_cache.h); may be NULL */
-    struct cg_llm_breaker *llm_breaker;   /* shared by the pool threads' LLM clients */
-    struct cg_rpc_pseudonyms *pseudonyms; /* Summarize's per-session redaction labels */
     atomic_bool stopping;
 
     /* Calls alive anywhere and request slots posted; shutdown waits for both to reach
@@ -1082,25 +1075,10 @@ static void *pool_thread_init(void *arg, int index)
     struct pool_ctx *ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL)
         return NULL;
-    struct cg_store_opts o = {
-        .pg_dsn = srv->cfg->pg_dsn,
-        .redis_url = srv->cfg->redis_url,
-        .pg_connect_timeout_ms = (int)srv->cfg->pg_connect_timeout_ms,
-        .pg_statement_timeout_ms = (int)srv->cfg->pg_statement_timeout_ms,
-        .redis_timeout_ms = (int)srv->cfg->redis_timeout_ms,
-        .key_cache_ttl_s = (int)srv->cfg->key_cache_ttl_s,
-    };
-    ctx->env.config = srv->cfg;
-    ctx->env.health = srv->health;
-    ctx->env.reflection = srv->reflection;
-    ctx->env.prices = srv->prices;
-    ctx->env.tokenizers = srv->tokenizers;
+    cg_app_env(srv->app, &ctx->env);
     ctx->env.wake_streams = wake_streams_cb;
     ctx->env.wake_ctx = srv;
-    ctx->env.batcher = srv->batcher;
-    ctx->env.cache = srv->cache;
-    ctx->env.pseudonyms = srv->pseudonyms;
-    ctx->env.store = cg_store_new(&o);
+    ctx->env.store = cg_app_store_new(srv->app);
     if (ctx->env.store == NULL) {
         free(ctx);
         return NULL;
@@ -1108,10 +1086,8 @@ static void *pool_thread_init(void *arg, int index)
     /* Pool threads (not the health monitor, index -1) get an LLM client of their own: a
      * curl handle keeps its connection to the endpoint between calls. */
     if (index >= 0) {
-        struct cg_llm_opts lo;
         struct cg_err err = {0};
-        cg_llm_opts_from_config(srv->cfg, &lo);
-        ctx->env.llm = cg_llm_new(&lo, srv->llm_breaker, &err);
+        ctx->env.llm = cg_app_llm_new(srv->app, &err);
         if (ctx->env.llm == NULL) {
             cg_log(CG_LOG_ERROR, "transport", NULL, "cannot make the LLM client: %s", err.msg);
             cg_store_free(ctx->env.store);
@@ -1192,23 +1168,15 @@ static void *monitor_main(void *arg)
 static void *events_main(void *arg)
 {
     struct cg_server *srv = arg;
-    struct cg_store_opts o = {
-        .pg_dsn = srv->cfg->pg_dsn,
-        .pg_connect_timeout_ms = (int)srv->cfg->pg_connect_timeout_ms,
-        .pg_statement_timeout_ms = (int)srv->cfg->pg_statement_timeout_ms,
-    };
-    struct cg_store_listener *listener = cg_store_listener_new(&o);
+    struct cg_store_listener *listener = cg_app_listener_new(srv->app);
     if (listener == NULL) {
         cg_log(CG_LOG_ERROR, "events", NULL, "cannot start the event listener: out of memory");
         return NULL;
     }
-    struct cg_rpc_env env = {.config = srv->cfg,
-                             .health = srv->health,
-                             .reflection = srv->reflection,
-                             .prices = srv->prices,
-                             .wake_streams = wake_streams_cb,
-                             .wake_ctx = srv,
-                             .cache = srv->cache};
+    struct cg_rpc_env env;
+    cg_app_env(srv->app, &env);
+    env.wake_streams = wake_streams_cb;
+    env.wake_ctx = srv;
     /* With no events thread the cache is never live: nothing served from it as fresh. */
     while (!atomic_load(&srv->events_stop)) {
         if (cg_rpc_events_step(&env, listener, EVENTS_TICK_MS))
@@ -1297,21 +1265,17 @@ static grpc_server_credentials *make_credentials(const struct cg_config *cfg, st
 
 /* ---------------------------------------------------------------- start/stop ------- */
 
-struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health *health,
-                                  const struct cg_reflection *reflection,
-                                  const struct cg_price_table *prices,
-                                  const struct cg_rpc_tokenizers *tokenizers, struct cg_err *err)
+struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
 {
     struct cg_server *srv = calloc(1, sizeof *srv);
     if (srv == NULL) {
         cg_err_set(err, CG_NOMEM, "out of memory");
         return NULL;
     }
+    const struct cg_config *cfg = app->config;
+    srv->app = app;
     srv->cfg = cfg;
-    srv->health = health;
-    srv->reflection = reflection;
-    srv->prices = prices;
-    srv->tokenizers = tokenizers;
+    srv->health = &app->health;
     atomic_init(&srv->stopping, false);
     pthread_mutex_init(&srv->live_lock, NULL);
     pthread_condattr_t ca;
@@ -1329,32 +1293,6 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
     if (srv->nworkers == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         srv->nworkers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
-    }
-
-    if (cfg->write_batching && (srv->batcher = cg_rpc_batcher_new()) == NULL) {
-        cg_err_set(err, CG_NOMEM, "out of memory");
-        goto fail;
-    }
-    /* The process's cache: before the pool, whose threads get it in their env. Without a
-     * row TTL there is none at all (every CheckBudget goes to the pool, as before). */
-    if (cfg->cache_row_ttl_ms > 0) {
-        struct cg_cache_opts copts = {.key_ttl_ms = (int64_t)cfg->key_cache_ttl_s * 1000,
-                                      .row_ttl_ms = cfg->cache_row_ttl_ms};
-        srv->cache = cg_cache_new(&copts);
-        if (srv->cache == NULL) {
-            cg_err_set(err, CG_NOMEM, "out of memory for the cache");
-            goto fail;
-        }
-    }
-
-    /* One breaker for the process, before the pool whose threads' clients share it. */
-    struct cg_llm_breaker_opts bopts;
-    cg_llm_breaker_opts_from_config(cfg, &bopts);
-    srv->llm_breaker = cg_llm_breaker_new(&bopts);
-    srv->pseudonyms = cg_rpc_pseudonyms_new(PSEUDONYM_SESSIONS);
-    if (srv->llm_breaker == NULL || srv->pseudonyms == NULL) {
-        cg_err_set(err, CG_NOMEM, "out of memory for the LLM breaker");
-        goto fail;
     }
 
     struct cg_pool_opts popts = {
@@ -1417,16 +1355,11 @@ struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health 
         w->srv = srv;
         w->index = i;
         w->cq = grpc_completion_queue_create_for_next(NULL);
-        w->env.config = cfg;
-        w->env.health = health;
-        w->env.reflection = reflection;
+        /* No store here; Reserve and Commit join a running batch from here through the
+         * app's batcher (rpc_budget_batch.c). */
+        cg_app_env(app, &w->env);
         w->env.wake_streams = wake_streams_cb;
         w->env.wake_ctx = srv;
-        w->env.prices = prices;
-        w->env.tokenizers = tokenizers;
-        w->env.cache = srv->cache;
-        /* Reserve and Commit join a running batch from here (rpc_budget_batch.c). */
-        w->env.batcher = srv->batcher;
         cg_timer_heap_init(&w->timers);
         grpc_server_register_completion_queue(srv->server, w->cq, NULL);
     }
@@ -1499,10 +1432,6 @@ fail:
     srv->workers = NULL;
     cg_pool_free(srv->pool);
     srv->pool = NULL;
-    cg_llm_breaker_free(srv->llm_breaker); /* after the clients of the pool threads */
-    cg_rpc_pseudonyms_free(srv->pseudonyms);
-    cg_rpc_batcher_free(srv->batcher);
-    cg_cache_free(srv->cache);
     free(srv->handles);
     free(srv);
     grpc_shutdown();
@@ -1523,7 +1452,7 @@ void cg_server_shutdown(struct cg_server *srv)
     wake_streams(srv);
 
     grpc_completion_queue *shutdown_cq = grpc_completion_queue_create_for_pluck(NULL);
-    static int shutdown_tag;
+    int shutdown_tag; /* its address is the tag, plucked below before it goes */
     grpc_server_shutdown_and_notify(srv->server, shutdown_cq, &shutdown_tag);
     /* Logged once new calls are refused, so that the line means what it says. */
     cg_log(CG_LOG_INFO, "transport", NULL, "draining: NOT_SERVING, finishing in-flight calls");
@@ -1597,11 +1526,7 @@ void cg_server_free(struct cg_server *srv)
         cg_timer_heap_cleanup(&w->timers);
     }
     free(srv->workers);
-    cg_pool_free(srv->pool);
-    cg_llm_breaker_free(srv->llm_breaker); /* after the clients of the pool threads */
-    cg_rpc_pseudonyms_free(srv->pseudonyms);
-    cg_rpc_batcher_free(srv->batcher);
-    cg_cache_free(srv->cache); /* after every thread that used it */
+    cg_pool_free(srv->pool); /* the pool threads' stores and LLM clients */
     free(srv->handles);
     pthread_mutex_destroy(&srv->live_lock);
     pthread_cond_destroy(&srv->live_zero);

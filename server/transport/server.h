@@ -10,24 +10,19 @@
 #ifndef CG_TRANSPORT_SERVER_H
 #define CG_TRANSPORT_SERVER_H
 
-#include "base/config.h"
-#include "base/health.h"
 #include "base/status.h"
 
 struct cg_server;
-struct cg_reflection;
-struct cg_price_table;
-struct cg_rpc_tokenizers;
+struct cg_app;
 
-/* Builds the server from cfg (listen address, TLS, sizes, threads), starts its threads and
- * starts serving. cfg, health, reflection, prices and tokenizers (CountTokens' exact
- * encodings; NULL: none) are borrowed and must outlive it.
+/* Builds the server from app (app/app.h, started: its config gives the listen address,
+ * TLS, sizes and threads), starts its threads and starts serving. Each thread's cg_rpc_env
+ * is app's (cg_app_env) plus what the thread makes from app's factories: a store for the
+ * pool threads and the health monitor, an LLM client for the pool threads, the LISTEN
+ * connection for the events thread. app is borrowed and must outlive the server.
  * NULL with err filled when the address cannot be bound, TLS files cannot be read, or
  * threads cannot start. */
-struct cg_server *cg_server_start(const struct cg_config *cfg, struct cg_health *health,
-                                  const struct cg_reflection *reflection,
-                                  const struct cg_price_table *prices,
-                                  const struct cg_rpc_tokenizers *tokenizers, struct cg_err *err);
+struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err);
 
 /* The port actually bound (useful with port 0). */
 int cg_server_port(const struct cg_server *srv);
@@ -37,7 +32,8 @@ int cg_server_port(const struct cg_server *srv);
  * Call once, from the thread that started the server. */
 void cg_server_shutdown(struct cg_server *srv);
 
-/* Frees a server that was shut down. NULL is a no-op. */
+/* Frees a server that was shut down (with what its threads made from the app; the app
+ * itself stays). NULL is a no-op. */
 void cg_server_free(struct cg_server *srv);
 
 #endif

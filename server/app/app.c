@@ -1,0 +1,128 @@
+/* app.c - the application object: the settings parsed once, the shared objects built once,
+ * and the factories of the per-thread ones (app.h). */
+#include "app/app.h"
+
+#include <string.h>
+
+#include "llm/llm.h"
+#include "rpc/reflection.h"
+#include "rpc/rpc_cache.h"
+
+#define PSEUDONYM_SESSIONS 64 /* sessions whose redaction labels are remembered (~130 KB each) */
+
+cg_status cg_app_init(struct cg_app *app, const struct cg_config *cfg, const char **setting,
+                      struct cg_err *err)
+{
+    memset(app, 0, sizeof *app);
+    app->config = cfg;
+    *setting = NULL;
+    /* The price table is checked at start like every other setting and kept for the
+     * process's life (every thread borrows it). */
+    if (cg_price_parse(cfg->prices, &app->prices, err) != CG_OK) {
+        *setting = "config key 'prices' (CTXGUARD_PRICES)";
+        return CG_CONFIG;
+    }
+    /* Checked here so that a typo stops the start; the handlers read the table from the
+     * setting (it is small) when they need it. */
+    if (cg_models_map_parse(cfg->model_map, &app->models, err) != CG_OK) {
+        *setting = "config key 'model_map' (CTXGUARD_MODEL_MAP)";
+        return CG_CONFIG;
+    }
+    app->store_opts = (struct cg_store_opts){
+        .pg_dsn = cfg->pg_dsn,
+        .redis_url = cfg->redis_url,
+        .pg_connect_timeout_ms = (int)cfg->pg_connect_timeout_ms,
+        .pg_statement_timeout_ms = (int)cfg->pg_statement_timeout_ms,
+        .redis_timeout_ms = (int)cfg->redis_timeout_ms,
+        .key_cache_ttl_s = (int)cfg->key_cache_ttl_s,
+        .outages = &app->outages,
+    };
+    return CG_OK;
+}
+
+cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *err)
+{
+    const struct cg_config *cfg = app->config;
+    app->started = true;
+    *setting = NULL;
+    /* The tokenizers are built before anything else starts and shared read-only by every
+     * thread; without them the server does not start. */
+    cg_status st = cg_rpc_tokenizers_load(cfg->token_data_dir, &app->tokenizers, err);
+    if (st != CG_OK) {
+        *setting = "config key 'token_data_dir' (CTXGUARD_TOKEN_DATA_DIR)";
+        return st;
+    }
+    size_t nservices;
+    const char *const *services = cg_rpc_services(&nservices);
+    app->reflection =
+        cg_reflection_new(cg_descriptor_set, cg_descriptor_set_len, services, nservices, err);
+    if (app->reflection == NULL) {
+        *setting = "reflection";
+        return err->code != CG_OK ? err->code : CG_NOMEM;
+    }
+    cg_health_init(&app->health);
+    if (cfg->write_batching && (app->batcher = cg_rpc_batcher_new()) == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory");
+    /* Without a row TTL there is no cache at all (every CheckBudget goes to the pool). */
+    if (cfg->cache_row_ttl_ms > 0) {
+        struct cg_cache_opts copts = {.key_ttl_ms = (int64_t)cfg->key_cache_ttl_s * 1000,
+                                      .row_ttl_ms = cfg->cache_row_ttl_ms};
+        if ((app->cache = cg_cache_new(&copts)) == NULL)
+            return cg_err_set(err, CG_NOMEM, "out of memory for the cache");
+    }
+    /* One breaker for the process: every thread's LLM client shares it. */
+    struct cg_llm_breaker_opts bopts;
+    cg_llm_breaker_opts_from_config(cfg, &bopts);
+    app->llm_breaker = cg_llm_breaker_new(&bopts);
+    app->pseudonyms = cg_rpc_pseudonyms_new(PSEUDONYM_SESSIONS);
+    if (app->llm_breaker == NULL || app->pseudonyms == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory for the LLM breaker");
+    if ((app->watch_hub = cg_watch_hub_new()) == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory for the watch hub");
+    return CG_OK;
+}
+
+void cg_app_cleanup(struct cg_app *app)
+{
+    cg_watch_hub_free(app->watch_hub);
+    cg_rpc_pseudonyms_free(app->pseudonyms);
+    cg_llm_breaker_free(app->llm_breaker);
+    cg_cache_free(app->cache);
+    cg_rpc_batcher_free(app->batcher);
+    cg_reflection_free(app->reflection);
+    cg_rpc_tokenizers_cleanup(&app->tokenizers);
+    if (app->started)
+        cg_llm_global_cleanup(); /* every LLM client went with the threads that had one */
+    memset(app, 0, sizeof *app);
+}
+
+void cg_app_env(struct cg_app *app, struct cg_rpc_env *env)
+{
+    memset(env, 0, sizeof *env);
+    env->config = app->config;
+    env->health = &app->health;
+    env->reflection = app->reflection;
+    env->prices = &app->prices;
+    env->tokenizers = &app->tokenizers;
+    env->cache = app->cache;
+    env->batcher = app->batcher;
+    env->pseudonyms = app->pseudonyms;
+    env->watch_hub = app->watch_hub;
+}
+
+struct cg_store *cg_app_store_new(struct cg_app *app)
+{
+    return cg_store_new(&app->store_opts);
+}
+
+struct cg_store_listener *cg_app_listener_new(struct cg_app *app)
+{
+    return cg_store_listener_new(&app->store_opts);
+}
+
+struct cg_llm *cg_app_llm_new(struct cg_app *app, struct cg_err *err)
+{
+    struct cg_llm_opts lo;
+    cg_llm_opts_from_config(app->config, &lo);
+    return cg_llm_new(&lo, app->llm_breaker, err);
+}
