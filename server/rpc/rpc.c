@@ -420,14 +420,6 @@ cg_status cg_rpc_session_check(struct cg_rpc_call *call, const char *session_id)
 
 /* ---------------------------------------------------------------- invoke ---------- */
 
-static cg_status not_implemented(struct cg_rpc_call *call, const struct cg_rpc_method *m)
-{
-    cg_err_set(&call->err, CG_UNIMPLEMENTED, "%s is not implemented in this version of ctxguard",
-               m->path + 1);
-    cg_err_meta(&call->err, "method", m->path);
-    return CG_UNIMPLEMENTED;
-}
-
 /* Identifiers a request names at its top level that a program needs next to an error about
  * them (ErrorInfo metadata), added unless the site already set them. */
 static const char *const request_id_fields[] = {"reservation_id", "approval_id", "artifact_id",
@@ -471,8 +463,6 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
     if (st != CG_OK)
         return st;
     call->request = request;
-    if (m->handler == NULL)
-        return not_implemented(call, m);
 
     ProtobufCMessage *response = NULL;
     st = m->handler(call, env, request, &response);
@@ -521,8 +511,6 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
     if (st != CG_OK)
         return st;
     call->request = *request;
-    if (m->poll == NULL)
-        return not_implemented(call, m);
     if (m->open != NULL) {
         st = m->open(call, env, *request, stream);
         if (st != CG_OK)

@@ -157,6 +157,8 @@ struct cg_rpc_method {
     bool blocking;  /* uses the store: runs on the worker pool */
     const ProtobufCMessageDescriptor *request_desc;
     const ProtobufCMessageDescriptor *response_desc;
+    /* Never NULL for its kind: the table is generated (cmake/gen_methods.py) and names a
+     * function for every RPC, or the build fails. */
     cg_rpc_handler_fn handler; /* unary and bidi */
     cg_rpc_poll_fn poll;       /* server streams */
     cg_rpc_open_fn open;       /* server streams, optional */

@@ -369,16 +369,27 @@ cg_status cg_store_key_list(struct cg_store *store, const char *tenant_id, int l
     return cg_pg_key_list(store->pg, id, limit, out, count, err);
 }
 
+/* What every call on one key checks first: the deadline, then the tenant (normalized into
+ * id) and the key id; a malformed one is a key that does not exist. */
+static cg_status key_call_in(const struct cg_store *store, const char *tenant_id,
+                             const char *key_id, char id[CG_UUID_LEN + 1], struct cg_err *err)
+{
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_key_id_valid(key_id))
+        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_API_KEY_NOT_FOUND, "key_id: no such key");
+    return CG_OK;
+}
+
 cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, const char *key_id,
                               const struct cg_audit *audit, struct cg_api_key *out,
                               struct cg_err *err)
 {
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_key_id_valid(key_id))
-        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_API_KEY_NOT_FOUND, "key_id: no such key");
-    cg_status rc = cg_pg_key_revoke(store->pg, id, key_id, audit, out, err);
+    cg_status rc = key_call_in(store, tenant_id, key_id, id, err);
+    if (rc != CG_OK)
+        return rc;
+    rc = cg_pg_key_revoke(store->pg, id, key_id, audit, out, err);
     /* Marked revoked, not deleted: a lookup elsewhere that read PostgreSQL just before the
      * commit cannot put the key back as valid (cg_redis_key_put keeps a revoked entry).
      * Also when the outcome is unknown (connection lost, timed out): a key marked revoked
@@ -398,14 +409,13 @@ cg_status cg_store_key_revoke(struct cg_store *store, const char *tenant_id, con
 static cg_status key_lookup(struct cg_store *store, const char *tenant_id, const char *key_id,
                             bool read_cache, struct cg_key_auth *out, struct cg_err *err)
 {
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_key_id_valid(key_id))
-        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_API_KEY_NOT_FOUND, "key_id: no such key");
+    cg_status rc = key_call_in(store, tenant_id, key_id, id, err);
+    if (rc != CG_OK)
+        return rc;
     if (read_cache && cache_enabled(store) && cg_redis_key_get(store->redis, id, key_id, out))
         return CG_OK;
-    cg_status rc = cg_pg_key_lookup(store->pg, id, key_id, out, err);
+    rc = cg_pg_key_lookup(store->pg, id, key_id, out, err);
     if (rc == CG_OK && cache_enabled(store))
         cg_redis_key_put(store->redis, id, key_id, out, store->key_cache_ttl_s);
     return rc;
@@ -426,11 +436,10 @@ cg_status cg_store_key_lookup_fresh(struct cg_store *store, const char *tenant_i
 cg_status cg_store_key_touch(struct cg_store *store, const char *tenant_id, const char *key_id,
                              struct cg_err *err)
 {
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id) || !cg__store_key_id_valid(key_id))
-        return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_API_KEY_NOT_FOUND, "key_id: no such key");
+    cg_status rc = key_call_in(store, tenant_id, key_id, id, err);
+    if (rc != CG_OK)
+        return rc;
     return cg_pg_key_touch(store->pg, id, key_id, err);
 }
 

@@ -42,9 +42,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         req->allow_special_tokens = (data[0] & 4) != 0;
         ProtobufCMessage *resp = NULL;
         cg_status st = cg_rpc_context_count_tokens(&call, &env, msg, &resp);
-        /* Every refusal names its reason; CG_NEEDS_POOL (an estimate needs the store) is the
-         * pool hand-off, a control result that never reaches a client. */
-        if (st != CG_OK && st != CG_NEEDS_POOL && call.err.msg[0] == '\0')
+        /* Every refusal names its reason; a control result (CG_NEEDS_POOL: an estimate needs
+         * the store) is a hand-off that never reaches a client. */
+        if (st != CG_OK && !cg_status_is_control(st) && call.err.msg[0] == '\0')
             __builtin_trap();
         if (st == CG_OK) {
             const Ctxguard__V1__CountTokensResponse *r = (const void *)resp;
