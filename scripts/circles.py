@@ -4,7 +4,7 @@
 The graph is the linker's, read from the object files of a build: file A depends on file B
 when A.o has an undefined symbol that B.o defines (`nm -g --defined-only` and `nm -u`).
 A circle is a strongly connected component with more than one file (or more than one
-folder: base, core, store, llm, rpc, app, transport, and main for server/main.c).
+folder: base, core, store, llm, service, rpc, app, transport, and main for server/main.c).
 
 Prints every circle, then checks them against KNOWN_CIRCLES below: a circle that is not
 inside a known one (a new circle, or a known one that grew) fails with exit status 1;
@@ -38,7 +38,7 @@ KNOWN_CIRCLES = [
     {"core/conv_json.c", "core/conv_json_anthropic.c", "core/conv_json_openai.c"},
 ]
 
-FOLDERS = ("base", "core", "store", "llm", "rpc", "app", "transport")
+FOLDERS = ("base", "core", "store", "llm", "service", "rpc", "app", "transport")
 
 
 def nm(obj, flags):

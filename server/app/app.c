@@ -6,7 +6,8 @@
 
 #include "llm/llm.h"
 #include "rpc/reflection.h"
-#include "rpc/rpc_cache.h"
+#include "service/cache.h"
+#include "service/tokenizers.h"
 
 #define PSEUDONYM_SESSIONS 64 /* sessions whose redaction labels are remembered (~130 KB each) */
 
@@ -47,7 +48,7 @@ cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *
     *setting = NULL;
     /* The tokenizers are built before anything else starts and shared read-only by every
      * thread; without them the server does not start. */
-    cg_status st = cg_rpc_tokenizers_load(cfg->token_data_dir, &app->tokenizers, err);
+    cg_status st = cg_tokenizers_load(cfg->token_data_dir, &app->tokenizers, err);
     if (st != CG_OK) {
         *setting = "config key 'token_data_dir' (CTXGUARD_TOKEN_DATA_DIR)";
         return st;
@@ -90,7 +91,7 @@ void cg_app_cleanup(struct cg_app *app)
     cg_cache_free(app->cache);
     cg_rpc_batcher_free(app->batcher);
     cg_reflection_free(app->reflection);
-    cg_rpc_tokenizers_cleanup(&app->tokenizers);
+    cg_tokenizers_cleanup(&app->tokenizers);
     if (app->started)
         cg_llm_global_cleanup(); /* every LLM client went with the threads that had one */
     memset(app, 0, sizeof *app);
@@ -99,15 +100,15 @@ void cg_app_cleanup(struct cg_app *app)
 void cg_app_env(struct cg_app *app, struct cg_rpc_env *env)
 {
     memset(env, 0, sizeof *env);
-    env->config = app->config;
-    env->health = &app->health;
+    env->svc.config = app->config;
+    env->svc.health = &app->health;
     env->reflection = app->reflection;
-    env->prices = &app->prices;
-    env->tokenizers = &app->tokenizers;
-    env->cache = app->cache;
-    env->batcher = app->batcher;
-    env->pseudonyms = app->pseudonyms;
-    env->watch_hub = app->watch_hub;
+    env->svc.prices = &app->prices;
+    env->svc.tokenizers = &app->tokenizers;
+    env->svc.cache = app->cache;
+    env->svc.batcher = app->batcher;
+    env->svc.pseudonyms = app->pseudonyms;
+    env->svc.watch_hub = app->watch_hub;
 }
 
 struct cg_store *cg_app_store_new(struct cg_app *app)

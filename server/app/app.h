@@ -40,7 +40,7 @@ struct cg_app {
 
     /* Built by cg_app_start; NULL (empty) before. */
     struct cg_health health;
-    struct cg_rpc_tokenizers tokenizers;  /* CountTokens' exact encodings */
+    struct cg_tokenizers tokenizers;      /* CountTokens' exact encodings */
     struct cg_reflection *reflection;     /* the reflection service's index */
     struct cg_cache *cache;               /* keys and budget rows; NULL: no row TTL, none */
     struct cg_rpc_batcher *batcher;       /* NULL when write_batching is off */

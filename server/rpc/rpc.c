@@ -9,7 +9,7 @@
 #include "base/log.h"
 #include "core/apikey.h"
 #include "core/utf8.h"
-#include "rpc/rpc_cache.h"
+#include "service/cache.h"
 
 #define AUTH_HEADER_MAX 512
 #define FIELD_PATH_MAX 96
@@ -253,18 +253,19 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
     /* The process's key cache first: a hit needs no I/O, so a try_inline method can
      * authenticate on the completion-queue thread. The ticket makes a revocation that
      * races the lookup below win over what the lookup read. */
-    uint64_t ticket = cg_cache_ticket(env->cache);
-    if (!cg_cache_key_get(env->cache, parts.tenant_id, parts.key_id, cg_mono_ms(), &rec)) {
-        if (env->store == NULL)
+    uint64_t ticket = cg_cache_ticket(env->svc.cache);
+    if (!cg_cache_key_get(env->svc.cache, parts.tenant_id, parts.key_id, cg_mono_ms(), &rec)) {
+        if (env->svc.store == NULL)
             return CG_NEEDS_POOL; /* a try_inline method: looked up on the pool */
         struct cg_err serr;
         cg_err_clear(&serr);
         /* A key dropped by a revocation (here, or announced on cg_keys) is read from
          * PostgreSQL: Redis may not have heard of the revocation yet. */
         cg_status st =
-            cg_cache_key_dropped(env->cache, parts.tenant_id, parts.key_id)
-                ? cg_store_key_lookup_fresh(env->store, parts.tenant_id, parts.key_id, &rec, &serr)
-                : cg_store_key_lookup(env->store, parts.tenant_id, parts.key_id, &rec, &serr);
+            cg_cache_key_dropped(env->svc.cache, parts.tenant_id, parts.key_id)
+                ? cg_store_key_lookup_fresh(env->svc.store, parts.tenant_id, parts.key_id, &rec,
+                                            &serr)
+                : cg_store_key_lookup(env->svc.store, parts.tenant_id, parts.key_id, &rec, &serr);
         if (st == CG_NOT_FOUND)
             return cg_err_set(&call->err, CG_UNAUTHENTICATED,
                               "invalid API key in 'authorization' metadata");
@@ -272,7 +273,7 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
             call->err = serr;
             return st;
         }
-        cg_cache_key_put(env->cache, parts.tenant_id, parts.key_id, &rec, ticket, cg_mono_ms());
+        cg_cache_key_put(env->svc.cache, parts.tenant_id, parts.key_id, &rec, ticket, cg_mono_ms());
         from_store = true;
     }
     uint8_t hash[CG_SHA256_LEN];
@@ -303,7 +304,7 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
         /* Last use, to the minute (at most one write a minute per key); never fails a call. */
         struct cg_err terr;
         cg_err_clear(&terr);
-        cg_store_key_touch(env->store, parts.tenant_id, parts.key_id, &terr);
+        cg_store_key_touch(env->svc.store, parts.tenant_id, parts.key_id, &terr);
     }
     return CG_OK;
 }
@@ -331,7 +332,7 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
     if (m->allow & CG_ALLOW_ANYONE)
         return CG_OK;
     bool tenant_keys = (m->allow & CG_ALLOW_TENANT_KEYS) != 0;
-    if (!tenant_keys && env->config->admin_key[0] == '\0') {
+    if (!tenant_keys && env->svc.config->admin_key[0] == '\0') {
         cg_err_set(&call->err, CG_PERMISSION_DENIED,
                    "AdminService is disabled: the server has no admin_key configured");
         cg_err_meta(&call->err, "required_key", "admin");
@@ -349,7 +350,7 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
         return cg_err_set(&call->err, CG_UNAUTHENTICATED,
                           "malformed 'authorization' metadata: expected 'Bearer <key>'");
 
-    if (is_admin_key(env->config, token, len)) {
+    if (is_admin_key(env->svc.config, token, len)) {
         if (!(m->allow & CG_ALLOW_SERVER_ADMIN)) {
             cg_err_set(&call->err, CG_PERMISSION_DENIED,
                        "this method needs a tenant API key; the admin key acts for no tenant");
@@ -523,8 +524,8 @@ bool cg_rpc_health_probe(const struct cg_rpc_env *env)
 {
     struct cg_err err;
     cg_err_clear(&err);
-    cg_status st = cg_store_ping(env->store, &err);
-    bool changed = cg_health_set_store_ok(env->health, st == CG_OK);
+    cg_status st = cg_store_ping(env->svc.store, &err);
+    bool changed = cg_health_set_store_ok(env->svc.health, st == CG_OK);
     if (changed) {
         if (st == CG_OK)
             cg_log(CG_LOG_INFO, "health", NULL, "PostgreSQL reachable: SERVING");

@@ -19,6 +19,7 @@
 #include "base/health.h"
 #include "base/status.h"
 #include "core/keyrole.h"
+#include "service/service.h"
 #include "store/store.h"
 
 struct cg_reflection;
@@ -26,22 +27,6 @@ struct cg_price_table;
 struct cg_cache;
 struct cg_tok_encoding;
 
-/* The exact tokenizers (core/tok.h), built once at start from the `token_data_dir` files
- * and shared read-only by every thread for the life of the server. */
-struct cg_rpc_tokenizers {
-    struct cg_tok_encoding *cl100k_base;
-    struct cg_tok_encoding *o200k_base;
-};
-
-/* Loads both encodings from dir (cl100k_base.cgtok, o200k_base.cgtok; base/tokdata.h) into
- * *out. On error returns CG_CONFIG or CG_NOMEM with err naming the file and the problem,
- * and *out is empty. Release with cg_rpc_tokenizers_cleanup. (rpc_context_count.c) */
-cg_status cg_rpc_tokenizers_load(const char *dir, struct cg_rpc_tokenizers *out,
-                                 struct cg_err *err) CG_MUST_CHECK;
-
-/* Frees what cg_rpc_tokenizers_load built and empties *t (an empty one is a no-op). No
- * call may be using it. */
-void cg_rpc_tokenizers_cleanup(struct cg_rpc_tokenizers *t);
 struct cg_llm;
 struct cg_rpc_pseudonyms;
 struct cg_watch_hub;
@@ -52,51 +37,11 @@ typedef enum {
     CG_RPC_BIDI_EACH,     /* a stream of requests, one answer to each, in order */
 } cg_rpc_kind;
 
-/* Who a call is made by, filled by authentication. */
-struct cg_principal {
-    bool authenticated;
-    bool is_admin;    /* the server's admin key: role CG_KEY_ROLE_NONE, no tenant */
-    cg_key_role role; /* a tenant key's role */
-    char tenant_id[CG_UUID_LEN + 1];
-    char tenant_name[CG_NAME_MAX * 4 + 1];
-    char key_id[CG_KEY_ID_LEN + 1];
-    /* The subtree a scope-bound key reaches ("" = the whole tenant; core/keyrole.h
-     * cg_scope_within): requests naming a scope outside it are NOT_FOUND. */
-    char scope_session_id[CG_SCOPE_ID_MAX + 1];
-    char scope_task_id[CG_SCOPE_ID_MAX + 1];
-    int64_t expires_at_ms;   /* unix ms; 0 never */
-    int64_t max_call_tokens; /* the tenant's bound on one Commit/RecordUsage */
-};
-
-/* What handlers may use. One per thread: store is that thread's own connections and is
- * NULL on completion-queue threads (methods that need it are marked `blocking`); cache is
- * the process's one (rpc_cache.h), shared by every thread (NULL: no cache). */
+/* What handlers may use: the thread's service environment (service/service.h) and what
+ * only this layer needs. One per thread. */
 struct cg_rpc_env {
-    const struct cg_config *config;
-    struct cg_store *store;
-    struct cg_health *health;
+    struct cg_svc_env svc;
     const struct cg_reflection *reflection;
-    const struct cg_price_table *prices; /* the `prices` setting, parsed; never NULL */
-    struct cg_cache *cache;
-    /* Wakes every open server stream of this process so that its poll runs again (set by
-     * the transport; any thread; NULL where there are no streams). */
-    void (*wake_streams)(void *ctx);
-    void *wake_ctx;
-    /* Groups concurrent budget writes of a tenant into shared transactions (owned by the
-     * transport, shared by its pool threads; NULL: every write runs on its own). */
-    struct cg_rpc_batcher *batcher;
-    /* The exact tokenizers (owned by main.c; NULL: CountTokens cannot count exactly and
-     * answers UNAVAILABLE for what needs them). */
-    const struct cg_rpc_tokenizers *tokenizers;
-    /* This pool thread's LLM client (llm/llm.h; all share one breaker), for Summarize.
-     * NULL on completion-queue threads; not configured when llm_base_url is empty. */
-    struct cg_llm *llm;
-    /* The redaction pseudonyms of recent sessions, shared by every thread (Summarize:
-     * the same value gets the same label across a session's requests). NULL: per request. */
-    struct cg_rpc_pseudonyms *pseudonyms;
-    /* WatchUsage's fan-out (cg_watch_hub_new), shared by every thread: fed by the events
-     * thread, read by the streams. NULL: WatchUsage answers UNAVAILABLE. */
-    struct cg_watch_hub *watch_hub;
 };
 
 /* One call as this layer sees it. The transport fills the inputs; the handler the outputs. */
@@ -136,14 +81,14 @@ struct cg_rpc_stream {
 /* For CG_RPC_SERVER_STREAM: the next message to send when something changed since what
  * stream records (which it advances), or *response = NULL when there is nothing new.
  * *finished = true ends the stream after this message with the status returned. Runs on a
- * completion-queue thread: env->store is NULL, nothing may block. call->arena is the
+ * completion-queue thread: env->svc.store is NULL, nothing may block. call->arena is the
  * message's arena (reset before each poll). */
 typedef cg_status (*cg_rpc_poll_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                     const ProtobufCMessage *request, struct cg_rpc_stream *stream,
                                     ProtobufCMessage **response, bool *finished);
 
 /* For CG_RPC_SERVER_STREAM (optional): after authentication and decoding, before the first
- * poll; on the pool (with env->store) for blocking methods. call->arena is the call's (it
+ * poll; on the pool (with env->svc.store) for blocking methods. call->arena is the call's (it
  * lives as long as the call). May set stream->state and state_free. An error ends the
  * stream with that status (state_free still runs when set). */
 typedef cg_status (*cg_rpc_open_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -162,8 +107,8 @@ struct cg_rpc_method {
     cg_rpc_handler_fn handler; /* unary and bidi */
     cg_rpc_poll_fn poll;       /* server streams */
     cg_rpc_open_fn open;       /* server streams, optional */
-    /* blocking methods only: first tried on the completion-queue thread (env->store NULL),
-     * where the handler answers from env->cache or, when it would need the store, returns
+    /* blocking methods only: first tried on the completion-queue thread (env->svc.store NULL),
+     * where the handler answers from env->svc.cache or, when it would need the store, returns
      * CG_NEEDS_POOL (a control result, base/status.h: never sent); the transport then runs
      * the call again from the start on the pool, as for any blocking method. Authentication
      * on that thread uses the key cache only (a miss also returns CG_NEEDS_POOL). */
@@ -195,7 +140,7 @@ cg_status cg_rpc_encode(struct cg_rpc_call *call, const ProtobufCMessage *msg, u
 /* Checks call->authorization against the method's `allow` and fills call->principal:
  * UNAUTHENTICATED for a missing, malformed, unknown, revoked or expired key;
  * PERMISSION_DENIED (reason ROLE_NOT_ALLOWED) naming the key's role, the method and the
- * roles that may call it. Tenant keys are looked up through env->store (so only on pool
+ * roles that may call it. Tenant keys are looked up through env->svc.store (so only on pool
  * threads) unless the process's key cache has them. */
 cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                               const struct cg_rpc_env *env) CG_MUST_CHECK;
@@ -226,7 +171,7 @@ cg_status cg_rpc_session_check(struct cg_rpc_call *call, const char *session_id)
  * On success out and out_len hold the encoded answer (in the arena). On error call->err
  * holds what the client should see and *out is NULL. CG_DEFERRED: the handler handed the
  * call on (only when call->resume is set); it is answered through call->resume, maybe
- * already, so neither call nor out may be touched. CG_NEEDS_POOL (only without env->store,
+ * already, so neither call nor out may be touched. CG_NEEDS_POOL (only without env->svc.store,
  * for try_inline methods): nothing was answered; run the call again on the pool. */
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
@@ -238,12 +183,12 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
 struct cg_rpc_pseudonyms *cg_rpc_pseudonyms_new(size_t max_sessions);
 void cg_rpc_pseudonyms_free(struct cg_rpc_pseudonyms *p);
 
-/* The batcher of rpc_budget_batch.c (env->batcher): thread-safe; freed after every pool
+/* The batcher of rpc_budget_batch.c (env->svc.batcher): thread-safe; freed after every pool
  * thread that may lead a batch has stopped. NULL when out of memory. */
 struct cg_rpc_batcher *cg_rpc_batcher_new(void);
 void cg_rpc_batcher_free(struct cg_rpc_batcher *batcher);
 
-/* WatchUsage's fan-out (rpc_watch.c; env->watch_hub): per watched tenant a bounded ring of
+/* WatchUsage's fan-out (rpc_watch.c; env->svc.watch_hub): per watched tenant a bounded ring of
  * its committed events, fed by one events thread (cg_rpc_events_step) and read by the
  * streams' polls. Thread-safe; freed after the events thread and every stream are gone
  * (feeds still joined are freed with it). NULL when out of memory. */
@@ -262,26 +207,11 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
                              ProtobufCMessage **request,
                              struct cg_rpc_stream *stream) CG_MUST_CHECK;
 
-/* After every successful commit that changed scope rows: rows[0..n) (one tenant, as they
- * are after the commit, row_version included: what cg_store_path_read with lock and
- * cg_store_path_add left in the caller's array) replace the cached ones in env->cache
- * (this process: CheckBudget sees the write at once) and in Redis through env->store (for
- * the other replicas; best effort, one round trip). The newest row_version wins, so calls
- * racing each other or a fill cannot go backwards. Never fails; rows with row_version 0
- * are ignored. Call it on the thread that committed, after the commit (never before: a
- * rolled-back write must not be cached), also from batched paths, once per tenant. */
-void cg_rpc_cache_written(const struct cg_rpc_env *env, const char *tenant_id,
-                          const struct cg_budget_row *rows, int n);
-
-/* For committed writes that do not have their rows at hand (sweeper, CloseScope,
- * ResolveApproval): drops every cached row of the tenant, here and in Redis. */
-void cg_rpc_cache_dropped(const struct cg_rpc_env *env, const char *tenant_id);
-
-/* Probes PostgreSQL through env->store and records the result in env->health.
+/* Probes PostgreSQL through env->svc.store and records the result in env->svc.health.
  * Returns whether the serving state changed. */
 bool cg_rpc_health_probe(const struct cg_rpc_env *env);
 
-/* One pass of the sweeper (rpc_sweep.c) through env->store at now_ms (unix ms; cg_wall_ms()
+/* One pass of the sweeper (rpc_sweep.c) through env->svc.store at now_ms (unix ms; cg_wall_ms()
  * in production): for every tenant, applies the budget reset that is due and settles the
  * reservations that expired at or before now_ms as EXPIRED, returning their holds to every
  * level of their paths, in transactions of at most 100 reservations. Safe with several
@@ -289,15 +219,15 @@ bool cg_rpc_health_probe(const struct cg_rpc_env *env);
  * statement timeout) and must not be called inside a transaction. *expired gets how many
  * reservations this pass settled. Returns true when every tenant was swept; false when
  * the health state is NOT_SERVING (nothing is tried) or a store error stopped part of the
- * pass (logged). Not thread-safe: env->store is the calling thread's. */
+ * pass (logged). Not thread-safe: env->svc.store is the calling thread's. */
 bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired);
 
 /* One step of WatchUsage's delivery (rpc_watch.c), for the one thread of the process that
- * owns listener and feeds env->watch_hub (never NULL here; one thread per hub): waits up to
+ * owns listener and feeds env->svc.watch_hub (never NULL here; one thread per hub): waits up to
  * timeout_ms for notifications of committed events (and of revoked API keys, which it drops from
  * the process's key cache), fetches the new events of the tenants watched in this process into the
  * hub (after a reconnection: catches up from the table) and wakes the streams through
- * env->wake_streams, also when nothing arrived (heartbeats are due by time). Logs store
+ * env->svc.wake_streams, also when nothing arrived (heartbeats are due by time). Logs store
  * trouble and returns false when PostgreSQL is away, so that the caller pauses (for
  * timeout_ms) before the next step; the caller loops until it stops. */
 bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *listener,

@@ -15,7 +15,7 @@
 #include "core/utf8.h"
 #include "ctxguard/v1/admin.pb-c.h"
 #include "rpc/rpc_budget.h"
-#include "rpc/rpc_cache.h"
+#include "service/cache.h"
 
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
@@ -222,7 +222,7 @@ cg_status cg_rpc_admin_create_tenant(struct cg_rpc_call *call, const struct cg_r
     cg_err_clear(&serr);
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st = cg_store_tenant_create_with(env->store, req->name, tz, &settings, &audit, &t, &serr);
+    st = cg_store_tenant_create_with(env->svc.store, req->name, tz, &settings, &audit, &t, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
 
@@ -245,7 +245,7 @@ cg_status cg_rpc_admin_get_tenant(struct cg_rpc_call *call, const struct cg_rpc_
     struct cg_tenant t;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_tenant_get(env->store, tenant, &t, &serr);
+    st = cg_store_tenant_get(env->svc.store, tenant, &t, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     Ctxguard__V1__GetTenantResponse *resp =
@@ -278,7 +278,7 @@ cg_status cg_rpc_admin_update_tenant_settings(struct cg_rpc_call *call,
     cg_err_clear(&serr);
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st = cg_store_tenant_settings_put(env->store, tenant, &settings, &audit, &t, &serr);
+    st = cg_store_tenant_settings_put(env->svc.store, tenant, &settings, &audit, &t, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     Ctxguard__V1__UpdateTenantSettingsResponse *resp =
@@ -310,8 +310,8 @@ cg_status cg_rpc_admin_list_tenants(struct cg_rpc_call *call, const struct cg_rp
     bool more = false;
     struct cg_err serr;
     cg_err_clear(&serr);
-    cg_status st =
-        cg_store_tenant_list(env->store, req->page_token, (int)size, rows, &count, &more, &serr);
+    cg_status st = cg_store_tenant_list(env->svc.store, req->page_token, (int)size, rows, &count,
+                                        &more, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
 
@@ -439,7 +439,7 @@ cg_status cg_rpc_admin_create_api_key(struct cg_rpc_call *call, const struct cg_
     cg_err_clear(&serr);
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st = cg_store_key_create(env->store, tenant, key_id, hash, &spec, &audit, &k, &serr);
+    st = cg_store_key_create(env->svc.store, tenant, key_id, hash, &spec, &audit, &k, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
 
@@ -466,7 +466,7 @@ cg_status cg_rpc_admin_list_api_keys(struct cg_rpc_call *call, const struct cg_r
     int count = 0;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_key_list(env->store, tenant, KEYS_MAX, rows, &count, &serr);
+    st = cg_store_key_list(env->svc.store, tenant, KEYS_MAX, rows, &count, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     Ctxguard__V1__ListApiKeysResponse *resp =
@@ -505,11 +505,11 @@ cg_status cg_rpc_admin_revoke_api_key(struct cg_rpc_call *call, const struct cg_
     cg_err_clear(&serr);
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st = cg_store_key_revoke(env->store, tenant, req->key_id, &audit, &k, &serr);
+    st = cg_store_key_revoke(env->svc.store, tenant, req->key_id, &audit, &k, &serr);
     /* This process stops accepting the key at once (also when the outcome is unknown);
      * other replicas when the commit's cg_keys notification reaches them (migrations/0017),
      * or within key_cache_ttl_s while their LISTEN connection is down. */
-    cg_cache_key_drop(env->cache, tenant, req->key_id);
+    cg_cache_key_drop(env->svc.cache, tenant, req->key_id);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     Ctxguard__V1__RevokeApiKeyResponse *resp =
@@ -653,8 +653,8 @@ cg_status cg_rpc_admin_list_audit_events(struct cg_rpc_call *call, const struct 
     bool more = false;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_audit_list(env->store, tenant, &filter, before_id, (int)size, rows, &count, &more,
-                             &serr);
+    st = cg_store_audit_list(env->svc.store, tenant, &filter, before_id, (int)size, rows, &count,
+                             &more, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
 

@@ -25,7 +25,7 @@
 #include "core/price.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/budget.pb-c.h"
-#include "rpc/rpc_cache.h"
+#include "service/cache.h"
 #include "rpc/rpc_context.h"
 
 #define DEFAULT_WARNING 0.8
@@ -44,7 +44,7 @@ static bool price_usage(const struct cg_rpc_env *env, const char *model, struct 
 {
     if (u->cost_micros > 0)
         return true;
-    const struct cg_price *p = env->prices ? cg_price_lookup(env->prices, model) : NULL;
+    const struct cg_price *p = env->svc.prices ? cg_price_lookup(env->svc.prices, model) : NULL;
     if (p == NULL)
         return false;
     u->cost_micros = cg_price_cost(p, u->input_tokens, u->output_tokens, u->cache_read_tokens,
@@ -56,7 +56,7 @@ static bool price_usage(const struct cg_rpc_env *env, const char *model, struct 
 static int64_t price_estimate(const struct cg_rpc_env *env, const char *model, int64_t tokens,
                               int64_t output)
 {
-    const struct cg_price *p = env->prices ? cg_price_lookup(env->prices, model) : NULL;
+    const struct cg_price *p = env->svc.prices ? cg_price_lookup(env->svc.prices, model) : NULL;
     return p ? cg_price_cost(p, tokens - output, output, 0, 0) : 0;
 }
 
@@ -558,20 +558,20 @@ cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows
 cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                             const struct cg_err *serr)
 {
-    cg_store_rollback(env->store);
+    cg_store_rollback(env->svc.store);
     return cg_rpc_store_error(call, serr);
 }
 
 cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
 {
     cg_err_clear(serr);
-    cg_status st = cg_store_begin(env->store, serr);
+    cg_status st = cg_store_begin(env->svc.store, serr);
     return st == CG_OK ? CG_OK : cg_rpc_store_error(call, serr);
 }
 
 cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
 {
-    cg_status st = cg_store_commit(env->store, serr);
+    cg_status st = cg_store_commit(env->svc.store, serr);
     return st == CG_OK ? CG_OK : cg_rpc_store_fail(call, env, serr);
 }
 
@@ -583,8 +583,8 @@ static cg_status limit_in(struct cg_rpc_call *call, const struct cg_rpc_env *env
                           const Ctxguard__V1__BudgetSettings *s, int level, int64_t *limit)
 {
     *limit = s->limit_tokens;
-    const struct cg_preset *p =
-        s->preset ? cg_preset_get((int)s->preset) : cg_preset_by_name(env->config->default_preset);
+    const struct cg_preset *p = s->preset ? cg_preset_get((int)s->preset)
+                                          : cg_preset_by_name(env->svc.config->default_preset);
     if (s->preset != 0 && p == NULL)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'settings.preset': unknown value %d", (int)s->preset);
@@ -734,7 +734,7 @@ static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_
                                : level == 3 ? "scope.session_id"
                                             : "scope.task_id";
     if (!parent->has_budget) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_BUDGET_NOT_FOUND,
                     "field 'settings.allocate_from_parent': the %s (%s '%s') has no "
                     "budget to allocate from",
@@ -755,7 +755,7 @@ static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_
     int64_t free_tokens = r.levels[0].remaining_tokens;
     if (need <= 0 || need <= free_tokens)
         return CG_OK;
-    cg_store_rollback(env->store);
+    cg_store_rollback(env->svc.store);
     /* Counters last: a long id may cut the message at the end of struct cg_err. */
     cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
                 "field 'settings.allocate_from_parent': the share needs %lld more tokens, "
@@ -789,7 +789,7 @@ cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *e
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    st = cg_store_path_read(env->store, call->principal.tenant_id, &row.ids, true, true,
+    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &row.ids, true, true,
                             cg_wall_ms(), path, &n, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
@@ -804,20 +804,20 @@ cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *e
             continue;
         cg_rpc_level_from_row(&path[i], &parent);
         if (cg_budget_check_nesting(&parent, &mine, &call->err) != CG_OK) {
-            cg_store_rollback(env->store);
+            cg_store_rollback(env->svc.store);
             call->err.code = CG_INVALID_ARGUMENT;
             return CG_INVALID_ARGUMENT;
         }
         break;
     }
     int64_t below_tokens = 0, below_cost = 0;
-    st = cg_store_subtree_max_limits(env->store, call->principal.tenant_id, &row.ids, &below_tokens,
-                                     &below_cost, &serr);
+    st = cg_store_subtree_max_limits(env->svc.store, call->principal.tenant_id, &row.ids,
+                                     &below_tokens, &below_cost, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     if (row.limit_tokens < below_tokens ||
         (row.limit_cost_micros > 0 && row.limit_cost_micros < below_cost)) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         bool tokens = row.limit_tokens < below_tokens;
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "%s %lld of the %s is below the %s %lld of a scope under it",
@@ -837,7 +837,7 @@ cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *e
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
     st =
-        cg_store_budget_put(env->store, call->principal.tenant_id, &row, req->expected_version,
+        cg_store_budget_put(env->svc.store, call->principal.tenant_id, &row, req->expected_version,
                             call->principal.key_id, cg_wall_ms(), &audit, &stored, &created, &serr);
     if (st == CG_OK) /* WatchUsage: BUDGET_CHANGED and the crossings a new limit makes */
         st = cg_rpc_emit_budget(call, env, existing, &stored, &serr);
@@ -862,9 +862,9 @@ cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *e
     cg_store_alloc_mirror(written, nwritten, share_before, true);
     /* The parent is written only when the trigger changed it (its row_version moved). */
     if (nwritten == 2 && written[0].row_version == path[level - 2].row_version)
-        cg_rpc_cache_written(env, call->principal.tenant_id, &written[1], 1);
+        cg_cache_written(&env->svc, call->principal.tenant_id, &written[1], 1);
     else
-        cg_rpc_cache_written(env, call->principal.tenant_id, written, nwritten);
+        cg_cache_written(&env->svc, call->principal.tenant_id, written, nwritten);
 
     Ctxguard__V1__SetBudgetResponse *resp =
         NEW(call, Ctxguard__V1__SetBudgetResponse, ctxguard__v1__set_budget_response__init);
@@ -886,7 +886,7 @@ cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *en
     int64_t now = cg_wall_ms();
     /* Usually one statement; a transaction only when the read must write first. */
     bool need_tx = false;
-    cg_status st = cg_store_path_peek(env->store, call->principal.tenant_id, ids, now, path, n,
+    cg_status st = cg_store_path_peek(env->svc.store, call->principal.tenant_id, ids, now, path, n,
                                       &need_tx, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
@@ -895,8 +895,8 @@ cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *en
     st = cg_rpc_begin(call, env, &serr);
     if (st != CG_OK)
         return st;
-    st = cg_store_path_read(env->store, call->principal.tenant_id, ids, false, false, now, path, n,
-                            &serr);
+    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, ids, false, false, now, path,
+                            n, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     return cg_rpc_commit(call, env, &serr);
@@ -974,7 +974,7 @@ static bool reset_due(const struct cg_budget_row *path, int n, int64_t now_ms)
 /* Whether the health probe's last answer was that PostgreSQL is unreachable. */
 static bool store_known_down(const struct cg_rpc_env *env)
 {
-    return env->health != NULL && atomic_load(&env->health->store_ok) == 0;
+    return env->svc.health != NULL && atomic_load(&env->svc.health->store_ok) == 0;
 }
 
 /* CheckBudget's read of the path: the process's cache (fresh rows only), then Redis, then
@@ -986,37 +986,37 @@ static cg_status check_path(struct cg_rpc_call *call, const struct cg_rpc_env *e
 {
     const char *tenant = call->principal.tenant_id;
     int64_t wall = cg_wall_ms();
-    if (cg_cache_path_get(env->cache, tenant, ids, cg_mono_ms(), false, path, n, NULL) &&
+    if (cg_cache_path_get(env->svc.cache, tenant, ids, cg_mono_ms(), false, path, n, NULL) &&
         !reset_due(path, *n, wall)) {
         *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE;
         return CG_OK;
     }
     if (store_known_down(env))
         return cg_err_set(&call->err, CG_UNAVAILABLE, "storage unavailable");
-    if (env->store == NULL)
+    if (env->svc.store == NULL)
         return CG_NEEDS_POOL;
     /* Taken before the reads: a write announced meanwhile refuses what they read. */
-    uint64_t ticket = cg_cache_ticket(env->cache);
+    uint64_t ticket = cg_cache_ticket(env->svc.cache);
     int64_t gen = -1;
     /* Redis answers only when every row it gave is at least as new as what this process
      * knows (the process cache refuses older ones) and no write was announced meanwhile;
      * without a process cache, Redis alone answers. */
-    if (cg_store_cache_path_get(env->store, tenant, ids, path, n, &gen) &&
+    if (cg_store_cache_path_get(env->svc.store, tenant, ids, path, n, &gen) &&
         !reset_due(path, *n, wall) &&
-        (env->cache == NULL ||
-         cg_cache_rows_put(env->cache, tenant, path, *n, ticket, cg_mono_ms()) == *n)) {
+        (env->svc.cache == NULL ||
+         cg_cache_rows_put(env->svc.cache, tenant, path, *n, ticket, cg_mono_ms()) == *n)) {
         *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE;
         return CG_OK;
     }
     cg_status st = cg_rpc_read_path(call, env, ids, path, n);
     if (st == CG_UNAVAILABLE)
-        cg_cache_store_state(env->cache, false);
+        cg_cache_store_state(env->svc.cache, false);
     if (st != CG_OK)
         return st;
-    cg_cache_store_state(env->cache, true);
-    (void)cg_cache_rows_put(env->cache, tenant, path, *n, ticket, cg_mono_ms());
+    cg_cache_store_state(env->svc.cache, true);
+    (void)cg_cache_rows_put(env->svc.cache, tenant, path, *n, ticket, cg_mono_ms());
     if (gen >= 0)
-        cg_store_cache_rows_put(env->store, tenant, path, *n, gen);
+        cg_store_cache_rows_put(env->svc.store, tenant, path, *n, gen);
     *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
     return CG_OK;
 }
@@ -1035,7 +1035,7 @@ static int policy_strictness(int policy)
 }
 
 /* PostgreSQL is unreachable: the strictest on_store_failure of the budgets of the cached
- * path decides (rpc_cache.h keeps rows for this, however old). FAIL_CLOSED, no budget or
+ * path decides (service/cache.h keeps rows for this, however old). FAIL_CLOSED, no budget or
  * no cached path: the UNAVAILABLE already in call->err. FAIL_OPEN: ALLOW_WITH_WARNING.
  * LOCAL_ALLOWANCE: ALLOW while this process's allowance of every such level covers the
  * estimate (counted since the outage began), DENY after. The levels show the cached rows;
@@ -1048,7 +1048,7 @@ static cg_status store_failure_answer(struct cg_rpc_call *call, const struct cg_
     const char *tenant = call->principal.tenant_id;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    if (!cg_cache_path_get(env->cache, tenant, ids, cg_mono_ms(), true, path, &n, NULL))
+    if (!cg_cache_path_get(env->svc.cache, tenant, ids, cg_mono_ms(), true, path, &n, NULL))
         return CG_UNAVAILABLE;
     int strictest = 0, policy = 0;
     for (int i = 0; i < n; i++) {
@@ -1074,8 +1074,8 @@ static cg_status store_failure_answer(struct cg_rpc_call *call, const struct cg_
                 path[i].on_store_failure !=
                     CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE)
                 continue;
-            if (!cg_cache_allowance_take(env->cache, tenant, &path[i].ids, req->estimated_tokens,
-                                         path[i].local_allowance_tokens)) {
+            if (!cg_cache_allowance_take(env->svc.cache, tenant, &path[i].ids,
+                                         req->estimated_tokens, path[i].local_allowance_tokens)) {
                 allow = false;
                 refused_level = path[i].level;
             }
@@ -1084,7 +1084,7 @@ static cg_status store_failure_answer(struct cg_rpc_call *call, const struct cg_
             if (path[i].has_budget &&
                 path[i].on_store_failure ==
                     CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE)
-                (void)cg_cache_allowance_take(env->cache, tenant, &path[i].ids,
+                (void)cg_cache_allowance_take(env->svc.cache, tenant, &path[i].ids,
                                               -req->estimated_tokens, INT64_MAX);
     }
     struct cg_budget_result r;
@@ -1170,7 +1170,7 @@ cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env 
     /* APPROVAL mode over the limit: open (or find) the approval, unless only asking. */
     struct cg_rpc_approval_gate gate = {.involved = false};
     if (r.decision == CG_DECISION_REQUIRE_APPROVAL && !req->dry_run) {
-        if (env->store == NULL)
+        if (env->svc.store == NULL)
             return CG_NEEDS_POOL;
         if ((st = cg_rpc_approval_gate(call, env, &ids, req->estimated_tokens, req->model, path, &n,
                                        &r, &gate)) != CG_OK)
@@ -1286,7 +1286,7 @@ cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_en
         return st;
     if (cg_rpc_batch_can_defer(call, env))
         return cg_rpc_batch_submit(call, env, CG_BATCH_RESERVE, &req->base, &ids);
-    if (env->store == NULL)
+    if (env->svc.store == NULL)
         return CG_NEEDS_POOL;
     return cg_rpc_reserve_single(call, env, req, &ids, response);
 }
@@ -1347,15 +1347,15 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, cg_wall_ms(),
-                            path, &n, &serr);
+    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &ids, true, false,
+                            cg_wall_ms(), path, &n, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
 
     uint32_t ttl = cg_rpc_reserve_ttl(req, &path[n - 1]);
     int64_t hold_cost = cg_rpc_reserve_cost(env, req);
     struct cg_reservation res;
-    st = cg_store_reservation_insert(env->store, call->principal.tenant_id, &ids, req->tokens,
+    st = cg_store_reservation_insert(env->svc.store, call->principal.tenant_id, &ids, req->tokens,
                                      hold_cost, req->model, req->estimate_id, req->idempotency_key,
                                      ttl, &res, &serr);
     if (st != CG_OK)
@@ -1365,7 +1365,7 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
     Ctxguard__V1__ReserveResponse *resp =
         NEW(call, Ctxguard__V1__ReserveResponse, ctxguard__v1__reserve_response__init);
     if (resp == NULL) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         return OOM(call);
     }
     if (res.replayed) {
@@ -1376,13 +1376,13 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
                             : strcmp(req->model, res.model) != 0 ? "another model"
                                                                  : NULL;
         if (other != NULL) {
-            cg_store_rollback(env->store);
+            cg_store_rollback(env->svc.store);
             return key_reused(call, req->idempotency_key, &res.ids, res.created_at_ms,
                               "first_reservation_id", res.reservation_id, other);
         }
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
-        cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
+        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
         cg_rpc_decide(path, n, 0, 0, &r);
         resp->replayed = true;
         resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW;
@@ -1391,7 +1391,7 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
         if (r.decision == CG_DECISION_REQUIRE_APPROVAL) {
             /* REQUIRE_APPROVAL holds nothing: the reservation just inserted goes with the
              * rollback, and the approval step runs in a transaction of its own. */
-            cg_store_rollback(env->store);
+            cg_store_rollback(env->svc.store);
             struct cg_rpc_approval_gate gate;
             if ((st = cg_rpc_approval_gate(call, env, &ids, req->tokens, req->model, path, &n, &r,
                                            &gate)) != CG_OK)
@@ -1431,18 +1431,18 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
             return CG_OK;
         }
         if (r.decision == CG_DECISION_DENY) {
-            cg_store_rollback(env->store);
+            cg_store_rollback(env->svc.store);
             return cg_rpc_deny(call, path, n, &r, req->tokens);
         }
-        st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, req->tokens, 0,
-                               hold_cost, &serr);
+        st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, n, 0, req->tokens,
+                               0, hold_cost, &serr);
         if (st == CG_OK)
             st = cg_rpc_emit_path(call, env, path, n, 0, 0, req->tokens, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
-        cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
+        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
         return cg_rpc_reserve_reply(call, req, path, n, &r, &res, response);
     }
     if ((resp->reservation = cg_rpc_reservation_out(call, &res)) == NULL)
@@ -1493,16 +1493,16 @@ static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env 
                         const struct cg_reservation *res, struct cg_budget_row *path, int *n,
                         struct cg_err *serr)
 {
-    cg_status st = cg_store_path_read(env->store, call->principal.tenant_id, &res->ids, true, false,
-                                      cg_wall_ms(), path, n, serr);
+    cg_status st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &res->ids, true,
+                                      false, cg_wall_ms(), path, n, serr);
     if (st == CG_OK)
-        st = cg_store_path_add(env->store, call->principal.tenant_id, path, *n, 0, -res->tokens, 0,
-                               -res->cost_micros, serr);
+        st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, *n, 0, -res->tokens,
+                               0, -res->cost_micros, serr);
     if (st == CG_OK)
         st = cg_rpc_emit_path(call, env, path, *n, 0, 0, -res->tokens, serr);
     if (st == CG_OK)
-        st = cg_store_reservation_settle(env->store, call->principal.tenant_id, res->reservation_id,
-                                         4, NULL, serr);
+        st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
+                                         res->reservation_id, 4, NULL, serr);
     return st;
 }
 
@@ -1510,7 +1510,7 @@ static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env 
  * NOT_FOUND in the words of an unknown id (cg_store_reservation_lock). */
 static cg_status reservation_hidden(struct cg_rpc_call *call, const struct cg_rpc_env *env)
 {
-    cg_store_rollback(env->store);
+    cg_store_rollback(env->svc.store);
     return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
                        "reservation_id: no such reservation");
 }
@@ -1524,8 +1524,8 @@ static cg_status begin_with_reservation(struct cg_rpc_call *call, const struct c
     cg_status st = cg_rpc_begin(call, env, serr);
     if (st != CG_OK)
         return st;
-    st =
-        cg_store_reservation_lock(env->store, call->principal.tenant_id, reservation_id, res, serr);
+    st = cg_store_reservation_lock(env->svc.store, call->principal.tenant_id, reservation_id, res,
+                                   serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, serr);
     if (!cg_rpc_scope_reachable(&call->principal, res->ids.session_id, res->ids.task_id))
@@ -1549,22 +1549,22 @@ cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_en
     Ctxguard__V1__ReleaseResponse *resp =
         NEW(call, Ctxguard__V1__ReleaseResponse, ctxguard__v1__release_response__init);
     if (resp == NULL) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         return OOM(call);
     }
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
     if (holds_tokens(&res)) {
         /* ACTIVE, or ACTIVE past its expiry: the tokens go back to the pool now. */
-        st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false,
+        st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &res.ids, true, false,
                                 cg_wall_ms(), path, &n, &serr);
         if (st == CG_OK)
-            st = cg_store_path_add(env->store, call->principal.tenant_id, path, n, 0, -res.tokens,
-                                   0, -res.cost_micros, &serr);
+            st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, n, 0,
+                                   -res.tokens, 0, -res.cost_micros, &serr);
         if (st == CG_OK)
             st = cg_rpc_emit_path(call, env, path, n, 0, 0, -res.tokens, &serr);
         if (st == CG_OK)
-            st = cg_store_reservation_settle(env->store, call->principal.tenant_id,
+            st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
                                              res.reservation_id, res.state == 1 ? 3 : 4, NULL,
                                              &serr);
         if (st != CG_OK)
@@ -1574,7 +1574,7 @@ cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_en
         res.state = res.state == 1 ? 3 : 4;
         res.settled_at_ms = cg_wall_ms();
     } else if (res.state == 2) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         return reservation_settled(call, CG_ERR_RESERVATION_SETTLED, &res, "committed",
                                    "reservation %s is already committed", res.reservation_id);
     } else {
@@ -1582,7 +1582,7 @@ cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_en
     }
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
         return st;
-    cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
+    cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
     if ((resp->reservation = cg_rpc_reservation_out(call, &res)) == NULL)
         return OOM(call);
     *response = &resp->base;
@@ -1616,7 +1616,7 @@ cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env
         return st;
     if (cg_rpc_batch_can_defer(call, env))
         return cg_rpc_batch_submit(call, env, CG_BATCH_COMMIT, &req->base, NULL);
-    if (env->store == NULL)
+    if (env->svc.store == NULL)
         return CG_NEEDS_POOL;
     return cg_rpc_commit_single(call, env, req, response);
 }
@@ -1673,8 +1673,8 @@ static cg_status emit_overrun(const struct cg_rpc_call *call, const struct cg_rp
     f.ref_usage = *usage;
     snprintf(f.message, sizeof f.message, "reservation %s held %lld tokens; %lld committed",
              res->reservation_id, (long long)res->tokens, (long long)usage_tokens(usage));
-    return cg_store_event_append(env->store, call->principal.tenant_id, &res->ids, CG_EVENT_OVERRUN,
-                                 &f, cg_wall_ms(), serr);
+    return cg_store_event_append(env->svc.store, call->principal.tenant_id, &res->ids,
+                                 CG_EVENT_OVERRUN, &f, cg_wall_ms(), serr);
 }
 
 cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -1694,14 +1694,14 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
     Ctxguard__V1__CommitResponse *resp =
         NEW(call, Ctxguard__V1__CommitResponse, ctxguard__v1__commit_response__init);
     if (resp == NULL) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         return OOM(call);
     }
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
     if (res.state == 2) {
         /* Committed before: the same usage is a retry, another one a mistake. */
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         if (!same_usage(&usage, &res.committed))
             return reservation_settled(call, CG_ERR_RESERVATION_SETTLED, &res, "committed",
                                        "reservation %s was already committed with another usage",
@@ -1710,7 +1710,7 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
         usage = res.committed;
         price_known = usage.cost_micros > 0;
         char entry[CG_UUID_LEN + 1];
-        if (cg_store_ledger_entry_of(env->store, call->principal.tenant_id, res.reservation_id,
+        if (cg_store_ledger_entry_of(env->svc.store, call->principal.tenant_id, res.reservation_id,
                                      entry, &serr) != CG_OK)
             return cg_rpc_store_error(call, &serr);
         if ((resp->ledger_entry_id = cg_arena_strdup(call->arena, entry)) == NULL)
@@ -1726,9 +1726,9 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
                     return cg_rpc_store_fail(call, env, &serr);
                 if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
                     return st;
-                cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
+                cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
             } else {
-                cg_store_rollback(env->store);
+                cg_store_rollback(env->svc.store);
             }
             return reservation_settled(
                 call, res.state == 3 ? CG_ERR_RESERVATION_SETTLED : CG_ERR_RESERVATION_EXPIRED,
@@ -1737,7 +1737,7 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
                 "record the usage anyway)",
                 res.reservation_id, res.state == 3 ? "released" : "expired");
         }
-        st = cg_store_path_read(env->store, call->principal.tenant_id, &res.ids, true, false,
+        st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &res.ids, true, false,
                                 cg_wall_ms(), path, &n, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
@@ -1749,8 +1749,8 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
         char key[CG_IDEMPOTENCY_MAX + 1];
         snprintf(key, sizeof key, "reservation:%s", res.reservation_id);
         char entry[CG_UUID_LEN + 1];
-        st = cg_store_path_spend(env->store, call->principal.tenant_id, path, n, &usage, -unhold,
-                                 -unhold_cost, &serr);
+        st = cg_store_path_spend(env->svc.store, call->principal.tenant_id, path, n, &usage,
+                                 -unhold, -unhold_cost, &serr);
         if (st == CG_OK)
             st = cg_rpc_emit_path(call, env, path, n, spent, usage.cache_read_tokens, -unhold,
                                   &serr);
@@ -1759,18 +1759,18 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
         /* ACTIVE -> COMMITTED; found past its expiry -> EXPIRED; RELEASED stays so. */
         int settled = res.state == 1 ? 2 : holds_tokens(&res) ? 4 : 0;
         if (st == CG_OK && settled != 0)
-            st = cg_store_reservation_settle(env->store, call->principal.tenant_id,
+            st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
                                              res.reservation_id, settled,
                                              settled == 2 ? &usage : NULL, &serr);
         if (st == CG_OK)
-            st = cg_store_ledger_append(env->store, call->principal.tenant_id, &res.ids, &usage,
+            st = cg_store_ledger_append(env->svc.store, call->principal.tenant_id, &res.ids, &usage,
                                         req->model[0] ? req->model : res.model, key,
                                         res.reservation_id, entry, NULL, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
-        cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
+        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
         resp->ledger_entry_id = cg_arena_strdup(call->arena, entry);
         resp->released_tokens = expired ? 0 : (res.tokens > spent ? res.tokens - spent : 0);
         resp->overrun_tokens = expired ? 0 : (spent > res.tokens ? spent - res.tokens : 0);
@@ -1828,12 +1828,12 @@ cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_r
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    st = cg_store_path_read(env->store, call->principal.tenant_id, &ids, true, false, now_ms, path,
-                            &n, &serr);
+    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &ids, true, false, now_ms,
+                            path, &n, &serr);
     /* Spend before the tenant's current period would count in a period that is over. */
     if (st == CG_OK && req->occurred_at_unix_ms != 0 && path[0].period_start_ms != 0 &&
         req->occurred_at_unix_ms < path[0].period_start_ms) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'occurred_at_unix_ms' is before the current period, which "
                           "started at %lld",
@@ -1845,12 +1845,12 @@ cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_r
     char entry[CG_UUID_LEN + 1] = "";
     struct cg_ledger_first first;
     if (st == CG_OK)
-        st = cg_store_ledger_append_at(env->store, call->principal.tenant_id, &ids, &usage,
+        st = cg_store_ledger_append_at(env->svc.store, call->principal.tenant_id, &ids, &usage,
                                        req->model, req->idempotency_key, NULL,
                                        req->occurred_at_unix_ms, entry, &first, &serr);
     bool replayed = false;
     if (st == CG_ALREADY_EXISTS) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         /* A retry repeats the first request; anything else must not pass as one. */
         const char *other = !cg_scope_equal(&ids, &first.ids)      ? "another scope"
                             : !same_usage(&asked, &first.usage)    ? "other usage"
@@ -1866,8 +1866,8 @@ cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_r
             return st;
     } else {
         if (st == CG_OK)
-            st = cg_store_path_spend(env->store, call->principal.tenant_id, path, n, &usage, 0, 0,
-                                     &serr);
+            st = cg_store_path_spend(env->svc.store, call->principal.tenant_id, path, n, &usage, 0,
+                                     0, &serr);
         if (st == CG_OK)
             st = cg_rpc_emit_path(call, env, path, n, usage_tokens(&usage), usage.cache_read_tokens,
                                   0, &serr);
@@ -1875,7 +1875,7 @@ cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_r
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
-        cg_rpc_cache_written(env, call->principal.tenant_id, path, n);
+        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
     }
     /* Committed (a replay calibrated the first time, if at all): best effort. */
     struct cg_calibration_sample cal = {

@@ -219,7 +219,7 @@ bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call, const struct cg_rpc_
 /* Queues the checked request into its tenant's batch and returns CG_DEFERRED: the call is
  * answered later (cg_rpc_complete) by whichever pool thread leads the tenant's batches,
  * possibly this one before this returns. After this the caller must not touch call.
- * Without a store (env->store NULL: a completion-queue thread) it only joins a batch that
+ * Without a store (env->svc.store NULL: a completion-queue thread) it only joins a batch that
  * is running; when none is, it returns CG_NEEDS_POOL without queueing anything. ids: the Reserve's
  * scope (NULL for Commit). */
 cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env *env,

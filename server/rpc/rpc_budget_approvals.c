@@ -6,6 +6,7 @@
  * tokens until the next SetBudget or reset; the waiting caller just retries. Every time
  * here is cg_wall_ms(), passed down so that tests of the store can move the clock.
  */
+#include "service/cache.h"
 #include "rpc/rpc_budget.h"
 
 #include <stdio.h>
@@ -46,15 +47,15 @@ cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env
         return st;
     int64_t now = cg_wall_ms();
     /* Locked, so that concurrent requests of the scope find each other's approval. */
-    st = cg_store_path_read(env->store, call->principal.tenant_id, ids, true, false, now, path, n,
-                            &serr);
+    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, ids, true, false, now, path,
+                            n, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     cg_rpc_decide(path, *n, tokens, 0, r);
     int at = r->decision == CG_DECISION_REQUIRE_APPROVAL ? approval_level(r, *n) : -1;
     if (at < 0) { /* the budget moved meanwhile: the new decision stands */
         if ((st = cg_rpc_commit(call, env, &serr)) == CG_OK)
-            cg_rpc_cache_written(env, call->principal.tenant_id, path, *n);
+            cg_cache_written(&env->svc, call->principal.tenant_id, path, *n);
         return st;
     }
 
@@ -66,7 +67,7 @@ cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env
                         r->levels[at].requested_tokens;
     struct cg_approval *request = calloc(1, sizeof *request);
     if (request == NULL) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         return OOM(call);
     }
     request->requested_tokens = tokens;
@@ -80,14 +81,14 @@ cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env
              (long long)(level->used_tokens + level->reserved_tokens), (long long)tokens,
              (long long)effective);
     uint32_t ttl = level->approval_ttl_ms ? level->approval_ttl_ms : CG_APPROVAL_TTL_DEFAULT_MS;
-    st = cg_store_approval_request(env->store, call->principal.tenant_id, ids, path, *n, at,
+    st = cg_store_approval_request(env->svc.store, call->principal.tenant_id, ids, path, *n, at,
                                    request, ttl, now, &gate->approval, &gate->outcome, &serr);
     free(request);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
         return st;
-    cg_rpc_cache_written(env, call->principal.tenant_id, path, *n);
+    cg_cache_written(&env->svc, call->principal.tenant_id, path, *n);
     gate->involved = true;
     return CG_OK;
 }
@@ -214,7 +215,7 @@ static cg_status approval_read(struct cg_rpc_call *call, const struct cg_rpc_env
 {
     struct cg_err serr;
     cg_err_clear(&serr);
-    cg_status st = cg_store_approval_get(env->store, call->principal.tenant_id, approval_id,
+    cg_status st = cg_store_approval_get(env->svc.store, call->principal.tenant_id, approval_id,
                                          cg_wall_ms(), a, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
@@ -273,14 +274,14 @@ cg_status cg_rpc_budget_resolve_approval(struct cg_rpc_call *call, const struct 
     bool replayed = false;
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st = cg_store_approval_resolve(env->store, call->principal.tenant_id, req->approval_id,
+    st = cg_store_approval_resolve(env->svc.store, call->principal.tenant_id, req->approval_id,
                                    (int)req->decision, req->granted_tokens, req->decided_by,
                                    call->principal.key_id, req->note, cg_wall_ms(), &audit, a,
                                    &replayed, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     if (!replayed) /* an approval moves approved_extra_tokens of its scope's row */
-        cg_rpc_cache_dropped(env, call->principal.tenant_id);
+        cg_cache_dropped(&env->svc, call->principal.tenant_id);
     Ctxguard__V1__ResolveApprovalResponse *resp = NEW(
         call, Ctxguard__V1__ResolveApprovalResponse, ctxguard__v1__resolve_approval_response__init);
     if (resp == NULL || (resp->approval = cg_rpc_approval_out(call, a)) == NULL)
@@ -384,7 +385,7 @@ cg_status cg_rpc_budget_list_approvals(struct cg_rpc_call *call, const struct cg
     bool more = false;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_approval_list(env->store, call->principal.tenant_id, &ids,
+    st = cg_store_approval_list(env->svc.store, call->principal.tenant_id, &ids,
                                 req->include_descendants, mask, paged ? &after : NULL, limit,
                                 cg_wall_ms(), page, &count, &more, &next, &serr);
     if (st != CG_OK) {

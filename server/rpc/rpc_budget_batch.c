@@ -31,6 +31,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "core/budget_events.h"
+#include "service/cache.h"
 #include "rpc/rpc_budget.h"
 #include "rpc/rpc_context.h"
 
@@ -104,7 +105,7 @@ void cg_rpc_batcher_free(struct cg_rpc_batcher *b)
 
 bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call, const struct cg_rpc_env *env)
 {
-    return env->batcher != NULL && call->resume != NULL;
+    return env->svc.batcher != NULL && call->resume != NULL;
 }
 
 /* ------------------------------------------------------------------ deciding --- */
@@ -256,8 +257,8 @@ static cg_status lock_reservations(const struct cg_rpc_env *env, const char *ten
         memcpy(b->res_ids[nres], it->reservation_id, CG_UUID_LEN + 1);
         b->res_owner[nres++] = i;
     }
-    cg_status st = cg_store_batch_lock_reservations(env->store, tenant, b->res_ids, nres, b->res,
-                                                    b->found, serr);
+    cg_status st = cg_store_batch_lock_reservations(env->svc.store, tenant, b->res_ids, nres,
+                                                    b->res, b->found, serr);
     if (st != CG_OK)
         return st;
     for (int j = 0; j < nres; j++) {
@@ -291,7 +292,7 @@ static cg_status lock_scopes(const struct cg_rpc_env *env, const char *tenant, s
             cg_scope_prefix(ids, level, &b->keys[nkeys++]);
     }
     int nrows = 0;
-    cg_status st = cg_store_batch_lock_scopes(env->store, tenant, b->keys, nkeys, b->rowbuf,
+    cg_status st = cg_store_batch_lock_scopes(env->svc.store, tenant, b->keys, nkeys, b->rowbuf,
                                               CG_BATCH_MAX * CG_PATH_ROWS_MAX, &nrows, serr);
     if (st != CG_OK)
         return st;
@@ -329,7 +330,7 @@ static cg_status check_keys(const struct cg_rpc_env *env, const char *tenant, st
         b->key_owner[nkeys++] = i;
     }
     cg_status st =
-        cg_store_batch_keys_used(env->store, tenant, b->keys_text, nkeys, b->key_used, serr);
+        cg_store_batch_keys_used(env->svc.store, tenant, b->keys_text, nkeys, b->key_used, serr);
     if (st != CG_OK)
         return st;
     for (int j = 0; j < nkeys; j++)
@@ -488,7 +489,7 @@ static void answer(struct batch *b, int i, int64_t now_ms)
 static void run_single(const struct cg_rpc_env *env, struct batch *b, int i)
 {
     struct item *it = b->items[i];
-    cg_store_set_deadline(env->store, it->call->deadline_ms);
+    cg_store_set_deadline(env->svc.store, it->call->deadline_ms);
     ProtobufCMessage *response = NULL;
     cg_status st;
     if (cg_mono_ms() >= it->call->deadline_ms)
@@ -558,7 +559,7 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
 {
     struct rows rows = {0};
     int n_new = 0, n_settle = 0, n_events = 0;
-    cg_status st = cg_store_begin(env->store, serr);
+    cg_status st = cg_store_begin(env->svc.store, serr);
     if (st == CG_OK)
         st = lock_reservations(env, tenant, b, serr);
     if (st == CG_OK)
@@ -566,7 +567,7 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
     if (st == CG_OK && !*whole_fallback)
         st = check_keys(env, tenant, b, serr);
     if (st != CG_OK || *whole_fallback) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         return st;
     }
     for (int i = 0; i < b->n; i++) {
@@ -578,7 +579,7 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
             decide_commit(env, b, &rows, i, &n_settle, &n_events);
     }
     if (n_new + n_settle == 0) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         return CG_OK;
     }
     n_events = coalesce_usage_events(b->events, n_events);
@@ -601,18 +602,18 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
         .n_events = n_events,
         .now_ms = now_ms,
     };
-    st = cg_store_batch_write(env->store, tenant, &w, serr);
+    st = cg_store_batch_write(env->svc.store, tenant, &w, serr);
     if (st == CG_OK)
-        st = cg_store_commit(env->store, serr);
+        st = cg_store_commit(env->svc.store, serr);
     if (st != CG_OK) {
-        cg_store_rollback(env->store);
+        cg_store_rollback(env->svc.store);
         return st;
     }
     /* The trigger bumped the row_version of each parent whose allocated_tokens it moved
      * (allocated_tokens itself was mirrored item by item). */
     cg_store_alloc_mirror(b->counters, n_counters, b->share0, false);
     /* The caches of CheckBudget learn the rows as committed (with their new row_version). */
-    cg_rpc_cache_written(env, tenant, b->counters, n_counters);
+    cg_cache_written(&env->svc, tenant, b->counters, n_counters);
     calibrate(env, tenant, b);
     return CG_OK;
 }
@@ -632,7 +633,7 @@ static void run_batch(const struct cg_rpc_env *env, const char *tenant, struct b
         else if (call->deadline_ms > latest)
             latest = call->deadline_ms;
     }
-    cg_store_set_deadline(env->store, latest);
+    cg_store_set_deadline(env->svc.store, latest);
     int64_t now_ms = cg_wall_ms();
     bool whole_fallback = false;
     int64_t t0 = cg_mono_ms();
@@ -658,7 +659,7 @@ static void run_batch(const struct cg_rpc_env *env, const char *tenant, struct b
     for (int i = 0; i < b->n; i++)
         if (b->state[i] == ITEM_FALLBACK)
             run_single(env, b, i);
-    cg_store_set_deadline(env->store, 0);
+    cg_store_set_deadline(env->svc.store, 0);
 }
 
 /* ------------------------------------------------------------------ the queue --- */
@@ -708,7 +709,7 @@ static void batch_give_back(struct cg_rpc_batcher *bt, struct batch *b)
 /* Leads the tenant's batches until its queue is empty, then frees the group. */
 static void lead(const struct cg_rpc_env *env, struct group *g, struct batch *b)
 {
-    struct cg_rpc_batcher *bt = env->batcher;
+    struct cg_rpc_batcher *bt = env->svc.batcher;
     for (;;) {
         pthread_mutex_lock(&bt->lock);
         int n = 0;
@@ -745,12 +746,12 @@ cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env 
     if (ids != NULL)
         it->ids = *ids;
 
-    struct cg_rpc_batcher *bt = env->batcher;
+    struct cg_rpc_batcher *bt = env->svc.batcher;
     struct group *mine = NULL;
     struct batch *b = NULL;
     pthread_mutex_lock(&bt->lock);
     struct group *g = group_find(bt, call->principal.tenant_id);
-    if (g == NULL && env->store == NULL) {
+    if (g == NULL && env->svc.store == NULL) {
         /* A completion-queue thread only joins a running batch: leading one takes a
          * store, so the transport runs the call again on the pool. */
         pthread_mutex_unlock(&bt->lock);

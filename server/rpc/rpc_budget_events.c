@@ -73,7 +73,7 @@ static cg_status append_levels(const struct cg_rpc_call *call, const struct cg_r
     if (count == 0)
         return CG_OK;
     (void)call;
-    return cg_store_events_append(env->store, call->principal.tenant_id, events, count,
+    return cg_store_events_append(env->svc.store, call->principal.tenant_id, events, count,
                                   cg_wall_ms(), serr);
 }
 

@@ -8,6 +8,7 @@
  * come from the scope's spent_* counters and last activity (migration 0011), by_model from the
  * ledger.
  */
+#include "service/cache.h"
 #include "rpc/rpc_budget.h"
 
 #include <inttypes.h>
@@ -97,13 +98,13 @@ cg_status cg_rpc_budget_close_scope(struct cg_rpc_call *call, const struct cg_rp
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
     /* The close, its SCOPE_CLOSED event and its audit row commit together (store_scopes.c). */
-    st = cg_store_scope_close_events(env->store, call->principal.tenant_id, &ids,
+    st = cg_store_scope_close_events(env->svc.store, call->principal.tenant_id, &ids,
                                      /* what the close did to the path (released holds, a
                                       * share returned) is worth the events of any write */
                                      cg_rpc_path_events, NULL, &audit, &closed, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
-    cg_rpc_cache_dropped(env, call->principal.tenant_id);
+    cg_cache_dropped(&env->svc, call->principal.tenant_id);
 
     Ctxguard__V1__CloseScopeResponse *resp =
         NEW(call, Ctxguard__V1__CloseScopeResponse, ctxguard__v1__close_scope_response__init);
@@ -145,7 +146,7 @@ static cg_status by_model_out(struct cg_rpc_call *call, const struct cg_rpc_env 
     int count = 0;
     struct cg_err serr;
     cg_err_clear(&serr);
-    cg_status st = cg_store_usage_by_model(env->store, call->principal.tenant_id, tree->nodes,
+    cg_status st = cg_store_usage_by_model(env->svc.store, call->principal.tenant_id, tree->nodes,
                                            tree->count, BY_MODEL_PER_NODE, m, cap, &count, &serr);
     if (st != CG_OK) {
         free(m);
@@ -196,7 +197,7 @@ cg_status cg_rpc_budget_get_usage(struct cg_rpc_call *call, const struct cg_rpc_
     struct cg_usage_tree tree;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_usage_tree(env->store, call->principal.tenant_id, &ids, (int)req->depth,
+    st = cg_store_usage_tree(env->svc.store, call->principal.tenant_id, &ids, (int)req->depth,
                              max_children, req->include_closed, &tree, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
@@ -454,7 +455,7 @@ cg_status cg_rpc_budget_list_scopes(struct cg_rpc_call *call, const struct cg_rp
     struct cg_scope_cursor next;
     struct cg_err serr;
     cg_err_clear(&serr);
-    st = cg_store_scope_list(env->store, call->principal.tenant_id, &f.parent, f.level,
+    st = cg_store_scope_list(env->svc.store, call->principal.tenant_id, &f.parent, f.level,
                              f.include_closed, f.order, has_after ? &after : NULL, limit, rows,
                              &count, &more, &next, &serr);
     if (st != CG_OK) {

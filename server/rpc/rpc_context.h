@@ -1,6 +1,6 @@
 /* rpc_context.h - what ContextService shares with the rest of rpc/: the calibration hook
- * that BudgetService's Commit and RecordUsage call once their write has committed, and the
- * loaded exact tokenizers. Internal to rpc/.
+ * that BudgetService's Commit and RecordUsage call once their write has committed. Internal
+ * to rpc/.
  */
 #ifndef CG_RPC_CONTEXT_H
 #define CG_RPC_CONTEXT_H
@@ -10,13 +10,9 @@
 #include "rpc/rpc.h"
 #include "store/store.h"
 
-/* The loaded exact tokenizer of encoding e (o200k_base or cl100k_base); NULL for any other
- * encoding or when env has none: count with the estimator then. (rpc_context_count.c) */
-const struct cg_tok_encoding *cg_rpc_tokenizer(const struct cg_rpc_env *env, cg_encoding e);
-
 /* Calibration, best effort (rpc_context_count.c): applies samples[0..n) (0..CG_BATCH_MAX;
  * each with an estimate_id CountTokens gave and the provider's count of that prompt; ids
- * that are empty or counts <= 0 are skipped) of the tenant through env->store in one
+ * that are empty or counts <= 0 are skipped) of the tenant through env->svc.store in one
  * statement, outside any transaction, after the budget write committed. Fills each sample's
  * updated and factor (false / 1.0 when skipped or on failure). Never fails: store trouble
  * is logged with request_id (may be NULL) and the budget call answers as usual. Must not be

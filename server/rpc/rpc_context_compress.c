@@ -25,6 +25,7 @@
 #include "rpc/rpc_context_state.h"
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_summary.h"
+#include "service/tokenizers.h"
 
 #define TOKENS_MAX 100000000
 #define RESERVED_MAX 10000000
@@ -94,7 +95,7 @@ static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_en
         (st = check_enum(call, "policy.strategy", strategy, 2)) != CG_OK)
         return st;
     const struct cg_preset *preset =
-        preset_id ? cg_preset_get(preset_id) : cg_preset_by_name(env->config->default_preset);
+        preset_id ? cg_preset_get(preset_id) : cg_preset_by_name(env->svc.config->default_preset);
     cg_compress_policy_defaults(p, strategy == 2 ? CG_STRATEGY_TRIMMING : CG_STRATEGY_SUMMARIZING,
                                 preset);
     if (rp == NULL)
@@ -505,7 +506,7 @@ cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_
         }
         cg_validate_result_free(&vr);
     }
-    struct cg_compress_count_state cs = {.enc = cg_rpc_tokenizer(env, model.encoding),
+    struct cg_compress_count_state cs = {.enc = cg_tokenizer(env->svc.tokenizers, model.encoding),
                                          .profile = model.profile};
     struct cg_compress_input in = {
         .conv = conv,
@@ -613,7 +614,7 @@ cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_
         NEW(call, Ctxguard__V1__CompressResponse, ctxguard__v1__compress_response__init);
     const struct cg_preset *preset = req->policy && req->policy->preset
                                          ? cg_preset_get((int)req->policy->preset)
-                                         : cg_preset_by_name(env->config->default_preset);
+                                         : cg_preset_by_name(env->svc.config->default_preset);
     if (resp == NULL) {
         st = OOM(call);
         goto out;
@@ -680,7 +681,7 @@ cg_status cg_rpc_context_validate(struct cg_rpc_call *call, const struct cg_rpc_
     bool defaulted;
     model_window(req->model[0] ? req->model : conv->model.ptr, req->context_window_tokens, &model,
                  &window, &defaulted);
-    struct cg_compress_count_state cs = {.enc = cg_rpc_tokenizer(env, model.encoding),
+    struct cg_compress_count_state cs = {.enc = cg_tokenizer(env->svc.tokenizers, model.encoding),
                                          .profile = model.profile};
     struct cg_compress_counter counter;
     cg_compress_counter_init(&counter, &cs, conv);

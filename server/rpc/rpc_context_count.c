@@ -35,7 +35,6 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "base/tokdata.h"
 #include "core/estimate.h"
 #include "core/models.h"
 #include "core/tok.h"
@@ -43,6 +42,7 @@
 #include "rpc/rpc_context.h"
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_handlers.h"
+#include "service/tokenizers.h"
 
 /* Requests up to this size are counted on the completion-queue thread (about a millisecond
  * of counting); larger ones go to the pool so that one big count does not stall the
@@ -53,52 +53,6 @@
 #define NAME_FRAMING 1
 #define TOOL_CALL_FRAMING 3
 #define REPLY_PRIMING 3 /* <|start|>assistant<|message|> */
-
-/* ------------------------------------------------------------------ tokenizers ----- */
-
-static cg_status load_one(const char *dir, const char *name, struct cg_tok_encoding **out,
-                          struct cg_err *err)
-{
-    struct cg_tokdata data;
-    cg_status st = cg_tokdata_load(dir, name, &data, err);
-    if (st != CG_OK)
-        return st;
-    struct cg_err terr;
-    cg_err_clear(&terr);
-    st = cg_tok_encoding_new(data.data, data.len, out, &terr);
-    cg_tokdata_cleanup(&data);
-    if (st == CG_NOMEM)
-        return cg_err_set(err, CG_NOMEM, "%s/%s.cgtok: out of memory", dir, name);
-    if (st != CG_OK)
-        return cg_err_set(err, CG_CONFIG, "%s/%s.cgtok: corrupt rank data: %s", dir, name,
-                          terr.msg);
-    return CG_OK;
-}
-
-cg_status cg_rpc_tokenizers_load(const char *dir, struct cg_rpc_tokenizers *out, struct cg_err *err)
-{
-    memset(out, 0, sizeof *out);
-    char default_dir[4096];
-    if (dir == NULL || dir[0] == '\0') {
-        cg_status st = cg_tokdata_default_dir(default_dir, sizeof default_dir, err);
-        if (st != CG_OK)
-            return st;
-        dir = default_dir;
-    }
-    cg_status st = load_one(dir, "cl100k_base", &out->cl100k_base, err);
-    if (st == CG_OK)
-        st = load_one(dir, "o200k_base", &out->o200k_base, err);
-    if (st != CG_OK)
-        cg_rpc_tokenizers_cleanup(out);
-    return st;
-}
-
-void cg_rpc_tokenizers_cleanup(struct cg_rpc_tokenizers *t)
-{
-    cg_tok_encoding_free(t->cl100k_base);
-    cg_tok_encoding_free(t->o200k_base);
-    memset(t, 0, sizeof *t);
-}
 
 /* ------------------------------------------------------------------ exact counts --- */
 
@@ -271,8 +225,8 @@ static void record_estimate(struct cg_rpc_call *call, const struct cg_rpc_env *e
         return;
     struct cg_err serr;
     cg_err_clear(&serr);
-    if (cg_store_estimate_record(env->store, call->principal.tenant_id, id, model, raw_total, cal,
-                                 &serr) != CG_OK) {
+    if (cg_store_estimate_record(env->svc.store, call->principal.tenant_id, id, model, raw_total,
+                                 cal, &serr) != CG_OK) {
         cg_log(CG_LOG_WARN, "count", call->request_id,
                "estimate not recorded (answered uncalibrated, without estimate_id): %s",
                cg_err_text(&serr));
@@ -333,22 +287,11 @@ static void tally_out(Ctxguard__V1__CountTokensResponse *resp, const struct tall
     resp->total_tokens = t->content + t->overhead + t->tools + t->images + t->text;
 }
 
-const struct cg_tok_encoding *cg_rpc_tokenizer(const struct cg_rpc_env *env, cg_encoding e)
-{
-    if (env->tokenizers == NULL)
-        return NULL;
-    if (e == CG_ENCODING_CL100K_BASE)
-        return env->tokenizers->cl100k_base;
-    if (e == CG_ENCODING_O200K_BASE)
-        return env->tokenizers->o200k_base;
-    return NULL;
-}
-
 static cg_status count_exact(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                              const Ctxguard__V1__CountTokensRequest *req, cg_encoding encoding,
                              const struct cg_conv *conv, Ctxguard__V1__CountTokensResponse *resp)
 {
-    const struct cg_tok_encoding *enc = cg_rpc_tokenizer(env, encoding);
+    const struct cg_tok_encoding *enc = cg_tokenizer(env->svc.tokenizers, encoding);
     if (enc == NULL)
         return cg_err_setr(&call->err, CG_UNAVAILABLE, CG_ERR_TOKENIZER_NOT_LOADED,
                            "the %s tokenizer is not loaded", cg_models_encoding_name(encoding));
@@ -433,7 +376,7 @@ static cg_status count_estimated(struct cg_rpc_call *call, const struct cg_rpc_e
 static void lookup_model(struct cg_rpc_call *call, const struct cg_rpc_env *env, const char *model,
                          struct cg_model_info *out)
 {
-    const char *text = env->config ? env->config->model_map : NULL;
+    const char *text = env->svc.config ? env->svc.config->model_map : NULL;
     if (text == NULL || text[0] == '\0') {
         cg_models_lookup(model, out);
         return;
@@ -456,8 +399,9 @@ cg_status cg_rpc_context_count_tokens(struct cg_rpc_call *call, const struct cg_
     lookup_model(call, env, req->model, &info);
     cg_encoding encoding = req->encoding != 0 ? (cg_encoding)req->encoding : info.encoding;
     /* On the completion-queue thread: only small exact counts (see INLINE_REQUEST_MAX). */
-    if (env->store == NULL && (encoding == CG_ENCODING_NONE ||
-                               protobuf_c_message_get_packed_size(request) > INLINE_REQUEST_MAX)) {
+    if (env->svc.store == NULL &&
+        (encoding == CG_ENCODING_NONE ||
+         protobuf_c_message_get_packed_size(request) > INLINE_REQUEST_MAX)) {
         return CG_NEEDS_POOL;
     }
 
@@ -498,11 +442,11 @@ void cg_rpc_calibrate(const struct cg_rpc_env *env, const char *tenant_id, const
         use[k] = &samples[i];
         batch[k++] = samples[i];
     }
-    if (k == 0 || env->store == NULL)
+    if (k == 0 || env->svc.store == NULL)
         return;
     struct cg_err serr;
     cg_err_clear(&serr);
-    if (cg_store_calibrate(env->store, tenant_id, batch, k, &serr) != CG_OK) {
+    if (cg_store_calibrate(env->svc.store, tenant_id, batch, k, &serr) != CG_OK) {
         cg_log(CG_LOG_WARN, "count", request_id,
                "calibration not updated (%d samples; the budget write stands): %s", k,
                cg_err_text(&serr));

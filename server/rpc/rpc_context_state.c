@@ -118,8 +118,8 @@ static cg_status load_history(struct cg_rpc_call *call, const struct cg_rpc_env 
         int count;
         bool more;
         cg_status st =
-            cg_store_ctx_history_page(env->store, call->principal.tenant_id, session_id, revision,
-                                      at, PAGE_MAX, rows, &count, &more, &serr);
+            cg_store_ctx_history_page(env->svc.store, call->principal.tenant_id, session_id,
+                                      revision, at, PAGE_MAX, rows, &count, &more, &serr);
         if (st != CG_OK) {
             free(rows);
             return store_error(call, &serr);
@@ -156,7 +156,7 @@ static cg_status put_messages(struct cg_rpc_call *call, const struct cg_rpc_env 
     struct cg_err serr = {0};
     for (size_t i = from; i < pk->n; i++) {
         int64_t tokens = counter->count_message(counter->ctx, &conv->messages[i]);
-        if (cg_store_ctx_history_put(env->store, call->principal.tenant_id, s->session_id,
+        if (cg_store_ctx_history_put(env->svc.store, call->principal.tenant_id, s->session_id,
                                      s->revision, (int64_t)i, pk->data[i], pk->len[i],
                                      pk->digest[i], tokens, s->compaction_id, &serr) != CG_OK)
             return store_error(call, &serr);
@@ -174,16 +174,16 @@ cg_status cg_rpc_ctx_begin(struct cg_rpc_call *call, const struct cg_rpc_env *en
         st = cg_rpc_session_check(call, req->session_id);
     if (st != CG_OK)
         return st;
-    if (env->store == NULL)
+    if (env->svc.store == NULL)
         return cg_err_set(&call->err, CG_UNAVAILABLE, "the session store is not available");
     snprintf(s->session_id, sizeof s->session_id, "%s", req->session_id);
     random_id("cmp_", s->compaction_id, sizeof s->compaction_id);
     struct cg_err serr = {0};
-    if (cg_store_begin(env->store, &serr) != CG_OK)
+    if (cg_store_begin(env->svc.store, &serr) != CG_OK)
         return store_error(call, &serr);
     s->active = true;
-    if (cg_store_ctx_session_lock(env->store, call->principal.tenant_id, s->session_id, &s->session,
-                                  &serr) != CG_OK) {
+    if (cg_store_ctx_session_lock(env->svc.store, call->principal.tenant_id, s->session_id,
+                                  &s->session, &serr) != CG_OK) {
         st = store_error(call, &serr);
         goto fail;
     }
@@ -263,7 +263,7 @@ cg_status cg_rpc_ctx_begin(struct cg_rpc_call *call, const struct cg_rpc_env *en
         st = OOM(call);
         goto fail;
     }
-    if (cg_store_ctx_history_digests(env->store, call->principal.tenant_id, s->session_id,
+    if (cg_store_ctx_history_digests(env->svc.store, call->principal.tenant_id, s->session_id,
                                      s->revision, cmp, digests, &found, &serr) != CG_OK) {
         free(digests);
         st = store_error(call, &serr);
@@ -466,8 +466,8 @@ done:
 
 void cg_rpc_ctx_abort(const struct cg_rpc_env *env, struct cg_rpc_ctx_state *s)
 {
-    if (s->active && env->store != NULL)
-        cg_store_rollback(env->store);
+    if (s->active && env->svc.store != NULL)
+        cg_store_rollback(env->svc.store);
     s->active = false;
 }
 
@@ -505,7 +505,7 @@ cg_status cg_rpc_ctx_finish(struct cg_rpc_call *call, const struct cg_rpc_env *e
         info.preview_bytes = (int64_t)a->preview_bytes;
         info.pii_redacted = s->artifacts_redacted;
         if (!req->dry_run &&
-            cg_store_ctx_artifact_put(env->store, call->principal.tenant_id, &info, a->content,
+            cg_store_ctx_artifact_put(env->svc.store, call->principal.tenant_id, &info, a->content,
                                       a->content_len, &serr) != CG_OK) {
             st = store_error(call, &serr);
             goto fail;
@@ -589,10 +589,11 @@ cg_status cg_rpc_ctx_finish(struct cg_rpc_call *call, const struct cg_rpc_env *e
         .affected = affected,
         .ms = ms,
     };
-    if (cg_store_ctx_compaction_put(env->store, call->principal.tenant_id, &cmp, &serr) != CG_OK ||
-        cg_store_ctx_session_update(env->store, call->principal.tenant_id, s->session_id, &upd,
+    if (cg_store_ctx_compaction_put(env->svc.store, call->principal.tenant_id, &cmp, &serr) !=
+            CG_OK ||
+        cg_store_ctx_session_update(env->svc.store, call->principal.tenant_id, s->session_id, &upd,
                                     &serr) != CG_OK ||
-        cg_store_commit(env->store, &serr) != CG_OK) {
+        cg_store_commit(env->svc.store, &serr) != CG_OK) {
         st = store_error(call, &serr);
         goto fail;
     }
@@ -655,7 +656,7 @@ cg_status cg_rpc_context_get_artifact(struct cg_rpc_call *call, const struct cg_
     struct cg_err serr = {0};
     memset(&info, 0, sizeof info);
     cg_status st =
-        cg_store_ctx_artifact_get(env->store, call->principal.tenant_id, req->artifact_id,
+        cg_store_ctx_artifact_get(env->svc.store, call->principal.tenant_id, req->artifact_id,
                                   req->offset, length, &info, &content, &len, &serr);
     /* An artifact of a session outside a scope-bound key is as unknown as another tenant's,
      * also when the offset is past its end (info is read then too). */
@@ -727,7 +728,7 @@ cg_status cg_rpc_context_list_artifacts(struct cg_rpc_call *call, const struct c
         return st;
     struct cg_ctx_session sess;
     struct cg_err serr = {0};
-    if (cg_store_ctx_session_get(env->store, call->principal.tenant_id, req->session_id, &sess,
+    if (cg_store_ctx_session_get(env->svc.store, call->principal.tenant_id, req->session_id, &sess,
                                  &serr) != CG_OK)
         return store_error(call, &serr);
     struct cg_ctx_artifact *rows = calloc((size_t)limit, sizeof *rows);
@@ -735,7 +736,7 @@ cg_status cg_rpc_context_list_artifacts(struct cg_rpc_call *call, const struct c
         return OOM(call);
     int count = 0;
     bool more;
-    if (cg_store_ctx_artifact_list(env->store, call->principal.tenant_id, req->session_id,
+    if (cg_store_ctx_artifact_list(env->svc.store, call->principal.tenant_id, req->session_id,
                                    req->tool_call_id, after, limit, rows, &count, &more,
                                    &serr) != CG_OK) {
         free(rows);
@@ -787,7 +788,7 @@ cg_status cg_rpc_context_get_history(struct cg_rpc_call *call, const struct cg_r
     }
     struct cg_ctx_session sess;
     struct cg_err serr = {0};
-    if (cg_store_ctx_session_get(env->store, call->principal.tenant_id, req->session_id, &sess,
+    if (cg_store_ctx_session_get(env->svc.store, call->principal.tenant_id, req->session_id, &sess,
                                  &serr) != CG_OK)
         return store_error(call, &serr);
     uint32_t revision = req->revision ? req->revision : sess.revision;
@@ -799,8 +800,8 @@ cg_status cg_rpc_context_get_history(struct cg_rpc_call *call, const struct cg_r
         return OOM(call);
     int count = 0;
     bool more;
-    if (cg_store_ctx_history_page(env->store, call->principal.tenant_id, req->session_id, revision,
-                                  from, limit, rows, &count, &more, &serr) != CG_OK) {
+    if (cg_store_ctx_history_page(env->svc.store, call->principal.tenant_id, req->session_id,
+                                  revision, from, limit, rows, &count, &more, &serr) != CG_OK) {
         free(rows);
         return store_error(call, &serr);
     }
@@ -866,7 +867,7 @@ cg_status cg_rpc_context_get_history(struct cg_rpc_call *call, const struct cg_r
         int64_t found = 0;
         uint8_t *tmp = malloc((size_t)HISTORY_MAX * 32);
         if (tmp != NULL &&
-            cg_store_ctx_history_digests(env->store, call->principal.tenant_id, req->session_id,
+            cg_store_ctx_history_digests(env->svc.store, call->principal.tenant_id, req->session_id,
                                          revision, HISTORY_MAX, tmp, &found, &serr) == CG_OK)
             resp->total_messages = found;
         free(tmp);
@@ -903,11 +904,11 @@ cg_status cg_rpc_context_get_stats(struct cg_rpc_call *call, const struct cg_rpc
     struct cg_ctx_session sess = {0};
     struct cg_err serr = {0};
     if (req->session_id[0] != '\0' &&
-        cg_store_ctx_session_get(env->store, call->principal.tenant_id, req->session_id, &sess,
+        cg_store_ctx_session_get(env->svc.store, call->principal.tenant_id, req->session_id, &sess,
                                  &serr) != CG_OK)
         return store_error(call, &serr);
     struct cg_ctx_stats t;
-    if (cg_store_ctx_stats(env->store, call->principal.tenant_id, req->session_id,
+    if (cg_store_ctx_stats(env->svc.store, call->principal.tenant_id, req->session_id,
                            req->since_unix_ms, req->until_unix_ms, &t, &serr) != CG_OK)
         return store_error(call, &serr);
     Ctxguard__V1__GetCompressionStatsResponse *resp =

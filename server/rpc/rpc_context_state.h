@@ -14,7 +14,7 @@
 
 /* What a stateful call carries from the history sync to the commit. */
 struct cg_rpc_ctx_state {
-    bool active; /* a session_id was given: a transaction is open on env->store */
+    bool active; /* a session_id was given: a transaction is open on env->svc.store */
     char session_id[CG_RPC_SESSION_ID_MAX + 1];
     char compaction_id[32];
     struct cg_ctx_session session; /* as stored before this call */

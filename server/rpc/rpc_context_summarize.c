@@ -22,6 +22,7 @@
 #include "rpc/rpc_context.h"
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_summary.h"
+#include "service/tokenizers.h"
 #include "store/store_context.h"
 
 #define LANGUAGE_MAX 35 /* characters of a BCP 47 tag */
@@ -189,8 +190,8 @@ static cg_status history_in(struct cg_rpc_call *call, const struct cg_rpc_env *e
     struct cg_err serr;
     cg_err_clear(&serr);
     struct cg_ctx_session sess;
-    cg_status st = cg_store_ctx_session_get(env->store, call->principal.tenant_id, req->session_id,
-                                            &sess, &serr);
+    cg_status st = cg_store_ctx_session_get(env->svc.store, call->principal.tenant_id,
+                                            req->session_id, &sess, &serr);
     if (st == CG_NOT_FOUND)
         return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_SESSION_NOT_FOUND,
                            "field 'session_id': no such session");
@@ -224,7 +225,7 @@ static cg_status history_in(struct cg_rpc_call *call, const struct cg_rpc_env *e
     for (int64_t at = from; at < to;) {
         int limit = to - at < HISTORY_PAGE ? (int)(to - at) : HISTORY_PAGE, count = 0;
         bool more = false;
-        st = cg_store_ctx_history_page(env->store, call->principal.tenant_id, req->session_id,
+        st = cg_store_ctx_history_page(env->svc.store, call->principal.tenant_id, req->session_id,
                                        sess.revision, at, limit, rows, &count, &more, &serr);
         if (st != CG_OK)
             return cg_rpc_store_error(call, &serr);
@@ -261,7 +262,8 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
     int kind = req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_UNSPECIFIED
                    ? CG_RPC_SUMMARIZER_AUTO
                    : (int)req->summarizer;
-    if (kind == CG_RPC_SUMMARIZER_LLM && (env->llm == NULL || !cg_llm_is_configured(env->llm)))
+    if (kind == CG_RPC_SUMMARIZER_LLM &&
+        (env->svc.llm == NULL || !cg_llm_is_configured(env->svc.llm)))
         return cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_LLM_NOT_CONFIGURED,
                            "field 'summarizer': LLM asked for but no LLM is configured "
                            "(llm_base_url)");
@@ -297,7 +299,7 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
                                        .focus = req->focus,
                                        .language = req->language,
                                        .profile = info.profile,
-                                       .enc = cg_rpc_tokenizer(env, info.encoding)};
+                                       .enc = cg_tokenizer(env->svc.tokenizers, info.encoding)};
     st = cg_rpc_summarize(call, env, red, &opts, &res);
     if (st != CG_OK)
         goto out;
@@ -312,9 +314,10 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
     resp->summarizer_used = (Ctxguard__V1__SummarizerKind)res.used;
     resp->fallback_reason = (Ctxguard__V1__SummaryFallbackReason)res.reason;
     resp->fallback_detail = cg_arena_strdup(call->arena, res.detail);
-    resp->llm_model = cg_arena_strdup(
-        call->arena,
-        res.llm_attempts > 0 || res.used == CG_RPC_SUMMARIZER_LLM ? env->config->llm_model : "");
+    resp->llm_model =
+        cg_arena_strdup(call->arena, res.llm_attempts > 0 || res.used == CG_RPC_SUMMARIZER_LLM
+                                         ? env->svc.config->llm_model
+                                         : "");
     resp->llm_attempts = res.llm_attempts;
     resp->chunks = res.chunks;
     resp->summary = cg_arena_strdup(call->arena, sum->text);

@@ -41,8 +41,8 @@ new_response(struct cg_rpc_call *call, Grpc__Health__V1__HealthCheckResponse__Se
 static Grpc__Health__V1__HealthCheckResponse__ServingStatus current(const struct cg_rpc_env *env,
                                                                     const char *service)
 {
-    bool up = strcmp(service, LIVENESS) == 0 ? !atomic_load(&env->health->draining)
-                                             : cg_health_is_serving(env->health);
+    bool up = strcmp(service, LIVENESS) == 0 ? !atomic_load(&env->svc.health->draining)
+                                             : cg_health_is_serving(env->svc.health);
     return up ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
               : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
 }

@@ -184,11 +184,11 @@ cg_status cg_rpc_tenant_redaction(struct cg_rpc_call *call, const struct cg_rpc_
 {
     *types = CG_PII_ALL;
     *artifacts = false;
-    if (call->principal.tenant_id[0] == '\0' || env->store == NULL)
+    if (call->principal.tenant_id[0] == '\0' || env->svc.store == NULL)
         return CG_OK;
     struct cg_tenant t;
     struct cg_err serr = {0};
-    cg_status st = cg_store_tenant_get(env->store, call->principal.tenant_id, &t, &serr);
+    cg_status st = cg_store_tenant_get(env->svc.store, call->principal.tenant_id, &t, &serr);
     if (st != CG_OK) {
         cg_log(CG_LOG_WARN, "summarize", call->request_id,
                "tenant settings unreadable (%s): every PII type is redacted", serr.msg);
@@ -208,8 +208,8 @@ static cg_status redactor_open(struct cg_rpc_call *call, const struct cg_rpc_env
     memset(r, 0, sizeof *r);
     cg_redact_options_init(&r->options);
     r->options.enabled = types != 0 ? types & CG_PII_ALL : CG_PII_ALL;
-    if (session_id != NULL && session_id[0] != '\0' && env->pseudonyms != NULL)
-        r->shared = pseudonyms_acquire(env->pseudonyms, call->principal.tenant_id, session_id);
+    if (session_id != NULL && session_id[0] != '\0' && env->svc.pseudonyms != NULL)
+        r->shared = pseudonyms_acquire(env->svc.pseudonyms, call->principal.tenant_id, session_id);
     if (r->shared != NULL) {
         r->session = &r->shared->session;
     } else {
@@ -227,7 +227,7 @@ static void redactor_close(const struct cg_rpc_env *env, struct redactor *r, boo
                            struct cg_redact_counts *counts)
 {
     if (r->shared != NULL)
-        pseudonyms_release(env->pseudonyms, r->shared);
+        pseudonyms_release(env->svc.pseudonyms, r->shared);
     free(r->own);
     cg_redact_buf_cleanup(&r->buf);
     if (ok && counts != NULL) {
@@ -579,7 +579,7 @@ cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *en
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'conversation': messages [%zu, %zu) of %zu to summarize",
                           opts->from, to, conv->n_messages);
-    bool llm_ready = env->llm != NULL && cg_llm_is_configured(env->llm);
+    bool llm_ready = env->svc.llm != NULL && cg_llm_is_configured(env->svc.llm);
     if (opts->kind == CG_RPC_SUMMARIZER_LLM && !llm_ready)
         return cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_LLM_NOT_CONFIGURED,
                            "field 'summarizer': LLM asked for but no LLM is configured "
@@ -603,7 +603,7 @@ cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *en
         snprintf(out->detail, sizeof out->detail, "no LLM is configured (llm_base_url)");
     } else {
         struct llm_run run = {.call = call,
-                              .llm = env->llm,
+                              .llm = env->svc.llm,
                               .language = language,
                               .focus = focus,
                               .target = opts->target_tokens,
@@ -611,8 +611,8 @@ cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *en
         if (call->deadline_ms > 0)
             run.deadline_ms = call->deadline_ms - FALLBACK_RESERVE_MS;
         char *text = NULL;
-        bool ok = llm_summarize(&run, conv, opts->from, to, chunk_bytes_for(env->config->llm_model),
-                                &text);
+        bool ok = llm_summarize(&run, conv, opts->from, to,
+                                chunk_bytes_for(env->svc.config->llm_model), &text);
         out->llm_attempts = run.attempts;
         out->chunks = run.chunks;
         if (ok) {

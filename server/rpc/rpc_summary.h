@@ -35,7 +35,7 @@ cg_status cg_rpc_tenant_redaction(struct cg_rpc_call *call, const struct cg_rpc_
  * summarizer reads (text, tool call arguments, tool results, reasoning) is redacted of the
  * types in `types` (a CG_PII_BIT mask; 0 means CG_PII_ALL); images are left out. With a
  * non-empty session_id the pseudonym table of (the caller's tenant, session_id) in
- * env->pseudonyms is used, so a value keeps its label across the session's requests;
+ * env->svc.pseudonyms is used, so a value keeps its label across the session's requests;
  * otherwise a table of the call's own. counts is added to. On error fills call->err (naming
  * `conversation`) and *out is NULL. */
 cg_status cg_rpc_redact_conv(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -79,7 +79,7 @@ struct cg_rpc_summary_result {
  * when it succeeds, else the extractive summary with the reason. EXTRACTIVE: the extractive
  * summary (reason REQUESTED). The LLM gets the call's deadline minus a reserve for the
  * fallback. out is initialised here; clean out->summary up also after an error. Runs on a
- * pool thread (env->llm). */
+ * pool thread (env->svc.llm). */
 cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                            const struct cg_conv *conv, const struct cg_rpc_summary_opts *opts,
                            struct cg_rpc_summary_result *out) CG_MUST_CHECK;

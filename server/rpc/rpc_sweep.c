@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "service/cache.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_budget.h"
 
@@ -74,9 +75,9 @@ bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired)
     *expired = 0;
     /* While PostgreSQL is known to be down (the probe logs that once) or the server
      * drains, a pass would only fail. */
-    if (env->health != NULL && !cg_health_is_serving(env->health))
+    if (env->svc.health != NULL && !cg_health_is_serving(env->svc.health))
         return false;
-    struct cg_store *store = env->store;
+    struct cg_store *store = env->svc.store;
     /* No call deadline: each statement is bounded by the statement timeout. */
     cg_store_set_deadline(store, 0);
     cg_store_set_request_id(store, "sweeper");
@@ -99,7 +100,7 @@ bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired)
             st = sweep_tenant(store, ids[i], now_ms, expired, &resets);
             /* Rows this pass changed are not at hand: the tenant's cached rows go. */
             if (*expired != expired_before || resets != resets_before)
-                cg_rpc_cache_dropped(env, ids[i]);
+                cg_cache_dropped(&env->svc, ids[i]);
             if (st != CG_OK)
                 ok = false;
             if (store_down(st))

@@ -24,7 +24,7 @@
 #include "base/log.h"
 #include "core/budget_events.h"
 #include "rpc/rpc_budget.h"
-#include "rpc/rpc_cache.h"
+#include "service/cache.h"
 
 #define MOD "watch"
 #define FEED_RING 1024    /* events buffered per watched tenant */
@@ -238,12 +238,12 @@ static void drop_announced_keys(const struct cg_rpc_env *env, struct cg_store_li
     struct cg_key_notice keys[CG_STORE_KEY_NOTICES_MAX];
     int nkeys = 0;
     if (cg_store_listener_keys(listener, keys, CG_STORE_KEY_NOTICES_MAX, &nkeys)) {
-        cg_cache_key_drop_all(env->cache);
+        cg_cache_key_drop_all(env->svc.cache);
         cg_log(CG_LOG_INFO, MOD, NULL, "every cached API key dropped (cg_keys)");
         return;
     }
     for (int i = 0; i < nkeys; i++) {
-        cg_cache_key_drop(env->cache, keys[i].tenant_id, keys[i].key_id);
+        cg_cache_key_drop(env->svc.cache, keys[i].tenant_id, keys[i].key_id);
         cg_log(CG_LOG_DEBUG, MOD, NULL, "API key %s of tenant %s dropped (cg_keys)", keys[i].key_id,
                keys[i].tenant_id);
     }
@@ -252,7 +252,7 @@ static void drop_announced_keys(const struct cg_rpc_env *env, struct cg_store_li
 bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *listener,
                         int timeout_ms)
 {
-    struct cg_watch_hub *hub = env->watch_hub;
+    struct cg_watch_hub *hub = env->svc.watch_hub;
     struct cg_event_notice *notices = hub->notices;
     struct cg_event *fetched = hub->fetched;
     struct cg_event_want *wants = hub->wants;
@@ -264,19 +264,19 @@ bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *
                                           &relistened, &err);
     if (st != CG_OK) {
         /* Writes of other replicas go unheard: the process's cache stops serving rows. */
-        cg_cache_set_live(env->cache, false);
+        cg_cache_set_live(env->svc.cache, false);
         /* PostgreSQL away: the streams still get their heartbeats; the caller pauses. */
-        if (env->wake_streams)
-            env->wake_streams(env->wake_ctx);
+        if (env->svc.wake_streams)
+            env->svc.wake_streams(env->svc.wake_ctx);
         return false;
     }
-    /* The cache hears of other replicas' writes here (rpc_cache.h): after a (re)connection
+    /* The cache hears of other replicas' writes here (service/cache.h): after a (re)connection
      * it forgets what it had, then each notice drops the rows of its path. */
     if (relistened)
-        cg_cache_set_live(env->cache, false);
-    cg_cache_set_live(env->cache, true);
+        cg_cache_set_live(env->svc.cache, false);
+    cg_cache_set_live(env->svc.cache, true);
     for (int i = 0; i < count; i++)
-        cg_cache_drop_path(env->cache, notices[i].tenant_id, &notices[i].ids);
+        cg_cache_drop_path(env->svc.cache, notices[i].tenant_id, &notices[i].ids);
     drop_announced_keys(env, listener);
     if (relistened) {
         /* Notifications sent while nobody listened are lost: read what the table has. */
@@ -322,8 +322,8 @@ bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *
         hub->listen_ok_ms = cg_wall_ms();
     else
         cg_log(CG_LOG_WARN, MOD, NULL, "reading events failed: %s", cg_err_text(&err));
-    if (env->wake_streams)
-        env->wake_streams(env->wake_ctx);
+    if (env->svc.wake_streams)
+        env->svc.wake_streams(env->svc.wake_ctx);
     return st == CG_OK; /* a failed read: pause, then catch up */
 }
 
@@ -338,7 +338,7 @@ struct throttle {
 };
 
 struct watch {
-    struct cg_watch_hub *hub; /* the process's (env->watch_hub), joined at the open */
+    struct cg_watch_hub *hub; /* the process's (env->svc.watch_hub), joined at the open */
     char tenant_id[CG_UUID_LEN + 1];
     struct cg_scope_ids ids;
     int level;
@@ -618,8 +618,8 @@ static cg_status decision_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     struct cg_approval a;
     struct cg_err serr;
     cg_err_clear(&serr);
-    cg_status st =
-        cg_store_approval_get(env->store, w->tenant_id, w->approval_id, cg_wall_ms(), &a, &serr);
+    cg_status st = cg_store_approval_get(env->svc.store, w->tenant_id, w->approval_id, cg_wall_ms(),
+                                         &a, &serr);
     /* One outside a scope-bound key's subtree is as unknown as another tenant's. */
     if (st == CG_NOT_FOUND ||
         (st == CG_OK && !cg_rpc_scope_reachable(&call->principal, a.ids.session_id, a.ids.task_id)))
@@ -654,7 +654,7 @@ static cg_status snapshot_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     memset(&tree, 0, sizeof tree);
     struct cg_err serr;
     cg_err_clear(&serr);
-    cg_status st = cg_store_usage_tree(env->store, w->tenant_id, &w->ids,
+    cg_status st = cg_store_usage_tree(env->svc.store, w->tenant_id, &w->ids,
                                        w->descendants && w->level < 4 ? 1 : 0, CG_STORE_PAGE_MAX,
                                        false, &tree, &serr);
     if (st != CG_OK)
@@ -747,11 +747,11 @@ cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *e
      * wait forever. Joined before the snapshot is read, so nothing falls between them. */
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    if (env->watch_hub == NULL) {
+    if (env->svc.watch_hub == NULL) {
         free(w);
         return cg_err_set(&call->err, CG_UNAVAILABLE, "WatchUsage is not served by this process");
     }
-    w->hub = env->watch_hub;
+    w->hub = env->svc.watch_hub;
     if (!feed_join(w->hub, w->tenant_id, &w->position)) {
         free(w);
         return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_SERVER_OVERLOADED,
@@ -763,14 +763,14 @@ cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *e
         return st;
     struct cg_err serr;
     cg_err_clear(&serr);
-    if (cg_store_event_seq(env->store, w->tenant_id, &w->ids, &w->start_seq, &serr) != CG_OK)
+    if (cg_store_event_seq(env->svc.store, w->tenant_id, &w->ids, &w->start_seq, &serr) != CG_OK)
         return cg_rpc_store_error(call, &serr);
     if (req->send_snapshot && (st = snapshot_in(call, env, w)) != CG_OK)
         return st;
     if (w->approval_id[0] != '\0' && (st = decision_in(call, env, w)) != CG_OK)
         return st;
     /* Delivery may not be running yet in a process that just started; it catches up. */
-    if (env->wake_streams)
-        env->wake_streams(env->wake_ctx);
+    if (env->svc.wake_streams)
+        env->svc.wake_streams(env->svc.wake_ctx);
     return CG_OK;
 }

@@ -504,14 +504,14 @@ static void pool_job(struct cg_job *job, void *thread_ctx)
         c->st = cg_err_set(&c->rc.err, CG_DEADLINE_EXCEEDED,
                            "deadline passed before the call could run");
     } else {
-        cg_store_set_deadline(env->store, c->rc.deadline_ms);
+        cg_store_set_deadline(env->svc.store, c->rc.deadline_ms);
         cg_status st;
         if (c->method->kind == CG_RPC_SERVER_STREAM)
             st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len, &c->stream_request,
                                     &c->stream);
         else
             st = cg_rpc_invoke(c->method, &c->rc, env, c->req, c->req_len, &c->resp, &c->resp_len);
-        cg_store_set_deadline(env->store, 0);
+        cg_store_set_deadline(env->svc.store, 0);
         /* Deferred: resume_deferred wakes the queue, perhaps already did; c may be gone. */
         if (st == CG_DEFERRED)
             return;
@@ -1076,10 +1076,10 @@ static void *pool_thread_init(void *arg, int index)
     if (ctx == NULL)
         return NULL;
     cg_app_env(srv->app, &ctx->env);
-    ctx->env.wake_streams = wake_streams_cb;
-    ctx->env.wake_ctx = srv;
-    ctx->env.store = cg_app_store_new(srv->app);
-    if (ctx->env.store == NULL) {
+    ctx->env.svc.wake_streams = wake_streams_cb;
+    ctx->env.svc.wake_ctx = srv;
+    ctx->env.svc.store = cg_app_store_new(srv->app);
+    if (ctx->env.svc.store == NULL) {
         free(ctx);
         return NULL;
     }
@@ -1087,10 +1087,10 @@ static void *pool_thread_init(void *arg, int index)
      * curl handle keeps its connection to the endpoint between calls. */
     if (index >= 0) {
         struct cg_err err = {0};
-        ctx->env.llm = cg_app_llm_new(srv->app, &err);
-        if (ctx->env.llm == NULL) {
+        ctx->env.svc.llm = cg_app_llm_new(srv->app, &err);
+        if (ctx->env.svc.llm == NULL) {
             cg_log(CG_LOG_ERROR, "transport", NULL, "cannot make the LLM client: %s", err.msg);
-            cg_store_free(ctx->env.store);
+            cg_store_free(ctx->env.svc.store);
             free(ctx);
             return NULL;
         }
@@ -1103,8 +1103,8 @@ static void pool_thread_cleanup(void *p)
     struct pool_ctx *ctx = p;
     if (ctx == NULL)
         return;
-    cg_store_free(ctx->env.store);
-    cg_llm_free(ctx->env.llm);
+    cg_store_free(ctx->env.svc.store);
+    cg_llm_free(ctx->env.svc.llm);
     free(ctx);
 }
 
@@ -1128,7 +1128,7 @@ static void *monitor_main(void *arg)
         pthread_mutex_unlock(&srv->monitor_lock);
         int64_t now = cg_mono_ms();
         if (now >= next_probe) {
-            cg_store_set_deadline(ctx->env.store, now + srv->cfg->pg_connect_timeout_ms);
+            cg_store_set_deadline(ctx->env.svc.store, now + srv->cfg->pg_connect_timeout_ms);
             if (cg_rpc_health_probe(&ctx->env))
                 wake_streams(srv);
             next_probe = now + srv->cfg->health_interval_ms;
@@ -1175,8 +1175,8 @@ static void *events_main(void *arg)
     }
     struct cg_rpc_env env;
     cg_app_env(srv->app, &env);
-    env.wake_streams = wake_streams_cb;
-    env.wake_ctx = srv;
+    env.svc.wake_streams = wake_streams_cb;
+    env.svc.wake_ctx = srv;
     /* With no events thread the cache is never live: nothing served from it as fresh. */
     while (!atomic_load(&srv->events_stop)) {
         if (cg_rpc_events_step(&env, listener, EVENTS_TICK_MS))
@@ -1358,8 +1358,8 @@ struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
         /* No store here; Reserve and Commit join a running batch from here through the
          * app's batcher (rpc_budget_batch.c). */
         cg_app_env(app, &w->env);
-        w->env.wake_streams = wake_streams_cb;
-        w->env.wake_ctx = srv;
+        w->env.svc.wake_streams = wake_streams_cb;
+        w->env.svc.wake_ctx = srv;
         cg_timer_heap_init(&w->timers);
         grpc_server_register_completion_queue(srv->server, w->cq, NULL);
     }

@@ -1,4 +1,4 @@
-"""CheckBudget's caches (server/rpc/rpc_cache.c, server/store/store_redis.c) with real
+"""CheckBudget's caches (server/service/cache.c, server/store/store_redis.c) with real
 servers: a second server process sees the writes of the first (invalidation across
 replicas through LISTEN/NOTIFY and the Redis rows), a revocation takes effect at once,
 Redis flushed or killed changes no answer and the cache refills, and PostgreSQL stopped

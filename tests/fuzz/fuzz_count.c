@@ -12,17 +12,17 @@
 #include "base/config.h"
 #include "ctxguard/v1/context.pb-c.h"
 #include "rpc/rpc_handlers.h"
+#include "service/tokenizers.h"
 
 static struct cg_config config;
-static struct cg_rpc_tokenizers tokenizers;
+static struct cg_tokenizers tokenizers;
 
 static void setup(void)
 {
     if (tokenizers.cl100k_base != NULL)
         return;
     struct cg_err err;
-    if (cg_config_init(&config) != CG_OK ||
-        cg_rpc_tokenizers_load(NULL, &tokenizers, &err) != CG_OK)
+    if (cg_config_init(&config) != CG_OK || cg_tokenizers_load(NULL, &tokenizers, &err) != CG_OK)
         abort();
 }
 
@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     setup();
     struct cg_arena *arena = cg_arena_new(4096, 64u << 20);
     struct cg_rpc_call call = {.arena = arena, .max_message_bytes = 4u << 20, .request_id = "fuzz"};
-    struct cg_rpc_env env = {.config = &config, .tokenizers = &tokenizers};
+    struct cg_rpc_env env = {.svc = {.config = &config, .tokenizers = &tokenizers}};
     ProtobufCMessage *msg = NULL;
     if (cg_rpc_decode(&call, &ctxguard__v1__count_tokens_request__descriptor, data + 1, size - 1,
                       &msg) == CG_OK) {

@@ -60,8 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
     }
     if (!m->blocking && m->kind != CG_RPC_SERVER_STREAM) {
-        struct cg_rpc_env env = {
-            .config = &config, .health = &health, .reflection = reflection, .prices = &prices};
+        struct cg_rpc_env env = {.svc = {.config = &config, .health = &health, .prices = &prices},
+                                 .reflection = reflection};
         cg_arena_reset(arena);
         cg_err_clear(&call.err);
         uint8_t *out;

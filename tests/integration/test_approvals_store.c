@@ -297,7 +297,7 @@ Test(approvals, the_sweeper_expires_due_approvals_and_only_those, .init = setup,
         request_at(s, t.tenant_id, cg_storetest_scope("s2", "", ""), 2, 1500, T0 + 5 * MINUTE, &B),
         CG_APPROVAL_OPENED);
 
-    struct cg_rpc_env env = {.store = s};
+    struct cg_rpc_env env = {.svc = {.store = s}};
     int expired = 0;
     cr_assert(cg_rpc_sweep(&env, T0 + 12 * MINUTE, &expired));
     PGconn *admin = cg_pgtest_connect(&T);

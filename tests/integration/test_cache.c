@@ -1,4 +1,4 @@
-/* test_cache.c - the process cache of CheckBudget (rpc/rpc_cache.h) and the Redis row cache
+/* test_cache.c - the process cache of CheckBudget (rpc/service/cache.h) and the Redis row cache
  * (store/store_redis.h): the version rule (a stale fill never wins), drops and tickets,
  * liveness, TTLs, bounds, the local allowance, the Redis text format under hostile input,
  * and the Redis script against a real Redis (newest row_version wins, generations).
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "pgtest.h"
-#include "rpc/rpc_cache.h"
+#include "service/cache.h"
 #include "store/store_redis.h"
 
 #define TENANT "0b0e5c2a-6d5f-4c44-9a53-1d2b3c4d5e6f"

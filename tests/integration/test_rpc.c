@@ -120,7 +120,7 @@ Test(rpc, unknown_fields_are_skipped_not_checked)
 
 static cg_status auth(const char *path, const char *header)
 {
-    struct cg_rpc_env env = {.config = &cfg};
+    struct cg_rpc_env env = {.svc = {.config = &cfg}};
     call.authorization = header;
     cg_err_clear(&call.err);
     return cg_rpc_authenticate(cg_rpc_find(path), &call, &env);

@@ -441,7 +441,7 @@ Test(sweep, a_pass_visits_every_tenant_page_by_page, .init = setup, .fini = tear
     cr_assert_not(due.expired);
 
     /* One pass of the server's sweeper settles all of them. */
-    struct cg_rpc_env env = {.store = s};
+    struct cg_rpc_env env = {.svc = {.store = s}};
     int expired = -1;
     cr_assert(cg_rpc_sweep(&env, later, &expired));
     cr_assert_eq(expired, 3);
@@ -596,7 +596,7 @@ Test(resets, the_sweeper_resets_a_tenant_nobody_calls_for, .init = setup, .fini 
     /* Tokyo's midnight of 2024-06-11 is 2024-06-10T15:00Z. */
     int64_t midnight = utc_ms(2024, 6, 10, 15, 0, 0);
 
-    struct cg_rpc_env env = {.store = s};
+    struct cg_rpc_env env = {.svc = {.store = s}};
     int expired = -1;
     cr_assert(cg_rpc_sweep(&env, midnight - 1000, &expired));
     cr_assert_eq(tenant_used(t.tenant_id), 300);

@@ -1,15 +1,15 @@
-/* rpc_cache.h - the process-wide in-memory cache behind CheckBudget's fast path: API keys
+/* cache.h - the process-wide in-memory cache behind CheckBudget's fast path: API keys
  * that authenticated, and budget rows (struct cg_budget_row, one per scope) with their
- * row_version. See rpc_cache.c for why it lives here and how it stays correct.
+ * row_version. See cache.c for why it lives here and how it stays correct.
  *
- * One struct cg_cache per server process, made and freed by its owner (the transport's
- * cg_server) and reached through cg_rpc_env.cache. Every function is thread-safe and never
+ * One struct cg_cache per server process, made and freed by its owner (the application
+ * object) and reached through cg_svc_env.cache. Every function is thread-safe and never
  * blocks on I/O: they may run on completion-queue threads. Bounded: at most
  * CG_CACHE_KEYS_MAX keys and CG_CACHE_ROWS_MAX rows (the oldest go first), fixed memory
  * allocated by cg_cache_new.
  *
  * Staleness (what a hit may be behind PostgreSQL):
- *   - writes committed by this process: none (cg_rpc_cache_written, after every commit);
+ *   - writes committed by this process: none (cg_cache_written, after every commit);
  *   - writes of other replicas that emit a WatchUsage event (threshold crossings,
  *     warnings, exhaustion, budget changes, resets, closes, approvals): the time the
  *     NOTIFY takes to arrive (cg_cache_drop_path from the events thread);
@@ -23,13 +23,14 @@
  * Stale rows stay readable for the on_store_failure policy (cg_cache_path_get with
  * allow_stale), which is what they are kept for during a PostgreSQL outage.
  */
-#ifndef CG_RPC_CACHE_H
-#define CG_RPC_CACHE_H
+#ifndef CG_SERVICE_CACHE_H
+#define CG_SERVICE_CACHE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "service/service.h"
 #include "store/store.h"
 
 #define CG_CACHE_KEYS_MAX 4096
@@ -144,5 +145,20 @@ struct cg_cache_stats {
 
 /* A snapshot of the counters. NULL cache: zeros. */
 void cg_cache_stats(const struct cg_cache *cache, struct cg_cache_stats *out);
+
+/* After every successful commit that changed scope rows: rows[0..n) (one tenant, as they
+ * are after the commit, row_version included: what cg_store_path_read with lock and
+ * cg_store_path_add left in the caller's array) replace the cached ones in env->cache
+ * (this process: CheckBudget sees the write at once) and in Redis through env->store (for
+ * the other replicas; best effort, one round trip). The newest row_version wins, so calls
+ * racing each other or a fill cannot go backwards. Never fails; rows with row_version 0
+ * are ignored. Call it on the thread that committed, after the commit (never before: a
+ * rolled-back write must not be cached), also from batched paths, once per tenant. */
+void cg_cache_written(const struct cg_svc_env *env, const char *tenant_id,
+                      const struct cg_budget_row *rows, int n);
+
+/* For committed writes that do not have their rows at hand (sweeper, CloseScope,
+ * ResolveApproval): drops every cached row of the tenant, here and in Redis. */
+void cg_cache_dropped(const struct cg_svc_env *env, const char *tenant_id);
 
 #endif

@@ -1,13 +1,13 @@
-/* rpc_cache.c - the in-memory cache of keys and budget rows that lets CheckBudget answer
- * on a completion-queue thread (see rpc_cache.h for the contract and the staleness bound).
+/* cache.c - the in-memory cache of keys and budget rows that lets CheckBudget answer
+ * on a completion-queue thread (see cache.h for the contract and the staleness bound).
  *
- * Why in rpc/ and not in store/: a cg_store is one pool thread's connections and is
+ * Why in service/ and not in store/: a cg_store is one pool thread's connections and is
  * never shared, while this cache is shared by every thread of the process, completion-
  * queue threads included, which have no store at all. What it holds are the values the
- * rpc layer decides on (the authenticated principal's key entry, the rows of a path), and
- * the rpc layer is where every write commits (cg_rpc_cache_written) and where the events
+ * services decide on (the authenticated principal's key entry, the rows of a path), and
+ * the services are where every write commits (cg_cache_written) and where the events
  * thread's notifications arrive; store/ stays "connections, one thread each". The object
- * itself is owned by the transport (no globals here).
+ * itself is owned by the application object (app/app.h; no globals here).
  *
  * Layout: two tables (keys, rows), each SHARDS shards with a mutex, a fixed array of
  * entries and a bucket array of chains (indexes), so that threads rarely meet on a lock
@@ -33,7 +33,7 @@
  * closes, approvals); a NOTIFY on every write would make every write transaction take
  * PostgreSQL's database-wide notify lock at commit, which serializes the commits of all
  * writers (no group commit) and would cap the durable write path that is being batched.
- * The writer updates the Redis rows instead (cg_rpc_cache_written), so a replica whose
+ * The writer updates the Redis rows instead (cg_cache_written), so a replica whose
  * row expired re-reads the newest value from Redis without touching PostgreSQL.
  * Listener down: the cache stops serving (cg_cache_set_live) rather than serving within
  * a TTL, because an outage of the LISTEN connection usually means PostgreSQL is away
@@ -50,7 +50,7 @@
  * the one from before the revocation, if the revoking replica has not overwritten it yet
  * or failed to.
  */
-#include "rpc/rpc_cache.h"
+#include "service/cache.h"
 
 #include <stddef.h>
 
@@ -61,7 +61,6 @@
 #include <string.h>
 
 #include "base/clock.h"
-#include "rpc/rpc.h"
 
 #define SHARDS 64
 #define NAME_MAX_BYTES (CG_UUID_LEN + 3 * (CG_SCOPE_ID_MAX + 1) + 8)
@@ -622,10 +621,10 @@ void cg_cache_stats(const struct cg_cache *cache, struct cg_cache_stats *out)
     out->key_misses = atomic_load(&cache->key_misses);
 }
 
-/* ---------------------------------------------------------------- rpc glue -------- */
+/* ---------------------------------------------------------------- after writes ---- */
 
-void cg_rpc_cache_written(const struct cg_rpc_env *env, const char *tenant_id,
-                          const struct cg_budget_row *rows, int n)
+void cg_cache_written(const struct cg_svc_env *env, const char *tenant_id,
+                      const struct cg_budget_row *rows, int n)
 {
     if (env == NULL || rows == NULL || n < 1 || n > 4)
         return;
@@ -635,7 +634,7 @@ void cg_rpc_cache_written(const struct cg_rpc_env *env, const char *tenant_id,
         cg_store_cache_rows_put(env->store, tenant_id, rows, n, -1);
 }
 
-void cg_rpc_cache_dropped(const struct cg_rpc_env *env, const char *tenant_id)
+void cg_cache_dropped(const struct cg_svc_env *env, const char *tenant_id)
 {
     if (env == NULL)
         return;
