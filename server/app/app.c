@@ -8,6 +8,7 @@
 #include "rpc/reflection.h"
 #include "service/cache.h"
 #include "service/tokenizers.h"
+#include "service/watch.h"
 
 #define PSEUDONYM_SESSIONS 64 /* sessions whose redaction labels are remembered (~130 KB each) */
 

@@ -29,7 +29,6 @@ struct cg_tok_encoding;
 
 struct cg_llm;
 struct cg_rpc_pseudonyms;
-struct cg_watch_hub;
 
 typedef enum {
     CG_RPC_UNARY,
@@ -64,6 +63,15 @@ struct cg_rpc_call {
      * arena), then the call belongs to the transport again. NULL: not deferrable. */
     void (*resume)(struct cg_rpc_call *call, cg_status st, uint8_t *out, size_t out_len);
 };
+
+/* The call as one operation of a service (service/service.h), borrowing the call's arena,
+ * request id, deadline, principal and error for the length of the service call. */
+static inline struct cg_op cg_rpc_op(struct cg_rpc_call *call)
+{
+    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
+                       &call->err};
+    return op;
+}
 
 typedef cg_status (*cg_rpc_handler_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                        const ProtobufCMessage *request,
@@ -188,13 +196,6 @@ void cg_rpc_pseudonyms_free(struct cg_rpc_pseudonyms *p);
 struct cg_rpc_batcher *cg_rpc_batcher_new(void);
 void cg_rpc_batcher_free(struct cg_rpc_batcher *batcher);
 
-/* WatchUsage's fan-out (rpc_watch.c; env->svc.watch_hub): per watched tenant a bounded ring of
- * its committed events, fed by one events thread (cg_rpc_events_step) and read by the
- * streams' polls. Thread-safe; freed after the events thread and every stream are gone
- * (feeds still joined are freed with it). NULL when out of memory. */
-struct cg_watch_hub *cg_watch_hub_new(void);
-void cg_watch_hub_free(struct cg_watch_hub *hub);
-
 /* Answers a deferred call (see cg_rpc_call.resume): encodes response when st is CG_OK
  * (or fills call->err with st's text when the handler left it empty) and hands the call
  * back to the transport. Any thread; the call must not be touched afterwards. */
@@ -221,16 +222,5 @@ bool cg_rpc_health_probe(const struct cg_rpc_env *env);
  * the health state is NOT_SERVING (nothing is tried) or a store error stopped part of the
  * pass (logged). Not thread-safe: env->svc.store is the calling thread's. */
 bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired);
-
-/* One step of WatchUsage's delivery (rpc_watch.c), for the one thread of the process that
- * owns listener and feeds env->svc.watch_hub (never NULL here; one thread per hub): waits up to
- * timeout_ms for notifications of committed events (and of revoked API keys, which it drops from
- * the process's key cache), fetches the new events of the tenants watched in this process into the
- * hub (after a reconnection: catches up from the table) and wakes the streams through
- * env->svc.wake_streams, also when nothing arrived (heartbeats are due by time). Logs store
- * trouble and returns false when PostgreSQL is away, so that the caller pauses (for
- * timeout_ms) before the next step; the caller loops until it stops. */
-bool cg_rpc_events_step(const struct cg_rpc_env *env, struct cg_store_listener *listener,
-                        int timeout_ms);
 
 #endif

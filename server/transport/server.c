@@ -32,6 +32,7 @@
 #include "base/timerheap.h"
 #include "llm/llm.h"
 #include "rpc/rpc.h"
+#include "service/watch.h"
 #include "store/store.h"
 #include "transport/status_details.h"
 
@@ -94,7 +95,7 @@ struct cg_server {
     pthread_mutex_t streams_lock;
     struct call *streams;
 
-    /* WatchUsage's delivery: one LISTEN connection, one thread (cg_rpc_events_step). */
+    /* WatchUsage's delivery: one LISTEN connection, one thread (service/watch.h cg_events_step). */
     pthread_t events;
     bool events_started;
     atomic_bool events_stop;
@@ -1179,7 +1180,7 @@ static void *events_main(void *arg)
     env.svc.wake_ctx = srv;
     /* With no events thread the cache is never live: nothing served from it as fresh. */
     while (!atomic_load(&srv->events_stop)) {
-        if (cg_rpc_events_step(&env, listener, EVENTS_TICK_MS))
+        if (cg_events_step(&env.svc, listener, EVENTS_TICK_MS))
             continue;
         /* PostgreSQL away: pause one tick before retrying; shutdown cuts the pause short. */
         struct timespec until;

@@ -1,5 +1,5 @@
 """A revoked API key is refused by every replica (migrations/0017_key_revocation_notify.sql,
-server/rpc/rpc_watch.c, server/service/cache.c): two server processes on one database
+server/service/watch.c, server/service/cache.c): two server processes on one database
 schema and one Redis; the key is cached on B and revoked through A (or by SQL). With the
 cg_keys notification B refuses it within a second; with the trigger silenced B accepts
 it until its key_cache_ttl_s runs out, and then refuses it; a Redis entry left valid (a
