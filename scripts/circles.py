@@ -5,6 +5,9 @@ The graph is the linker's, read from the object files of a build: file A depends
 when A.o has an undefined symbol that B.o defines (`nm -g --defined-only` and `nm -u`).
 A circle is a strongly connected component with more than one file (or more than one
 folder: base, core, store, llm, service, rpc, app, transport, and main for server/main.c).
+Generated code that a layer's library compiles (build/gen/<file>, e.g. rpc's method table,
+which names every handler) counts as that layer's file and is shown as <layer>/gen/<file>;
+the protobuf-c messages (library cg_proto, below every layer) are left out.
 
 Prints every circle, then checks them against KNOWN_CIRCLES below: a circle that is not
 inside a known one (a new circle, or a known one that grew) fails with exit status 1;
@@ -47,7 +50,8 @@ def nm(obj, flags):
 
 
 def objects(build, root):
-    """{source path relative to server/: object path} for every server/ source built."""
+    """{source path relative to server/ (generated: <layer>/gen/<file>): object path} for every
+    server/ source built and every generated source of a layer's library (cg_<layer>)."""
     found = {}
     for dirpath, _, files in os.walk(os.path.join(build, "CMakeFiles")):
         for name in files:
@@ -55,13 +59,29 @@ def objects(build, root):
                 continue
             obj = os.path.join(dirpath, name)
             rel = obj.split(os.sep + "server" + os.sep, 1)
-            if len(rel) != 2:
-                continue  # generated code, tests, the client
-            src = rel[1][: -len(".o")]
-            # An object left behind by a file that no longer exists is not part of the code.
-            if os.path.exists(os.path.join(root, "server", src)):
-                found[src] = obj
+            if len(rel) == 2:
+                src = rel[1][: -len(".o")]
+                # An object left behind by a file that no longer exists is not part of the code.
+                if os.path.exists(os.path.join(root, "server", src)):
+                    found[src] = obj
+                continue
+            generated = generated_source(build, obj)
+            if generated is not None:
+                found[generated] = obj
     return found
+
+
+def generated_source(build, obj):
+    """<layer>/gen/<file> for an object of build/gen/<file> compiled by the library of a
+    layer (CMakeFiles/cg_<layer>.dir/gen/...), else None (tests, the client, cg_proto)."""
+    rel = os.path.relpath(obj, os.path.join(build, "CMakeFiles")).split(os.sep)
+    if len(rel) < 3 or rel[1] != "gen" or not rel[0].startswith("cg_"):
+        return None
+    layer = rel[0][len("cg_"):].removesuffix(".dir")
+    src = "/".join(rel[2:]).removesuffix(".o")
+    if layer not in FOLDERS or not os.path.exists(os.path.join(build, "gen", src)):
+        return None  # not a layer's, or left behind by a generator that no longer writes it
+    return f"{layer}/gen/{src}"
 
 
 def file_graph(objs):

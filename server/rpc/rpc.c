@@ -519,19 +519,3 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
     }
     return st;
 }
-
-bool cg_rpc_health_probe(const struct cg_rpc_env *env)
-{
-    struct cg_err err;
-    cg_err_clear(&err);
-    cg_status st = cg_store_ping(env->svc.store, &err);
-    bool changed = cg_health_set_store_ok(env->svc.health, st == CG_OK);
-    if (changed) {
-        if (st == CG_OK)
-            cg_log(CG_LOG_INFO, "health", NULL, "PostgreSQL reachable: SERVING");
-        else
-            cg_log(CG_LOG_WARN, "health", NULL, "PostgreSQL unreachable: NOT_SERVING (%s)",
-                   cg_err_text(&err));
-    }
-    return changed;
-}

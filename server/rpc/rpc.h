@@ -208,10 +208,6 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
                              ProtobufCMessage **request,
                              struct cg_rpc_stream *stream) CG_MUST_CHECK;
 
-/* Probes PostgreSQL through env->svc.store and records the result in env->svc.health.
- * Returns whether the serving state changed. */
-bool cg_rpc_health_probe(const struct cg_rpc_env *env);
-
 /* One pass of the sweeper (rpc_sweep.c) through env->svc.store at now_ms (unix ms; cg_wall_ms()
  * in production): for every tenant, applies the budget reset that is due and settles the
  * reservations that expired at or before now_ms as EXPIRED, returning their holds to every

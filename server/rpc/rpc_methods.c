@@ -19,9 +19,3 @@ const struct cg_rpc_method *cg_rpc_find(const char *path)
             return &cg_rpc_method_table[i];
     return NULL;
 }
-
-const char *const *cg_rpc_services(size_t *count)
-{
-    *count = cg_rpc_service_count;
-    return cg_rpc_service_names;
-}

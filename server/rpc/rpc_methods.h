@@ -12,7 +12,8 @@
 extern const struct cg_rpc_method cg_rpc_method_table[];
 extern const size_t cg_rpc_method_count;
 
-/* The distinct services of the table, in table order. */
+/* The distinct services of the table, in table order (build/gen/rpc_services_gen.c, a file
+ * of their own: it names no handler). */
 extern const char *const cg_rpc_service_names[];
 extern const size_t cg_rpc_service_count;
 

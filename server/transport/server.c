@@ -32,6 +32,7 @@
 #include "base/timerheap.h"
 #include "llm/llm.h"
 #include "rpc/rpc.h"
+#include "service/health.h"
 #include "service/watch.h"
 #include "store/store.h"
 #include "transport/status_details.h"
@@ -1130,7 +1131,7 @@ static void *monitor_main(void *arg)
         int64_t now = cg_mono_ms();
         if (now >= next_probe) {
             cg_store_set_deadline(ctx->env.svc.store, now + srv->cfg->pg_connect_timeout_ms);
-            if (cg_rpc_health_probe(&ctx->env))
+            if (cg_health_probe(&ctx->env.svc))
                 wake_streams(srv);
             next_probe = now + srv->cfg->health_interval_ms;
         }
