@@ -35,10 +35,6 @@ KNOWN_CIRCLES = [
         "rpc/rpc_budget_events.c",
         "rpc/rpc_context_count.c",
     },
-    # The conversation JSON dispatcher calls each dialect, and the dialects call the shared
-    # readers and writers (cg__cj_*) that live in the dispatcher's file; moving those into a
-    # file of their own ends it.
-    {"core/conv_json.c", "core/conv_json_anthropic.c", "core/conv_json_openai.c"},
 ]
 
 FOLDERS = ("base", "core", "store", "llm", "service", "rpc", "app", "transport")

@@ -1,6 +1,8 @@
-/* conv_json_internal.h - what the three files of the JSON conversions share (conv_json.c:
- * paths, errors, helpers and the two entry points; conv_json_openai.c; conv_json_anthropic.c).
- * Internal to core/conv_json*.c; see conv_json.h for the contract.
+/* conv_json_internal.h - what the files of the JSON conversions share (conv_json_common.c:
+ * paths, errors, reading and writing helpers, base64; conv_json.c: the pre-scan and the two
+ * entry points; conv_json_openai.c; conv_json_anthropic.c). Calls go one way: conv_json.c ->
+ * the formats -> conv_json_common.c. Internal to core/conv_json*.c; see conv_json.h for the
+ * contract.
  */
 #ifndef CG_CORE_CONV_JSON_INTERNAL_H
 #define CG_CORE_CONV_JSON_INTERNAL_H
