@@ -45,7 +45,6 @@ KNOWN_LONG = {
     "store/store_pg_batch.c: cg_pg_batch_write",
     "store/store_pg_budget.c: cg_pg_budget_put",
     "store/store_pg_scopes.c: cg_pg_scope_close",
-    "transport/server.c: cg_server_start",
 }
 
 NAME = re.compile(r"([A-Za-z_]\w*)\s*\(")

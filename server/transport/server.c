@@ -1267,16 +1267,14 @@ static grpc_server_credentials *make_credentials(const struct cg_config *cfg, st
 
 /* ---------------------------------------------------------------- start/stop ------- */
 
-struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
+/* The server object with its locks and condition variables (on the monotonic clock). */
+static struct cg_server *server_new(struct cg_app *app)
 {
     struct cg_server *srv = calloc(1, sizeof *srv);
-    if (srv == NULL) {
-        cg_err_set(err, CG_NOMEM, "out of memory");
+    if (srv == NULL)
         return NULL;
-    }
-    const struct cg_config *cfg = app->config;
     srv->app = app;
-    srv->cfg = cfg;
+    srv->cfg = app->config;
     srv->health = &app->health;
     atomic_init(&srv->stopping, false);
     pthread_mutex_init(&srv->live_lock, NULL);
@@ -1288,26 +1286,13 @@ struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&srv->streams_lock, NULL);
     pthread_mutex_init(&srv->monitor_lock, NULL);
+    return srv;
+}
 
-    grpc_init();
-
-    srv->nworkers = (int)cfg->workers;
-    if (srv->nworkers == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        srv->nworkers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
-    }
-
-    struct cg_pool_opts popts = {
-        .threads = (int)cfg->io_threads,
-        .max_queue = (size_t)cfg->io_threads * POOL_QUEUE_PER_THREAD,
-        .thread_init = pool_thread_init,
-        .thread_cleanup = pool_thread_cleanup,
-        .arg = srv,
-    };
-    srv->pool = cg_pool_new(&popts, err);
-    if (srv->pool == NULL)
-        goto fail;
-
+/* The gRPC server with its message caps, and every method of the table registered. */
+static cg_status create_grpc_server(struct cg_server *srv, struct cg_err *err)
+{
+    const struct cg_config *cfg = srv->cfg;
     grpc_arg args[3];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -1330,10 +1315,8 @@ struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
 
     srv->methods = cg_rpc_methods(&srv->nmethods);
     srv->handles = calloc(srv->nmethods, sizeof *srv->handles);
-    if (srv->handles == NULL) {
-        cg_err_set(err, CG_NOMEM, "out of memory");
-        goto fail;
-    }
+    if (srv->handles == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory");
     for (size_t i = 0; i < srv->nmethods; i++) {
         const struct cg_rpc_method *m = &srv->methods[i];
         srv->handles[i] = grpc_server_register_method(
@@ -1341,17 +1324,18 @@ struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
             m->kind == CG_RPC_BIDI_EACH ? GRPC_SRM_PAYLOAD_NONE
                                         : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
             0);
-        if (srv->handles[i] == NULL) {
-            cg_err_set(err, CG_INTERNAL, "cannot register method %s", m->path);
-            goto fail;
-        }
+        if (srv->handles[i] == NULL)
+            return cg_err_set(err, CG_INTERNAL, "cannot register method %s", m->path);
     }
+    return CG_OK;
+}
 
+/* The completion-queue threads' state (not started yet), each queue registered. */
+static cg_status make_workers(struct cg_server *srv, struct cg_err *err)
+{
     srv->workers = calloc((size_t)srv->nworkers, sizeof *srv->workers);
-    if (srv->workers == NULL) {
-        cg_err_set(err, CG_NOMEM, "out of memory");
-        goto fail;
-    }
+    if (srv->workers == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory");
     for (int i = 0; i < srv->nworkers; i++) {
         struct worker *w = &srv->workers[i];
         w->srv = srv;
@@ -1359,49 +1343,58 @@ struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
         w->cq = grpc_completion_queue_create_for_next(NULL);
         /* No store here; Reserve and Commit join a running batch from here through the
          * app's batcher (rpc_budget_batch.c). */
-        cg_app_env(app, &w->env);
+        cg_app_env(srv->app, &w->env);
         w->env.svc.wake_streams = wake_streams_cb;
         w->env.svc.wake_ctx = srv;
         cg_timer_heap_init(&w->timers);
         grpc_server_register_completion_queue(srv->server, w->cq, NULL);
     }
+    return CG_OK;
+}
 
+/* Binds the listen address (with TLS when configured). */
+static cg_status listen_on(struct cg_server *srv, struct cg_err *err)
+{
+    const struct cg_config *cfg = srv->cfg;
     grpc_server_credentials *creds = make_credentials(cfg, err);
     if (creds == NULL)
-        goto fail;
+        return CG_CONFIG; /* err says why */
     srv->port = grpc_server_add_http2_port(srv->server, cfg->listen, creds);
     grpc_server_credentials_release(creds);
-    if (srv->port == 0) {
-        cg_err_set(err, CG_CONFIG,
-                   "config key 'listen': cannot listen on '%.80s' (is another process "
-                   "listening on that port?)",
-                   cfg->listen);
-        goto fail;
-    }
-    grpc_server_start(srv->server);
+    if (srv->port == 0)
+        return cg_err_set(err, CG_CONFIG,
+                          "config key 'listen': cannot listen on '%.80s' (is another process "
+                          "listening on that port?)",
+                          cfg->listen);
+    return CG_OK;
+}
 
+/* Every queue's request slots: slots_per_method for each method, and the generic ones. */
+static cg_status post_slots(struct cg_server *srv, struct cg_err *err)
+{
     for (int i = 0; i < srv->nworkers; i++) {
         struct worker *w = &srv->workers[i];
         for (size_t m = 0; m < srv->nmethods; m++)
-            for (int k = 0; k < cfg->slots_per_method; k++)
-                if (!add_slot(w, &srv->methods[m], srv->handles[m])) {
-                    cg_err_set(err, CG_INTERNAL, "cannot post request slots");
-                    goto fail_started;
-                }
+            for (int k = 0; k < srv->cfg->slots_per_method; k++)
+                if (!add_slot(w, &srv->methods[m], srv->handles[m]))
+                    return cg_err_set(err, CG_INTERNAL, "cannot post request slots");
         for (int k = 0; k < GENERIC_SLOTS; k++)
-            if (!add_slot(w, NULL, NULL)) {
-                cg_err_set(err, CG_INTERNAL, "cannot post request slots");
-                goto fail_started;
-            }
+            if (!add_slot(w, NULL, NULL))
+                return cg_err_set(err, CG_INTERNAL, "cannot post request slots");
     }
+    return CG_OK;
+}
+
+/* The completion-queue threads, then the monitor and events threads. */
+static cg_status start_threads(struct cg_server *srv, struct cg_err *err)
+{
     for (int i = 0; i < srv->nworkers; i++) {
         int rc = pthread_create(&srv->workers[i].thread, NULL, worker_main, &srv->workers[i]);
         if (rc != 0) {
-            cg_err_set(err, CG_IO, "cannot start completion-queue thread: %s", strerror(rc));
-            /* Threads already running are stopped by the shutdown below. */
+            /* Threads already running are stopped by the caller's shutdown. */
             for (int j = i; j < srv->nworkers; j++)
                 srv->workers[j].thread = 0;
-            goto fail_started;
+            return cg_err_set(err, CG_IO, "cannot start completion-queue thread: %s", strerror(rc));
         }
     }
     if (pthread_create(&srv->monitor, NULL, monitor_main, srv) == 0)
@@ -1409,13 +1402,13 @@ struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
     atomic_init(&srv->events_stop, false);
     if (pthread_create(&srv->events, NULL, events_main, srv) == 0)
         srv->events_started = true;
-    return srv;
+    return CG_OK;
+}
 
-fail_started:
-    cg_server_shutdown(srv);
-    cg_server_free(srv);
-    return NULL;
-fail:
+/* Undoes a start that failed before grpc_server_start: the server, the queues (drained),
+ * the pool, the server object; then grpc_shutdown. */
+static void free_unstarted(struct cg_server *srv)
+{
     if (srv->server != NULL)
         grpc_server_destroy(srv->server);
     srv->server = NULL;
@@ -1437,7 +1430,46 @@ fail:
     free(srv->handles);
     free(srv);
     grpc_shutdown();
-    return NULL;
+}
+
+struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
+{
+    struct cg_server *srv = server_new(app);
+    if (srv == NULL) {
+        cg_err_set(err, CG_NOMEM, "out of memory");
+        return NULL;
+    }
+    const struct cg_config *cfg = app->config;
+
+    grpc_init();
+
+    srv->nworkers = (int)cfg->workers;
+    if (srv->nworkers == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        srv->nworkers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
+    }
+
+    struct cg_pool_opts popts = {
+        .threads = (int)cfg->io_threads,
+        .max_queue = (size_t)cfg->io_threads * POOL_QUEUE_PER_THREAD,
+        .thread_init = pool_thread_init,
+        .thread_cleanup = pool_thread_cleanup,
+        .arg = srv,
+    };
+    srv->pool = cg_pool_new(&popts, err);
+    if (srv->pool == NULL || create_grpc_server(srv, err) != CG_OK ||
+        make_workers(srv, err) != CG_OK || listen_on(srv, err) != CG_OK) {
+        free_unstarted(srv);
+        return NULL;
+    }
+    grpc_server_start(srv->server);
+
+    if (post_slots(srv, err) != CG_OK || start_threads(srv, err) != CG_OK) {
+        cg_server_shutdown(srv);
+        cg_server_free(srv);
+        return NULL;
+    }
+    return srv;
 }
 
 int cg_server_port(const struct cg_server *srv)
