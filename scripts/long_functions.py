@@ -41,10 +41,6 @@ KNOWN_LONG = {
     "rpc/rpc_context_state.c: cg_rpc_ctx_begin",
     "rpc/rpc_context_state.c: cg_rpc_ctx_finish",
     "rpc/rpc_context_state.c: cg_rpc_ctx_redact_artifacts",
-    "store/store_pg_approvals.c: cg_pg_approval_request",
-    "store/store_pg_batch.c: cg_pg_batch_write",
-    "store/store_pg_budget.c: cg_pg_budget_put",
-    "store/store_pg_scopes.c: cg_pg_scope_close",
 }
 
 NAME = re.compile(r"([A-Za-z_]\w*)\s*\(")

@@ -179,6 +179,87 @@ static cg_status approval_event(struct cg_pg *pg, const char *tenant_id,
     return cg__pg_events_append(pg, tenant_id, &ev, 1, now_ms, err);
 }
 
+/* Step 2 of a request: the last denial of the same limit (any scope under the level, the
+ * level's budget version and period unchanged since) into *res (0 or 1 row, the caller's to
+ * PQclear). */
+static cg_status select_denial(struct cg_pg *pg, const char *tenant_id,
+                               const struct cg_budget_row *level, const char *level_text,
+                               const char *version, const char *period, const char *now_text,
+                               PGresult **res, struct cg_err *err)
+{
+    const char *denied_values[] = {tenant_id,
+                                   level->ids.session_id,
+                                   level->ids.task_id,
+                                   level->ids.agent_id,
+                                   level_text,
+                                   version,
+                                   period,
+                                   now_text};
+    return cg__pg_run(
+        pg, "approval_denied",
+        "SELECT " APPROVAL_COLUMNS(
+            NOW("$8")) " FROM approvals a"
+                       " WHERE a.tenant_id = $1::uuid AND a.state = 3 AND a.level = $5::int2"
+                       " AND ($5::int2 = 1 OR a.session_id = $2::text)"
+                       " AND ($5::int2 <= 2 OR a.task_id = $3::text)"
+                       " AND ($5::int2 <= 3 OR a.agent_id = $4::text)"
+                       " AND a.budget_version = $6::int8"
+                       " AND " MS("a.period_start") " = $7::int8"
+                                                    " ORDER BY a.requested_at DESC LIMIT 1",
+        8, denied_values, NULL, NULL, 0, res, err);
+}
+
+/* Step 3 of a request: inserts a new PENDING approval (texts: now, level, budget version,
+ * period start) into *res: its row, or none when a concurrent request of the scope got
+ * there first (the caller's to PQclear). NOT_FOUND for a missing scope. */
+static cg_status insert_approval(struct cg_pg *pg, const char *tenant_id,
+                                 const struct cg_scope_ids *ids, const struct cg_budget_row *level,
+                                 const struct cg_approval *request, uint32_t ttl_ms,
+                                 const char *const texts[4], PGresult **res, struct cg_err *err)
+{
+    const char *now_text = texts[0], *level_text = texts[1], *version = texts[2],
+               *period = texts[3];
+    char amounts[8][24], ttl_text[16];
+    snprintf(amounts[0], sizeof amounts[0], "%lld", (long long)request->requested_tokens);
+    snprintf(amounts[1], sizeof amounts[1], "%lld", (long long)request->overage_tokens);
+    snprintf(amounts[2], sizeof amounts[2], "%lld", (long long)level->limit_tokens);
+    snprintf(amounts[3], sizeof amounts[3], "%lld", (long long)level->used_tokens);
+    snprintf(amounts[4], sizeof amounts[4], "%lld", (long long)level->reserved_tokens);
+    snprintf(amounts[5], sizeof amounts[5], "%lld", (long long)request->estimated_cost_micros);
+    snprintf(ttl_text, sizeof ttl_text, "%u", (unsigned)ttl_ms);
+    const char *insert_values[] = {
+        tenant_id,      ids->session_id, ids->task_id,    ids->agent_id,
+        level_text,     amounts[0],      amounts[1],      amounts[2],
+        amounts[3],     amounts[4],      version,         period,
+        request->model, amounts[5],      request->reason, request->requested_by_key_id,
+        now_text,       ttl_text};
+    cg_status rc = cg__pg_run(
+        pg, "approval_open",
+        "INSERT INTO approvals AS a (tenant_id, session_id, task_id, agent_id, level,"
+        " requested_tokens, overage_tokens, limit_tokens, used_tokens,"
+        " reserved_tokens, budget_version, period_start, model,"
+        " estimated_cost_micros, reason, requested_by_key_id, requested_at,"
+        " expires_at)"
+        " VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::int2, $6::int8,"
+        " $7::int8, $8::int8, $9::int8, $10::int8, $11::int8,"
+        " CASE WHEN $12::int8 = 0 THEN NULL ELSE " NOW(
+            "$12") " END, $13::text,"
+                   " $14::int8, $15::text, $16::text, " NOW(
+                       "$17") ","
+                              " " NOW("$17") " + $18::int8 * interval '1 millisecond')"
+                                             " ON CONFLICT (tenant_id, session_id, task_id, "
+                                             "agent_id) WHERE state = 1"
+                                             " DO NOTHING RETURNING " APPROVAL_COLUMNS(NOW("$17")),
+        18, insert_values, NULL, NULL, 0, res, err);
+    if (rc != CG_OK) {
+        if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
+            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_SCOPE_NOT_FOUND, "scope: no such scope");
+        else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "approval: invalid value");
+    }
+    return rc;
+}
+
 cg_status cg_pg_approval_request(struct cg_pg *pg, const char *tenant_id,
                                  const struct cg_scope_ids *ids, const struct cg_budget_row *level,
                                  const struct cg_approval *request, uint32_t ttl_ms, int64_t now_ms,
@@ -221,26 +302,7 @@ cg_status cg_pg_approval_request(struct cg_pg *pg, const char *tenant_id,
 
     /* 2. A denial of the same limit: any scope under the level, the level's budget version
      * and period unchanged since. */
-    const char *denied_values[] = {tenant_id,
-                                   level->ids.session_id,
-                                   level->ids.task_id,
-                                   level->ids.agent_id,
-                                   level_text,
-                                   version,
-                                   period,
-                                   now_text};
-    rc =
-        cg__pg_run(pg, "approval_denied",
-                   "SELECT " APPROVAL_COLUMNS(NOW(
-                       "$8")) " FROM approvals a"
-                              " WHERE a.tenant_id = $1::uuid AND a.state = 3 AND a.level = $5::int2"
-                              " AND ($5::int2 = 1 OR a.session_id = $2::text)"
-                              " AND ($5::int2 <= 2 OR a.task_id = $3::text)"
-                              " AND ($5::int2 <= 3 OR a.agent_id = $4::text)"
-                              " AND a.budget_version = $6::int8"
-                              " AND " MS("a.period_start") " = $7::int8"
-                                                           " ORDER BY a.requested_at DESC LIMIT 1",
-                   8, denied_values, NULL, NULL, 0, &res, err);
+    rc = select_denial(pg, tenant_id, level, level_text, version, period, now_text, &res, err);
     if (rc != CG_OK)
         goto out;
     if (PQntuples(res) == 1) {
@@ -254,45 +316,10 @@ cg_status cg_pg_approval_request(struct cg_pg *pg, const char *tenant_id,
     /* 3. A new one. A concurrent request of the same scope that got here first makes this
      * insert wait for it and then do nothing (approvals_one_pending); its approval is the
      * answer. */
-    char amounts[8][24], ttl_text[16];
-    snprintf(amounts[0], sizeof amounts[0], "%lld", (long long)request->requested_tokens);
-    snprintf(amounts[1], sizeof amounts[1], "%lld", (long long)request->overage_tokens);
-    snprintf(amounts[2], sizeof amounts[2], "%lld", (long long)level->limit_tokens);
-    snprintf(amounts[3], sizeof amounts[3], "%lld", (long long)level->used_tokens);
-    snprintf(amounts[4], sizeof amounts[4], "%lld", (long long)level->reserved_tokens);
-    snprintf(amounts[5], sizeof amounts[5], "%lld", (long long)request->estimated_cost_micros);
-    snprintf(ttl_text, sizeof ttl_text, "%u", (unsigned)ttl_ms);
-    const char *insert_values[] = {
-        tenant_id,      ids->session_id, ids->task_id,    ids->agent_id,
-        level_text,     amounts[0],      amounts[1],      amounts[2],
-        amounts[3],     amounts[4],      version,         period,
-        request->model, amounts[5],      request->reason, request->requested_by_key_id,
-        now_text,       ttl_text};
-    rc = cg__pg_run(
-        pg, "approval_open",
-        "INSERT INTO approvals AS a (tenant_id, session_id, task_id, agent_id, level,"
-        " requested_tokens, overage_tokens, limit_tokens, used_tokens,"
-        " reserved_tokens, budget_version, period_start, model,"
-        " estimated_cost_micros, reason, requested_by_key_id, requested_at,"
-        " expires_at)"
-        " VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::int2, $6::int8,"
-        " $7::int8, $8::int8, $9::int8, $10::int8, $11::int8,"
-        " CASE WHEN $12::int8 = 0 THEN NULL ELSE " NOW(
-            "$12") " END, $13::text,"
-                   " $14::int8, $15::text, $16::text, " NOW(
-                       "$17") ","
-                              " " NOW("$17") " + $18::int8 * interval '1 millisecond')"
-                                             " ON CONFLICT (tenant_id, session_id, task_id, "
-                                             "agent_id) WHERE state = 1"
-                                             " DO NOTHING RETURNING " APPROVAL_COLUMNS(NOW("$17")),
-        18, insert_values, NULL, NULL, 0, &res, err);
-    if (rc != CG_OK) {
-        if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
-            rc = cg_err_setr(err, CG_NOT_FOUND, CG_ERR_SCOPE_NOT_FOUND, "scope: no such scope");
-        else if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
-            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "approval: invalid value");
+    const char *texts[] = {now_text, level_text, version, period};
+    if ((rc = insert_approval(pg, tenant_id, ids, level, request, ttl_ms, texts, &res, err)) !=
+        CG_OK)
         goto out;
-    }
     if (PQntuples(res) == 1) {
         read_approval(res, 0, out);
         *outcome = CG_APPROVAL_OPENED;

@@ -371,14 +371,11 @@ static const char WRITE_SQL[] =
     " UNION ALL SELECT 'c', ids, row_version, 0 FROM counters"
     " UNION ALL SELECT 'e', payload, 0, 0 FROM ev";
 
-cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struct cg_batch_write *w,
-                            struct cg_err *err)
+/* The batch's rows as the statement's array literals (lits[PARAM_ARRAYS], initialized): the
+ * new reservations, the settlements, the ledger entries, the counters (with how many events
+ * each scope has) and the events (with their place among their scope's). */
+static void batch_literals(const struct cg_batch_write *w, struct lit *lits)
 {
-    if (!pg->in_tx)
-        return cg__pg_not_in_tx(pg, "batch_write", err);
-    struct lit lits[PARAM_ARRAYS];
-    for (int i = 0; i < PARAM_ARRAYS; i++)
-        lit_init(&lits[i]);
     for (int i = 0; i < w->n_new; i++) {
         struct cg_batch_new *r = &w->new_res[i];
         lit_text(&lits[NEW_ID], r->reservation_id);
@@ -451,6 +448,17 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
         lit_put(&lits[EV_FALL], ev->fields.falling ? "t" : "f", 1);
         lit_i64(&lits[EV_DELAY], ev->fields.delay_ms);
     }
+}
+
+cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struct cg_batch_write *w,
+                            struct cg_err *err)
+{
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "batch_write", err);
+    struct lit lits[PARAM_ARRAYS];
+    for (int i = 0; i < PARAM_ARRAYS; i++)
+        lit_init(&lits[i]);
+    batch_literals(w, lits);
     char now_text[24];
     snprintf(now_text, sizeof now_text, "%lld", (long long)w->now_ms);
     const char *values[2 + PARAM_ARRAYS] = {tenant_id};

@@ -296,6 +296,78 @@ out:
 #define BUDGET_JSON_OLD AUDIT_BUDGET_JSON("o")
 #define BUDGET_JSON_PUT AUDIT_BUDGET_JSON("p")
 
+/* The statement of cg_pg_budget_put ($1 tenant, $2..$4 ids, $5 level, $6..$18 the settings,
+ * $19 key id, $20..$21 the parent, $22 expected version, $23 now, $24..$26 settings, $27..$29
+ * the actor).
+ * One statement: the SELECT's WHERE refuses a missing parent, and a missing row when a
+ * version is expected (no insert is even tried); the DO UPDATE's WHERE refuses a
+ * stored version other than the expected one. Either way no row comes back and
+ * explain_put_refusal() says which. A session's parent, the tenant's row, is made
+ * here when missing (scopes_parent requires it; the foreign key check at the end of
+ * the statement sees it). A reset period counts from the period containing now_ms ($23)
+ * in the tenant's time zone when it is new or changed, and keeps its period otherwise
+ * (cg_period_start/next are NULL for period 1, none).
+ * The audit row is written by the same statement, from the rows themselves: `old` reads
+ * the statement's snapshot, which is the row as it was (the caller holds it locked since
+ * cg_store_path_read), `put` is the row as stored; no row comes back, none is written. */
+static const char budget_put_sql[] =
+    "WITH tenant_scope AS (INSERT INTO scopes (tenant_id, session_id, task_id, agent_id, level)"
+    "  SELECT $1::uuid, '', '', '', 1 WHERE $5::int2 >= 2 ON CONFLICT DO NOTHING),"
+    " old AS (SELECT * FROM scopes o WHERE o.tenant_id = $1::uuid AND o.session_id = $2::text"
+    "  AND o.task_id = $3::text AND o.agent_id = $4::text AND o.has_budget),"
+    " put AS (INSERT INTO scopes AS s (tenant_id, session_id, task_id, agent_id, level, "
+    "has_budget,"
+    " mode, limit_tokens, limit_cost_micros, warning_ratio, backpressure_disabled,"
+    " tier_ratio, tier_delay_ms, on_store_failure, local_allowance_tokens, reset_period,"
+    " reservation_ttl_ms, description, version, updated_by_key_id, period_start, next_reset_at,"
+    " approval_ttl_ms, exclude_cache_read_tokens, allocate_from_parent)"
+    " SELECT $1::uuid, $2::text, $3::text, $4::text, $5::int2, $6::boolean, $7::int2,"
+    "  $8::int8, $9::int8, $10::float8, $11::boolean, $12::float8[], $13::int4[], $14::int2,"
+    "  $15::int8, $16::int2, $17::int4, $18::text, 1, $19::text,"
+    "  cg_period_start($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)),"
+    "  cg_period_next($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)), $24::int4,"
+    "  $25::boolean, $26::boolean"
+    " FROM (SELECT (SELECT time_zone FROM tenants WHERE tenant_id = $1::uuid) AS time_zone) tz"
+    " WHERE ($5::int2 <= 2 OR EXISTS (SELECT 1 FROM scopes p WHERE p.tenant_id = $1::uuid"
+    "   AND p.session_id = $20::text AND p.task_id = $21::text AND p.agent_id = ''))"
+    "  AND ($22::int8 = 0 OR EXISTS (SELECT 1 FROM scopes c WHERE c.tenant_id = $1::uuid"
+    "   AND c.session_id = $2::text AND c.task_id = $3::text AND c.agent_id = $4::text))"
+    " ON CONFLICT (tenant_id, session_id, task_id, agent_id) DO UPDATE SET"
+    "  has_budget = excluded.has_budget, mode = excluded.mode,"
+    "  limit_tokens = excluded.limit_tokens, limit_cost_micros = excluded.limit_cost_micros,"
+    "  warning_ratio = excluded.warning_ratio,"
+    "  backpressure_disabled = excluded.backpressure_disabled,"
+    "  tier_ratio = excluded.tier_ratio, tier_delay_ms = excluded.tier_delay_ms,"
+    "  on_store_failure = excluded.on_store_failure,"
+    "  local_allowance_tokens = excluded.local_allowance_tokens,"
+    "  reset_period = excluded.reset_period,"
+    "  period_start = CASE WHEN s.reset_period = excluded.reset_period THEN s.period_start"
+    "   ELSE excluded.period_start END,"
+    "  next_reset_at = CASE WHEN s.reset_period = excluded.reset_period THEN s.next_reset_at"
+    "   ELSE excluded.next_reset_at END,"
+    "  reservation_ttl_ms = excluded.reservation_ttl_ms,"
+    /* A new budget ends the approved extensions of the old one. */
+    "  approval_ttl_ms = excluded.approval_ttl_ms, approved_extra_tokens = 0,"
+    "  description = excluded.description, version = s.version + 1, updated_at = now(),"
+    /* A row that existed only to count usage (the tenant's) gets its budget now. */
+    "  created_at = CASE WHEN s.version = 0 THEN now() ELSE s.created_at END,"
+    "  updated_by_key_id = excluded.updated_by_key_id,"
+    /* used_tokens is what the limit sees: a budget that starts or stops leaving cache
+     * reads out takes them out of it or puts them back (spent_cache_read_tokens counts
+     * the same period). */
+    "  exclude_cache_read_tokens = excluded.exclude_cache_read_tokens,"
+    "  allocate_from_parent = excluded.allocate_from_parent,"
+    "  used_tokens = CASE WHEN s.exclude_cache_read_tokens = excluded.exclude_cache_read_tokens"
+    "   THEN s.used_tokens WHEN excluded.exclude_cache_read_tokens"
+    "   THEN greatest(0, s.used_tokens - s.spent_cache_read_tokens)"
+    "   ELSE s.used_tokens + s.spent_cache_read_tokens END"
+    " WHERE $22::int8 = 0 OR s.version = $22::int8"
+    " RETURNING s.*),"
+    " audit AS (" AUDIT_INSERT " SELECT p.tenant_id, $27::text, $28::int2, 'budget_set',"
+    "  p.session_id, p.task_id, p.agent_id, '', (SELECT " BUDGET_JSON_OLD " FROM old o),"
+    "  " BUDGET_JSON_PUT ", $29::text FROM put p)"
+    " SELECT " SCOPE_COLUMNS " FROM put";
+
 cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct cg_budget_row *row,
                            int64_t expected_version, const char *key_id, int64_t now_ms,
                            const struct cg_audit *audit, struct cg_budget_row *out, bool *created,
@@ -354,77 +426,9 @@ cg_status cg_pg_budget_put(struct cg_pg *pg, const char *tenant_id, const struct
                             actor.key_id,
                             actor.role,
                             actor.request_id};
-    /* One statement: the SELECT's WHERE refuses a missing parent, and a missing row when a
-     * version is expected (no insert is even tried); the DO UPDATE's WHERE refuses a
-     * stored version other than the expected one. Either way no row comes back and
-     * explain_put_refusal() says which. A session's parent, the tenant's row, is made
-     * here when missing (scopes_parent requires it; the foreign key check at the end of
-     * the statement sees it). A reset period counts from the period containing now_ms ($23)
-     * in the tenant's time zone when it is new or changed, and keeps its period otherwise
-     * (cg_period_start/next are NULL for period 1, none).
-     * The audit row is written by the same statement, from the rows themselves: `old` reads
-     * the statement's snapshot, which is the row as it was (the caller holds it locked since
-     * cg_store_path_read), `put` is the row as stored; no row comes back, none is written. */
     PGresult *res = NULL;
-    cg_status rc = cg__pg_run(
-        pg, "budget_put",
-        "WITH tenant_scope AS (INSERT INTO scopes (tenant_id, session_id, task_id, agent_id, level)"
-        "  SELECT $1::uuid, '', '', '', 1 WHERE $5::int2 >= 2 ON CONFLICT DO NOTHING),"
-        " old AS (SELECT * FROM scopes o WHERE o.tenant_id = $1::uuid AND o.session_id = $2::text"
-        "  AND o.task_id = $3::text AND o.agent_id = $4::text AND o.has_budget),"
-        " put AS (INSERT INTO scopes AS s (tenant_id, session_id, task_id, agent_id, level, "
-        "has_budget,"
-        " mode, limit_tokens, limit_cost_micros, warning_ratio, backpressure_disabled,"
-        " tier_ratio, tier_delay_ms, on_store_failure, local_allowance_tokens, reset_period,"
-        " reservation_ttl_ms, description, version, updated_by_key_id, period_start, next_reset_at,"
-        " approval_ttl_ms, exclude_cache_read_tokens, allocate_from_parent)"
-        " SELECT $1::uuid, $2::text, $3::text, $4::text, $5::int2, $6::boolean, $7::int2,"
-        "  $8::int8, $9::int8, $10::float8, $11::boolean, $12::float8[], $13::int4[], $14::int2,"
-        "  $15::int8, $16::int2, $17::int4, $18::text, 1, $19::text,"
-        "  cg_period_start($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)),"
-        "  cg_period_next($16::int2, tz.time_zone, to_timestamp($23::int8 / 1000.0)), $24::int4,"
-        "  $25::boolean, $26::boolean"
-        " FROM (SELECT (SELECT time_zone FROM tenants WHERE tenant_id = $1::uuid) AS time_zone) tz"
-        " WHERE ($5::int2 <= 2 OR EXISTS (SELECT 1 FROM scopes p WHERE p.tenant_id = $1::uuid"
-        "   AND p.session_id = $20::text AND p.task_id = $21::text AND p.agent_id = ''))"
-        "  AND ($22::int8 = 0 OR EXISTS (SELECT 1 FROM scopes c WHERE c.tenant_id = $1::uuid"
-        "   AND c.session_id = $2::text AND c.task_id = $3::text AND c.agent_id = $4::text))"
-        " ON CONFLICT (tenant_id, session_id, task_id, agent_id) DO UPDATE SET"
-        "  has_budget = excluded.has_budget, mode = excluded.mode,"
-        "  limit_tokens = excluded.limit_tokens, limit_cost_micros = excluded.limit_cost_micros,"
-        "  warning_ratio = excluded.warning_ratio,"
-        "  backpressure_disabled = excluded.backpressure_disabled,"
-        "  tier_ratio = excluded.tier_ratio, tier_delay_ms = excluded.tier_delay_ms,"
-        "  on_store_failure = excluded.on_store_failure,"
-        "  local_allowance_tokens = excluded.local_allowance_tokens,"
-        "  reset_period = excluded.reset_period,"
-        "  period_start = CASE WHEN s.reset_period = excluded.reset_period THEN s.period_start"
-        "   ELSE excluded.period_start END,"
-        "  next_reset_at = CASE WHEN s.reset_period = excluded.reset_period THEN s.next_reset_at"
-        "   ELSE excluded.next_reset_at END,"
-        "  reservation_ttl_ms = excluded.reservation_ttl_ms,"
-        /* A new budget ends the approved extensions of the old one. */
-        "  approval_ttl_ms = excluded.approval_ttl_ms, approved_extra_tokens = 0,"
-        "  description = excluded.description, version = s.version + 1, updated_at = now(),"
-        /* A row that existed only to count usage (the tenant's) gets its budget now. */
-        "  created_at = CASE WHEN s.version = 0 THEN now() ELSE s.created_at END,"
-        "  updated_by_key_id = excluded.updated_by_key_id,"
-        /* used_tokens is what the limit sees: a budget that starts or stops leaving cache
-         * reads out takes them out of it or puts them back (spent_cache_read_tokens counts
-         * the same period). */
-        "  exclude_cache_read_tokens = excluded.exclude_cache_read_tokens,"
-        "  allocate_from_parent = excluded.allocate_from_parent,"
-        "  used_tokens = CASE WHEN s.exclude_cache_read_tokens = excluded.exclude_cache_read_tokens"
-        "   THEN s.used_tokens WHEN excluded.exclude_cache_read_tokens"
-        "   THEN greatest(0, s.used_tokens - s.spent_cache_read_tokens)"
-        "   ELSE s.used_tokens + s.spent_cache_read_tokens END"
-        " WHERE $22::int8 = 0 OR s.version = $22::int8"
-        " RETURNING s.*),"
-        " audit AS (" AUDIT_INSERT " SELECT p.tenant_id, $27::text, $28::int2, 'budget_set',"
-        "  p.session_id, p.task_id, p.agent_id, '', (SELECT " BUDGET_JSON_OLD " FROM old o),"
-        "  " BUDGET_JSON_PUT ", $29::text FROM put p)"
-        " SELECT " SCOPE_COLUMNS " FROM put",
-        29, values, NULL, NULL, 0, &res, err);
+    cg_status rc =
+        cg__pg_run(pg, "budget_put", budget_put_sql, 29, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         /* scopes_parent only fires for a parent made missing meanwhile (the WHERE checks
          * first); the tenants foreign key for a tenant that does not exist. */

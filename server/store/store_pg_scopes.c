@@ -342,35 +342,16 @@ static cg_status run_close_step(struct cg_pg *pg, const char *label, const char 
     return rc;
 }
 
-cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
-                            struct cg_scope_close *out, struct cg_err *err)
+/* Step 2 of a close: locks the path and the subtree's scope rows, level by level, tenant
+ * first: the order of every path lock (the tenant's row first), so no cycle with Reserve,
+ * Commit or SetBudget. Nothing can be reserved in the subtree from here on. NOT_FOUND naming
+ * the first missing level of the path; out->already_closed says whether the scope was. */
+static cg_status close_lock_scopes(struct cg_pg *pg, const struct cg_scope_ids *ids,
+                                   const char *const *values, struct cg_scope_close *out,
+                                   struct cg_err *err)
 {
-    memset(out, 0, sizeof *out);
-    if (!pg->in_tx)
-        return cg__pg_not_in_tx(pg, "scope_close", err);
-    /* $2 (closed children count) is for NODE_COLUMNS; the other statements ignore it. */
-    const char *values[] = {tenant_id, "t", ids->session_id, ids->task_id, ids->agent_id};
     PGresult *res = NULL;
-
-    /* 1. The subtree's ACTIVE reservations, in id order. Commit and Release lock a
-     * reservation before its path, so taking these before any scope row keeps the one
-     * order every transaction follows: a reservation being settled makes this wait for
-     * that call to finish, and it then no longer matches (READ COMMITTED re-checks). */
     cg_status rc = run_close_step(
-        pg, "scope_close_lock_reservations",
-        "SELECT r.reservation_id FROM reservations r"
-        " WHERE r.tenant_id = $1::uuid AND r.state = 1"
-        " AND $2::boolean AND " SUBTREE("r") " ORDER BY r.reservation_id FOR NO KEY UPDATE OF r",
-        values, &res, err);
-    PQclear(res);
-    res = NULL;
-    if (rc != CG_OK)
-        return rc;
-
-    /* 2. The path and the subtree's scope rows, level by level, tenant first: the order of
-     * every path lock (the tenant's row first), so no cycle with Reserve, Commit or
-     * SetBudget. Nothing can be reserved in the subtree from here on. */
-    rc = run_close_step(
         pg, "scope_close_lock_scopes",
         "SELECT s.level, s.session_id, s.task_id, s.agent_id,"
         " s.closed_at IS NOT NULL FROM scopes s"
@@ -397,25 +378,23 @@ cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struc
         if (level == depth && on_path)
             out->already_closed = cg__pg_is_true(PQgetvalue(res, i, 4));
     }
-    if ((rc = check_path(ids, present, err)) != CG_OK)
-        goto out;
+    rc = check_path(ids, present, err);
+out:
     PQclear(res);
-    res = NULL;
+    return rc;
+}
 
-    /* 2b. The path as locked, before the close changes it (for its events). */
-    struct cg_scope_usage found[4];
-    present = 0;
-    if ((rc = select_path(pg, tenant_id, ids, false, found, &present, err)) != CG_OK)
-        goto out;
-    for (int level = 1; level <= depth; level++)
-        out->path_before[level - 1] = found[level - 1].row;
-
+/* Step 3 of a close: releases what is still ACTIVE in the subtree (out->released_*). */
+static cg_status close_release(struct cg_pg *pg, const char *const *values,
+                               struct cg_scope_close *out, struct cg_err *err)
+{
+    PGresult *res = NULL;
     /* 3. Release what is still ACTIVE in the subtree: the reservations locked in step 1
      * and any made between the steps. One of those that a concurrent Commit or Release
      * holds is skipped (waiting for it here, with the scope rows held, is the cycle the
      * lock order forbids); that call settles it after this commits. Each released
      * reservation's tokens leave every level of its path; all those rows are locked. */
-    rc = run_close_step(
+    cg_status rc = run_close_step(
         pg, "scope_close_release",
         "WITH released AS ("
         "  UPDATE reservations r SET settled_at = now(),"
@@ -457,8 +436,52 @@ cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struc
         rc = cg_err_set(err, CG_INTERNAL, "storage error");
         goto out;
     }
+out:
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
+                            struct cg_scope_close *out, struct cg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!pg->in_tx)
+        return cg__pg_not_in_tx(pg, "scope_close", err);
+    /* $2 (closed children count) is for NODE_COLUMNS; the other statements ignore it. */
+    const char *values[] = {tenant_id, "t", ids->session_id, ids->task_id, ids->agent_id};
+    PGresult *res = NULL;
+
+    /* 1. The subtree's ACTIVE reservations, in id order. Commit and Release lock a
+     * reservation before its path, so taking these before any scope row keeps the one
+     * order every transaction follows: a reservation being settled makes this wait for
+     * that call to finish, and it then no longer matches (READ COMMITTED re-checks). */
+    cg_status rc = run_close_step(
+        pg, "scope_close_lock_reservations",
+        "SELECT r.reservation_id FROM reservations r"
+        " WHERE r.tenant_id = $1::uuid AND r.state = 1"
+        " AND $2::boolean AND " SUBTREE("r") " ORDER BY r.reservation_id FOR NO KEY UPDATE OF r",
+        values, &res, err);
     PQclear(res);
     res = NULL;
+    if (rc != CG_OK)
+        return rc;
+
+    /* 2. The path and the subtree's scope rows, in the order of every path lock. */
+    if ((rc = close_lock_scopes(pg, ids, values, out, err)) != CG_OK)
+        return rc;
+    int depth = cg_scope_level(ids);
+
+    /* 2b. The path as locked, before the close changes it (for its events). */
+    struct cg_scope_usage found[4];
+    unsigned present = 0;
+    if ((rc = select_path(pg, tenant_id, ids, false, found, &present, err)) != CG_OK)
+        goto out;
+    for (int level = 1; level <= depth; level++)
+        out->path_before[level - 1] = found[level - 1].row;
+
+    /* 3. Release what is still ACTIVE in the subtree. */
+    if ((rc = close_release(pg, values, out, err)) != CG_OK)
+        goto out;
 
     /* 4. Close what is open. A scope created after this transaction began may be newer
      * than now(): its closed_at is then its created_at (scopes_closed_after_created). */
