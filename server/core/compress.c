@@ -313,6 +313,138 @@ static void idmap_put(struct idmap *m, const struct cg_str *key, int64_t val)
 static const char *const no_result_text = "[ctxguard: no result was recorded for this call]";
 
 /* Tool pairing repair: orphan and superseded results dropped, dangling calls answered. */
+/* Indexes the tool calls and results of l: calls maps a call id to the entry index of its
+ * (first) call, last maps it to the global part position of its last result after that call.
+ * keys (one slot per part) holds the ids the maps point at. */
+static void index_pairs(struct run *r, const struct list *l, struct cg_str *keys,
+                        struct idmap *calls, struct idmap *last)
+{
+    size_t nk = 0;
+    int64_t pos = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const struct cg_message *m = msg_of(r, &l->e[i]);
+        for (size_t k = 0; k < m->n_parts; k++, pos++) {
+            const struct cg_part *p = &m->parts[k];
+            if (p->kind == CG_PART_TOOL_CALL && m->role == CG_ROLE_ASSISTANT) {
+                keys[nk] = p->u.tool_call.id;
+                if (idmap_get(calls, &keys[nk]) == NULL)
+                    idmap_put(calls, &keys[nk], (int64_t)i);
+                nk++;
+            } else if (p->kind == CG_PART_TOOL_RESULT) {
+                keys[nk] = p->u.tool_result.tool_call_id;
+                int64_t *c = idmap_get(calls, &keys[nk]);
+                if (c != NULL && *c < (int64_t)i)
+                    idmap_put(last, &keys[nk], pos);
+                nk++;
+            }
+        }
+    }
+}
+
+/* Whether the message of e (its parts from global position base) has a tool result that is
+ * not the last result of a call before it. */
+static bool has_unpaired_result(struct run *r, const struct entry *e, struct idmap *last,
+                                int64_t base)
+{
+    const struct cg_message *m = msg_of(r, e);
+    bool drop_some = false;
+    for (size_t k = 0; k < m->n_parts; k++) {
+        const struct cg_part *p = &m->parts[k];
+        if (p->kind == CG_PART_TOOL_RESULT) {
+            int64_t *lp = idmap_get(last, &p->u.tool_result.tool_call_id);
+            if (lp == NULL || *lp != base + (int64_t)k)
+                drop_some = true;
+        }
+    }
+    return drop_some;
+}
+
+/* e's message (dm, derived) was changed by NORMALIZE: counted again, or, with nothing left,
+ * marked dropped by NORMALIZE (*gone). */
+static cg_status normalized(struct run *r, struct entry *e, const struct cg_message *dm,
+                            uint32_t *affected, bool *gone)
+{
+    e->layer = CG_LAYER_NORMALIZE;
+    (*affected)++;
+    if (dm->n_parts == 0) {
+        if (e->source >= 0)
+            r->dropped_by[e->source] = CG_LAYER_NORMALIZE;
+        *gone = true;
+        return CG_OK;
+    }
+    return count(r, e);
+}
+
+/* Drops, from a derived copy of e's message, its orphan and superseded tool results;
+ * *gone when nothing of the message is left (then it is marked dropped by NORMALIZE). */
+static cg_status drop_unpaired_results(struct run *r, struct entry *e, struct idmap *last,
+                                       int64_t base, uint32_t *affected, bool *gone)
+{
+    *gone = false;
+    struct cg_message *dm = derive(r, e, true);
+    if (dm == NULL)
+        return CG_RESOURCE_EXHAUSTED;
+    for (size_t k = dm->n_parts, orig = dm->n_parts; k-- > 0;) {
+        (void)orig;
+        const struct cg_part *p = &dm->parts[k];
+        if (p->kind != CG_PART_TOOL_RESULT)
+            continue;
+        int64_t *lp = idmap_get(last, &p->u.tool_result.tool_call_id);
+        if (lp == NULL || *lp != base + (int64_t)k) {
+            warn(r, CG_CWARN_INPUT_REPAIRED, e->source, "%s tool result for \"%.*s\" dropped",
+                 lp == NULL ? "orphan" : "superseded",
+                 (int)(p->u.tool_result.tool_call_id.len > 64 ? 64
+                                                              : p->u.tool_result.tool_call_id.len),
+                 p->u.tool_result.tool_call_id.ptr);
+            remove_part(dm, k);
+        }
+    }
+    return normalized(r, e, dm, affected, gone);
+}
+
+/* Dangling calls of the assistant message nl->e[at] (source: its input index): an error
+ * result pushed right after it (after the results that do follow it, so that a group stays
+ * together). */
+static cg_status add_missing_results(struct run *r, struct list *nl, size_t at, int64_t source,
+                                     struct idmap *last, uint32_t *affected)
+{
+    const struct cg_message *am = msg_of(r, &nl->e[at]);
+    if (am->role != CG_ROLE_ASSISTANT || !has_kind(am, CG_PART_TOOL_CALL))
+        return CG_OK;
+    /* The error results are pushed after it: keep its own index (the store may move). */
+    size_t n_parts = am->n_parts;
+    for (size_t k = 0; k < n_parts; k++) {
+        am = msg_of(r, &nl->e[at]);
+        if (am->parts[k].kind != CG_PART_TOOL_CALL)
+            continue;
+        struct cg_str id = am->parts[k].u.tool_call.id, name = am->parts[k].u.tool_call.name;
+        if (idmap_get(last, &id) != NULL)
+            continue;
+        struct cg_message *tm;
+        struct cg_part *tp;
+        cg_status st;
+        if ((st = cg_conv_add_message(r->store, CG_ROLE_TOOL, &tm, r->err)) != CG_OK ||
+            (st = cg_conv_add_part(r->store, tm, CG_PART_TOOL_RESULT, &tp, r->err)) != CG_OK)
+            return st;
+        tp->u.tool_result.tool_call_id = id;
+        tp->u.tool_result.tool_name = name;
+        tp->u.tool_result.is_error = true;
+        if ((st = set_str(r, no_result_text, strlen(no_result_text), &tp->u.tool_result.content)) !=
+            CG_OK)
+            return st;
+        struct entry te = {r->store->n_messages - 1, -1, 0, CG_LAYER_NORMALIZE, -1};
+        if ((st = count(r, &te)) != CG_OK)
+            return st;
+        warn(r, CG_CWARN_INPUT_REPAIRED, source,
+             "tool call \"%.*s\" had no result; an error result was added",
+             (int)(id.len > 64 ? 64 : id.len), id.ptr);
+        (*affected)++;
+        if (!list_push(nl, te))
+            return nomem(r->err);
+    }
+    return CG_OK;
+}
+
 static cg_status repair_pairs(struct run *r, struct list *l, uint32_t *affected)
 {
     size_t n_calls = 0;
@@ -328,116 +460,27 @@ static cg_status repair_pairs(struct run *r, struct list *l, uint32_t *affected)
         st = nomem(r->err);
         goto out;
     }
-    size_t nk = 0;
+    index_pairs(r, l, keys, &calls, &last);
+    struct list nl = {0};
     int64_t pos = 0;
     for (size_t i = 0; i < l->n; i++) {
-        const struct cg_message *m = msg_of(r, &l->e[i]);
-        for (size_t k = 0; k < m->n_parts; k++, pos++) {
-            const struct cg_part *p = &m->parts[k];
-            if (p->kind == CG_PART_TOOL_CALL && m->role == CG_ROLE_ASSISTANT) {
-                keys[nk] = p->u.tool_call.id;
-                if (idmap_get(&calls, &keys[nk]) == NULL)
-                    idmap_put(&calls, &keys[nk], (int64_t)i);
-                nk++;
-            } else if (p->kind == CG_PART_TOOL_RESULT) {
-                keys[nk] = p->u.tool_result.tool_call_id;
-                int64_t *c = idmap_get(&calls, &keys[nk]);
-                if (c != NULL && *c < (int64_t)i)
-                    idmap_put(&last, &keys[nk], pos);
-                nk++;
-            }
-        }
-    }
-    struct list nl = {0};
-    pos = 0;
-    for (size_t i = 0; i < l->n; i++) {
         struct entry e = l->e[i];
-        const struct cg_message *m = msg_of(r, &e);
-        bool drop_some = false;
-        for (size_t k = 0; k < m->n_parts; k++) {
-            const struct cg_part *p = &m->parts[k];
-            if (p->kind == CG_PART_TOOL_RESULT) {
-                int64_t *lp = idmap_get(&last, &p->u.tool_result.tool_call_id);
-                if (lp == NULL || *lp != pos + (int64_t)k)
-                    drop_some = true;
-            }
-        }
+        bool drop_some = has_unpaired_result(r, &e, &last, pos);
         int64_t base = pos;
-        pos += (int64_t)m->n_parts;
+        pos += (int64_t)msg_of(r, &e)->n_parts;
         if (drop_some) {
-            struct cg_message *dm = derive(r, &e, true);
-            if (dm == NULL) {
-                st = CG_RESOURCE_EXHAUSTED;
+            bool gone = false;
+            if ((st = drop_unpaired_results(r, &e, &last, base, affected, &gone)) != CG_OK)
                 goto out_list;
-            }
-            for (size_t k = dm->n_parts, orig = dm->n_parts; k-- > 0;) {
-                (void)orig;
-                const struct cg_part *p = &dm->parts[k];
-                if (p->kind != CG_PART_TOOL_RESULT)
-                    continue;
-                int64_t *lp = idmap_get(&last, &p->u.tool_result.tool_call_id);
-                if (lp == NULL || *lp != base + (int64_t)k) {
-                    warn(r, CG_CWARN_INPUT_REPAIRED, e.source,
-                         "%s tool result for \"%.*s\" dropped",
-                         lp == NULL ? "orphan" : "superseded",
-                         (int)(p->u.tool_result.tool_call_id.len > 64
-                                   ? 64
-                                   : p->u.tool_result.tool_call_id.len),
-                         p->u.tool_result.tool_call_id.ptr);
-                    remove_part(dm, k);
-                }
-            }
-            e.layer = CG_LAYER_NORMALIZE;
-            (*affected)++;
-            if (dm->n_parts == 0) {
-                if (e.source >= 0)
-                    r->dropped_by[e.source] = CG_LAYER_NORMALIZE;
+            if (gone)
                 continue;
-            }
-            if ((st = count(r, &e)) != CG_OK)
-                goto out_list;
         }
         if (!list_push(&nl, e)) {
             st = nomem(r->err);
             goto out_list;
         }
-        /* Dangling calls of an assistant message: an error result right after it (after the
-         * results that do follow it, so that a group stays together). */
-        const struct cg_message *am = msg_of(r, &e);
-        if (am->role != CG_ROLE_ASSISTANT || !has_kind(am, CG_PART_TOOL_CALL))
-            continue;
-        /* The error results are pushed after it: keep its own index (the store may move). */
-        size_t n_parts = am->n_parts, at = nl.n - 1;
-        for (size_t k = 0; k < n_parts; k++) {
-            am = msg_of(r, &nl.e[at]);
-            if (am->parts[k].kind != CG_PART_TOOL_CALL)
-                continue;
-            struct cg_str id = am->parts[k].u.tool_call.id, name = am->parts[k].u.tool_call.name;
-            if (idmap_get(&last, &id) != NULL)
-                continue;
-            struct cg_message *tm;
-            struct cg_part *tp;
-            if ((st = cg_conv_add_message(r->store, CG_ROLE_TOOL, &tm, r->err)) != CG_OK ||
-                (st = cg_conv_add_part(r->store, tm, CG_PART_TOOL_RESULT, &tp, r->err)) != CG_OK)
-                goto out_list;
-            tp->u.tool_result.tool_call_id = id;
-            tp->u.tool_result.tool_name = name;
-            tp->u.tool_result.is_error = true;
-            if ((st = set_str(r, no_result_text, strlen(no_result_text),
-                              &tp->u.tool_result.content)) != CG_OK)
-                goto out_list;
-            struct entry te = {r->store->n_messages - 1, -1, 0, CG_LAYER_NORMALIZE, -1};
-            if ((st = count(r, &te)) != CG_OK)
-                goto out_list;
-            warn(r, CG_CWARN_INPUT_REPAIRED, e.source,
-                 "tool call \"%.*s\" had no result; an error result was added",
-                 (int)(id.len > 64 ? 64 : id.len), id.ptr);
-            (*affected)++;
-            if (!list_push(&nl, te)) {
-                st = nomem(r->err);
-                goto out_list;
-            }
-        }
+        if ((st = add_missing_results(r, &nl, nl.n - 1, e.source, &last, affected)) != CG_OK)
+            goto out_list;
     }
     recount_total(&nl);
     list_take(l, &nl);
@@ -466,6 +509,123 @@ static bool has_checkpoint(const struct cg_str *s)
     return false;
 }
 
+/* Whether the message of e has reasoning to drop or checkpoint tags to strip. */
+static bool needs_cleanup(struct run *r, const struct entry *e, bool drop_reasoning)
+{
+    const struct cg_message *m = msg_of(r, e);
+    bool touch = false;
+    for (size_t k = 0; k < m->n_parts && !touch; k++) {
+        const struct cg_part *p = &m->parts[k];
+        if (p->kind == CG_PART_REASONING && drop_reasoning)
+            touch = true;
+        else if (m->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TEXT &&
+                 has_checkpoint(&p->u.text))
+            touch = true;
+        else if (p->kind == CG_PART_TOOL_RESULT && has_checkpoint(&p->u.tool_result.content))
+            touch = true;
+    }
+    return touch;
+}
+
+/* On a derived copy of e's message: drops reasoning (when drop_reasoning) and strips the
+ * checkpoint tags of assistant text and tool results; *gone when nothing is left (then it is
+ * marked dropped by NORMALIZE). */
+static cg_status clean_message(struct run *r, struct entry *e, bool drop_reasoning,
+                               uint32_t *affected, bool *gone)
+{
+    *gone = false;
+    struct cg_message *dm = derive(r, e, true);
+    if (dm == NULL)
+        return CG_RESOURCE_EXHAUSTED;
+    for (size_t k = dm->n_parts; k-- > 0;) {
+        struct cg_part *p = &dm->parts[k];
+        struct cg_str *s = NULL;
+        if (p->kind == CG_PART_REASONING && drop_reasoning) {
+            remove_part(dm, k);
+            continue;
+        }
+        if (dm->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TEXT)
+            s = &p->u.text;
+        else if (p->kind == CG_PART_TOOL_RESULT)
+            s = &p->u.tool_result.content;
+        char *txt;
+        size_t len;
+        if (s != NULL && cg__compress_strip_checkpoints(s->ptr, s->len, &txt, &len)) {
+            cg_status st = set_str(r, txt, len, s);
+            free(txt);
+            if (st != CG_OK)
+                return st;
+        }
+    }
+    return normalized(r, e, dm, affected, gone);
+}
+
+/* Merges e's message into the last one of nl when both are user or both assistant;
+ * *merged says whether it did (e is then dropped by NORMALIZE). */
+static cg_status merge_into_previous(struct run *r, struct list *nl, const struct entry *e,
+                                     uint32_t *affected, bool *merged)
+{
+    *merged = false;
+    if (nl->n == 0)
+        return CG_OK;
+    struct entry *prev = &nl->e[nl->n - 1];
+    const struct cg_message *pm = msg_of(r, prev);
+    const struct cg_message *m = msg_of(r, e);
+    if (pm->role != m->role || (m->role != CG_ROLE_USER && m->role != CG_ROLE_ASSISTANT))
+        return CG_OK;
+    const struct cg_message add = *m;
+    struct cg_message *dm = derive(r, prev, true);
+    if (dm == NULL)
+        return CG_RESOURCE_EXHAUSTED;
+    cg_status st;
+    for (size_t k = 0; k < add.n_parts; k++) {
+        struct cg_part *p;
+        if ((st = cg_conv_add_part(r->store, dm, add.parts[k].kind, &p, r->err)))
+            return st;
+        *p = add.parts[k];
+    }
+    dm->form = CG_FORM_DEFAULT;
+    dm->pinned = dm->pinned || add.pinned;
+    prev->layer = CG_LAYER_NORMALIZE;
+    if (e->source >= 0)
+        r->dropped_by[e->source] = CG_LAYER_NORMALIZE;
+    warn(r, CG_CWARN_INPUT_REPAIRED, e->source, "consecutive %s messages merged",
+         cg_conv_role_name(add.role));
+    (*affected)++;
+    *merged = true;
+    return count(r, prev);
+}
+
+/* Dialects that need a user turn first get one, written by ctxguard, not the user. */
+static cg_status user_turn_first(struct run *r, struct list *l, uint32_t *affected)
+{
+    cg_dialect d = r->in->dialect;
+    if (d != CG_DIALECT_ANTHROPIC && d != CG_DIALECT_GOOGLE)
+        return CG_OK;
+    size_t i = 0;
+    while (i < l->n && cg_conv_role_is_system(msg_of(r, &l->e[i])->role))
+        i++;
+    if (i >= l->n || msg_of(r, &l->e[i])->role == CG_ROLE_USER)
+        return CG_OK;
+    struct cg_message *um;
+    struct cg_part *tp;
+    cg_status st;
+    if ((st = cg_conv_add_message(r->store, CG_ROLE_USER, &um, r->err)) != CG_OK ||
+        (st = cg_conv_add_part(r->store, um, CG_PART_TEXT, &tp, r->err)) != CG_OK ||
+        (st = set_str(r, "[conversation start]", 20, &tp->u.text)) != CG_OK)
+        return st;
+    struct entry ue = {r->store->n_messages - 1, -1, 0, CG_LAYER_NORMALIZE, -1};
+    if ((st = count(r, &ue)) != CG_OK || !list_push(l, ue))
+        return st != CG_OK ? st : nomem(r->err);
+    memmove(&l->e[i + 1], &l->e[i], (l->n - 1 - i) * sizeof l->e[0]);
+    l->e[i] = ue;
+    l->total += ue.tokens;
+    warn(r, CG_CWARN_INPUT_REPAIRED, -1,
+         "a user message was put first (the provider needs a user turn first)");
+    (*affected)++;
+    return CG_OK;
+}
+
 static cg_status normalize(struct run *r, struct list *l)
 {
     struct cg_compress_layer_result *lr = layer_begin(r, CG_LAYER_NORMALIZE, l, 0);
@@ -477,93 +637,20 @@ static cg_status normalize(struct run *r, struct list *l)
     struct list nl = {0};
     for (size_t i = 0; i < l->n; i++) {
         struct entry e = l->e[i];
-        const struct cg_message *m = msg_of(r, &e);
-        bool touch = false;
-        for (size_t k = 0; k < m->n_parts && !touch; k++) {
-            const struct cg_part *p = &m->parts[k];
-            if (p->kind == CG_PART_REASONING && drop_reasoning)
-                touch = true;
-            else if (m->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TEXT &&
-                     has_checkpoint(&p->u.text))
-                touch = true;
-            else if (p->kind == CG_PART_TOOL_RESULT && has_checkpoint(&p->u.tool_result.content))
-                touch = true;
+        bool gone = false, merged = false;
+        if (needs_cleanup(r, &e, drop_reasoning) &&
+            (st = clean_message(r, &e, drop_reasoning, &affected, &gone)) != CG_OK) {
+            free(nl.e);
+            return st;
         }
-        if (touch) {
-            struct cg_message *dm = derive(r, &e, true);
-            if (dm == NULL) {
-                free(nl.e);
-                return CG_RESOURCE_EXHAUSTED;
-            }
-            for (size_t k = dm->n_parts; k-- > 0;) {
-                struct cg_part *p = &dm->parts[k];
-                struct cg_str *s = NULL;
-                if (p->kind == CG_PART_REASONING && drop_reasoning) {
-                    remove_part(dm, k);
-                    continue;
-                }
-                if (dm->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TEXT)
-                    s = &p->u.text;
-                else if (p->kind == CG_PART_TOOL_RESULT)
-                    s = &p->u.tool_result.content;
-                char *txt;
-                size_t len;
-                if (s != NULL && cg__compress_strip_checkpoints(s->ptr, s->len, &txt, &len)) {
-                    st = set_str(r, txt, len, s);
-                    free(txt);
-                    if (st != CG_OK) {
-                        free(nl.e);
-                        return st;
-                    }
-                }
-            }
-            e.layer = CG_LAYER_NORMALIZE;
-            affected++;
-            if (dm->n_parts == 0) {
-                if (e.source >= 0)
-                    r->dropped_by[e.source] = CG_LAYER_NORMALIZE;
-                continue;
-            }
-            if ((st = count(r, &e)) != CG_OK) {
-                free(nl.e);
-                return st;
-            }
+        if (gone)
+            continue;
+        if ((st = merge_into_previous(r, &nl, &e, &affected, &merged)) != CG_OK) {
+            free(nl.e);
+            return st;
         }
-        /* Merge into the previous message when both are user or both assistant. */
-        if (nl.n > 0) {
-            struct entry *prev = &nl.e[nl.n - 1];
-            const struct cg_message *pm = msg_of(r, prev);
-            m = msg_of(r, &e);
-            if (pm->role == m->role && (m->role == CG_ROLE_USER || m->role == CG_ROLE_ASSISTANT)) {
-                const struct cg_message add = *m;
-                struct cg_message *dm = derive(r, prev, true);
-                if (dm == NULL) {
-                    free(nl.e);
-                    return CG_RESOURCE_EXHAUSTED;
-                }
-                for (size_t k = 0; k < add.n_parts; k++) {
-                    struct cg_part *p;
-                    if ((st = cg_conv_add_part(r->store, dm, add.parts[k].kind, &p, r->err))) {
-                        free(nl.e);
-                        return st;
-                    }
-                    *p = add.parts[k];
-                }
-                dm->form = CG_FORM_DEFAULT;
-                dm->pinned = dm->pinned || add.pinned;
-                prev->layer = CG_LAYER_NORMALIZE;
-                if (e.source >= 0)
-                    r->dropped_by[e.source] = CG_LAYER_NORMALIZE;
-                warn(r, CG_CWARN_INPUT_REPAIRED, e.source, "consecutive %s messages merged",
-                     cg_conv_role_name(add.role));
-                affected++;
-                if ((st = count(r, prev)) != CG_OK) {
-                    free(nl.e);
-                    return st;
-                }
-                continue;
-            }
-        }
+        if (merged)
+            continue;
         if (!list_push(&nl, e)) {
             free(nl.e);
             return nomem(r->err);
@@ -571,30 +658,8 @@ static cg_status normalize(struct run *r, struct list *l)
     }
     recount_total(&nl);
     list_take(l, &nl);
-    /* Dialects that need a user turn first get one, written by ctxguard, not the user. */
-    cg_dialect d = r->in->dialect;
-    if (d == CG_DIALECT_ANTHROPIC || d == CG_DIALECT_GOOGLE) {
-        size_t i = 0;
-        while (i < l->n && cg_conv_role_is_system(msg_of(r, &l->e[i])->role))
-            i++;
-        if (i < l->n && msg_of(r, &l->e[i])->role != CG_ROLE_USER) {
-            struct cg_message *um;
-            struct cg_part *tp;
-            if ((st = cg_conv_add_message(r->store, CG_ROLE_USER, &um, r->err)) != CG_OK ||
-                (st = cg_conv_add_part(r->store, um, CG_PART_TEXT, &tp, r->err)) != CG_OK ||
-                (st = set_str(r, "[conversation start]", 20, &tp->u.text)) != CG_OK)
-                return st;
-            struct entry ue = {r->store->n_messages - 1, -1, 0, CG_LAYER_NORMALIZE, -1};
-            if ((st = count(r, &ue)) != CG_OK || !list_push(l, ue))
-                return st != CG_OK ? st : nomem(r->err);
-            memmove(&l->e[i + 1], &l->e[i], (l->n - 1 - i) * sizeof l->e[0]);
-            l->e[i] = ue;
-            l->total += ue.tokens;
-            warn(r, CG_CWARN_INPUT_REPAIRED, -1,
-                 "a user message was put first (the provider needs a user turn first)");
-            affected++;
-        }
-    }
+    if ((st = user_turn_first(r, l, &affected)) != CG_OK)
+        return st;
     layer_end(r, lr, l, affected ? CG_OUTCOME_APPLIED : CG_OUTCOME_NO_EFFECT, affected);
     lr->tokens_before = r->out->tokens_before;
     return CG_OK;
@@ -961,6 +1026,51 @@ static uint32_t window(struct run *r, struct list *l, int64_t goal, uint32_t rec
     return (uint32_t)(d - a);
 }
 
+/* The summarizer's text of the messages [a, c) of l (it reads them as they are now) into
+ * *text (the caller frees it). *failed when the summarizer failed (lr->detail says why; not
+ * an error of the run). */
+static cg_status run_summarizer(struct run *r, const struct list *l, size_t a, size_t c,
+                                struct cg_compress_layer_result *lr, char **text, bool *failed)
+{
+    *failed = false;
+    struct cg_conv *view = cg_conv_new(NULL);
+    if (view == NULL)
+        return nomem(r->err);
+    cg_status st = CG_OK;
+    for (size_t i = 0; i < l->n && st == CG_OK; i++)
+        st = cg_conv_copy_message(view, msg_of(r, &l->e[i]), r->err);
+    struct cg_err serr = {0};
+    if (st == CG_OK && r->in->summarize(r->in->summarize_ctx, view, a, c, r->p->summary_max_tokens,
+                                        text, &serr) != CG_OK) {
+        snprintf(lr->detail, sizeof lr->detail, "summarizer: %.140s",
+                 serr.msg[0] ? serr.msg : "failed");
+        *failed = true;
+    }
+    cg_conv_free(view);
+    return st;
+}
+
+/* The summary as the run's text: marked as ctxguard's (it becomes the first part of the
+ * next turn's user message, since two user messages in a row are not allowed everywhere).
+ * Frees text. */
+static cg_status summary_text(struct run *r, char *text, struct cg_str *out)
+{
+    static const char head[] = "[ctxguard summary of earlier messages]\n";
+    size_t tlen = text != NULL ? strlen(text) : 0;
+    char *full = malloc(sizeof head + tlen);
+    if (full == NULL) {
+        free(text);
+        return nomem(r->err);
+    }
+    memcpy(full, head, sizeof head - 1);
+    if (tlen)
+        memcpy(full + sizeof head - 1, text, tlen);
+    free(text);
+    cg_status st = set_str(r, full, sizeof head - 1 + tlen, out);
+    free(full);
+    return st;
+}
+
 static cg_status summarize(struct run *r, struct list *l, struct cg_compress_layer_result *lr,
                            bool *ok, uint32_t *affected)
 {
@@ -976,46 +1086,17 @@ static cg_status summarize(struct run *r, struct list *l, struct cg_compress_lay
         c++;
     if (c > last)
         c = last;
-    /* The summarizer reads the messages as they are now. */
-    struct cg_conv *view = cg_conv_new(NULL);
-    if (view == NULL)
-        return nomem(r->err);
-    cg_status st = CG_OK;
-    for (size_t i = 0; i < l->n && st == CG_OK; i++)
-        st = cg_conv_copy_message(view, msg_of(r, &l->e[i]), r->err);
     char *text = NULL;
-    struct cg_err serr = {0};
-    if (st == CG_OK && r->in->summarize(r->in->summarize_ctx, view, a, c, r->p->summary_max_tokens,
-                                        &text, &serr) != CG_OK) {
-        cg_conv_free(view);
-        snprintf(lr->detail, sizeof lr->detail, "summarizer: %.140s",
-                 serr.msg[0] ? serr.msg : "failed");
-        return CG_OK;
-    }
-    cg_conv_free(view);
-    if (st != CG_OK)
+    bool failed = false;
+    cg_status st = run_summarizer(r, l, a, c, lr, &text, &failed);
+    if (st != CG_OK || failed)
         return st;
     int64_t replaced = 0;
     for (size_t i = a; i < c; i++)
         replaced += l->e[i].tokens;
-    /* The summary becomes the first part of the next turn's user message (two user messages
-     * in a row are not allowed everywhere); it is marked as ctxguard's. */
-    static const char head[] = "[ctxguard summary of earlier messages]\n";
-    size_t tlen = text != NULL ? strlen(text) : 0;
-    char *full = malloc(sizeof head + tlen);
-    if (full == NULL) {
-        free(text);
-        return nomem(r->err);
-    }
-    memcpy(full, head, sizeof head - 1);
-    if (tlen)
-        memcpy(full + sizeof head - 1, text, tlen);
-    free(text);
     struct cg_message sm = {.role = CG_ROLE_USER};
     struct cg_part sp = {.kind = CG_PART_TEXT};
-    st = set_str(r, full, sizeof head - 1 + tlen, &sp.u.text);
-    free(full);
-    if (st != CG_OK)
+    if ((st = summary_text(r, text, &sp.u.text)) != CG_OK)
         return st;
     sm.parts = &sp;
     sm.n_parts = 1;
@@ -1340,16 +1421,9 @@ static cg_status validate_output(struct run *r)
     return st;
 }
 
-cg_status cg_compress_run(const struct cg_compress_input *in, const struct cg_compress_policy *p,
-                          struct cg_compress_result *out, struct cg_err *err)
+/* The input's own checks (the policy is checked apart). */
+static cg_status input_check(const struct cg_compress_input *in, struct cg_err *err)
 {
-    struct cg_err local = {0};
-    if (err == NULL)
-        err = &local;
-    memset(out, 0, sizeof *out);
-    cg_status st = cg_compress_policy_check(p, err);
-    if (st != CG_OK)
-        return st;
     if (in->conv == NULL || in->context_window <= 0 || in->external_prompt_tokens < 0 ||
         in->trim_boundary < 0 || in->counter.count_message == NULL) {
         err->code = CG_INVALID_ARGUMENT;
@@ -1361,6 +1435,216 @@ cg_status cg_compress_run(const struct cg_compress_input *in, const struct cg_co
                                                   : "counter: required");
         return CG_INVALID_ARGUMENT;
     }
+    return CG_OK;
+}
+
+/* The run's store starts as a shallow copy of the input (strings stay the input's), one
+ * counted entry of l per input message. */
+static cg_status load_input(struct run *r, struct list *l)
+{
+    const struct cg_conv *conv = r->in->conv;
+    size_t n_in = conv->n_messages;
+    cg_status st;
+    r->store->limits.max_bytes = CG_CONV_MAX_BYTES;
+    r->store->limits.max_messages = n_in * 3 + 64;
+    for (size_t i = 0; i < n_in; i++) {
+        struct entry e = {0, (int64_t)i, 0, 0, -1};
+        const struct cg_message *src = &conv->messages[i];
+        struct cg_message *m;
+        if ((st = cg_conv_add_message(r->store, src->role, &m, r->err)) != CG_OK)
+            return st;
+        m->name = src->name;
+        m->pinned = src->pinned;
+        m->form = src->form;
+        m->extra = src->extra;
+        for (size_t k = 0; k < src->n_parts; k++) {
+            struct cg_part *pt;
+            if ((st = cg_conv_add_part(r->store, m, src->parts[k].kind, &pt, r->err)) != CG_OK)
+                return st;
+            *pt = src->parts[k];
+        }
+        e.msg = i;
+        if ((st = count(r, &e)) != CG_OK)
+            return st;
+        r->input_tokens[i] = e.tokens;
+        if (!list_push(l, e))
+            return nomem(r->err);
+    }
+    return CG_OK;
+}
+
+/* The effective window: the model's minus the system prompt, tools, reserved output and
+ * what the caller adds; and the trigger, target and ceiling in tokens. */
+static void set_window(struct run *r, const struct list *l)
+{
+    const struct cg_compress_input *in = r->in;
+    const struct cg_compress_policy *p = r->p;
+    struct cg_compress_result *out = r->out;
+    int64_t system = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (cg_conv_role_is_system(msg_of(r, &l->e[i])->role))
+            system += l->e[i].tokens;
+    int64_t eff = in->context_window - system - r->fixed - p->reserved_output_tokens -
+                  in->external_prompt_tokens;
+    if (eff < 1)
+        eff = 1;
+    double trigger = p->trigger_ratio * (p->prompt_cache_hint ? 1.1 : 1.0);
+    if (trigger > p->ceiling_ratio)
+        trigger = p->ceiling_ratio;
+    out->effective_window = eff;
+    out->trigger_tokens = (int64_t)((double)eff * trigger);
+    out->target_tokens = (int64_t)((double)eff * p->target_ratio);
+    out->ceiling_tokens = (int64_t)((double)eff * p->ceiling_ratio);
+}
+
+/* L0-L2, the per-message layers: in TRIMMING on every triggered call (prefix stability),
+ * else while over the target. */
+static cg_status per_message_layers(struct run *r, struct list *l)
+{
+    const struct cg_compress_input *in = r->in;
+    struct cg_compress_result *out = r->out;
+    bool trimming = r->p->strategy == CG_STRATEGY_TRIMMING;
+    int64_t target = out->target_tokens;
+    cg_status st;
+#define NEED() (out->triggered && (trimming || r->fixed + l->total > target))
+    if (!in->offload) {
+        struct cg_compress_layer_result *lr = layer_begin(r, CG_LAYER_OFFLOAD, l, 0);
+        snprintf(lr->detail, sizeof lr->detail, "%s",
+                 in->offload_skip_reason ? in->offload_skip_reason : "offload not enabled");
+        layer_end(r, lr, l,
+                  disabled(r, CG_LAYER_OFFLOAD) ? CG_OUTCOME_DISABLED
+                  : NEED()                      ? CG_OUTCOME_SKIPPED
+                                                : CG_OUTCOME_NOT_NEEDED,
+                  0);
+    } else if ((st = run_simple(r, l, CG_LAYER_OFFLOAD, offload, NEED())) != CG_OK) {
+        return st;
+    }
+    if ((st = run_simple(r, l, CG_LAYER_TOOL_RESULT, tool_results, NEED())) != CG_OK ||
+        (st = run_simple(r, l, CG_LAYER_WRITE_COMPACTION, write_compaction, NEED())) != CG_OK)
+        return st;
+#undef NEED
+    return CG_OK;
+}
+
+/* L3: the old boundary always applies (the prefix the caller already sent); it moves only
+ * over the trigger (TRIMMING) or the target, to below trim_goal. */
+static cg_status trim_to_boundary(struct run *r, struct list *l, int64_t *boundary,
+                                  int64_t trim_goal)
+{
+    const struct cg_compress_policy *p = r->p;
+    struct cg_compress_result *out = r->out;
+    bool trimming = p->strategy == CG_STRATEGY_TRIMMING;
+    /* Apply the old boundary first (no move) to see whether a move is needed. */
+    cg_status st = run_trim(r, l, boundary, false, 0, p->keep_last_assistant, 0);
+    if (st != CG_OK)
+        return st;
+    int64_t now_count = r->fixed + l->total;
+    bool move = out->triggered && (trimming ? now_count > out->trigger_tokens || r->in->force ||
+                                                  now_count > out->ceiling_tokens
+                                            : now_count > out->target_tokens);
+    if (!move)
+        return CG_OK;
+    /* The first L3 result only applied the old boundary; fold the move into it. */
+    r->out->n_layers--;
+    struct cg_compress_layer_result keep = r->out->layers[r->out->n_layers];
+    if ((st = run_trim(r, l, boundary, true, trim_goal, p->keep_last_assistant, 0)) != CG_OK)
+        return st;
+    struct cg_compress_layer_result *lr = &r->out->layers[r->out->n_layers - 1];
+    lr->tokens_before = keep.tokens_before;
+    lr->messages_affected += keep.messages_affected;
+    if (keep.outcome == CG_OUTCOME_APPLIED)
+        lr->outcome = CG_OUTCOME_APPLIED;
+    return CG_OK;
+}
+
+/* Escalation while over goal: fewer recents each pass (none on the last), assistant
+ * messages no longer protected from trimming on the last. */
+static cg_status escalate(struct run *r, struct list *l, int64_t *boundary, int64_t goal,
+                          int64_t trim_to)
+{
+    const struct cg_compress_policy *p = r->p;
+    struct cg_compress_result *out = r->out;
+    for (uint32_t pass = 1; pass <= p->max_escalation_passes; pass++) {
+        if (!out->triggered || r->fixed + l->total <= goal)
+            break;
+        if (out_of_time(r)) {
+            warn(r, CG_CWARN_TIME_BUDGET_EXHAUSTED, -1,
+                 "the time budget of %u ms ran out before escalation pass %u", p->time_budget_ms,
+                 pass);
+            break;
+        }
+        bool last = pass == p->max_escalation_passes;
+        uint32_t recents = last ? 0 : p->recents >> pass;
+        out->escalation_passes = pass;
+        cg_status st;
+        if ((st = run_trim(r, l, boundary, true, trim_to, last ? 0 : p->keep_last_assistant / 2,
+                           pass)) != CG_OK ||
+            (st = run_window(r, l, trim_to, recents, pass, r->fixed + l->total > goal)) != CG_OK ||
+            (st = run_summary(r, l, pass, r->fixed + l->total > goal)) != CG_OK)
+            return st;
+    }
+    return CG_OK;
+}
+
+/* The cascade on the loaded input: normalize, L0-L2, L3, L4 and L5, then escalation. */
+static cg_status cascade(struct run *r, struct list *l, int64_t *boundary)
+{
+    const struct cg_compress_policy *p = r->p;
+    struct cg_compress_result *out = r->out;
+    cg_status st;
+    if ((st = normalize(r, l)) != CG_OK)
+        return st;
+    int64_t target = out->target_tokens, ceiling = out->ceiling_tokens;
+    out->triggered = r->in->force || r->fixed + l->total > out->trigger_tokens;
+    bool trimming = p->strategy == CG_STRATEGY_TRIMMING;
+    if ((st = per_message_layers(r, l)) != CG_OK)
+        return st;
+    int64_t hyst_goal = (int64_t)((double)out->trigger_tokens * p->hysteresis_ratio);
+    int64_t trim_goal = target < hyst_goal ? target : hyst_goal;
+    if ((st = trim_to_boundary(r, l, boundary, trim_goal)) != CG_OK)
+        return st;
+    /* L4 and L5: SUMMARIZING while over the target, TRIMMING only over the ceiling. */
+    int64_t goal = trimming ? ceiling : target;
+    bool need = out->triggered && r->fixed + l->total > goal;
+    if ((st = run_window(r, l, trimming ? trim_goal : target, p->recents, 0, need)) != CG_OK)
+        return st;
+    need = out->triggered && r->fixed + l->total > goal;
+    if ((st = run_summary(r, l, 0, need)) != CG_OK)
+        return st;
+    return escalate(r, l, boundary, goal, trimming ? trim_goal : target);
+}
+
+/* The output and its report, the warnings of a target or ceiling missed, the checks. */
+static cg_status finish(struct run *r, struct list *l)
+{
+    struct cg_compress_result *out = r->out;
+    int64_t target = out->target_tokens, ceiling = out->ceiling_tokens;
+    cg_status st;
+    if ((st = build_output(r, l)) != CG_OK || (st = report(r, l)) != CG_OK)
+        return st;
+    out->target_reached = !out->triggered || out->tokens_after <= target;
+    out->under_ceiling = out->tokens_after <= ceiling;
+    if (out->triggered && !out->target_reached)
+        warn(r, CG_CWARN_TARGET_UNREACHABLE, -1,
+             "%lld tokens after compression, target %lld: what is left (system and user text, "
+             "recent turns, primers) does not fit",
+             (long long)out->tokens_after, (long long)target);
+    if (!out->under_ceiling)
+        warn(r, CG_CWARN_CEILING_EXCEEDED, -1, "%lld tokens after compression, ceiling %lld",
+             (long long)out->tokens_after, (long long)ceiling);
+    return validate_output(r);
+}
+
+cg_status cg_compress_run(const struct cg_compress_input *in, const struct cg_compress_policy *p,
+                          struct cg_compress_result *out, struct cg_err *err)
+{
+    struct cg_err local = {0};
+    if (err == NULL)
+        err = &local;
+    memset(out, 0, sizeof *out);
+    cg_status st = cg_compress_policy_check(p, err);
+    if (st != CG_OK || (st = input_check(in, err)) != CG_OK)
+        return st;
     const struct cg_conv *conv = in->conv;
     size_t n_in = conv->n_messages;
     struct run r = {.in = in, .p = p, .out = out, .err = err};
@@ -1379,57 +1663,14 @@ cg_status cg_compress_run(const struct cg_compress_input *in, const struct cg_co
         st = nomem(err);
         goto out;
     }
-    /* The store starts as a shallow copy of the input: strings stay the input's. */
-    r.store->limits.max_bytes = CG_CONV_MAX_BYTES;
-    r.store->limits.max_messages = n_in * 3 + 64;
     r.fixed = in->counter.fixed_tokens;
     r.started_ms = now(&r);
-    for (size_t i = 0; i < n_in; i++) {
-        struct entry e = {0, (int64_t)i, 0, 0, -1};
-        const struct cg_message *src = &conv->messages[i];
-        struct cg_message *m;
-        if ((st = cg_conv_add_message(r.store, src->role, &m, err)) != CG_OK)
-            goto out;
-        m->name = src->name;
-        m->pinned = src->pinned;
-        m->form = src->form;
-        m->extra = src->extra;
-        for (size_t k = 0; k < src->n_parts; k++) {
-            struct cg_part *pt;
-            if ((st = cg_conv_add_part(r.store, m, src->parts[k].kind, &pt, err)) != CG_OK)
-                goto out;
-            *pt = src->parts[k];
-        }
-        e.msg = i;
-        if ((st = count(&r, &e)) != CG_OK)
-            goto out;
-        r.input_tokens[i] = e.tokens;
-        if (!list_push(&l, e)) {
-            st = nomem(err);
-            goto out;
-        }
-    }
+    if ((st = load_input(&r, &l)) != CG_OK)
+        goto out;
     recount_total(&l);
     out->messages_before = (int64_t)n_in;
     out->tokens_before = r.fixed + l.total;
-
-    /* The effective window: the model's minus the system prompt, tools, reserved output and
-     * what the caller adds. */
-    int64_t system = 0;
-    for (size_t i = 0; i < l.n; i++)
-        if (cg_conv_role_is_system(msg_of(&r, &l.e[i])->role))
-            system += l.e[i].tokens;
-    int64_t eff = in->context_window - system - r.fixed - p->reserved_output_tokens -
-                  in->external_prompt_tokens;
-    if (eff < 1)
-        eff = 1;
-    double trigger = p->trigger_ratio * (p->prompt_cache_hint ? 1.1 : 1.0);
-    if (trigger > p->ceiling_ratio)
-        trigger = p->ceiling_ratio;
-    out->effective_window = eff;
-    out->trigger_tokens = (int64_t)((double)eff * trigger);
-    out->target_tokens = (int64_t)((double)eff * p->target_ratio);
-    out->ceiling_tokens = (int64_t)((double)eff * p->ceiling_ratio);
+    set_window(&r, &l);
     if (!in->counter.exact)
         warn(&r, CG_CWARN_ESTIMATED_COUNTS, -1, "counts are estimates (no exact tokenizer)");
 
@@ -1441,101 +1682,11 @@ cg_status cg_compress_run(const struct cg_compress_input *in, const struct cg_co
         boundary = (int64_t)n_in;
     }
     out->boundary_before = boundary;
-
-    if ((st = normalize(&r, &l)) != CG_OK)
+    if ((st = cascade(&r, &l, &boundary)) != CG_OK)
         goto out;
-    int64_t target = out->target_tokens, ceiling = out->ceiling_tokens;
-    out->triggered = in->force || r.fixed + l.total > out->trigger_tokens;
-    bool trimming = p->strategy == CG_STRATEGY_TRIMMING;
-    /* Per-message layers: in TRIMMING on every triggered call (prefix stability), else while
-     * over the target. */
-#define NEED() (out->triggered && (trimming || r.fixed + l.total > target))
-    if (!in->offload) {
-        struct cg_compress_layer_result *lr = layer_begin(&r, CG_LAYER_OFFLOAD, &l, 0);
-        snprintf(lr->detail, sizeof lr->detail, "%s",
-                 in->offload_skip_reason ? in->offload_skip_reason : "offload not enabled");
-        layer_end(&r, lr, &l,
-                  disabled(&r, CG_LAYER_OFFLOAD) ? CG_OUTCOME_DISABLED
-                  : NEED()                       ? CG_OUTCOME_SKIPPED
-                                                 : CG_OUTCOME_NOT_NEEDED,
-                  0);
-    } else if ((st = run_simple(&r, &l, CG_LAYER_OFFLOAD, offload, NEED())) != CG_OK) {
-        goto out;
-    }
-    if ((st = run_simple(&r, &l, CG_LAYER_TOOL_RESULT, tool_results, NEED())) != CG_OK ||
-        (st = run_simple(&r, &l, CG_LAYER_WRITE_COMPACTION, write_compaction, NEED())) != CG_OK)
-        goto out;
-#undef NEED
-    /* L3: the old boundary always applies (the prefix the caller already sent); it moves
-     * only over the trigger (TRIMMING) or the target, to below the hysteresis goal. */
-    int64_t hyst_goal = (int64_t)((double)out->trigger_tokens * p->hysteresis_ratio);
-    int64_t trim_goal = target < hyst_goal ? target : hyst_goal;
-    {
-        /* Apply the old boundary first (no move) to see whether a move is needed. */
-        if ((st = run_trim(&r, &l, &boundary, false, 0, p->keep_last_assistant, 0)) != CG_OK)
-            goto out;
-        int64_t now_count = r.fixed + l.total;
-        bool move = out->triggered &&
-                    (trimming ? now_count > out->trigger_tokens || in->force || now_count > ceiling
-                              : now_count > target);
-        if (move) {
-            /* The first L3 result only applied the old boundary; fold the move into it. */
-            r.out->n_layers--;
-            struct cg_compress_layer_result keep = r.out->layers[r.out->n_layers];
-            if ((st = run_trim(&r, &l, &boundary, true, trim_goal, p->keep_last_assistant, 0)) !=
-                CG_OK)
-                goto out;
-            struct cg_compress_layer_result *lr = &r.out->layers[r.out->n_layers - 1];
-            lr->tokens_before = keep.tokens_before;
-            lr->messages_affected += keep.messages_affected;
-            if (keep.outcome == CG_OUTCOME_APPLIED)
-                lr->outcome = CG_OUTCOME_APPLIED;
-        }
-    }
-    /* L4 and L5: SUMMARIZING while over the target, TRIMMING only over the ceiling. */
-    int64_t goal = trimming ? ceiling : target;
-    bool need = out->triggered && r.fixed + l.total > goal;
-    if ((st = run_window(&r, &l, trimming ? trim_goal : target, p->recents, 0, need)) != CG_OK)
-        goto out;
-    need = out->triggered && r.fixed + l.total > goal;
-    if ((st = run_summary(&r, &l, 0, need)) != CG_OK)
-        goto out;
-    /* Escalation: fewer recents each pass (none on the last), assistant messages no longer
-     * protected from trimming on the last. */
-    for (uint32_t pass = 1; pass <= p->max_escalation_passes; pass++) {
-        if (!out->triggered || r.fixed + l.total <= goal)
-            break;
-        if (out_of_time(&r)) {
-            warn(&r, CG_CWARN_TIME_BUDGET_EXHAUSTED, -1,
-                 "the time budget of %u ms ran out before escalation pass %u", p->time_budget_ms,
-                 pass);
-            break;
-        }
-        bool last = pass == p->max_escalation_passes;
-        uint32_t recents = last ? 0 : p->recents >> pass;
-        out->escalation_passes = pass;
-        if ((st = run_trim(&r, &l, &boundary, true, trimming ? trim_goal : target,
-                           last ? 0 : p->keep_last_assistant / 2, pass)) != CG_OK ||
-            (st = run_window(&r, &l, trimming ? trim_goal : target, recents, pass,
-                             r.fixed + l.total > goal)) != CG_OK ||
-            (st = run_summary(&r, &l, pass, r.fixed + l.total > goal)) != CG_OK)
-            goto out;
-    }
     out->boundary_after = boundary;
     out->boundary_moved = boundary != out->boundary_before;
-    if ((st = build_output(&r, &l)) != CG_OK || (st = report(&r, &l)) != CG_OK)
-        goto out;
-    out->target_reached = !out->triggered || out->tokens_after <= target;
-    out->under_ceiling = out->tokens_after <= ceiling;
-    if (out->triggered && !out->target_reached)
-        warn(&r, CG_CWARN_TARGET_UNREACHABLE, -1,
-             "%lld tokens after compression, target %lld: what is left (system and user text, "
-             "recent turns, primers) does not fit",
-             (long long)out->tokens_after, (long long)target);
-    if (!out->under_ceiling)
-        warn(&r, CG_CWARN_CEILING_EXCEEDED, -1, "%lld tokens after compression, ceiling %lld",
-             (long long)out->tokens_after, (long long)ceiling);
-    st = validate_output(&r);
+    st = finish(&r, &l);
 out:
     free(l.e);
     free(r.dropped_by);

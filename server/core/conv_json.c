@@ -149,6 +149,65 @@ bool cg_conv_json_is_valid(const char *text, size_t len, bool need_object)
 
 /* ------------------------------------------------------------------ read: top --------- */
 
+/* The request's tools array (c->format's dialect), at path ".tools". */
+static cg_status read_tools(struct ctx *c, json_t *tools)
+{
+    size_t saved = cg__cj_path_push(c, ".tools");
+    if (!json_is_array(tools))
+        return cg__cj_fail(c, CG_INVALID_ARGUMENT, "expected an array, got %s",
+                           cg__cj_type_name(tools));
+    size_t i;
+    json_t *tool;
+    json_array_foreach(tools, i, tool)
+    {
+        size_t s2 = cg__cj_path_push(c, "[%zu]", i);
+        cg_status st = c->format == CG_CONV_JSON_OPENAI ? cg__cj_openai_tool(c, tool)
+                                                        : cg__cj_anthropic_tool(c, tool);
+        cg__cj_path_pop(c, s2);
+        if (st != CG_OK)
+            return st;
+    }
+    cg__cj_path_pop(c, saved);
+    return CG_OK;
+}
+
+/* A request object (not a bare messages array): its model, Anthropic's system, its tools,
+ * and the other keys kept in order as the conversation's top_extra (with the model's own
+ * keys as null placeholders); *messages gets its "messages" value. */
+static cg_status read_top_object(struct ctx *c, json_t *root, json_t **messages)
+{
+    cg_conv_json_format format = c->format;
+    cg_status st;
+    c->conv->top_is_object = true;
+    *messages = json_object_get(root, "messages");
+    if (*messages == NULL)
+        return cg__cj_fail(c, CG_INVALID_ARGUMENT, "an object needs a \"messages\" array");
+    if ((st = cg__cj_get_string(c, root, "model", false, &c->conv->model)) != CG_OK)
+        return st;
+    if (format == CG_CONV_JSON_ANTHROPIC) {
+        json_t *system = json_object_get(root, "system");
+        if (system != NULL && !json_is_null(system) &&
+            (st = cg__cj_anthropic_system(c, system)) != CG_OK)
+            return st;
+    }
+    json_t *tools = json_object_get(root, "tools");
+    c->conv->has_tools_key = tools != NULL;
+    if (tools != NULL && !json_is_null(tools) && (st = read_tools(c, tools)) != CG_OK)
+        return st;
+    /* The other keys, in order, with the model's own keys as null placeholders. */
+    json_t *shallow = json_copy(root);
+    if (shallow == NULL)
+        return cg__cj_fail(c, CG_RESOURCE_EXHAUSTED, "out of memory");
+    static const char *const owned[] = {"messages", "tools", "model", "system"};
+    size_t n_owned = format == CG_CONV_JSON_ANTHROPIC ? 4 : 3;
+    for (size_t k = 0; k < n_owned; k++)
+        if (json_object_get(shallow, owned[k]) != NULL)
+            json_object_set_new(shallow, owned[k], json_null());
+    st = cg__cj_dump_value(c, shallow, &c->conv->top_extra);
+    json_decref(shallow);
+    return st;
+}
+
 cg_status cg_conv_json_read(cg_conv_json_format format, const char *json, size_t len,
                             const struct cg_conv_limits *limits, struct cg_conv **out,
                             struct cg_err *err)
@@ -179,59 +238,8 @@ cg_status cg_conv_json_read(cg_conv_json_format format, const char *json, size_t
     c.conv->origin =
         format == CG_CONV_JSON_OPENAI ? CG_CONV_ORIGIN_OPENAI : CG_CONV_ORIGIN_ANTHROPIC;
     json_t *messages = root;
-    if (json_is_object(root)) {
-        c.conv->top_is_object = true;
-        messages = json_object_get(root, "messages");
-        if (messages == NULL) {
-            st = cg__cj_fail(&c, CG_INVALID_ARGUMENT, "an object needs a \"messages\" array");
-            goto out;
-        }
-        if ((st = cg__cj_get_string(&c, root, "model", false, &c.conv->model)) != CG_OK)
-            goto out;
-        if (format == CG_CONV_JSON_ANTHROPIC) {
-            json_t *system = json_object_get(root, "system");
-            if (system != NULL && !json_is_null(system) &&
-                (st = cg__cj_anthropic_system(&c, system)) != CG_OK)
-                goto out;
-        }
-        json_t *tools = json_object_get(root, "tools");
-        c.conv->has_tools_key = tools != NULL;
-        if (tools != NULL && !json_is_null(tools)) {
-            size_t saved = cg__cj_path_push(&c, ".tools");
-            if (!json_is_array(tools)) {
-                st = cg__cj_fail(&c, CG_INVALID_ARGUMENT, "expected an array, got %s",
-                                 cg__cj_type_name(tools));
-                goto out;
-            }
-            size_t i;
-            json_t *tool;
-            json_array_foreach(tools, i, tool)
-            {
-                size_t s2 = cg__cj_path_push(&c, "[%zu]", i);
-                st = format == CG_CONV_JSON_OPENAI ? cg__cj_openai_tool(&c, tool)
-                                                   : cg__cj_anthropic_tool(&c, tool);
-                cg__cj_path_pop(&c, s2);
-                if (st != CG_OK)
-                    goto out;
-            }
-            cg__cj_path_pop(&c, saved);
-        }
-        /* The other keys, in order, with the model's own keys as null placeholders. */
-        json_t *shallow = json_copy(root);
-        if (shallow == NULL) {
-            st = cg__cj_fail(&c, CG_RESOURCE_EXHAUSTED, "out of memory");
-            goto out;
-        }
-        static const char *const owned[] = {"messages", "tools", "model", "system"};
-        size_t n_owned = format == CG_CONV_JSON_ANTHROPIC ? 4 : 3;
-        for (size_t k = 0; k < n_owned; k++)
-            if (json_object_get(shallow, owned[k]) != NULL)
-                json_object_set_new(shallow, owned[k], json_null());
-        st = cg__cj_dump_value(&c, shallow, &c.conv->top_extra);
-        json_decref(shallow);
-        if (st != CG_OK)
-            goto out;
-    }
+    if (json_is_object(root) && (st = read_top_object(&c, root, &messages)) != CG_OK)
+        goto out;
     size_t saved = cg__cj_path_push(&c, "%s", json_is_object(root) ? ".messages" : "");
     if (!json_is_array(messages)) {
         st = cg__cj_fail(&c, CG_INVALID_ARGUMENT, "expected an array of messages, got %s",

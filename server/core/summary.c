@@ -731,6 +731,88 @@ static cg_status build(struct st *st, struct sent **chosen, size_t n_chosen, con
     return CG_OK;
 }
 
+/* When the skeleton alone is too big: the tool line goes, then the request, then the
+ * state, then the intent is cut shorter and shorter (must: intent, state, request). */
+static cg_status shrink_skeleton(struct st *st, struct sent **pool, size_t n_chosen,
+                                 const char *tools, bool *with_tools, struct sent *const must[3],
+                                 struct cg_summary *out, struct cg_err *err)
+{
+    struct sent *intent = must[0], *state = must[1], *request = must[2];
+    cg_status rc = CG_OK;
+    for (int step = 0; out->tokens > st->target && step < 12; step++) {
+        if (*with_tools) {
+            *with_tools = false;
+        } else if (request != NULL && request->chosen && request != intent) {
+            request->chosen = false;
+        } else if (state != NULL && state->chosen && state != intent) {
+            state->chosen = false;
+        } else if (intent != NULL && strlen(intent->item) > 8) {
+            size_t keep = strlen(intent->item) / 2;
+            char *shorter = cut_copy(intent->item, strlen(intent->item), keep);
+            if (shorter == NULL)
+                return cg_err_set(err, CG_NOMEM, "out of memory summarizing");
+            free(intent->item);
+            intent->item = shorter;
+        } else {
+            break;
+        }
+        rc = build(st, pool, n_chosen, tools, *with_tools, out, err);
+        if (rc != CG_OK)
+            return rc;
+    }
+    return rc;
+}
+
+/* The rest by score while it fits, after the n_chosen items of pool. Costs are summed per
+ * item (a small margin covers what joining changes); the rendered text is counted at the end
+ * and trimmed if over. */
+static cg_status fill_by_score(struct st *st, struct sent **pool, size_t n_chosen,
+                               const char *tools, bool with_tools, struct cg_summary *out,
+                               struct cg_err *err)
+{
+    int64_t target = st->target;
+    size_t n_cand = 0;
+    struct sent **cand = pool + n_chosen;
+    for (size_t i = 0; i < st->n; i++) {
+        struct sent *s = &st->s[i];
+        if (!s->repeat && !s->chosen && !s->mandatory && s->section >= 0)
+            cand[n_cand++] = s;
+    }
+    qsort(cand, n_cand, sizeof *cand, by_score_desc);
+    int64_t used = out->tokens;
+    int64_t room = target - target / 50 - 2;
+    size_t kept = n_chosen;
+    for (size_t i = 0; i < n_cand && used < room; i++) {
+        struct sent *s = cand[i];
+        /* A cheap lower bound of the cost first: a token per 6 bytes at best. */
+        if ((int64_t)(s->len < ITEM_MAX ? s->len : ITEM_MAX) / 6 > room - used)
+            continue;
+        if (!set_item(st, s, s->from_tool ? ITEM_MAX * 2 / 3 : ITEM_MAX))
+            return cg_err_set(err, CG_NOMEM, "out of memory summarizing");
+        if (used + s->cost > room)
+            continue;
+        s->chosen = true;
+        used += s->cost;
+        pool[kept++] = s;
+    }
+    cg_status rc = build(st, pool, kept, tools, with_tools, out, err);
+    while (rc == CG_OK && out->tokens > target) {
+        /* Drop the lowest-scored optional item and count again. */
+        struct sent *low = NULL;
+        for (size_t i = 0; i < kept; i++)
+            if (pool[i]->chosen && !pool[i]->mandatory &&
+                (low == NULL || pool[i]->score < low->score))
+                low = pool[i];
+        if (low == NULL)
+            break;
+        low->chosen = false;
+        rc = build(st, pool, kept, tools, with_tools, out, err);
+    }
+    if (rc == CG_OK)
+        out->target_met = out->tokens <= target;
+    return rc;
+}
+
 cg_status cg_summary_extract(const struct cg_conv *conv, const struct cg_summary_opts *opts,
                              struct cg_summary *out, struct cg_err *err)
 {
@@ -802,75 +884,10 @@ cg_status cg_summary_extract(const struct cg_conv *conv, const struct cg_summary
     rc = build(&st, pool, n_chosen, tools, with_tools, out, err);
     if (rc != CG_OK)
         goto out;
-    /* Too big already: the tool line goes, then the request, then the state, then the
-     * intent is cut shorter and shorter. */
-    for (int step = 0; out->tokens > target && step < 12; step++) {
-        if (with_tools) {
-            with_tools = false;
-        } else if (request != NULL && request->chosen && request != intent) {
-            request->chosen = false;
-        } else if (state != NULL && state->chosen && state != intent) {
-            state->chosen = false;
-        } else if (intent != NULL && strlen(intent->item) > 8) {
-            size_t keep = strlen(intent->item) / 2;
-            char *shorter = cut_copy(intent->item, strlen(intent->item), keep);
-            if (shorter == NULL) {
-                rc = cg_err_set(err, CG_NOMEM, "out of memory summarizing");
-                goto out;
-            }
-            free(intent->item);
-            intent->item = shorter;
-        } else {
-            break;
-        }
-        rc = build(&st, pool, n_chosen, tools, with_tools, out, err);
-        if (rc != CG_OK)
-            goto out;
-    }
-
-    /* The rest by score while it fits. Costs are summed per item (a small margin covers
-     * what joining changes); the rendered text is counted at the end and trimmed if over. */
-    size_t n_cand = 0;
-    struct sent **cand = pool + n_chosen;
-    for (size_t i = 0; i < st.n; i++) {
-        struct sent *s = &st.s[i];
-        if (!s->repeat && !s->chosen && !s->mandatory && s->section >= 0)
-            cand[n_cand++] = s;
-    }
-    qsort(cand, n_cand, sizeof *cand, by_score_desc);
-    int64_t used = out->tokens;
-    int64_t room = target - target / 50 - 2;
-    size_t kept = n_chosen;
-    for (size_t i = 0; i < n_cand && used < room; i++) {
-        struct sent *s = cand[i];
-        /* A cheap lower bound of the cost first: a token per 6 bytes at best. */
-        if ((int64_t)(s->len < ITEM_MAX ? s->len : ITEM_MAX) / 6 > room - used)
-            continue;
-        if (!set_item(&st, s, s->from_tool ? ITEM_MAX * 2 / 3 : ITEM_MAX)) {
-            rc = cg_err_set(err, CG_NOMEM, "out of memory summarizing");
-            goto out;
-        }
-        if (used + s->cost > room)
-            continue;
-        s->chosen = true;
-        used += s->cost;
-        pool[kept++] = s;
-    }
-    rc = build(&st, pool, kept, tools, with_tools, out, err);
-    while (rc == CG_OK && out->tokens > target) {
-        /* Drop the lowest-scored optional item and count again. */
-        struct sent *low = NULL;
-        for (size_t i = 0; i < kept; i++)
-            if (pool[i]->chosen && !pool[i]->mandatory &&
-                (low == NULL || pool[i]->score < low->score))
-                low = pool[i];
-        if (low == NULL)
-            break;
-        low->chosen = false;
-        rc = build(&st, pool, kept, tools, with_tools, out, err);
-    }
-    if (rc == CG_OK)
-        out->target_met = out->tokens <= target;
+    rc = shrink_skeleton(&st, pool, n_chosen, tools, &with_tools, must, out, err);
+    if (rc != CG_OK)
+        goto out;
+    rc = fill_by_score(&st, pool, n_chosen, tools, with_tools, out, err);
 
 out:
     for (size_t i = 0; i < st.n; i++)

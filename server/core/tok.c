@@ -144,6 +144,69 @@ static cg_status bad(struct cg_err *err, const char *what, size_t index)
     return set_err(err, CG_INVALID_ARGUMENT, "token rank data: %s (record %zu)", what, index);
 }
 
+#define NOMEM_TEXT "token rank data: out of memory building the table"
+
+/* The n_tokens records (rank, length) of the rank data at rec into enc's table (its blob
+ * already copied): each rank and token once, the lengths adding up to blob_bytes, every byte
+ * with a rank of its own. */
+static cg_status load_ranks(struct cg_tok_encoding *enc, const unsigned char *records,
+                            uint32_t n_tokens, uint32_t blob_bytes, struct cg_err *err)
+{
+    cg_status rc = CG_OK;
+    /* Ranks must be unique: a bitmap over the rank space seen so far. */
+    uint32_t max_rank = 0;
+    for (uint32_t r = 0; r < n_tokens; r++) {
+        uint32_t rank = get_u32(records + (size_t)r * 5);
+        if (rank > max_rank)
+            max_rank = rank;
+    }
+    if (max_rank >= 16u * CG_TOK_TOKENS_MAX)
+        return bad(err, "rank out of bounds", 0);
+    unsigned char *seen = calloc((size_t)max_rank / 8 + 1, 1);
+    if (seen == NULL)
+        return set_err(err, CG_NOMEM, NOMEM_TEXT);
+    size_t off = 0;
+    bool bytes_seen[256] = {false};
+    for (uint32_t r = 0; r < n_tokens; r++) {
+        const unsigned char *rec = records + (size_t)r * 5;
+        uint32_t rank = get_u32(rec), tlen = rec[4];
+        if (tlen == 0 || tlen > CG_TOK_TOKEN_BYTES_MAX || off + tlen > blob_bytes) {
+            rc = bad(err, "token length out of bounds", r);
+            break;
+        }
+        if (seen[rank / 8] & (1u << (rank % 8))) {
+            rc = bad(err, "duplicate rank", r);
+            break;
+        }
+        seen[rank / 8] |= (unsigned char)(1u << (rank % 8));
+        const unsigned char *tok = enc->blob + off;
+        if (lookup(enc, tok, tlen) != NO_RANK) {
+            rc = bad(err, "duplicate token", r);
+            break;
+        }
+        if (tlen == 1)
+            bytes_seen[tok[0]] = true;
+        uint64_t head = load_head(tok, tlen), h = hash_bytes(head, tok, tlen);
+        uint64_t bit = (h >> 40) & (FILTER_BITS - 1), i = h & enc->mask;
+        enc->filter[bit / 64] |= 1ULL << (bit % 64);
+        while (enc->slots[i].meta != 0)
+            i = (i + 1) & enc->mask;
+        enc->slots[i] =
+            (struct slot){.head = head, .rank = rank, .meta = tlen | (uint32_t)off << 8};
+        off += tlen;
+    }
+    free(seen);
+    if (rc != CG_OK)
+        return rc;
+    if (off != blob_bytes)
+        return bad(err, "token bytes left over", n_tokens);
+    for (int b = 0; b < 256; b++)
+        if (!bytes_seen[b])
+            return set_err(err, CG_INVALID_ARGUMENT,
+                           "token rank data: byte 0x%02x has no rank of its own", b);
+    return CG_OK;
+}
+
 cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encoding **out,
                               struct cg_err *err)
 {
@@ -198,63 +261,8 @@ cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encodi
     memcpy(enc->blob, d + CG_TOK_HEADER_SIZE + records, blob_bytes);
     memset(enc->blob + blob_bytes, 0, 8);
 
-    /* Ranks must be unique: a bitmap over the rank space seen so far. */
-    uint32_t max_rank = 0;
-    for (uint32_t r = 0; r < n_tokens; r++) {
-        uint32_t rank = get_u32(d + CG_TOK_HEADER_SIZE + (size_t)r * 5);
-        if (rank > max_rank)
-            max_rank = rank;
-    }
-    if (max_rank >= 16u * CG_TOK_TOKENS_MAX) {
-        rc = bad(err, "rank out of bounds", 0);
+    if ((rc = load_ranks(enc, d + CG_TOK_HEADER_SIZE, n_tokens, blob_bytes, err)) != CG_OK)
         goto out;
-    }
-    unsigned char *seen = calloc((size_t)max_rank / 8 + 1, 1);
-    if (seen == NULL)
-        goto nomem;
-    size_t off = 0;
-    bool bytes_seen[256] = {false};
-    for (uint32_t r = 0; r < n_tokens; r++) {
-        const unsigned char *rec = d + CG_TOK_HEADER_SIZE + (size_t)r * 5;
-        uint32_t rank = get_u32(rec), tlen = rec[4];
-        if (tlen == 0 || tlen > CG_TOK_TOKEN_BYTES_MAX || off + tlen > blob_bytes) {
-            rc = bad(err, "token length out of bounds", r);
-            break;
-        }
-        if (seen[rank / 8] & (1u << (rank % 8))) {
-            rc = bad(err, "duplicate rank", r);
-            break;
-        }
-        seen[rank / 8] |= (unsigned char)(1u << (rank % 8));
-        const unsigned char *tok = enc->blob + off;
-        if (lookup(enc, tok, tlen) != NO_RANK) {
-            rc = bad(err, "duplicate token", r);
-            break;
-        }
-        if (tlen == 1)
-            bytes_seen[tok[0]] = true;
-        uint64_t head = load_head(tok, tlen), h = hash_bytes(head, tok, tlen);
-        uint64_t bit = (h >> 40) & (FILTER_BITS - 1), i = h & enc->mask;
-        enc->filter[bit / 64] |= 1ULL << (bit % 64);
-        while (enc->slots[i].meta != 0)
-            i = (i + 1) & enc->mask;
-        enc->slots[i] =
-            (struct slot){.head = head, .rank = rank, .meta = tlen | (uint32_t)off << 8};
-        off += tlen;
-    }
-    free(seen);
-    if (rc != CG_OK)
-        goto out;
-    if (off != blob_bytes) {
-        rc = bad(err, "token bytes left over", n_tokens);
-        goto out;
-    }
-    for (int b = 0; b < 256; b++)
-        if (!bytes_seen[b]) {
-            rc = set_err(err, CG_INVALID_ARGUMENT,
-                         "token rank data: byte 0x%02x has no rank of its own", b);
-            goto out;
-        }
     /* Every merge starts from byte pairs: a direct table saves a hash probe per byte. */
     enc->pair_rank = malloc(65536 * sizeof *enc->pair_rank);
     if (enc->pair_rank == NULL)
@@ -266,7 +274,7 @@ cg_status cg_tok_encoding_new(const void *data, size_t len, struct cg_tok_encodi
     *out = enc;
     return CG_OK;
 nomem:
-    rc = set_err(err, CG_NOMEM, "token rank data: out of memory building the table");
+    rc = set_err(err, CG_NOMEM, NOMEM_TEXT);
 out:
     cg_tok_encoding_free(enc);
     return rc;

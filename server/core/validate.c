@@ -380,6 +380,40 @@ static bool sort_issues(struct state *s)
     return true;
 }
 
+/* The tool calls of assistant message mi (m) now wait for their results. */
+static void open_calls(struct state *s, size_t mi, const struct cg_message *m)
+{
+    for (size_t pi = 0; pi < m->n_parts; pi++)
+        if (m->parts[pi].kind == CG_PART_TOOL_CALL) {
+            struct call *c = find(s, &m->parts[pi].u.tool_call.id);
+            if (c != NULL && c->message == mi && c->part == pi) {
+                size_t at = (size_t)(c - s->calls);
+                if (s->open_lo == s->open_hi)
+                    s->open_lo = s->open_hi = at;
+                if (at < s->open_lo)
+                    s->open_lo = at;
+                if (at >= s->open_hi)
+                    s->open_hi = at + 1;
+                c->open = true;
+            }
+        }
+}
+
+/* The prompt's size against the window and the reserved output (with counts only). */
+static void check_window(struct state *s)
+{
+    const struct cg_validate_input *in = s->in;
+    int64_t headroom = in->context_window - in->prompt_tokens;
+    if (headroom < 0)
+        add(s, CG_ISSUE_EXCEEDS_CONTEXT_WINDOW, E, -1, -1, NULL,
+            "the prompt (%lld tokens) is larger than the window (%lld)",
+            (long long)in->prompt_tokens, (long long)in->context_window);
+    else if (in->reserved_output_tokens > 0 && headroom < in->reserved_output_tokens)
+        add(s, CG_ISSUE_HEADROOM_BELOW_RESERVE, sev(s, E, E, W, W), -1, -1, NULL,
+            "%lld tokens left for the answer, %lld reserved", (long long)headroom,
+            (long long)in->reserved_output_tokens);
+}
+
 cg_status cg_validate(const struct cg_validate_input *in, struct cg_validate_result *out,
                       struct cg_err *err)
 {
@@ -441,35 +475,13 @@ cg_status cg_validate(const struct cg_validate_input *in, struct cg_validate_res
 
         /* This message's own calls now wait for their results. */
         if (m->role == CG_ROLE_ASSISTANT)
-            for (size_t pi = 0; pi < m->n_parts; pi++)
-                if (m->parts[pi].kind == CG_PART_TOOL_CALL) {
-                    struct call *c = find(&s, &m->parts[pi].u.tool_call.id);
-                    if (c != NULL && c->message == mi && c->part == pi) {
-                        size_t at = (size_t)(c - s.calls);
-                        if (s.open_lo == s.open_hi)
-                            s.open_lo = s.open_hi = at;
-                        if (at < s.open_lo)
-                            s.open_lo = at;
-                        if (at >= s.open_hi)
-                            s.open_hi = at + 1;
-                        c->open = true;
-                    }
-                }
+            open_calls(&s, mi, m);
     }
     if (!s.oom)
         close_open_calls(&s, "before the end of the conversation");
 
-    if (in->have_counts && in->context_window > 0 && !s.oom) {
-        int64_t headroom = in->context_window - in->prompt_tokens;
-        if (headroom < 0)
-            add(&s, CG_ISSUE_EXCEEDS_CONTEXT_WINDOW, E, -1, -1, NULL,
-                "the prompt (%lld tokens) is larger than the window (%lld)",
-                (long long)in->prompt_tokens, (long long)in->context_window);
-        else if (in->reserved_output_tokens > 0 && headroom < in->reserved_output_tokens)
-            add(&s, CG_ISSUE_HEADROOM_BELOW_RESERVE, sev(&s, E, E, W, W), -1, -1, NULL,
-                "%lld tokens left for the answer, %lld reserved", (long long)headroom,
-                (long long)in->reserved_output_tokens);
-    }
+    if (in->have_counts && in->context_window > 0 && !s.oom)
+        check_window(&s);
     if (!s.oom && !sort_issues(&s))
         s.oom = true;
     free(s.calls);
