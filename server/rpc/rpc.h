@@ -65,6 +65,14 @@ struct cg_rpc_call {
     void (*resume)(struct cg_rpc_call *call, cg_status st, uint8_t *out, size_t out_len);
 };
 
+/* The operation a service sees of this call (borrowed: valid while the call is). */
+static inline struct cg_op cg_rpc_op(struct cg_rpc_call *call)
+{
+    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
+                       &call->err};
+    return op;
+}
+
 typedef cg_status (*cg_rpc_handler_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                        const ProtobufCMessage *request,
                                        ProtobufCMessage **response);

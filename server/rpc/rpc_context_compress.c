@@ -2,8 +2,9 @@
  *
  * Compress: request -> policy (request > preset > server default_preset) -> core/compress ->
  * Conversation + CompressionReport. With a session_id the history, boundary and artifacts
- * are kept in PostgreSQL (rpc_context_state.c); without one nothing is stored and offload
- * (L0) is SKIPPED. The summary layer redacts the PII types of the tenant's settings (every
+ * are kept in PostgreSQL by the session flow of service/context_session.c (load, the
+ * cascade with no transaction open, save with a revision check); without one nothing is
+ * stored and offload (L0) is SKIPPED. The summary layer redacts the PII types of the tenant's settings (every
  * type by default) and summarizes; with the tenant's redact_artifacts the offloaded artifacts
  * and their previews are redacted before they are stored (rpc_context_state.c). Counts are exact
  * for models with an OpenAI encoding (the rank data is loaded once per process, on first use, from
@@ -453,6 +454,125 @@ static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t f
     return st;
 }
 
+/* One run of the cascade: stateless, or one attempt of a stateful call's session flow (then
+ * with no transaction open). */
+struct cascade {
+    struct cg_rpc_call *call;
+    const struct cg_rpc_env *env;
+    const Ctxguard__V1__CompressRequest *req;
+    struct cg_compress_input in; /* conv, counter and boundary set for each run */
+    struct cg_compress_count_state *cs;
+    const struct cg_compress_policy *policy;
+    int64_t started;
+    int64_t window;
+    bool defaulted;
+    cg_dialect dialect;
+    bool redact_artifacts;
+    struct summary_ctx *sctx;
+    Ctxguard__V1__CompressResponse *resp; /* the run's answer, encoded before any save */
+};
+
+/* The response of a run: the conversation in the requested format and the report. */
+static cg_status encode_response(struct cascade *c, const struct cg_compress_result *res)
+{
+    struct cg_rpc_call *call = c->call;
+    const Ctxguard__V1__CompressRequest *req = c->req;
+    Ctxguard__V1__CompressResponse *resp =
+        NEW(call, Ctxguard__V1__CompressResponse, ctxguard__v1__compress_response__init);
+    const struct cg_preset *preset = req->policy && req->policy->preset
+                                         ? cg_preset_get((int)req->policy->preset)
+                                         : cg_preset_by_name(c->env->svc.config->default_preset);
+    if (resp == NULL)
+        return OOM(call);
+    cg_status st = cg_rpc_conv_out(call, res->conv, (int)req->response_format, &resp->conversation);
+    if (st != CG_OK)
+        return st;
+    resp->report =
+        report_out(call, res, c->window, c->cs->enc != NULL, c->dialect, &c->sctx->counts);
+    if (resp->report == NULL ||
+        (resp->report->effective_policy = policy_out(call, c->policy, preset, req->policy)) == NULL)
+        return OOM(call);
+    /* source_indexes must outlive res: copy into the arena. */
+    int64_t *si = cg_arena_alloc(call->arena, (size_t)(res->messages_after + 1) * sizeof *si);
+    if (si == NULL)
+        return OOM(call);
+    memcpy(si, res->source_indexes, (size_t)res->messages_after * sizeof *si);
+    resp->report->source_indexes = si;
+    resp->trim_boundary = res->boundary_after;
+    c->resp = resp;
+    return CG_OK;
+}
+
+/* Runs the cascade over conv (s: the session attempt, NULL stateless) into *res, adds the
+ * call's warnings, redacts the artifacts when the tenant asks, and encodes the answer. On
+ * error call->err says why and res is not filled. */
+static cg_status run_cascade(struct cascade *c, struct cg_ctx_session_state *s,
+                             const struct cg_conv *conv, struct cg_compress_result *res)
+{
+    struct cg_rpc_call *call = c->call;
+    const Ctxguard__V1__CompressRequest *req = c->req;
+    struct cg_compress_policy policy = *c->policy;
+    c->in.conv = conv;
+    cg_compress_counter_init(&c->in.counter, c->cs, conv);
+    memset(&c->sctx->counts, 0, sizeof c->sctx->counts);
+    if (s != NULL) {
+        c->in.trim_boundary = s->boundary;
+        c->in.offload = !req->dry_run;
+        c->in.offload_skip_reason = "dry run: nothing is stored";
+        c->in.name_artifact = cg_ctx_session_name_artifact;
+    }
+    /* Never past the call's deadline. */
+    if (call->deadline_ms > 0) {
+        int64_t left = call->deadline_ms - c->started;
+        if (left < 100)
+            left = 100;
+        if (left < (int64_t)policy.time_budget_ms)
+            policy.time_budget_ms = (uint32_t)left;
+    }
+    struct cg_err cerr = {0};
+    cg_status st = cg_compress_run(&c->in, &policy, res, &cerr);
+    if (st != CG_OK) {
+        call->err = cerr;
+        if (call->err.msg[0] == '\0')
+            cg_err_set(&call->err, st, "compression failed");
+        return st;
+    }
+    if (s != NULL && s->diverged)
+        cg_compress_add_warning(
+            res, CG_CWARN_HISTORY_DIVERGED, s->diverged_at,
+            "the conversation differs from the stored history at message %lld; revision "
+            "%u starts there",
+            (long long)s->diverged_at, s->revision);
+    if (s != NULL && req->trim_boundary != 0 && req->trim_boundary != s->stored.trim_boundary)
+        cg_compress_add_warning(res, CG_CWARN_BOUNDARY_ADJUSTED, -1,
+                                "trim_boundary %lld ignored: the session's stored boundary is %lld",
+                                (long long)req->trim_boundary, (long long)s->stored.trim_boundary);
+    if (c->defaulted)
+        cg_compress_add_warning(res, CG_CWARN_DEFAULT_WINDOW, -1,
+                                "the model's context window is not known; %lld tokens assumed",
+                                (long long)c->window);
+    /* Artifacts (and their previews) redacted before they are stored, when the tenant asks. */
+    if (s != NULL && c->redact_artifacts && res->n_artifacts > 0) {
+        if ((st = cg_rpc_ctx_redact_artifacts(call, c->env, s->session_id, res, &c->in.counter,
+                                              c->sctx->types, policy.offload_preview_bytes)))
+            goto fail;
+        s->artifacts_redacted = true;
+    }
+    if ((st = encode_response(c, res)) != CG_OK)
+        goto fail;
+    return CG_OK;
+fail:
+    cg_compress_result_free(res);
+    return st;
+}
+
+/* cg_ctx_session_work_cb: one attempt of a stateful call. */
+static cg_status session_work(void *ctx, struct cg_ctx_session_state *s, const struct cg_conv *conv,
+                              struct cg_compress_result *res)
+{
+    return run_cascade(ctx, s, conv, res);
+}
+
 cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                   const ProtobufCMessage *request, ProtobufCMessage **response)
 {
@@ -543,108 +663,57 @@ cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_
         in.summarize = summarize_range;
         in.summarize_ctx = &sctx;
     }
-    cg_compress_counter_init(&in.counter, &cs, conv);
-    struct cg_rpc_ctx_state state = {0};
-    if (req->session_id[0] != '\0') {
-        if ((st = cg_rpc_ctx_begin(call, env, req, &conv, &in.counter, &state)) != CG_OK) {
-            cg_conv_free(conv);
-            return st;
-        }
-        /* APPEND replaced the conversation with the whole history. */
-        in.conv = conv;
-        cg_compress_counter_init(&in.counter, &cs, conv);
-        in.trim_boundary = state.boundary;
-        in.offload = !req->dry_run;
-        in.offload_skip_reason = "dry run: nothing is stored";
-        in.name_artifact = cg_rpc_ctx_name_artifact;
-    }
     if (req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE)
         policy.disabled_layers |= 1u << CG_LAYER_SUMMARIZE;
-    /* Never past the call's deadline. */
-    if (call->deadline_ms > 0) {
-        int64_t left = call->deadline_ms - started;
-        if (left < 100)
-            left = 100;
-        if (left < (int64_t)policy.time_budget_ms)
-            policy.time_budget_ms = (uint32_t)left;
-    }
+    struct cascade c = {.call = call,
+                        .env = env,
+                        .req = req,
+                        .in = in,
+                        .cs = &cs,
+                        .policy = &policy,
+                        .started = started,
+                        .window = window,
+                        .defaulted = defaulted,
+                        .dialect = dialect,
+                        .redact_artifacts = redact_artifacts,
+                        .sctx = &sctx};
     struct cg_compress_result res;
-    struct cg_err cerr = {0};
-    st = cg_compress_run(&in, &policy, &res, &cerr);
+    struct cg_ctx_session_state state;
+    memset(&state, 0, sizeof state);
+    bool stateful = req->session_id[0] != '\0';
+    if (!stateful) {
+        st = run_cascade(&c, NULL, conv, &res);
+    } else if ((st = cg_rpc_ctx_check_session_id(call, req->session_id)) == CG_OK) {
+        /* Load, the cascade with no transaction open, save with a revision check. */
+        struct cg_rpc_history_codec_ctx hc = {.call = call, .request_conv = req->conversation};
+        struct cg_ctx_history_codec codec;
+        cg_rpc_ctx_history_codec(&hc, &codec);
+        struct cg_ctx_session_req sreq = {
+            .session_id = req->session_id,
+            .append = req->session_sync == CTXGUARD__V1__SESSION_SYNC__SESSION_SYNC_APPEND,
+            .dry_run = req->dry_run,
+            .conv = conv,
+            .codec = &codec,
+            .count_state = &cs,
+            .strategy = (int)policy.strategy,
+        };
+        struct cg_op op = cg_rpc_op(call);
+        st = cg_ctx_session_run(&env->svc, &op, &sreq, session_work, &c, &state, &res);
+    }
     if (st != CG_OK) {
-        cg_rpc_ctx_abort(env, &state);
+        cg_ctx_session_cleanup(&state);
         cg_conv_free(conv);
-        call->err = cerr;
-        if (call->err.msg[0] == '\0')
-            cg_err_set(&call->err, st, "compression failed");
         return st;
     }
-    if (state.diverged && res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
-        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
-        w->code = CG_CWARN_HISTORY_DIVERGED;
-        w->message_index = state.diverged_at;
-        snprintf(w->message, sizeof w->message,
-                 "the conversation differs from the stored history at message %lld; revision "
-                 "%u starts there",
-                 (long long)state.diverged_at, state.revision);
-    }
-    if (state.active && req->trim_boundary != 0 &&
-        req->trim_boundary != state.session.trim_boundary &&
-        res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
-        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
-        w->code = CG_CWARN_BOUNDARY_ADJUSTED;
-        w->message_index = -1;
-        snprintf(w->message, sizeof w->message,
-                 "trim_boundary %lld ignored: the session's stored boundary is %lld",
-                 (long long)req->trim_boundary, (long long)state.session.trim_boundary);
-    }
-    if (defaulted && res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
-        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
-        w->code = CG_CWARN_DEFAULT_WINDOW;
-        w->message_index = -1;
-        snprintf(w->message, sizeof w->message,
-                 "the model's context window is not known; %lld tokens assumed", (long long)window);
-    }
-    /* Artifacts (and their previews) redacted before they are stored, when the tenant asks. */
-    if (state.active && redact_artifacts && res.n_artifacts > 0 &&
-        (st = cg_rpc_ctx_redact_artifacts(call, env, &state, &res, &in.counter, sctx.types,
-                                          policy.offload_preview_bytes)) != CG_OK)
+    Ctxguard__V1__CompressResponse *resp = c.resp;
+    if (stateful &&
+        (st = cg_rpc_ctx_report_session(call, req->dry_run, &state, &res, resp->report)) != CG_OK)
         goto out;
-    Ctxguard__V1__CompressResponse *resp =
-        NEW(call, Ctxguard__V1__CompressResponse, ctxguard__v1__compress_response__init);
-    const struct cg_preset *preset = req->policy && req->policy->preset
-                                         ? cg_preset_get((int)req->policy->preset)
-                                         : cg_preset_by_name(env->svc.config->default_preset);
-    if (resp == NULL) {
-        st = OOM(call);
-        goto out;
-    }
-    if ((st = cg_rpc_conv_out(call, res.conv, (int)req->response_format, &resp->conversation)))
-        goto out;
-    resp->report = report_out(call, &res, window, cs.enc != NULL, dialect, &sctx.counts);
-    if (resp->report == NULL ||
-        (resp->report->effective_policy = policy_out(call, &policy, preset, req->policy)) == NULL) {
-        st = OOM(call);
-        goto out;
-    }
-    /* source_indexes must outlive res: copy into the arena. */
-    int64_t *si = cg_arena_alloc(call->arena, (size_t)(res.messages_after + 1) * sizeof *si);
-    if (si == NULL) {
-        st = OOM(call);
-        goto out;
-    }
-    memcpy(si, res.source_indexes, (size_t)res.messages_after * sizeof *si);
-    resp->report->source_indexes = si;
-    if (state.active) {
-        if ((st = cg_rpc_ctx_finish(call, env, req, &res, &state, resp->report)) != CG_OK)
-            goto out;
-    }
     resp->report->duration_ms = cg_mono_ms() - started;
-    resp->trim_boundary = res.boundary_after;
     *response = &resp->base;
 out:
-    cg_rpc_ctx_abort(env, &state);
     cg_compress_result_free(&res);
+    cg_ctx_session_cleanup(&state);
     cg_conv_free(conv);
     return st;
 }

@@ -14,6 +14,8 @@ Behaviours (the model name, or POST /control {"behaviour": "..."}; "" clears the
                           "## heading" lines (a summarizer's prompt), the answer has those
                           sections
   slow:MS                 waits MS milliseconds, then answers normally
+  hold[:MS]               waits until POST /release (or MS milliseconds, 60000 by default),
+                          then answers normally; setting it again re-arms the hold
   status:CODE:K[:ra=S][:ram=MS]
                           the first K requests of this behaviour get HTTP CODE (with
                           Retry-After: S and/or retry-after-ms: MS), later ones a normal
@@ -50,6 +52,7 @@ class State:
         self.lock = threading.Lock()
         self.counts = {}
         self.control = ""
+        self.released = threading.Event()
         self.requests = []
         self.log = open(log_path, "a", encoding="utf-8")
 
@@ -144,6 +147,12 @@ class Handler(BaseHTTPRequestHandler):
             except (ValueError, AttributeError):
                 self.send_json(400, {"error": {"message": "bad control body"}})
                 return
+            if state.control.startswith("hold"):
+                state.released.clear()
+            self.send_json(200, {"behaviour": state.control})
+            return
+        if self.path == "/release":
+            state.released.set()
             self.send_json(200, {"behaviour": state.control})
             return
         if not self.path.endswith("/chat/completions"):
@@ -171,6 +180,8 @@ class Handler(BaseHTTPRequestHandler):
         texts = message_texts(body)
         if kind == "slow":
             time.sleep(int(parts[1]) / 1000.0)
+        elif kind == "hold":
+            self.server.state.released.wait(int(parts[1]) / 1000.0 if len(parts) > 1 else 60.0)
         elif kind == "status":
             code, limit = int(parts[1]), parts[2]
             n = self.server.state.bump(behaviour)
