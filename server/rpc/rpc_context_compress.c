@@ -4,11 +4,11 @@
  * Conversation + CompressionReport. With a session_id the history, boundary and artifacts
  * are kept in PostgreSQL by the session flow of service/context_session.c (load, the
  * cascade with no transaction open, save with a revision check); without one nothing is
- * stored and offload (L0) is SKIPPED. The summary layer redacts the PII types of the tenant's settings (every
- * type by default) and summarizes; with the tenant's redact_artifacts the offloaded artifacts
- * and their previews are redacted before they are stored (rpc_context_state.c). Counts are exact
- * for models with an OpenAI encoding (the rank data is loaded once per process, on first use, from
- * the build's share directory), estimated otherwise.
+ * stored and offload (L0) is SKIPPED. The summary layer redacts the PII types of the tenant's
+ * settings (every type by default) and summarizes; with the tenant's redact_artifacts the offloaded
+ * artifacts and their previews are redacted before they are stored (rpc_context_state.c). Counts
+ * are exact for models with an OpenAI encoding (the rank data is loaded once per process, on first
+ * use, from the build's share directory), estimated otherwise.
  */
 #include "rpc/rpc_handlers.h"
 
@@ -25,7 +25,7 @@
 #include "rpc/rpc_context.h"
 #include "rpc/rpc_context_state.h"
 #include "rpc/rpc_conv.h"
-#include "rpc/rpc_summary.h"
+#include "service/summarize.h"
 #include "service/tokenizers.h"
 
 #define TOKENS_MAX 100000000
@@ -421,25 +421,20 @@ static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t f
     struct cg_err saved = sc->call->err;
     struct cg_redact_counts counts;
     memset(&counts, 0, sizeof counts);
-    struct cg_conv *redacted = NULL;
-    cg_status st =
-        cg_rpc_redact_conv(sc->call, sc->env, sc->session_id, sc->types, conv, &redacted, &counts);
-    struct cg_rpc_summary_result out;
-    memset(&out, 0, sizeof out);
-    cg_summary_init(&out.summary);
-    if (st == CG_OK) {
-        struct cg_rpc_summary_opts opts = {
-            .kind = sc->kind,
-            .target_tokens = target_tokens < 64     ? 64
-                             : target_tokens > 2000 ? 2000
-                                                    : target_tokens,
-            .from = from,
-            .to = to,
-            .profile = sc->profile,
-            .enc = sc->enc,
-        };
-        st = cg_rpc_summarize(sc->call, sc->env, redacted, &opts, &out);
-    }
+    struct cg_op op = cg_rpc_op(sc->call);
+    struct cg_summarize_opts opts = {
+        .kind = sc->kind,
+        .target_tokens = target_tokens < 64     ? 64
+                         : target_tokens > 2000 ? 2000
+                                                : target_tokens,
+        .from = from,
+        .to = to,
+        .profile = sc->profile,
+        .enc = sc->enc,
+    };
+    struct cg_summarize_result out;
+    cg_status st = cg_summarize_redacted(&sc->env->svc, &op, sc->session_id, sc->types, conv, &opts,
+                                         &counts, &out);
     if (st == CG_OK && (*summary_out = strdup(out.summary.text ? out.summary.text : "")) == NULL)
         st = cg_err_set(&sc->call->err, CG_NOMEM, "out of memory");
     /* The last summary made is the one inserted (escalation replaces earlier ones). */
@@ -450,7 +445,6 @@ static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t f
     /* The call itself goes on: what a failed summary said belongs to the layer's report. */
     sc->call->err = saved;
     cg_summary_cleanup(&out.summary);
-    cg_conv_free(redacted);
     return st;
 }
 
@@ -642,19 +636,19 @@ cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_
         .clock = clock_ms,
     };
     /* The summary layer: PII redacted first, then the LLM or the extractive summarizer by
-     * the request's SummarizerKind (rpc_summary.h). */
+     * the request's SummarizerKind (service/summarize.h). */
     struct summary_ctx sctx = {.call = call,
                                .env = env,
                                .session_id = req->session_id,
                                .profile = model.profile,
                                .enc = cs.enc,
-                               .kind =
-                                   req->summarizer ? (int)req->summarizer : CG_RPC_SUMMARIZER_AUTO,
+                               .kind = req->summarizer ? (int)req->summarizer : CG_SUMMARIZER_AUTO,
                                .types = CG_PII_ALL};
     /* The tenant's redaction settings. A session needs the store anyway, so failing to read
      * them fails the call; stateless, every type is redacted (the safe side). */
     bool redact_artifacts = false;
-    if (cg_rpc_tenant_redaction(call, env, &sctx.types, &redact_artifacts) != CG_OK &&
+    struct cg_op op = cg_rpc_op(call);
+    if (cg_summarize_tenant_redaction(&env->svc, &op, &sctx.types, &redact_artifacts) != CG_OK &&
         req->session_id[0] != '\0') {
         cg_conv_free(conv);
         return cg_err_set(&call->err, CG_UNAVAILABLE, "storage unavailable (tenant settings)");
@@ -697,7 +691,6 @@ cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_
             .count_state = &cs,
             .strategy = (int)policy.strategy,
         };
-        struct cg_op op = cg_rpc_op(call);
         st = cg_ctx_session_run(&env->svc, &op, &sreq, session_work, &c, &state, &res);
     }
     if (st != CG_OK) {

@@ -16,7 +16,7 @@
 #include "core/utf8.h"
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_handlers.h"
-#include "rpc/rpc_summary.h"
+#include "service/summarize.h"
 
 #define PAGE_DEFAULT 100
 #define PAGE_MAX 1000
@@ -225,8 +225,9 @@ cg_status cg_rpc_ctx_redact_artifacts(struct cg_rpc_call *call, const struct cg_
     }
     /* Labels may be longer than the values they replace. */
     size_t max = 2 * (r->conv != NULL ? r->conv->limits.max_bytes : (size_t)64 << 20);
-    st = cg_rpc_redact_texts(call, env, session_id, types, "conversation", 2 * n, in, in_len, max,
-                             out, out_len, &counts);
+    struct cg_op op = cg_rpc_op(call);
+    st = cg_summarize_redact_texts(&env->svc, &op, session_id, types, "conversation", 2 * n, in,
+                                   in_len, max, out, out_len, &counts);
     if (st != CG_OK)
         goto done;
     for (size_t i = 0; i < n; i++) {

@@ -1,9 +1,9 @@
 /* rpc_context_summarize.c - ContextService.Summarize: a conversation to a structured
  * summary. Validates every field (the message names it), redacts PII from the whole
  * conversation before any summarizer sees it (the types the tenant's settings enable, every
- * type by default; rpc_summary.h: with the pseudonym table of the
+ * type by default; service/summarize.h: with the pseudonym table of the
  * request's session, so a value keeps its label across the session's summaries), summarizes
- * by the rules of SummarizerKind (rpc_summary.h: LLM, hierarchical and checked, or the
+ * by the rules of SummarizerKind (service/summarize.h: LLM, hierarchical and checked, or the
  * extractive summarizer, with the fallback reason) and answers with the text, the sections,
  * token counts (the estimator of the request's model, else the conversation's) and the
  * redaction counts.
@@ -21,7 +21,7 @@
 #include "llm/llm.h"
 #include "rpc/rpc_context.h"
 #include "rpc/rpc_conv.h"
-#include "rpc/rpc_summary.h"
+#include "service/summarize.h"
 #include "service/tokenizers.h"
 #include "store/store_context.h"
 
@@ -260,17 +260,16 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
     if (st != CG_OK)
         return st;
     int kind = req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_UNSPECIFIED
-                   ? CG_RPC_SUMMARIZER_AUTO
+                   ? CG_SUMMARIZER_AUTO
                    : (int)req->summarizer;
-    if (kind == CG_RPC_SUMMARIZER_LLM &&
-        (env->svc.llm == NULL || !cg_llm_is_configured(env->svc.llm)))
+    if (kind == CG_SUMMARIZER_LLM && (env->svc.llm == NULL || !cg_llm_is_configured(env->svc.llm)))
         return cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_LLM_NOT_CONFIGURED,
                            "field 'summarizer': LLM asked for but no LLM is configured "
                            "(llm_base_url)");
 
-    struct cg_conv *conv = NULL, *red = NULL;
+    struct cg_conv *conv = NULL;
     struct cg_redact_counts counts = {0};
-    struct cg_rpc_summary_result res;
+    struct cg_summarize_result res;
     memset(&res, 0, sizeof res);
     cg_summary_init(&res.summary);
     Ctxguard__V1__Conversation *source = req->conversation;
@@ -283,24 +282,17 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
         st = cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'conversation' has no messages");
         goto out;
     }
-    /* Redact first: nothing below sees the raw text. The tenant's settings choose the types;
-     * when they cannot be read every type is redacted (the safe side). */
-    unsigned types;
-    bool artifacts;
-    if (cg_rpc_tenant_redaction(call, env, &types, &artifacts) != CG_OK)
-        types = CG_PII_ALL;
-    st = cg_rpc_redact_conv(call, env, req->session_id, types, conv, &red, &counts);
-    if (st != CG_OK)
-        goto out;
     struct cg_model_info info;
     cg_models_lookup(req->model[0] != '\0' ? req->model : conv->model.ptr, &info);
-    struct cg_rpc_summary_opts opts = {.kind = kind,
-                                       .target_tokens = target,
-                                       .focus = req->focus,
-                                       .language = req->language,
-                                       .profile = info.profile,
-                                       .enc = cg_tokenizer(env->svc.tokenizers, info.encoding)};
-    st = cg_rpc_summarize(call, env, red, &opts, &res);
+    struct cg_summarize_opts opts = {.kind = kind,
+                                     .target_tokens = target,
+                                     .focus = req->focus,
+                                     .language = req->language,
+                                     .profile = info.profile,
+                                     .enc = cg_tokenizer(env->svc.tokenizers, info.encoding)};
+    /* Redacted first (nothing below sees the raw text), then summarized. */
+    struct cg_op op = cg_rpc_op(call);
+    st = cg_summarize_for_tenant(&env->svc, &op, req->session_id, conv, &opts, &counts, &res);
     if (st != CG_OK)
         goto out;
 
@@ -314,10 +306,9 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
     resp->summarizer_used = (Ctxguard__V1__SummarizerKind)res.used;
     resp->fallback_reason = (Ctxguard__V1__SummaryFallbackReason)res.reason;
     resp->fallback_detail = cg_arena_strdup(call->arena, res.detail);
-    resp->llm_model =
-        cg_arena_strdup(call->arena, res.llm_attempts > 0 || res.used == CG_RPC_SUMMARIZER_LLM
-                                         ? env->svc.config->llm_model
-                                         : "");
+    resp->llm_model = cg_arena_strdup(
+        call->arena,
+        res.llm_attempts > 0 || res.used == CG_SUMMARIZER_LLM ? env->svc.config->llm_model : "");
     resp->llm_attempts = res.llm_attempts;
     resp->chunks = res.chunks;
     resp->summary = cg_arena_strdup(call->arena, sum->text);
@@ -339,7 +330,6 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
 
 out:
     cg_summary_cleanup(&res.summary);
-    cg_conv_free(red);
     cg_conv_free(conv);
     return st;
 }
