@@ -24,6 +24,7 @@
 #include "ctxguard/v1/context.pb-c.h"
 #include "rpc/rpc_context.h"
 #include "rpc/rpc_context_state.h"
+#include "service/context_compress.h"
 #include "rpc/rpc_conv.h"
 #include "service/summarize.h"
 #include "service/tokenizers.h"
@@ -63,12 +64,6 @@ static void model_window(const char *model, int64_t given, struct cg_model_info 
         *window = info->context_window > 0 ? info->context_window : CG_MODELS_DEFAULT_WINDOW;
         *defaulted = !info->known;
     }
-}
-
-static int64_t clock_ms(void *ctx)
-{
-    (void)ctx;
-    return cg_mono_ms();
 }
 
 /* ------------------------------------------------------------------ policy ------------ */
@@ -398,93 +393,31 @@ static Ctxguard__V1__CompressionReport *report_out(struct cg_rpc_call *call,
 
 /* ------------------------------------------------------------------ Compress ---------- */
 
-/* What the summary layer's callback needs of the call. */
-struct summary_ctx {
-    struct cg_rpc_call *call;
-    const struct cg_rpc_env *env;
-    const char *session_id;
-    cg_profile profile;
-    const struct cg_tok_encoding *enc; /* exact counts when not NULL */
-    int kind;                          /* SummarizerKind: AUTO, LLM or EXTRACTIVE */
-    unsigned types;                    /* the PII types to redact (the tenant's settings) */
-    struct cg_redact_counts counts;    /* of the summaries that succeeded */
-};
-
-/* cg_compress_summarize_cb: the messages [from, to) redacted, then summarized. A failure (the
- * LLM with no fallback, say) fails the layer only: the cascade keeps what the other layers
- * did and reports why. */
-static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t from, size_t to,
-                                 int64_t target_tokens, char **summary_out, struct cg_err *err)
+/* The answer: the conversation (JSON rendered by the service), the report with its effective
+ * policy and, with a session, its session entries. */
+static cg_status compress_out(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              const Ctxguard__V1__CompressRequest *req,
+                              const struct cg_compress_policy *policy,
+                              const struct cg_ctx_compress_req *creq,
+                              const struct cg_ctx_compress_out *out,
+                              Ctxguard__V1__CompressResponse **resp_out)
 {
-    struct summary_ctx *sc = ctx;
-    *summary_out = NULL;
-    struct cg_err saved = sc->call->err;
-    struct cg_redact_counts counts;
-    memset(&counts, 0, sizeof counts);
-    struct cg_op op = cg_rpc_op(sc->call);
-    struct cg_summarize_opts opts = {
-        .kind = sc->kind,
-        .target_tokens = target_tokens < 64     ? 64
-                         : target_tokens > 2000 ? 2000
-                                                : target_tokens,
-        .from = from,
-        .to = to,
-        .profile = sc->profile,
-        .enc = sc->enc,
-    };
-    struct cg_summarize_result out;
-    cg_status st = cg_summarize_redacted(&sc->env->svc, &op, sc->session_id, sc->types, conv, &opts,
-                                         &counts, &out);
-    if (st == CG_OK && (*summary_out = strdup(out.summary.text ? out.summary.text : "")) == NULL)
-        st = cg_err_set(&sc->call->err, CG_NOMEM, "out of memory");
-    /* The last summary made is the one inserted (escalation replaces earlier ones). */
-    if (st == CG_OK)
-        sc->counts = counts;
-    if (st != CG_OK && err != NULL)
-        *err = sc->call->err;
-    /* The call itself goes on: what a failed summary said belongs to the layer's report. */
-    sc->call->err = saved;
-    cg_summary_cleanup(&out.summary);
-    return st;
-}
-
-/* One run of the cascade: stateless, or one attempt of a stateful call's session flow (then
- * with no transaction open). */
-struct cascade {
-    struct cg_rpc_call *call;
-    const struct cg_rpc_env *env;
-    const Ctxguard__V1__CompressRequest *req;
-    struct cg_compress_input in; /* conv, counter and boundary set for each run */
-    struct cg_compress_count_state *cs;
-    const struct cg_compress_policy *policy;
-    int64_t started;
-    int64_t window;
-    bool defaulted;
-    cg_dialect dialect;
-    bool redact_artifacts;
-    struct summary_ctx *sctx;
-    Ctxguard__V1__CompressResponse *resp; /* the run's answer, encoded before any save */
-};
-
-/* The response of a run: the conversation in the requested format and the report. */
-static cg_status encode_response(struct cascade *c, const struct cg_compress_result *res)
-{
-    struct cg_rpc_call *call = c->call;
-    const Ctxguard__V1__CompressRequest *req = c->req;
+    const struct cg_compress_result *res = &out->result;
     Ctxguard__V1__CompressResponse *resp =
         NEW(call, Ctxguard__V1__CompressResponse, ctxguard__v1__compress_response__init);
     const struct cg_preset *preset = req->policy && req->policy->preset
                                          ? cg_preset_get((int)req->policy->preset)
-                                         : cg_preset_by_name(c->env->svc.config->default_preset);
+                                         : cg_preset_by_name(env->svc.config->default_preset);
     if (resp == NULL)
         return OOM(call);
-    cg_status st = cg_rpc_conv_out(call, res->conv, (int)req->response_format, &resp->conversation);
+    cg_status st = cg_rpc_conv_out_rendered(call, res->conv, (int)out->format, out->json,
+                                            out->json_len, &resp->conversation);
     if (st != CG_OK)
         return st;
-    resp->report =
-        report_out(call, res, c->window, c->cs->enc != NULL, c->dialect, &c->sctx->counts);
+    resp->report = report_out(call, res, creq->context_window, out->exact, creq->dialect,
+                              &out->summary_counts);
     if (resp->report == NULL ||
-        (resp->report->effective_policy = policy_out(call, c->policy, preset, req->policy)) == NULL)
+        (resp->report->effective_policy = policy_out(call, policy, preset, req->policy)) == NULL)
         return OOM(call);
     /* source_indexes must outlive res: copy into the arena. */
     int64_t *si = cg_arena_alloc(call->arena, (size_t)(res->messages_after + 1) * sizeof *si);
@@ -492,87 +425,47 @@ static cg_status encode_response(struct cascade *c, const struct cg_compress_res
         return OOM(call);
     memcpy(si, res->source_indexes, (size_t)res->messages_after * sizeof *si);
     resp->report->source_indexes = si;
+    if (out->stateful && (st = cg_rpc_ctx_report_session(call, req->dry_run, &out->session, res,
+                                                         resp->report)) != CG_OK)
+        return st;
     resp->trim_boundary = res->boundary_after;
-    c->resp = resp;
+    *resp_out = resp;
     return CG_OK;
 }
 
-/* Runs the cascade over conv (s: the session attempt, NULL stateless) into *res, adds the
- * call's warnings, redacts the artifacts when the tenant asks, and encodes the answer. On
- * error call->err says why and res is not filled. */
-static cg_status run_cascade(struct cascade *c, struct cg_ctx_session_state *s,
-                             const struct cg_conv *conv, struct cg_compress_result *res)
+/* reject_invalid_input: FAILED_PRECONDITION when a provider would reject the conversation,
+ * naming the first error. */
+static cg_status reject_invalid(struct cg_rpc_call *call, const struct cg_conv *conv,
+                                cg_dialect dialect)
 {
-    struct cg_rpc_call *call = c->call;
-    const Ctxguard__V1__CompressRequest *req = c->req;
-    struct cg_compress_policy policy = *c->policy;
-    c->in.conv = conv;
-    cg_compress_counter_init(&c->in.counter, c->cs, conv);
-    memset(&c->sctx->counts, 0, sizeof c->sctx->counts);
-    if (s != NULL) {
-        c->in.trim_boundary = s->boundary;
-        c->in.offload = !req->dry_run;
-        c->in.offload_skip_reason = "dry run: nothing is stored";
-        c->in.name_artifact = cg_ctx_session_name_artifact;
-    }
-    /* Never past the call's deadline. */
-    if (call->deadline_ms > 0) {
-        int64_t left = call->deadline_ms - c->started;
-        if (left < 100)
-            left = 100;
-        if (left < (int64_t)policy.time_budget_ms)
-            policy.time_budget_ms = (uint32_t)left;
-    }
-    struct cg_err cerr = {0};
-    cg_status st = cg_compress_run(&c->in, &policy, res, &cerr);
-    if (st != CG_OK) {
-        call->err = cerr;
-        if (call->err.msg[0] == '\0')
-            cg_err_set(&call->err, st, "compression failed");
+    struct cg_validate_input vin = {.conv = conv, .dialect = dialect};
+    struct cg_validate_result vr;
+    cg_status st = cg_validate(&vin, &vr, &call->err);
+    if (st != CG_OK)
         return st;
+    if (!vr.valid) {
+        const struct cg_issue *is = NULL;
+        for (size_t i = 0; i < vr.n && is == NULL; i++)
+            if (vr.issues[i].severity == CG_SEVERITY_ERROR)
+                is = &vr.issues[i];
+        cg_err_set(&call->err, CG_FAILED_PRECONDITION,
+                   "field 'conversation': %zu issue(s) a provider would reject; first: %s at "
+                   "message %lld: %.80s",
+                   vr.errors, is ? cg_validate_kind_name(is->kind) : "",
+                   is ? (long long)is->message_index : -1LL, is ? is->message : "");
+        st = CG_FAILED_PRECONDITION;
     }
-    if (s != NULL && s->diverged)
-        cg_compress_add_warning(
-            res, CG_CWARN_HISTORY_DIVERGED, s->diverged_at,
-            "the conversation differs from the stored history at message %lld; revision "
-            "%u starts there",
-            (long long)s->diverged_at, s->revision);
-    if (s != NULL && req->trim_boundary != 0 && req->trim_boundary != s->stored.trim_boundary)
-        cg_compress_add_warning(res, CG_CWARN_BOUNDARY_ADJUSTED, -1,
-                                "trim_boundary %lld ignored: the session's stored boundary is %lld",
-                                (long long)req->trim_boundary, (long long)s->stored.trim_boundary);
-    if (c->defaulted)
-        cg_compress_add_warning(res, CG_CWARN_DEFAULT_WINDOW, -1,
-                                "the model's context window is not known; %lld tokens assumed",
-                                (long long)c->window);
-    /* Artifacts (and their previews) redacted before they are stored, when the tenant asks. */
-    if (s != NULL && c->redact_artifacts && res->n_artifacts > 0) {
-        if ((st = cg_rpc_ctx_redact_artifacts(call, c->env, s->session_id, res, &c->in.counter,
-                                              c->sctx->types, policy.offload_preview_bytes)))
-            goto fail;
-        s->artifacts_redacted = true;
-    }
-    if ((st = encode_response(c, res)) != CG_OK)
-        goto fail;
-    return CG_OK;
-fail:
-    cg_compress_result_free(res);
+    cg_validate_result_free(&vr);
     return st;
 }
 
-/* cg_ctx_session_work_cb: one attempt of a stateful call. */
-static cg_status session_work(void *ctx, struct cg_ctx_session_state *s, const struct cg_conv *conv,
-                              struct cg_compress_result *res)
+/* The request's fields as the service takes them; checks them on the way (errors name the
+ * field). On success *conv is the decoded conversation (the caller frees it). */
+static cg_status compress_in(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                             const Ctxguard__V1__CompressRequest *req,
+                             struct cg_compress_policy *policy, struct cg_model_info *model,
+                             struct cg_conv **conv, struct cg_ctx_compress_req *creq)
 {
-    return run_cascade(ctx, s, conv, res);
-}
-
-cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                  const ProtobufCMessage *request, ProtobufCMessage **response)
-{
-    (void)env;
-    const Ctxguard__V1__CompressRequest *req = (const Ctxguard__V1__CompressRequest *)request;
-    int64_t started = cg_mono_ms();
     cg_status st;
     if ((st = cg_rpc_check_name(call, "model", req->model, MODEL_MAX, false)) != CG_OK ||
         (st = check_range(call, "context_window_tokens", req->context_window_tokens, 0,
@@ -585,128 +478,71 @@ cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_
         (st = check_enum(call, "summarizer", (int)req->summarizer, 4)) != CG_OK ||
         (st = check_enum(call, "provider", (int)req->provider, 4)) != CG_OK)
         return st;
-    struct cg_compress_policy policy;
-    if ((st = policy_resolve(call, env, req->policy, &policy)) != CG_OK)
+    if ((st = policy_resolve(call, env, req->policy, policy)) != CG_OK)
         return st;
-    struct cg_conv *conv = NULL;
-    if ((st = cg_rpc_conv_in(call, "conversation", req->conversation, &conv)) != CG_OK)
+    if ((st = cg_rpc_conv_in(call, "conversation", req->conversation, conv)) != CG_OK)
         return st;
-    struct cg_model_info model;
     int64_t window;
     bool defaulted;
-    model_window(req->model[0] ? req->model : conv->model.ptr, req->context_window_tokens, &model,
+    model_window(req->model[0] ? req->model : (*conv)->model.ptr, req->context_window_tokens, model,
                  &window, &defaulted);
-    cg_dialect dialect = cg_validate_dialect((cg_dialect)req->provider, conv->origin, &model);
-    if (req->reject_invalid_input) {
-        struct cg_validate_input vin = {.conv = conv, .dialect = dialect};
-        struct cg_validate_result vr;
-        if ((st = cg_validate(&vin, &vr, &call->err)) != CG_OK) {
-            cg_conv_free(conv);
-            return st;
-        }
-        if (!vr.valid) {
-            const struct cg_issue *is = NULL;
-            for (size_t i = 0; i < vr.n && is == NULL; i++)
-                if (vr.issues[i].severity == CG_SEVERITY_ERROR)
-                    is = &vr.issues[i];
-            cg_err_set(&call->err, CG_FAILED_PRECONDITION,
-                       "field 'conversation': %zu issue(s) a provider would reject; first: %s at "
-                       "message %lld: %.80s",
-                       vr.errors, is ? cg_validate_kind_name(is->kind) : "",
-                       is ? (long long)is->message_index : -1LL, is ? is->message : "");
-            cg_validate_result_free(&vr);
-            cg_conv_free(conv);
-            return CG_FAILED_PRECONDITION;
-        }
-        cg_validate_result_free(&vr);
-    }
-    struct cg_compress_count_state cs = {.enc = cg_tokenizer(env->svc.tokenizers, model.encoding),
-                                         .profile = model.profile};
-    struct cg_compress_input in = {
-        .conv = conv,
-        .model = &model,
+    cg_dialect dialect = cg_validate_dialect((cg_dialect)req->provider, (*conv)->origin, model);
+    if (req->reject_invalid_input && (st = reject_invalid(call, *conv, dialect)) != CG_OK)
+        return st;
+    bool none = req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE;
+    if (none)
+        policy->disabled_layers |= 1u << CG_LAYER_SUMMARIZE;
+    *creq = (struct cg_ctx_compress_req){
+        .conv = *conv,
+        .model = model,
         .dialect = dialect,
         .context_window = window,
+        .window_defaulted = defaulted,
         .external_prompt_tokens = req->external_prompt_tokens,
         .trim_boundary = req->trim_boundary,
         .force = req->force,
-        .offload = false,
-        .offload_skip_reason = "offload needs a session (artifacts are stored with it)",
-        .no_summary_reason = "summarizer NONE",
-        .clock = clock_ms,
+        .policy = policy,
+        .summarizer = none              ? 0
+                      : req->summarizer ? (int)req->summarizer
+                                        : CG_SUMMARIZER_AUTO,
+        .format = (cg_ctx_format)req->response_format,
+        .session_id = req->session_id,
+        .append = req->session_sync == CTXGUARD__V1__SESSION_SYNC__SESSION_SYNC_APPEND,
+        .dry_run = req->dry_run,
     };
-    /* The summary layer: PII redacted first, then the LLM or the extractive summarizer by
-     * the request's SummarizerKind (service/summarize.h). */
-    struct summary_ctx sctx = {.call = call,
-                               .env = env,
-                               .session_id = req->session_id,
-                               .profile = model.profile,
-                               .enc = cs.enc,
-                               .kind = req->summarizer ? (int)req->summarizer : CG_SUMMARIZER_AUTO,
-                               .types = CG_PII_ALL};
-    /* The tenant's redaction settings. A session needs the store anyway, so failing to read
-     * them fails the call; stateless, every type is redacted (the safe side). */
-    bool redact_artifacts = false;
-    struct cg_op op = cg_rpc_op(call);
-    if (cg_summarize_tenant_redaction(&env->svc, &op, &sctx.types, &redact_artifacts) != CG_OK &&
-        req->session_id[0] != '\0') {
-        cg_conv_free(conv);
-        return cg_err_set(&call->err, CG_UNAVAILABLE, "storage unavailable (tenant settings)");
-    }
-    if (req->summarizer != CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE) {
-        in.summarize = summarize_range;
-        in.summarize_ctx = &sctx;
-    }
-    if (req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE)
-        policy.disabled_layers |= 1u << CG_LAYER_SUMMARIZE;
-    struct cascade c = {.call = call,
-                        .env = env,
-                        .req = req,
-                        .in = in,
-                        .cs = &cs,
-                        .policy = &policy,
-                        .started = started,
-                        .window = window,
-                        .defaulted = defaulted,
-                        .dialect = dialect,
-                        .redact_artifacts = redact_artifacts,
-                        .sctx = &sctx};
-    struct cg_compress_result res;
-    struct cg_ctx_session_state state;
-    memset(&state, 0, sizeof state);
-    bool stateful = req->session_id[0] != '\0';
-    if (!stateful) {
-        st = run_cascade(&c, NULL, conv, &res);
-    } else if ((st = cg_rpc_ctx_check_session_id(call, req->session_id)) == CG_OK) {
-        /* Load, the cascade with no transaction open, save with a revision check. */
-        struct cg_rpc_history_codec_ctx hc = {.call = call, .request_conv = req->conversation};
-        struct cg_ctx_history_codec codec;
-        cg_rpc_ctx_history_codec(&hc, &codec);
-        struct cg_ctx_session_req sreq = {
-            .session_id = req->session_id,
-            .append = req->session_sync == CTXGUARD__V1__SESSION_SYNC__SESSION_SYNC_APPEND,
-            .dry_run = req->dry_run,
-            .conv = conv,
-            .codec = &codec,
-            .count_state = &cs,
-            .strategy = (int)policy.strategy,
-        };
-        st = cg_ctx_session_run(&env->svc, &op, &sreq, session_work, &c, &state, &res);
-    }
+    return CG_OK;
+}
+
+cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const ProtobufCMessage *request, ProtobufCMessage **response)
+{
+    const Ctxguard__V1__CompressRequest *req = (const Ctxguard__V1__CompressRequest *)request;
+    int64_t started = cg_mono_ms();
+    struct cg_compress_policy policy;
+    struct cg_model_info model;
+    struct cg_conv *conv = NULL;
+    struct cg_ctx_compress_req creq;
+    cg_status st = compress_in(call, env, req, &policy, &model, &conv, &creq);
+    if (st == CG_OK && req->session_id[0] != '\0')
+        st = cg_rpc_ctx_check_session_id(call, req->session_id);
     if (st != CG_OK) {
-        cg_ctx_session_cleanup(&state);
         cg_conv_free(conv);
         return st;
     }
-    Ctxguard__V1__CompressResponse *resp = c.resp;
-    if (stateful &&
-        (st = cg_rpc_ctx_report_session(call, req->dry_run, &state, &res, resp->report)) != CG_OK)
-        goto out;
-    resp->report->duration_ms = cg_mono_ms() - started;
-    *response = &resp->base;
-out:
-    cg_compress_result_free(&res);
-    cg_ctx_session_cleanup(&state);
+    creq.started_ms = started;
+    struct cg_rpc_history_codec_ctx hc = {.call = call, .request_conv = req->conversation};
+    struct cg_ctx_history_codec codec;
+    cg_rpc_ctx_history_codec(&hc, &codec);
+    creq.codec = &codec;
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_ctx_compress_out out;
+    Ctxguard__V1__CompressResponse *resp = NULL;
+    st = cg_ctx_compress(&env->svc, &op, &creq, &out);
+    if (st == CG_OK && (st = compress_out(call, env, req, &policy, &creq, &out, &resp)) == CG_OK) {
+        resp->report->duration_ms = cg_mono_ms() - started;
+        *response = &resp->base;
+    }
+    cg_ctx_compress_out_free(&out);
     cg_conv_free(conv);
     return st;
 }

@@ -1,6 +1,6 @@
 /* rpc_context_state.h - what stateful Compress needs of rpc/ around the session flow of
  * service/context_session.h: the check of session_id, the history's wire encoding, the
- * report's session entries and the redaction of artifacts. Internal to rpc/.
+ * report's session entries. Internal to rpc/.
  */
 #ifndef CG_RPC_CONTEXT_STATE_H
 #define CG_RPC_CONTEXT_STATE_H
@@ -36,18 +36,5 @@ cg_status cg_rpc_ctx_report_session(struct cg_rpc_call *call, bool dry_run,
                                     const struct cg_ctx_session_state *s,
                                     const struct cg_compress_result *r,
                                     Ctxguard__V1__CompressionReport *rep) CG_MUST_CHECK;
-
-/* The tenant setting redact_artifacts: redacts the PII `types` (CG_PII_BIT mask) in each
- * artifact of r before it is stored, with the session's pseudonym table, and in the preview
- * its message keeps in r->conv (rebuilt as the head of the redacted text, at most
- * preview_max bytes, and the marker; a message a later layer changed is redacted whole).
- * The artifact's size and tokens, the output's tokens_after and the message's change follow;
- * the last OFFLOAD layer's detail gets the counts ("; PII redacted: EMAIL 2, PHONE 1").
- * History is not touched. On error call->err says why and r is as it was or partly
- * redacted (the caller fails the call, so nothing is stored). */
-cg_status cg_rpc_ctx_redact_artifacts(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                      const char *session_id, struct cg_compress_result *r,
-                                      const struct cg_compress_counter *counter, unsigned types,
-                                      int64_t preview_max) CG_MUST_CHECK;
 
 #endif

@@ -504,6 +504,13 @@ static Ctxguard__V1__ToolDefinition **tools_out(struct cg_rpc_call *call,
 cg_status cg_rpc_conv_out(struct cg_rpc_call *call, const struct cg_conv *conv, int format,
                           Ctxguard__V1__Conversation **out)
 {
+    return cg_rpc_conv_out_rendered(call, conv, format, NULL, 0, out);
+}
+
+cg_status cg_rpc_conv_out_rendered(struct cg_rpc_call *call, const struct cg_conv *conv, int format,
+                                   const char *rendered, size_t rendered_len,
+                                   Ctxguard__V1__Conversation **out)
+{
     *out = NULL;
     if (format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_UNSPECIFIED)
         format = conv->origin == CG_CONV_ORIGIN_OPENAI
@@ -524,15 +531,18 @@ cg_status cg_rpc_conv_out(struct cg_rpc_call *call, const struct cg_conv *conv, 
                format ==
                    CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_ANTHROPIC_MESSAGES) {
         bool openai = format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_OPENAI_CHAT;
-        char *json;
-        size_t len;
-        struct cg_err err = {0};
-        cg_status st = cg_conv_json_write(
-            conv, openai ? CG_CONV_JSON_OPENAI : CG_CONV_JSON_ANTHROPIC, &json, &len, &err);
-        if (st != CG_OK)
-            return cg_err_set(&call->err, st, "conversation: %s", err.msg);
+        char *json = (char *)rendered;
+        size_t len = rendered_len;
+        if (rendered == NULL) {
+            struct cg_err err = {0};
+            cg_status st = cg_conv_json_write(
+                conv, openai ? CG_CONV_JSON_OPENAI : CG_CONV_JSON_ANTHROPIC, &json, &len, &err);
+            if (st != CG_OK)
+                return cg_err_set(&call->err, st, "conversation: %s", err.msg);
+        }
         char *copy = cg_arena_strndup(call->arena, json, len);
-        free(json);
+        if (rendered == NULL)
+            free(json);
         if (copy == NULL)
             return OOM(call);
         if (openai) {
