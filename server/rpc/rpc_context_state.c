@@ -46,20 +46,22 @@ static cg_status check_session_id(struct cg_rpc_call *call, const char *field, c
 
 /* ------------------------------------------------------------------ history codec -- */
 
-/* cg_ctx_history_codec.pack: each message as a packed ctxguard.v1.Message in the arena. */
+/* cg_ctx_history_codec.pack: messages [from, n) each as a packed ctxguard.v1.Message in the
+ * arena (one at a time: no list of the whole conversation is built). */
 static cg_status codec_pack(void *ctx, struct cg_arena *arena, const struct cg_conv *conv,
-                            uint8_t ***data, size_t **len, struct cg_err *err)
+                            size_t from, uint8_t ***data, size_t **len, struct cg_err *err)
 {
     struct cg_rpc_history_codec_ctx *cc = ctx;
     (void)arena; /* the call's */
-    Ctxguard__V1__MessageList *list = cg_rpc_conv_messages_out(cc->call, conv);
-    size_t n = list != NULL ? list->n_messages : 0;
+    size_t n = conv->n_messages;
     uint8_t **d = cg_arena_alloc(cc->call->arena, (n + 1) * sizeof *d);
     size_t *l = cg_arena_alloc(cc->call->arena, (n + 1) * sizeof *l);
-    if (list == NULL || d == NULL || l == NULL)
+    if (d == NULL || l == NULL)
         return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        const ProtobufCMessage *m = &list->messages[i]->base;
+    for (size_t i = from; i < n; i++) {
+        const ProtobufCMessage *m = cg_rpc_conv_message_out(cc->call, conv, i);
+        if (m == NULL)
+            return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
         l[i] = protobuf_c_message_get_packed_size(m);
         if ((d[i] = cg_arena_alloc(cc->call->arena, l[i] + 1)) == NULL)
             return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
@@ -80,28 +82,23 @@ static void *codec_unpack(void *ctx, struct cg_arena *arena, const void *data, s
     return protobuf_c_message_unpack(&ctxguard__v1__message__descriptor, &alloc, len, data);
 }
 
-/* cg_ctx_history_codec.join: the stored messages and the new ones read as one conversation,
- * with the request's tools, so that it is checked as a whole. */
-static cg_status codec_join(void *ctx, struct cg_arena *arena, void *const *stored, size_t n,
-                            const struct cg_conv *added, struct cg_conv **out, struct cg_err *err)
+/* cg_ctx_history_codec.decode: the stored messages read as one conversation with the
+ * request's tools, so that they are checked as a whole. */
+static cg_status codec_decode(void *ctx, struct cg_arena *arena, void *const *stored, size_t n,
+                              struct cg_conv **out, struct cg_err *err)
 {
     struct cg_rpc_history_codec_ctx *cc = ctx;
     struct cg_rpc_call *call = cc->call;
     (void)arena;
     *out = NULL;
-    Ctxguard__V1__MessageList *more = cg_rpc_conv_messages_out(call, added);
     Ctxguard__V1__MessageList *all =
         NEW(call, Ctxguard__V1__MessageList, ctxguard__v1__message_list__init);
     Ctxguard__V1__Conversation *c =
         NEW(call, Ctxguard__V1__Conversation, ctxguard__v1__conversation__init);
-    if (more == NULL || all == NULL || c == NULL ||
-        (all->messages = cg_arena_alloc(call->arena, (n + more->n_messages + 1) *
-                                                         sizeof *all->messages)) == NULL)
+    if (all == NULL || c == NULL)
         return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
-    for (size_t i = 0; i < n; i++)
-        all->messages[all->n_messages++] = stored[i];
-    for (size_t i = 0; i < more->n_messages; i++)
-        all->messages[all->n_messages++] = more->messages[i];
+    all->messages = (Ctxguard__V1__Message **)stored;
+    all->n_messages = n;
     c->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_MESSAGES;
     c->messages = all;
     if (cc->request_conv != NULL) {
@@ -122,7 +119,7 @@ void cg_rpc_ctx_history_codec(struct cg_rpc_history_codec_ctx *ctx,
 {
     out->pack = codec_pack;
     out->unpack = codec_unpack;
-    out->join = codec_join;
+    out->decode = codec_decode;
     out->ctx = ctx;
 }
 

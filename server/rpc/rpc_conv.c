@@ -440,6 +440,35 @@ static Ctxguard__V1__MessagePart *part_out(struct cg_rpc_call *call, const struc
     return o;
 }
 
+static Ctxguard__V1__Message *message_out(struct cg_rpc_call *call, const struct cg_message *m,
+                                          bool *oom)
+{
+    struct cg_arena *a = call->arena;
+    Ctxguard__V1__Message *o = cg_arena_alloc(a, sizeof *o);
+    if (o == NULL)
+        return NULL;
+    ctxguard__v1__message__init(o);
+    o->role = (Ctxguard__V1__Role)m->role;
+    o->name = str_out(call, &m->name, oom);
+    o->pinned = m->pinned;
+    if (m->n_parts > 0) {
+        o->parts = cg_arena_calloc(a, m->n_parts, sizeof *o->parts);
+        if (o->parts == NULL)
+            return NULL;
+    }
+    for (size_t j = 0; j < m->n_parts && !*oom; j++)
+        o->parts[o->n_parts++] = part_out(call, &m->parts[j], oom);
+    return *oom ? NULL : o;
+}
+
+const ProtobufCMessage *cg_rpc_conv_message_out(struct cg_rpc_call *call,
+                                                const struct cg_conv *conv, size_t index)
+{
+    bool oom = false;
+    Ctxguard__V1__Message *o = message_out(call, &conv->messages[index], &oom);
+    return o != NULL ? &o->base : NULL;
+}
+
 Ctxguard__V1__MessageList *cg_rpc_conv_messages_out(struct cg_rpc_call *call,
                                                     const struct cg_conv *conv)
 {
@@ -455,21 +484,9 @@ Ctxguard__V1__MessageList *cg_rpc_conv_messages_out(struct cg_rpc_call *call,
             return NULL;
     }
     for (size_t i = 0; i < conv->n_messages && !oom; i++) {
-        const struct cg_message *m = &conv->messages[i];
-        Ctxguard__V1__Message *o = cg_arena_alloc(a, sizeof *o);
+        Ctxguard__V1__Message *o = message_out(call, &conv->messages[i], &oom);
         if (o == NULL)
             return NULL;
-        ctxguard__v1__message__init(o);
-        o->role = (Ctxguard__V1__Role)m->role;
-        o->name = str_out(call, &m->name, &oom);
-        o->pinned = m->pinned;
-        if (m->n_parts > 0) {
-            o->parts = cg_arena_calloc(a, m->n_parts, sizeof *o->parts);
-            if (o->parts == NULL)
-                return NULL;
-        }
-        for (size_t j = 0; j < m->n_parts && !oom; j++)
-            o->parts[o->n_parts++] = part_out(call, &m->parts[j], &oom);
         list->messages[list->n_messages++] = o;
     }
     return oom ? NULL : list;

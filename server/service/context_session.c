@@ -56,17 +56,18 @@ void cg_ctx_session_name_artifact(void *ctx, size_t index, char id[64])
     random_id("art_", id, 64);
 }
 
-/* Packs every message of conv with its digest into s (the arena). */
-static cg_status pack_all(const struct cg_op *op, const struct cg_ctx_session_req *req,
-                          const struct cg_conv *conv, struct cg_ctx_session_state *s)
+/* Packs the messages [from, n) of conv with their digests into s (the arena). */
+static cg_status pack_from(const struct cg_op *op, const struct cg_ctx_session_req *req,
+                           const struct cg_conv *conv, size_t from, struct cg_ctx_session_state *s)
 {
-    cg_status st = req->codec->pack(req->codec->ctx, op->arena, conv, &s->data, &s->len, op->err);
+    cg_status st =
+        req->codec->pack(req->codec->ctx, op->arena, conv, from, &s->data, &s->len, op->err);
     if (st != CG_OK)
         return st;
     s->digest = cg_arena_alloc(op->arena, (conv->n_messages + 1) * sizeof *s->digest);
     if (s->digest == NULL)
         return oom(op);
-    for (size_t i = 0; i < conv->n_messages; i++)
+    for (size_t i = from; i < conv->n_messages; i++)
         cg_sha256(s->data[i], s->len[i], s->digest[i]);
     return CG_OK;
 }
@@ -114,17 +115,24 @@ static cg_status read_history(const struct cg_svc_env *env, const struct cg_op *
     return CG_OK;
 }
 
-/* APPEND: the whole history then the new messages, as one conversation in s->joined. Tools
- * given in the JSON of the new messages stay the tools. */
+/* APPEND: the whole history then the new messages, as one conversation in s->joined: the
+ * stored messages decoded, the new ones copied as they are (the request's conversation is
+ * not converted again). Tools given in the JSON of the new messages stay the tools. */
 static cg_status join_history(const struct cg_op *op, const struct cg_ctx_session_req *req,
                               void *const *stored, int64_t n, struct cg_ctx_session_state *s)
 {
     const struct cg_conv *added = req->conv;
     struct cg_conv *full = NULL;
     cg_status st =
-        req->codec->join(req->codec->ctx, op->arena, stored, (size_t)n, added, &full, op->err);
+        req->codec->decode(req->codec->ctx, op->arena, stored, (size_t)n, &full, op->err);
     if (st != CG_OK)
         return st;
+    for (size_t i = 0; i < added->n_messages; i++) {
+        if ((st = cg_conv_copy_message(full, &added->messages[i], op->err)) != CG_OK) {
+            cg_conv_free(full);
+            return st;
+        }
+    }
     if (full->n_tools == 0) {
         for (size_t i = 0; i < added->n_tools; i++) {
             struct cg_tool_def *t;
@@ -151,7 +159,7 @@ static cg_status join_history(const struct cg_op *op, const struct cg_ctx_sessio
 static cg_status sync_full(const struct cg_svc_env *env, const struct cg_op *op,
                            const struct cg_ctx_session_req *req, struct cg_ctx_session_state *s)
 {
-    cg_status st = pack_all(op, req, req->conv, s);
+    cg_status st = pack_from(op, req, req->conv, 0, s);
     if (st != CG_OK)
         return st;
     int64_t n = (int64_t)req->conv->n_messages, stored = s->stored.history_messages;
@@ -231,7 +239,7 @@ static cg_status load(const struct cg_svc_env *env, const struct cg_op *op,
         return CG_OK;
     /* The stored messages are read; joining them to the new ones needs no transaction. */
     if ((st = join_history(op, req, old, stored, s)) != CG_OK ||
-        (st = pack_all(op, req, s->joined, s)) != CG_OK)
+        (st = pack_from(op, req, s->joined, (size_t)stored, s)) != CG_OK)
         return st;
     s->write_from = stored;
     s->added = (int64_t)s->joined->n_messages - stored;

@@ -27,18 +27,18 @@
 /* How a history message is stored (bytes per message) and read back, given by the caller
  * (rpc/: the ctxguard.v1.Message encoding) so that this service holds no wire type. */
 struct cg_ctx_history_codec {
-    /* Each message of conv as bytes: (*data)[i], (*len)[i] (arrays of conv->n_messages, all in
-     * arena). On error fills err. */
-    cg_status (*pack)(void *ctx, struct cg_arena *arena, const struct cg_conv *conv,
+    /* The messages [from, n) of conv as bytes: (*data)[i], (*len)[i] (arrays of
+     * conv->n_messages, the entries before from unset; all in arena). On error fills err. */
+    cg_status (*pack)(void *ctx, struct cg_arena *arena, const struct cg_conv *conv, size_t from,
                       uint8_t ***data, size_t **len, struct cg_err *err);
     /* One stored message decoded into an opaque value in arena; NULL when it does not
      * decode. */
     void *(*unpack)(void *ctx, struct cg_arena *arena, const void *data, size_t len);
-    /* The conversation of the stored messages stored[0..n) (unpack's values) followed by the
-     * messages of added, into *out (the caller frees it with cg_conv_free). On error fills
-     * err (naming the field) and *out is NULL. */
-    cg_status (*join)(void *ctx, struct cg_arena *arena, void *const *stored, size_t n,
-                      const struct cg_conv *added, struct cg_conv **out, struct cg_err *err);
+    /* The stored messages stored[0..n) (unpack's values) as a conversation with the request's
+     * tool definitions, into *out (the caller frees it with cg_conv_free). On error fills err
+     * (naming the field) and *out is NULL. */
+    cg_status (*decode)(void *ctx, struct cg_arena *arena, void *const *stored, size_t n,
+                        struct cg_conv **out, struct cg_err *err);
     void *ctx;
 };
 
