@@ -418,3 +418,67 @@ cg_status cg_ctx_session_run(const struct cg_svc_env *env, const struct cg_op *o
                       "try again",
                       req->session_id, CG_CTX_SESSION_ATTEMPTS);
 }
+
+cg_status cg_ctx_session_history(const struct cg_svc_env *env, const struct cg_op *op,
+                                 const char *session_id, int64_t from, int64_t to,
+                                 int64_t max_messages, const struct cg_ctx_history_codec *codec,
+                                 struct cg_conv **out)
+{
+    *out = NULL;
+    struct cg_err serr = {0};
+    struct cg_ctx_session sess;
+    cg_status st =
+        cg_store_ctx_session_get(env->store, op->principal->tenant_id, session_id, &sess, &serr);
+    if (st == CG_NOT_FOUND)
+        return cg_err_setr(op->err, CG_NOT_FOUND, CG_ERR_SESSION_NOT_FOUND,
+                           "field 'session_id': no such session");
+    if (st != CG_OK)
+        return store_error(op, &serr);
+    if (to == 0)
+        to = sess.history_messages;
+    if (from >= sess.history_messages || to > sess.history_messages)
+        return cg_err_set(op->err, CG_OUT_OF_RANGE,
+                          "field '%s' is past the end of the session's history (%lld messages)",
+                          from >= sess.history_messages ? "from_position" : "to_position",
+                          (long long)sess.history_messages);
+    if (to <= from)
+        return cg_err_set(op->err, CG_INVALID_ARGUMENT,
+                          "field 'to_position' must be after 'from_position'");
+    if (to - from > max_messages)
+        return cg_err_set(op->err, CG_INVALID_ARGUMENT,
+                          "fields 'from_position'..'to_position' span more than %lld messages",
+                          (long long)max_messages);
+    void **msgs = cg_arena_alloc(op->arena, (size_t)(to - from + 1) * sizeof *msgs);
+    struct cg_ctx_history_row *rows = calloc(PAGE_MAX, sizeof *rows);
+    if (msgs == NULL || rows == NULL) {
+        free(rows);
+        return oom(op);
+    }
+    size_t n = 0;
+    for (int64_t at = from; at < to && st == CG_OK;) {
+        int limit = to - at < PAGE_MAX ? (int)(to - at) : PAGE_MAX, count = 0;
+        bool more = false;
+        if (cg_store_ctx_history_page(env->store, op->principal->tenant_id, session_id,
+                                      sess.revision, at, limit, rows, &count, &more,
+                                      &serr) != CG_OK) {
+            st = store_error(op, &serr);
+            break;
+        }
+        for (int i = 0; i < count && st == CG_OK; i++) {
+            msgs[n] = codec->unpack(codec->ctx, op->arena, rows[i].message, rows[i].len);
+            if (msgs[n] == NULL)
+                st = cg_err_set(op->err, CG_INTERNAL, "stored message %lld does not decode",
+                                (long long)rows[i].position);
+            else
+                n++;
+        }
+        cg_store_ctx_rows_free(rows, count);
+        if (count == 0)
+            break;
+        at += count;
+    }
+    free(rows);
+    if (st != CG_OK)
+        return st;
+    return codec->decode(codec->ctx, op->arena, msgs, n, out, op->err);
+}

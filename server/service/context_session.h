@@ -103,6 +103,16 @@ cg_status cg_ctx_session_run(const struct cg_svc_env *env, const struct cg_op *o
  * strings: call after cg_compress_result_free. */
 void cg_ctx_session_cleanup(struct cg_ctx_session_state *s);
 
+/* The messages [from, to) of the session's current revision (to 0: to the end of it), decoded
+ * by codec into *out (the caller frees it with cg_conv_free), with plain reads (no
+ * transaction). Errors: NOT_FOUND "field 'session_id': no such session"; OUT_OF_RANGE naming
+ * from_position or to_position when past the history's end; INVALID_ARGUMENT when the range
+ * is empty or spans more than max_messages; the store's errors. */
+cg_status cg_ctx_session_history(const struct cg_svc_env *env, const struct cg_op *op,
+                                 const char *session_id, int64_t from, int64_t to,
+                                 int64_t max_messages, const struct cg_ctx_history_codec *codec,
+                                 struct cg_conv **out) CG_MUST_CHECK;
+
 /* Names artifacts "art_" + 26 random base32 characters (cg_compress_input.name_artifact). */
 void cg_ctx_session_name_artifact(void *ctx, size_t index, char id[64]);
 

@@ -18,6 +18,7 @@
 #include "core/estimate.h"
 #include "core/redact_conv.h"
 #include "service/pseudonyms.h"
+#include "service/tokenizers.h"
 #include "store/store.h"
 
 #define FALLBACK_RESERVE_MS 300 /* of the deadline, kept for the extractive fallback */
@@ -458,16 +459,44 @@ cg_status cg_summarize_redacted(const struct cg_svc_env *env, const struct cg_op
     return st;
 }
 
-cg_status cg_summarize_for_tenant(const struct cg_svc_env *env, const struct cg_op *op,
-                                  const char *session_id, const struct cg_conv *conv,
-                                  const struct cg_summarize_opts *opts,
-                                  struct cg_redact_counts *counts, struct cg_summarize_result *out)
+cg_status cg_summarize_request(const struct cg_svc_env *env, const struct cg_op *op,
+                               const struct cg_summarize_req *req, struct cg_redact_counts *counts,
+                               struct cg_summarize_result *out)
 {
+    memset(out, 0, sizeof *out);
+    cg_summary_init(&out->summary);
+    struct cg_conv *history = NULL;
+    const struct cg_conv *conv = req->conv;
+    if (conv == NULL) {
+        cg_status st =
+            cg_ctx_session_history(env, op, req->session_id, req->from_position, req->to_position,
+                                   CG_SUMMARIZE_HISTORY_MAX, req->codec, &history);
+        if (st != CG_OK)
+            return st;
+        conv = history;
+    }
+    cg_status st = CG_OK;
+    if (conv->n_messages == 0) {
+        st = cg_err_set(op->err, CG_INVALID_ARGUMENT, "field 'conversation' has no messages");
+        goto out;
+    }
+    struct cg_model_info info;
+    cg_models_lookup(req->model != NULL && req->model[0] != '\0' ? req->model : conv->model.ptr,
+                     &info);
+    struct cg_summarize_opts opts = {.kind = req->kind,
+                                     .target_tokens = req->target_tokens,
+                                     .focus = req->focus,
+                                     .language = req->language,
+                                     .profile = info.profile,
+                                     .enc = cg_tokenizer(env->tokenizers, info.encoding)};
     /* The tenant's settings choose the types; when they cannot be read every type is
      * redacted (the safe side). */
     unsigned types;
     bool artifacts;
     if (cg_summarize_tenant_redaction(env, op, &types, &artifacts) != CG_OK)
         types = CG_PII_ALL;
-    return cg_summarize_redacted(env, op, session_id, types, conv, opts, counts, out);
+    st = cg_summarize_redacted(env, op, req->session_id, types, conv, &opts, counts, out);
+out:
+    cg_conv_free(history);
+    return st;
 }

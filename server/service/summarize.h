@@ -17,6 +17,7 @@
 #include "core/summary.h"
 #include "core/tok.h"
 #include "llm/llm.h"
+#include "service/context_session.h"
 #include "service/service.h"
 
 /* Values of ctxguard.v1.SummarizerKind and SummaryFallbackReason used here (the other
@@ -110,12 +111,27 @@ cg_status cg_summarize_redacted(const struct cg_svc_env *env, const struct cg_op
                                 struct cg_redact_counts *counts,
                                 struct cg_summarize_result *out) CG_MUST_CHECK;
 
-/* Summarize's one call: cg_summarize_redacted with the types of the caller's tenant's
- * settings (every type when they cannot be read). */
-cg_status cg_summarize_for_tenant(const struct cg_svc_env *env, const struct cg_op *op,
-                                  const char *session_id, const struct cg_conv *conv,
-                                  const struct cg_summarize_opts *opts,
-                                  struct cg_redact_counts *counts,
-                                  struct cg_summarize_result *out) CG_MUST_CHECK;
+/* One Summarize, checked by the caller. */
+struct cg_summarize_req {
+    const struct cg_conv *conv; /* the request's conversation, or NULL: the session's history */
+    const char *session_id;     /* its pseudonyms (and its history when conv is NULL) */
+    int64_t from_position, to_position;       /* of the history; to 0: to its end */
+    const struct cg_ctx_history_codec *codec; /* how the history is stored */
+    const char *model; /* counted with its estimator and encoding; "": the conversation's */
+    int kind;          /* CG_SUMMARIZER_AUTO, _LLM or _EXTRACTIVE */
+    int64_t target_tokens;
+    const char *focus, *language; /* "" for none / detected */
+};
+
+#define CG_SUMMARIZE_HISTORY_MAX 20000 /* messages of a session's history in one Summarize */
+
+/* Summarize's one call: the conversation (or the session's history, see
+ * context_session.h cg_ctx_session_history), INVALID_ARGUMENT naming `conversation` when
+ * it has no messages, then cg_summarize_redacted with the types of the caller's tenant's
+ * settings (every type when they cannot be read). counts is added to; *out as for
+ * cg_summarize (clean out->summary up also after an error). */
+cg_status cg_summarize_request(const struct cg_svc_env *env, const struct cg_op *op,
+                               const struct cg_summarize_req *req, struct cg_redact_counts *counts,
+                               struct cg_summarize_result *out) CG_MUST_CHECK;
 
 #endif
