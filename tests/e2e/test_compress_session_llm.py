@@ -9,10 +9,13 @@ call that saves). The waiting call then finds the session saved by another call,
 again and runs again, and its answer and the history are those of the two calls run one
 after the other."""
 
+import json
 import threading
 import time
 import urllib.request
 import uuid
+
+import grpc
 
 import cgtest
 import test_summarize
@@ -64,11 +67,35 @@ class CompressSessionWithSlowLLM(cgtest.TestCase):
     def compress(self, timeout=WAIT_S, **kw):
         return self.stub.Compress(C.CompressRequest(**kw), metadata=self.md, timeout=timeout)
 
-    def release(self):
-        self.llm.control("")
-        req = urllib.request.Request(f"http://127.0.0.1:{self.llm.port}/release", data=b"{}",
+    def let_go(self, count):
+        """Lets `count` held LLM requests (or later ones) go."""
+        req = urllib.request.Request(f"http://127.0.0.1:{self.llm.port}/release",
+                                     data=json.dumps({"count": count}).encode(),
                                      headers={"Content-Type": "application/json"})
         urllib.request.urlopen(req, timeout=10).read()
+
+    def release(self):
+        """No more holding: what is held goes, what comes is answered at once."""
+        self.llm.control("")
+        self.let_go(100)
+
+    def start_long_compress(self, session):
+        """A stateful APPEND Compress whose summary layer asks the LLM, on its own thread."""
+        pol = C.CompressionPolicy(target_ratio=0.2, reserved_output_tokens=0,
+                                  disabled_layers=[C.COMPRESSION_LAYER_SLIDING_WINDOW])
+        call = Call(lambda: self.compress(
+            timeout=90, conversation=openai_conv(long_chat()), model="gpt-4o",
+            context_window_tokens=40000, policy=pol, force=True,
+            summarizer=C.SUMMARIZER_KIND_LLM, session_id=session,
+            session_sync=C.SESSION_SYNC_APPEND))
+        call.start()
+        return call
+
+    def save_one_message(self, session, text):
+        """Another call of the session that saves one message (no summary)."""
+        return self.compress(conversation=openai_conv([{"role": "user", "content": text}]),
+                             session_id=session, summarizer=C.SUMMARIZER_KIND_NONE,
+                             session_sync=C.SESSION_SYNC_APPEND)
 
     def pg_int(self, sql):
         return int(cgtest.psql(sql).strip())
@@ -89,30 +116,29 @@ class CompressSessionWithSlowLLM(cgtest.TestCase):
             "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
             f"WHERE a.application_name = '{self.app}' AND l.relation IN ({tables})")
 
-    def wait_for_llm_request(self, seen, first):
+    def wait_for_llm_request_or_end(self, seen, first):
+        """True once the LLM has more than `seen` requests, False when the first call ended
+        first; polled with a deadline."""
         deadline = time.monotonic() + WAIT_S
         while len(self.llm.requests()) <= seen:
             if not first.is_alive():
-                self.fail(f"the first call ended before it asked the LLM: {first.outcome}")
+                return False
             if time.monotonic() > deadline:
-                self.fail("the LLM was not asked within the bound")
-            first.join(0.05)  # polls the thread and the fake, with a deadline
+                self.fail("the first call neither asked the LLM nor ended within the bound")
+            first.join(0.05)
+        return True
+
+    def wait_for_llm_request(self, seen, first):
+        if not self.wait_for_llm_request_or_end(seen, first):
+            self.fail(f"the first call ended before it asked the LLM: {first.outcome}")
 
     def test_no_transaction_or_lock_while_the_llm_is_asked(self):
         session = "s-" + uuid.uuid4().hex
         chat = long_chat()
-        pol = C.CompressionPolicy(target_ratio=0.2, reserved_output_tokens=0,
-                                  disabled_layers=[C.COMPRESSION_LAYER_SLIDING_WINDOW])
         self.llm.control("hold")
         self.addCleanup(self.release)
         seen = len(self.llm.requests())
-
-        first = Call(lambda: self.compress(
-            timeout=90, conversation=openai_conv(chat), model="gpt-4o",
-            context_window_tokens=40000, policy=pol, force=True,
-            summarizer=C.SUMMARIZER_KIND_LLM, session_id=session,
-            session_sync=C.SESSION_SYNC_APPEND))
-        first.start()
+        first = self.start_long_compress(session)
         self.wait_for_llm_request(seen, first)
         held_since = cgtest.psql("SELECT clock_timestamp()").strip()
 
@@ -128,9 +154,7 @@ class CompressSessionWithSlowLLM(cgtest.TestCase):
                             summarizer=C.SUMMARIZER_KIND_NONE,
                             session_sync=C.SESSION_SYNC_APPEND)
         self.assertEqual(dry.report.messages_before, 1)
-        saved = self.compress(conversation=openai_conv(one), session_id=session,
-                              summarizer=C.SUMMARIZER_KIND_NONE,
-                              session_sync=C.SESSION_SYNC_APPEND)
+        saved = self.save_one_message(session, one[0]["content"])
         self.assertEqual(saved.report.history_messages_added, 1)
         self.assertTrue(first.is_alive(), "the first call did not wait for the LLM")
         self.assertEqual(self.open_transactions(held_since), 0)
@@ -156,3 +180,33 @@ class CompressSessionWithSlowLLM(cgtest.TestCase):
                       str(hist.conversation.messages.messages[0]))
         # The second run asked the LLM again (the first run's answer was thrown away).
         self.assertGreaterEqual(len(self.llm.requests()) - seen, 2)
+
+    def test_a_call_that_keeps_losing_the_race_is_aborted_naming_the_session(self):
+        session = "s-" + uuid.uuid4().hex
+        self.llm.control("hold")
+        self.addCleanup(self.release)
+        seen = len(self.llm.requests())
+        first = self.start_long_compress(session)
+        # Each time the first call asks the LLM, another call saves the session; then the
+        # LLM answers. Every attempt of the first call finds the session saved meanwhile.
+        saves = 0
+        for _ in range(20):
+            self.wait_for_llm_request(seen, first)
+            seen = len(self.llm.requests())
+            self.save_one_message(session, f"saved meanwhile {saves}")
+            saves += 1
+            self.let_go(1)
+            if not self.wait_for_llm_request_or_end(seen, first):
+                break
+        first.join(WAIT_S)
+        self.assertFalse(first.is_alive(), "the first call did not finish")
+        err = first.outcome
+        self.assertIsInstance(err, grpc.RpcError, err)
+        self.assertEqual(err.code(), grpc.StatusCode.ABORTED, err.details())
+        self.assertIn(session, err.details())
+        self.assertGreaterEqual(saves, 3, "one save during each of the three attempts")
+        # Nothing of the aborted call was stored: the history is the other calls' messages.
+        hist = self.stub.GetHistory(C.GetHistoryRequest(session_id=session),
+                                    metadata=self.md, timeout=WAIT_S)
+        self.assertEqual(hist.total_messages, saves)
+
