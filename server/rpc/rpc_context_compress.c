@@ -1,14 +1,13 @@
-/* rpc_context_compress.c - ContextService.Compress (stateless) and ValidateContext.
+/* rpc_context_compress.c - ContextService.Compress and ValidateContext: decode, validate
+ * (every error names the field), one service call, encode.
  *
- * Compress: request -> policy (request > preset > server default_preset) -> core/compress ->
- * Conversation + CompressionReport. With a session_id the history, boundary and artifacts
- * are kept in PostgreSQL by the session flow of service/context_session.c (load, the
- * cascade with no transaction open, save with a revision check); without one nothing is
- * stored and offload (L0) is SKIPPED. The summary layer redacts the PII types of the tenant's
- * settings (every type by default) and summarizes; with the tenant's redact_artifacts the offloaded
- * artifacts and their previews are redacted before they are stored (rpc_context_state.c). Counts
- * are exact for models with an OpenAI encoding (the rank data is loaded once per process, on first
- * use, from the build's share directory), estimated otherwise.
+ * Compress: the policy is resolved here (request > preset > server default_preset) and the
+ * conversation decoded once (rpc_conv.c); service/context_compress.c runs the cascade, the
+ * summary layer, the tenant's redaction of artifacts and, with a session_id, the session flow
+ * of service/context_session.c (load, the cascade with no transaction open, save with a
+ * revision check), and renders JSON output; the answer is encoded here (the conversation, the
+ * CompressionReport with its effective policy and session entries). Counts are exact for
+ * models with an OpenAI encoding, estimated otherwise.
  */
 #include "rpc/rpc_handlers.h"
 
@@ -24,8 +23,8 @@
 #include "ctxguard/v1/context.pb-c.h"
 #include "rpc/rpc_context.h"
 #include "rpc/rpc_context_state.h"
-#include "service/context_compress.h"
 #include "rpc/rpc_conv.h"
+#include "service/context_compress.h"
 #include "service/summarize.h"
 #include "service/tokenizers.h"
 

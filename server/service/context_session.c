@@ -153,15 +153,13 @@ static cg_status join_history(const struct cg_op *op, const struct cg_ctx_sessio
     return CG_OK;
 }
 
-/* FULL: the longest common prefix of the stored history and the conversation decides what is
- * written: what is new after the stored history, or a new revision from the first message
- * that differs (the boundary falls back to it if it was past it). */
+/* FULL (the messages packed with their digests already): the longest common prefix of the
+ * stored history and the conversation decides what is written: what is new after the stored
+ * history, or a new revision from the first message that differs (the boundary falls back to it if
+ * it was past it). */
 static cg_status sync_full(const struct cg_svc_env *env, const struct cg_op *op,
                            const struct cg_ctx_session_req *req, struct cg_ctx_session_state *s)
 {
-    cg_status st = pack_from(op, req, req->conv, 0, s);
-    if (st != CG_OK)
-        return st;
     int64_t n = (int64_t)req->conv->n_messages, stored = s->stored.history_messages;
     int64_t cmp = stored < n ? stored : n, found = 0, same = 0;
     if (cmp > 0) {
@@ -201,11 +199,15 @@ static cg_status sync_full(const struct cg_svc_env *env, const struct cg_op *op,
 static cg_status load(const struct cg_svc_env *env, const struct cg_op *op,
                       const struct cg_ctx_session_req *req, struct cg_ctx_session_state *s)
 {
+    /* FULL compares digests: the messages are packed before the transaction begins. */
+    cg_status st;
+    if (!req->append && (st = pack_from(op, req, req->conv, 0, s)) != CG_OK)
+        return st;
     struct cg_err serr = {0};
     if (cg_store_begin(env->store, &serr) != CG_OK)
         return store_error(op, &serr);
-    cg_status st = cg_store_ctx_session_get(env->store, op->principal->tenant_id, s->session_id,
-                                            &s->stored, &serr);
+    st = cg_store_ctx_session_get(env->store, op->principal->tenant_id, s->session_id, &s->stored,
+                                  &serr);
     s->found = st == CG_OK;
     if (st == CG_NOT_FOUND) {
         memset(&s->stored, 0, sizeof s->stored);
