@@ -12,11 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/crypto.h"
-#include "core/utf8.h"
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_handlers.h"
-#include "service/summarize.h"
 
 #define PAGE_DEFAULT 100
 #define PAGE_MAX 1000
