@@ -18,7 +18,6 @@
 #include "core/summary.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/context.pb-c.h"
-#include "llm/llm.h"
 #include "rpc/rpc_context.h"
 #include "rpc/rpc_context_state.h"
 #include "rpc/rpc_conv.h"
@@ -185,7 +184,8 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
     int kind = req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_UNSPECIFIED
                    ? CG_SUMMARIZER_AUTO
                    : (int)req->summarizer;
-    if (kind == CG_SUMMARIZER_LLM && (env->svc.llm == NULL || !cg_llm_is_configured(env->svc.llm)))
+    struct cg_summarizer llm;
+    if (kind == CG_SUMMARIZER_LLM && !cg_summarize_llm(&env->svc, &llm))
         return cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_LLM_NOT_CONFIGURED,
                            "field 'summarizer': LLM asked for but no LLM is configured "
                            "(llm_base_url)");
