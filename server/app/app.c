@@ -7,6 +7,7 @@
 #include "llm/llm.h"
 #include "rpc/reflection.h"
 #include "service/cache.h"
+#include "service/pseudonyms.h"
 #include "service/tokenizers.h"
 #include "service/watch.h"
 
@@ -76,7 +77,7 @@ cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *
     struct cg_llm_breaker_opts bopts;
     cg_llm_breaker_opts_from_config(cfg, &bopts);
     app->llm_breaker = cg_llm_breaker_new(&bopts);
-    app->pseudonyms = cg_rpc_pseudonyms_new(PSEUDONYM_SESSIONS);
+    app->pseudonyms = cg_pseudonyms_new(PSEUDONYM_SESSIONS);
     if (app->llm_breaker == NULL || app->pseudonyms == NULL)
         return cg_err_set(err, CG_NOMEM, "out of memory for the LLM breaker");
     if ((app->watch_hub = cg_watch_hub_new()) == NULL)
@@ -87,7 +88,7 @@ cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *
 void cg_app_cleanup(struct cg_app *app)
 {
     cg_watch_hub_free(app->watch_hub);
-    cg_rpc_pseudonyms_free(app->pseudonyms);
+    cg_pseudonyms_free(app->pseudonyms);
     cg_llm_breaker_free(app->llm_breaker);
     cg_cache_free(app->cache);
     cg_rpc_batcher_free(app->batcher);

@@ -58,11 +58,9 @@ static cg_status nomem(struct cg_err *err)
     return CG_RESOURCE_EXHAUSTED;
 }
 
-static void warn(struct run *r, cg_compress_warning_code code, int64_t index, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void warn(struct run *r, cg_compress_warning_code code, int64_t index, const char *fmt, ...)
+static void add_warningv(struct cg_compress_result *o, cg_compress_warning_code code, int64_t index,
+                         const char *fmt, va_list ap)
 {
-    struct cg_compress_result *o = r->out;
     if (o->n_warnings == CG_COMPRESS_WARNINGS_MAX) {
         o->warnings_dropped++;
         return;
@@ -70,9 +68,25 @@ static void warn(struct run *r, cg_compress_warning_code code, int64_t index, co
     struct cg_compress_warning *w = &o->warnings[o->n_warnings++];
     w->code = code;
     w->message_index = index;
+    vsnprintf(w->message, sizeof w->message, fmt, ap);
+}
+
+void cg_compress_add_warning(struct cg_compress_result *out, cg_compress_warning_code code,
+                             int64_t message_index, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(w->message, sizeof w->message, fmt, ap);
+    add_warningv(out, code, message_index, fmt, ap);
+    va_end(ap);
+}
+
+static void warn(struct run *r, cg_compress_warning_code code, int64_t index, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void warn(struct run *r, cg_compress_warning_code code, int64_t index, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    add_warningv(r->out, code, index, fmt, ap);
     va_end(ap);
 }
 

@@ -277,6 +277,13 @@ struct cg_compress_result {
 cg_status cg_compress_run(const struct cg_compress_input *in, const struct cg_compress_policy *p,
                           struct cg_compress_result *out, struct cg_err *err) CG_MUST_CHECK;
 
+/* Adds a warning to out (its message formatted like printf); past CG_COMPRESS_WARNINGS_MAX
+ * it is only counted in warnings_dropped. For warnings the caller of cg_compress_run adds
+ * about its own part of the call (a session's history, the window it assumed). */
+void cg_compress_add_warning(struct cg_compress_result *out, cg_compress_warning_code code,
+                             int64_t message_index, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Frees what *r owns and empties it. NULL is a no-op. */
 void cg_compress_result_free(struct cg_compress_result *r);
 

@@ -141,4 +141,15 @@ cg_status cg_summary_transcript(const struct cg_conv *conv, size_t from, size_t 
 /* Frees chunks[0..n) and the array. */
 void cg_summary_chunks_free(char **chunks, size_t n);
 
+/* The next level of a hierarchical summary, in two steps: the partial summaries texts[0..n)
+ * joined, each followed by a blank line, into one malloc'd string (NULL when out of
+ * memory); */
+char *cg_summary_join(char **texts, size_t n);
+
+/* and that text cut into chunks of at most max (> 0) bytes, at a line end in the second half
+ * of a chunk when there is one, else at a character boundary, never inside a UTF-8
+ * sequence. Returns the malloc'd array (free with cg_summary_chunks_free) and its length
+ * in *n_out (0 for ""); NULL when out of memory. */
+char **cg_summary_split(const char *text, size_t max, size_t *n_out);
+
 #endif

@@ -198,3 +198,62 @@ cg_status cg_summary_transcript(const struct cg_conv *conv, size_t from, size_t 
     *n_chunks = c.n;
     return CG_OK;
 }
+
+char *cg_summary_join(char **texts, size_t n)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(texts[i]) + 2;
+    char *out = malloc(len + 1);
+    if (out == NULL)
+        return NULL;
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(texts[i]);
+        memcpy(out + pos, texts[i], l);
+        pos += l;
+        memcpy(out + pos, "\n\n", 2);
+        pos += 2;
+    }
+    out[pos] = '\0';
+    return out;
+}
+
+char **cg_summary_split(const char *text, size_t max, size_t *n_out)
+{
+    size_t len = strlen(text), cap = len / max + 2, n = 0;
+    char **out = calloc(cap, sizeof *out);
+    if (out == NULL)
+        return NULL;
+    size_t pos = 0;
+    while (pos < len) {
+        size_t end = len - pos <= max ? len : pos + max;
+        if (end < len) {
+            size_t nl = end;
+            while (nl > pos + max / 2 && text[nl - 1] != '\n')
+                nl--;
+            if (text[nl - 1] == '\n')
+                end = nl;
+            while (end > pos + 1 && ((unsigned char)text[end] & 0xc0) == 0x80)
+                end--;
+        }
+        if (n == cap) {
+            char **p = realloc(out, 2 * cap * sizeof *out);
+            if (p == NULL)
+                break;
+            out = p;
+            cap *= 2;
+        }
+        out[n] = strndup(text + pos, end - pos);
+        if (out[n] == NULL)
+            break;
+        n++;
+        pos = end;
+    }
+    if (pos < len) {
+        cg_summary_chunks_free(out, n);
+        return NULL;
+    }
+    *n_out = n;
+    return out;
+}

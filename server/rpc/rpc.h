@@ -28,7 +28,6 @@ struct cg_cache;
 struct cg_tok_encoding;
 
 struct cg_llm;
-struct cg_rpc_pseudonyms;
 
 typedef enum {
     CG_RPC_UNARY,
@@ -184,12 +183,6 @@ cg_status cg_rpc_session_check(struct cg_rpc_call *call, const char *session_id)
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
                         size_t *out_len) CG_MUST_CHECK;
-
-/* The pseudonym tables of up to max_sessions recent (tenant, session) pairs, each about
- * 130 KB (core/redact.h); the least recently used idle one is dropped for a new one.
- * Thread-safe; freed after every thread that uses it. NULL when out of memory. */
-struct cg_rpc_pseudonyms *cg_rpc_pseudonyms_new(size_t max_sessions);
-void cg_rpc_pseudonyms_free(struct cg_rpc_pseudonyms *p);
 
 /* The batcher of rpc_budget_batch.c (env->svc.batcher): thread-safe; freed after every pool
  * thread that may lead a batch has stopped. NULL when out of memory. */

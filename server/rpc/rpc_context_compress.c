@@ -1,13 +1,13 @@
-/* rpc_context_compress.c - ContextService.Compress (stateless) and ValidateContext.
+/* rpc_context_compress.c - ContextService.Compress and ValidateContext: decode, validate
+ * (every error names the field), one service call, encode.
  *
- * Compress: request -> policy (request > preset > server default_preset) -> core/compress ->
- * Conversation + CompressionReport. With a session_id the history, boundary and artifacts
- * are kept in PostgreSQL (rpc_context_state.c); without one nothing is stored and offload
- * (L0) is SKIPPED. The summary layer redacts the PII types of the tenant's settings (every
- * type by default) and summarizes; with the tenant's redact_artifacts the offloaded artifacts
- * and their previews are redacted before they are stored (rpc_context_state.c). Counts are exact
- * for models with an OpenAI encoding (the rank data is loaded once per process, on first use, from
- * the build's share directory), estimated otherwise.
+ * Compress: the policy is resolved here (request > preset > server default_preset) and the
+ * conversation decoded once (rpc_conv.c); service/context_compress.c runs the cascade, the
+ * summary layer, the tenant's redaction of artifacts and, with a session_id, the session flow
+ * of service/context_session.c (load, the cascade with no transaction open, save with a
+ * revision check), and renders JSON output; the answer is encoded here (the conversation, the
+ * CompressionReport with its effective policy and session entries). Counts are exact for
+ * models with an OpenAI encoding, estimated otherwise.
  */
 #include "rpc/rpc_handlers.h"
 
@@ -24,7 +24,8 @@
 #include "rpc/rpc_context.h"
 #include "rpc/rpc_context_state.h"
 #include "rpc/rpc_conv.h"
-#include "rpc/rpc_summary.h"
+#include "service/context_compress.h"
+#include "service/summarize.h"
 #include "service/tokenizers.h"
 
 #define TOKENS_MAX 100000000
@@ -62,12 +63,6 @@ static void model_window(const char *model, int64_t given, struct cg_model_info 
         *window = info->context_window > 0 ? info->context_window : CG_MODELS_DEFAULT_WINDOW;
         *defaulted = !info->known;
     }
-}
-
-static int64_t clock_ms(void *ctx)
-{
-    (void)ctx;
-    return cg_mono_ms();
 }
 
 /* ------------------------------------------------------------------ policy ------------ */
@@ -397,68 +392,79 @@ static Ctxguard__V1__CompressionReport *report_out(struct cg_rpc_call *call,
 
 /* ------------------------------------------------------------------ Compress ---------- */
 
-/* What the summary layer's callback needs of the call. */
-struct summary_ctx {
-    struct cg_rpc_call *call;
-    const struct cg_rpc_env *env;
-    const char *session_id;
-    cg_profile profile;
-    const struct cg_tok_encoding *enc; /* exact counts when not NULL */
-    int kind;                          /* SummarizerKind: AUTO, LLM or EXTRACTIVE */
-    unsigned types;                    /* the PII types to redact (the tenant's settings) */
-    struct cg_redact_counts counts;    /* of the summaries that succeeded */
-};
-
-/* cg_compress_summarize_cb: the messages [from, to) redacted, then summarized. A failure (the
- * LLM with no fallback, say) fails the layer only: the cascade keeps what the other layers
- * did and reports why. */
-static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t from, size_t to,
-                                 int64_t target_tokens, char **summary_out, struct cg_err *err)
+/* The answer: the conversation (JSON rendered by the service), the report with its effective
+ * policy and, with a session, its session entries. */
+static cg_status compress_out(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                              const Ctxguard__V1__CompressRequest *req,
+                              const struct cg_compress_policy *policy,
+                              const struct cg_ctx_compress_req *creq,
+                              const struct cg_ctx_compress_out *out,
+                              Ctxguard__V1__CompressResponse **resp_out)
 {
-    struct summary_ctx *sc = ctx;
-    *summary_out = NULL;
-    struct cg_err saved = sc->call->err;
-    struct cg_redact_counts counts;
-    memset(&counts, 0, sizeof counts);
-    struct cg_conv *redacted = NULL;
-    cg_status st =
-        cg_rpc_redact_conv(sc->call, sc->env, sc->session_id, sc->types, conv, &redacted, &counts);
-    struct cg_rpc_summary_result out;
-    memset(&out, 0, sizeof out);
-    cg_summary_init(&out.summary);
-    if (st == CG_OK) {
-        struct cg_rpc_summary_opts opts = {
-            .kind = sc->kind,
-            .target_tokens = target_tokens < 64     ? 64
-                             : target_tokens > 2000 ? 2000
-                                                    : target_tokens,
-            .from = from,
-            .to = to,
-            .profile = sc->profile,
-            .enc = sc->enc,
-        };
-        st = cg_rpc_summarize(sc->call, sc->env, redacted, &opts, &out);
+    const struct cg_compress_result *res = &out->result;
+    Ctxguard__V1__CompressResponse *resp =
+        NEW(call, Ctxguard__V1__CompressResponse, ctxguard__v1__compress_response__init);
+    const struct cg_preset *preset = req->policy && req->policy->preset
+                                         ? cg_preset_get((int)req->policy->preset)
+                                         : cg_preset_by_name(env->svc.config->default_preset);
+    if (resp == NULL)
+        return OOM(call);
+    cg_status st = cg_rpc_conv_out_rendered(call, res->conv, (int)out->format, out->json,
+                                            out->json_len, &resp->conversation);
+    if (st != CG_OK)
+        return st;
+    resp->report = report_out(call, res, creq->context_window, out->exact, creq->dialect,
+                              &out->summary_counts);
+    if (resp->report == NULL ||
+        (resp->report->effective_policy = policy_out(call, policy, preset, req->policy)) == NULL)
+        return OOM(call);
+    /* source_indexes must outlive res: copy into the arena. */
+    int64_t *si = cg_arena_alloc(call->arena, (size_t)(res->messages_after + 1) * sizeof *si);
+    if (si == NULL)
+        return OOM(call);
+    memcpy(si, res->source_indexes, (size_t)res->messages_after * sizeof *si);
+    resp->report->source_indexes = si;
+    if (out->stateful && (st = cg_rpc_ctx_report_session(call, req->dry_run, &out->session, res,
+                                                         resp->report)) != CG_OK)
+        return st;
+    resp->trim_boundary = res->boundary_after;
+    *resp_out = resp;
+    return CG_OK;
+}
+
+/* reject_invalid_input: FAILED_PRECONDITION when a provider would reject the conversation,
+ * naming the first error. */
+static cg_status reject_invalid(struct cg_rpc_call *call, const struct cg_conv *conv,
+                                cg_dialect dialect)
+{
+    struct cg_validate_input vin = {.conv = conv, .dialect = dialect};
+    struct cg_validate_result vr;
+    cg_status st = cg_validate(&vin, &vr, &call->err);
+    if (st != CG_OK)
+        return st;
+    if (!vr.valid) {
+        const struct cg_issue *is = NULL;
+        for (size_t i = 0; i < vr.n && is == NULL; i++)
+            if (vr.issues[i].severity == CG_SEVERITY_ERROR)
+                is = &vr.issues[i];
+        cg_err_set(&call->err, CG_FAILED_PRECONDITION,
+                   "field 'conversation': %zu issue(s) a provider would reject; first: %s at "
+                   "message %lld: %.80s",
+                   vr.errors, is ? cg_validate_kind_name(is->kind) : "",
+                   is ? (long long)is->message_index : -1LL, is ? is->message : "");
+        st = CG_FAILED_PRECONDITION;
     }
-    if (st == CG_OK && (*summary_out = strdup(out.summary.text ? out.summary.text : "")) == NULL)
-        st = cg_err_set(&sc->call->err, CG_NOMEM, "out of memory");
-    /* The last summary made is the one inserted (escalation replaces earlier ones). */
-    if (st == CG_OK)
-        sc->counts = counts;
-    if (st != CG_OK && err != NULL)
-        *err = sc->call->err;
-    /* The call itself goes on: what a failed summary said belongs to the layer's report. */
-    sc->call->err = saved;
-    cg_summary_cleanup(&out.summary);
-    cg_conv_free(redacted);
+    cg_validate_result_free(&vr);
     return st;
 }
 
-cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                  const ProtobufCMessage *request, ProtobufCMessage **response)
+/* The request's fields as the service takes them; checks them on the way (errors name the
+ * field). On success *conv is the decoded conversation (the caller frees it). */
+static cg_status compress_in(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                             const Ctxguard__V1__CompressRequest *req,
+                             struct cg_compress_policy *policy, struct cg_model_info *model,
+                             struct cg_conv **conv, struct cg_ctx_compress_req *creq)
 {
-    (void)env;
-    const Ctxguard__V1__CompressRequest *req = (const Ctxguard__V1__CompressRequest *)request;
-    int64_t started = cg_mono_ms();
     cg_status st;
     if ((st = cg_rpc_check_name(call, "model", req->model, MODEL_MAX, false)) != CG_OK ||
         (st = check_range(call, "context_window_tokens", req->context_window_tokens, 0,
@@ -471,180 +477,71 @@ cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_
         (st = check_enum(call, "summarizer", (int)req->summarizer, 4)) != CG_OK ||
         (st = check_enum(call, "provider", (int)req->provider, 4)) != CG_OK)
         return st;
-    struct cg_compress_policy policy;
-    if ((st = policy_resolve(call, env, req->policy, &policy)) != CG_OK)
+    if ((st = policy_resolve(call, env, req->policy, policy)) != CG_OK)
         return st;
-    struct cg_conv *conv = NULL;
-    if ((st = cg_rpc_conv_in(call, "conversation", req->conversation, &conv)) != CG_OK)
+    if ((st = cg_rpc_conv_in(call, "conversation", req->conversation, conv)) != CG_OK)
         return st;
-    struct cg_model_info model;
     int64_t window;
     bool defaulted;
-    model_window(req->model[0] ? req->model : conv->model.ptr, req->context_window_tokens, &model,
+    model_window(req->model[0] ? req->model : (*conv)->model.ptr, req->context_window_tokens, model,
                  &window, &defaulted);
-    cg_dialect dialect = cg_validate_dialect((cg_dialect)req->provider, conv->origin, &model);
-    if (req->reject_invalid_input) {
-        struct cg_validate_input vin = {.conv = conv, .dialect = dialect};
-        struct cg_validate_result vr;
-        if ((st = cg_validate(&vin, &vr, &call->err)) != CG_OK) {
-            cg_conv_free(conv);
-            return st;
-        }
-        if (!vr.valid) {
-            const struct cg_issue *is = NULL;
-            for (size_t i = 0; i < vr.n && is == NULL; i++)
-                if (vr.issues[i].severity == CG_SEVERITY_ERROR)
-                    is = &vr.issues[i];
-            cg_err_set(&call->err, CG_FAILED_PRECONDITION,
-                       "field 'conversation': %zu issue(s) a provider would reject; first: %s at "
-                       "message %lld: %.80s",
-                       vr.errors, is ? cg_validate_kind_name(is->kind) : "",
-                       is ? (long long)is->message_index : -1LL, is ? is->message : "");
-            cg_validate_result_free(&vr);
-            cg_conv_free(conv);
-            return CG_FAILED_PRECONDITION;
-        }
-        cg_validate_result_free(&vr);
-    }
-    struct cg_compress_count_state cs = {.enc = cg_tokenizer(env->svc.tokenizers, model.encoding),
-                                         .profile = model.profile};
-    struct cg_compress_input in = {
-        .conv = conv,
-        .model = &model,
+    cg_dialect dialect = cg_validate_dialect((cg_dialect)req->provider, (*conv)->origin, model);
+    if (req->reject_invalid_input && (st = reject_invalid(call, *conv, dialect)) != CG_OK)
+        return st;
+    bool none = req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE;
+    if (none)
+        policy->disabled_layers |= 1u << CG_LAYER_SUMMARIZE;
+    *creq = (struct cg_ctx_compress_req){
+        .conv = *conv,
+        .model = model,
         .dialect = dialect,
         .context_window = window,
+        .window_defaulted = defaulted,
         .external_prompt_tokens = req->external_prompt_tokens,
         .trim_boundary = req->trim_boundary,
         .force = req->force,
-        .offload = false,
-        .offload_skip_reason = "offload needs a session (artifacts are stored with it)",
-        .no_summary_reason = "summarizer NONE",
-        .clock = clock_ms,
+        .policy = policy,
+        .summarizer = none              ? 0
+                      : req->summarizer ? (int)req->summarizer
+                                        : CG_SUMMARIZER_AUTO,
+        .format = (cg_ctx_format)req->response_format,
+        .session_id = req->session_id,
+        .append = req->session_sync == CTXGUARD__V1__SESSION_SYNC__SESSION_SYNC_APPEND,
+        .dry_run = req->dry_run,
     };
-    /* The summary layer: PII redacted first, then the LLM or the extractive summarizer by
-     * the request's SummarizerKind (rpc_summary.h). */
-    struct summary_ctx sctx = {.call = call,
-                               .env = env,
-                               .session_id = req->session_id,
-                               .profile = model.profile,
-                               .enc = cs.enc,
-                               .kind =
-                                   req->summarizer ? (int)req->summarizer : CG_RPC_SUMMARIZER_AUTO,
-                               .types = CG_PII_ALL};
-    /* The tenant's redaction settings. A session needs the store anyway, so failing to read
-     * them fails the call; stateless, every type is redacted (the safe side). */
-    bool redact_artifacts = false;
-    if (cg_rpc_tenant_redaction(call, env, &sctx.types, &redact_artifacts) != CG_OK &&
-        req->session_id[0] != '\0') {
-        cg_conv_free(conv);
-        return cg_err_set(&call->err, CG_UNAVAILABLE, "storage unavailable (tenant settings)");
-    }
-    if (req->summarizer != CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE) {
-        in.summarize = summarize_range;
-        in.summarize_ctx = &sctx;
-    }
-    cg_compress_counter_init(&in.counter, &cs, conv);
-    struct cg_rpc_ctx_state state = {0};
-    if (req->session_id[0] != '\0') {
-        if ((st = cg_rpc_ctx_begin(call, env, req, &conv, &in.counter, &state)) != CG_OK) {
-            cg_conv_free(conv);
-            return st;
-        }
-        /* APPEND replaced the conversation with the whole history. */
-        in.conv = conv;
-        cg_compress_counter_init(&in.counter, &cs, conv);
-        in.trim_boundary = state.boundary;
-        in.offload = !req->dry_run;
-        in.offload_skip_reason = "dry run: nothing is stored";
-        in.name_artifact = cg_rpc_ctx_name_artifact;
-    }
-    if (req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_NONE)
-        policy.disabled_layers |= 1u << CG_LAYER_SUMMARIZE;
-    /* Never past the call's deadline. */
-    if (call->deadline_ms > 0) {
-        int64_t left = call->deadline_ms - started;
-        if (left < 100)
-            left = 100;
-        if (left < (int64_t)policy.time_budget_ms)
-            policy.time_budget_ms = (uint32_t)left;
-    }
-    struct cg_compress_result res;
-    struct cg_err cerr = {0};
-    st = cg_compress_run(&in, &policy, &res, &cerr);
+    return CG_OK;
+}
+
+cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                  const ProtobufCMessage *request, ProtobufCMessage **response)
+{
+    const Ctxguard__V1__CompressRequest *req = (const Ctxguard__V1__CompressRequest *)request;
+    int64_t started = cg_mono_ms();
+    struct cg_compress_policy policy;
+    struct cg_model_info model;
+    struct cg_conv *conv = NULL;
+    struct cg_ctx_compress_req creq;
+    cg_status st = compress_in(call, env, req, &policy, &model, &conv, &creq);
+    if (st == CG_OK && req->session_id[0] != '\0')
+        st = cg_rpc_ctx_check_session_id(call, req->session_id);
     if (st != CG_OK) {
-        cg_rpc_ctx_abort(env, &state);
         cg_conv_free(conv);
-        call->err = cerr;
-        if (call->err.msg[0] == '\0')
-            cg_err_set(&call->err, st, "compression failed");
         return st;
     }
-    if (state.diverged && res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
-        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
-        w->code = CG_CWARN_HISTORY_DIVERGED;
-        w->message_index = state.diverged_at;
-        snprintf(w->message, sizeof w->message,
-                 "the conversation differs from the stored history at message %lld; revision "
-                 "%u starts there",
-                 (long long)state.diverged_at, state.revision);
+    creq.started_ms = started;
+    struct cg_rpc_history_codec_ctx hc = {.call = call, .request_conv = req->conversation};
+    struct cg_ctx_history_codec codec;
+    cg_rpc_ctx_history_codec(&hc, &codec);
+    creq.codec = &codec;
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_ctx_compress_out out;
+    Ctxguard__V1__CompressResponse *resp = NULL;
+    st = cg_ctx_compress(&env->svc, &op, &creq, &out);
+    if (st == CG_OK && (st = compress_out(call, env, req, &policy, &creq, &out, &resp)) == CG_OK) {
+        resp->report->duration_ms = cg_mono_ms() - started;
+        *response = &resp->base;
     }
-    if (state.active && req->trim_boundary != 0 &&
-        req->trim_boundary != state.session.trim_boundary &&
-        res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
-        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
-        w->code = CG_CWARN_BOUNDARY_ADJUSTED;
-        w->message_index = -1;
-        snprintf(w->message, sizeof w->message,
-                 "trim_boundary %lld ignored: the session's stored boundary is %lld",
-                 (long long)req->trim_boundary, (long long)state.session.trim_boundary);
-    }
-    if (defaulted && res.n_warnings < CG_COMPRESS_WARNINGS_MAX) {
-        struct cg_compress_warning *w = &res.warnings[res.n_warnings++];
-        w->code = CG_CWARN_DEFAULT_WINDOW;
-        w->message_index = -1;
-        snprintf(w->message, sizeof w->message,
-                 "the model's context window is not known; %lld tokens assumed", (long long)window);
-    }
-    /* Artifacts (and their previews) redacted before they are stored, when the tenant asks. */
-    if (state.active && redact_artifacts && res.n_artifacts > 0 &&
-        (st = cg_rpc_ctx_redact_artifacts(call, env, &state, &res, &in.counter, sctx.types,
-                                          policy.offload_preview_bytes)) != CG_OK)
-        goto out;
-    Ctxguard__V1__CompressResponse *resp =
-        NEW(call, Ctxguard__V1__CompressResponse, ctxguard__v1__compress_response__init);
-    const struct cg_preset *preset = req->policy && req->policy->preset
-                                         ? cg_preset_get((int)req->policy->preset)
-                                         : cg_preset_by_name(env->svc.config->default_preset);
-    if (resp == NULL) {
-        st = OOM(call);
-        goto out;
-    }
-    if ((st = cg_rpc_conv_out(call, res.conv, (int)req->response_format, &resp->conversation)))
-        goto out;
-    resp->report = report_out(call, &res, window, cs.enc != NULL, dialect, &sctx.counts);
-    if (resp->report == NULL ||
-        (resp->report->effective_policy = policy_out(call, &policy, preset, req->policy)) == NULL) {
-        st = OOM(call);
-        goto out;
-    }
-    /* source_indexes must outlive res: copy into the arena. */
-    int64_t *si = cg_arena_alloc(call->arena, (size_t)(res.messages_after + 1) * sizeof *si);
-    if (si == NULL) {
-        st = OOM(call);
-        goto out;
-    }
-    memcpy(si, res.source_indexes, (size_t)res.messages_after * sizeof *si);
-    resp->report->source_indexes = si;
-    if (state.active) {
-        if ((st = cg_rpc_ctx_finish(call, env, req, &res, &state, resp->report)) != CG_OK)
-            goto out;
-    }
-    resp->report->duration_ms = cg_mono_ms() - started;
-    resp->trim_boundary = res.boundary_after;
-    *response = &resp->base;
-out:
-    cg_rpc_ctx_abort(env, &state);
-    cg_compress_result_free(&res);
+    cg_ctx_compress_out_free(&out);
     cg_conv_free(conv);
     return st;
 }

@@ -1,10 +1,10 @@
-/* rpc_context_state.c - session state for Compress (history sync, boundary, artifacts) and
- * the read-back RPCs GetArtifact, ListArtifacts and GetHistory.
+/* rpc_context_state.c - what stateful Compress needs of rpc/ around the session flow of
+ * service/context_session.c (the check of session_id, the history's wire encoding, the
+ * report's session entries), and the read-back RPCs
+ * GetArtifact, ListArtifacts, GetHistory and GetCompressionStats.
  *
  * History messages are stored as protobuf ctxguard.v1.Message (rpc_conv's structured form),
  * one row per message with its SHA-256; a FULL sync compares digests to find what is new.
- * Everything a stateful Compress writes (history, artifacts, boundary) commits in one
- * transaction after the cascade, so a failed call leaves nothing behind.
  */
 #include "rpc/rpc_context_state.h"
 
@@ -12,11 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/crypto.h"
-#include "core/utf8.h"
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_handlers.h"
-#include "rpc/rpc_summary.h"
 
 #define PAGE_DEFAULT 100
 #define PAGE_MAX 1000
@@ -44,498 +41,110 @@ static cg_status check_session_id(struct cg_rpc_call *call, const char *field, c
     return CG_OK;
 }
 
-/* "prefix" + 26 random base32 characters. */
-static void random_id(const char *prefix, char *out, size_t cap)
-{
-    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz234567";
-    uint8_t bytes[26];
-    if (cg_random_bytes(bytes, sizeof bytes) != CG_OK)
-        memset(bytes, 0, sizeof bytes); /* cannot happen after start-up checks; ids collide
-                                         * visibly (ALREADY_EXISTS) rather than silently */
-    size_t p = (size_t)snprintf(out, cap, "%s", prefix);
-    for (size_t i = 0; i < sizeof bytes && p + 1 < cap; i++)
-        out[p++] = alphabet[bytes[i] & 31];
-    out[p] = '\0';
-}
+/* ------------------------------------------------------------------ history codec -- */
 
-void cg_rpc_ctx_name_artifact(void *ctx, size_t index, char id[64])
+/* cg_ctx_history_codec.pack: messages [from, n) each as a packed ctxguard.v1.Message in the
+ * arena (one at a time: no list of the whole conversation is built). */
+static cg_status codec_pack(void *ctx, struct cg_arena *arena, const struct cg_conv *conv,
+                            size_t from, uint8_t ***data, size_t **len, struct cg_err *err)
 {
-    (void)ctx;
-    (void)index;
-    random_id("art_", id, 64);
-}
-
-/* Each message of conv packed as a ctxguard.v1.Message, in the arena. */
-struct packed {
-    uint8_t **data;
-    size_t *len;
-    uint8_t (*digest)[32];
-    size_t n;
-};
-
-static cg_status pack_messages(struct cg_rpc_call *call, const struct cg_conv *conv,
-                               struct packed *out)
-{
-    Ctxguard__V1__MessageList *list = cg_rpc_conv_messages_out(call, conv);
-    if (list == NULL)
-        return OOM(call);
-    out->n = list->n_messages;
-    out->data = cg_arena_alloc(call->arena, (out->n + 1) * sizeof *out->data);
-    out->len = cg_arena_alloc(call->arena, (out->n + 1) * sizeof *out->len);
-    out->digest = cg_arena_alloc(call->arena, (out->n + 1) * sizeof *out->digest);
-    if (out->data == NULL || out->len == NULL || out->digest == NULL)
-        return OOM(call);
-    for (size_t i = 0; i < out->n; i++) {
-        const ProtobufCMessage *m = &list->messages[i]->base;
-        size_t len = protobuf_c_message_get_packed_size(m);
-        uint8_t *buf = cg_arena_alloc(call->arena, len + 1);
-        if (buf == NULL)
-            return OOM(call);
-        protobuf_c_message_pack(m, buf);
-        out->data[i] = buf;
-        out->len[i] = len;
-        cg_sha256(buf, len, out->digest[i]);
+    struct cg_rpc_history_codec_ctx *cc = ctx;
+    (void)arena; /* the call's */
+    size_t n = conv->n_messages;
+    uint8_t **d = cg_arena_alloc(cc->call->arena, (n + 1) * sizeof *d);
+    size_t *l = cg_arena_alloc(cc->call->arena, (n + 1) * sizeof *l);
+    if (d == NULL || l == NULL)
+        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = from; i < n; i++) {
+        const ProtobufCMessage *m = cg_rpc_conv_message_out(cc->call, conv, i);
+        if (m == NULL)
+            return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+        l[i] = protobuf_c_message_get_packed_size(m);
+        if ((d[i] = cg_arena_alloc(cc->call->arena, l[i] + 1)) == NULL)
+            return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+        protobuf_c_message_pack(m, d[i]);
     }
+    *data = d;
+    *len = l;
     return CG_OK;
 }
 
-/* The stored messages of a revision [0, n) unpacked into the arena. */
-static cg_status load_history(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              const char *session_id, uint32_t revision, int64_t n,
-                              Ctxguard__V1__Message ***out)
+/* cg_ctx_history_codec.unpack: a stored ctxguard.v1.Message. */
+static void *codec_unpack(void *ctx, struct cg_arena *arena, const void *data, size_t len)
 {
-    Ctxguard__V1__Message **msgs = cg_arena_alloc(call->arena, (size_t)(n + 1) * sizeof *msgs);
-    struct cg_ctx_history_row *rows = calloc(PAGE_MAX, sizeof *rows);
-    if (msgs == NULL || rows == NULL) {
-        free(rows);
-        return OOM(call);
-    }
+    struct cg_rpc_history_codec_ctx *cc = ctx;
+    (void)arena;
     ProtobufCAllocator alloc;
-    cg_rpc_allocator(call->arena, &alloc);
-    int64_t at = 0;
-    struct cg_err serr = {0};
-    while (at < n) {
-        int count;
-        bool more;
-        cg_status st =
-            cg_store_ctx_history_page(env->svc.store, call->principal.tenant_id, session_id,
-                                      revision, at, PAGE_MAX, rows, &count, &more, &serr);
-        if (st != CG_OK) {
-            free(rows);
-            return store_error(call, &serr);
-        }
-        if (count == 0)
-            break;
-        for (int i = 0; i < count && at < n; i++, at++) {
-            ProtobufCMessage *m = protobuf_c_message_unpack(&ctxguard__v1__message__descriptor,
-                                                            &alloc, rows[i].len, rows[i].message);
-            if (m == NULL) {
-                cg_store_ctx_rows_free(rows, count);
-                free(rows);
-                return cg_err_set(&call->err, CG_INTERNAL,
-                                  "session_id: stored message %lld does not decode", (long long)at);
-            }
-            msgs[at] = (Ctxguard__V1__Message *)m;
-        }
-        cg_store_ctx_rows_free(rows, count);
-        if (!more)
-            break;
-    }
-    free(rows);
-    if (at != n)
-        return cg_err_set(&call->err, CG_INTERNAL, "session_id: the stored history is short");
-    *out = msgs;
-    return CG_OK;
+    cg_rpc_allocator(cc->call->arena, &alloc);
+    return protobuf_c_message_unpack(&ctxguard__v1__message__descriptor, &alloc, len, data);
 }
 
-static cg_status put_messages(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              struct cg_rpc_ctx_state *s, const struct cg_conv *conv,
-                              const struct packed *pk, size_t from,
-                              const struct cg_compress_counter *counter)
+/* cg_ctx_history_codec.decode: the stored messages read as one conversation with the
+ * request's tools, so that they are checked as a whole. */
+static cg_status codec_decode(void *ctx, struct cg_arena *arena, void *const *stored, size_t n,
+                              struct cg_conv **out, struct cg_err *err)
 {
-    struct cg_err serr = {0};
-    for (size_t i = from; i < pk->n; i++) {
-        int64_t tokens = counter->count_message(counter->ctx, &conv->messages[i]);
-        if (cg_store_ctx_history_put(env->svc.store, call->principal.tenant_id, s->session_id,
-                                     s->revision, (int64_t)i, pk->data[i], pk->len[i],
-                                     pk->digest[i], tokens, s->compaction_id, &serr) != CG_OK)
-            return store_error(call, &serr);
+    struct cg_rpc_history_codec_ctx *cc = ctx;
+    struct cg_rpc_call *call = cc->call;
+    (void)arena;
+    *out = NULL;
+    Ctxguard__V1__MessageList *all =
+        NEW(call, Ctxguard__V1__MessageList, ctxguard__v1__message_list__init);
+    Ctxguard__V1__Conversation *c =
+        NEW(call, Ctxguard__V1__Conversation, ctxguard__v1__conversation__init);
+    if (all == NULL || c == NULL)
+        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    all->messages = (Ctxguard__V1__Message **)stored;
+    all->n_messages = n;
+    c->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_MESSAGES;
+    c->messages = all;
+    if (cc->request_conv != NULL) {
+        c->n_tools = cc->request_conv->n_tools;
+        c->tools = cc->request_conv->tools;
     }
-    return CG_OK;
+    struct cg_err saved = call->err;
+    cg_status st = cg_rpc_conv_in(call, "conversation", c, out);
+    if (st != CG_OK) {
+        *err = call->err;
+        call->err = saved;
+    }
+    return st;
 }
 
-cg_status cg_rpc_ctx_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                           const Ctxguard__V1__CompressRequest *req, struct cg_conv **conv,
-                           const struct cg_compress_counter *counter, struct cg_rpc_ctx_state *s)
+void cg_rpc_ctx_history_codec(struct cg_rpc_history_codec_ctx *ctx,
+                              struct cg_ctx_history_codec *out)
 {
-    memset(s, 0, sizeof *s);
-    cg_status st = check_session_id(call, "session_id", req->session_id);
+    out->pack = codec_pack;
+    out->unpack = codec_unpack;
+    out->decode = codec_decode;
+    out->ctx = ctx;
+}
+
+cg_status cg_rpc_ctx_check_session_id(struct cg_rpc_call *call, const char *session_id)
+{
+    cg_status st = check_session_id(call, "session_id", session_id);
     if (st == CG_OK)
-        st = cg_rpc_session_check(call, req->session_id);
-    if (st != CG_OK)
-        return st;
-    if (env->svc.store == NULL)
-        return cg_err_set(&call->err, CG_UNAVAILABLE, "the session store is not available");
-    snprintf(s->session_id, sizeof s->session_id, "%s", req->session_id);
-    random_id("cmp_", s->compaction_id, sizeof s->compaction_id);
-    struct cg_err serr = {0};
-    if (cg_store_begin(env->svc.store, &serr) != CG_OK)
-        return store_error(call, &serr);
-    s->active = true;
-    if (cg_store_ctx_session_lock(env->svc.store, call->principal.tenant_id, s->session_id,
-                                  &s->session, &serr) != CG_OK) {
-        st = store_error(call, &serr);
-        goto fail;
-    }
-    s->revision = s->session.revision;
-    s->boundary = s->session.trim_boundary;
-    int64_t stored = s->session.history_messages;
-    if (req->session_sync == CTXGUARD__V1__SESSION_SYNC__SESSION_SYNC_APPEND) {
-        /* The whole history, then the new messages. */
-        if (stored + (int64_t)(*conv)->n_messages > HISTORY_MAX) {
-            st = cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED,
-                            "session_id: the history would exceed %d messages", HISTORY_MAX);
-            goto fail;
-        }
-        Ctxguard__V1__Message **old = NULL;
-        if ((st = load_history(call, env, s->session_id, s->revision, stored, &old)) != CG_OK)
-            goto fail;
-        Ctxguard__V1__MessageList *added = cg_rpc_conv_messages_out(call, *conv);
-        Ctxguard__V1__MessageList *all =
-            NEW(call, Ctxguard__V1__MessageList, ctxguard__v1__message_list__init);
-        Ctxguard__V1__Conversation *c =
-            NEW(call, Ctxguard__V1__Conversation, ctxguard__v1__conversation__init);
-        if (added == NULL || all == NULL || c == NULL ||
-            (all->messages = cg_arena_alloc(
-                 call->arena, (size_t)(stored + 1) * sizeof *all->messages +
-                                  added->n_messages * sizeof *all->messages)) == NULL) {
-            st = OOM(call);
-            goto fail;
-        }
-        for (int64_t i = 0; i < stored; i++)
-            all->messages[all->n_messages++] = old[i];
-        for (size_t i = 0; i < added->n_messages; i++)
-            all->messages[all->n_messages++] = added->messages[i];
-        c->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_MESSAGES;
-        c->messages = all;
-        c->n_tools = req->conversation->n_tools;
-        c->tools = req->conversation->tools;
-        struct cg_conv *full = NULL;
-        if ((st = cg_rpc_conv_in(call, "conversation", c, &full)) != CG_OK)
-            goto fail;
-        /* Tools given in the JSON of the new messages stay the tools. */
-        if (full->n_tools == 0) {
-            for (size_t i = 0; i < (*conv)->n_tools; i++) {
-                struct cg_tool_def *t;
-                const struct cg_tool_def *o = &(*conv)->tools[i];
-                if (cg_conv_add_tool(full, &t, &call->err) != CG_OK ||
-                    cg_conv_str(full, o->name.ptr, o->name.len, &t->name, &call->err) ||
-                    cg_conv_str(full, o->description.ptr, o->description.len, &t->description,
-                                &call->err) ||
-                    cg_conv_str(full, o->parameters.ptr, o->parameters.len, &t->parameters,
-                                &call->err) ||
-                    cg_conv_str(full, o->type.ptr, o->type.len, &t->type, &call->err)) {
-                    cg_conv_free(full);
-                    st = call->err.code ? call->err.code : CG_RESOURCE_EXHAUSTED;
-                    goto fail;
-                }
-            }
-        }
-        full->origin = (*conv)->origin;
-        cg_conv_free(*conv);
-        *conv = full;
-        struct packed pk;
-        if ((st = pack_messages(call, *conv, &pk)) != CG_OK ||
-            (st = put_messages(call, env, s, *conv, &pk, (size_t)stored, counter)) != CG_OK)
-            goto fail;
-        s->added = (int64_t)pk.n - stored;
-        s->history_messages = (int64_t)pk.n;
-        return CG_OK;
-    }
-    /* FULL: the longest common prefix of the stored history and the conversation. */
-    struct packed pk;
-    if ((st = pack_messages(call, *conv, &pk)) != CG_OK)
-        goto fail;
-    int64_t cmp = stored < (int64_t)pk.n ? stored : (int64_t)pk.n;
-    uint8_t *digests = malloc((size_t)(cmp + 1) * 32);
-    int64_t found = 0;
-    if (digests == NULL) {
-        st = OOM(call);
-        goto fail;
-    }
-    if (cg_store_ctx_history_digests(env->svc.store, call->principal.tenant_id, s->session_id,
-                                     s->revision, cmp, digests, &found, &serr) != CG_OK) {
-        free(digests);
-        st = store_error(call, &serr);
-        goto fail;
-    }
-    int64_t same = 0;
-    while (same < found && memcmp(digests + same * 32, pk.digest[same], 32) == 0)
-        same++;
-    free(digests);
-    if (same == stored) {
-        st = put_messages(call, env, s, *conv, &pk, (size_t)stored, counter);
-        s->added = (int64_t)pk.n - stored;
-    } else {
-        /* Diverged (or shorter): a new revision holds the whole conversation; the boundary
-         * falls back to the first differing message if it was past it. */
-        s->diverged = true;
-        s->diverged_at = same;
-        s->revision++;
-        if (s->boundary > same)
-            s->boundary = same;
-        st = put_messages(call, env, s, *conv, &pk, 0, counter);
-        s->added = (int64_t)pk.n - same;
-    }
-    if (st != CG_OK)
-        goto fail;
-    s->history_messages = (int64_t)pk.n;
-    return CG_OK;
-fail:
-    cg_rpc_ctx_abort(env, s);
+        st = cg_rpc_session_check(call, session_id);
     return st;
 }
 
-/* ------------------------------------------------------------------ artifact redaction */
+static Ctxguard__V1__ArtifactInfo *artifact_out(struct cg_rpc_call *call,
+                                                const struct cg_ctx_artifact *a);
 
-#define OFFLOAD_MARKER "\n[ctxguard: offloaded, "
-
-/* The longest head of text[0..len) of at most max bytes that ends on a character boundary. */
-static size_t utf8_head(const char *text, size_t len, size_t max)
+cg_status cg_rpc_ctx_report_session(struct cg_rpc_call *call, bool dry_run,
+                                    const struct cg_ctx_session_state *s,
+                                    const struct cg_compress_result *r,
+                                    Ctxguard__V1__CompressionReport *rep)
 {
-    if (len <= max)
-        return len;
-    size_t n = max;
-    while (n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80)
-        n--;
-    return n;
-}
-
-/* Tokens of one tool result holding text, counted as the cascade counts it. */
-static int64_t result_tokens(const struct cg_compress_counter *counter, const struct cg_part *part,
-                             const char *text, size_t len)
-{
-    struct cg_part p = *part;
-    p.u.tool_result.content.ptr = text;
-    p.u.tool_result.content.len = len;
-    struct cg_message one = {.role = CG_ROLE_TOOL, .parts = &p, .n_parts = 1};
-    return counter->count_message(counter->ctx, &one);
-}
-
-/* The new text of the offloaded message's part: the redacted head and a marker with the
- * redacted sizes when the part is still the offload's preview, else NULL (redact it whole). */
-static char *preview_text(const struct cg_compress_artifact *a, const struct cg_str *now,
-                          const char *red, size_t red_len, size_t preview_max, size_t *keep_out,
-                          size_t *len_out)
-{
-    size_t raw_keep = a->preview_bytes;
-    size_t mlen = strlen(OFFLOAD_MARKER);
-    if (now->len < raw_keep + mlen || memcmp(now->ptr, a->content, raw_keep) != 0 ||
-        memcmp(now->ptr + raw_keep, OFFLOAD_MARKER, mlen) != 0)
-        return NULL;
-    size_t keep = utf8_head(red, red_len, preview_max);
-    char marker[240];
-    int ml = snprintf(marker, sizeof marker,
-                      "\n[ctxguard: offloaded, %zu of %zu bytes shown; the whole result "
-                      "is artifact %s (GetArtifact)]",
-                      keep, red_len, a->id);
-    if (ml < 0 || (size_t)ml >= sizeof marker)
-        return NULL;
-    char *text = malloc(keep + (size_t)ml + 1);
-    if (text == NULL)
-        return NULL;
-    memcpy(text, red, keep);
-    memcpy(text + keep, marker, (size_t)ml + 1);
-    *keep_out = keep;
-    *len_out = keep + (size_t)ml;
-    return text;
-}
-
-cg_status cg_rpc_ctx_redact_artifacts(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                      struct cg_rpc_ctx_state *state, struct cg_compress_result *r,
-                                      const struct cg_compress_counter *counter, unsigned types,
-                                      int64_t preview_max)
-{
-    size_t n = r->n_artifacts;
-    if (n == 0)
-        return CG_OK;
-    /* One pass over every artifact and its message part, so both get the same labels. */
-    const char **in = calloc(2 * n, sizeof *in);
-    size_t *in_len = calloc(2 * n, sizeof *in_len), *out_len = calloc(2 * n, sizeof *out_len);
-    char **out = calloc(2 * n, sizeof *out);
-    struct cg_part **parts = calloc(n, sizeof *parts);
-    struct cg_redact_counts counts;
-    memset(&counts, 0, sizeof counts);
-    cg_status st = CG_OK;
-    if (in == NULL || in_len == NULL || out_len == NULL || out == NULL || parts == NULL) {
-        st = OOM(call);
-        goto done;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const struct cg_compress_artifact *a = &r->artifacts[i];
-        in[2 * i] = a->content;
-        in_len[2 * i] = a->content_len;
-        in[2 * i + 1] = "";
-        if (r->conv != NULL && a->output_index >= 0 &&
-            (size_t)a->output_index < r->conv->n_messages &&
-            a->part_index < r->conv->messages[a->output_index].n_parts &&
-            r->conv->messages[a->output_index].parts[a->part_index].kind == CG_PART_TOOL_RESULT) {
-            parts[i] = &r->conv->messages[a->output_index].parts[a->part_index];
-            in[2 * i + 1] = parts[i]->u.tool_result.content.ptr;
-            in_len[2 * i + 1] = parts[i]->u.tool_result.content.len;
-        }
-    }
-    /* Labels may be longer than the values they replace. */
-    size_t max = 2 * (r->conv != NULL ? r->conv->limits.max_bytes : (size_t)64 << 20);
-    st = cg_rpc_redact_texts(call, env, state->session_id, types, "conversation", 2 * n, in, in_len,
-                             max, out, out_len, &counts);
-    if (st != CG_OK)
-        goto done;
-    for (size_t i = 0; i < n; i++) {
-        struct cg_compress_artifact *a = &r->artifacts[i];
-        char *red = out[2 * i];
-        size_t red_len = out_len[2 * i];
-        if (parts[i] != NULL) {
-            struct cg_str *now = &parts[i]->u.tool_result.content;
-            size_t keep = 0, text_len = 0;
-            char *text = preview_text(a, now, red, red_len, (size_t)preview_max, &keep, &text_len);
-            bool rebuilt = text != NULL;
-            if (text == NULL) { /* changed after offload: its redacted form as a whole */
-                text = out[2 * i + 1];
-                text_len = out_len[2 * i + 1];
-                out[2 * i + 1] = NULL;
-            }
-            int64_t before = result_tokens(counter, parts[i], now->ptr, now->len);
-            struct cg_err err = {0};
-            st = cg_conv_str(r->conv, text, text_len, now, &err);
-            free(text);
-            if (st != CG_OK) {
-                cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED, "redacting an artifact's preview: %s",
-                           err.msg);
-                goto done;
-            }
-            int64_t delta = result_tokens(counter, parts[i], now->ptr, now->len) - before;
-            r->tokens_after += delta;
-            for (size_t c = 0; c < r->n_changes; c++)
-                if (r->changes[c].artifact == (int64_t)i)
-                    r->changes[c].tokens_after += delta;
-            if (rebuilt)
-                a->preview_bytes = keep;
-        }
-        if (a->preview_bytes > red_len)
-            a->preview_bytes = red_len;
-        if (parts[i] != NULL)
-            a->tokens = result_tokens(counter, parts[i], red, red_len);
-        free(a->content);
-        a->content = red;
-        a->content_len = red_len;
-        out[2 * i] = NULL;
-    }
-    state->artifacts_redacted = true;
-    /* The counts, where the report has room for them: the OFFLOAD layer's detail. */
-    for (size_t l = r->n_layers; l-- > 0;) {
-        if (r->layers[l].layer != CG_LAYER_OFFLOAD)
-            continue;
-        char *d = r->layers[l].detail;
-        size_t dl = strlen(d);
-        dl += (size_t)snprintf(d + dl, sizeof r->layers[l].detail - dl, "; PII redacted:");
-        bool any = false;
-        for (int t = 1; t < CG_PII_TYPE_COUNT && dl < sizeof r->layers[l].detail; t++) {
-            if (counts.by_type[t] == 0)
-                continue;
-            dl += (size_t)snprintf(d + dl, sizeof r->layers[l].detail - dl, "%s %s %lld",
-                                   any ? "," : "", cg_pii_type_name((cg_pii_type)t),
-                                   (long long)counts.by_type[t]);
-            any = true;
-        }
-        if (!any && dl < sizeof r->layers[l].detail)
-            snprintf(d + dl, sizeof r->layers[l].detail - dl, " none");
-        break;
-    }
-done:
-    if (out != NULL)
-        for (size_t i = 0; i < 2 * n; i++)
-            free(out[i]);
-    free(in);
-    free(in_len);
-    free(out_len);
-    free(out);
-    free(parts);
-    return st;
-}
-
-void cg_rpc_ctx_abort(const struct cg_rpc_env *env, struct cg_rpc_ctx_state *s)
-{
-    if (s->active && env->svc.store != NULL)
-        cg_store_rollback(env->svc.store);
-    s->active = false;
-}
-
-cg_status cg_rpc_ctx_finish(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const Ctxguard__V1__CompressRequest *req,
-                            const struct cg_compress_result *r, struct cg_rpc_ctx_state *s,
-                            Ctxguard__V1__CompressionReport *rep)
-{
-    struct cg_err serr = {0};
-    cg_status st = CG_OK;
-    rep->artifacts = cg_arena_alloc(call->arena, (r->n_artifacts + 1) * sizeof *rep->artifacts);
-    if (rep->artifacts == NULL) {
-        st = OOM(call);
-        goto fail;
-    }
-    for (size_t i = 0; i < r->n_artifacts; i++) {
-        const struct cg_compress_artifact *a = &r->artifacts[i];
-        struct cg_ctx_artifact info;
-        memset(&info, 0, sizeof info);
-        snprintf(info.artifact_id, sizeof info.artifact_id, "%s", a->id);
-        snprintf(info.session_id, sizeof info.session_id, "%s", s->session_id);
-        snprintf(info.compaction_id, sizeof info.compaction_id, "%s", s->compaction_id);
-        info.source_index = a->source_index;
-        info.history_position = a->source_index;
-        snprintf(info.tool_call_id, sizeof info.tool_call_id, "%s", a->tool_call_id);
-        snprintf(info.tool_name, sizeof info.tool_name, "%s", a->tool_name);
-        snprintf(info.media_type, sizeof info.media_type, "%s",
-                 a->is_json ? "application/json" : "text/plain");
-        info.size_bytes = (int64_t)a->content_len;
-        info.size_chars = (int64_t)cg_utf8_length(a->content, a->content_len);
-        info.tokens = a->tokens;
-        uint8_t sum[32];
-        cg_sha256(a->content, a->content_len, sum);
-        cg_hex_encode(sum, 32, info.sha256);
-        info.preview_bytes = (int64_t)a->preview_bytes;
-        info.pii_redacted = s->artifacts_redacted;
-        if (!req->dry_run &&
-            cg_store_ctx_artifact_put(env->svc.store, call->principal.tenant_id, &info, a->content,
-                                      a->content_len, &serr) != CG_OK) {
-            st = store_error(call, &serr);
-            goto fail;
-        }
-        Ctxguard__V1__ArtifactInfo *o =
-            NEW(call, Ctxguard__V1__ArtifactInfo, ctxguard__v1__artifact_info__init);
-        if (o == NULL) {
-            st = OOM(call);
-            goto fail;
-        }
-        o->artifact_id = cg_arena_strdup(call->arena, req->dry_run ? "" : info.artifact_id);
-        o->session_id = cg_arena_strdup(call->arena, info.session_id);
-        o->source_index = info.source_index;
-        o->history_position = info.history_position;
-        o->tool_call_id = cg_arena_strdup(call->arena, info.tool_call_id);
-        o->tool_name = cg_arena_strdup(call->arena, info.tool_name);
-        o->media_type = cg_arena_strdup(call->arena, info.media_type);
-        o->size_bytes = info.size_bytes;
-        o->size_chars = info.size_chars;
-        o->tokens = info.tokens;
-        o->sha256 = cg_arena_strdup(call->arena, info.sha256);
-        o->preview_bytes = info.preview_bytes;
-        o->pii_redacted = s->artifacts_redacted;
-        o->compaction_id = cg_arena_strdup(call->arena, req->dry_run ? "" : s->compaction_id);
-        if (o->artifact_id == NULL || o->session_id == NULL || o->tool_call_id == NULL ||
-            o->tool_name == NULL || o->media_type == NULL || o->sha256 == NULL ||
-            o->compaction_id == NULL) {
-            st = OOM(call);
-            goto fail;
-        }
+    rep->artifacts = cg_arena_alloc(call->arena, (s->n_artifacts + 1) * sizeof *rep->artifacts);
+    if (rep->artifacts == NULL)
+        return OOM(call);
+    for (size_t i = 0; i < s->n_artifacts; i++) {
+        Ctxguard__V1__ArtifactInfo *o = artifact_out(call, &s->artifacts[i]);
+        if (o == NULL)
+            return OOM(call);
+        if (dry_run) /* nothing was stored: no ids to read it back by */
+            o->artifact_id = o->compaction_id = (char *)"";
         rep->artifacts[rep->n_artifacts++] = o;
     }
     /* Changes name the artifact their message went to. */
@@ -543,65 +152,12 @@ cg_status cg_rpc_ctx_finish(struct cg_rpc_call *call, const struct cg_rpc_env *e
         if (r->changes[i].artifact >= 0 && (size_t)r->changes[i].artifact < rep->n_artifacts)
             rep->changes[i]->artifact_id = rep->artifacts[r->changes[i].artifact]->artifact_id;
     rep->history_revision = s->revision;
-    if (req->dry_run) {
-        cg_rpc_ctx_abort(env, s);
+    if (dry_run)
         return CG_OK;
-    }
-    rep->compaction_id = cg_arena_strdup(call->arena, s->compaction_id);
+    if ((rep->compaction_id = cg_arena_strdup(call->arena, s->compaction_id)) == NULL)
+        return OOM(call);
     rep->history_messages_added = s->added;
-    struct cg_ctx_session upd = {
-        .trim_boundary = r->boundary_after,
-        .revision = s->revision,
-        .history_messages = s->history_messages,
-    };
-    if (rep->compaction_id == NULL) {
-        st = OOM(call);
-        goto fail;
-    }
-    /* The call's totals and layer results, for GetCompressionStats. */
-    int layer[CG_COMPRESS_LAYERS_MAX], outcome[CG_COMPRESS_LAYERS_MAX];
-    int64_t saved[CG_COMPRESS_LAYERS_MAX], affected[CG_COMPRESS_LAYERS_MAX],
-        ms[CG_COMPRESS_LAYERS_MAX], artifact_bytes = 0;
-    for (size_t i = 0; i < r->n_layers; i++) {
-        layer[i] = (int)r->layers[i].layer;
-        outcome[i] = (int)r->layers[i].outcome;
-        saved[i] = r->layers[i].tokens_before - r->layers[i].tokens_after;
-        affected[i] = r->layers[i].messages_affected;
-        ms[i] = r->layers[i].duration_ms;
-    }
-    for (size_t i = 0; i < r->n_artifacts; i++)
-        artifact_bytes += (int64_t)r->artifacts[i].content_len;
-    struct cg_ctx_compaction cmp = {
-        .session_id = s->session_id,
-        .compaction_id = s->compaction_id,
-        .strategy = rep->effective_policy != NULL ? (int)rep->effective_policy->strategy : 0,
-        .triggered = r->triggered,
-        .boundary_moved = r->boundary_moved,
-        .tokens_before = r->tokens_before,
-        .tokens_after = r->tokens_after,
-        .cache_tokens_invalidated = r->cache_tokens_invalidated,
-        .artifacts = (int)r->n_artifacts,
-        .artifact_bytes = artifact_bytes,
-        .n_layers = r->n_layers,
-        .layer = layer,
-        .outcome = outcome,
-        .saved = saved,
-        .affected = affected,
-        .ms = ms,
-    };
-    if (cg_store_ctx_compaction_put(env->svc.store, call->principal.tenant_id, &cmp, &serr) !=
-            CG_OK ||
-        cg_store_ctx_session_update(env->svc.store, call->principal.tenant_id, s->session_id, &upd,
-                                    &serr) != CG_OK ||
-        cg_store_commit(env->svc.store, &serr) != CG_OK) {
-        st = store_error(call, &serr);
-        goto fail;
-    }
-    s->active = false;
     return CG_OK;
-fail:
-    cg_rpc_ctx_abort(env, s);
-    return st;
 }
 
 /* ------------------------------------------------------------------ read-back RPCs ---- */

@@ -1,9 +1,9 @@
 /* rpc_context_summarize.c - ContextService.Summarize: a conversation to a structured
  * summary. Validates every field (the message names it), redacts PII from the whole
  * conversation before any summarizer sees it (the types the tenant's settings enable, every
- * type by default; rpc_summary.h: with the pseudonym table of the
+ * type by default; service/summarize.h: with the pseudonym table of the
  * request's session, so a value keeps its label across the session's summaries), summarizes
- * by the rules of SummarizerKind (rpc_summary.h: LLM, hierarchical and checked, or the
+ * by the rules of SummarizerKind (service/summarize.h: LLM, hierarchical and checked, or the
  * extractive summarizer, with the fallback reason) and answers with the text, the sections,
  * token counts (the estimator of the request's model, else the conversation's) and the
  * redaction counts.
@@ -18,12 +18,10 @@
 #include "core/summary.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/context.pb-c.h"
-#include "llm/llm.h"
 #include "rpc/rpc_context.h"
+#include "rpc/rpc_context_state.h"
 #include "rpc/rpc_conv.h"
-#include "rpc/rpc_summary.h"
-#include "service/tokenizers.h"
-#include "store/store_context.h"
+#include "service/summarize.h"
 
 #define LANGUAGE_MAX 35 /* characters of a BCP 47 tag */
 #define MODEL_MAX 200   /* characters */
@@ -175,82 +173,6 @@ static cg_status fill_redactions(struct cg_rpc_call *call, const struct cg_redac
     return CG_OK;
 }
 
-/* Most messages of a session's history one Summarize reads. */
-#define HISTORY_MAX 20000
-#define HISTORY_PAGE 500
-
-/* The messages [from_position, to_position) of the session's current history revision as a
- * Conversation (in the call's arena). NOT_FOUND for an unknown session; OUT_OF_RANGE naming
- * the position past the history's end; INVALID_ARGUMENT when the range is empty or longer
- * than HISTORY_MAX. */
-static cg_status history_in(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const Ctxguard__V1__SummarizeRequest *req,
-                            Ctxguard__V1__Conversation **out)
-{
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    struct cg_ctx_session sess;
-    cg_status st = cg_store_ctx_session_get(env->svc.store, call->principal.tenant_id,
-                                            req->session_id, &sess, &serr);
-    if (st == CG_NOT_FOUND)
-        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_SESSION_NOT_FOUND,
-                           "field 'session_id': no such session");
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
-    int64_t from = req->from_position;
-    int64_t to = req->to_position ? req->to_position : sess.history_messages;
-    if (from >= sess.history_messages || to > sess.history_messages)
-        return cg_err_set(&call->err, CG_OUT_OF_RANGE,
-                          "field '%s' is past the end of the session's history (%lld messages)",
-                          from >= sess.history_messages ? "from_position" : "to_position",
-                          (long long)sess.history_messages);
-    if (to <= from)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'to_position' must be after 'from_position'");
-    if (to - from > HISTORY_MAX)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "fields 'from_position'..'to_position' span more than %d messages",
-                          HISTORY_MAX);
-    Ctxguard__V1__Conversation *conv =
-        NEW(call, Ctxguard__V1__Conversation, ctxguard__v1__conversation__init);
-    Ctxguard__V1__MessageList *list =
-        NEW(call, Ctxguard__V1__MessageList, ctxguard__v1__message_list__init);
-    if (conv == NULL || list == NULL ||
-        (list->messages = cg_arena_alloc(call->arena, (size_t)(to - from) * sizeof(void *))) ==
-            NULL)
-        return OOM(call);
-    ProtobufCAllocator alloc;
-    cg_rpc_allocator(call->arena, &alloc);
-    struct cg_ctx_history_row rows[HISTORY_PAGE];
-    for (int64_t at = from; at < to;) {
-        int limit = to - at < HISTORY_PAGE ? (int)(to - at) : HISTORY_PAGE, count = 0;
-        bool more = false;
-        st = cg_store_ctx_history_page(env->svc.store, call->principal.tenant_id, req->session_id,
-                                       sess.revision, at, limit, rows, &count, &more, &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_error(call, &serr);
-        for (int i = 0; i < count && st == CG_OK; i++) {
-            ProtobufCMessage *m = protobuf_c_message_unpack(&ctxguard__v1__message__descriptor,
-                                                            &alloc, rows[i].len, rows[i].message);
-            if (m == NULL)
-                st = cg_err_set(&call->err, CG_INTERNAL, "stored message %lld does not decode",
-                                (long long)rows[i].position);
-            else
-                list->messages[list->n_messages++] = (Ctxguard__V1__Message *)m;
-        }
-        cg_store_ctx_rows_free(rows, count);
-        if (st != CG_OK)
-            return st;
-        if (count == 0)
-            break;
-        at += count;
-    }
-    conv->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_MESSAGES;
-    conv->messages = list;
-    *out = conv;
-    return CG_OK;
-}
-
 cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                    const ProtobufCMessage *request, ProtobufCMessage **response)
 {
@@ -260,48 +182,38 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
     if (st != CG_OK)
         return st;
     int kind = req->summarizer == CTXGUARD__V1__SUMMARIZER_KIND__SUMMARIZER_KIND_UNSPECIFIED
-                   ? CG_RPC_SUMMARIZER_AUTO
+                   ? CG_SUMMARIZER_AUTO
                    : (int)req->summarizer;
-    if (kind == CG_RPC_SUMMARIZER_LLM &&
-        (env->svc.llm == NULL || !cg_llm_is_configured(env->svc.llm)))
+    struct cg_summarizer llm;
+    if (kind == CG_SUMMARIZER_LLM && !cg_summarize_llm(&env->svc, &llm))
         return cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_LLM_NOT_CONFIGURED,
                            "field 'summarizer': LLM asked for but no LLM is configured "
                            "(llm_base_url)");
 
-    struct cg_conv *conv = NULL, *red = NULL;
+    struct cg_conv *conv = NULL;
     struct cg_redact_counts counts = {0};
-    struct cg_rpc_summary_result res;
+    struct cg_summarize_result res;
     memset(&res, 0, sizeof res);
     cg_summary_init(&res.summary);
-    Ctxguard__V1__Conversation *source = req->conversation;
-    if (source == NULL && (st = history_in(call, env, req, &source)) != CG_OK)
+    if (req->conversation != NULL &&
+        (st = cg_rpc_conv_in(call, "conversation", req->conversation, &conv)) != CG_OK)
         goto out;
-    st = cg_rpc_conv_in(call, "conversation", source, &conv);
-    if (st != CG_OK)
-        goto out;
-    if (conv->n_messages == 0) {
-        st = cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'conversation' has no messages");
-        goto out;
-    }
-    /* Redact first: nothing below sees the raw text. The tenant's settings choose the types;
-     * when they cannot be read every type is redacted (the safe side). */
-    unsigned types;
-    bool artifacts;
-    if (cg_rpc_tenant_redaction(call, env, &types, &artifacts) != CG_OK)
-        types = CG_PII_ALL;
-    st = cg_rpc_redact_conv(call, env, req->session_id, types, conv, &red, &counts);
-    if (st != CG_OK)
-        goto out;
-    struct cg_model_info info;
-    cg_models_lookup(req->model[0] != '\0' ? req->model : conv->model.ptr, &info);
-    struct cg_rpc_summary_opts opts = {.kind = kind,
-                                       .target_tokens = target,
-                                       .focus = req->focus,
-                                       .language = req->language,
-                                       .profile = info.profile,
-                                       .enc = cg_tokenizer(env->svc.tokenizers, info.encoding)};
-    st = cg_rpc_summarize(call, env, red, &opts, &res);
-    if (st != CG_OK)
+    /* Without a conversation, the session's stored history (read by the service). */
+    struct cg_rpc_history_codec_ctx hc = {.call = call, .request_conv = NULL};
+    struct cg_ctx_history_codec codec;
+    cg_rpc_ctx_history_codec(&hc, &codec);
+    struct cg_summarize_req sreq = {.conv = conv,
+                                    .session_id = req->session_id,
+                                    .from_position = req->from_position,
+                                    .to_position = req->to_position,
+                                    .codec = &codec,
+                                    .model = req->model,
+                                    .kind = kind,
+                                    .target_tokens = target,
+                                    .focus = req->focus,
+                                    .language = req->language};
+    struct cg_op op = cg_rpc_op(call);
+    if ((st = cg_summarize_request(&env->svc, &op, &sreq, &counts, &res)) != CG_OK)
         goto out;
 
     Ctxguard__V1__SummarizeResponse *resp =
@@ -314,10 +226,9 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
     resp->summarizer_used = (Ctxguard__V1__SummarizerKind)res.used;
     resp->fallback_reason = (Ctxguard__V1__SummaryFallbackReason)res.reason;
     resp->fallback_detail = cg_arena_strdup(call->arena, res.detail);
-    resp->llm_model =
-        cg_arena_strdup(call->arena, res.llm_attempts > 0 || res.used == CG_RPC_SUMMARIZER_LLM
-                                         ? env->svc.config->llm_model
-                                         : "");
+    resp->llm_model = cg_arena_strdup(
+        call->arena,
+        res.llm_attempts > 0 || res.used == CG_SUMMARIZER_LLM ? env->svc.config->llm_model : "");
     resp->llm_attempts = res.llm_attempts;
     resp->chunks = res.chunks;
     resp->summary = cg_arena_strdup(call->arena, sum->text);
@@ -339,7 +250,6 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
 
 out:
     cg_summary_cleanup(&res.summary);
-    cg_conv_free(red);
     cg_conv_free(conv);
     return st;
 }

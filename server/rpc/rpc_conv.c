@@ -440,6 +440,35 @@ static Ctxguard__V1__MessagePart *part_out(struct cg_rpc_call *call, const struc
     return o;
 }
 
+static Ctxguard__V1__Message *message_out(struct cg_rpc_call *call, const struct cg_message *m,
+                                          bool *oom)
+{
+    struct cg_arena *a = call->arena;
+    Ctxguard__V1__Message *o = cg_arena_alloc(a, sizeof *o);
+    if (o == NULL)
+        return NULL;
+    ctxguard__v1__message__init(o);
+    o->role = (Ctxguard__V1__Role)m->role;
+    o->name = str_out(call, &m->name, oom);
+    o->pinned = m->pinned;
+    if (m->n_parts > 0) {
+        o->parts = cg_arena_calloc(a, m->n_parts, sizeof *o->parts);
+        if (o->parts == NULL)
+            return NULL;
+    }
+    for (size_t j = 0; j < m->n_parts && !*oom; j++)
+        o->parts[o->n_parts++] = part_out(call, &m->parts[j], oom);
+    return *oom ? NULL : o;
+}
+
+const ProtobufCMessage *cg_rpc_conv_message_out(struct cg_rpc_call *call,
+                                                const struct cg_conv *conv, size_t index)
+{
+    bool oom = false;
+    Ctxguard__V1__Message *o = message_out(call, &conv->messages[index], &oom);
+    return o != NULL ? &o->base : NULL;
+}
+
 Ctxguard__V1__MessageList *cg_rpc_conv_messages_out(struct cg_rpc_call *call,
                                                     const struct cg_conv *conv)
 {
@@ -455,21 +484,9 @@ Ctxguard__V1__MessageList *cg_rpc_conv_messages_out(struct cg_rpc_call *call,
             return NULL;
     }
     for (size_t i = 0; i < conv->n_messages && !oom; i++) {
-        const struct cg_message *m = &conv->messages[i];
-        Ctxguard__V1__Message *o = cg_arena_alloc(a, sizeof *o);
+        Ctxguard__V1__Message *o = message_out(call, &conv->messages[i], &oom);
         if (o == NULL)
             return NULL;
-        ctxguard__v1__message__init(o);
-        o->role = (Ctxguard__V1__Role)m->role;
-        o->name = str_out(call, &m->name, &oom);
-        o->pinned = m->pinned;
-        if (m->n_parts > 0) {
-            o->parts = cg_arena_calloc(a, m->n_parts, sizeof *o->parts);
-            if (o->parts == NULL)
-                return NULL;
-        }
-        for (size_t j = 0; j < m->n_parts && !oom; j++)
-            o->parts[o->n_parts++] = part_out(call, &m->parts[j], &oom);
         list->messages[list->n_messages++] = o;
     }
     return oom ? NULL : list;
@@ -504,6 +521,13 @@ static Ctxguard__V1__ToolDefinition **tools_out(struct cg_rpc_call *call,
 cg_status cg_rpc_conv_out(struct cg_rpc_call *call, const struct cg_conv *conv, int format,
                           Ctxguard__V1__Conversation **out)
 {
+    return cg_rpc_conv_out_rendered(call, conv, format, NULL, 0, out);
+}
+
+cg_status cg_rpc_conv_out_rendered(struct cg_rpc_call *call, const struct cg_conv *conv, int format,
+                                   const char *rendered, size_t rendered_len,
+                                   Ctxguard__V1__Conversation **out)
+{
     *out = NULL;
     if (format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_UNSPECIFIED)
         format = conv->origin == CG_CONV_ORIGIN_OPENAI
@@ -524,15 +548,18 @@ cg_status cg_rpc_conv_out(struct cg_rpc_call *call, const struct cg_conv *conv, 
                format ==
                    CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_ANTHROPIC_MESSAGES) {
         bool openai = format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_OPENAI_CHAT;
-        char *json;
-        size_t len;
-        struct cg_err err = {0};
-        cg_status st = cg_conv_json_write(
-            conv, openai ? CG_CONV_JSON_OPENAI : CG_CONV_JSON_ANTHROPIC, &json, &len, &err);
-        if (st != CG_OK)
-            return cg_err_set(&call->err, st, "conversation: %s", err.msg);
+        char *json = (char *)rendered;
+        size_t len = rendered_len;
+        if (rendered == NULL) {
+            struct cg_err err = {0};
+            cg_status st = cg_conv_json_write(
+                conv, openai ? CG_CONV_JSON_OPENAI : CG_CONV_JSON_ANTHROPIC, &json, &len, &err);
+            if (st != CG_OK)
+                return cg_err_set(&call->err, st, "conversation: %s", err.msg);
+        }
         char *copy = cg_arena_strndup(call->arena, json, len);
-        free(json);
+        if (rendered == NULL)
+            free(json);
         if (copy == NULL)
             return OOM(call);
         if (openai) {

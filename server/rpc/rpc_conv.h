@@ -34,6 +34,17 @@ cg_status cg_rpc_conv_in(struct cg_rpc_call *call, const char *field,
 cg_status cg_rpc_conv_out(struct cg_rpc_call *call, const struct cg_conv *conv, int format,
                           Ctxguard__V1__Conversation **out) CG_MUST_CHECK;
 
+/* cg_rpc_conv_out with the JSON text already rendered (rendered_len bytes, in the JSON
+ * format `format` names; borrowed, copied into the arena); rendered NULL: rendered here. */
+cg_status cg_rpc_conv_out_rendered(struct cg_rpc_call *call, const struct cg_conv *conv, int format,
+                                   const char *rendered, size_t rendered_len,
+                                   Ctxguard__V1__Conversation **out) CG_MUST_CHECK;
+
+/* conv's message `index` as a ctxguard.v1.Message in the call's arena (for packing alone);
+ * NULL when out of memory. Strings are cut at an embedded NUL byte. */
+const ProtobufCMessage *cg_rpc_conv_message_out(struct cg_rpc_call *call,
+                                                const struct cg_conv *conv, size_t index);
+
 /* conv's messages as a MessageList in the call's arena; NULL when out of memory. Strings are
  * cut at an embedded NUL byte (proto strings cannot hold one). */
 Ctxguard__V1__MessageList *cg_rpc_conv_messages_out(struct cg_rpc_call *call,

@@ -24,7 +24,7 @@ struct cg_cache;
 struct cg_tok_encoding;
 struct cg_llm;
 struct cg_rpc_batcher;
-struct cg_rpc_pseudonyms;
+struct cg_pseudonyms;
 struct cg_watch_hub;
 
 /* The exact tokenizers (core/tok.h), built once at start from the `token_data_dir` files
@@ -74,7 +74,7 @@ struct cg_svc_env {
     struct cg_llm *llm;
     /* The redaction pseudonyms of recent sessions, shared by every thread (the same value
      * gets the same label across a session's requests). NULL: per request. */
-    struct cg_rpc_pseudonyms *pseudonyms;
+    struct cg_pseudonyms *pseudonyms; /* service/pseudonyms.h */
     /* WatchUsage's fan-out, fed by the events thread, read by the streams. NULL: none. */
     struct cg_watch_hub *watch_hub;
 };

@@ -24,6 +24,7 @@ struct cg_ctx_session {
     int64_t trim_boundary;
     uint32_t revision;
     int64_t history_messages; /* in the current revision */
+    int64_t version;          /* moves on every cg_store_ctx_session_update (0: never saved) */
     bool created;             /* made by this call (cg_store_ctx_session_lock) */
 };
 
@@ -38,7 +39,8 @@ cg_status cg_store_ctx_session_get(struct cg_store *store, const char *tenant_id
                                    const char *session_id, struct cg_ctx_session *out,
                                    struct cg_err *err) CG_MUST_CHECK;
 
-/* Inside a transaction: sets the boundary, revision and history size. */
+/* Inside a transaction: sets the boundary, revision and history size, and moves the
+ * session's version on by one. */
 cg_status cg_store_ctx_session_update(struct cg_store *store, const char *tenant_id,
                                       const char *session_id, const struct cg_ctx_session *s,
                                       struct cg_err *err) CG_MUST_CHECK;

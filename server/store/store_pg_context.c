@@ -10,13 +10,14 @@
 #include "store/store_internal.h"
 #include "store/store_pg_internal.h"
 
-#define SESSION_COLUMNS "trim_boundary, revision, history_messages"
+#define SESSION_COLUMNS "trim_boundary, revision, history_messages, version"
 
 static void read_session(PGresult *res, struct cg_ctx_session *out)
 {
     out->trim_boundary = cg__pg_parse_i64(PQgetvalue(res, 0, 0));
     out->revision = (uint32_t)cg__pg_parse_i64(PQgetvalue(res, 0, 1));
     out->history_messages = cg__pg_parse_i64(PQgetvalue(res, 0, 2));
+    out->version = cg__pg_parse_i64(PQgetvalue(res, 0, 3));
 }
 
 static cg_status in_tx(struct cg_store *store, const char *what, struct cg_err *err)
@@ -97,7 +98,7 @@ cg_status cg_store_ctx_session_update(struct cg_store *store, const char *tenant
     PGresult *res = NULL;
     rc = cg__pg_run(store->pg, "ctx_session_update",
                     "UPDATE context_sessions SET trim_boundary = $3::int8, revision = $4::int,"
-                    " history_messages = $5::int8, updated_at = now()"
+                    " history_messages = $5::int8, version = version + 1, updated_at = now()"
                     " WHERE tenant_id = $1::uuid AND session_id = $2",
                     5, values, NULL, NULL, RUN_PINNED, &res, err);
     PQclear(res);

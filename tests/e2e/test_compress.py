@@ -65,6 +65,17 @@ def openai_conv(messages, tools=None, model=None):
     return common_pb2.Conversation(openai_json=json.dumps(body))
 
 
+def long_chat():
+    """A long chat of a build session (121 messages) that the summary layer can shorten."""
+    msgs = [{"role": "system", "content": "You are a build assistant."}]
+    for i in range(60):
+        msgs.append({"role": "user", "content": f"Step {i}: the cache size is {i * 64} MB "
+                     f"and the job runs on node-{i % 7}. " + "Details follow. " * 40})
+        msgs.append({"role": "assistant", "content": f"Noted step {i}; next I check "
+                     f"/srv/build/{i}.log for errors. " + "More words here. " * 40})
+    return msgs
+
+
 class CompressTest(cgtest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -151,12 +162,7 @@ class CompressTest(cgtest.TestCase):
     def summary_layer(self, summarizer):
         """Compresses a long chat with the sliding window off, so that the summary layer
         must do the work; returns (response, the summary layer's result)."""
-        msgs = [{"role": "system", "content": "You are a build assistant."}]
-        for i in range(60):
-            msgs.append({"role": "user", "content": f"Step {i}: the cache size is {i * 64} MB "
-                         f"and the job runs on node-{i % 7}. " + "Details follow. " * 40})
-            msgs.append({"role": "assistant", "content": f"Noted step {i}; next I check "
-                         f"/srv/build/{i}.log for errors. " + "More words here. " * 40})
+        msgs = long_chat()
         pol = C.CompressionPolicy(target_ratio=0.2, reserved_output_tokens=0,
                                   disabled_layers=[C.COMPRESSION_LAYER_SLIDING_WINDOW])
         resp = self.compress(conversation=openai_conv(msgs), model="gpt-4o",

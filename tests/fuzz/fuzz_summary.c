@@ -6,7 +6,9 @@
  * - the extractive summary succeeds, is valid UTF-8 when its input was, has all six
  *   headings, says target_met exactly when within the target, and parsing it back finds
  *   the six sections;
- * - the transcript's chunks are at most the chunk size;
+ * - the transcript's chunks are at most the chunk size, and joined and split again (the next
+ *   level of a hierarchical summary) they are pieces of at most the size that together are
+ *   the joined text;
  * - parsing the raw bytes as an LLM answer never fails other than for memory.
  */
 #include <stdint.h>
@@ -16,6 +18,28 @@
 #include "core/conv_json.h"
 #include "core/summary.h"
 #include "core/utf8.h"
+
+/* The chunk plan: texts joined, then cut into pieces of at most 200 bytes. */
+static void check_split(char **texts, size_t n)
+{
+    char *joined = cg_summary_join(texts, n);
+    if (joined == NULL)
+        return;
+    size_t pieces = 0, at = 0;
+    char **split = cg_summary_split(joined, 200, &pieces);
+    if (split != NULL) {
+        for (size_t i = 0; i < pieces; i++) {
+            size_t len = strlen(split[i]);
+            if (len == 0 || len > 200 || memcmp(joined + at, split[i], len) != 0)
+                __builtin_trap();
+            at += len;
+        }
+        if (at != strlen(joined))
+            __builtin_trap();
+        cg_summary_chunks_free(split, pieces);
+    }
+    free(joined);
+}
 
 static void check_summary(const struct cg_conv *conv, int64_t target, bool valid_utf8)
 {
@@ -52,6 +76,7 @@ static void check_summary(const struct cg_conv *conv, int64_t target, bool valid
         for (size_t i = 0; i < n; i++)
             if (strlen(chunks[i]) > 512)
                 __builtin_trap();
+        check_split(chunks, n);
         cg_summary_chunks_free(chunks, n);
     }
 }

@@ -14,6 +14,10 @@ Behaviours (the model name, or POST /control {"behaviour": "..."}; "" clears the
                           "## heading" lines (a summarizer's prompt), the answer has those
                           sections
   slow:MS                 waits MS milliseconds, then answers normally
+  hold[:MS]               waits until POST /release lets it go (or MS milliseconds, 60000
+                          by default), then answers normally. /release {"count": N} lets N
+                          held (or later) requests go (1 by default); setting the hold again
+                          takes back what was let go and not used
   status:CODE:K[:ra=S][:ram=MS]
                           the first K requests of this behaviour get HTTP CODE (with
                           Retry-After: S and/or retry-after-ms: MS), later ones a normal
@@ -50,6 +54,7 @@ class State:
         self.lock = threading.Lock()
         self.counts = {}
         self.control = ""
+        self.released = threading.Semaphore(0)
         self.requests = []
         self.log = open(log_path, "a", encoding="utf-8")
 
@@ -144,6 +149,17 @@ class Handler(BaseHTTPRequestHandler):
             except (ValueError, AttributeError):
                 self.send_json(400, {"error": {"message": "bad control body"}})
                 return
+            if state.control.startswith("hold"):
+                state.released = threading.Semaphore(0)
+            self.send_json(200, {"behaviour": state.control})
+            return
+        if self.path == "/release":
+            try:
+                count = int(json.loads(raw.decode("utf-8") or "{}").get("count", 1))
+            except (ValueError, AttributeError):
+                self.send_json(400, {"error": {"message": "bad release body"}})
+                return
+            state.released.release(count)
             self.send_json(200, {"behaviour": state.control})
             return
         if not self.path.endswith("/chat/completions"):
@@ -171,6 +187,9 @@ class Handler(BaseHTTPRequestHandler):
         texts = message_texts(body)
         if kind == "slow":
             time.sleep(int(parts[1]) / 1000.0)
+        elif kind == "hold":
+            self.server.state.released.acquire(
+                timeout=int(parts[1]) / 1000.0 if len(parts) > 1 else 60.0)
         elif kind == "status":
             code, limit = int(parts[1]), parts[2]
             n = self.server.state.bump(behaviour)

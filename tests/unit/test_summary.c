@@ -433,3 +433,73 @@ Test(summary, held_out_conversations_keep_most_facts, .timeout = 60)
     cr_assert_gt(said, 30);
     cr_assert_geq(kept * 100, said * 80, "kept %d of %d", kept, said);
 }
+
+/* ------------------------------------------------------------------ the chunk plan ---- */
+
+Test(summary, partial_summaries_join_with_blank_lines)
+{
+    char a[] = "## Progress\n- one", b[] = "## Progress\n- two";
+    char *texts[] = {a, b};
+    char *joined = cg_summary_join(texts, 2);
+    cr_assert_str_eq(joined, "## Progress\n- one\n\n## Progress\n- two\n\n");
+    free(joined);
+    joined = cg_summary_join(texts, 0);
+    cr_assert_str_eq(joined, "");
+    free(joined);
+}
+
+/* Every chunk at most max bytes, none starting inside a UTF-8 sequence, together the text. */
+static void check_split(const char *text, size_t max, size_t *n_out, char ***chunks_out)
+{
+    size_t n = 0;
+    char **chunks = cg_summary_split(text, max, &n);
+    cr_assert_not_null(chunks);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(chunks[i]);
+        cr_assert(len > 0 && len <= max, "chunk %zu has %zu bytes (max %zu)", i, len, max);
+        cr_assert_neq((unsigned char)chunks[i][0] & 0xc0, 0x80, "chunk %zu starts mid-character",
+                      i);
+        cr_assert_eq(memcmp(text + at, chunks[i], len), 0, "chunk %zu is the next piece", i);
+        at += len;
+    }
+    cr_assert_eq(at, strlen(text), "nothing lost");
+    *n_out = n;
+    *chunks_out = chunks;
+}
+
+Test(summary, a_long_text_is_cut_at_line_ends)
+{
+    char text[4096];
+    size_t used = 0;
+    for (int i = 0; i < 60; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used,
+                                 "- line %02d of the partial summaries\n", i);
+    size_t n;
+    char **chunks;
+    check_split(text, 200, &n, &chunks);
+    cr_assert_gt(n, 1);
+    for (size_t i = 0; i + 1 < n; i++) {
+        size_t len = strlen(chunks[i]);
+        cr_assert_eq(chunks[i][len - 1], '\n', "chunk %zu ends at a line end", i);
+        cr_assert_gt(len, 100, "a line end in the second half is used");
+    }
+    cg_summary_chunks_free(chunks, n);
+}
+
+Test(summary, a_text_without_line_ends_is_cut_between_characters)
+{
+    /* "ä" is two bytes and "日" three: a cut at max bytes would fall inside them. */
+    char text[2048];
+    size_t used = 0;
+    for (int i = 0; i < 150; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s", i % 2 ? "日" : "ä");
+    size_t n;
+    char **chunks;
+    check_split(text, 101, &n, &chunks);
+    cr_assert_gt(n, 3);
+    cg_summary_chunks_free(chunks, n);
+    check_split("", 64, &n, &chunks);
+    cr_assert_eq(n, 0);
+    cg_summary_chunks_free(chunks, n);
+}

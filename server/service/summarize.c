@@ -1,5 +1,5 @@
-/* rpc_summary.c - redaction before summarizing, and the LLM or extractive summarizer with
- * its fallbacks (rpc_summary.h).
+/* summarize.c - redaction before summarizing, and the LLM or extractive summarizer with
+ * its fallbacks (summarize.h).
  *
  * The LLM: the transcript of the messages is cut into chunks that fit the model (half of its
  * context window from core/models.h, at about three bytes a token); one chunk is summarized
@@ -7,20 +7,18 @@
  * chunks if need be), so no input is too large. Every answer must parse into the six
  * sections; the final one must also have fewer tokens than the messages it replaces.
  */
-#include "rpc/rpc_summary.h"
-#include "rpc/rpc_handlers.h"
+#include "service/summarize.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/clock.h"
-#include "base/crypto.h"
 #include "base/log.h"
 #include "core/compress.h"
 #include "core/estimate.h"
-#include "llm/llm.h"
+#include "core/redact_conv.h"
+#include "service/pseudonyms.h"
+#include "service/tokenizers.h"
 #include "store/store.h"
 
 #define FALLBACK_RESERVE_MS 300 /* of the deadline, kept for the extractive fallback */
@@ -63,134 +61,32 @@ static int64_t range_tokens(const struct counter *counter, const struct cg_conv 
 
 /* ------------------------------------------------------------------ redaction -------- */
 
-/* Sessions' pseudonym tables (rpc.h). A table is used by one call at a time: its own mutex
- * is held while a call redacts; `users` keeps it from being dropped meanwhile. */
-struct pseudonym_entry {
-    char key[CG_UUID_LEN + 2 + 4 * 200]; /* tenant_id "/" session_id (<= 200 characters) */
-    uint64_t last_used;
-    unsigned users;
-    pthread_mutex_t lock;
-    struct cg_redact_session session;
-};
-
-struct cg_rpc_pseudonyms {
-    pthread_mutex_t lock;
-    uint64_t clock;
-    size_t n;
-    struct pseudonym_entry *entries[];
-};
-
-struct cg_rpc_pseudonyms *cg_rpc_pseudonyms_new(size_t max_sessions)
-{
-    struct cg_rpc_pseudonyms *p = calloc(1, sizeof *p + max_sessions * sizeof p->entries[0]);
-    if (p == NULL)
-        return NULL;
-    pthread_mutex_init(&p->lock, NULL);
-    p->n = max_sessions;
-    return p;
-}
-
-void cg_rpc_pseudonyms_free(struct cg_rpc_pseudonyms *p)
-{
-    if (p == NULL)
-        return;
-    for (size_t i = 0; i < p->n; i++) {
-        if (p->entries[i] != NULL) {
-            pthread_mutex_destroy(&p->entries[i]->lock);
-            free(p->entries[i]);
-        }
-    }
-    pthread_mutex_destroy(&p->lock);
-    free(p);
-}
-
-static void seed_session(struct cg_redact_session *session)
-{
-    uint64_t seed[2] = {0, 0};
-    if (cg_random_bytes(seed, sizeof seed) != CG_OK)
-        seed[0] = (uint64_t)cg_mono_ns(); /* the seed only hides the hashes held in memory */
-    cg_redact_session_init(session, seed[0], seed[1]);
-}
-
-/* The table of (tenant, session), made (or taken over from the least recently used idle one)
- * when new, locked for the caller; NULL when every slot is busy or memory is short (the
- * caller then uses a table of its own). Release with pseudonyms_release. */
-static struct pseudonym_entry *pseudonyms_acquire(struct cg_rpc_pseudonyms *p, const char *tenant,
-                                                  const char *session_id)
-{
-    char key[sizeof((struct pseudonym_entry *)0)->key];
-    snprintf(key, sizeof key, "%s/%s", tenant, session_id);
-    struct pseudonym_entry *e = NULL, *victim = NULL;
-    size_t free_slot = SIZE_MAX;
-    pthread_mutex_lock(&p->lock);
-    for (size_t i = 0; i < p->n; i++) {
-        struct pseudonym_entry *x = p->entries[i];
-        if (x == NULL) {
-            if (free_slot == SIZE_MAX)
-                free_slot = i;
-        } else if (strcmp(x->key, key) == 0) {
-            e = x;
-            break;
-        } else if (x->users == 0 && (victim == NULL || x->last_used < victim->last_used)) {
-            victim = x;
-        }
-    }
-    bool fresh = false;
-    if (e == NULL && free_slot != SIZE_MAX) {
-        e = calloc(1, sizeof *e);
-        if (e != NULL) {
-            pthread_mutex_init(&e->lock, NULL);
-            p->entries[free_slot] = e;
-            fresh = true;
-        }
-    } else if (e == NULL && victim != NULL) {
-        e = victim;
-        fresh = true;
-    }
-    if (e != NULL) {
-        if (fresh)
-            snprintf(e->key, sizeof e->key, "%s", key);
-        e->users++;
-        e->last_used = ++p->clock;
-    }
-    pthread_mutex_unlock(&p->lock);
-    if (e == NULL)
-        return NULL;
-    pthread_mutex_lock(&e->lock);
-    if (fresh)
-        seed_session(&e->session);
-    return e;
-}
-
-static void pseudonyms_release(struct cg_rpc_pseudonyms *p, struct pseudonym_entry *e)
-{
-    pthread_mutex_unlock(&e->lock);
-    pthread_mutex_lock(&p->lock);
-    e->users--;
-    pthread_mutex_unlock(&p->lock);
-}
-
 struct redactor {
     struct cg_redact_options options;
     struct cg_redact_session *session;
     struct cg_redact_buf buf;
     struct cg_redact_counts counts;
-    struct pseudonym_entry *shared; /* the session's table, or NULL */
-    struct cg_redact_session *own;  /* else one of the call's own */
+    struct cg_pseudonym_table *shared; /* the session's table, or NULL */
+    struct cg_redact_session *own;     /* else one of the call's own */
 };
 
-cg_status cg_rpc_tenant_redaction(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                  unsigned *types, bool *artifacts)
+static cg_status oom(const struct cg_op *op)
+{
+    return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+cg_status cg_summarize_tenant_redaction(const struct cg_svc_env *env, const struct cg_op *op,
+                                        unsigned *types, bool *artifacts)
 {
     *types = CG_PII_ALL;
     *artifacts = false;
-    if (call->principal.tenant_id[0] == '\0' || env->svc.store == NULL)
+    if (op->principal->tenant_id[0] == '\0' || env->store == NULL)
         return CG_OK;
     struct cg_tenant t;
     struct cg_err serr = {0};
-    cg_status st = cg_store_tenant_get(env->svc.store, call->principal.tenant_id, &t, &serr);
+    cg_status st = cg_store_tenant_get(env->store, op->principal->tenant_id, &t, &serr);
     if (st != CG_OK) {
-        cg_log(CG_LOG_WARN, "summarize", call->request_id,
+        cg_log(CG_LOG_WARN, "summarize", op->request_id,
                "tenant settings unreadable (%s): every PII type is redacted", serr.msg);
         return st;
     }
@@ -201,21 +97,21 @@ cg_status cg_rpc_tenant_redaction(struct cg_rpc_call *call, const struct cg_rpc_
 }
 
 /* Takes the pseudonym table for the call (the session's when it can) and the options. */
-static cg_status redactor_open(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+static cg_status redactor_open(const struct cg_svc_env *env, const struct cg_op *op,
                                const char *session_id, unsigned types, size_t max_bytes,
                                struct redactor *r)
 {
     memset(r, 0, sizeof *r);
     cg_redact_options_init(&r->options);
     r->options.enabled = types != 0 ? types & CG_PII_ALL : CG_PII_ALL;
-    if (session_id != NULL && session_id[0] != '\0' && env->svc.pseudonyms != NULL)
-        r->shared = pseudonyms_acquire(env->svc.pseudonyms, call->principal.tenant_id, session_id);
+    if (session_id != NULL && session_id[0] != '\0' && env->pseudonyms != NULL)
+        r->shared = cg_pseudonyms_acquire(env->pseudonyms, op->principal->tenant_id, session_id);
     if (r->shared != NULL) {
-        r->session = &r->shared->session;
+        r->session = cg_pseudonyms_session(r->shared);
     } else {
         if ((r->own = malloc(sizeof *r->own)) == NULL)
-            return OOM(call);
-        seed_session(r->own);
+            return oom(op);
+        cg_pseudonyms_seed(r->own);
         r->session = r->own;
     }
     cg_redact_buf_init(&r->buf, max_bytes);
@@ -223,11 +119,11 @@ static cg_status redactor_open(struct cg_rpc_call *call, const struct cg_rpc_env
 }
 
 /* Releases what redactor_open took; on success adds the counts to counts. */
-static void redactor_close(const struct cg_rpc_env *env, struct redactor *r, bool ok,
+static void redactor_close(const struct cg_svc_env *env, struct redactor *r, bool ok,
                            struct cg_redact_counts *counts)
 {
     if (r->shared != NULL)
-        pseudonyms_release(env->svc.pseudonyms, r->shared);
+        cg_pseudonyms_release(env->pseudonyms, r->shared);
     free(r->own);
     cg_redact_buf_cleanup(&r->buf);
     if (ok && counts != NULL) {
@@ -237,116 +133,40 @@ static void redactor_close(const struct cg_rpc_env *env, struct redactor *r, boo
     }
 }
 
-static cg_status redact_str(struct cg_rpc_call *call, struct redactor *r, struct cg_conv *dst,
-                            const struct cg_str *in, struct cg_str *out)
-{
-    struct cg_err err = {0};
-    cg_status st = cg_redact(&r->options, r->session, in->ptr, in->len, &r->buf, &r->counts, &err);
-    if (st != CG_OK)
-        return cg_err_set(&call->err, st == CG_NOMEM ? CG_RESOURCE_EXHAUSTED : st,
-                          "field 'conversation': %s", err.msg);
-    st = cg_conv_str(dst, r->buf.data != NULL ? r->buf.data : "", r->buf.len, out, &err);
-    if (st != CG_OK)
-        return cg_err_set(&call->err, st, "field 'conversation': %s", err.msg);
-    return CG_OK;
-}
-
-/* A copy of src with every text a summarizer reads redacted. Images are left out (no
- * summarizer reads them); tool call ids and names are kept (they are not user text). */
-static cg_status redact_copy(struct cg_rpc_call *call, struct redactor *r,
-                             const struct cg_conv *src, struct cg_conv **out)
-{
-    struct cg_conv_limits limits = src->limits;
-    limits.max_bytes = src->limits.max_bytes * 2; /* labels may be longer than values */
-    struct cg_conv *dst = cg_conv_new(&limits);
-    if (dst == NULL)
-        return OOM(call);
-    struct cg_err err = {0};
-    cg_status st = CG_OK;
-    for (size_t m = 0; m < src->n_messages && st == CG_OK; m++) {
-        const struct cg_message *sm = &src->messages[m];
-        struct cg_message *dm;
-        st = cg_conv_add_message(dst, sm->role, &dm, &err);
-        if (st != CG_OK) {
-            cg_err_set(&call->err, st, "field 'conversation': %s", err.msg);
-            break;
-        }
-        for (size_t p = 0; p < sm->n_parts && st == CG_OK; p++) {
-            const struct cg_part *sp = &sm->parts[p];
-            if (sp->kind == CG_PART_IMAGE)
-                continue;
-            struct cg_part *dp;
-            st = cg_conv_add_part(dst, dm, sp->kind, &dp, &err);
-            if (st != CG_OK) {
-                cg_err_set(&call->err, st, "field 'conversation': %s", err.msg);
-                break;
-            }
-            switch (sp->kind) {
-            case CG_PART_TEXT:
-                st = redact_str(call, r, dst, &sp->u.text, &dp->u.text);
-                break;
-            case CG_PART_TOOL_CALL:
-                dp->u.tool_call.id = sp->u.tool_call.id;
-                dp->u.tool_call.name = sp->u.tool_call.name;
-                st = redact_str(call, r, dst, &sp->u.tool_call.arguments,
-                                &dp->u.tool_call.arguments);
-                break;
-            case CG_PART_TOOL_RESULT:
-                dp->u.tool_result.tool_call_id = sp->u.tool_result.tool_call_id;
-                dp->u.tool_result.is_error = sp->u.tool_result.is_error;
-                dp->u.tool_result.tool_name = sp->u.tool_result.tool_name;
-                st = redact_str(call, r, dst, &sp->u.tool_result.content,
-                                &dp->u.tool_result.content);
-                break;
-            case CG_PART_REASONING:
-                if (!sp->u.reasoning.redacted)
-                    st = redact_str(call, r, dst, &sp->u.reasoning.text, &dp->u.reasoning.text);
-                break;
-            default:
-                break;
-            }
-        }
-    }
-    if (st != CG_OK) {
-        cg_conv_free(dst);
-        return st;
-    }
-    *out = dst;
-    return CG_OK;
-}
-
-cg_status cg_rpc_redact_conv(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const char *session_id, unsigned types, const struct cg_conv *conv,
-                             struct cg_conv **out, struct cg_redact_counts *counts)
+cg_status cg_summarize_redact_conv(const struct cg_svc_env *env, const struct cg_op *op,
+                                   const char *session_id, unsigned types,
+                                   const struct cg_conv *conv, struct cg_conv **out,
+                                   struct cg_redact_counts *counts)
 {
     *out = NULL;
     struct redactor r;
-    cg_status st = redactor_open(call, env, session_id, types, conv->limits.max_bytes, &r);
+    cg_status st = redactor_open(env, op, session_id, types, conv->limits.max_bytes, &r);
     if (st == CG_OK)
-        st = redact_copy(call, &r, conv, out);
+        st = cg_redact_conv(&r.options, r.session, &r.buf, &r.counts, conv, out, op->err);
     redactor_close(env, &r, st == CG_OK, counts);
     return st;
 }
 
-cg_status cg_rpc_redact_texts(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              const char *session_id, unsigned types, const char *field, size_t n,
-                              const char *const *in, const size_t *in_len, size_t max_bytes,
-                              char **out, size_t *out_len, struct cg_redact_counts *counts)
+cg_status cg_summarize_redact_texts(const struct cg_svc_env *env, const struct cg_op *op,
+                                    const char *session_id, unsigned types, const char *field,
+                                    size_t n, const char *const *in, const size_t *in_len,
+                                    size_t max_bytes, char **out, size_t *out_len,
+                                    struct cg_redact_counts *counts)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = NULL;
     struct redactor r;
-    cg_status st = redactor_open(call, env, session_id, types, max_bytes, &r);
+    cg_status st = redactor_open(env, op, session_id, types, max_bytes, &r);
     for (size_t i = 0; i < n && st == CG_OK; i++) {
         struct cg_err err = {0};
         st = cg_redact(&r.options, r.session, in[i], in_len[i], &r.buf, &r.counts, &err);
         if (st != CG_OK) {
-            cg_err_set(&call->err, st == CG_NOMEM ? CG_RESOURCE_EXHAUSTED : st, "field '%s': %s",
+            cg_err_set(op->err, st == CG_NOMEM ? CG_RESOURCE_EXHAUSTED : st, "field '%s': %s",
                        field, err.msg);
             break;
         }
         if ((out[i] = malloc(r.buf.len + 1)) == NULL) {
-            st = OOM(call);
+            st = oom(op);
             break;
         }
         if (r.buf.len > 0)
@@ -367,8 +187,8 @@ cg_status cg_rpc_redact_texts(struct cg_rpc_call *call, const struct cg_rpc_env 
 /* ------------------------------------------------------------------ the LLM ---------- */
 
 struct llm_run {
-    struct cg_rpc_call *call;
-    struct cg_llm *llm;
+    const struct cg_op *op;
+    const struct cg_summarizer *llm;
     const char *language;
     const char *focus;
     int64_t target;
@@ -407,10 +227,10 @@ static bool llm_call(struct llm_run *run, const char *text, bool partial, int64_
                                   .n_messages = 2,
                                   .max_tokens = (int)(target * 2 + 64),
                                   .deadline_ms = run->deadline_ms,
-                                  .rid = run->call->request_id};
+                                  .rid = run->op->request_id};
     struct cg_llm_reply reply;
     memset(&reply, 0, sizeof reply);
-    cg_llm_result res = cg_llm_chat(run->llm, &lreq, &reply);
+    cg_llm_result res = run->llm->chat(run->llm->ctx, &lreq, &reply);
     run->calls++;
     run->attempts += (uint32_t)(reply.attempts > 0 ? reply.attempts : 0);
     free(prompt);
@@ -438,67 +258,6 @@ static bool llm_call(struct llm_run *run, const char *text, bool partial, int64_
     reply.content = NULL;
     cg_llm_reply_cleanup(&reply);
     return true;
-}
-
-/* Joins texts[0..n) with blank lines into one malloc'd string. */
-static char *join(char **texts, size_t n)
-{
-    size_t len = 0;
-    for (size_t i = 0; i < n; i++)
-        len += strlen(texts[i]) + 2;
-    char *out = malloc(len + 1);
-    if (out == NULL)
-        return NULL;
-    size_t pos = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t l = strlen(texts[i]);
-        memcpy(out + pos, texts[i], l);
-        pos += l;
-        memcpy(out + pos, "\n\n", 2);
-        pos += 2;
-    }
-    out[pos] = '\0';
-    return out;
-}
-
-/* Cuts text into pieces of at most max bytes at line ends (or character boundaries). */
-static char **split_text(const char *text, size_t max, size_t *n_out)
-{
-    size_t len = strlen(text), cap = len / max + 2, n = 0;
-    char **out = calloc(cap, sizeof *out);
-    if (out == NULL)
-        return NULL;
-    size_t pos = 0;
-    while (pos < len) {
-        size_t end = len - pos <= max ? len : pos + max;
-        if (end < len) {
-            size_t nl = end;
-            while (nl > pos + max / 2 && text[nl - 1] != '\n')
-                nl--;
-            if (text[nl - 1] == '\n')
-                end = nl;
-            while (end > pos + 1 && ((unsigned char)text[end] & 0xc0) == 0x80)
-                end--;
-        }
-        if (n == cap) {
-            char **p = realloc(out, 2 * cap * sizeof *out);
-            if (p == NULL)
-                break;
-            out = p;
-            cap *= 2;
-        }
-        out[n] = strndup(text + pos, end - pos);
-        if (out[n] == NULL)
-            break;
-        n++;
-        pos = end;
-    }
-    if (pos < len) {
-        cg_summary_chunks_free(out, n);
-        return NULL;
-    }
-    *n_out = n;
-    return out;
 }
 
 /* The LLM's summary of conv into *summary (malloc'd), hierarchically when it is long. */
@@ -539,11 +298,11 @@ static bool llm_summarize(struct llm_run *run, const struct cg_conv *conv, size_
             cg_summary_chunks_free(partials, n);
             return false;
         }
-        char *joined = join(partials, n);
+        char *joined = cg_summary_join(partials, n);
         cg_summary_chunks_free(partials, n);
         if (joined == NULL)
             return run_fail(run, CG_LLM_ERROR, "%s", "out of memory");
-        chunks = split_text(joined, chunk_bytes, &n);
+        chunks = cg_summary_split(joined, chunk_bytes, &n);
         free(joined);
         if (chunks == NULL)
             return run_fail(run, CG_LLM_ERROR, "%s", "out of memory");
@@ -568,20 +327,36 @@ static size_t chunk_bytes_for(const char *model)
 
 /* ------------------------------------------------------------------ summarize ------- */
 
-cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                           const struct cg_conv *conv, const struct cg_rpc_summary_opts *opts,
-                           struct cg_rpc_summary_result *out)
+static cg_llm_result llm_chat(void *ctx, const struct cg_llm_request *req,
+                              struct cg_llm_reply *reply)
+{
+    return cg_llm_chat(ctx, req, reply);
+}
+
+bool cg_summarize_llm(const struct cg_svc_env *env, struct cg_summarizer *out)
+{
+    if (env->llm == NULL || !cg_llm_is_configured(env->llm))
+        return false;
+    out->chat = llm_chat;
+    out->ctx = env->llm;
+    out->model = env->config->llm_model;
+    return true;
+}
+
+cg_status cg_summarize(const struct cg_op *op, const struct cg_summarizer *llm,
+                       const struct cg_conv *conv, const struct cg_summarize_opts *opts,
+                       struct cg_summarize_result *out)
 {
     memset(out, 0, sizeof *out);
     cg_summary_init(&out->summary);
     size_t to = opts->to == 0 ? conv->n_messages : opts->to;
     if (opts->from >= to || to > conv->n_messages)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+        return cg_err_set(op->err, CG_INVALID_ARGUMENT,
                           "field 'conversation': messages [%zu, %zu) of %zu to summarize",
                           opts->from, to, conv->n_messages);
-    bool llm_ready = env->svc.llm != NULL && cg_llm_is_configured(env->svc.llm);
-    if (opts->kind == CG_RPC_SUMMARIZER_LLM && !llm_ready)
-        return cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_LLM_NOT_CONFIGURED,
+    bool llm_ready = llm != NULL;
+    if (opts->kind == CG_SUMMARIZER_LLM && !llm_ready)
+        return cg_err_setr(op->err, CG_FAILED_PRECONDITION, CG_ERR_LLM_NOT_CONFIGURED,
                            "field 'summarizer': LLM asked for but no LLM is configured "
                            "(llm_base_url)");
 
@@ -589,37 +364,36 @@ cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *en
     struct counter counter = {opts->profile, opts->enc};
     struct cg_err err = {0};
     if ((out->input_tokens = range_tokens(&counter, conv, opts->from, to)) < 0)
-        return OOM(call);
+        return oom(op);
     const char *language = opts->language != NULL && opts->language[0] != '\0'
                                ? cg_summary_language(opts->language)
                                : cg_summary_detect_language(conv, opts->from, to);
     const char *focus = opts->focus != NULL ? opts->focus : "";
 
-    if (opts->kind == CG_RPC_SUMMARIZER_EXTRACTIVE) {
-        out->reason = CG_RPC_FALLBACK_REQUESTED;
+    if (opts->kind == CG_SUMMARIZER_EXTRACTIVE) {
+        out->reason = CG_SUMMARY_FALLBACK_REQUESTED;
         snprintf(out->detail, sizeof out->detail, "the extractive summarizer was asked for");
     } else if (!llm_ready) {
         out->reason = CG_LLM_NOT_CONFIGURED;
         snprintf(out->detail, sizeof out->detail, "no LLM is configured (llm_base_url)");
     } else {
-        struct llm_run run = {.call = call,
-                              .llm = env->svc.llm,
+        struct llm_run run = {.op = op,
+                              .llm = llm,
                               .language = language,
                               .focus = focus,
                               .target = opts->target_tokens,
                               .counter = &counter};
-        if (call->deadline_ms > 0)
-            run.deadline_ms = call->deadline_ms - FALLBACK_RESERVE_MS;
+        if (op->deadline_ms > 0)
+            run.deadline_ms = op->deadline_ms - FALLBACK_RESERVE_MS;
         char *text = NULL;
-        bool ok = llm_summarize(&run, conv, opts->from, to,
-                                chunk_bytes_for(env->svc.config->llm_model), &text);
+        bool ok = llm_summarize(&run, conv, opts->from, to, chunk_bytes_for(llm->model), &text);
         out->llm_attempts = run.attempts;
         out->chunks = run.chunks;
         if (ok) {
             int64_t tokens = count_tokens(&counter, text, strlen(text));
             if (tokens >= out->input_tokens) {
                 ok = false;
-                run.reason = CG_RPC_FALLBACK_NOT_SMALLER;
+                run.reason = CG_SUMMARY_FALLBACK_NOT_SMALLER;
                 snprintf(run.detail, sizeof run.detail,
                          "the LLM's summary (%lld tokens) is not smaller than the input (%lld)",
                          (long long)tokens, (long long)out->input_tokens);
@@ -631,19 +405,19 @@ cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *en
             snprintf(s->language, sizeof s->language, "%s", language);
             if (cg_summary_parse(text, strlen(text), language, s, &found, &err) != CG_OK) {
                 free(text);
-                return OOM(call);
+                return oom(op);
             }
             s->text = text;
             s->text_len = strlen(text);
             s->tokens = count_tokens(&counter, s->text, s->text_len);
             s->target_met = s->tokens <= opts->target_tokens;
             s->messages = to - opts->from;
-            out->used = CG_RPC_SUMMARIZER_LLM;
+            out->used = CG_SUMMARIZER_LLM;
             return CG_OK;
         }
         free(text);
-        if (opts->kind == CG_RPC_SUMMARIZER_LLM)
-            return cg_err_setr(&call->err, CG_UNAVAILABLE, CG_ERR_LLM_UNAVAILABLE,
+        if (opts->kind == CG_SUMMARIZER_LLM)
+            return cg_err_setr(op->err, CG_UNAVAILABLE, CG_ERR_LLM_UNAVAILABLE,
                                "the LLM summarizer failed: %s", run.detail);
         out->reason = run.reason;
         snprintf(out->detail, sizeof out->detail, "%s", run.detail);
@@ -658,11 +432,71 @@ cg_status cg_rpc_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *en
                                     .from = opts->from,
                                     .to = to};
     if (cg_summary_extract(conv, &sopts, &out->summary, &err) != CG_OK)
-        return cg_err_set(&call->err, err.code == CG_NOMEM ? CG_RESOURCE_EXHAUSTED : err.code,
+        return cg_err_set(op->err, err.code == CG_NOMEM ? CG_RESOURCE_EXHAUSTED : err.code,
                           "summarizing: %s", err.msg);
-    out->used = CG_RPC_SUMMARIZER_EXTRACTIVE;
-    if (out->reason != CG_RPC_FALLBACK_REQUESTED)
-        cg_log(CG_LOG_INFO, "summarize", call->request_id,
+    out->used = CG_SUMMARIZER_EXTRACTIVE;
+    if (out->reason != CG_SUMMARY_FALLBACK_REQUESTED)
+        cg_log(CG_LOG_INFO, "summarize", op->request_id,
                "extractive fallback reason=%d detail=\"%s\"", out->reason, out->detail);
     return CG_OK;
+}
+
+cg_status cg_summarize_redacted(const struct cg_svc_env *env, const struct cg_op *op,
+                                const char *session_id, unsigned types, const struct cg_conv *conv,
+                                const struct cg_summarize_opts *opts,
+                                struct cg_redact_counts *counts, struct cg_summarize_result *out)
+{
+    memset(out, 0, sizeof *out);
+    cg_summary_init(&out->summary);
+    struct cg_conv *redacted = NULL;
+    cg_status st = cg_summarize_redact_conv(env, op, session_id, types, conv, &redacted, counts);
+    if (st == CG_OK) {
+        struct cg_summarizer llm;
+        bool have_llm = cg_summarize_llm(env, &llm);
+        st = cg_summarize(op, have_llm ? &llm : NULL, redacted, opts, out);
+    }
+    cg_conv_free(redacted);
+    return st;
+}
+
+cg_status cg_summarize_request(const struct cg_svc_env *env, const struct cg_op *op,
+                               const struct cg_summarize_req *req, struct cg_redact_counts *counts,
+                               struct cg_summarize_result *out)
+{
+    memset(out, 0, sizeof *out);
+    cg_summary_init(&out->summary);
+    struct cg_conv *history = NULL;
+    const struct cg_conv *conv = req->conv;
+    if (conv == NULL) {
+        cg_status st =
+            cg_ctx_session_history(env, op, req->session_id, req->from_position, req->to_position,
+                                   CG_SUMMARIZE_HISTORY_MAX, req->codec, &history);
+        if (st != CG_OK)
+            return st;
+        conv = history;
+    }
+    cg_status st = CG_OK;
+    if (conv->n_messages == 0) {
+        st = cg_err_set(op->err, CG_INVALID_ARGUMENT, "field 'conversation' has no messages");
+        goto out;
+    }
+    struct cg_model_info info;
+    cg_models_lookup(req->model != NULL && req->model[0] != '\0' ? req->model : conv->model.ptr,
+                     &info);
+    struct cg_summarize_opts opts = {.kind = req->kind,
+                                     .target_tokens = req->target_tokens,
+                                     .focus = req->focus,
+                                     .language = req->language,
+                                     .profile = info.profile,
+                                     .enc = cg_tokenizer(env->tokenizers, info.encoding)};
+    /* The tenant's settings choose the types; when they cannot be read every type is
+     * redacted (the safe side). */
+    unsigned types;
+    bool artifacts;
+    if (cg_summarize_tenant_redaction(env, op, &types, &artifacts) != CG_OK)
+        types = CG_PII_ALL;
+    st = cg_summarize_redacted(env, op, req->session_id, types, conv, &opts, counts, out);
+out:
+    cg_conv_free(history);
+    return st;
 }
