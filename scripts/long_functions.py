@@ -27,12 +27,8 @@ KNOWN_LONG = {
     "rpc/rpc_budget.c: cg_rpc_commit_single",
     "rpc/rpc_budget.c: cg_rpc_reserve_single",
     "rpc/rpc_budget.c: settings_in",
-    "rpc/rpc_context_compress.c: cg_rpc_context_compress",
     "rpc/rpc_context_compress.c: policy_resolve",
     "rpc/rpc_context_state.c: cg_rpc_context_get_history",
-    "rpc/rpc_context_state.c: cg_rpc_ctx_begin",
-    "rpc/rpc_context_state.c: cg_rpc_ctx_finish",
-    "rpc/rpc_context_state.c: cg_rpc_ctx_redact_artifacts",
 }
 
 NAME = re.compile(r"([A-Za-z_]\w*)\s*\(")

@@ -130,6 +130,68 @@ static char *preview_text(const struct cg_compress_artifact *a, const struct cg_
     return text;
 }
 
+/* The preview that artifact i's message part keeps in r->conv, redacted: rebuilt as the head
+ * of the redacted artifact red (at most preview_max bytes) and the marker, or, when a later
+ * layer changed the part, its own redacted form *whole (taken: *whole becomes NULL). The
+ * tokens of the output and of the change follow. */
+static cg_status redact_preview(const struct cg_op *op, struct cg_compress_result *r,
+                                const struct cg_compress_counter *counter, size_t i,
+                                struct cg_part *part, const char *red, size_t red_len,
+                                size_t preview_max, char **whole, size_t whole_len)
+{
+    struct cg_compress_artifact *a = &r->artifacts[i];
+    struct cg_str *now = &part->u.tool_result.content;
+    size_t keep = 0, text_len = 0;
+    char *text = preview_text(a, now, red, red_len, preview_max, &keep, &text_len);
+    bool rebuilt = text != NULL;
+    if (text == NULL) { /* changed after offload: its redacted form as a whole */
+        text = *whole;
+        text_len = whole_len;
+        *whole = NULL;
+    }
+    int64_t before = result_tokens(counter, part, now->ptr, now->len);
+    struct cg_err err = {0};
+    cg_status st = cg_conv_str(r->conv, text, text_len, now, &err);
+    free(text);
+    if (st != CG_OK) {
+        cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "redacting an artifact's preview: %s", err.msg);
+        return st;
+    }
+    int64_t delta = result_tokens(counter, part, now->ptr, now->len) - before;
+    r->tokens_after += delta;
+    for (size_t c = 0; c < r->n_changes; c++)
+        if (r->changes[c].artifact == (int64_t)i)
+            r->changes[c].tokens_after += delta;
+    if (rebuilt)
+        a->preview_bytes = keep;
+    return CG_OK;
+}
+
+/* The redaction counts in the report, where it has room for them: the last OFFLOAD layer's
+ * detail ("; PII redacted: EMAIL 2, PHONE 1", or " none"). */
+static void report_counts(struct cg_compress_result *r, const struct cg_redact_counts *counts)
+{
+    for (size_t l = r->n_layers; l-- > 0;) {
+        if (r->layers[l].layer != CG_LAYER_OFFLOAD)
+            continue;
+        char *d = r->layers[l].detail;
+        size_t dl = strlen(d);
+        dl += (size_t)snprintf(d + dl, sizeof r->layers[l].detail - dl, "; PII redacted:");
+        bool any = false;
+        for (int t = 1; t < CG_PII_TYPE_COUNT && dl < sizeof r->layers[l].detail; t++) {
+            if (counts->by_type[t] == 0)
+                continue;
+            dl += (size_t)snprintf(d + dl, sizeof r->layers[l].detail - dl, "%s %s %lld",
+                                   any ? "," : "", cg_pii_type_name((cg_pii_type)t),
+                                   (long long)counts->by_type[t]);
+            any = true;
+        }
+        if (!any && dl < sizeof r->layers[l].detail)
+            snprintf(d + dl, sizeof r->layers[l].detail - dl, " none");
+        break;
+    }
+}
+
 /* The tenant setting redact_artifacts: redacts the PII `types` (CG_PII_BIT mask) in each
  * artifact of r before it is stored, with the session's pseudonym table, and in the preview
  * its message keeps in r->conv (rebuilt as the head of the redacted text, at most
@@ -183,31 +245,10 @@ static cg_status redact_artifacts(const struct cg_svc_env *env, const struct cg_
         char *red = out[2 * i];
         size_t red_len = out_len[2 * i];
         if (parts[i] != NULL) {
-            struct cg_str *now = &parts[i]->u.tool_result.content;
-            size_t keep = 0, text_len = 0;
-            char *text = preview_text(a, now, red, red_len, (size_t)preview_max, &keep, &text_len);
-            bool rebuilt = text != NULL;
-            if (text == NULL) { /* changed after offload: its redacted form as a whole */
-                text = out[2 * i + 1];
-                text_len = out_len[2 * i + 1];
-                out[2 * i + 1] = NULL;
-            }
-            int64_t before = result_tokens(counter, parts[i], now->ptr, now->len);
-            struct cg_err err = {0};
-            st = cg_conv_str(r->conv, text, text_len, now, &err);
-            free(text);
-            if (st != CG_OK) {
-                cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "redacting an artifact's preview: %s",
-                           err.msg);
+            st = redact_preview(op, r, counter, i, parts[i], red, red_len, (size_t)preview_max,
+                                &out[2 * i + 1], out_len[2 * i + 1]);
+            if (st != CG_OK)
                 goto done;
-            }
-            int64_t delta = result_tokens(counter, parts[i], now->ptr, now->len) - before;
-            r->tokens_after += delta;
-            for (size_t c = 0; c < r->n_changes; c++)
-                if (r->changes[c].artifact == (int64_t)i)
-                    r->changes[c].tokens_after += delta;
-            if (rebuilt)
-                a->preview_bytes = keep;
         }
         if (a->preview_bytes > red_len)
             a->preview_bytes = red_len;
@@ -218,26 +259,7 @@ static cg_status redact_artifacts(const struct cg_svc_env *env, const struct cg_
         a->content_len = red_len;
         out[2 * i] = NULL;
     }
-    /* The counts, where the report has room for them: the OFFLOAD layer's detail. */
-    for (size_t l = r->n_layers; l-- > 0;) {
-        if (r->layers[l].layer != CG_LAYER_OFFLOAD)
-            continue;
-        char *d = r->layers[l].detail;
-        size_t dl = strlen(d);
-        dl += (size_t)snprintf(d + dl, sizeof r->layers[l].detail - dl, "; PII redacted:");
-        bool any = false;
-        for (int t = 1; t < CG_PII_TYPE_COUNT && dl < sizeof r->layers[l].detail; t++) {
-            if (counts.by_type[t] == 0)
-                continue;
-            dl += (size_t)snprintf(d + dl, sizeof r->layers[l].detail - dl, "%s %s %lld",
-                                   any ? "," : "", cg_pii_type_name((cg_pii_type)t),
-                                   (long long)counts.by_type[t]);
-            any = true;
-        }
-        if (!any && dl < sizeof r->layers[l].detail)
-            snprintf(d + dl, sizeof r->layers[l].detail - dl, " none");
-        break;
-    }
+    report_counts(r, &counts);
 done:
     if (out != NULL)
         for (size_t i = 0; i < 2 * n; i++)
