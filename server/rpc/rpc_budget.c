@@ -283,43 +283,6 @@ static cg_status key_reused(struct cg_rpc_call *call, const char *key,
 
 /* ---------------------------------------------------------------- conversions ----- */
 
-void cg_rpc_level_from_row(const struct cg_budget_row *row, struct cg_budget_level *out)
-{
-    memset(out, 0, sizeof *out);
-    out->level = (cg_level)row->level;
-    out->has_budget = row->has_budget;
-    out->closed = row->closed_at_ms != 0;
-    out->mode = (cg_budget_mode)row->mode;
-    /* Approvals extend the limit until the next SetBudget or reset (store.h, "approvals"). */
-    out->limit_tokens = row->approved_extra_tokens > INT64_MAX - row->limit_tokens
-                            ? INT64_MAX
-                            : row->limit_tokens + row->approved_extra_tokens;
-    out->limit_cost_micros = row->limit_cost_micros;
-    out->warning_ratio = row->warning_ratio;
-    out->backpressure_disabled = row->backpressure_disabled;
-    out->ntiers = row->ntiers;
-    for (int i = 0; i < row->ntiers && i < CG_TIERS_MAX; i++) {
-        out->tiers[i].ratio = row->tier_ratio[i];
-        out->tiers[i].delay_ms = row->tier_delay_ms[i];
-    }
-    out->used_tokens = row->used_tokens;
-    out->reserved_tokens = row->reserved_tokens;
-    out->used_cost_micros = row->used_cost_micros;
-    out->reserved_cost_micros = row->reserved_cost_micros;
-    out->allocated = row->allocate_from_parent;
-    out->share_limit_tokens = row->limit_tokens; /* a share does not grow with approvals */
-    out->allocated_tokens = row->allocated_tokens;
-}
-
-void cg_rpc_decide(const struct cg_budget_row *rows, int n, int64_t tokens, int64_t cost,
-                   struct cg_budget_result *out)
-{
-    struct cg_budget_level levels[CG_PATH_MAX];
-    for (int i = 0; i < n; i++)
-        cg_rpc_level_from_row(&rows[i], &levels[i]);
-    cg_budget_decide(levels, n, tokens, cost, out);
-}
-
 /* The Scope message of a path level: the ids down to that level. */
 Ctxguard__V1__Scope *cg_rpc_scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
 {
@@ -749,7 +712,7 @@ static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_
     next.closed_at_ms = existing ? existing->closed_at_ms : 0;
     int64_t need = cg_store_alloc_share(&next) - cg_store_alloc_share(existing);
     struct cg_budget_level p;
-    cg_rpc_level_from_row(parent, &p);
+    cg_budget_row_level(parent, &p);
     struct cg_budget_result r;
     cg_budget_decide(&p, 1, 0, 0, &r);
     int64_t free_tokens = r.levels[0].remaining_tokens;
@@ -797,12 +760,12 @@ cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *e
     /* Nesting: not over the nearest budgeted ancestor's limit, and not under the limit of
      * any budget below (the path lock holds the parent rows every child SetBudget locks). */
     struct cg_budget_level mine, parent;
-    cg_rpc_level_from_row(&row, &mine);
+    cg_budget_row_level(&row, &mine);
     int parent_index = level - 2; /* path[level-1] is this scope when it exists */
     for (int i = parent_index; i >= 0; i--) {
         if (!path[i].has_budget)
             continue;
-        cg_rpc_level_from_row(&path[i], &parent);
+        cg_budget_row_level(&path[i], &parent);
         if (cg_budget_check_nesting(&parent, &mine, &call->err) != CG_OK) {
             cg_store_rollback(env->svc.store);
             call->err.code = CG_INVALID_ARGUMENT;
@@ -840,10 +803,10 @@ cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *e
         cg_store_budget_put(env->svc.store, call->principal.tenant_id, &row, req->expected_version,
                             call->principal.key_id, cg_wall_ms(), &audit, &stored, &created, &serr);
     if (st == CG_OK) /* WatchUsage: BUDGET_CHANGED and the crossings a new limit makes */
-        st = cg_rpc_emit_budget(call, env, existing, &stored, &serr);
+        st = cg_budget_emit_budget(&env->svc, call->principal.tenant_id, existing, &stored, &serr);
     if (st == CG_OK) /* and the parent's, when the scope's share of it moved */
-        st = cg_rpc_emit_share(call, env, level >= 2 ? &path[level - 2] : NULL, existing, &stored,
-                               &serr);
+        st = cg_budget_emit_share(&env->svc, call->principal.tenant_id,
+                                  level >= 2 ? &path[level - 2] : NULL, existing, &stored, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
     if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
@@ -920,7 +883,7 @@ cg_status cg_rpc_budget_get(struct cg_rpc_call *call, const struct cg_rpc_env *e
         return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_BUDGET_NOT_FOUND,
                            "the %s has no budget", cg_level_name((cg_level)level));
     struct cg_budget_result r;
-    cg_rpc_decide(path, n, 0, 0, &r);
+    cg_budget_path_decide(path, n, 0, 0, &r);
 
     Ctxguard__V1__GetBudgetResponse *resp =
         NEW(call, Ctxguard__V1__GetBudgetResponse, ctxguard__v1__get_budget_response__init);
@@ -1088,7 +1051,7 @@ static cg_status store_failure_answer(struct cg_rpc_call *call, const struct cg_
                                               -req->estimated_tokens, INT64_MAX);
     }
     struct cg_budget_result r;
-    cg_rpc_decide(path, n, req->estimated_tokens, est_cost, &r);
+    cg_budget_path_decide(path, n, req->estimated_tokens, est_cost, &r);
     Ctxguard__V1__CheckBudgetResponse *resp =
         NEW(call, Ctxguard__V1__CheckBudgetResponse, ctxguard__v1__check_budget_response__init);
     Ctxguard__V1__DecisionReason *why =
@@ -1166,7 +1129,7 @@ cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env 
     if (st != CG_OK)
         return st;
     struct cg_budget_result r;
-    cg_rpc_decide(path, n, req->estimated_tokens, est_cost, &r);
+    cg_budget_path_decide(path, n, req->estimated_tokens, est_cost, &r);
     /* APPROVAL mode over the limit: open (or find) the approval, unless only asking. */
     struct cg_rpc_approval_gate gate = {.involved = false};
     if (r.decision == CG_DECISION_REQUIRE_APPROVAL && !req->dry_run) {
@@ -1326,7 +1289,7 @@ cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__Res
     }
     /* Levels after the hold. */
     struct cg_budget_result r;
-    cg_rpc_decide(path, n, 0, 0, &r);
+    cg_budget_path_decide(path, n, 0, 0, &r);
     if ((resp->reservation = cg_rpc_reservation_out(call, res)) == NULL)
         return OOM(call);
     if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
@@ -1383,11 +1346,11 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
             return st;
         cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-        cg_rpc_decide(path, n, 0, 0, &r);
+        cg_budget_path_decide(path, n, 0, 0, &r);
         resp->replayed = true;
         resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW;
     } else {
-        cg_rpc_decide(path, n, req->tokens, hold_cost, &r);
+        cg_budget_path_decide(path, n, req->tokens, hold_cost, &r);
         if (r.decision == CG_DECISION_REQUIRE_APPROVAL) {
             /* REQUIRE_APPROVAL holds nothing: the reservation just inserted goes with the
              * rollback, and the approval step runs in a transaction of its own. */
@@ -1437,7 +1400,8 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
         st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, n, 0, req->tokens,
                                0, hold_cost, &serr);
         if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, 0, 0, req->tokens, &serr);
+            st = cg_budget_emit_path(&env->svc, call->principal.tenant_id, path, n, 0, 0,
+                                     req->tokens, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
@@ -1499,7 +1463,8 @@ static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env 
         st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, *n, 0, -res->tokens,
                                0, -res->cost_micros, serr);
     if (st == CG_OK)
-        st = cg_rpc_emit_path(call, env, path, *n, 0, 0, -res->tokens, serr);
+        st = cg_budget_emit_path(&env->svc, call->principal.tenant_id, path, *n, 0, 0, -res->tokens,
+                                 serr);
     if (st == CG_OK)
         st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
                                          res->reservation_id, 4, NULL, serr);
@@ -1562,7 +1527,8 @@ cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_en
             st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, n, 0,
                                    -res.tokens, 0, -res.cost_micros, &serr);
         if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, 0, 0, -res.tokens, &serr);
+            st = cg_budget_emit_path(&env->svc, call->principal.tenant_id, path, n, 0, 0,
+                                     -res.tokens, &serr);
         if (st == CG_OK)
             st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
                                              res.reservation_id, res.state == 1 ? 3 : 4, NULL,
@@ -1627,7 +1593,7 @@ cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitRes
                                ProtobufCMessage **response)
 {
     struct cg_budget_result r;
-    cg_rpc_decide(path, n, 0, 0, &r);
+    cg_budget_path_decide(path, n, 0, 0, &r);
     if ((resp->reservation = cg_rpc_reservation_out(call, res)) == NULL ||
         (resp->recorded_usage = cg_rpc_usage_out(call, usage)) == NULL)
         return OOM(call);
@@ -1752,8 +1718,8 @@ cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env
         st = cg_store_path_spend(env->svc.store, call->principal.tenant_id, path, n, &usage,
                                  -unhold, -unhold_cost, &serr);
         if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, spent, usage.cache_read_tokens, -unhold,
-                                  &serr);
+            st = cg_budget_emit_path(&env->svc, call->principal.tenant_id, path, n, spent,
+                                     usage.cache_read_tokens, -unhold, &serr);
         if (st == CG_OK && !expired && spent > res.tokens)
             st = emit_overrun(call, env, &res, &usage, &serr);
         /* ACTIVE -> COMMITTED; found past its expiry -> EXPIRED; RELEASED stays so. */
@@ -1869,8 +1835,8 @@ cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_r
             st = cg_store_path_spend(env->svc.store, call->principal.tenant_id, path, n, &usage, 0,
                                      0, &serr);
         if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, usage_tokens(&usage), usage.cache_read_tokens,
-                                  0, &serr);
+            st = cg_budget_emit_path(&env->svc, call->principal.tenant_id, path, n,
+                                     usage_tokens(&usage), usage.cache_read_tokens, 0, &serr);
         if (st != CG_OK)
             return cg_rpc_store_fail(call, env, &serr);
         if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
@@ -1885,7 +1851,7 @@ cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_r
     cg_rpc_calibrate(env, call->principal.tenant_id, call->request_id, &cal, 1);
 
     struct cg_budget_result r;
-    cg_rpc_decide(path, n, 0, 0, &r);
+    cg_budget_path_decide(path, n, 0, 0, &r);
     Ctxguard__V1__RecordUsageResponse *resp =
         NEW(call, Ctxguard__V1__RecordUsageResponse, ctxguard__v1__record_usage_response__init);
     if (resp == NULL || (resp->recorded_usage = cg_rpc_usage_out(call, &usage)) == NULL ||

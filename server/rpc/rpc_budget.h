@@ -9,6 +9,8 @@
 #include "core/budget.h"
 #include "ctxguard/v1/budget.pb-c.h"
 #include "rpc/rpc_handlers.h"
+#include "service/budget_events.h"
+#include "service/budget_path.h"
 
 #define CG_TOKENS_PER_CALL_MAX 100000000LL
 
@@ -46,12 +48,13 @@ cg_status cg_rpc_usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsa
 /* DelayMode within the enum. */
 cg_status cg_rpc_check_delay_mode(struct cg_rpc_call *call, int mode) CG_MUST_CHECK;
 
-/* Store row -> core level. */
-void cg_rpc_level_from_row(const struct cg_budget_row *row, struct cg_budget_level *out);
-
-/* core decision over a path of rows. */
-void cg_rpc_decide(const struct cg_budget_row *rows, int n, int64_t tokens, int64_t cost,
-                   struct cg_budget_result *out);
+/* Store row -> core level: service/budget_path.h cg_budget_row_level (this name stays for
+ * rpc_watch.c until WatchUsage moves into service/). */
+static inline void cg_rpc_level_from_row(const struct cg_budget_row *row,
+                                         struct cg_budget_level *out)
+{
+    cg_budget_row_level(row, out);
+}
 
 /* Messages (NULL when out of memory). */
 Ctxguard__V1__Scope *cg_rpc_scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row);
@@ -81,27 +84,6 @@ cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *e
 cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                            const struct cg_scope_ids *ids, struct cg_budget_row *path,
                            int *n) CG_MUST_CHECK;
-
-/* WatchUsage events (rpc_budget_events.c), inside the open transaction of the change,
- * after it was applied: emit_path after cg_store_path_add / cg_store_path_spend (path as
- * updated; used_delta the tokens spent, of which cache_read_delta were cache reads, which a
- * level with exclude_cache_read_tokens did not count); emit_budget after cg_store_budget_put
- * (before: the scope's row before, NULL when new); emit_share after it too, for the parent
- * (its row as locked before the put, NULL for a tenant) when the scope's share of it moved
- * (allocate_from_parent: the trigger moved the parent's allocated_tokens). (CloseScope's
- * events are appended by cg_store_scope_close_events, in its transaction.) Store errors in
- * serr (the caller rolls back).
- */
-cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                           const struct cg_budget_row *path, int n, int64_t used_delta,
-                           int64_t cache_read_delta, int64_t reserved_delta,
-                           struct cg_err *serr) CG_MUST_CHECK;
-cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const struct cg_budget_row *before, const struct cg_budget_row *after,
-                             struct cg_err *serr) CG_MUST_CHECK;
-cg_status cg_rpc_emit_share(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const struct cg_budget_row *parent, const struct cg_budget_row *before,
-                            const struct cg_budget_row *after, struct cg_err *serr) CG_MUST_CHECK;
 
 /* A ScopeUsage without children (rpc_budget_scopes.c; NULL when out of memory). */
 Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
@@ -199,16 +181,6 @@ int64_t cg_rpc_usage_tokens(const struct cg_usage *u);
 /* The provider's count of a prompt for calibration: provider_input_tokens when > 0, else
  * input + cache_read + cache_write of u (CommitRequest's rule). */
 int64_t cg_rpc_provider_input_tokens(int64_t provider_input_tokens, const struct cg_usage *u);
-
-/* The events of each level from before to after (tenant first), appended to out (cap
- * entries; *count advanced). Returns false when they do not fit. */
-bool cg_rpc_collect_events(const struct cg_budget_row *before, const struct cg_budget_row *after,
-                           int n, struct cg_event_in *out, int cap, int *count);
-
-/* cg_path_events_fn (store.h) over cg_rpc_collect_events: the events of a path's change for
- * the store's own transactions (CloseScope, the sweeper); ctx is unused. */
-int cg_rpc_path_events(void *ctx, const struct cg_budget_row *before,
-                       const struct cg_budget_row *after, int n, struct cg_event_in *out, int cap);
 
 typedef enum { CG_BATCH_RESERVE = 1, CG_BATCH_COMMIT = 2 } cg_batch_kind;
 

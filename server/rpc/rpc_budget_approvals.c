@@ -51,7 +51,7 @@ cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env
                             n, &serr);
     if (st != CG_OK)
         return cg_rpc_store_fail(call, env, &serr);
-    cg_rpc_decide(path, *n, tokens, 0, r);
+    cg_budget_path_decide(path, *n, tokens, 0, r);
     int at = r->decision == CG_DECISION_REQUIRE_APPROVAL ? approval_level(r, *n) : -1;
     if (at < 0) { /* the budget moved meanwhile: the new decision stands */
         if ((st = cg_rpc_commit(call, env, &serr)) == CG_OK)

@@ -355,7 +355,7 @@ static void decide_reserve(const struct cg_rpc_env *env, struct batch *b, struct
         it->after[l] = rows->row[at[l]];
     it->n = n;
     int64_t hold_cost = cg_rpc_reserve_cost(env, req);
-    cg_rpc_decide(it->after, n, req->tokens, hold_cost, &it->decided);
+    cg_budget_path_decide(it->after, n, req->tokens, hold_cost, &it->decided);
     if (it->decided.decision == CG_DECISION_REQUIRE_APPROVAL) {
         b->state[i] = ITEM_FALLBACK;
         return;
@@ -385,7 +385,7 @@ static void decide_reserve(const struct cg_rpc_env *env, struct batch *b, struct
     nr->idempotency_key = req->idempotency_key;
     nr->ttl_ms = ttl;
     int cap = (int)(sizeof b->events / sizeof *b->events);
-    (void)cg_rpc_collect_events(before, it->after, n, b->events, cap, n_events);
+    (void)cg_budget_events_collect(before, it->after, n, b->events, cap, n_events);
 }
 
 /* Decides Commit i (of an ACTIVE reservation) on the working rows. */
@@ -433,7 +433,7 @@ static void decide_commit(const struct cg_rpc_env *env, struct batch *b, struct 
     l->idempotency_key = it->ledger_key;
     l->reservation_id = it->reservation_id;
     int cap = (int)(sizeof b->events / sizeof *b->events);
-    (void)cg_rpc_collect_events(before, it->after, n, b->events, cap, n_events);
+    (void)cg_budget_events_collect(before, it->after, n, b->events, cap, n_events);
 }
 
 /* The answer of item i, decided by the batch, once committed. */

@@ -42,7 +42,7 @@ static Ctxguard__V1__ScopeUsage *usage_out(struct cg_rpc_call *call,
     if (row->has_budget && (u->budget = cg_rpc_budget_out(call, row)) == NULL)
         return NULL;
     struct cg_budget_result r;
-    cg_rpc_decide(row, 1, 0, 0, &r);
+    cg_budget_path_decide(row, 1, 0, 0, &r);
     u->used_tokens = row->used_tokens;
     u->reserved_tokens = row->reserved_tokens;
     u->approved_extra_tokens = row->approved_extra_tokens;
@@ -101,7 +101,7 @@ cg_status cg_rpc_budget_close_scope(struct cg_rpc_call *call, const struct cg_rp
     st = cg_store_scope_close_events(env->svc.store, call->principal.tenant_id, &ids,
                                      /* what the close did to the path (released holds, a
                                       * share returned) is worth the events of any write */
-                                     cg_rpc_path_events, NULL, &audit, &closed, &serr);
+                                     cg_budget_events_of_path, NULL, &audit, &closed, &serr);
     if (st != CG_OK)
         return cg_rpc_store_error(call, &serr);
     cg_cache_dropped(&env->svc, call->principal.tenant_id);
@@ -235,7 +235,7 @@ cg_status cg_rpc_budget_get_usage(struct cg_rpc_call *call, const struct cg_rpc_
     /* The ancestors, judged as a request's path would be (no estimate). */
     if (tree.npath > 1) {
         struct cg_budget_result r;
-        cg_rpc_decide(tree.path, tree.npath, 0, 0, &r);
+        cg_budget_path_decide(tree.path, tree.npath, 0, 0, &r);
         resp->path = cg_arena_calloc(call->arena, (size_t)tree.npath, sizeof *resp->path);
         if (resp->path == NULL)
             goto oom;

@@ -43,9 +43,9 @@ static cg_status sweep_tenant(struct cg_store *store, const char *tenant_id, int
     for (int batch = 0; st == CG_OK && due.expired && batch < SWEEP_BATCHES_PER_TENANT; batch++) {
         int n = 0;
         /* The holds given back are worth the events of any write: crossings as the usage
-         * falls (rpc_budget_events.c). */
+         * falls (service/budget_events.c). */
         st = cg_store_reservations_expire_events(store, tenant_id, now_ms, SWEEP_BATCH,
-                                                 cg_rpc_path_events, NULL, &n, &err);
+                                                 cg_budget_events_of_path, NULL, &n, &err);
         *expired += n;
         if (n < SWEEP_BATCH)
             break;
