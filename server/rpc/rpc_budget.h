@@ -12,42 +12,6 @@
 #include "service/budget_events.h"
 #include "service/budget_path.h"
 
-#define CG_TOKENS_PER_CALL_MAX 100000000LL
-
-/* A Scope into ids and its level (NULL, no ids, or scope.tenant: the tenant); ids <= 128
- * bytes without spaces or control characters, a task needs a session and an agent a task,
- * scope.tenant comes with no id. */
-cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
-                          struct cg_scope_ids *ids, int *level) CG_MUST_CHECK;
-
-/* CheckBudget, Reserve and RecordUsage: INVALID_ARGUMENT (reason SCOPE_REQUIRED, naming
- * `scope`) unless the scope names an id or sets scope.tenant, so that a forgotten scope never
- * spends on the whole tenant. Called before cg_rpc_scope_in, which checks the rest. */
-cg_status cg_rpc_scope_required(struct cg_rpc_call *call,
-                                const Ctxguard__V1__Scope *scope) CG_MUST_CHECK;
-
-/* v within 0..max. */
-cg_status cg_rpc_check_count(struct cg_rpc_call *call, const char *field, int64_t v,
-                             int64_t max) CG_MUST_CHECK;
-
-/* At most max_bytes, no control characters. */
-cg_status cg_rpc_check_text(struct cg_rpc_call *call, const char *field, const char *value,
-                            size_t max_bytes) CG_MUST_CHECK;
-
-/* 1..128 printable ASCII characters without spaces (empty allowed unless required). */
-cg_status cg_rpc_check_key(struct cg_rpc_call *call, const char *field, const char *value,
-                           bool required) CG_MUST_CHECK;
-
-/* A TokenUsage, each count 0..1e8, at least one token in all, and in all (input + output
- * + cache_read + cache_write; reasoning tokens are part of output) at most the tenant's
- * max_call_tokens (call->principal): INVALID_ARGUMENT reason CALL_TOKENS_ABOVE_LIMIT,
- * metadata tokens and max_call_tokens. */
-cg_status cg_rpc_usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsage *u,
-                          struct cg_usage *out) CG_MUST_CHECK;
-
-/* DelayMode within the enum. */
-cg_status cg_rpc_check_delay_mode(struct cg_rpc_call *call, int mode) CG_MUST_CHECK;
-
 /* Store row -> core level: service/budget_path.h cg_budget_row_level (this name stays for
  * rpc_watch.c until WatchUsage moves into service/). */
 static inline void cg_rpc_level_from_row(const struct cg_budget_row *row,

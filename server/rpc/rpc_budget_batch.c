@@ -33,7 +33,7 @@
 #include "core/budget_events.h"
 #include "service/cache.h"
 #include "rpc/rpc_budget.h"
-#include "rpc/rpc_context.h"
+#include "service/calibration.h"
 
 /* One queued request. Lives in its call's arena. */
 struct item {
@@ -523,7 +523,7 @@ static int coalesce_usage_events(struct cg_event_in *events, int n)
 }
 
 /* After COMMIT: the calibration of the batch's Commits, one statement for all of them,
- * best effort (cg_rpc_calibrate logs trouble; the answers stand). */
+ * best effort (cg_calibration_apply logs trouble; the answers stand). */
 static void calibrate(const struct cg_rpc_env *env, const char *tenant, struct batch *b)
 {
     struct cg_calibration_sample samples[CG_BATCH_MAX];
@@ -543,7 +543,7 @@ static void calibrate(const struct cg_rpc_env *env, const char *tenant, struct b
     }
     if (k == 0)
         return;
-    cg_rpc_calibrate(env, tenant, NULL, samples, k);
+    cg_calibration_apply(&env->svc, tenant, NULL, samples, k);
     for (int i = 0, j = 0; i < b->n && j < k; i++) {
         struct item *it = b->items[i];
         if (it->kind == CG_BATCH_COMMIT && b->state[i] == ITEM_BATCHED &&
