@@ -65,6 +65,14 @@ struct cg_rpc_call {
     void (*resume)(struct cg_rpc_call *call, cg_status st, uint8_t *out, size_t out_len);
 };
 
+/* The call as one operation of a service (service/service.h): borrows the call's arena,
+ * request id, deadline, principal and err for the length of the service call. */
+static inline struct cg_op cg_rpc_op(struct cg_rpc_call *call)
+{
+    return (struct cg_op){call->arena, call->request_id, call->deadline_ms, &call->principal,
+                          &call->err};
+}
+
 typedef cg_status (*cg_rpc_handler_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                        const ProtobufCMessage *request,
                                        ProtobufCMessage **response);

@@ -11,7 +11,6 @@
 #include "rpc/rpc_budget.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +24,7 @@
 #include "core/price.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/budget.pb-c.h"
+#include "service/budget.h"
 #include "service/cache.h"
 #include "service/calibration.h"
 
@@ -50,14 +50,6 @@ static bool price_usage(const struct cg_rpc_env *env, const char *model, struct 
     u->cost_micros = cg_price_cost(p, u->input_tokens, u->output_tokens, u->cache_read_tokens,
                                    u->cache_write_tokens);
     return true;
-}
-
-/* The cost of an estimate of `tokens`, `output` of them output; 0 when unpriced. */
-static int64_t price_estimate(const struct cg_rpc_env *env, const char *model, int64_t tokens,
-                              int64_t output)
-{
-    const struct cg_price *p = env->svc.prices ? cg_price_lookup(env->svc.prices, model) : NULL;
-    return p ? cg_price_cost(p, tokens - output, output, 0, 0) : 0;
 }
 
 static int64_t usage_tokens(const struct cg_usage *u)
@@ -343,28 +335,6 @@ cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows
     }
     return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
                        "budget exhausted");
-}
-
-/* ---------------------------------------------------------------- transactions ---- */
-
-cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const struct cg_err *serr)
-{
-    cg_store_rollback(env->svc.store);
-    return cg_rpc_store_error(call, serr);
-}
-
-cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
-{
-    cg_err_clear(serr);
-    cg_status st = cg_store_begin(env->svc.store, serr);
-    return st == CG_OK ? CG_OK : cg_rpc_store_error(call, serr);
-}
-
-cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
-{
-    cg_status st = cg_store_commit(env->svc.store, serr);
-    return st == CG_OK ? CG_OK : cg_rpc_store_fail(call, env, serr);
 }
 
 /* ---------------------------------------------------------------- SetBudget ------- */
@@ -669,31 +639,6 @@ cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *e
 
 /* ---------------------------------------------------------------- reads ----------- */
 
-/* Reads the path of scope in a short transaction (no locks). */
-cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                           const struct cg_scope_ids *ids, struct cg_budget_row *path, int *n)
-{
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    int64_t now = cg_wall_ms();
-    /* Usually one statement; a transaction only when the read must write first. */
-    bool need_tx = false;
-    cg_status st = cg_store_path_peek(env->svc.store, call->principal.tenant_id, ids, now, path, n,
-                                      &need_tx, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
-    if (!need_tx)
-        return CG_OK;
-    st = cg_rpc_begin(call, env, &serr);
-    if (st != CG_OK)
-        return st;
-    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, ids, false, false, now, path,
-                            n, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-    return cg_rpc_commit(call, env, &serr);
-}
-
 cg_status cg_rpc_budget_get(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                             const ProtobufCMessage *request, ProtobufCMessage **response)
 {
@@ -748,185 +693,91 @@ uint32_t cg_rpc_hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms
     return delay_ms;
 }
 
-/* Whether the tenant row of a path has a reset due at now_ms: the answer must then come
- * from a read that applies it (cg_rpc_read_path), not from a cache. */
-static bool reset_due(const struct cg_budget_row *path, int n, int64_t now_ms)
-{
-    return n > 0 && path[0].next_reset_ms != 0 && path[0].next_reset_ms <= now_ms;
-}
+_Static_assert((int)CG_BUDGET_SOURCE_CACHE == CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE &&
+                   (int)CG_BUDGET_SOURCE_DATABASE ==
+                       CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE &&
+                   (int)CG_BUDGET_SOURCE_STORE_FAILURE_POLICY ==
+                       CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_STORE_FAILURE_POLICY,
+               "cg_budget_source follows the API's BudgetSource");
+_Static_assert((int)CG_STORE_FAILURE_FAIL_CLOSED ==
+                       CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_CLOSED &&
+                   (int)CG_STORE_FAILURE_FAIL_OPEN ==
+                       CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_OPEN &&
+                   (int)CG_STORE_FAILURE_LOCAL_ALLOWANCE ==
+                       CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE,
+               "cg_store_failure_policy follows the API's OnStoreFailure");
 
-/* Whether the health probe's last answer was that PostgreSQL is unreachable. */
-static bool store_known_down(const struct cg_rpc_env *env)
+/* The answer of the on_store_failure policy (PostgreSQL out of reach): FAIL_OPEN allows with
+ * a warning, LOCAL_ALLOWANCE allows or denies by this replica's allowance; one reason says
+ * which. */
+static cg_status store_failure_reply(struct cg_rpc_call *call,
+                                     const struct cg_budget_check_result *res,
+                                     Ctxguard__V1__CheckBudgetResponse *resp)
 {
-    return env->svc.health != NULL && atomic_load(&env->svc.health->store_ok) == 0;
-}
-
-/* CheckBudget's read of the path: the process's cache (fresh rows only), then Redis, then
- * PostgreSQL; what Redis or PostgreSQL gave fills the caches above it. *source says which
- * answered. CG_UNAVAILABLE (call->err set) when PostgreSQL is unreachable or known to be. */
-static cg_status check_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const struct cg_scope_ids *ids, struct cg_budget_row *path, int *n,
-                            Ctxguard__V1__BudgetSource *source)
-{
-    const char *tenant = call->principal.tenant_id;
-    int64_t wall = cg_wall_ms();
-    if (cg_cache_path_get(env->svc.cache, tenant, ids, cg_mono_ms(), false, path, n, NULL) &&
-        !reset_due(path, *n, wall)) {
-        *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE;
-        return CG_OK;
-    }
-    if (store_known_down(env))
-        return cg_err_set(&call->err, CG_UNAVAILABLE, "storage unavailable");
-    if (env->svc.store == NULL)
-        return CG_NEEDS_POOL;
-    /* Taken before the reads: a write announced meanwhile refuses what they read. */
-    uint64_t ticket = cg_cache_ticket(env->svc.cache);
-    int64_t gen = -1;
-    /* Redis answers only when every row it gave is at least as new as what this process
-     * knows (the process cache refuses older ones) and no write was announced meanwhile;
-     * without a process cache, Redis alone answers. */
-    if (cg_store_cache_path_get(env->svc.store, tenant, ids, path, n, &gen) &&
-        !reset_due(path, *n, wall) &&
-        (env->svc.cache == NULL ||
-         cg_cache_rows_put(env->svc.cache, tenant, path, *n, ticket, cg_mono_ms()) == *n)) {
-        *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE;
-        return CG_OK;
-    }
-    cg_status st = cg_rpc_read_path(call, env, ids, path, n);
-    if (st == CG_UNAVAILABLE)
-        cg_cache_store_state(env->svc.cache, false);
-    if (st != CG_OK)
-        return st;
-    cg_cache_store_state(env->svc.cache, true);
-    (void)cg_cache_rows_put(env->svc.cache, tenant, path, *n, ticket, cg_mono_ms());
-    if (gen >= 0)
-        cg_store_cache_rows_put(env->svc.store, tenant, path, *n, gen);
-    *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
-    return CG_OK;
-}
-
-/* How strict an on_store_failure is: FAIL_CLOSED (and unset) > LOCAL_ALLOWANCE > FAIL_OPEN. */
-static int policy_strictness(int policy)
-{
-    switch (policy) {
-    case CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_OPEN:
-        return 1;
-    case CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE:
-        return 2;
-    default:
-        return 3;
-    }
-}
-
-/* PostgreSQL is unreachable: the strictest on_store_failure of the budgets of the cached
- * path decides (service/cache.h keeps rows for this, however old). FAIL_CLOSED, no budget or
- * no cached path: the UNAVAILABLE already in call->err. FAIL_OPEN: ALLOW_WITH_WARNING.
- * LOCAL_ALLOWANCE: ALLOW while this process's allowance of every such level covers the
- * estimate (counted since the outage began), DENY after. The levels show the cached rows;
- * the usage they show may be as old as the outage. */
-static cg_status store_failure_answer(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                      const Ctxguard__V1__CheckBudgetRequest *req,
-                                      const struct cg_scope_ids *ids, int64_t est_cost,
-                                      ProtobufCMessage **response)
-{
-    const char *tenant = call->principal.tenant_id;
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    if (!cg_cache_path_get(env->svc.cache, tenant, ids, cg_mono_ms(), true, path, &n, NULL))
-        return CG_UNAVAILABLE;
-    int strictest = 0, policy = 0;
-    for (int i = 0; i < n; i++) {
-        if (!path[i].has_budget)
-            continue;
-        int k = policy_strictness(path[i].on_store_failure);
-        if (k > strictest) {
-            strictest = k;
-            policy = path[i].on_store_failure;
-        }
-    }
-    if (strictest == 0 || strictest == 3) {
-        cg_log(CG_LOG_DEBUG, "budget", call->request_id,
-               "storage unavailable: CheckBudget fails closed");
-        return CG_UNAVAILABLE;
-    }
-    bool allow = true;
-    int refused_level = 0;
-    if (policy == CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE) {
-        int taken = 0;
-        for (int i = 0; i < n && allow; i++, taken++) {
-            if (!path[i].has_budget ||
-                path[i].on_store_failure !=
-                    CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE)
-                continue;
-            if (!cg_cache_allowance_take(env->svc.cache, tenant, &path[i].ids,
-                                         req->estimated_tokens, path[i].local_allowance_tokens)) {
-                allow = false;
-                refused_level = path[i].level;
-            }
-        }
-        for (int i = 0; !allow && i < taken - 1; i++) /* all or nothing: give back */
-            if (path[i].has_budget &&
-                path[i].on_store_failure ==
-                    CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE)
-                (void)cg_cache_allowance_take(env->svc.cache, tenant, &path[i].ids,
-                                              -req->estimated_tokens, INT64_MAX);
-    }
-    struct cg_budget_result r;
-    cg_budget_path_decide(path, n, req->estimated_tokens, est_cost, &r);
-    Ctxguard__V1__CheckBudgetResponse *resp =
-        NEW(call, Ctxguard__V1__CheckBudgetResponse, ctxguard__v1__check_budget_response__init);
     Ctxguard__V1__DecisionReason *why =
         NEW(call, Ctxguard__V1__DecisionReason, ctxguard__v1__decision_reason__init);
-    if (resp == NULL || why == NULL)
-        return OOM(call);
-    cg_status st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels);
-    if (st != CG_OK)
-        return st;
     resp->reasons = cg_arena_calloc(call->arena, 2, sizeof *resp->reasons);
-    if (resp->reasons == NULL)
+    if (why == NULL || resp->reasons == NULL)
         return OOM(call);
-    if (policy == CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_OPEN) {
+    if (res->policy == CG_STORE_FAILURE_FAIL_OPEN) {
         resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW_WITH_WARNING;
         why->code = CTXGUARD__V1__REASON_CODE__REASON_CODE_STORE_UNAVAILABLE;
         why->message = "the store is unreachable; allowed by on_store_failure FAIL_OPEN";
     } else {
+        bool allow = res->local_allowed;
         resp->decision =
             allow ? CTXGUARD__V1__DECISION__DECISION_ALLOW : CTXGUARD__V1__DECISION__DECISION_DENY;
         why->code = CTXGUARD__V1__REASON_CODE__REASON_CODE_LOCAL_ALLOWANCE;
-        why->level = (Ctxguard__V1__ScopeLevel)refused_level;
+        why->level = (Ctxguard__V1__ScopeLevel)res->refused_level;
         why->message = allow
                            ? "the store is unreachable; allowed from this replica's local allowance"
                            : cg_arena_sprintf(call->arena,
                                               "the store is unreachable and this replica's local "
                                               "allowance of the %s is spent",
-                                              cg_level_name((cg_level)refused_level));
+                                              cg_level_name((cg_level)res->refused_level));
         if (why->message == NULL)
             return OOM(call);
     }
     resp->reasons[0] = why;
     resp->n_reasons = 1;
-    resp->estimated_cost_micros = est_cost;
-    if (r.tightest >= 0) {
-        resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
-        resp->tightest_ratio = r.tightest_ratio;
-    }
-    resp->available_tokens = r.available_tokens;
-    resp->source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_STORE_FAILURE_POLICY;
-    resp->evaluated_at_unix_ms = cg_wall_ms();
-    cg_err_clear(&call->err);
-    *response = &resp->base;
     return CG_OK;
+}
+
+/* The answer of a decision over the path: the decision, its delay (held unless
+ * RETURN_ONLY), reasons, and the approval that answers it when the gate opened or found
+ * one. */
+static cg_status decision_reply(struct cg_rpc_call *call, int delay_mode,
+                                const struct cg_budget_check_result *res,
+                                Ctxguard__V1__CheckBudgetResponse *resp)
+{
+    const struct cg_budget_result *r = &res->decision;
+    cg_status st;
+    resp->decision = (Ctxguard__V1__Decision)r->decision;
+    resp->backpressure_delay_ms = r->delay_ms;
+    resp->delay_held_ms = cg_rpc_hold(call, delay_mode, r->delay_ms);
+    if ((st = cg_rpc_reasons_out(call, res->path, res->n, r, &resp->reasons, &resp->n_reasons)) !=
+        CG_OK)
+        return st;
+    if (!res->gate.involved)
+        return CG_OK;
+    if (res->gate.outcome == CG_APPROVAL_WAS_DENIED)
+        resp->decision = CTXGUARD__V1__DECISION__DECISION_DENY;
+    resp->approval_id = cg_arena_strdup(call->arena, res->gate.approval.approval_id);
+    resp->approval_state = (Ctxguard__V1__ApprovalState)res->gate.approval.state;
+    if (resp->approval_id == NULL)
+        return OOM(call);
+    return cg_rpc_approval_reason(call, &res->gate, resp->reasons, &resp->n_reasons);
 }
 
 cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                               const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__CheckBudgetRequest *req = (const Ctxguard__V1__CheckBudgetRequest *)request;
-    struct cg_scope_ids ids;
+    struct cg_budget_check_request in;
     int level;
     cg_status st = cg_rpc_scope_required(call, req->scope);
     if (st == CG_OK)
-        st = cg_rpc_scope_in(call, req->scope, &ids, &level);
+        st = cg_rpc_scope_in(call, req->scope, &in.ids, &level);
     if (st == CG_OK)
         st = cg_rpc_check_count(call, "estimated_tokens", req->estimated_tokens,
                                 CG_TOKENS_PER_CALL_MAX);
@@ -939,56 +790,35 @@ cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env 
         st = cg_rpc_check_delay_mode(call, req->delay_mode);
     if (st != CG_OK)
         return st;
-    int64_t est_cost =
-        price_estimate(env, req->model, req->estimated_tokens, req->estimated_output_tokens);
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    Ctxguard__V1__BudgetSource source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
-    st = check_path(call, env, &ids, path, &n, &source);
-    if (st == CG_UNAVAILABLE)
-        return store_failure_answer(call, env, req, &ids, est_cost, response);
-    if (st != CG_OK)
+    in.estimated_tokens = req->estimated_tokens;
+    in.estimated_output_tokens = req->estimated_output_tokens;
+    in.model = req->model;
+    in.dry_run = req->dry_run;
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_budget_check_result res;
+    if ((st = cg_budget_check(&env->svc, &op, &in, &res)) != CG_OK)
         return st;
-    struct cg_budget_result r;
-    cg_budget_path_decide(path, n, req->estimated_tokens, est_cost, &r);
-    /* APPROVAL mode over the limit: open (or find) the approval, unless only asking. */
-    struct cg_rpc_approval_gate gate = {.involved = false};
-    if (r.decision == CG_DECISION_REQUIRE_APPROVAL && !req->dry_run) {
-        if (env->svc.store == NULL)
-            return CG_NEEDS_POOL;
-        if ((st = cg_rpc_approval_gate(call, env, &ids, req->estimated_tokens, req->model, path, &n,
-                                       &r, &gate)) != CG_OK)
-            return st;
-        source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
-    }
 
     Ctxguard__V1__CheckBudgetResponse *resp =
         NEW(call, Ctxguard__V1__CheckBudgetResponse, ctxguard__v1__check_budget_response__init);
     if (resp == NULL)
         return OOM(call);
-    resp->decision = (Ctxguard__V1__Decision)r.decision;
-    resp->backpressure_delay_ms = r.delay_ms;
-    resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, r.delay_ms);
-    resp->estimated_cost_micros = est_cost;
-    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK ||
-        (st = cg_rpc_reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) != CG_OK)
+    resp->estimated_cost_micros = res.estimated_cost_micros;
+    if ((st = cg_rpc_levels_out(call, res.path, res.n, &res.decision, &resp->levels,
+                                &resp->n_levels)) != CG_OK)
         return st;
-    if (gate.involved) {
-        if (gate.outcome == CG_APPROVAL_WAS_DENIED)
-            resp->decision = CTXGUARD__V1__DECISION__DECISION_DENY;
-        resp->approval_id = cg_arena_strdup(call->arena, gate.approval.approval_id);
-        resp->approval_state = (Ctxguard__V1__ApprovalState)gate.approval.state;
-        if (resp->approval_id == NULL)
-            return OOM(call);
-        if ((st = cg_rpc_approval_reason(call, &gate, resp->reasons, &resp->n_reasons)) != CG_OK)
-            return st;
+    st = res.source == CG_BUDGET_SOURCE_STORE_FAILURE_POLICY
+             ? store_failure_reply(call, &res, resp)
+             : decision_reply(call, req->delay_mode, &res, resp);
+    if (st != CG_OK)
+        return st;
+    const struct cg_budget_result *r = &res.decision;
+    if (r->tightest >= 0) {
+        resp->tightest_level = (Ctxguard__V1__ScopeLevel)res.path[r->tightest].level;
+        resp->tightest_ratio = r->tightest_ratio;
     }
-    if (r.tightest >= 0) {
-        resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
-        resp->tightest_ratio = r.tightest_ratio;
-    }
-    resp->available_tokens = r.available_tokens;
-    resp->source = source;
+    resp->available_tokens = r->available_tokens;
+    resp->source = (Ctxguard__V1__BudgetSource)res.source;
     resp->evaluated_at_unix_ms = cg_wall_ms();
     *response = &resp->base;
     return CG_OK;
@@ -1085,7 +915,8 @@ uint32_t cg_rpc_reserve_ttl(const Ctxguard__V1__ReserveRequest *req,
 int64_t cg_rpc_reserve_cost(const struct cg_rpc_env *env, const Ctxguard__V1__ReserveRequest *req)
 {
     /* The hold is priced as well, so that cost limits see it. */
-    return price_estimate(env, req->model, req->tokens, req->estimated_output_tokens);
+    return cg_budget_price_estimate(&env->svc, req->model, req->tokens,
+                                    req->estimated_output_tokens);
 }
 
 cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__ReserveRequest *req,
@@ -1176,9 +1007,10 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
             /* REQUIRE_APPROVAL holds nothing: the reservation just inserted goes with the
              * rollback, and the approval step runs in a transaction of its own. */
             cg_store_rollback(env->svc.store);
-            struct cg_rpc_approval_gate gate;
-            if ((st = cg_rpc_approval_gate(call, env, &ids, req->tokens, req->model, path, &n, &r,
-                                           &gate)) != CG_OK)
+            struct cg_budget_approval_gate gate;
+            struct cg_op op = cg_rpc_op(call);
+            if ((st = cg_budget_approval_gate(&env->svc, &op, &ids, req->tokens, req->model, path,
+                                              &n, &r, &gate)) != CG_OK)
                 return st;
             if (gate.involved && gate.outcome == CG_APPROVAL_WAS_DENIED) {
                 cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_APPROVAL_DENIED,

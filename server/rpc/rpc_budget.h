@@ -9,6 +9,7 @@
 #include "core/budget.h"
 #include "ctxguard/v1/budget.pb-c.h"
 #include "rpc/rpc_handlers.h"
+#include "service/budget_approvals.h"
 #include "service/budget_events.h"
 #include "service/budget_path.h"
 
@@ -36,18 +37,35 @@ cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_ro
                              const struct cg_budget_result *r, Ctxguard__V1__DecisionReason ***out,
                              size_t *nout) CG_MUST_CHECK;
 
-/* Transactions: begin/commit copy a store error into call->err; store_fail rolls back and
- * does the same. read_path reads a path without locks: one statement, or a short
- * transaction of its own when the read must write first (cg_store_path_peek). */
-cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                       struct cg_err *serr) CG_MUST_CHECK;
-cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                        struct cg_err *serr) CG_MUST_CHECK;
-cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const struct cg_err *serr);
-cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                           const struct cg_scope_ids *ids, struct cg_budget_row *path,
-                           int *n) CG_MUST_CHECK;
+/* The transaction steps and the path read of service/budget_path.h on the call's operation
+ * (its err, principal): kept for the handlers that still run their own transactions
+ * (Reserve, Commit, Release, RecordUsage, SetBudget; cg_rpc_read_path for rpc_watch.c)
+ * until those flows move into service/. */
+static inline cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                     struct cg_err *serr)
+{
+    struct cg_op op = cg_rpc_op(call);
+    return cg_budget_begin(&env->svc, &op, serr);
+}
+static inline cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                      struct cg_err *serr)
+{
+    struct cg_op op = cg_rpc_op(call);
+    return cg_budget_commit(&env->svc, &op, serr);
+}
+static inline cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                          const struct cg_err *serr)
+{
+    struct cg_op op = cg_rpc_op(call);
+    return cg_budget_store_fail(&env->svc, &op, serr);
+}
+static inline cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                         const struct cg_scope_ids *ids, struct cg_budget_row *path,
+                                         int *n)
+{
+    struct cg_op op = cg_rpc_op(call);
+    return cg_budget_read_path(&env->svc, &op, ids, path, n);
+}
 
 /* A ScopeUsage without children (rpc_budget_scopes.c; NULL when out of memory). */
 Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
@@ -58,31 +76,10 @@ uint32_t cg_rpc_hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms
 
 /* ---- approvals (rpc_budget_approvals.c) ---- */
 
-#define CG_APPROVAL_TTL_MIN_MS 60000u
-#define CG_APPROVAL_TTL_MAX_MS 604800000u
-#define CG_APPROVAL_TTL_DEFAULT_MS 3600000u
-
-/* What the approval step of a request found or did. */
-struct cg_rpc_approval_gate {
-    bool involved; /* an approval answers the request (approval and outcome are set) */
-    struct cg_approval approval;
-    cg_approval_outcome outcome;
-};
-
-/* The approval step of a CheckBudget (not a dry run) or Reserve whose decision over path[]
- * was REQUIRE_APPROVAL, in a transaction of its own: locks the path of ids, decides again
- * on tokens (path, *n and *r are replaced by what the transaction read), and when the
- * decision is still REQUIRE_APPROVAL opens or finds the approval of the tightest
- * APPROVAL level (cg_store_approval_request) and commits. gate->involved tells whether it
- * did. On error call->err is set and nothing is written. */
-cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const struct cg_scope_ids *ids, int64_t tokens, const char *model,
-                               struct cg_budget_row *path, int *n, struct cg_budget_result *r,
-                               struct cg_rpc_approval_gate *gate) CG_MUST_CHECK;
-
 /* Appends the gate's reason (APPROVAL_REQUESTED, _PENDING or _DENIED) to reasons[] (which
  * cg_rpc_reasons_out sized for it). */
-cg_status cg_rpc_approval_reason(struct cg_rpc_call *call, const struct cg_rpc_approval_gate *gate,
+cg_status cg_rpc_approval_reason(struct cg_rpc_call *call,
+                                 const struct cg_budget_approval_gate *gate,
                                  Ctxguard__V1__DecisionReason **reasons,
                                  size_t *nreasons) CG_MUST_CHECK;
 

@@ -20,80 +20,8 @@
 
 /* ---------------------------------------------------------------- the approval step - */
 
-/* The APPROVAL level that asks for the approval: the one with the highest projected ratio
- * among those answering REQUIRE_APPROVAL; -1 when none does. */
-static int approval_level(const struct cg_budget_result *r, int n)
-{
-    int best = -1;
-    for (int i = 0; i < n; i++) {
-        if (r->levels[i].decision != CG_DECISION_REQUIRE_APPROVAL)
-            continue;
-        if (best < 0 || r->levels[i].projected_ratio > r->levels[best].projected_ratio)
-            best = i;
-    }
-    return best;
-}
-
-cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const struct cg_scope_ids *ids, int64_t tokens, const char *model,
-                               struct cg_budget_row *path, int *n, struct cg_budget_result *r,
-                               struct cg_rpc_approval_gate *gate)
-{
-    memset(gate, 0, sizeof *gate);
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    cg_status st = cg_rpc_begin(call, env, &serr);
-    if (st != CG_OK)
-        return st;
-    int64_t now = cg_wall_ms();
-    /* Locked, so that concurrent requests of the scope find each other's approval. */
-    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, ids, true, false, now, path,
-                            n, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-    cg_budget_path_decide(path, *n, tokens, 0, r);
-    int at = r->decision == CG_DECISION_REQUIRE_APPROVAL ? approval_level(r, *n) : -1;
-    if (at < 0) { /* the budget moved meanwhile: the new decision stands */
-        if ((st = cg_rpc_commit(call, env, &serr)) == CG_OK)
-            cg_cache_written(&env->svc, call->principal.tenant_id, path, *n);
-        return st;
-    }
-
-    const struct cg_budget_row *level = &path[at];
-    int64_t effective = level->limit_tokens + level->approved_extra_tokens;
-    /* What the level judged: its allocated children's shares are held, and the share of
-     * its allocated child on the path covers part of the request (core/budget.h). */
-    int64_t projected = level->used_tokens + level->reserved_tokens + level->allocated_tokens +
-                        r->levels[at].requested_tokens;
-    struct cg_approval *request = calloc(1, sizeof *request);
-    if (request == NULL) {
-        cg_store_rollback(env->svc.store);
-        return OOM(call);
-    }
-    request->requested_tokens = tokens;
-    request->overage_tokens = projected > effective ? projected - effective : 0;
-    snprintf(request->model, sizeof request->model, "%s", model ? model : "");
-    snprintf(request->requested_by_key_id, sizeof request->requested_by_key_id, "%s",
-             call->principal.key_id);
-    snprintf(request->reason, sizeof request->reason,
-             "%s: %lld used and reserved + %lld requested > %lld tokens (APPROVAL)",
-             cg_level_name((cg_level)level->level),
-             (long long)(level->used_tokens + level->reserved_tokens), (long long)tokens,
-             (long long)effective);
-    uint32_t ttl = level->approval_ttl_ms ? level->approval_ttl_ms : CG_APPROVAL_TTL_DEFAULT_MS;
-    st = cg_store_approval_request(env->svc.store, call->principal.tenant_id, ids, path, *n, at,
-                                   request, ttl, now, &gate->approval, &gate->outcome, &serr);
-    free(request);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-    if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-        return st;
-    cg_cache_written(&env->svc, call->principal.tenant_id, path, *n);
-    gate->involved = true;
-    return CG_OK;
-}
-
-cg_status cg_rpc_approval_reason(struct cg_rpc_call *call, const struct cg_rpc_approval_gate *gate,
+cg_status cg_rpc_approval_reason(struct cg_rpc_call *call,
+                                 const struct cg_budget_approval_gate *gate,
                                  Ctxguard__V1__DecisionReason **reasons, size_t *nreasons)
 {
     if (!gate->involved)
