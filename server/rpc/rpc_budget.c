@@ -102,241 +102,6 @@ static cg_status key_reused(struct cg_rpc_call *call, const char *key,
     return CG_ALREADY_EXISTS;
 }
 
-/* ---------------------------------------------------------------- conversions ----- */
-
-/* The Scope message of a path level: the ids down to that level. */
-Ctxguard__V1__Scope *cg_rpc_scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
-{
-    Ctxguard__V1__Scope *s = NEW(call, Ctxguard__V1__Scope, ctxguard__v1__scope__init);
-    if (s == NULL)
-        return NULL;
-    s->session_id = cg_arena_strdup(call->arena, row->ids.session_id);
-    s->task_id = cg_arena_strdup(call->arena, row->ids.task_id);
-    s->agent_id = cg_arena_strdup(call->arena, row->ids.agent_id);
-    return s->session_id && s->task_id && s->agent_id ? s : NULL;
-}
-
-static Ctxguard__V1__BudgetSettings *settings_out(struct cg_rpc_call *call,
-                                                  const struct cg_budget_row *row)
-{
-    Ctxguard__V1__BudgetSettings *s =
-        NEW(call, Ctxguard__V1__BudgetSettings, ctxguard__v1__budget_settings__init);
-    if (s == NULL)
-        return NULL;
-    s->limit_tokens = row->limit_tokens;
-    s->limit_cost_micros = row->limit_cost_micros;
-    s->mode = (Ctxguard__V1__BudgetMode)row->mode;
-    s->warning_ratio = row->warning_ratio;
-    s->backpressure_disabled = row->backpressure_disabled;
-    s->exclude_cache_read_tokens = row->exclude_cache_read_tokens;
-    s->allocate_from_parent = row->allocate_from_parent;
-    /* Defaults are shown as what applies. */
-    struct cg_tier tiers[CG_TIERS_MAX];
-    int n = row->ntiers;
-    for (int i = 0; i < n; i++)
-        tiers[i] = (struct cg_tier){row->tier_ratio[i], row->tier_delay_ms[i]};
-    if (n == 0 && !row->backpressure_disabled)
-        cg_budget_default_tiers(tiers, &n);
-    s->backpressure_tiers = cg_arena_calloc(call->arena, (size_t)n + 1, sizeof(void *));
-    if (s->backpressure_tiers == NULL)
-        return NULL;
-    for (int i = 0; i < n; i++) {
-        Ctxguard__V1__BackpressureTier *t =
-            NEW(call, Ctxguard__V1__BackpressureTier, ctxguard__v1__backpressure_tier__init);
-        if (t == NULL)
-            return NULL;
-        t->threshold_ratio = tiers[i].ratio;
-        t->delay_ms = tiers[i].delay_ms;
-        s->backpressure_tiers[i] = t;
-    }
-    s->n_backpressure_tiers = (size_t)n;
-    s->on_store_failure = (Ctxguard__V1__OnStoreFailure)row->on_store_failure;
-    s->local_allowance_tokens = row->local_allowance_tokens;
-    s->reset_period = (Ctxguard__V1__ResetPeriod)row->reset_period;
-    s->reservation_ttl_ms = row->reservation_ttl_ms;
-    s->approval_ttl_ms = row->approval_ttl_ms;
-    s->description = cg_arena_strdup(call->arena, row->description);
-    return s->description ? s : NULL;
-}
-
-Ctxguard__V1__Budget *cg_rpc_budget_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
-{
-    Ctxguard__V1__Budget *b = NEW(call, Ctxguard__V1__Budget, ctxguard__v1__budget__init);
-    if (b == NULL || (b->scope = cg_rpc_scope_out(call, row)) == NULL)
-        return NULL;
-    b->level = (Ctxguard__V1__ScopeLevel)row->level;
-    if (row->has_budget && (b->settings = settings_out(call, row)) == NULL)
-        return NULL;
-    b->version = row->version;
-    b->created_at_unix_ms = row->created_at_ms;
-    b->updated_at_unix_ms = row->updated_at_ms;
-    b->updated_by_key_id = cg_arena_strdup(call->arena, row->updated_by_key_id);
-    b->state = row->closed_at_ms ? CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED
-                                 : CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_OPEN;
-    b->closed_at_unix_ms = row->closed_at_ms;
-    b->period_start_unix_ms = row->period_start_ms;
-    b->next_reset_unix_ms = row->next_reset_ms;
-    return b->updated_by_key_id ? b : NULL;
-}
-
-Ctxguard__V1__LevelStatus *cg_rpc_level_status(struct cg_rpc_call *call,
-                                               const struct cg_budget_row *row,
-                                               const struct cg_level_verdict *v)
-{
-    Ctxguard__V1__LevelStatus *l =
-        NEW(call, Ctxguard__V1__LevelStatus, ctxguard__v1__level_status__init);
-    if (l == NULL || (l->scope = cg_rpc_scope_out(call, row)) == NULL)
-        return NULL;
-    l->level = (Ctxguard__V1__ScopeLevel)row->level;
-    l->has_budget = row->has_budget;
-    l->mode = (Ctxguard__V1__BudgetMode)(row->has_budget ? row->mode : 0);
-    l->limit_tokens = row->limit_tokens;
-    l->used_tokens = row->used_tokens;
-    l->reserved_tokens = row->reserved_tokens;
-    l->approved_extra_tokens = row->approved_extra_tokens;
-    l->allocated_tokens = row->allocated_tokens;
-    l->remaining_tokens = v->remaining_tokens;
-    l->usage_ratio = v->usage_ratio;
-    l->projected_ratio = v->projected_ratio;
-    l->limit_cost_micros = row->limit_cost_micros;
-    l->used_cost_micros = row->used_cost_micros;
-    l->reserved_cost_micros = row->reserved_cost_micros;
-    l->decision = (Ctxguard__V1__Decision)v->decision;
-    l->backpressure_delay_ms = v->delay_ms;
-    l->warning_ratio = row->warning_ratio;
-    l->state = row->closed_at_ms ? CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED
-                                 : CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_OPEN;
-    return l;
-}
-
-/* levels[] and their count for a reply, from rows and a result. */
-cg_status cg_rpc_levels_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
-                            const struct cg_budget_result *r, Ctxguard__V1__LevelStatus ***out,
-                            size_t *nout)
-{
-    *out = cg_arena_calloc(call->arena, (size_t)n + 1, sizeof **out);
-    if (*out == NULL)
-        return OOM(call);
-    for (int i = 0; i < n; i++)
-        if (((*out)[i] = cg_rpc_level_status(call, &rows[i], &r->levels[i])) == NULL)
-            return OOM(call);
-    *nout = (size_t)n;
-    return CG_OK;
-}
-
-static const struct {
-    unsigned bit;
-    Ctxguard__V1__ReasonCode code;
-    const char *text;
-} reason_table[] = {
-    {CG_REASON_CLOSED, CTXGUARD__V1__REASON_CODE__REASON_CODE_SCOPE_CLOSED, "the scope is closed"},
-    {CG_REASON_TOKEN_LIMIT, CTXGUARD__V1__REASON_CODE__REASON_CODE_TOKEN_LIMIT,
-     "the request would pass the token limit"},
-    {CG_REASON_COST_LIMIT, CTXGUARD__V1__REASON_CODE__REASON_CODE_COST_LIMIT,
-     "the request would pass the cost limit"},
-    {CG_REASON_WARNING, CTXGUARD__V1__REASON_CODE__REASON_CODE_WARNING_THRESHOLD,
-     "usage at or over the warning ratio"},
-    {CG_REASON_BACKPRESSURE, CTXGUARD__V1__REASON_CODE__REASON_CODE_BACKPRESSURE,
-     "a backpressure tier is reached"},
-};
-
-cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
-                             const struct cg_budget_result *r, Ctxguard__V1__DecisionReason ***out,
-                             size_t *nout)
-{
-    /* Room for one APPROVED_EXTENSION per level and an approval reason (rpc_budget_approvals.c). */
-    size_t count = 0, cap = (size_t)n * (sizeof reason_table / sizeof reason_table[0] + 1) + 1;
-    *out = cg_arena_calloc(call->arena, cap + 1, sizeof **out);
-    if (*out == NULL)
-        return OOM(call);
-    for (int i = 0; i < n; i++) {
-        for (size_t k = 0; k < sizeof reason_table / sizeof reason_table[0]; k++) {
-            if (!(r->levels[i].reasons & reason_table[k].bit))
-                continue;
-            Ctxguard__V1__DecisionReason *d =
-                NEW(call, Ctxguard__V1__DecisionReason, ctxguard__v1__decision_reason__init);
-            if (d == NULL)
-                return OOM(call);
-            d->code = reason_table[k].code;
-            d->level = (Ctxguard__V1__ScopeLevel)rows[i].level;
-            d->message =
-                cg_arena_sprintf(call->arena, "%s: %s (%.3f of %lld tokens)",
-                                 cg_level_name((cg_level)rows[i].level), reason_table[k].text,
-                                 r->levels[i].projected_ratio, (long long)rows[i].limit_tokens);
-            if (d->message == NULL)
-                return OOM(call);
-            (*out)[count++] = d;
-        }
-    }
-    *nout = count;
-    return cg_rpc_extension_reasons(call, rows, n, r, *out, nout);
-}
-
-/* The facts of a refusal at rows[i] (ErrorInfo metadata): where, which level, its figures. */
-static void deny_facts(struct cg_err *err, const struct cg_budget_row *row, int64_t requested)
-{
-    cg_store_err_scope(err, &row->ids);
-    cg_err_meta(err, "level", cg_level_name((cg_level)row->level));
-    cg_err_meta_i64(err, "limit_tokens", (long long)row->limit_tokens);
-    cg_err_meta_i64(err, "used_tokens", (long long)row->used_tokens);
-    cg_err_meta_i64(err, "reserved_tokens", (long long)row->reserved_tokens);
-    cg_err_meta_i64(err, "requested_tokens", (long long)requested);
-    if (row->allocated_tokens > 0)
-        cg_err_meta_i64(err, "allocated_tokens", (long long)row->allocated_tokens);
-}
-
-/* A RESOURCE_EXHAUSTED message naming the level that refused (BUDGET_EXHAUSTED, with its
- * figures), or FAILED_PRECONDITION for a closed scope (SCOPE_CLOSED). */
-cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
-                      const struct cg_budget_result *r, int64_t tokens)
-{
-    for (int i = n - 1; i >= 0; i--) {
-        const struct cg_level_verdict *v = &r->levels[i];
-        if (v->decision != CG_DECISION_DENY)
-            continue;
-        const char *what = cg_level_name((cg_level)rows[i].level);
-        if (v->reasons & CG_REASON_CLOSED) {
-            cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_SCOPE_CLOSED,
-                        "the %s scope is closed", what);
-            cg_store_err_scope(&call->err, &rows[i].ids);
-            cg_err_meta(&call->err, "level", what);
-            return CG_FAILED_PRECONDITION;
-        }
-        if (v->reasons & CG_REASON_COST_LIMIT && !(v->reasons & CG_REASON_TOKEN_LIMIT)) {
-            cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
-                        "HARD cost limit of the %s: %lld micros used and reserved of %lld", what,
-                        (long long)(rows[i].used_cost_micros + rows[i].reserved_cost_micros),
-                        (long long)rows[i].limit_cost_micros);
-            cg_store_err_scope(&call->err, &rows[i].ids);
-            cg_err_meta(&call->err, "level", what);
-            cg_err_meta(&call->err, "limit", "cost");
-            cg_err_meta_i64(&call->err, "limit_cost_micros", (long long)rows[i].limit_cost_micros);
-            cg_err_meta_i64(&call->err, "used_cost_micros", (long long)rows[i].used_cost_micros);
-            cg_err_meta_i64(&call->err, "reserved_cost_micros",
-                            (long long)rows[i].reserved_cost_micros);
-            return CG_RESOURCE_EXHAUSTED;
-        }
-        if (rows[i].allocated_tokens > 0 || v->requested_tokens != tokens) {
-            cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
-                        "HARD token limit of the %s: %lld used and reserved + %lld "
-                        "allocated to children + %lld requested > %lld",
-                        what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
-                        (long long)rows[i].allocated_tokens, (long long)v->requested_tokens,
-                        (long long)rows[i].limit_tokens);
-            deny_facts(&call->err, &rows[i], v->requested_tokens);
-            return CG_RESOURCE_EXHAUSTED;
-        }
-        cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
-                    "HARD token limit of the %s: %lld used and reserved + %lld requested > %lld",
-                    what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
-                    (long long)tokens, (long long)rows[i].limit_tokens);
-        deny_facts(&call->err, &rows[i], tokens);
-        return CG_RESOURCE_EXHAUSTED;
-    }
-    return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
-                       "budget exhausted");
-}
-
 /* ---------------------------------------------------------------- SetBudget ------- */
 
 /* The token limit of settings: the one given, else the preset's for the level (the
@@ -524,7 +289,7 @@ static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_
                 "the %s has %lld free (%s '%s')",
                 (long long)need, parent_name, (long long)(free_tokens > 0 ? free_tokens : 0),
                 parent_field, parent_id);
-    deny_facts(&call->err, parent, need);
+    cg_budget_deny_facts(&call->err, parent, need);
     cg_err_meta(&call->err, "field", "settings.allocate_from_parent");
     return CG_RESOURCE_EXHAUSTED;
 }
@@ -684,15 +449,6 @@ cg_status cg_rpc_budget_get(struct cg_rpc_call *call, const struct cg_rpc_env *e
     return CG_OK;
 }
 
-/* Holds the reply for the backpressure delay unless the caller asked for RETURN_ONLY. */
-uint32_t cg_rpc_hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms)
-{
-    if (delay_mode == CTXGUARD__V1__DELAY_MODE__DELAY_MODE_RETURN_ONLY)
-        return 0;
-    call->reply_delay_ms = delay_ms;
-    return delay_ms;
-}
-
 _Static_assert((int)CG_BUDGET_SOURCE_CACHE == CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE &&
                    (int)CG_BUDGET_SOURCE_DATABASE ==
                        CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE &&
@@ -825,48 +581,6 @@ cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env 
 }
 
 /* ---------------------------------------------------------------- reservations ---- */
-
-Ctxguard__V1__TokenUsage *cg_rpc_usage_out(struct cg_rpc_call *call, const struct cg_usage *u)
-{
-    Ctxguard__V1__TokenUsage *t =
-        NEW(call, Ctxguard__V1__TokenUsage, ctxguard__v1__token_usage__init);
-    if (t == NULL)
-        return NULL;
-    t->input_tokens = u->input_tokens;
-    t->output_tokens = u->output_tokens;
-    t->cache_read_tokens = u->cache_read_tokens;
-    t->cache_write_tokens = u->cache_write_tokens;
-    t->cost_micros = u->cost_micros;
-    return t;
-}
-
-Ctxguard__V1__Reservation *cg_rpc_reservation_out(struct cg_rpc_call *call,
-                                                  const struct cg_reservation *res)
-{
-    Ctxguard__V1__Reservation *r =
-        NEW(call, Ctxguard__V1__Reservation, ctxguard__v1__reservation__init);
-    if (r == NULL)
-        return NULL;
-    struct cg_budget_row ids_row;
-    memset(&ids_row, 0, sizeof ids_row);
-    ids_row.ids = res->ids;
-    r->reservation_id = cg_arena_strdup(call->arena, res->reservation_id);
-    r->scope = cg_rpc_scope_out(call, &ids_row);
-    r->tokens = res->tokens;
-    r->estimated_cost_micros = res->cost_micros;
-    r->model = cg_arena_strdup(call->arena, res->model);
-    r->estimate_id = cg_arena_strdup(call->arena, res->estimate_id);
-    r->state = (Ctxguard__V1__ReservationState)res->state;
-    r->created_at_unix_ms = res->created_at_ms;
-    r->expires_at_unix_ms = res->expires_at_ms;
-    r->settled_at_unix_ms = res->settled_at_ms;
-    if (res->state == CTXGUARD__V1__RESERVATION_STATE__RESERVATION_STATE_COMMITTED &&
-        (r->committed_usage = cg_rpc_usage_out(call, &res->committed)) == NULL)
-        return NULL;
-    if (!r->reservation_id || !r->scope || !r->model || !r->estimate_id)
-        return NULL;
-    return r;
-}
 
 cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                 const ProtobufCMessage *request, ProtobufCMessage **response)
@@ -1023,7 +737,7 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
                 return CG_RESOURCE_EXHAUSTED;
             }
             if (r.decision == CG_DECISION_DENY)
-                return cg_rpc_deny(call, path, n, &r, req->tokens);
+                return cg_budget_deny(&call->err, path, n, &r, req->tokens);
             if (!gate.involved)
                 return cg_err_set(&call->err, CG_ABORTED,
                                   "the budget changed while this Reserve was decided; retry");
@@ -1048,7 +762,7 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
         }
         if (r.decision == CG_DECISION_DENY) {
             cg_store_rollback(env->svc.store);
-            return cg_rpc_deny(call, path, n, &r, req->tokens);
+            return cg_budget_deny(&call->err, path, n, &r, req->tokens);
         }
         st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, n, 0, req->tokens,
                                0, hold_cost, &serr);

@@ -1,7 +1,7 @@
-/* rpc_budget.h - what the BudgetService handler files share (rpc_budget*.c): request
- * checks that name their field, conversions between store rows, core levels and proto
- * messages (all allocated in the call's arena), and the transaction steps. Internal to
- * rpc/. On error each check fills call->err and returns its status.
+/* rpc_budget.h - what the BudgetService handler files share (rpc_budget*.c): the answers,
+ * domain rows, decisions, reservations and approvals as proto messages (rpc_budget_out.c,
+ * all allocated in the call's arena), the one-request Reserve / Commit and the batcher.
+ * Internal to rpc/. The request checks are rpc_check.h; the flows service/budget*.h.
  */
 #ifndef CG_RPC_BUDGET_H
 #define CG_RPC_BUDGET_H
@@ -20,6 +20,8 @@ static inline void cg_rpc_level_from_row(const struct cg_budget_row *row,
 {
     cg_budget_row_level(row, out);
 }
+
+/* ---- answers (rpc_budget_out.c) ---- */
 
 /* Messages (NULL when out of memory). */
 Ctxguard__V1__Scope *cg_rpc_scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row);
@@ -45,19 +47,19 @@ static inline cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_r
                                      struct cg_err *serr)
 {
     struct cg_op op = cg_rpc_op(call);
-    return cg_budget_begin(&env->svc, &op, serr);
+    return cg_budget_tx_begin(&env->svc, &op, serr);
 }
 static inline cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                       struct cg_err *serr)
 {
     struct cg_op op = cg_rpc_op(call);
-    return cg_budget_commit(&env->svc, &op, serr);
+    return cg_budget_tx_commit(&env->svc, &op, serr);
 }
 static inline cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                           const struct cg_err *serr)
 {
     struct cg_op op = cg_rpc_op(call);
-    return cg_budget_store_fail(&env->svc, &op, serr);
+    return cg_budget_tx_fail(&env->svc, &op, serr);
 }
 static inline cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                          const struct cg_scope_ids *ids, struct cg_budget_row *path,
@@ -73,8 +75,6 @@ Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
 
 /* Holds the reply delay_ms on the timer unless RETURN_ONLY; returns what is held. */
 uint32_t cg_rpc_hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms);
-
-/* ---- approvals (rpc_budget_approvals.c) ---- */
 
 /* Appends the gate's reason (APPROVAL_REQUESTED, _PENDING or _DENIED) to reasons[] (which
  * cg_rpc_reasons_out sized for it). */
@@ -125,10 +125,6 @@ cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitRes
                                const struct cg_reservation *res, const struct cg_usage *usage,
                                bool price_known, const struct cg_budget_row *path, int n,
                                ProtobufCMessage **response) CG_MUST_CHECK;
-
-/* RESOURCE_EXHAUSTED naming the level that refused tokens (a HARD DENY of r). */
-cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
-                      const struct cg_budget_result *r, int64_t tokens);
 
 Ctxguard__V1__Reservation *cg_rpc_reservation_out(struct cg_rpc_call *call,
                                                   const struct cg_reservation *res);

@@ -444,7 +444,7 @@ static void answer(struct batch *b, int i, int64_t now_ms)
     cg_status st;
     if (b->state[i] == ITEM_DENIED) {
         const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)it->request;
-        st = cg_rpc_deny(it->call, it->after, it->n, &it->decided, req->tokens);
+        st = cg_budget_deny(&it->call->err, it->after, it->n, &it->decided, req->tokens);
     } else if (it->kind == CG_BATCH_RESERVE) {
         const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)it->request;
         const struct cg_batch_new *nr = &b->new_res[it->new_index];

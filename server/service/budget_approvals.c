@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "core/keyrole.h"
 #include "service/budget_path.h"
 #include "service/cache.h"
 
@@ -39,18 +40,18 @@ cg_status cg_budget_approval_gate(const struct cg_svc_env *env, const struct cg_
     const char *tenant = op->principal->tenant_id;
     struct cg_err serr;
     cg_err_clear(&serr);
-    cg_status st = cg_budget_begin(env, op, &serr);
+    cg_status st = cg_budget_tx_begin(env, op, &serr);
     if (st != CG_OK)
         return st;
     int64_t now = cg_wall_ms();
     /* Locked, so that concurrent requests of the scope find each other's approval. */
     st = cg_store_path_read(env->store, tenant, ids, true, false, now, path, n, &serr);
     if (st != CG_OK)
-        return cg_budget_store_fail(env, op, &serr);
+        return cg_budget_tx_fail(env, op, &serr);
     cg_budget_path_decide(path, *n, tokens, 0, r);
     int at = r->decision == CG_DECISION_REQUIRE_APPROVAL ? approval_level(r, *n) : -1;
     if (at < 0) { /* the budget moved meanwhile: the new decision stands */
-        if ((st = cg_budget_commit(env, op, &serr)) == CG_OK)
+        if ((st = cg_budget_tx_commit(env, op, &serr)) == CG_OK)
             cg_cache_written(env, tenant, path, *n);
         return st;
     }
@@ -81,10 +82,57 @@ cg_status cg_budget_approval_gate(const struct cg_svc_env *env, const struct cg_
                                    &gate->approval, &gate->outcome, &serr);
     free(request);
     if (st != CG_OK)
-        return cg_budget_store_fail(env, op, &serr);
-    if ((st = cg_budget_commit(env, op, &serr)) != CG_OK)
+        return cg_budget_tx_fail(env, op, &serr);
+    if ((st = cg_budget_tx_commit(env, op, &serr)) != CG_OK)
         return st;
     cg_cache_written(env, tenant, path, *n);
     gate->involved = true;
+    return CG_OK;
+}
+
+cg_status cg_budget_approval_get(const struct cg_svc_env *env, const struct cg_op *op,
+                                 const char *approval_id, struct cg_approval *a)
+{
+    const struct cg_principal *p = op->principal;
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    cg_status st =
+        cg_store_approval_get(env->store, p->tenant_id, approval_id, cg_wall_ms(), a, &serr);
+    if (st != CG_OK)
+        return cg_budget_store_error(op, &serr);
+    if (!cg_scope_within(p->scope_session_id, p->scope_task_id, a->ids.session_id, a->ids.task_id))
+        return cg_err_setr(op->err, CG_NOT_FOUND, CG_ERR_APPROVAL_NOT_FOUND,
+                           "approval_id: no such approval");
+    return CG_OK;
+}
+
+cg_status cg_budget_approval_resolve(const struct cg_svc_env *env, const struct cg_op *op,
+                                     const struct cg_budget_approval_decision *d,
+                                     struct cg_approval *a, bool *replayed)
+{
+    const struct cg_principal *p = op->principal;
+    /* Who may decide it is a property of the approval that never changes (its scope and
+     * the key that opened it), so reading it before the resolve's own transaction is safe. */
+    cg_status st = cg_budget_approval_get(env, op, d->approval_id, a);
+    if (st != CG_OK)
+        return st;
+    if (a->requested_by_key_id[0] != '\0' && strcmp(a->requested_by_key_id, p->key_id) == 0) {
+        cg_err_setr(op->err, CG_PERMISSION_DENIED, CG_ERR_SELF_APPROVAL,
+                    "approval %s was opened by this key; another key must decide it",
+                    a->approval_id);
+        cg_err_meta(op->err, "approval_id", a->approval_id);
+        cg_err_meta(op->err, "key_id", p->key_id);
+        return CG_PERMISSION_DENIED;
+    }
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    *replayed = false;
+    st = cg_store_approval_resolve(env->store, p->tenant_id, d->approval_id, d->decision,
+                                   d->granted_tokens, d->decided_by, p->key_id, d->note,
+                                   cg_wall_ms(), d->audit, a, replayed, &serr);
+    if (st != CG_OK)
+        return cg_budget_store_error(op, &serr);
+    if (!*replayed) /* an approval moves approved_extra_tokens of its scope's row */
+        cg_cache_dropped(env, p->tenant_id);
     return CG_OK;
 }

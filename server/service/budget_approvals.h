@@ -1,6 +1,7 @@
-/* budget_approvals.h - the approval gate of the budget service (service/budget_approvals.c):
- * a request over an APPROVAL level's limit opens (or finds) an approval instead of spending.
- * On the calling thread's store (env->store, never NULL here).
+/* budget_approvals.h - the approvals of the budget service (service/budget_approvals.c):
+ * the gate (a request over an APPROVAL level's limit opens or finds an approval instead of
+ * spending), and reading and resolving one as a key may. On the calling thread's store
+ * (env->store, never NULL here).
  */
 #ifndef CG_SERVICE_BUDGET_APPROVALS_H
 #define CG_SERVICE_BUDGET_APPROVALS_H
@@ -34,5 +35,31 @@ cg_status cg_budget_approval_gate(const struct cg_svc_env *env, const struct cg_
                                   const struct cg_scope_ids *ids, int64_t tokens, const char *model,
                                   struct cg_budget_row *path, int *n, struct cg_budget_result *r,
                                   struct cg_budget_approval_gate *gate) CG_MUST_CHECK;
+
+/* The approval approval_id of op's tenant into *a, as op's principal may see it: one outside
+ * a scope-bound key's subtree is NOT_FOUND in the words of an unknown id
+ * (store_approvals.c). On error op->err is set. */
+cg_status cg_budget_approval_get(const struct cg_svc_env *env, const struct cg_op *op,
+                                 const char *approval_id, struct cg_approval *a) CG_MUST_CHECK;
+
+/* A ResolveApproval, checked by the caller. decision: APPROVED or DENIED (the approval
+ * states of store.h); the strings and audit are borrowed for the call. */
+struct cg_budget_approval_decision {
+    const char *approval_id;
+    int decision;
+    int64_t granted_tokens; /* 0 with DENIED */
+    const char *decided_by;
+    const char *note;
+    const struct cg_audit *audit;
+};
+
+/* ResolveApproval: reads the approval as cg_budget_approval_get, refuses the key that opened
+ * it (PERMISSION_DENIED, reason SELF_APPROVAL), resolves it (cg_store_approval_resolve, by
+ * op's key) and, unless it was already resolved so (*replayed), drops the tenant's cached
+ * rows (an approval moves approved_extra_tokens). *a is the approval after. On error
+ * op->err is set. */
+cg_status cg_budget_approval_resolve(const struct cg_svc_env *env, const struct cg_op *op,
+                                     const struct cg_budget_approval_decision *d,
+                                     struct cg_approval *a, bool *replayed) CG_MUST_CHECK;
 
 #endif

@@ -44,6 +44,71 @@ void cg_budget_path_decide(const struct cg_budget_row *rows, int n, int64_t toke
     cg_budget_decide(levels, n, tokens, cost, out);
 }
 
+/* ---------------------------------------------------------------- refusals -------- */
+
+/* The facts of a refusal at rows[i] (ErrorInfo metadata): where, which level, its figures. */
+void cg_budget_deny_facts(struct cg_err *err, const struct cg_budget_row *row, int64_t requested)
+{
+    cg_store_err_scope(err, &row->ids);
+    cg_err_meta(err, "level", cg_level_name((cg_level)row->level));
+    cg_err_meta_i64(err, "limit_tokens", (long long)row->limit_tokens);
+    cg_err_meta_i64(err, "used_tokens", (long long)row->used_tokens);
+    cg_err_meta_i64(err, "reserved_tokens", (long long)row->reserved_tokens);
+    cg_err_meta_i64(err, "requested_tokens", (long long)requested);
+    if (row->allocated_tokens > 0)
+        cg_err_meta_i64(err, "allocated_tokens", (long long)row->allocated_tokens);
+}
+
+/* A RESOURCE_EXHAUSTED message naming the level that refused (BUDGET_EXHAUSTED, with its
+ * figures), or FAILED_PRECONDITION for a closed scope (SCOPE_CLOSED). */
+cg_status cg_budget_deny(struct cg_err *err, const struct cg_budget_row *rows, int n,
+                         const struct cg_budget_result *r, int64_t tokens)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        const struct cg_level_verdict *v = &r->levels[i];
+        if (v->decision != CG_DECISION_DENY)
+            continue;
+        const char *what = cg_level_name((cg_level)rows[i].level);
+        if (v->reasons & CG_REASON_CLOSED) {
+            cg_err_setr(err, CG_FAILED_PRECONDITION, CG_ERR_SCOPE_CLOSED, "the %s scope is closed",
+                        what);
+            cg_store_err_scope(err, &rows[i].ids);
+            cg_err_meta(err, "level", what);
+            return CG_FAILED_PRECONDITION;
+        }
+        if (v->reasons & CG_REASON_COST_LIMIT && !(v->reasons & CG_REASON_TOKEN_LIMIT)) {
+            cg_err_setr(err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                        "HARD cost limit of the %s: %lld micros used and reserved of %lld", what,
+                        (long long)(rows[i].used_cost_micros + rows[i].reserved_cost_micros),
+                        (long long)rows[i].limit_cost_micros);
+            cg_store_err_scope(err, &rows[i].ids);
+            cg_err_meta(err, "level", what);
+            cg_err_meta(err, "limit", "cost");
+            cg_err_meta_i64(err, "limit_cost_micros", (long long)rows[i].limit_cost_micros);
+            cg_err_meta_i64(err, "used_cost_micros", (long long)rows[i].used_cost_micros);
+            cg_err_meta_i64(err, "reserved_cost_micros", (long long)rows[i].reserved_cost_micros);
+            return CG_RESOURCE_EXHAUSTED;
+        }
+        if (rows[i].allocated_tokens > 0 || v->requested_tokens != tokens) {
+            cg_err_setr(err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                        "HARD token limit of the %s: %lld used and reserved + %lld "
+                        "allocated to children + %lld requested > %lld",
+                        what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
+                        (long long)rows[i].allocated_tokens, (long long)v->requested_tokens,
+                        (long long)rows[i].limit_tokens);
+            cg_budget_deny_facts(err, &rows[i], v->requested_tokens);
+            return CG_RESOURCE_EXHAUSTED;
+        }
+        cg_err_setr(err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                    "HARD token limit of the %s: %lld used and reserved + %lld requested > %lld",
+                    what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
+                    (long long)tokens, (long long)rows[i].limit_tokens);
+        cg_budget_deny_facts(err, &rows[i], tokens);
+        return CG_RESOURCE_EXHAUSTED;
+    }
+    return cg_err_setr(err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED, "budget exhausted");
+}
+
 /* ---------------------------------------------------------------- transactions ---- */
 
 cg_status cg_budget_store_error(const struct cg_op *op, const struct cg_err *serr)
@@ -54,25 +119,26 @@ cg_status cg_budget_store_error(const struct cg_op *op, const struct cg_err *ser
     return serr->code;
 }
 
-cg_status cg_budget_store_fail(const struct cg_svc_env *env, const struct cg_op *op,
-                               const struct cg_err *serr)
+cg_status cg_budget_tx_fail(const struct cg_svc_env *env, const struct cg_op *op,
+                            const struct cg_err *serr)
 {
     cg_store_rollback(env->store);
     return cg_budget_store_error(op, serr);
 }
 
-cg_status cg_budget_begin(const struct cg_svc_env *env, const struct cg_op *op, struct cg_err *serr)
+cg_status cg_budget_tx_begin(const struct cg_svc_env *env, const struct cg_op *op,
+                             struct cg_err *serr)
 {
     cg_err_clear(serr);
     cg_status st = cg_store_begin(env->store, serr);
     return st == CG_OK ? CG_OK : cg_budget_store_error(op, serr);
 }
 
-cg_status cg_budget_commit(const struct cg_svc_env *env, const struct cg_op *op,
-                           struct cg_err *serr)
+cg_status cg_budget_tx_commit(const struct cg_svc_env *env, const struct cg_op *op,
+                              struct cg_err *serr)
 {
     cg_status st = cg_store_commit(env->store, serr);
-    return st == CG_OK ? CG_OK : cg_budget_store_fail(env, op, serr);
+    return st == CG_OK ? CG_OK : cg_budget_tx_fail(env, op, serr);
 }
 
 /* ---------------------------------------------------------------- reads ----------- */
@@ -91,11 +157,11 @@ cg_status cg_budget_read_path(const struct cg_svc_env *env, const struct cg_op *
         return cg_budget_store_error(op, &serr);
     if (!need_tx)
         return CG_OK;
-    st = cg_budget_begin(env, op, &serr);
+    st = cg_budget_tx_begin(env, op, &serr);
     if (st != CG_OK)
         return st;
     st = cg_store_path_read(env->store, tenant, ids, false, false, now, path, n, &serr);
     if (st != CG_OK)
-        return cg_budget_store_fail(env, op, &serr);
-    return cg_budget_commit(env, op, &serr);
+        return cg_budget_tx_fail(env, op, &serr);
+    return cg_budget_tx_commit(env, op, &serr);
 }
