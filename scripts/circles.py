@@ -18,10 +18,6 @@ import sys
 # Circles that exist today and are removed by later work (issue 14), each a set of files.
 # Keep this list short and explained; never add a circle here to make a new one pass.
 KNOWN_CIRCLES = [
-    # rpc/ still holds the Reserve and Commit of one request (rpc_budget.c), which the
-    # batcher falls back on, while the handlers of rpc_budget.c queue into the batcher. The
-    # service layer of issue 14 moves both into service/ and this circle with them.
-    {"rpc/rpc_budget.c", "rpc/rpc_budget_batch.c"},
     # The conversation JSON dispatcher calls each dialect, and the dialects call the shared
     # readers and writers (cg__cj_*) that live in the dispatcher's file; moving those into a
     # file of their own ends it.

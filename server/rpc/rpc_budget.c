@@ -26,81 +26,14 @@
 #include "ctxguard/v1/budget.pb-c.h"
 #include "service/budget.h"
 #include "service/cache.h"
-#include "service/calibration.h"
+#include "service/budget_reserve.h"
 
 #define DEFAULT_WARNING 0.8
-#define DEFAULT_RESERVATION_TTL_MS 300000u
 #define RESERVATION_TTL_MIN_MS 1000u
 #define RESERVATION_TTL_MAX_MS 3600000u
 /* How far in the future a RecordUsage time may be: the caller's clock may run ahead. */
 #define OCCURRED_AT_SKEW_MS 60000
 #define LOCAL_ALLOWANCE_MAX 10000000LL
-
-/* ---------------------------------------------------------------- prices -------- */
-
-/* Prices usage from the price table when the caller gave no cost. Returns whether the
- * cost is known (given, or priced). */
-static bool price_usage(const struct cg_rpc_env *env, const char *model, struct cg_usage *u)
-{
-    if (u->cost_micros > 0)
-        return true;
-    const struct cg_price *p = env->svc.prices ? cg_price_lookup(env->svc.prices, model) : NULL;
-    if (p == NULL)
-        return false;
-    u->cost_micros = cg_price_cost(p, u->input_tokens, u->output_tokens, u->cache_read_tokens,
-                                   u->cache_write_tokens);
-    return true;
-}
-
-static int64_t usage_tokens(const struct cg_usage *u)
-{
-    return u->input_tokens + u->output_tokens + u->cache_read_tokens + u->cache_write_tokens;
-}
-
-/* An idempotency key used before for something else (what: "another scope", ...):
- * ALREADY_EXISTS naming the first use, which was at first_ms (unix ms) on first_ids and made
- * id_name = first_id. Nothing was recorded: a silent replay would drop the usage. */
-static cg_status key_reused(struct cg_rpc_call *call, const char *key,
-                            const struct cg_scope_ids *first_ids, int64_t first_ms,
-                            const char *id_name, const char *first_id, const char *what)
-{
-    /* A first use outside a scope-bound key's subtree is not named (nor its entry or
-     * reservation): the key learns only that the idempotency key is taken. */
-    bool named =
-        cg_rpc_scope_reachable(&call->principal, first_ids->session_id, first_ids->task_id);
-    char scope[3 * CG_SCOPE_ID_MAX + 32];
-    if (!named)
-        snprintf(scope, sizeof scope, "a scope outside this key's subtree");
-    else if (first_ids->session_id[0] == '\0')
-        snprintf(scope, sizeof scope, "the tenant");
-    else if (first_ids->task_id[0] == '\0')
-        snprintf(scope, sizeof scope, "session %s", first_ids->session_id);
-    else if (first_ids->agent_id[0] == '\0')
-        snprintf(scope, sizeof scope, "session %s/task %s", first_ids->session_id,
-                 first_ids->task_id);
-    else
-        snprintf(scope, sizeof scope, "session %s/task %s/agent %s", first_ids->session_id,
-                 first_ids->task_id, first_ids->agent_id);
-    char when[40] = "?";
-    time_t secs = (time_t)(first_ms / 1000);
-    struct tm tm;
-    if (gmtime_r(&secs, &tm) != NULL) {
-        size_t len = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(when + len, sizeof when - len, ".%03dZ", (int)(first_ms % 1000));
-    }
-    cg_err_setr(&call->err, CG_ALREADY_EXISTS, CG_ERR_IDEMPOTENCY_KEY_REUSED,
-                "idempotency_key '%s' was first used for %s at %s with %s", key, scope, when, what);
-    cg_err_meta(&call->err, "field", "idempotency_key");
-    cg_err_meta(&call->err, "idempotency_key", key);
-    if (!named)
-        return CG_ALREADY_EXISTS;
-    struct cg_err path;
-    cg_err_clear(&path);
-    cg_store_err_scope(&path, first_ids);
-    cg_err_meta(&call->err, "first_scope", cg_err_meta_get(&path, "scope"));
-    cg_err_meta(&call->err, id_name, first_id);
-    return CG_ALREADY_EXISTS;
-}
 
 /* ---------------------------------------------------------------- SetBudget ------- */
 
@@ -234,7 +167,7 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     row->reset_period =
         s->reset_period ? s->reset_period : CTXGUARD__V1__RESET_PERIOD__RESET_PERIOD_NONE;
     row->reservation_ttl_ms =
-        s->reservation_ttl_ms ? s->reservation_ttl_ms : DEFAULT_RESERVATION_TTL_MS;
+        s->reservation_ttl_ms ? s->reservation_ttl_ms : CG_RESERVATION_TTL_DEFAULT_MS;
     snprintf(row->description, sizeof row->description, "%s", s->description);
     row->approval_ttl_ms = !approval_mode       ? 0
                            : s->approval_ttl_ms ? s->approval_ttl_ms
@@ -619,250 +552,11 @@ cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_en
     return cg_rpc_reserve_single(call, env, req, &ids, response);
 }
 
-uint32_t cg_rpc_reserve_ttl(const Ctxguard__V1__ReserveRequest *req,
-                            const struct cg_budget_row *scope_row)
-{
-    uint32_t ttl = req->ttl_ms ? req->ttl_ms : scope_row->reservation_ttl_ms;
-    return ttl ? ttl : DEFAULT_RESERVATION_TTL_MS;
-}
-
-int64_t cg_rpc_reserve_cost(const struct cg_rpc_env *env, const Ctxguard__V1__ReserveRequest *req)
-{
-    /* The hold is priced as well, so that cost limits see it. */
-    return cg_budget_price_estimate(&env->svc, req->model, req->tokens,
-                                    req->estimated_output_tokens);
-}
-
-cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__ReserveRequest *req,
-                               const struct cg_budget_row *path, int n,
-                               const struct cg_budget_result *decided,
-                               const struct cg_reservation *res, ProtobufCMessage **response)
-{
-    Ctxguard__V1__ReserveResponse *resp =
-        NEW(call, Ctxguard__V1__ReserveResponse, ctxguard__v1__reserve_response__init);
-    if (resp == NULL)
-        return OOM(call);
-    cg_status st;
-    resp->decision = (Ctxguard__V1__Decision)decided->decision;
-    resp->backpressure_delay_ms = decided->delay_ms;
-    resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, decided->delay_ms);
-    if ((st = cg_rpc_reasons_out(call, path, n, decided, &resp->reasons, &resp->n_reasons)) !=
-        CG_OK)
-        return st;
-    if (decided->tightest >= 0) {
-        resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[decided->tightest].level;
-        resp->tightest_ratio = decided->tightest_ratio;
-    }
-    /* Levels after the hold. */
-    struct cg_budget_result r;
-    cg_budget_path_decide(path, n, 0, 0, &r);
-    if ((resp->reservation = cg_rpc_reservation_out(call, res)) == NULL)
-        return OOM(call);
-    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
-        return st;
-    *response = &resp->base;
-    return CG_OK;
-}
-
-cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                const Ctxguard__V1__ReserveRequest *req,
-                                const struct cg_scope_ids *scope_ids, ProtobufCMessage **response)
-{
-    struct cg_scope_ids ids = *scope_ids;
-    cg_status st;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
-        return st;
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &ids, true, false,
-                            cg_wall_ms(), path, &n, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-
-    uint32_t ttl = cg_rpc_reserve_ttl(req, &path[n - 1]);
-    int64_t hold_cost = cg_rpc_reserve_cost(env, req);
-    struct cg_reservation res;
-    st = cg_store_reservation_insert(env->svc.store, call->principal.tenant_id, &ids, req->tokens,
-                                     hold_cost, req->model, req->estimate_id, req->idempotency_key,
-                                     ttl, &res, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-
-    struct cg_budget_result r;
-    Ctxguard__V1__ReserveResponse *resp =
-        NEW(call, Ctxguard__V1__ReserveResponse, ctxguard__v1__reserve_response__init);
-    if (resp == NULL) {
-        cg_store_rollback(env->svc.store);
-        return OOM(call);
-    }
-    if (res.replayed) {
-        /* The first Reserve with this key already held the tokens: answer it again, if this
-         * is a retry of it; the key reused for another hold holds nothing. */
-        const char *other = !cg_scope_equal(&ids, &res.ids)      ? "another scope"
-                            : req->tokens != res.tokens          ? "other tokens"
-                            : strcmp(req->model, res.model) != 0 ? "another model"
-                                                                 : NULL;
-        if (other != NULL) {
-            cg_store_rollback(env->svc.store);
-            return key_reused(call, req->idempotency_key, &res.ids, res.created_at_ms,
-                              "first_reservation_id", res.reservation_id, other);
-        }
-        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-            return st;
-        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-        cg_budget_path_decide(path, n, 0, 0, &r);
-        resp->replayed = true;
-        resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW;
-    } else {
-        cg_budget_path_decide(path, n, req->tokens, hold_cost, &r);
-        if (r.decision == CG_DECISION_REQUIRE_APPROVAL) {
-            /* REQUIRE_APPROVAL holds nothing: the reservation just inserted goes with the
-             * rollback, and the approval step runs in a transaction of its own. */
-            cg_store_rollback(env->svc.store);
-            struct cg_budget_approval_gate gate;
-            struct cg_op op = cg_rpc_op(call);
-            if ((st = cg_budget_approval_gate(&env->svc, &op, &ids, req->tokens, req->model, path,
-                                              &n, &r, &gate)) != CG_OK)
-                return st;
-            if (gate.involved && gate.outcome == CG_APPROVAL_WAS_DENIED) {
-                cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_APPROVAL_DENIED,
-                            "APPROVAL token limit of the %s: approval %s was denied",
-                            cg_level_name((cg_level)gate.approval.level),
-                            gate.approval.approval_id);
-                cg_store_err_scope(&call->err, &gate.approval.ids);
-                cg_err_meta(&call->err, "level", cg_level_name((cg_level)gate.approval.level));
-                cg_err_meta(&call->err, "approval_id", gate.approval.approval_id);
-                return CG_RESOURCE_EXHAUSTED;
-            }
-            if (r.decision == CG_DECISION_DENY)
-                return cg_budget_deny(&call->err, path, n, &r, req->tokens);
-            if (!gate.involved)
-                return cg_err_set(&call->err, CG_ABORTED,
-                                  "the budget changed while this Reserve was decided; retry");
-            resp->decision = CTXGUARD__V1__DECISION__DECISION_REQUIRE_APPROVAL;
-            resp->approval_state = (Ctxguard__V1__ApprovalState)gate.approval.state;
-            if ((resp->approval_id = cg_arena_strdup(call->arena, gate.approval.approval_id)) ==
-                NULL)
-                return OOM(call);
-            if ((st = cg_rpc_reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) !=
-                    CG_OK ||
-                (st = cg_rpc_approval_reason(call, &gate, resp->reasons, &resp->n_reasons)) !=
-                    CG_OK ||
-                (st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) !=
-                    CG_OK)
-                return st;
-            if (r.tightest >= 0) {
-                resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
-                resp->tightest_ratio = r.tightest_ratio;
-            }
-            *response = &resp->base;
-            return CG_OK;
-        }
-        if (r.decision == CG_DECISION_DENY) {
-            cg_store_rollback(env->svc.store);
-            return cg_budget_deny(&call->err, path, n, &r, req->tokens);
-        }
-        st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, n, 0, req->tokens,
-                               0, hold_cost, &serr);
-        if (st == CG_OK)
-            st = cg_budget_emit_path(&env->svc, call->principal.tenant_id, path, n, 0, 0,
-                                     req->tokens, &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_fail(call, env, &serr);
-        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-            return st;
-        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-        return cg_rpc_reserve_reply(call, req, path, n, &r, &res, response);
-    }
-    if ((resp->reservation = cg_rpc_reservation_out(call, &res)) == NULL)
-        return OOM(call);
-    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
-        return st;
-    *response = &resp->base;
-    return CG_OK;
-}
-
-/* FAILED_PRECONDITION for a reservation past its ACTIVE state, with its facts. */
-static cg_status reservation_settled(struct cg_rpc_call *call, cg_error_reason reason,
-                                     const struct cg_reservation *res, const char *state,
-                                     const char *fmt, ...) CG_PRINTF(5, 6);
-
-static cg_status reservation_settled(struct cg_rpc_call *call, cg_error_reason reason,
-                                     const struct cg_reservation *res, const char *state,
-                                     const char *fmt, ...)
-{
-    char msg[CG_ERR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    cg_err_setr(&call->err, CG_FAILED_PRECONDITION, reason, "%s", msg);
-    cg_err_meta(&call->err, "reservation_id", res->reservation_id);
-    cg_err_meta(&call->err, "state", state);
-    cg_store_err_scope(&call->err, &res->ids);
-    return CG_FAILED_PRECONDITION;
-}
-
 static cg_status check_reservation_id(struct cg_rpc_call *call, const char *id)
 {
     if (id[0] == '\0')
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'reservation_id' is required");
     return cg_rpc_check_text(call, "reservation_id", id, CG_UUID_LEN);
-}
-
-/* Whether a reservation still holds its tokens: ACTIVE, or ACTIVE past its expiry and not
- * yet settled by the sweeper (state 4 with no settled time). */
-static bool holds_tokens(const struct cg_reservation *res)
-{
-    return res->state == 1 || (res->state == 4 && res->settled_at_ms == 0);
-}
-
-/* Settles an ACTIVE reservation found past its expiry: its tokens return to the pool. */
-static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                        const struct cg_reservation *res, struct cg_budget_row *path, int *n,
-                        struct cg_err *serr)
-{
-    cg_status st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &res->ids, true,
-                                      false, cg_wall_ms(), path, n, serr);
-    if (st == CG_OK)
-        st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, *n, 0, -res->tokens,
-                               0, -res->cost_micros, serr);
-    if (st == CG_OK)
-        st = cg_budget_emit_path(&env->svc, call->principal.tenant_id, path, *n, 0, 0, -res->tokens,
-                                 serr);
-    if (st == CG_OK)
-        st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
-                                         res->reservation_id, 4, NULL, serr);
-    return st;
-}
-
-/* A reservation outside a scope-bound key's subtree: rolled back, nothing touched, and
- * NOT_FOUND in the words of an unknown id (cg_store_reservation_lock). */
-static cg_status reservation_hidden(struct cg_rpc_call *call, const struct cg_rpc_env *env)
-{
-    cg_store_rollback(env->svc.store);
-    return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
-                       "reservation_id: no such reservation");
-}
-
-/* Opens the transaction of a Commit or Release and locks the reservation (first: the lock
- * order of store.h). On error the transaction is rolled back and call->err filled. */
-static cg_status begin_with_reservation(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                        const char *reservation_id, struct cg_reservation *res,
-                                        struct cg_err *serr)
-{
-    cg_status st = cg_rpc_begin(call, env, serr);
-    if (st != CG_OK)
-        return st;
-    st = cg_store_reservation_lock(env->svc.store, call->principal.tenant_id, reservation_id, res,
-                                   serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, serr);
-    if (!cg_rpc_scope_reachable(&call->principal, res->ids.session_id, res->ids.task_id))
-        return reservation_hidden(call, env);
-    return CG_OK;
 }
 
 cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -872,62 +566,19 @@ cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_en
     cg_status st = check_reservation_id(call, req->reservation_id);
     if (st != CG_OK)
         return st;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    struct cg_reservation res;
-    if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_budget_release_result res;
+    if ((st = cg_budget_release(&env->svc, &op, req->reservation_id, &res)) != CG_OK)
         return st;
-
     Ctxguard__V1__ReleaseResponse *resp =
         NEW(call, Ctxguard__V1__ReleaseResponse, ctxguard__v1__release_response__init);
-    if (resp == NULL) {
-        cg_store_rollback(env->svc.store);
+    if (resp == NULL ||
+        (resp->reservation = cg_rpc_reservation_out(call, &res.reservation)) == NULL)
         return OOM(call);
-    }
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    if (holds_tokens(&res)) {
-        /* ACTIVE, or ACTIVE past its expiry: the tokens go back to the pool now. */
-        st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &res.ids, true, false,
-                                cg_wall_ms(), path, &n, &serr);
-        if (st == CG_OK)
-            st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, n, 0,
-                                   -res.tokens, 0, -res.cost_micros, &serr);
-        if (st == CG_OK)
-            st = cg_budget_emit_path(&env->svc, call->principal.tenant_id, path, n, 0, 0,
-                                     -res.tokens, &serr);
-        if (st == CG_OK)
-            st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
-                                             res.reservation_id, res.state == 1 ? 3 : 4, NULL,
-                                             &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_fail(call, env, &serr);
-        resp->released_tokens = res.tokens;
-        resp->replayed = res.state == 4;
-        res.state = res.state == 1 ? 3 : 4;
-        res.settled_at_ms = cg_wall_ms();
-    } else if (res.state == 2) {
-        cg_store_rollback(env->svc.store);
-        return reservation_settled(call, CG_ERR_RESERVATION_SETTLED, &res, "committed",
-                                   "reservation %s is already committed", res.reservation_id);
-    } else {
-        resp->replayed = true; /* released or expired before */
-    }
-    if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-        return st;
-    cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-    if ((resp->reservation = cg_rpc_reservation_out(call, &res)) == NULL)
-        return OOM(call);
+    resp->released_tokens = res.released_tokens;
+    resp->replayed = res.replayed;
     *response = &resp->base;
     return CG_OK;
-}
-
-static bool same_usage(const struct cg_usage *a, const struct cg_usage *b)
-{
-    return a->input_tokens == b->input_tokens && a->output_tokens == b->output_tokens &&
-           a->cache_read_tokens == b->cache_read_tokens &&
-           a->cache_write_tokens == b->cache_write_tokens &&
-           (a->cost_micros == 0 || a->cost_micros == b->cost_micros);
 }
 
 cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -952,177 +603,6 @@ cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env
     if (env->svc.store == NULL)
         return CG_NEEDS_POOL;
     return cg_rpc_commit_single(call, env, req, response);
-}
-
-cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitResponse *resp,
-                               const struct cg_reservation *res, const struct cg_usage *usage,
-                               bool price_known, const struct cg_budget_row *path, int n,
-                               ProtobufCMessage **response)
-{
-    struct cg_budget_result r;
-    cg_budget_path_decide(path, n, 0, 0, &r);
-    if ((resp->reservation = cg_rpc_reservation_out(call, res)) == NULL ||
-        (resp->recorded_usage = cg_rpc_usage_out(call, usage)) == NULL)
-        return OOM(call);
-    resp->price_known = price_known;
-    if (!resp->calibration_updated)
-        resp->calibration_factor = 1.0;
-    cg_status st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels);
-    if (st != CG_OK)
-        return st;
-    *response = &resp->base;
-    return CG_OK;
-}
-
-bool cg_rpc_price_usage(const struct cg_rpc_env *env, const char *model, struct cg_usage *u)
-{
-    return price_usage(env, model, u);
-}
-
-int64_t cg_rpc_usage_tokens(const struct cg_usage *u)
-{
-    return usage_tokens(u);
-}
-
-int64_t cg_rpc_provider_input_tokens(int64_t provider_input_tokens, const struct cg_usage *u)
-{
-    if (provider_input_tokens > 0)
-        return provider_input_tokens;
-    return u->input_tokens + u->cache_read_tokens + u->cache_write_tokens;
-}
-
-/* Inside the Commit's transaction, after its spend: the OVERRUN event of a Commit that
- * recorded more than its reservation held (the spend counts in full; watchers learn both
- * figures). */
-static cg_status emit_overrun(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              const struct cg_reservation *res, const struct cg_usage *usage,
-                              struct cg_err *serr)
-{
-    struct cg_event_fields f;
-    memset(&f, 0, sizeof f);
-    snprintf(f.ref_id, sizeof f.ref_id, "%s", res->reservation_id);
-    f.ref_tokens = res->tokens;
-    f.ref_state = CTXGUARD__V1__RESERVATION_STATE__RESERVATION_STATE_COMMITTED;
-    f.ref_usage = *usage;
-    snprintf(f.message, sizeof f.message, "reservation %s held %lld tokens; %lld committed",
-             res->reservation_id, (long long)res->tokens, (long long)usage_tokens(usage));
-    return cg_store_event_append(env->svc.store, call->principal.tenant_id, &res->ids,
-                                 CG_EVENT_OVERRUN, &f, cg_wall_ms(), serr);
-}
-
-cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const Ctxguard__V1__CommitRequest *req, ProtobufCMessage **response)
-{
-    struct cg_usage usage;
-    bool price_known = false;
-    cg_status st = cg_rpc_usage_in(call, req->usage, &usage);
-    if (st != CG_OK)
-        return st;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    struct cg_reservation res;
-    if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
-        return st;
-
-    Ctxguard__V1__CommitResponse *resp =
-        NEW(call, Ctxguard__V1__CommitResponse, ctxguard__v1__commit_response__init);
-    if (resp == NULL) {
-        cg_store_rollback(env->svc.store);
-        return OOM(call);
-    }
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    if (res.state == 2) {
-        /* Committed before: the same usage is a retry, another one a mistake. */
-        cg_store_rollback(env->svc.store);
-        if (!same_usage(&usage, &res.committed))
-            return reservation_settled(call, CG_ERR_RESERVATION_SETTLED, &res, "committed",
-                                       "reservation %s was already committed with another usage",
-                                       res.reservation_id);
-        resp->replayed = true;
-        usage = res.committed;
-        price_known = usage.cost_micros > 0;
-        char entry[CG_UUID_LEN + 1];
-        if (cg_store_ledger_entry_of(env->svc.store, call->principal.tenant_id, res.reservation_id,
-                                     entry, &serr) != CG_OK)
-            return cg_rpc_store_error(call, &serr);
-        if ((resp->ledger_entry_id = cg_arena_strdup(call->arena, entry)) == NULL)
-            return OOM(call);
-        if ((st = cg_rpc_read_path(call, env, &res.ids, path, &n)) != CG_OK)
-            return st;
-    } else {
-        bool expired = res.state != 1;
-        if (expired && !req->record_if_expired) {
-            /* An ACTIVE reservation found past its expiry still returns its tokens. */
-            if (holds_tokens(&res)) {
-                if (expire(call, env, &res, path, &n, &serr) != CG_OK)
-                    return cg_rpc_store_fail(call, env, &serr);
-                if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-                    return st;
-                cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-            } else {
-                cg_store_rollback(env->svc.store);
-            }
-            return reservation_settled(
-                call, res.state == 3 ? CG_ERR_RESERVATION_SETTLED : CG_ERR_RESERVATION_EXPIRED,
-                &res, res.state == 3 ? "released" : "expired",
-                "reservation %s is %s; nothing recorded (set record_if_expired to "
-                "record the usage anyway)",
-                res.reservation_id, res.state == 3 ? "released" : "expired");
-        }
-        st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &res.ids, true, false,
-                                cg_wall_ms(), path, &n, &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_fail(call, env, &serr);
-        price_known = price_usage(env, req->model[0] ? req->model : res.model, &usage);
-        int64_t spent = usage_tokens(&usage);
-        /* An expired hold still holding tokens (found past its expiry) gives them back too. */
-        int64_t unhold = holds_tokens(&res) ? res.tokens : 0;
-        int64_t unhold_cost = holds_tokens(&res) ? res.cost_micros : 0;
-        char key[CG_IDEMPOTENCY_MAX + 1];
-        snprintf(key, sizeof key, "reservation:%s", res.reservation_id);
-        char entry[CG_UUID_LEN + 1];
-        st = cg_store_path_spend(env->svc.store, call->principal.tenant_id, path, n, &usage,
-                                 -unhold, -unhold_cost, &serr);
-        if (st == CG_OK)
-            st = cg_budget_emit_path(&env->svc, call->principal.tenant_id, path, n, spent,
-                                     usage.cache_read_tokens, -unhold, &serr);
-        if (st == CG_OK && !expired && spent > res.tokens)
-            st = emit_overrun(call, env, &res, &usage, &serr);
-        /* ACTIVE -> COMMITTED; found past its expiry -> EXPIRED; RELEASED stays so. */
-        int settled = res.state == 1 ? 2 : holds_tokens(&res) ? 4 : 0;
-        if (st == CG_OK && settled != 0)
-            st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
-                                             res.reservation_id, settled,
-                                             settled == 2 ? &usage : NULL, &serr);
-        if (st == CG_OK)
-            st = cg_store_ledger_append(env->svc.store, call->principal.tenant_id, &res.ids, &usage,
-                                        req->model[0] ? req->model : res.model, key,
-                                        res.reservation_id, entry, NULL, &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_fail(call, env, &serr);
-        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-            return st;
-        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-        resp->ledger_entry_id = cg_arena_strdup(call->arena, entry);
-        resp->released_tokens = expired ? 0 : (res.tokens > spent ? res.tokens - spent : 0);
-        resp->overrun_tokens = expired ? 0 : (spent > res.tokens ? spent - res.tokens : 0);
-        resp->reservation_expired = expired;
-        if (!expired) {
-            res.state = 2;
-            res.committed = usage;
-            res.settled_at_ms = cg_wall_ms();
-        }
-        /* Committed: now the calibration, best effort. */
-        struct cg_calibration_sample cal = {
-            .estimate_id = req->estimate_id[0] ? req->estimate_id : res.estimate_id,
-            .provider_tokens = cg_rpc_provider_input_tokens(req->provider_input_tokens, &usage),
-        };
-        cg_calibration_apply(&env->svc, call->principal.tenant_id, call->request_id, &cal, 1);
-        resp->calibration_updated = cal.updated;
-        resp->calibration_factor = cal.factor;
-    }
-    return cg_rpc_commit_finish(call, resp, &res, &usage, price_known, path, n, response);
 }
 
 cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -1155,80 +635,33 @@ cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_r
     if (st != CG_OK)
         return st;
 
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
-        return st;
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &ids, true, false, now_ms,
-                            path, &n, &serr);
-    /* Spend before the tenant's current period would count in a period that is over. */
-    if (st == CG_OK && req->occurred_at_unix_ms != 0 && path[0].period_start_ms != 0 &&
-        req->occurred_at_unix_ms < path[0].period_start_ms) {
-        cg_store_rollback(env->svc.store);
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'occurred_at_unix_ms' is before the current period, which "
-                          "started at %lld",
-                          (long long)path[0].period_start_ms);
-    }
-    /* What the caller sent, for comparing a retry; what is recorded carries a price. */
-    struct cg_usage asked = usage;
-    bool price_known = price_usage(env, req->model, &usage);
-    char entry[CG_UUID_LEN + 1] = "";
-    struct cg_ledger_first first;
-    if (st == CG_OK)
-        st = cg_store_ledger_append_at(env->svc.store, call->principal.tenant_id, &ids, &usage,
-                                       req->model, req->idempotency_key, NULL,
-                                       req->occurred_at_unix_ms, entry, &first, &serr);
-    bool replayed = false;
-    if (st == CG_ALREADY_EXISTS) {
-        cg_store_rollback(env->svc.store);
-        /* A retry repeats the first request; anything else must not pass as one. */
-        const char *other = !cg_scope_equal(&ids, &first.ids)      ? "another scope"
-                            : !same_usage(&asked, &first.usage)    ? "other usage"
-                            : strcmp(req->model, first.model) != 0 ? "another model"
-                                                                   : NULL;
-        if (other != NULL)
-            return key_reused(call, req->idempotency_key, &first.ids, first.created_at_ms,
-                              "first_ledger_entry_id", entry, other);
-        replayed = true;
-        usage = first.usage;
-        price_known = usage.cost_micros > 0;
-        if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
-            return st;
-    } else {
-        if (st == CG_OK)
-            st = cg_store_path_spend(env->svc.store, call->principal.tenant_id, path, n, &usage, 0,
-                                     0, &serr);
-        if (st == CG_OK)
-            st = cg_budget_emit_path(&env->svc, call->principal.tenant_id, path, n,
-                                     usage_tokens(&usage), usage.cache_read_tokens, 0, &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_fail(call, env, &serr);
-        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-            return st;
-        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-    }
-    /* Committed (a replay calibrated the first time, if at all): best effort. */
-    struct cg_calibration_sample cal = {
-        .estimate_id = replayed ? "" : req->estimate_id,
-        .provider_tokens = cg_rpc_provider_input_tokens(req->provider_input_tokens, &usage),
+    struct cg_budget_record_request in = {
+        .ids = ids,
+        .usage = usage,
+        .model = req->model,
+        .idempotency_key = req->idempotency_key,
+        .estimate_id = req->estimate_id,
+        .provider_input_tokens = req->provider_input_tokens,
+        .occurred_at_ms = req->occurred_at_unix_ms,
+        .now_ms = now_ms,
     };
-    cg_calibration_apply(&env->svc, call->principal.tenant_id, call->request_id, &cal, 1);
-
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_budget_record_result out;
+    if ((st = cg_budget_record_usage(&env->svc, &op, &in, &out)) != CG_OK)
+        return st;
     struct cg_budget_result r;
-    cg_budget_path_decide(path, n, 0, 0, &r);
+    cg_budget_path_decide(out.rec.path, out.rec.n, 0, 0, &r);
     Ctxguard__V1__RecordUsageResponse *resp =
         NEW(call, Ctxguard__V1__RecordUsageResponse, ctxguard__v1__record_usage_response__init);
-    if (resp == NULL || (resp->recorded_usage = cg_rpc_usage_out(call, &usage)) == NULL ||
-        (resp->ledger_entry_id = cg_arena_strdup(call->arena, entry)) == NULL)
+    if (resp == NULL || (resp->recorded_usage = cg_rpc_usage_out(call, &out.rec.usage)) == NULL ||
+        (resp->ledger_entry_id = cg_arena_strdup(call->arena, out.rec.ledger_entry_id)) == NULL)
         return OOM(call);
-    resp->replayed = replayed;
-    resp->price_known = price_known;
-    resp->calibration_updated = cal.updated;
-    resp->calibration_factor = cal.factor;
-    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
+    resp->replayed = out.replayed;
+    resp->price_known = out.rec.price_known;
+    resp->calibration_updated = out.rec.calibration_updated;
+    resp->calibration_factor = out.rec.calibration_factor;
+    if ((st = cg_rpc_levels_out(call, out.rec.path, out.rec.n, &r, &resp->levels,
+                                &resp->n_levels)) != CG_OK)
         return st;
     *response = &resp->base;
     return CG_OK;

@@ -95,7 +95,8 @@ Ctxguard__V1__Approval *cg_rpc_approval_out(struct cg_rpc_call *call, const stru
 
 /* ---- Reserve and Commit, one request or a batch (rpc_budget_batch.c) ---- */
 
-/* The Reserve / Commit of one request in a transaction of its own: the path when no batch
+/* The Reserve / Commit of one request in a transaction of its own (rpc_budget_write.c over
+ * service/budget_reserve.h): the path when no batch
  * runs, and a batch's fallback for what it does not decide itself (replays, approvals,
  * expired reservations, errors). The request is already checked. */
 cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -105,11 +106,6 @@ cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_en
 cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                const Ctxguard__V1__CommitRequest *req,
                                ProtobufCMessage **response) CG_MUST_CHECK;
-
-/* A Reserve's TTL (the request's, else the scope's, else the default) and priced hold. */
-uint32_t cg_rpc_reserve_ttl(const Ctxguard__V1__ReserveRequest *req,
-                            const struct cg_budget_row *scope_row);
-int64_t cg_rpc_reserve_cost(const struct cg_rpc_env *env, const Ctxguard__V1__ReserveRequest *req);
 
 /* The answer of a Reserve that held its tokens: path is the path right after the hold,
  * decided the decision taken before it. */
@@ -128,16 +124,6 @@ cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitRes
 
 Ctxguard__V1__Reservation *cg_rpc_reservation_out(struct cg_rpc_call *call,
                                                   const struct cg_reservation *res);
-
-/* Prices u from the price table when it has no cost; whether the cost is known. */
-bool cg_rpc_price_usage(const struct cg_rpc_env *env, const char *model, struct cg_usage *u);
-
-/* Input + output + cache tokens of u. */
-int64_t cg_rpc_usage_tokens(const struct cg_usage *u);
-
-/* The provider's count of a prompt for calibration: provider_input_tokens when > 0, else
- * input + cache_read + cache_write of u (CommitRequest's rule). */
-int64_t cg_rpc_provider_input_tokens(int64_t provider_input_tokens, const struct cg_usage *u);
 
 typedef enum { CG_BATCH_RESERVE = 1, CG_BATCH_COMMIT = 2 } cg_batch_kind;
 

@@ -31,6 +31,8 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "core/budget_events.h"
+#include "service/budget.h"
+#include "service/budget_reserve.h"
 #include "service/cache.h"
 #include "rpc/rpc_budget.h"
 #include "service/calibration.h"
@@ -354,7 +356,8 @@ static void decide_reserve(const struct cg_rpc_env *env, struct batch *b, struct
     for (int l = 0; l < n; l++)
         it->after[l] = rows->row[at[l]];
     it->n = n;
-    int64_t hold_cost = cg_rpc_reserve_cost(env, req);
+    int64_t hold_cost =
+        cg_budget_price_estimate(&env->svc, req->model, req->tokens, req->estimated_output_tokens);
     cg_budget_path_decide(it->after, n, req->tokens, hold_cost, &it->decided);
     if (it->decided.decision == CG_DECISION_REQUIRE_APPROVAL) {
         b->state[i] = ITEM_FALLBACK;
@@ -366,7 +369,7 @@ static void decide_reserve(const struct cg_rpc_env *env, struct batch *b, struct
         b->state[i] = ITEM_DENIED;
         return;
     }
-    uint32_t ttl = cg_rpc_reserve_ttl(req, &it->after[n - 1]);
+    uint32_t ttl = cg_budget_reserve_ttl(req->ttl_ms, &it->after[n - 1]);
     if (cg_store_uuid(it->reservation_id) != CG_OK ||
         !apply(rows, at, n, NULL, req->tokens, hold_cost, before, it->after)) {
         b->state[i] = ITEM_FALLBACK;
@@ -401,7 +404,7 @@ static void decide_commit(const struct cg_rpc_env *env, struct batch *b, struct 
         b->state[i] = ITEM_FALLBACK;
         return;
     }
-    it->spent = cg_rpc_usage_tokens(&it->usage);
+    it->spent = cg_budget_usage_tokens(&it->usage);
     /* An overrun's OVERRUN event names the reservation (the batch's events carry no
      * reference): the one-request path writes it. Overruns are the exception. */
     if (it->spent > it->res.tokens) {
@@ -409,7 +412,7 @@ static void decide_commit(const struct cg_rpc_env *env, struct batch *b, struct 
         return;
     }
     it->price_known =
-        cg_rpc_price_usage(env, req->model[0] ? req->model : it->res.model, &it->usage);
+        cg_budget_price_usage(&env->svc, req->model[0] ? req->model : it->res.model, &it->usage);
     struct cg_budget_row before[CG_PATH_MAX];
     if (cg_store_uuid(it->entry_id) != CG_OK ||
         !apply(rows, at, n, &it->usage, -it->res.tokens, -it->res.cost_micros, before, it->after)) {
@@ -535,7 +538,7 @@ static void calibrate(const struct cg_rpc_env *env, const char *tenant, struct b
         const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)it->request;
         it->cal.estimate_id = req->estimate_id[0] ? req->estimate_id : it->res.estimate_id;
         it->cal.provider_tokens =
-            cg_rpc_provider_input_tokens(req->provider_input_tokens, &it->usage);
+            cg_budget_provider_input_tokens(req->provider_input_tokens, &it->usage);
         it->cal.updated = false;
         it->cal.factor = 1.0;
         if (it->cal.estimate_id[0] != '\0')

@@ -339,3 +339,56 @@ Ctxguard__V1__Approval *cg_rpc_approval_out(struct cg_rpc_call *call, const stru
         return NULL;
     return m;
 }
+
+/* ---------------------------------------------------------------- Reserve / Commit - */
+
+cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__ReserveRequest *req,
+                               const struct cg_budget_row *path, int n,
+                               const struct cg_budget_result *decided,
+                               const struct cg_reservation *res, ProtobufCMessage **response)
+{
+    Ctxguard__V1__ReserveResponse *resp =
+        NEW(call, Ctxguard__V1__ReserveResponse, ctxguard__v1__reserve_response__init);
+    if (resp == NULL)
+        return OOM(call);
+    cg_status st;
+    resp->decision = (Ctxguard__V1__Decision)decided->decision;
+    resp->backpressure_delay_ms = decided->delay_ms;
+    resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, decided->delay_ms);
+    if ((st = cg_rpc_reasons_out(call, path, n, decided, &resp->reasons, &resp->n_reasons)) !=
+        CG_OK)
+        return st;
+    if (decided->tightest >= 0) {
+        resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[decided->tightest].level;
+        resp->tightest_ratio = decided->tightest_ratio;
+    }
+    /* Levels after the hold. */
+    struct cg_budget_result r;
+    cg_budget_path_decide(path, n, 0, 0, &r);
+    if ((resp->reservation = cg_rpc_reservation_out(call, res)) == NULL)
+        return OOM(call);
+    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
+        return st;
+    *response = &resp->base;
+    return CG_OK;
+}
+
+cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitResponse *resp,
+                               const struct cg_reservation *res, const struct cg_usage *usage,
+                               bool price_known, const struct cg_budget_row *path, int n,
+                               ProtobufCMessage **response)
+{
+    struct cg_budget_result r;
+    cg_budget_path_decide(path, n, 0, 0, &r);
+    if ((resp->reservation = cg_rpc_reservation_out(call, res)) == NULL ||
+        (resp->recorded_usage = cg_rpc_usage_out(call, usage)) == NULL)
+        return OOM(call);
+    resp->price_known = price_known;
+    if (!resp->calibration_updated)
+        resp->calibration_factor = 1.0;
+    cg_status st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels);
+    if (st != CG_OK)
+        return st;
+    *response = &resp->base;
+    return CG_OK;
+}
