@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "core/keyrole.h"
 #include "service/service.h"
+#include "service/sweep.h"
 #include "store/store.h"
 
 struct cg_reflection;
@@ -219,16 +220,12 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
  * Returns whether the serving state changed. */
 bool cg_rpc_health_probe(const struct cg_rpc_env *env);
 
-/* One pass of the sweeper (rpc_sweep.c) through env->svc.store at now_ms (unix ms; cg_wall_ms()
- * in production): for every tenant, applies the budget reset that is due and settles the
- * reservations that expired at or before now_ms as EXPIRED, returning their holds to every
- * level of their paths, in transactions of at most 100 reservations. Safe with several
- * replicas sweeping at once. Clears the store's deadline (each statement is bounded by the
- * statement timeout) and must not be called inside a transaction. *expired gets how many
- * reservations this pass settled. Returns true when every tenant was swept; false when
- * the health state is NOT_SERVING (nothing is tried) or a store error stopped part of the
- * pass (logged). Not thread-safe: env->svc.store is the calling thread's. */
-bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired);
+/* One pass of the sweeper: service/sweep.h cg_sweep_pass on the thread's service env (this
+ * name stays for the transport's monitor thread and the tests). */
+static inline bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired)
+{
+    return cg_sweep_pass(&env->svc, now_ms, expired);
+}
 
 /* One step of WatchUsage's delivery (rpc_watch.c), for the one thread of the process that
  * owns listener and feeds env->svc.watch_hub (never NULL here; one thread per hub): waits up to
