@@ -192,11 +192,6 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
 struct cg_rpc_pseudonyms *cg_rpc_pseudonyms_new(size_t max_sessions);
 void cg_rpc_pseudonyms_free(struct cg_rpc_pseudonyms *p);
 
-/* The batcher of rpc_budget_batch.c (env->svc.batcher): thread-safe; freed after every pool
- * thread that may lead a batch has stopped. NULL when out of memory. */
-struct cg_rpc_batcher *cg_rpc_batcher_new(void);
-void cg_rpc_batcher_free(struct cg_rpc_batcher *batcher);
-
 /* WatchUsage's fan-out (rpc_watch.c; env->svc.watch_hub): per watched tenant a bounded ring of
  * its committed events, fed by one events thread (cg_rpc_events_step) and read by the
  * streams' polls. Thread-safe; freed after the events thread and every stream are gone

@@ -545,11 +545,24 @@ cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_en
         st = cg_rpc_check_delay_mode(call, req->delay_mode);
     if (st != CG_OK)
         return st;
+    struct cg_budget_reserve_request in = {
+        .ids = ids,
+        .tokens = req->tokens,
+        .estimated_output_tokens = req->estimated_output_tokens,
+        .model = req->model,
+        .estimate_id = req->estimate_id,
+        .idempotency_key = req->idempotency_key,
+        .ttl_ms = req->ttl_ms,
+    };
+    struct cg_op op = cg_rpc_op(call);
     if (cg_rpc_batch_can_defer(call, env))
-        return cg_rpc_batch_submit(call, env, CG_BATCH_RESERVE, &req->base, &ids);
+        return cg_budget_batch_submit(&env->svc, &op, &in, NULL, cg_rpc_batch_done, call);
     if (env->svc.store == NULL)
         return CG_NEEDS_POOL;
-    return cg_rpc_reserve_single(call, env, req, &ids, response);
+    struct cg_budget_reserve_result out;
+    if ((st = cg_budget_reserve(&env->svc, &op, &in, &out)) != CG_OK)
+        return st;
+    return cg_rpc_reserve_answer(call, req->delay_mode, &out, response);
 }
 
 static cg_status check_reservation_id(struct cg_rpc_call *call, const char *id)
@@ -585,10 +598,16 @@ cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env
                                const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)request;
-    struct cg_usage usage;
+    struct cg_budget_commit_request in = {
+        .reservation_id = req->reservation_id,
+        .model = req->model,
+        .estimate_id = req->estimate_id,
+        .provider_input_tokens = req->provider_input_tokens,
+        .record_if_expired = req->record_if_expired,
+    };
     cg_status st = check_reservation_id(call, req->reservation_id);
     if (st == CG_OK)
-        st = cg_rpc_usage_in(call, req->usage, &usage);
+        st = cg_rpc_usage_in(call, req->usage, &in.usage);
     if (st == CG_OK)
         st = cg_rpc_check_text(call, "model", req->model, CG_MODEL_MAX);
     if (st == CG_OK)
@@ -598,11 +617,15 @@ cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env
                                 CG_TOKENS_PER_CALL_MAX * 3);
     if (st != CG_OK)
         return st;
+    struct cg_op op = cg_rpc_op(call);
     if (cg_rpc_batch_can_defer(call, env))
-        return cg_rpc_batch_submit(call, env, CG_BATCH_COMMIT, &req->base, NULL);
+        return cg_budget_batch_submit(&env->svc, &op, NULL, &in, cg_rpc_batch_done, call);
     if (env->svc.store == NULL)
         return CG_NEEDS_POOL;
-    return cg_rpc_commit_single(call, env, req, response);
+    struct cg_budget_commit_result out;
+    if ((st = cg_budget_commit(&env->svc, &op, &in, &out)) != CG_OK)
+        return st;
+    return cg_rpc_commit_answer(call, &out, response);
 }
 
 cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_rpc_env *env,

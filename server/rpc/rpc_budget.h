@@ -1,6 +1,6 @@
 /* rpc_budget.h - what the BudgetService handler files share (rpc_budget*.c): the answers,
  * domain rows, decisions, reservations and approvals as proto messages (rpc_budget_out.c,
- * all allocated in the call's arena), the one-request Reserve / Commit and the batcher.
+ * all allocated in the call's arena) and the answers of Reserve and Commit.
  * Internal to rpc/. The request checks are rpc_check.h; the flows service/budget*.h.
  */
 #ifndef CG_RPC_BUDGET_H
@@ -10,6 +10,7 @@
 #include "ctxguard/v1/budget.pb-c.h"
 #include "rpc/rpc_handlers.h"
 #include "service/budget_approvals.h"
+#include "service/budget_batch.h"
 #include "service/budget_events.h"
 #include "service/budget_path.h"
 
@@ -93,23 +94,11 @@ cg_status cg_rpc_extension_reasons(struct cg_rpc_call *call, const struct cg_bud
 /* An Approval message (NULL when out of memory). */
 Ctxguard__V1__Approval *cg_rpc_approval_out(struct cg_rpc_call *call, const struct cg_approval *a);
 
-/* ---- Reserve and Commit, one request or a batch (rpc_budget_batch.c) ---- */
-
-/* The Reserve / Commit of one request in a transaction of its own (rpc_budget_write.c over
- * service/budget_reserve.h): the path when no batch
- * runs, and a batch's fallback for what it does not decide itself (replays, approvals,
- * expired reservations, errors). The request is already checked. */
-cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                const Ctxguard__V1__ReserveRequest *req,
-                                const struct cg_scope_ids *ids,
-                                ProtobufCMessage **response) CG_MUST_CHECK;
-cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const Ctxguard__V1__CommitRequest *req,
-                               ProtobufCMessage **response) CG_MUST_CHECK;
+/* ---- Reserve answers (rpc_budget_out.c) ---- */
 
 /* The answer of a Reserve that held its tokens: path is the path right after the hold,
  * decided the decision taken before it. */
-cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__ReserveRequest *req,
+cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, int delay_mode,
                                const struct cg_budget_row *path, int n,
                                const struct cg_budget_result *decided,
                                const struct cg_reservation *res,
@@ -125,20 +114,27 @@ cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitRes
 Ctxguard__V1__Reservation *cg_rpc_reservation_out(struct cg_rpc_call *call,
                                                   const struct cg_reservation *res);
 
-typedef enum { CG_BATCH_RESERVE = 1, CG_BATCH_COMMIT = 2 } cg_batch_kind;
+/* ---- Reserve and Commit answers (rpc_budget_write.c) ---- */
+
+/* The answer of a Reserve (delay_mode: the request's) or a Commit from the service's
+ * result. */
+cg_status cg_rpc_reserve_answer(struct cg_rpc_call *call, int delay_mode,
+                                const struct cg_budget_reserve_result *out,
+                                ProtobufCMessage **response) CG_MUST_CHECK;
+cg_status cg_rpc_commit_answer(struct cg_rpc_call *call, const struct cg_budget_commit_result *out,
+                               ProtobufCMessage **response) CG_MUST_CHECK;
+
+/* cg_budget_batch_done_cb for a deferred Reserve or Commit: ctx is its call, whose request
+ * gives the Reserve's delay_mode; encodes the answer and hands the call back to the
+ * transport (cg_rpc_complete). */
+void cg_rpc_batch_done(void *ctx, cg_status st, const struct cg_budget_batch_answer *answer);
 
 /* Whether this call may be deferred into a batch (the transport can resume it later and
  * the server has a batcher). */
-bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call, const struct cg_rpc_env *env);
-
-/* Queues the checked request into its tenant's batch and returns CG_DEFERRED: the call is
- * answered later (cg_rpc_complete) by whichever pool thread leads the tenant's batches,
- * possibly this one before this returns. After this the caller must not touch call.
- * Without a store (env->svc.store NULL: a completion-queue thread) it only joins a batch that
- * is running; when none is, it returns CG_NEEDS_POOL without queueing anything. ids: the Reserve's
- * scope (NULL for Commit). */
-cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              cg_batch_kind kind, const ProtobufCMessage *request,
-                              const struct cg_scope_ids *ids);
+static inline bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call,
+                                          const struct cg_rpc_env *env)
+{
+    return env->svc.batcher != NULL && call->resume != NULL;
+}
 
 #endif

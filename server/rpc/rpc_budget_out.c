@@ -342,7 +342,7 @@ Ctxguard__V1__Approval *cg_rpc_approval_out(struct cg_rpc_call *call, const stru
 
 /* ---------------------------------------------------------------- Reserve / Commit - */
 
-cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__ReserveRequest *req,
+cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, int delay_mode,
                                const struct cg_budget_row *path, int n,
                                const struct cg_budget_result *decided,
                                const struct cg_reservation *res, ProtobufCMessage **response)
@@ -354,7 +354,7 @@ cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__Res
     cg_status st;
     resp->decision = (Ctxguard__V1__Decision)decided->decision;
     resp->backpressure_delay_ms = decided->delay_ms;
-    resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, decided->delay_ms);
+    resp->delay_held_ms = cg_rpc_hold(call, delay_mode, decided->delay_ms);
     if ((st = cg_rpc_reasons_out(call, path, n, decided, &resp->reasons, &resp->n_reasons)) !=
         CG_OK)
         return st;

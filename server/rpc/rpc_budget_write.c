@@ -1,11 +1,11 @@
-/* rpc_budget_write.c - Reserve and Commit of one request: the checked request into the
- * budget service's domain request, one call (service/budget_reserve.h), the answer. Used by
- * the handlers of rpc_budget.c when no batch runs and by the batcher (rpc_budget_batch.c)
- * for what a batch does not decide itself; calls neither back.
+/* rpc_budget_write.c - the answers of Reserve and Commit from the budget service's results
+ * (service/budget_reserve.h), whether the handler got them itself or the batcher
+ * (service/budget_batch.h) answers the deferred call through cg_rpc_batch_done.
  */
 #include "rpc/rpc_budget.h"
 
 #include "ctxguard/v1/budget.pb-c.h"
+#include "service/budget_batch.h"
 #include "service/budget_reserve.h"
 
 /* The answer of a Reserve that held nothing: a replay of the one that held the tokens, or
@@ -47,58 +47,44 @@ static cg_status reserve_unheld_reply(struct cg_rpc_call *call,
     return CG_OK;
 }
 
-cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                const Ctxguard__V1__ReserveRequest *req,
-                                const struct cg_scope_ids *scope_ids, ProtobufCMessage **response)
+cg_status cg_rpc_reserve_answer(struct cg_rpc_call *call, int delay_mode,
+                                const struct cg_budget_reserve_result *out,
+                                ProtobufCMessage **response)
 {
-    struct cg_budget_reserve_request in = {
-        .ids = *scope_ids,
-        .tokens = req->tokens,
-        .estimated_output_tokens = req->estimated_output_tokens,
-        .model = req->model,
-        .estimate_id = req->estimate_id,
-        .idempotency_key = req->idempotency_key,
-        .ttl_ms = req->ttl_ms,
-    };
-    struct cg_op op = cg_rpc_op(call);
-    struct cg_budget_reserve_result out;
-    cg_status st = cg_budget_reserve(&env->svc, &op, &in, &out);
-    if (st != CG_OK)
-        return st;
-    if (out.outcome == CG_RESERVE_HELD)
-        return cg_rpc_reserve_reply(call, req, out.path, out.n, &out.decision, &out.reservation,
-                                    response);
-    return reserve_unheld_reply(call, &out, response);
+    if (out->outcome == CG_RESERVE_HELD)
+        return cg_rpc_reserve_reply(call, delay_mode, out->path, out->n, &out->decision,
+                                    &out->reservation, response);
+    return reserve_unheld_reply(call, out, response);
 }
 
-cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const Ctxguard__V1__CommitRequest *req, ProtobufCMessage **response)
+cg_status cg_rpc_commit_answer(struct cg_rpc_call *call, const struct cg_budget_commit_result *out,
+                               ProtobufCMessage **response)
 {
-    struct cg_budget_commit_request in = {
-        .reservation_id = req->reservation_id,
-        .model = req->model,
-        .estimate_id = req->estimate_id,
-        .provider_input_tokens = req->provider_input_tokens,
-        .record_if_expired = req->record_if_expired,
-    };
-    cg_status st = cg_rpc_usage_in(call, req->usage, &in.usage);
-    if (st != CG_OK)
-        return st;
-    struct cg_op op = cg_rpc_op(call);
-    struct cg_budget_commit_result out;
-    if ((st = cg_budget_commit(&env->svc, &op, &in, &out)) != CG_OK)
-        return st;
     Ctxguard__V1__CommitResponse *resp =
         NEW(call, Ctxguard__V1__CommitResponse, ctxguard__v1__commit_response__init);
     if (resp == NULL ||
-        (resp->ledger_entry_id = cg_arena_strdup(call->arena, out.rec.ledger_entry_id)) == NULL)
+        (resp->ledger_entry_id = cg_arena_strdup(call->arena, out->rec.ledger_entry_id)) == NULL)
         return OOM(call);
-    resp->replayed = out.replayed;
-    resp->released_tokens = out.released_tokens;
-    resp->overrun_tokens = out.overrun_tokens;
-    resp->reservation_expired = out.reservation_expired;
-    resp->calibration_updated = out.rec.calibration_updated;
-    resp->calibration_factor = out.rec.calibration_factor;
-    return cg_rpc_commit_finish(call, resp, &out.reservation, &out.rec.usage, out.rec.price_known,
-                                out.rec.path, out.rec.n, response);
+    resp->replayed = out->replayed;
+    resp->released_tokens = out->released_tokens;
+    resp->overrun_tokens = out->overrun_tokens;
+    resp->reservation_expired = out->reservation_expired;
+    resp->calibration_updated = out->rec.calibration_updated;
+    resp->calibration_factor = out->rec.calibration_factor;
+    return cg_rpc_commit_finish(call, resp, &out->reservation, &out->rec.usage,
+                                out->rec.price_known, out->rec.path, out->rec.n, response);
+}
+
+void cg_rpc_batch_done(void *ctx, cg_status st, const struct cg_budget_batch_answer *answer)
+{
+    struct cg_rpc_call *call = ctx;
+    ProtobufCMessage *response = NULL;
+    if (st == CG_OK && answer->kind == CG_BATCH_RESERVE) {
+        const Ctxguard__V1__ReserveRequest *req =
+            (const Ctxguard__V1__ReserveRequest *)call->request;
+        st = cg_rpc_reserve_answer(call, req->delay_mode, answer->reserve, &response);
+    } else if (st == CG_OK) {
+        st = cg_rpc_commit_answer(call, answer->commit, &response);
+    }
+    cg_rpc_complete(call, st, response);
 }
