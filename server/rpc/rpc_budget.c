@@ -227,14 +227,11 @@ cg_status cg_rpc_budget_get(struct cg_rpc_call *call, const struct cg_rpc_env *e
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
+    struct cg_budget_result r;
+    struct cg_op op = cg_rpc_op(call);
+    if ((st = cg_budget_get(&env->svc, &op, &ids, level, path, &n, &r)) != CG_OK)
         return st;
     const struct cg_budget_row *row = &path[n - 1];
-    if (!row->has_budget)
-        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_BUDGET_NOT_FOUND,
-                           "the %s has no budget", cg_level_name((cg_level)level));
-    struct cg_budget_result r;
-    cg_budget_path_decide(path, n, 0, 0, &r);
 
     Ctxguard__V1__GetBudgetResponse *resp =
         NEW(call, Ctxguard__V1__GetBudgetResponse, ctxguard__v1__get_budget_response__init);

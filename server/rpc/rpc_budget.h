@@ -40,28 +40,8 @@ cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_ro
                              const struct cg_budget_result *r, Ctxguard__V1__DecisionReason ***out,
                              size_t *nout) CG_MUST_CHECK;
 
-/* The transaction steps and the path read of service/budget_path.h on the call's operation
- * (its err, principal): kept for the handlers that still run their own transactions
- * (Reserve, Commit, Release, RecordUsage, SetBudget; cg_rpc_read_path for rpc_watch.c)
- * until those flows move into service/. */
-static inline cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                     struct cg_err *serr)
-{
-    struct cg_op op = cg_rpc_op(call);
-    return cg_budget_tx_begin(&env->svc, &op, serr);
-}
-static inline cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                      struct cg_err *serr)
-{
-    struct cg_op op = cg_rpc_op(call);
-    return cg_budget_tx_commit(&env->svc, &op, serr);
-}
-static inline cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                          const struct cg_err *serr)
-{
-    struct cg_op op = cg_rpc_op(call);
-    return cg_budget_tx_fail(&env->svc, &op, serr);
-}
+/* The path read of service/budget_path.h on the call's operation (its err, principal):
+ * this name stays for rpc_watch.c until WatchUsage moves into service/. */
 static inline cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                          const struct cg_scope_ids *ids, struct cg_budget_row *path,
                                          int *n)

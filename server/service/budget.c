@@ -1,6 +1,6 @@
-/* budget.c - the budget service's reads (service/budget.h): CheckBudget's path through the
- * process cache, Redis and PostgreSQL, the on_store_failure policy while PostgreSQL is out
- * of reach, the decision and the approval gate.
+/* budget.c - the budget service's reads (service/budget.h): GetBudget, and CheckBudget's
+ * path through the process cache, Redis and PostgreSQL, the on_store_failure policy while
+ * PostgreSQL is out of reach, the decision and the approval gate.
  *
  * The cache hit is the hot path (a completion-queue thread answers it without the pool):
  * nothing is allocated or locked beyond the cache's own lookup, and the rows are copied
@@ -21,6 +21,20 @@ int64_t cg_budget_price_estimate(const struct cg_svc_env *env, const char *model
 {
     const struct cg_price *p = env->prices ? cg_price_lookup(env->prices, model) : NULL;
     return p ? cg_price_cost(p, tokens - output, output, 0, 0) : 0;
+}
+
+cg_status cg_budget_get(const struct cg_svc_env *env, const struct cg_op *op,
+                        const struct cg_scope_ids *ids, int level, struct cg_budget_row *path,
+                        int *n, struct cg_budget_result *r)
+{
+    cg_status st = cg_budget_read_path(env, op, ids, path, n);
+    if (st != CG_OK)
+        return st;
+    if (!path[*n - 1].has_budget)
+        return cg_err_setr(op->err, CG_NOT_FOUND, CG_ERR_BUDGET_NOT_FOUND, "the %s has no budget",
+                           cg_level_name((cg_level)level));
+    cg_budget_path_decide(path, *n, 0, 0, r);
+    return CG_OK;
 }
 
 /* Whether the tenant row of a path has a reset due at now_ms: the answer must then come

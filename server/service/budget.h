@@ -1,5 +1,5 @@
-/* budget.h - the budget service's reads: CheckBudget (the path through the process cache,
- * Redis and PostgreSQL, the on_store_failure policy when PostgreSQL is out of reach, the
+/* budget.h - the budget service's reads: GetBudget, CheckBudget (the path through the process
+ * cache, Redis and PostgreSQL, the on_store_failure policy when PostgreSQL is out of reach, the
  * decision and the approval gate) and the pricing of an estimate. Domain types only.
  */
 #ifndef CG_SERVICE_BUDGET_H
@@ -59,6 +59,13 @@ struct cg_budget_check_result {
  * prices); 0 when the model is unpriced. */
 int64_t cg_budget_price_estimate(const struct cg_svc_env *env, const char *model, int64_t tokens,
                                  int64_t output);
+
+/* GetBudget: the path of ids (op's tenant, at level) read from PostgreSQL
+ * (cg_budget_read_path) into path[0..*n) and decided for 0 tokens into *r. NOT_FOUND
+ * (BUDGET_NOT_FOUND) when the scope has no budget. On error op->err is set. */
+cg_status cg_budget_get(const struct cg_svc_env *env, const struct cg_op *op,
+                        const struct cg_scope_ids *ids, int level, struct cg_budget_row *path,
+                        int *n, struct cg_budget_result *r) CG_MUST_CHECK;
 
 /* CheckBudget: reads the path of req->ids (op's tenant) from the process cache (fresh rows
  * only), then Redis, then PostgreSQL (what Redis or PostgreSQL gave fills the caches above
