@@ -6,6 +6,7 @@
 
 #include "llm/llm.h"
 #include "rpc/reflection.h"
+#include "service/budget_batch.h"
 #include "service/cache.h"
 #include "service/pseudonyms.h"
 #include "service/tokenizers.h"
@@ -64,7 +65,7 @@ cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *
         return err->code != CG_OK ? err->code : CG_NOMEM;
     }
     cg_health_init(&app->health);
-    if (cfg->write_batching && (app->batcher = cg_rpc_batcher_new()) == NULL)
+    if (cfg->write_batching && (app->batcher = cg_budget_batcher_new()) == NULL)
         return cg_err_set(err, CG_NOMEM, "out of memory");
     /* Without a row TTL there is no cache at all (every CheckBudget goes to the pool). */
     if (cfg->cache_row_ttl_ms > 0) {
@@ -91,7 +92,7 @@ void cg_app_cleanup(struct cg_app *app)
     cg_pseudonyms_free(app->pseudonyms);
     cg_llm_breaker_free(app->llm_breaker);
     cg_cache_free(app->cache);
-    cg_rpc_batcher_free(app->batcher);
+    cg_budget_batcher_free(app->batcher);
     cg_reflection_free(app->reflection);
     cg_tokenizers_cleanup(&app->tokenizers);
     if (app->started)

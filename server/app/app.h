@@ -43,7 +43,7 @@ struct cg_app {
     struct cg_tokenizers tokenizers;    /* CountTokens' exact encodings */
     struct cg_reflection *reflection;   /* the reflection service's index */
     struct cg_cache *cache;             /* keys and budget rows; NULL: no row TTL, none */
-    struct cg_rpc_batcher *batcher;     /* NULL when write_batching is off */
+    struct cg_budget_batcher *batcher;  /* NULL when write_batching is off */
     struct cg_llm_breaker *llm_breaker; /* shared by every thread's LLM client */
     struct cg_pseudonyms *pseudonyms;   /* Summarize's per-session redaction labels */
     struct cg_watch_hub *watch_hub;     /* WatchUsage's fan-out */

@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "core/keyrole.h"
 #include "service/service.h"
+#include "service/sweep.h"
 #include "store/store.h"
 
 struct cg_reflection;
@@ -63,13 +64,12 @@ struct cg_rpc_call {
     void (*resume)(struct cg_rpc_call *call, cg_status st, uint8_t *out, size_t out_len);
 };
 
-/* The call as one operation of a service (service/service.h), borrowing the call's arena,
- * request id, deadline, principal and error for the length of the service call. */
+/* The call as one operation of a service (service/service.h): borrows the call's arena,
+ * request id, deadline, principal and err for the length of the service call. */
 static inline struct cg_op cg_rpc_op(struct cg_rpc_call *call)
 {
-    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
-                       &call->err};
-    return op;
+    return (struct cg_op){call->arena, call->request_id, call->deadline_ms, &call->principal,
+                          &call->err};
 }
 
 typedef cg_status (*cg_rpc_handler_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -184,11 +184,6 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
                         size_t *out_len) CG_MUST_CHECK;
 
-/* The batcher of rpc_budget_batch.c (env->svc.batcher): thread-safe; freed after every pool
- * thread that may lead a batch has stopped. NULL when out of memory. */
-struct cg_rpc_batcher *cg_rpc_batcher_new(void);
-void cg_rpc_batcher_free(struct cg_rpc_batcher *batcher);
-
 /* Answers a deferred call (see cg_rpc_call.resume): encodes response when st is CG_OK
  * (or fills call->err with st's text when the handler left it empty) and hands the call
  * back to the transport. Any thread; the call must not be touched afterwards. */
@@ -201,15 +196,11 @@ cg_status cg_rpc_stream_open(const struct cg_rpc_method *m, struct cg_rpc_call *
                              ProtobufCMessage **request,
                              struct cg_rpc_stream *stream) CG_MUST_CHECK;
 
-/* One pass of the sweeper (rpc_sweep.c) through env->svc.store at now_ms (unix ms; cg_wall_ms()
- * in production): for every tenant, applies the budget reset that is due and settles the
- * reservations that expired at or before now_ms as EXPIRED, returning their holds to every
- * level of their paths, in transactions of at most 100 reservations. Safe with several
- * replicas sweeping at once. Clears the store's deadline (each statement is bounded by the
- * statement timeout) and must not be called inside a transaction. *expired gets how many
- * reservations this pass settled. Returns true when every tenant was swept; false when
- * the health state is NOT_SERVING (nothing is tried) or a store error stopped part of the
- * pass (logged). Not thread-safe: env->svc.store is the calling thread's. */
-bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired);
+/* One pass of the sweeper: service/sweep.h cg_sweep_pass on the thread's service env (this
+ * name stays for the transport's monitor thread and the tests). */
+static inline bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired)
+{
+    return cg_sweep_pass(&env->svc, now_ms, expired);
+}
 
 #endif

@@ -14,7 +14,6 @@
 #include "core/keyrole.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/admin.pb-c.h"
-#include "rpc/rpc_budget.h"
 #include "service/cache.h"
 
 #define LIST_DEFAULT 100
@@ -24,47 +23,6 @@
 #define PING_PAYLOAD_MAX (64 * 1024)
 #define KEY_TTL_MAX_MS 31536000000LL /* one year */
 #define CALL_TOKENS_MAX 100000000LL
-
-/* ---------------------------------------------------------------- shared checks ---- */
-
-cg_status cg_rpc_check_name(struct cg_rpc_call *call, const char *field, const char *value,
-                            size_t max_chars, bool required)
-{
-    size_t len = strlen(value);
-    if (len == 0) {
-        if (required)
-            return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is required", field);
-        return CG_OK;
-    }
-    if (cg_utf8_length(value, len) > max_chars)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field '%s' is longer than %zu characters", field, max_chars);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)value[i];
-        if (c < 0x20 || c == 0x7f)
-            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                              "field '%s' contains a control character", field);
-    }
-    return CG_OK;
-}
-
-cg_status cg_rpc_check_uuid(struct cg_rpc_call *call, const char *field, const char *value)
-{
-    if (value[0] == '\0')
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is required", field);
-    if (!cg_uuid_valid(value))
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field '%s' is not a UUID (8-4-4-4-12 hex digits)", field);
-    return CG_OK;
-}
-
-cg_status cg_rpc_store_error(struct cg_rpc_call *call, const struct cg_err *serr)
-{
-    call->err = *serr;
-    if (call->err.msg[0] == '\0')
-        cg_err_set(&call->err, serr->code, "%s", cg_status_str(serr->code));
-    return serr->code;
-}
 
 static char *dup(struct cg_rpc_call *call, const char *s)
 {

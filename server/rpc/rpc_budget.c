@@ -11,7 +11,6 @@
 #include "rpc/rpc_budget.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,555 +24,17 @@
 #include "core/price.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/budget.pb-c.h"
+#include "service/budget.h"
 #include "service/cache.h"
-#include "rpc/rpc_context.h"
+#include "service/budget_reserve.h"
+#include "service/budget_set.h"
 
 #define DEFAULT_WARNING 0.8
-#define DEFAULT_RESERVATION_TTL_MS 300000u
 #define RESERVATION_TTL_MIN_MS 1000u
 #define RESERVATION_TTL_MAX_MS 3600000u
 /* How far in the future a RecordUsage time may be: the caller's clock may run ahead. */
 #define OCCURRED_AT_SKEW_MS 60000
 #define LOCAL_ALLOWANCE_MAX 10000000LL
-
-/* ---------------------------------------------------------------- prices -------- */
-
-/* Prices usage from the price table when the caller gave no cost. Returns whether the
- * cost is known (given, or priced). */
-static bool price_usage(const struct cg_rpc_env *env, const char *model, struct cg_usage *u)
-{
-    if (u->cost_micros > 0)
-        return true;
-    const struct cg_price *p = env->svc.prices ? cg_price_lookup(env->svc.prices, model) : NULL;
-    if (p == NULL)
-        return false;
-    u->cost_micros = cg_price_cost(p, u->input_tokens, u->output_tokens, u->cache_read_tokens,
-                                   u->cache_write_tokens);
-    return true;
-}
-
-/* The cost of an estimate of `tokens`, `output` of them output; 0 when unpriced. */
-static int64_t price_estimate(const struct cg_rpc_env *env, const char *model, int64_t tokens,
-                              int64_t output)
-{
-    const struct cg_price *p = env->svc.prices ? cg_price_lookup(env->svc.prices, model) : NULL;
-    return p ? cg_price_cost(p, tokens - output, output, 0, 0) : 0;
-}
-
-/* ---------------------------------------------------------------- validation ------ */
-
-static cg_status check_id(struct cg_rpc_call *call, const char *field, const char *value)
-{
-    size_t len = strlen(value);
-    if (len > CG_SCOPE_ID_MAX)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is longer than %d bytes",
-                          field, CG_SCOPE_ID_MAX);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)value[i];
-        if (c <= 0x20 || c == 0x7f)
-            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                              "field '%s' contains a space or control character", field);
-    }
-    return CG_OK;
-}
-
-/* scope.tenant names the tenant level, so it cannot come with an id. */
-static cg_status check_tenant_flag(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope)
-{
-    if (scope->tenant && (scope->session_id[0] || scope->task_id[0] || scope->agent_id[0]))
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'scope.tenant' names the whole tenant: leave scope.session_id, "
-                          "scope.task_id and scope.agent_id empty with it");
-    return CG_OK;
-}
-
-cg_status cg_rpc_scope_required(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope)
-{
-    bool named = scope != NULL &&
-                 (scope->tenant || scope->session_id[0] || scope->task_id[0] || scope->agent_id[0]);
-    if (named)
-        return CG_OK;
-    cg_err_setr(&call->err, CG_INVALID_ARGUMENT, CG_ERR_SCOPE_REQUIRED,
-                "field 'scope' is required: set scope.session_id, or scope.tenant = true to "
-                "spend on the whole tenant");
-    cg_err_meta(&call->err, "field", "scope");
-    return CG_INVALID_ARGUMENT;
-}
-
-/* Reads a Scope into ids and its level. A NULL scope is the tenant. */
-cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
-                          struct cg_scope_ids *ids, int *level)
-{
-    memset(ids, 0, sizeof *ids);
-    *level = CG_LEVEL_TENANT;
-    if (scope == NULL)
-        return cg_rpc_scope_check(call, "", "");
-    cg_status st = check_tenant_flag(call, scope);
-    if (st == CG_OK)
-        st = check_id(call, "scope.session_id", scope->session_id);
-    if (st == CG_OK)
-        st = check_id(call, "scope.task_id", scope->task_id);
-    if (st == CG_OK)
-        st = check_id(call, "scope.agent_id", scope->agent_id);
-    if (st != CG_OK)
-        return st;
-    bool s = scope->session_id[0], t = scope->task_id[0], a = scope->agent_id[0];
-    if (t && !s)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'scope.session_id' is required with scope.task_id");
-    if (a && !t)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'scope.task_id' is required with scope.agent_id");
-    snprintf(ids->session_id, sizeof ids->session_id, "%s", scope->session_id);
-    snprintf(ids->task_id, sizeof ids->task_id, "%s", scope->task_id);
-    snprintf(ids->agent_id, sizeof ids->agent_id, "%s", scope->agent_id);
-    *level = cg_scope_level(ids);
-    /* A scope-bound key sees only its subtree: anything else, the tenant level included, is
-     * NOT_FOUND as a scope that does not exist (README "Scope-bound keys"). */
-    return cg_rpc_scope_check(call, ids->session_id, ids->task_id);
-}
-
-cg_status cg_rpc_check_count(struct cg_rpc_call *call, const char *field, int64_t v, int64_t max)
-{
-    if (v < 0 || v > max)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field '%s' must be between 0 and %lld (got %lld)", field, (long long)max,
-                          (long long)v);
-    return CG_OK;
-}
-
-cg_status cg_rpc_check_text(struct cg_rpc_call *call, const char *field, const char *value,
-                            size_t max_bytes)
-{
-    if (strlen(value) > max_bytes)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is longer than %zu bytes",
-                          field, max_bytes);
-    for (const unsigned char *p = (const unsigned char *)value; *p; p++)
-        if (*p < 0x20 || *p == 0x7f)
-            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                              "field '%s' contains a control character", field);
-    return CG_OK;
-}
-
-/* Idempotency keys: 1..128 printable ASCII characters (empty allowed when optional). */
-cg_status cg_rpc_check_key(struct cg_rpc_call *call, const char *field, const char *value,
-                           bool required)
-{
-    size_t len = strlen(value);
-    if (len == 0)
-        return required
-                   ? cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is required", field)
-                   : CG_OK;
-    if (len > CG_IDEMPOTENCY_MAX)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is longer than %d bytes",
-                          field, CG_IDEMPOTENCY_MAX);
-    for (size_t i = 0; i < len; i++)
-        if (value[i] < 0x21 || value[i] > 0x7e)
-            return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                              "field '%s' must be printable ASCII without spaces", field);
-    return CG_OK;
-}
-
-/* The tenant's bound on one Commit or RecordUsage (TenantSettings.max_call_tokens, which
- * authentication put in the principal with the key): checked here, with the request, so
- * that every path (one request, a batch, a replay) refuses before anything is written. */
-static cg_status check_call_tokens(struct cg_rpc_call *call, const struct cg_usage *u)
-{
-    int64_t max = call->principal.max_call_tokens > 0 ? call->principal.max_call_tokens
-                                                      : CG_CALL_TOKENS_DEFAULT;
-    int64_t tokens =
-        u->input_tokens + u->output_tokens + u->cache_read_tokens + u->cache_write_tokens;
-    if (tokens <= max)
-        return CG_OK;
-    cg_err_setr(&call->err, CG_INVALID_ARGUMENT, CG_ERR_CALL_TOKENS_ABOVE_LIMIT,
-                "field 'usage' counts %lld tokens, above the tenant's max_call_tokens %lld for "
-                "one call; nothing recorded",
-                (long long)tokens, (long long)max);
-    cg_err_meta(&call->err, "field", "usage");
-    cg_err_meta_i64(&call->err, "tokens", tokens);
-    cg_err_meta_i64(&call->err, "max_call_tokens", max);
-    return CG_INVALID_ARGUMENT;
-}
-
-cg_status cg_rpc_usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsage *u,
-                          struct cg_usage *out)
-{
-    if (u == NULL)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'usage' is required");
-    cg_status st =
-        cg_rpc_check_count(call, "usage.input_tokens", u->input_tokens, CG_TOKENS_PER_CALL_MAX);
-    if (st == CG_OK)
-        st = cg_rpc_check_count(call, "usage.output_tokens", u->output_tokens,
-                                CG_TOKENS_PER_CALL_MAX);
-    if (st == CG_OK)
-        st = cg_rpc_check_count(call, "usage.cache_read_tokens", u->cache_read_tokens,
-                                CG_TOKENS_PER_CALL_MAX);
-    if (st == CG_OK)
-        st = cg_rpc_check_count(call, "usage.cache_write_tokens", u->cache_write_tokens,
-                                CG_TOKENS_PER_CALL_MAX);
-    if (st == CG_OK)
-        st = cg_rpc_check_count(call, "usage.cost_micros", u->cost_micros, CG_LIMIT_MAX);
-    if (st == CG_OK)
-        st = cg_rpc_check_count(call, "usage.reasoning_tokens", u->reasoning_tokens,
-                                u->output_tokens);
-    if (st != CG_OK)
-        return st;
-    out->input_tokens = u->input_tokens;
-    out->output_tokens = u->output_tokens;
-    out->cache_read_tokens = u->cache_read_tokens;
-    out->cache_write_tokens = u->cache_write_tokens;
-    out->cost_micros = u->cost_micros;
-    if (out->input_tokens + out->output_tokens + out->cache_read_tokens + out->cache_write_tokens <
-        1)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'usage' must count at least one token (release a reservation "
-                          "that spent nothing)");
-    return check_call_tokens(call, out);
-}
-
-static int64_t usage_tokens(const struct cg_usage *u)
-{
-    return u->input_tokens + u->output_tokens + u->cache_read_tokens + u->cache_write_tokens;
-}
-
-/* An idempotency key used before for something else (what: "another scope", ...):
- * ALREADY_EXISTS naming the first use, which was at first_ms (unix ms) on first_ids and made
- * id_name = first_id. Nothing was recorded: a silent replay would drop the usage. */
-static cg_status key_reused(struct cg_rpc_call *call, const char *key,
-                            const struct cg_scope_ids *first_ids, int64_t first_ms,
-                            const char *id_name, const char *first_id, const char *what)
-{
-    /* A first use outside a scope-bound key's subtree is not named (nor its entry or
-     * reservation): the key learns only that the idempotency key is taken. */
-    bool named =
-        cg_rpc_scope_reachable(&call->principal, first_ids->session_id, first_ids->task_id);
-    char scope[3 * CG_SCOPE_ID_MAX + 32];
-    if (!named)
-        snprintf(scope, sizeof scope, "a scope outside this key's subtree");
-    else if (first_ids->session_id[0] == '\0')
-        snprintf(scope, sizeof scope, "the tenant");
-    else if (first_ids->task_id[0] == '\0')
-        snprintf(scope, sizeof scope, "session %s", first_ids->session_id);
-    else if (first_ids->agent_id[0] == '\0')
-        snprintf(scope, sizeof scope, "session %s/task %s", first_ids->session_id,
-                 first_ids->task_id);
-    else
-        snprintf(scope, sizeof scope, "session %s/task %s/agent %s", first_ids->session_id,
-                 first_ids->task_id, first_ids->agent_id);
-    char when[40] = "?";
-    time_t secs = (time_t)(first_ms / 1000);
-    struct tm tm;
-    if (gmtime_r(&secs, &tm) != NULL) {
-        size_t len = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(when + len, sizeof when - len, ".%03dZ", (int)(first_ms % 1000));
-    }
-    cg_err_setr(&call->err, CG_ALREADY_EXISTS, CG_ERR_IDEMPOTENCY_KEY_REUSED,
-                "idempotency_key '%s' was first used for %s at %s with %s", key, scope, when, what);
-    cg_err_meta(&call->err, "field", "idempotency_key");
-    cg_err_meta(&call->err, "idempotency_key", key);
-    if (!named)
-        return CG_ALREADY_EXISTS;
-    struct cg_err path;
-    cg_err_clear(&path);
-    cg_store_err_scope(&path, first_ids);
-    cg_err_meta(&call->err, "first_scope", cg_err_meta_get(&path, "scope"));
-    cg_err_meta(&call->err, id_name, first_id);
-    return CG_ALREADY_EXISTS;
-}
-
-/* ---------------------------------------------------------------- conversions ----- */
-
-void cg_rpc_level_from_row(const struct cg_budget_row *row, struct cg_budget_level *out)
-{
-    memset(out, 0, sizeof *out);
-    out->level = (cg_level)row->level;
-    out->has_budget = row->has_budget;
-    out->closed = row->closed_at_ms != 0;
-    out->mode = (cg_budget_mode)row->mode;
-    /* Approvals extend the limit until the next SetBudget or reset (store.h, "approvals"). */
-    out->limit_tokens = row->approved_extra_tokens > INT64_MAX - row->limit_tokens
-                            ? INT64_MAX
-                            : row->limit_tokens + row->approved_extra_tokens;
-    out->limit_cost_micros = row->limit_cost_micros;
-    out->warning_ratio = row->warning_ratio;
-    out->backpressure_disabled = row->backpressure_disabled;
-    out->ntiers = row->ntiers;
-    for (int i = 0; i < row->ntiers && i < CG_TIERS_MAX; i++) {
-        out->tiers[i].ratio = row->tier_ratio[i];
-        out->tiers[i].delay_ms = row->tier_delay_ms[i];
-    }
-    out->used_tokens = row->used_tokens;
-    out->reserved_tokens = row->reserved_tokens;
-    out->used_cost_micros = row->used_cost_micros;
-    out->reserved_cost_micros = row->reserved_cost_micros;
-    out->allocated = row->allocate_from_parent;
-    out->share_limit_tokens = row->limit_tokens; /* a share does not grow with approvals */
-    out->allocated_tokens = row->allocated_tokens;
-}
-
-void cg_rpc_decide(const struct cg_budget_row *rows, int n, int64_t tokens, int64_t cost,
-                   struct cg_budget_result *out)
-{
-    struct cg_budget_level levels[CG_PATH_MAX];
-    for (int i = 0; i < n; i++)
-        cg_rpc_level_from_row(&rows[i], &levels[i]);
-    cg_budget_decide(levels, n, tokens, cost, out);
-}
-
-/* The Scope message of a path level: the ids down to that level. */
-Ctxguard__V1__Scope *cg_rpc_scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
-{
-    Ctxguard__V1__Scope *s = NEW(call, Ctxguard__V1__Scope, ctxguard__v1__scope__init);
-    if (s == NULL)
-        return NULL;
-    s->session_id = cg_arena_strdup(call->arena, row->ids.session_id);
-    s->task_id = cg_arena_strdup(call->arena, row->ids.task_id);
-    s->agent_id = cg_arena_strdup(call->arena, row->ids.agent_id);
-    return s->session_id && s->task_id && s->agent_id ? s : NULL;
-}
-
-static Ctxguard__V1__BudgetSettings *settings_out(struct cg_rpc_call *call,
-                                                  const struct cg_budget_row *row)
-{
-    Ctxguard__V1__BudgetSettings *s =
-        NEW(call, Ctxguard__V1__BudgetSettings, ctxguard__v1__budget_settings__init);
-    if (s == NULL)
-        return NULL;
-    s->limit_tokens = row->limit_tokens;
-    s->limit_cost_micros = row->limit_cost_micros;
-    s->mode = (Ctxguard__V1__BudgetMode)row->mode;
-    s->warning_ratio = row->warning_ratio;
-    s->backpressure_disabled = row->backpressure_disabled;
-    s->exclude_cache_read_tokens = row->exclude_cache_read_tokens;
-    s->allocate_from_parent = row->allocate_from_parent;
-    /* Defaults are shown as what applies. */
-    struct cg_tier tiers[CG_TIERS_MAX];
-    int n = row->ntiers;
-    for (int i = 0; i < n; i++)
-        tiers[i] = (struct cg_tier){row->tier_ratio[i], row->tier_delay_ms[i]};
-    if (n == 0 && !row->backpressure_disabled)
-        cg_budget_default_tiers(tiers, &n);
-    s->backpressure_tiers = cg_arena_calloc(call->arena, (size_t)n + 1, sizeof(void *));
-    if (s->backpressure_tiers == NULL)
-        return NULL;
-    for (int i = 0; i < n; i++) {
-        Ctxguard__V1__BackpressureTier *t =
-            NEW(call, Ctxguard__V1__BackpressureTier, ctxguard__v1__backpressure_tier__init);
-        if (t == NULL)
-            return NULL;
-        t->threshold_ratio = tiers[i].ratio;
-        t->delay_ms = tiers[i].delay_ms;
-        s->backpressure_tiers[i] = t;
-    }
-    s->n_backpressure_tiers = (size_t)n;
-    s->on_store_failure = (Ctxguard__V1__OnStoreFailure)row->on_store_failure;
-    s->local_allowance_tokens = row->local_allowance_tokens;
-    s->reset_period = (Ctxguard__V1__ResetPeriod)row->reset_period;
-    s->reservation_ttl_ms = row->reservation_ttl_ms;
-    s->approval_ttl_ms = row->approval_ttl_ms;
-    s->description = cg_arena_strdup(call->arena, row->description);
-    return s->description ? s : NULL;
-}
-
-Ctxguard__V1__Budget *cg_rpc_budget_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
-{
-    Ctxguard__V1__Budget *b = NEW(call, Ctxguard__V1__Budget, ctxguard__v1__budget__init);
-    if (b == NULL || (b->scope = cg_rpc_scope_out(call, row)) == NULL)
-        return NULL;
-    b->level = (Ctxguard__V1__ScopeLevel)row->level;
-    if (row->has_budget && (b->settings = settings_out(call, row)) == NULL)
-        return NULL;
-    b->version = row->version;
-    b->created_at_unix_ms = row->created_at_ms;
-    b->updated_at_unix_ms = row->updated_at_ms;
-    b->updated_by_key_id = cg_arena_strdup(call->arena, row->updated_by_key_id);
-    b->state = row->closed_at_ms ? CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED
-                                 : CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_OPEN;
-    b->closed_at_unix_ms = row->closed_at_ms;
-    b->period_start_unix_ms = row->period_start_ms;
-    b->next_reset_unix_ms = row->next_reset_ms;
-    return b->updated_by_key_id ? b : NULL;
-}
-
-Ctxguard__V1__LevelStatus *cg_rpc_level_status(struct cg_rpc_call *call,
-                                               const struct cg_budget_row *row,
-                                               const struct cg_level_verdict *v)
-{
-    Ctxguard__V1__LevelStatus *l =
-        NEW(call, Ctxguard__V1__LevelStatus, ctxguard__v1__level_status__init);
-    if (l == NULL || (l->scope = cg_rpc_scope_out(call, row)) == NULL)
-        return NULL;
-    l->level = (Ctxguard__V1__ScopeLevel)row->level;
-    l->has_budget = row->has_budget;
-    l->mode = (Ctxguard__V1__BudgetMode)(row->has_budget ? row->mode : 0);
-    l->limit_tokens = row->limit_tokens;
-    l->used_tokens = row->used_tokens;
-    l->reserved_tokens = row->reserved_tokens;
-    l->approved_extra_tokens = row->approved_extra_tokens;
-    l->allocated_tokens = row->allocated_tokens;
-    l->remaining_tokens = v->remaining_tokens;
-    l->usage_ratio = v->usage_ratio;
-    l->projected_ratio = v->projected_ratio;
-    l->limit_cost_micros = row->limit_cost_micros;
-    l->used_cost_micros = row->used_cost_micros;
-    l->reserved_cost_micros = row->reserved_cost_micros;
-    l->decision = (Ctxguard__V1__Decision)v->decision;
-    l->backpressure_delay_ms = v->delay_ms;
-    l->warning_ratio = row->warning_ratio;
-    l->state = row->closed_at_ms ? CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_CLOSED
-                                 : CTXGUARD__V1__SCOPE_STATE__SCOPE_STATE_OPEN;
-    return l;
-}
-
-/* levels[] and their count for a reply, from rows and a result. */
-cg_status cg_rpc_levels_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
-                            const struct cg_budget_result *r, Ctxguard__V1__LevelStatus ***out,
-                            size_t *nout)
-{
-    *out = cg_arena_calloc(call->arena, (size_t)n + 1, sizeof **out);
-    if (*out == NULL)
-        return OOM(call);
-    for (int i = 0; i < n; i++)
-        if (((*out)[i] = cg_rpc_level_status(call, &rows[i], &r->levels[i])) == NULL)
-            return OOM(call);
-    *nout = (size_t)n;
-    return CG_OK;
-}
-
-static const struct {
-    unsigned bit;
-    Ctxguard__V1__ReasonCode code;
-    const char *text;
-} reason_table[] = {
-    {CG_REASON_CLOSED, CTXGUARD__V1__REASON_CODE__REASON_CODE_SCOPE_CLOSED, "the scope is closed"},
-    {CG_REASON_TOKEN_LIMIT, CTXGUARD__V1__REASON_CODE__REASON_CODE_TOKEN_LIMIT,
-     "the request would pass the token limit"},
-    {CG_REASON_COST_LIMIT, CTXGUARD__V1__REASON_CODE__REASON_CODE_COST_LIMIT,
-     "the request would pass the cost limit"},
-    {CG_REASON_WARNING, CTXGUARD__V1__REASON_CODE__REASON_CODE_WARNING_THRESHOLD,
-     "usage at or over the warning ratio"},
-    {CG_REASON_BACKPRESSURE, CTXGUARD__V1__REASON_CODE__REASON_CODE_BACKPRESSURE,
-     "a backpressure tier is reached"},
-};
-
-cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
-                             const struct cg_budget_result *r, Ctxguard__V1__DecisionReason ***out,
-                             size_t *nout)
-{
-    /* Room for one APPROVED_EXTENSION per level and an approval reason (rpc_budget_approvals.c). */
-    size_t count = 0, cap = (size_t)n * (sizeof reason_table / sizeof reason_table[0] + 1) + 1;
-    *out = cg_arena_calloc(call->arena, cap + 1, sizeof **out);
-    if (*out == NULL)
-        return OOM(call);
-    for (int i = 0; i < n; i++) {
-        for (size_t k = 0; k < sizeof reason_table / sizeof reason_table[0]; k++) {
-            if (!(r->levels[i].reasons & reason_table[k].bit))
-                continue;
-            Ctxguard__V1__DecisionReason *d =
-                NEW(call, Ctxguard__V1__DecisionReason, ctxguard__v1__decision_reason__init);
-            if (d == NULL)
-                return OOM(call);
-            d->code = reason_table[k].code;
-            d->level = (Ctxguard__V1__ScopeLevel)rows[i].level;
-            d->message =
-                cg_arena_sprintf(call->arena, "%s: %s (%.3f of %lld tokens)",
-                                 cg_level_name((cg_level)rows[i].level), reason_table[k].text,
-                                 r->levels[i].projected_ratio, (long long)rows[i].limit_tokens);
-            if (d->message == NULL)
-                return OOM(call);
-            (*out)[count++] = d;
-        }
-    }
-    *nout = count;
-    return cg_rpc_extension_reasons(call, rows, n, r, *out, nout);
-}
-
-/* The facts of a refusal at rows[i] (ErrorInfo metadata): where, which level, its figures. */
-static void deny_facts(struct cg_err *err, const struct cg_budget_row *row, int64_t requested)
-{
-    cg_store_err_scope(err, &row->ids);
-    cg_err_meta(err, "level", cg_level_name((cg_level)row->level));
-    cg_err_meta_i64(err, "limit_tokens", (long long)row->limit_tokens);
-    cg_err_meta_i64(err, "used_tokens", (long long)row->used_tokens);
-    cg_err_meta_i64(err, "reserved_tokens", (long long)row->reserved_tokens);
-    cg_err_meta_i64(err, "requested_tokens", (long long)requested);
-    if (row->allocated_tokens > 0)
-        cg_err_meta_i64(err, "allocated_tokens", (long long)row->allocated_tokens);
-}
-
-/* A RESOURCE_EXHAUSTED message naming the level that refused (BUDGET_EXHAUSTED, with its
- * figures), or FAILED_PRECONDITION for a closed scope (SCOPE_CLOSED). */
-cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
-                      const struct cg_budget_result *r, int64_t tokens)
-{
-    for (int i = n - 1; i >= 0; i--) {
-        const struct cg_level_verdict *v = &r->levels[i];
-        if (v->decision != CG_DECISION_DENY)
-            continue;
-        const char *what = cg_level_name((cg_level)rows[i].level);
-        if (v->reasons & CG_REASON_CLOSED) {
-            cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_SCOPE_CLOSED,
-                        "the %s scope is closed", what);
-            cg_store_err_scope(&call->err, &rows[i].ids);
-            cg_err_meta(&call->err, "level", what);
-            return CG_FAILED_PRECONDITION;
-        }
-        if (v->reasons & CG_REASON_COST_LIMIT && !(v->reasons & CG_REASON_TOKEN_LIMIT)) {
-            cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
-                        "HARD cost limit of the %s: %lld micros used and reserved of %lld", what,
-                        (long long)(rows[i].used_cost_micros + rows[i].reserved_cost_micros),
-                        (long long)rows[i].limit_cost_micros);
-            cg_store_err_scope(&call->err, &rows[i].ids);
-            cg_err_meta(&call->err, "level", what);
-            cg_err_meta(&call->err, "limit", "cost");
-            cg_err_meta_i64(&call->err, "limit_cost_micros", (long long)rows[i].limit_cost_micros);
-            cg_err_meta_i64(&call->err, "used_cost_micros", (long long)rows[i].used_cost_micros);
-            cg_err_meta_i64(&call->err, "reserved_cost_micros",
-                            (long long)rows[i].reserved_cost_micros);
-            return CG_RESOURCE_EXHAUSTED;
-        }
-        if (rows[i].allocated_tokens > 0 || v->requested_tokens != tokens) {
-            cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
-                        "HARD token limit of the %s: %lld used and reserved + %lld "
-                        "allocated to children + %lld requested > %lld",
-                        what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
-                        (long long)rows[i].allocated_tokens, (long long)v->requested_tokens,
-                        (long long)rows[i].limit_tokens);
-            deny_facts(&call->err, &rows[i], v->requested_tokens);
-            return CG_RESOURCE_EXHAUSTED;
-        }
-        cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
-                    "HARD token limit of the %s: %lld used and reserved + %lld requested > %lld",
-                    what, (long long)(rows[i].used_tokens + rows[i].reserved_tokens),
-                    (long long)tokens, (long long)rows[i].limit_tokens);
-        deny_facts(&call->err, &rows[i], tokens);
-        return CG_RESOURCE_EXHAUSTED;
-    }
-    return cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
-                       "budget exhausted");
-}
-
-/* ---------------------------------------------------------------- transactions ---- */
-
-cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const struct cg_err *serr)
-{
-    cg_store_rollback(env->svc.store);
-    return cg_rpc_store_error(call, serr);
-}
-
-cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
-{
-    cg_err_clear(serr);
-    cg_status st = cg_store_begin(env->svc.store, serr);
-    return st == CG_OK ? CG_OK : cg_rpc_store_error(call, serr);
-}
-
-cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env, struct cg_err *serr)
-{
-    cg_status st = cg_store_commit(env->svc.store, serr);
-    return st == CG_OK ? CG_OK : cg_rpc_store_fail(call, env, serr);
-}
 
 /* ---------------------------------------------------------------- SetBudget ------- */
 
@@ -707,64 +168,12 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     row->reset_period =
         s->reset_period ? s->reset_period : CTXGUARD__V1__RESET_PERIOD__RESET_PERIOD_NONE;
     row->reservation_ttl_ms =
-        s->reservation_ttl_ms ? s->reservation_ttl_ms : DEFAULT_RESERVATION_TTL_MS;
+        s->reservation_ttl_ms ? s->reservation_ttl_ms : CG_RESERVATION_TTL_DEFAULT_MS;
     snprintf(row->description, sizeof row->description, "%s", s->description);
     row->approval_ttl_ms = !approval_mode       ? 0
                            : s->approval_ttl_ms ? s->approval_ttl_ms
                                                 : CG_APPROVAL_TTL_DEFAULT_MS;
     return CG_OK;
-}
-
-/* allocate_from_parent: the new share must fit in what the parent has free (limit +
- * approved extensions - used - reserved - allocated), counting the share the scope already
- * holds; a parent without a budget has nothing to allocate. Rolls back on refusal. */
-static cg_status check_allocation(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                  const struct cg_budget_row *path, int level,
-                                  const struct cg_budget_row *existing,
-                                  const struct cg_budget_row *row)
-{
-    if (!row->allocate_from_parent || level < 2)
-        return CG_OK;
-    const struct cg_budget_row *parent = &path[level - 2];
-    const char *parent_name = cg_level_name((cg_level)parent->level);
-    const char *parent_id = level == 2   ? ""
-                            : level == 3 ? parent->ids.session_id
-                                         : parent->ids.task_id;
-    const char *parent_field = level == 2   ? "scope"
-                               : level == 3 ? "scope.session_id"
-                                            : "scope.task_id";
-    if (!parent->has_budget) {
-        cg_store_rollback(env->svc.store);
-        cg_err_setr(&call->err, CG_FAILED_PRECONDITION, CG_ERR_BUDGET_NOT_FOUND,
-                    "field 'settings.allocate_from_parent': the %s (%s '%s') has no "
-                    "budget to allocate from",
-                    parent_name, parent_field, parent_id);
-        cg_store_err_scope(&call->err, &parent->ids);
-        cg_err_meta(&call->err, "level", parent_name);
-        return CG_FAILED_PRECONDITION;
-    }
-    struct cg_budget_row next = *row;
-    next.used_tokens = existing ? existing->used_tokens : 0;
-    next.reserved_tokens = existing ? existing->reserved_tokens : 0;
-    next.closed_at_ms = existing ? existing->closed_at_ms : 0;
-    int64_t need = cg_store_alloc_share(&next) - cg_store_alloc_share(existing);
-    struct cg_budget_level p;
-    cg_rpc_level_from_row(parent, &p);
-    struct cg_budget_result r;
-    cg_budget_decide(&p, 1, 0, 0, &r);
-    int64_t free_tokens = r.levels[0].remaining_tokens;
-    if (need <= 0 || need <= free_tokens)
-        return CG_OK;
-    cg_store_rollback(env->svc.store);
-    /* Counters last: a long id may cut the message at the end of struct cg_err. */
-    cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
-                "field 'settings.allocate_from_parent': the share needs %lld more tokens, "
-                "the %s has %lld free (%s '%s')",
-                (long long)need, parent_name, (long long)(free_tokens > 0 ? free_tokens : 0),
-                parent_field, parent_id);
-    deny_facts(&call->err, parent, need);
-    cg_err_meta(&call->err, "field", "settings.allocate_from_parent");
-    return CG_RESOURCE_EXHAUSTED;
 }
 
 cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -783,89 +192,19 @@ cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *e
     if (st != CG_OK)
         return st;
 
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
-        return st;
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &row.ids, true, true,
-                            cg_wall_ms(), path, &n, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-
-    /* Nesting: not over the nearest budgeted ancestor's limit, and not under the limit of
-     * any budget below (the path lock holds the parent rows every child SetBudget locks). */
-    struct cg_budget_level mine, parent;
-    cg_rpc_level_from_row(&row, &mine);
-    int parent_index = level - 2; /* path[level-1] is this scope when it exists */
-    for (int i = parent_index; i >= 0; i--) {
-        if (!path[i].has_budget)
-            continue;
-        cg_rpc_level_from_row(&path[i], &parent);
-        if (cg_budget_check_nesting(&parent, &mine, &call->err) != CG_OK) {
-            cg_store_rollback(env->svc.store);
-            call->err.code = CG_INVALID_ARGUMENT;
-            return CG_INVALID_ARGUMENT;
-        }
-        break;
-    }
-    int64_t below_tokens = 0, below_cost = 0;
-    st = cg_store_subtree_max_limits(env->svc.store, call->principal.tenant_id, &row.ids,
-                                     &below_tokens, &below_cost, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-    if (row.limit_tokens < below_tokens ||
-        (row.limit_cost_micros > 0 && row.limit_cost_micros < below_cost)) {
-        cg_store_rollback(env->svc.store);
-        bool tokens = row.limit_tokens < below_tokens;
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "%s %lld of the %s is below the %s %lld of a scope under it",
-                          tokens ? "limit_tokens" : "limit_cost_micros",
-                          (long long)(tokens ? row.limit_tokens : row.limit_cost_micros),
-                          cg_level_name((cg_level)level),
-                          tokens ? "limit_tokens" : "limit_cost_micros",
-                          (long long)(tokens ? below_tokens : below_cost));
-    }
-
-    const struct cg_budget_row *existing = n == level ? &path[n - 1] : NULL;
-    if ((st = check_allocation(call, env, path, level, existing, &row)) != CG_OK)
-        return st;
-
-    struct cg_budget_row stored;
-    bool created = false;
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st =
-        cg_store_budget_put(env->svc.store, call->principal.tenant_id, &row, req->expected_version,
-                            call->principal.key_id, cg_wall_ms(), &audit, &stored, &created, &serr);
-    if (st == CG_OK) /* WatchUsage: BUDGET_CHANGED and the crossings a new limit makes */
-        st = cg_rpc_emit_budget(call, env, existing, &stored, &serr);
-    if (st == CG_OK) /* and the parent's, when the scope's share of it moved */
-        st = cg_rpc_emit_share(call, env, level >= 2 ? &path[level - 2] : NULL, existing, &stored,
-                               &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-    if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
+    struct cg_budget_set_request in = {
+        .row = &row,
+        .level = level,
+        .expected_version = req->expected_version,
+        .audit = &audit,
+    };
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_budget_row stored;
+    bool created = false;
+    if ((st = cg_budget_set(&env->svc, &op, &in, &stored, &created)) != CG_OK)
         return st;
-    /* A share that changed moved the parent's allocated_tokens (migration 0013's trigger):
-     * the caches learn the parent as the trigger left it. */
-    struct cg_budget_row written[2];
-    int64_t share_before[2];
-    int nwritten = 0;
-    if (level >= 2) {
-        share_before[nwritten] = cg_store_alloc_share(&path[level - 2]);
-        written[nwritten++] = path[level - 2];
-    }
-    share_before[nwritten] = cg_store_alloc_share(existing);
-    written[nwritten++] = stored;
-    cg_store_alloc_mirror(written, nwritten, share_before, true);
-    /* The parent is written only when the trigger changed it (its row_version moved). */
-    if (nwritten == 2 && written[0].row_version == path[level - 2].row_version)
-        cg_cache_written(&env->svc, call->principal.tenant_id, &written[1], 1);
-    else
-        cg_cache_written(&env->svc, call->principal.tenant_id, written, nwritten);
-
     Ctxguard__V1__SetBudgetResponse *resp =
         NEW(call, Ctxguard__V1__SetBudgetResponse, ctxguard__v1__set_budget_response__init);
     if (resp == NULL || (resp->budget = cg_rpc_budget_out(call, &stored)) == NULL)
@@ -876,31 +215,6 @@ cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *e
 }
 
 /* ---------------------------------------------------------------- reads ----------- */
-
-/* Reads the path of scope in a short transaction (no locks). */
-cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                           const struct cg_scope_ids *ids, struct cg_budget_row *path, int *n)
-{
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    int64_t now = cg_wall_ms();
-    /* Usually one statement; a transaction only when the read must write first. */
-    bool need_tx = false;
-    cg_status st = cg_store_path_peek(env->svc.store, call->principal.tenant_id, ids, now, path, n,
-                                      &need_tx, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
-    if (!need_tx)
-        return CG_OK;
-    st = cg_rpc_begin(call, env, &serr);
-    if (st != CG_OK)
-        return st;
-    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, ids, false, false, now, path,
-                            n, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-    return cg_rpc_commit(call, env, &serr);
-}
 
 cg_status cg_rpc_budget_get(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                             const ProtobufCMessage *request, ProtobufCMessage **response)
@@ -913,14 +227,11 @@ cg_status cg_rpc_budget_get(struct cg_rpc_call *call, const struct cg_rpc_env *e
         return st;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
-    if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
+    struct cg_budget_result r;
+    struct cg_op op = cg_rpc_op(call);
+    if ((st = cg_budget_get(&env->svc, &op, &ids, level, path, &n, &r)) != CG_OK)
         return st;
     const struct cg_budget_row *row = &path[n - 1];
-    if (!row->has_budget)
-        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_BUDGET_NOT_FOUND,
-                           "the %s has no budget", cg_level_name((cg_level)level));
-    struct cg_budget_result r;
-    cg_rpc_decide(path, n, 0, 0, &r);
 
     Ctxguard__V1__GetBudgetResponse *resp =
         NEW(call, Ctxguard__V1__GetBudgetResponse, ctxguard__v1__get_budget_response__init);
@@ -947,202 +258,91 @@ cg_status cg_rpc_budget_get(struct cg_rpc_call *call, const struct cg_rpc_env *e
     return CG_OK;
 }
 
-cg_status cg_rpc_check_delay_mode(struct cg_rpc_call *call, int mode)
-{
-    if (mode < 0 || mode > CTXGUARD__V1__DELAY_MODE__DELAY_MODE_RETURN_ONLY)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'delay_mode': unknown value %d",
-                          mode);
-    return CG_OK;
-}
+_Static_assert((int)CG_BUDGET_SOURCE_CACHE == CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE &&
+                   (int)CG_BUDGET_SOURCE_DATABASE ==
+                       CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE &&
+                   (int)CG_BUDGET_SOURCE_STORE_FAILURE_POLICY ==
+                       CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_STORE_FAILURE_POLICY,
+               "cg_budget_source follows the API's BudgetSource");
+_Static_assert((int)CG_STORE_FAILURE_FAIL_CLOSED ==
+                       CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_CLOSED &&
+                   (int)CG_STORE_FAILURE_FAIL_OPEN ==
+                       CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_OPEN &&
+                   (int)CG_STORE_FAILURE_LOCAL_ALLOWANCE ==
+                       CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE,
+               "cg_store_failure_policy follows the API's OnStoreFailure");
 
-/* Holds the reply for the backpressure delay unless the caller asked for RETURN_ONLY. */
-uint32_t cg_rpc_hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms)
+/* The answer of the on_store_failure policy (PostgreSQL out of reach): FAIL_OPEN allows with
+ * a warning, LOCAL_ALLOWANCE allows or denies by this replica's allowance; one reason says
+ * which. */
+static cg_status store_failure_reply(struct cg_rpc_call *call,
+                                     const struct cg_budget_check_result *res,
+                                     Ctxguard__V1__CheckBudgetResponse *resp)
 {
-    if (delay_mode == CTXGUARD__V1__DELAY_MODE__DELAY_MODE_RETURN_ONLY)
-        return 0;
-    call->reply_delay_ms = delay_ms;
-    return delay_ms;
-}
-
-/* Whether the tenant row of a path has a reset due at now_ms: the answer must then come
- * from a read that applies it (cg_rpc_read_path), not from a cache. */
-static bool reset_due(const struct cg_budget_row *path, int n, int64_t now_ms)
-{
-    return n > 0 && path[0].next_reset_ms != 0 && path[0].next_reset_ms <= now_ms;
-}
-
-/* Whether the health probe's last answer was that PostgreSQL is unreachable. */
-static bool store_known_down(const struct cg_rpc_env *env)
-{
-    return env->svc.health != NULL && atomic_load(&env->svc.health->store_ok) == 0;
-}
-
-/* CheckBudget's read of the path: the process's cache (fresh rows only), then Redis, then
- * PostgreSQL; what Redis or PostgreSQL gave fills the caches above it. *source says which
- * answered. CG_UNAVAILABLE (call->err set) when PostgreSQL is unreachable or known to be. */
-static cg_status check_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const struct cg_scope_ids *ids, struct cg_budget_row *path, int *n,
-                            Ctxguard__V1__BudgetSource *source)
-{
-    const char *tenant = call->principal.tenant_id;
-    int64_t wall = cg_wall_ms();
-    if (cg_cache_path_get(env->svc.cache, tenant, ids, cg_mono_ms(), false, path, n, NULL) &&
-        !reset_due(path, *n, wall)) {
-        *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE;
-        return CG_OK;
-    }
-    if (store_known_down(env))
-        return cg_err_set(&call->err, CG_UNAVAILABLE, "storage unavailable");
-    if (env->svc.store == NULL)
-        return CG_NEEDS_POOL;
-    /* Taken before the reads: a write announced meanwhile refuses what they read. */
-    uint64_t ticket = cg_cache_ticket(env->svc.cache);
-    int64_t gen = -1;
-    /* Redis answers only when every row it gave is at least as new as what this process
-     * knows (the process cache refuses older ones) and no write was announced meanwhile;
-     * without a process cache, Redis alone answers. */
-    if (cg_store_cache_path_get(env->svc.store, tenant, ids, path, n, &gen) &&
-        !reset_due(path, *n, wall) &&
-        (env->svc.cache == NULL ||
-         cg_cache_rows_put(env->svc.cache, tenant, path, *n, ticket, cg_mono_ms()) == *n)) {
-        *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_CACHE;
-        return CG_OK;
-    }
-    cg_status st = cg_rpc_read_path(call, env, ids, path, n);
-    if (st == CG_UNAVAILABLE)
-        cg_cache_store_state(env->svc.cache, false);
-    if (st != CG_OK)
-        return st;
-    cg_cache_store_state(env->svc.cache, true);
-    (void)cg_cache_rows_put(env->svc.cache, tenant, path, *n, ticket, cg_mono_ms());
-    if (gen >= 0)
-        cg_store_cache_rows_put(env->svc.store, tenant, path, *n, gen);
-    *source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
-    return CG_OK;
-}
-
-/* How strict an on_store_failure is: FAIL_CLOSED (and unset) > LOCAL_ALLOWANCE > FAIL_OPEN. */
-static int policy_strictness(int policy)
-{
-    switch (policy) {
-    case CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_OPEN:
-        return 1;
-    case CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE:
-        return 2;
-    default:
-        return 3;
-    }
-}
-
-/* PostgreSQL is unreachable: the strictest on_store_failure of the budgets of the cached
- * path decides (service/cache.h keeps rows for this, however old). FAIL_CLOSED, no budget or
- * no cached path: the UNAVAILABLE already in call->err. FAIL_OPEN: ALLOW_WITH_WARNING.
- * LOCAL_ALLOWANCE: ALLOW while this process's allowance of every such level covers the
- * estimate (counted since the outage began), DENY after. The levels show the cached rows;
- * the usage they show may be as old as the outage. */
-static cg_status store_failure_answer(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                      const Ctxguard__V1__CheckBudgetRequest *req,
-                                      const struct cg_scope_ids *ids, int64_t est_cost,
-                                      ProtobufCMessage **response)
-{
-    const char *tenant = call->principal.tenant_id;
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    if (!cg_cache_path_get(env->svc.cache, tenant, ids, cg_mono_ms(), true, path, &n, NULL))
-        return CG_UNAVAILABLE;
-    int strictest = 0, policy = 0;
-    for (int i = 0; i < n; i++) {
-        if (!path[i].has_budget)
-            continue;
-        int k = policy_strictness(path[i].on_store_failure);
-        if (k > strictest) {
-            strictest = k;
-            policy = path[i].on_store_failure;
-        }
-    }
-    if (strictest == 0 || strictest == 3) {
-        cg_log(CG_LOG_DEBUG, "budget", call->request_id,
-               "storage unavailable: CheckBudget fails closed");
-        return CG_UNAVAILABLE;
-    }
-    bool allow = true;
-    int refused_level = 0;
-    if (policy == CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE) {
-        int taken = 0;
-        for (int i = 0; i < n && allow; i++, taken++) {
-            if (!path[i].has_budget ||
-                path[i].on_store_failure !=
-                    CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE)
-                continue;
-            if (!cg_cache_allowance_take(env->svc.cache, tenant, &path[i].ids,
-                                         req->estimated_tokens, path[i].local_allowance_tokens)) {
-                allow = false;
-                refused_level = path[i].level;
-            }
-        }
-        for (int i = 0; !allow && i < taken - 1; i++) /* all or nothing: give back */
-            if (path[i].has_budget &&
-                path[i].on_store_failure ==
-                    CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE)
-                (void)cg_cache_allowance_take(env->svc.cache, tenant, &path[i].ids,
-                                              -req->estimated_tokens, INT64_MAX);
-    }
-    struct cg_budget_result r;
-    cg_rpc_decide(path, n, req->estimated_tokens, est_cost, &r);
-    Ctxguard__V1__CheckBudgetResponse *resp =
-        NEW(call, Ctxguard__V1__CheckBudgetResponse, ctxguard__v1__check_budget_response__init);
     Ctxguard__V1__DecisionReason *why =
         NEW(call, Ctxguard__V1__DecisionReason, ctxguard__v1__decision_reason__init);
-    if (resp == NULL || why == NULL)
-        return OOM(call);
-    cg_status st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels);
-    if (st != CG_OK)
-        return st;
     resp->reasons = cg_arena_calloc(call->arena, 2, sizeof *resp->reasons);
-    if (resp->reasons == NULL)
+    if (why == NULL || resp->reasons == NULL)
         return OOM(call);
-    if (policy == CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_FAIL_OPEN) {
+    if (res->policy == CG_STORE_FAILURE_FAIL_OPEN) {
         resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW_WITH_WARNING;
         why->code = CTXGUARD__V1__REASON_CODE__REASON_CODE_STORE_UNAVAILABLE;
         why->message = "the store is unreachable; allowed by on_store_failure FAIL_OPEN";
     } else {
+        bool allow = res->local_allowed;
         resp->decision =
             allow ? CTXGUARD__V1__DECISION__DECISION_ALLOW : CTXGUARD__V1__DECISION__DECISION_DENY;
         why->code = CTXGUARD__V1__REASON_CODE__REASON_CODE_LOCAL_ALLOWANCE;
-        why->level = (Ctxguard__V1__ScopeLevel)refused_level;
+        why->level = (Ctxguard__V1__ScopeLevel)res->refused_level;
         why->message = allow
                            ? "the store is unreachable; allowed from this replica's local allowance"
                            : cg_arena_sprintf(call->arena,
                                               "the store is unreachable and this replica's local "
                                               "allowance of the %s is spent",
-                                              cg_level_name((cg_level)refused_level));
+                                              cg_level_name((cg_level)res->refused_level));
         if (why->message == NULL)
             return OOM(call);
     }
     resp->reasons[0] = why;
     resp->n_reasons = 1;
-    resp->estimated_cost_micros = est_cost;
-    if (r.tightest >= 0) {
-        resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
-        resp->tightest_ratio = r.tightest_ratio;
-    }
-    resp->available_tokens = r.available_tokens;
-    resp->source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_STORE_FAILURE_POLICY;
-    resp->evaluated_at_unix_ms = cg_wall_ms();
-    cg_err_clear(&call->err);
-    *response = &resp->base;
     return CG_OK;
+}
+
+/* The answer of a decision over the path: the decision, its delay (held unless
+ * RETURN_ONLY), reasons, and the approval that answers it when the gate opened or found
+ * one. */
+static cg_status decision_reply(struct cg_rpc_call *call, int delay_mode,
+                                const struct cg_budget_check_result *res,
+                                Ctxguard__V1__CheckBudgetResponse *resp)
+{
+    const struct cg_budget_result *r = &res->decision;
+    cg_status st;
+    resp->decision = (Ctxguard__V1__Decision)r->decision;
+    resp->backpressure_delay_ms = r->delay_ms;
+    resp->delay_held_ms = cg_rpc_hold(call, delay_mode, r->delay_ms);
+    if ((st = cg_rpc_reasons_out(call, res->path, res->n, r, &resp->reasons, &resp->n_reasons)) !=
+        CG_OK)
+        return st;
+    if (!res->gate.involved)
+        return CG_OK;
+    if (res->gate.outcome == CG_APPROVAL_WAS_DENIED)
+        resp->decision = CTXGUARD__V1__DECISION__DECISION_DENY;
+    resp->approval_id = cg_arena_strdup(call->arena, res->gate.approval.approval_id);
+    resp->approval_state = (Ctxguard__V1__ApprovalState)res->gate.approval.state;
+    if (resp->approval_id == NULL)
+        return OOM(call);
+    return cg_rpc_approval_reason(call, &res->gate, resp->reasons, &resp->n_reasons);
 }
 
 cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                               const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__CheckBudgetRequest *req = (const Ctxguard__V1__CheckBudgetRequest *)request;
-    struct cg_scope_ids ids;
+    struct cg_budget_check_request in;
     int level;
     cg_status st = cg_rpc_scope_required(call, req->scope);
     if (st == CG_OK)
-        st = cg_rpc_scope_in(call, req->scope, &ids, &level);
+        st = cg_rpc_scope_in(call, req->scope, &in.ids, &level);
     if (st == CG_OK)
         st = cg_rpc_check_count(call, "estimated_tokens", req->estimated_tokens,
                                 CG_TOKENS_PER_CALL_MAX);
@@ -1155,104 +355,41 @@ cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env 
         st = cg_rpc_check_delay_mode(call, req->delay_mode);
     if (st != CG_OK)
         return st;
-    int64_t est_cost =
-        price_estimate(env, req->model, req->estimated_tokens, req->estimated_output_tokens);
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    Ctxguard__V1__BudgetSource source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
-    st = check_path(call, env, &ids, path, &n, &source);
-    if (st == CG_UNAVAILABLE)
-        return store_failure_answer(call, env, req, &ids, est_cost, response);
-    if (st != CG_OK)
+    in.estimated_tokens = req->estimated_tokens;
+    in.estimated_output_tokens = req->estimated_output_tokens;
+    in.model = req->model;
+    in.dry_run = req->dry_run;
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_budget_check_result res;
+    if ((st = cg_budget_check(&env->svc, &op, &in, &res)) != CG_OK)
         return st;
-    struct cg_budget_result r;
-    cg_rpc_decide(path, n, req->estimated_tokens, est_cost, &r);
-    /* APPROVAL mode over the limit: open (or find) the approval, unless only asking. */
-    struct cg_rpc_approval_gate gate = {.involved = false};
-    if (r.decision == CG_DECISION_REQUIRE_APPROVAL && !req->dry_run) {
-        if (env->svc.store == NULL)
-            return CG_NEEDS_POOL;
-        if ((st = cg_rpc_approval_gate(call, env, &ids, req->estimated_tokens, req->model, path, &n,
-                                       &r, &gate)) != CG_OK)
-            return st;
-        source = CTXGUARD__V1__BUDGET_SOURCE__BUDGET_SOURCE_DATABASE;
-    }
 
     Ctxguard__V1__CheckBudgetResponse *resp =
         NEW(call, Ctxguard__V1__CheckBudgetResponse, ctxguard__v1__check_budget_response__init);
     if (resp == NULL)
         return OOM(call);
-    resp->decision = (Ctxguard__V1__Decision)r.decision;
-    resp->backpressure_delay_ms = r.delay_ms;
-    resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, r.delay_ms);
-    resp->estimated_cost_micros = est_cost;
-    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK ||
-        (st = cg_rpc_reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) != CG_OK)
+    resp->estimated_cost_micros = res.estimated_cost_micros;
+    if ((st = cg_rpc_levels_out(call, res.path, res.n, &res.decision, &resp->levels,
+                                &resp->n_levels)) != CG_OK)
         return st;
-    if (gate.involved) {
-        if (gate.outcome == CG_APPROVAL_WAS_DENIED)
-            resp->decision = CTXGUARD__V1__DECISION__DECISION_DENY;
-        resp->approval_id = cg_arena_strdup(call->arena, gate.approval.approval_id);
-        resp->approval_state = (Ctxguard__V1__ApprovalState)gate.approval.state;
-        if (resp->approval_id == NULL)
-            return OOM(call);
-        if ((st = cg_rpc_approval_reason(call, &gate, resp->reasons, &resp->n_reasons)) != CG_OK)
-            return st;
+    st = res.source == CG_BUDGET_SOURCE_STORE_FAILURE_POLICY
+             ? store_failure_reply(call, &res, resp)
+             : decision_reply(call, req->delay_mode, &res, resp);
+    if (st != CG_OK)
+        return st;
+    const struct cg_budget_result *r = &res.decision;
+    if (r->tightest >= 0) {
+        resp->tightest_level = (Ctxguard__V1__ScopeLevel)res.path[r->tightest].level;
+        resp->tightest_ratio = r->tightest_ratio;
     }
-    if (r.tightest >= 0) {
-        resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
-        resp->tightest_ratio = r.tightest_ratio;
-    }
-    resp->available_tokens = r.available_tokens;
-    resp->source = source;
+    resp->available_tokens = r->available_tokens;
+    resp->source = (Ctxguard__V1__BudgetSource)res.source;
     resp->evaluated_at_unix_ms = cg_wall_ms();
     *response = &resp->base;
     return CG_OK;
 }
 
 /* ---------------------------------------------------------------- reservations ---- */
-
-Ctxguard__V1__TokenUsage *cg_rpc_usage_out(struct cg_rpc_call *call, const struct cg_usage *u)
-{
-    Ctxguard__V1__TokenUsage *t =
-        NEW(call, Ctxguard__V1__TokenUsage, ctxguard__v1__token_usage__init);
-    if (t == NULL)
-        return NULL;
-    t->input_tokens = u->input_tokens;
-    t->output_tokens = u->output_tokens;
-    t->cache_read_tokens = u->cache_read_tokens;
-    t->cache_write_tokens = u->cache_write_tokens;
-    t->cost_micros = u->cost_micros;
-    return t;
-}
-
-Ctxguard__V1__Reservation *cg_rpc_reservation_out(struct cg_rpc_call *call,
-                                                  const struct cg_reservation *res)
-{
-    Ctxguard__V1__Reservation *r =
-        NEW(call, Ctxguard__V1__Reservation, ctxguard__v1__reservation__init);
-    if (r == NULL)
-        return NULL;
-    struct cg_budget_row ids_row;
-    memset(&ids_row, 0, sizeof ids_row);
-    ids_row.ids = res->ids;
-    r->reservation_id = cg_arena_strdup(call->arena, res->reservation_id);
-    r->scope = cg_rpc_scope_out(call, &ids_row);
-    r->tokens = res->tokens;
-    r->estimated_cost_micros = res->cost_micros;
-    r->model = cg_arena_strdup(call->arena, res->model);
-    r->estimate_id = cg_arena_strdup(call->arena, res->estimate_id);
-    r->state = (Ctxguard__V1__ReservationState)res->state;
-    r->created_at_unix_ms = res->created_at_ms;
-    r->expires_at_unix_ms = res->expires_at_ms;
-    r->settled_at_unix_ms = res->settled_at_ms;
-    if (res->state == CTXGUARD__V1__RESERVATION_STATE__RESERVATION_STATE_COMMITTED &&
-        (r->committed_usage = cg_rpc_usage_out(call, &res->committed)) == NULL)
-        return NULL;
-    if (!r->reservation_id || !r->scope || !r->model || !r->estimate_id)
-        return NULL;
-    return r;
-}
 
 cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                 const ProtobufCMessage *request, ProtobufCMessage **response)
@@ -1284,194 +421,24 @@ cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_en
         st = cg_rpc_check_delay_mode(call, req->delay_mode);
     if (st != CG_OK)
         return st;
+    struct cg_budget_reserve_request in = {
+        .ids = ids,
+        .tokens = req->tokens,
+        .estimated_output_tokens = req->estimated_output_tokens,
+        .model = req->model,
+        .estimate_id = req->estimate_id,
+        .idempotency_key = req->idempotency_key,
+        .ttl_ms = req->ttl_ms,
+    };
+    struct cg_op op = cg_rpc_op(call);
     if (cg_rpc_batch_can_defer(call, env))
-        return cg_rpc_batch_submit(call, env, CG_BATCH_RESERVE, &req->base, &ids);
+        return cg_budget_batch_submit(&env->svc, &op, &in, NULL, cg_rpc_batch_done, call);
     if (env->svc.store == NULL)
         return CG_NEEDS_POOL;
-    return cg_rpc_reserve_single(call, env, req, &ids, response);
-}
-
-uint32_t cg_rpc_reserve_ttl(const Ctxguard__V1__ReserveRequest *req,
-                            const struct cg_budget_row *scope_row)
-{
-    uint32_t ttl = req->ttl_ms ? req->ttl_ms : scope_row->reservation_ttl_ms;
-    return ttl ? ttl : DEFAULT_RESERVATION_TTL_MS;
-}
-
-int64_t cg_rpc_reserve_cost(const struct cg_rpc_env *env, const Ctxguard__V1__ReserveRequest *req)
-{
-    /* The hold is priced as well, so that cost limits see it. */
-    return price_estimate(env, req->model, req->tokens, req->estimated_output_tokens);
-}
-
-cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__ReserveRequest *req,
-                               const struct cg_budget_row *path, int n,
-                               const struct cg_budget_result *decided,
-                               const struct cg_reservation *res, ProtobufCMessage **response)
-{
-    Ctxguard__V1__ReserveResponse *resp =
-        NEW(call, Ctxguard__V1__ReserveResponse, ctxguard__v1__reserve_response__init);
-    if (resp == NULL)
-        return OOM(call);
-    cg_status st;
-    resp->decision = (Ctxguard__V1__Decision)decided->decision;
-    resp->backpressure_delay_ms = decided->delay_ms;
-    resp->delay_held_ms = cg_rpc_hold(call, req->delay_mode, decided->delay_ms);
-    if ((st = cg_rpc_reasons_out(call, path, n, decided, &resp->reasons, &resp->n_reasons)) !=
-        CG_OK)
+    struct cg_budget_reserve_result out;
+    if ((st = cg_budget_reserve(&env->svc, &op, &in, &out)) != CG_OK)
         return st;
-    if (decided->tightest >= 0) {
-        resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[decided->tightest].level;
-        resp->tightest_ratio = decided->tightest_ratio;
-    }
-    /* Levels after the hold. */
-    struct cg_budget_result r;
-    cg_rpc_decide(path, n, 0, 0, &r);
-    if ((resp->reservation = cg_rpc_reservation_out(call, res)) == NULL)
-        return OOM(call);
-    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
-        return st;
-    *response = &resp->base;
-    return CG_OK;
-}
-
-cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                const Ctxguard__V1__ReserveRequest *req,
-                                const struct cg_scope_ids *scope_ids, ProtobufCMessage **response)
-{
-    struct cg_scope_ids ids = *scope_ids;
-    cg_status st;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
-        return st;
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &ids, true, false,
-                            cg_wall_ms(), path, &n, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-
-    uint32_t ttl = cg_rpc_reserve_ttl(req, &path[n - 1]);
-    int64_t hold_cost = cg_rpc_reserve_cost(env, req);
-    struct cg_reservation res;
-    st = cg_store_reservation_insert(env->svc.store, call->principal.tenant_id, &ids, req->tokens,
-                                     hold_cost, req->model, req->estimate_id, req->idempotency_key,
-                                     ttl, &res, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-
-    struct cg_budget_result r;
-    Ctxguard__V1__ReserveResponse *resp =
-        NEW(call, Ctxguard__V1__ReserveResponse, ctxguard__v1__reserve_response__init);
-    if (resp == NULL) {
-        cg_store_rollback(env->svc.store);
-        return OOM(call);
-    }
-    if (res.replayed) {
-        /* The first Reserve with this key already held the tokens: answer it again, if this
-         * is a retry of it; the key reused for another hold holds nothing. */
-        const char *other = !cg_scope_equal(&ids, &res.ids)      ? "another scope"
-                            : req->tokens != res.tokens          ? "other tokens"
-                            : strcmp(req->model, res.model) != 0 ? "another model"
-                                                                 : NULL;
-        if (other != NULL) {
-            cg_store_rollback(env->svc.store);
-            return key_reused(call, req->idempotency_key, &res.ids, res.created_at_ms,
-                              "first_reservation_id", res.reservation_id, other);
-        }
-        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-            return st;
-        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-        cg_rpc_decide(path, n, 0, 0, &r);
-        resp->replayed = true;
-        resp->decision = CTXGUARD__V1__DECISION__DECISION_ALLOW;
-    } else {
-        cg_rpc_decide(path, n, req->tokens, hold_cost, &r);
-        if (r.decision == CG_DECISION_REQUIRE_APPROVAL) {
-            /* REQUIRE_APPROVAL holds nothing: the reservation just inserted goes with the
-             * rollback, and the approval step runs in a transaction of its own. */
-            cg_store_rollback(env->svc.store);
-            struct cg_rpc_approval_gate gate;
-            if ((st = cg_rpc_approval_gate(call, env, &ids, req->tokens, req->model, path, &n, &r,
-                                           &gate)) != CG_OK)
-                return st;
-            if (gate.involved && gate.outcome == CG_APPROVAL_WAS_DENIED) {
-                cg_err_setr(&call->err, CG_RESOURCE_EXHAUSTED, CG_ERR_APPROVAL_DENIED,
-                            "APPROVAL token limit of the %s: approval %s was denied",
-                            cg_level_name((cg_level)gate.approval.level),
-                            gate.approval.approval_id);
-                cg_store_err_scope(&call->err, &gate.approval.ids);
-                cg_err_meta(&call->err, "level", cg_level_name((cg_level)gate.approval.level));
-                cg_err_meta(&call->err, "approval_id", gate.approval.approval_id);
-                return CG_RESOURCE_EXHAUSTED;
-            }
-            if (r.decision == CG_DECISION_DENY)
-                return cg_rpc_deny(call, path, n, &r, req->tokens);
-            if (!gate.involved)
-                return cg_err_set(&call->err, CG_ABORTED,
-                                  "the budget changed while this Reserve was decided; retry");
-            resp->decision = CTXGUARD__V1__DECISION__DECISION_REQUIRE_APPROVAL;
-            resp->approval_state = (Ctxguard__V1__ApprovalState)gate.approval.state;
-            if ((resp->approval_id = cg_arena_strdup(call->arena, gate.approval.approval_id)) ==
-                NULL)
-                return OOM(call);
-            if ((st = cg_rpc_reasons_out(call, path, n, &r, &resp->reasons, &resp->n_reasons)) !=
-                    CG_OK ||
-                (st = cg_rpc_approval_reason(call, &gate, resp->reasons, &resp->n_reasons)) !=
-                    CG_OK ||
-                (st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) !=
-                    CG_OK)
-                return st;
-            if (r.tightest >= 0) {
-                resp->tightest_level = (Ctxguard__V1__ScopeLevel)path[r.tightest].level;
-                resp->tightest_ratio = r.tightest_ratio;
-            }
-            *response = &resp->base;
-            return CG_OK;
-        }
-        if (r.decision == CG_DECISION_DENY) {
-            cg_store_rollback(env->svc.store);
-            return cg_rpc_deny(call, path, n, &r, req->tokens);
-        }
-        st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, n, 0, req->tokens,
-                               0, hold_cost, &serr);
-        if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, 0, 0, req->tokens, &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_fail(call, env, &serr);
-        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-            return st;
-        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-        return cg_rpc_reserve_reply(call, req, path, n, &r, &res, response);
-    }
-    if ((resp->reservation = cg_rpc_reservation_out(call, &res)) == NULL)
-        return OOM(call);
-    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
-        return st;
-    *response = &resp->base;
-    return CG_OK;
-}
-
-/* FAILED_PRECONDITION for a reservation past its ACTIVE state, with its facts. */
-static cg_status reservation_settled(struct cg_rpc_call *call, cg_error_reason reason,
-                                     const struct cg_reservation *res, const char *state,
-                                     const char *fmt, ...) CG_PRINTF(5, 6);
-
-static cg_status reservation_settled(struct cg_rpc_call *call, cg_error_reason reason,
-                                     const struct cg_reservation *res, const char *state,
-                                     const char *fmt, ...)
-{
-    char msg[CG_ERR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    cg_err_setr(&call->err, CG_FAILED_PRECONDITION, reason, "%s", msg);
-    cg_err_meta(&call->err, "reservation_id", res->reservation_id);
-    cg_err_meta(&call->err, "state", state);
-    cg_store_err_scope(&call->err, &res->ids);
-    return CG_FAILED_PRECONDITION;
+    return cg_rpc_reserve_answer(call, req->delay_mode, &out, response);
 }
 
 static cg_status check_reservation_id(struct cg_rpc_call *call, const char *id)
@@ -1481,58 +448,6 @@ static cg_status check_reservation_id(struct cg_rpc_call *call, const char *id)
     return cg_rpc_check_text(call, "reservation_id", id, CG_UUID_LEN);
 }
 
-/* Whether a reservation still holds its tokens: ACTIVE, or ACTIVE past its expiry and not
- * yet settled by the sweeper (state 4 with no settled time). */
-static bool holds_tokens(const struct cg_reservation *res)
-{
-    return res->state == 1 || (res->state == 4 && res->settled_at_ms == 0);
-}
-
-/* Settles an ACTIVE reservation found past its expiry: its tokens return to the pool. */
-static cg_status expire(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                        const struct cg_reservation *res, struct cg_budget_row *path, int *n,
-                        struct cg_err *serr)
-{
-    cg_status st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &res->ids, true,
-                                      false, cg_wall_ms(), path, n, serr);
-    if (st == CG_OK)
-        st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, *n, 0, -res->tokens,
-                               0, -res->cost_micros, serr);
-    if (st == CG_OK)
-        st = cg_rpc_emit_path(call, env, path, *n, 0, 0, -res->tokens, serr);
-    if (st == CG_OK)
-        st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
-                                         res->reservation_id, 4, NULL, serr);
-    return st;
-}
-
-/* A reservation outside a scope-bound key's subtree: rolled back, nothing touched, and
- * NOT_FOUND in the words of an unknown id (cg_store_reservation_lock). */
-static cg_status reservation_hidden(struct cg_rpc_call *call, const struct cg_rpc_env *env)
-{
-    cg_store_rollback(env->svc.store);
-    return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_RESERVATION_NOT_FOUND,
-                       "reservation_id: no such reservation");
-}
-
-/* Opens the transaction of a Commit or Release and locks the reservation (first: the lock
- * order of store.h). On error the transaction is rolled back and call->err filled. */
-static cg_status begin_with_reservation(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                        const char *reservation_id, struct cg_reservation *res,
-                                        struct cg_err *serr)
-{
-    cg_status st = cg_rpc_begin(call, env, serr);
-    if (st != CG_OK)
-        return st;
-    st = cg_store_reservation_lock(env->svc.store, call->principal.tenant_id, reservation_id, res,
-                                   serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, serr);
-    if (!cg_rpc_scope_reachable(&call->principal, res->ids.session_id, res->ids.task_id))
-        return reservation_hidden(call, env);
-    return CG_OK;
-}
-
 cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                 const ProtobufCMessage *request, ProtobufCMessage **response)
 {
@@ -1540,71 +455,35 @@ cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_en
     cg_status st = check_reservation_id(call, req->reservation_id);
     if (st != CG_OK)
         return st;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    struct cg_reservation res;
-    if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_budget_release_result res;
+    if ((st = cg_budget_release(&env->svc, &op, req->reservation_id, &res)) != CG_OK)
         return st;
-
     Ctxguard__V1__ReleaseResponse *resp =
         NEW(call, Ctxguard__V1__ReleaseResponse, ctxguard__v1__release_response__init);
-    if (resp == NULL) {
-        cg_store_rollback(env->svc.store);
+    if (resp == NULL ||
+        (resp->reservation = cg_rpc_reservation_out(call, &res.reservation)) == NULL)
         return OOM(call);
-    }
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    if (holds_tokens(&res)) {
-        /* ACTIVE, or ACTIVE past its expiry: the tokens go back to the pool now. */
-        st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &res.ids, true, false,
-                                cg_wall_ms(), path, &n, &serr);
-        if (st == CG_OK)
-            st = cg_store_path_add(env->svc.store, call->principal.tenant_id, path, n, 0,
-                                   -res.tokens, 0, -res.cost_micros, &serr);
-        if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, 0, 0, -res.tokens, &serr);
-        if (st == CG_OK)
-            st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
-                                             res.reservation_id, res.state == 1 ? 3 : 4, NULL,
-                                             &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_fail(call, env, &serr);
-        resp->released_tokens = res.tokens;
-        resp->replayed = res.state == 4;
-        res.state = res.state == 1 ? 3 : 4;
-        res.settled_at_ms = cg_wall_ms();
-    } else if (res.state == 2) {
-        cg_store_rollback(env->svc.store);
-        return reservation_settled(call, CG_ERR_RESERVATION_SETTLED, &res, "committed",
-                                   "reservation %s is already committed", res.reservation_id);
-    } else {
-        resp->replayed = true; /* released or expired before */
-    }
-    if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-        return st;
-    cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-    if ((resp->reservation = cg_rpc_reservation_out(call, &res)) == NULL)
-        return OOM(call);
+    resp->released_tokens = res.released_tokens;
+    resp->replayed = res.replayed;
     *response = &resp->base;
     return CG_OK;
-}
-
-static bool same_usage(const struct cg_usage *a, const struct cg_usage *b)
-{
-    return a->input_tokens == b->input_tokens && a->output_tokens == b->output_tokens &&
-           a->cache_read_tokens == b->cache_read_tokens &&
-           a->cache_write_tokens == b->cache_write_tokens &&
-           (a->cost_micros == 0 || a->cost_micros == b->cost_micros);
 }
 
 cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                const ProtobufCMessage *request, ProtobufCMessage **response)
 {
     const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)request;
-    struct cg_usage usage;
+    struct cg_budget_commit_request in = {
+        .reservation_id = req->reservation_id,
+        .model = req->model,
+        .estimate_id = req->estimate_id,
+        .provider_input_tokens = req->provider_input_tokens,
+        .record_if_expired = req->record_if_expired,
+    };
     cg_status st = check_reservation_id(call, req->reservation_id);
     if (st == CG_OK)
-        st = cg_rpc_usage_in(call, req->usage, &usage);
+        st = cg_rpc_usage_in(call, req->usage, &in.usage);
     if (st == CG_OK)
         st = cg_rpc_check_text(call, "model", req->model, CG_MODEL_MAX);
     if (st == CG_OK)
@@ -1614,182 +493,15 @@ cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env
                                 CG_TOKENS_PER_CALL_MAX * 3);
     if (st != CG_OK)
         return st;
+    struct cg_op op = cg_rpc_op(call);
     if (cg_rpc_batch_can_defer(call, env))
-        return cg_rpc_batch_submit(call, env, CG_BATCH_COMMIT, &req->base, NULL);
+        return cg_budget_batch_submit(&env->svc, &op, NULL, &in, cg_rpc_batch_done, call);
     if (env->svc.store == NULL)
         return CG_NEEDS_POOL;
-    return cg_rpc_commit_single(call, env, req, response);
-}
-
-cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitResponse *resp,
-                               const struct cg_reservation *res, const struct cg_usage *usage,
-                               bool price_known, const struct cg_budget_row *path, int n,
-                               ProtobufCMessage **response)
-{
-    struct cg_budget_result r;
-    cg_rpc_decide(path, n, 0, 0, &r);
-    if ((resp->reservation = cg_rpc_reservation_out(call, res)) == NULL ||
-        (resp->recorded_usage = cg_rpc_usage_out(call, usage)) == NULL)
-        return OOM(call);
-    resp->price_known = price_known;
-    if (!resp->calibration_updated)
-        resp->calibration_factor = 1.0;
-    cg_status st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels);
-    if (st != CG_OK)
+    struct cg_budget_commit_result out;
+    if ((st = cg_budget_commit(&env->svc, &op, &in, &out)) != CG_OK)
         return st;
-    *response = &resp->base;
-    return CG_OK;
-}
-
-bool cg_rpc_price_usage(const struct cg_rpc_env *env, const char *model, struct cg_usage *u)
-{
-    return price_usage(env, model, u);
-}
-
-int64_t cg_rpc_usage_tokens(const struct cg_usage *u)
-{
-    return usage_tokens(u);
-}
-
-int64_t cg_rpc_provider_input_tokens(int64_t provider_input_tokens, const struct cg_usage *u)
-{
-    if (provider_input_tokens > 0)
-        return provider_input_tokens;
-    return u->input_tokens + u->cache_read_tokens + u->cache_write_tokens;
-}
-
-/* Inside the Commit's transaction, after its spend: the OVERRUN event of a Commit that
- * recorded more than its reservation held (the spend counts in full; watchers learn both
- * figures). */
-static cg_status emit_overrun(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              const struct cg_reservation *res, const struct cg_usage *usage,
-                              struct cg_err *serr)
-{
-    struct cg_event_fields f;
-    memset(&f, 0, sizeof f);
-    snprintf(f.ref_id, sizeof f.ref_id, "%s", res->reservation_id);
-    f.ref_tokens = res->tokens;
-    f.ref_state = CTXGUARD__V1__RESERVATION_STATE__RESERVATION_STATE_COMMITTED;
-    f.ref_usage = *usage;
-    snprintf(f.message, sizeof f.message, "reservation %s held %lld tokens; %lld committed",
-             res->reservation_id, (long long)res->tokens, (long long)usage_tokens(usage));
-    return cg_store_event_append(env->svc.store, call->principal.tenant_id, &res->ids,
-                                 CG_EVENT_OVERRUN, &f, cg_wall_ms(), serr);
-}
-
-cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const Ctxguard__V1__CommitRequest *req, ProtobufCMessage **response)
-{
-    struct cg_usage usage;
-    bool price_known = false;
-    cg_status st = cg_rpc_usage_in(call, req->usage, &usage);
-    if (st != CG_OK)
-        return st;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    struct cg_reservation res;
-    if ((st = begin_with_reservation(call, env, req->reservation_id, &res, &serr)) != CG_OK)
-        return st;
-
-    Ctxguard__V1__CommitResponse *resp =
-        NEW(call, Ctxguard__V1__CommitResponse, ctxguard__v1__commit_response__init);
-    if (resp == NULL) {
-        cg_store_rollback(env->svc.store);
-        return OOM(call);
-    }
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    if (res.state == 2) {
-        /* Committed before: the same usage is a retry, another one a mistake. */
-        cg_store_rollback(env->svc.store);
-        if (!same_usage(&usage, &res.committed))
-            return reservation_settled(call, CG_ERR_RESERVATION_SETTLED, &res, "committed",
-                                       "reservation %s was already committed with another usage",
-                                       res.reservation_id);
-        resp->replayed = true;
-        usage = res.committed;
-        price_known = usage.cost_micros > 0;
-        char entry[CG_UUID_LEN + 1];
-        if (cg_store_ledger_entry_of(env->svc.store, call->principal.tenant_id, res.reservation_id,
-                                     entry, &serr) != CG_OK)
-            return cg_rpc_store_error(call, &serr);
-        if ((resp->ledger_entry_id = cg_arena_strdup(call->arena, entry)) == NULL)
-            return OOM(call);
-        if ((st = cg_rpc_read_path(call, env, &res.ids, path, &n)) != CG_OK)
-            return st;
-    } else {
-        bool expired = res.state != 1;
-        if (expired && !req->record_if_expired) {
-            /* An ACTIVE reservation found past its expiry still returns its tokens. */
-            if (holds_tokens(&res)) {
-                if (expire(call, env, &res, path, &n, &serr) != CG_OK)
-                    return cg_rpc_store_fail(call, env, &serr);
-                if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-                    return st;
-                cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-            } else {
-                cg_store_rollback(env->svc.store);
-            }
-            return reservation_settled(
-                call, res.state == 3 ? CG_ERR_RESERVATION_SETTLED : CG_ERR_RESERVATION_EXPIRED,
-                &res, res.state == 3 ? "released" : "expired",
-                "reservation %s is %s; nothing recorded (set record_if_expired to "
-                "record the usage anyway)",
-                res.reservation_id, res.state == 3 ? "released" : "expired");
-        }
-        st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &res.ids, true, false,
-                                cg_wall_ms(), path, &n, &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_fail(call, env, &serr);
-        price_known = price_usage(env, req->model[0] ? req->model : res.model, &usage);
-        int64_t spent = usage_tokens(&usage);
-        /* An expired hold still holding tokens (found past its expiry) gives them back too. */
-        int64_t unhold = holds_tokens(&res) ? res.tokens : 0;
-        int64_t unhold_cost = holds_tokens(&res) ? res.cost_micros : 0;
-        char key[CG_IDEMPOTENCY_MAX + 1];
-        snprintf(key, sizeof key, "reservation:%s", res.reservation_id);
-        char entry[CG_UUID_LEN + 1];
-        st = cg_store_path_spend(env->svc.store, call->principal.tenant_id, path, n, &usage,
-                                 -unhold, -unhold_cost, &serr);
-        if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, spent, usage.cache_read_tokens, -unhold,
-                                  &serr);
-        if (st == CG_OK && !expired && spent > res.tokens)
-            st = emit_overrun(call, env, &res, &usage, &serr);
-        /* ACTIVE -> COMMITTED; found past its expiry -> EXPIRED; RELEASED stays so. */
-        int settled = res.state == 1 ? 2 : holds_tokens(&res) ? 4 : 0;
-        if (st == CG_OK && settled != 0)
-            st = cg_store_reservation_settle(env->svc.store, call->principal.tenant_id,
-                                             res.reservation_id, settled,
-                                             settled == 2 ? &usage : NULL, &serr);
-        if (st == CG_OK)
-            st = cg_store_ledger_append(env->svc.store, call->principal.tenant_id, &res.ids, &usage,
-                                        req->model[0] ? req->model : res.model, key,
-                                        res.reservation_id, entry, NULL, &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_fail(call, env, &serr);
-        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-            return st;
-        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-        resp->ledger_entry_id = cg_arena_strdup(call->arena, entry);
-        resp->released_tokens = expired ? 0 : (res.tokens > spent ? res.tokens - spent : 0);
-        resp->overrun_tokens = expired ? 0 : (spent > res.tokens ? spent - res.tokens : 0);
-        resp->reservation_expired = expired;
-        if (!expired) {
-            res.state = 2;
-            res.committed = usage;
-            res.settled_at_ms = cg_wall_ms();
-        }
-        /* Committed: now the calibration, best effort. */
-        struct cg_calibration_sample cal = {
-            .estimate_id = req->estimate_id[0] ? req->estimate_id : res.estimate_id,
-            .provider_tokens = cg_rpc_provider_input_tokens(req->provider_input_tokens, &usage),
-        };
-        cg_rpc_calibrate(env, call->principal.tenant_id, call->request_id, &cal, 1);
-        resp->calibration_updated = cal.updated;
-        resp->calibration_factor = cal.factor;
-    }
-    return cg_rpc_commit_finish(call, resp, &res, &usage, price_known, path, n, response);
+    return cg_rpc_commit_answer(call, &out, response);
 }
 
 cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -1822,80 +534,33 @@ cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_r
     if (st != CG_OK)
         return st;
 
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    if ((st = cg_rpc_begin(call, env, &serr)) != CG_OK)
-        return st;
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, &ids, true, false, now_ms,
-                            path, &n, &serr);
-    /* Spend before the tenant's current period would count in a period that is over. */
-    if (st == CG_OK && req->occurred_at_unix_ms != 0 && path[0].period_start_ms != 0 &&
-        req->occurred_at_unix_ms < path[0].period_start_ms) {
-        cg_store_rollback(env->svc.store);
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'occurred_at_unix_ms' is before the current period, which "
-                          "started at %lld",
-                          (long long)path[0].period_start_ms);
-    }
-    /* What the caller sent, for comparing a retry; what is recorded carries a price. */
-    struct cg_usage asked = usage;
-    bool price_known = price_usage(env, req->model, &usage);
-    char entry[CG_UUID_LEN + 1] = "";
-    struct cg_ledger_first first;
-    if (st == CG_OK)
-        st = cg_store_ledger_append_at(env->svc.store, call->principal.tenant_id, &ids, &usage,
-                                       req->model, req->idempotency_key, NULL,
-                                       req->occurred_at_unix_ms, entry, &first, &serr);
-    bool replayed = false;
-    if (st == CG_ALREADY_EXISTS) {
-        cg_store_rollback(env->svc.store);
-        /* A retry repeats the first request; anything else must not pass as one. */
-        const char *other = !cg_scope_equal(&ids, &first.ids)      ? "another scope"
-                            : !same_usage(&asked, &first.usage)    ? "other usage"
-                            : strcmp(req->model, first.model) != 0 ? "another model"
-                                                                   : NULL;
-        if (other != NULL)
-            return key_reused(call, req->idempotency_key, &first.ids, first.created_at_ms,
-                              "first_ledger_entry_id", entry, other);
-        replayed = true;
-        usage = first.usage;
-        price_known = usage.cost_micros > 0;
-        if ((st = cg_rpc_read_path(call, env, &ids, path, &n)) != CG_OK)
-            return st;
-    } else {
-        if (st == CG_OK)
-            st = cg_store_path_spend(env->svc.store, call->principal.tenant_id, path, n, &usage, 0,
-                                     0, &serr);
-        if (st == CG_OK)
-            st = cg_rpc_emit_path(call, env, path, n, usage_tokens(&usage), usage.cache_read_tokens,
-                                  0, &serr);
-        if (st != CG_OK)
-            return cg_rpc_store_fail(call, env, &serr);
-        if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-            return st;
-        cg_cache_written(&env->svc, call->principal.tenant_id, path, n);
-    }
-    /* Committed (a replay calibrated the first time, if at all): best effort. */
-    struct cg_calibration_sample cal = {
-        .estimate_id = replayed ? "" : req->estimate_id,
-        .provider_tokens = cg_rpc_provider_input_tokens(req->provider_input_tokens, &usage),
+    struct cg_budget_record_request in = {
+        .ids = ids,
+        .usage = usage,
+        .model = req->model,
+        .idempotency_key = req->idempotency_key,
+        .estimate_id = req->estimate_id,
+        .provider_input_tokens = req->provider_input_tokens,
+        .occurred_at_ms = req->occurred_at_unix_ms,
+        .now_ms = now_ms,
     };
-    cg_rpc_calibrate(env, call->principal.tenant_id, call->request_id, &cal, 1);
-
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_budget_record_result out;
+    if ((st = cg_budget_record_usage(&env->svc, &op, &in, &out)) != CG_OK)
+        return st;
     struct cg_budget_result r;
-    cg_rpc_decide(path, n, 0, 0, &r);
+    cg_budget_path_decide(out.rec.path, out.rec.n, 0, 0, &r);
     Ctxguard__V1__RecordUsageResponse *resp =
         NEW(call, Ctxguard__V1__RecordUsageResponse, ctxguard__v1__record_usage_response__init);
-    if (resp == NULL || (resp->recorded_usage = cg_rpc_usage_out(call, &usage)) == NULL ||
-        (resp->ledger_entry_id = cg_arena_strdup(call->arena, entry)) == NULL)
+    if (resp == NULL || (resp->recorded_usage = cg_rpc_usage_out(call, &out.rec.usage)) == NULL ||
+        (resp->ledger_entry_id = cg_arena_strdup(call->arena, out.rec.ledger_entry_id)) == NULL)
         return OOM(call);
-    resp->replayed = replayed;
-    resp->price_known = price_known;
-    resp->calibration_updated = cal.updated;
-    resp->calibration_factor = cal.factor;
-    if ((st = cg_rpc_levels_out(call, path, n, &r, &resp->levels, &resp->n_levels)) != CG_OK)
+    resp->replayed = out.replayed;
+    resp->price_known = out.rec.price_known;
+    resp->calibration_updated = out.rec.calibration_updated;
+    resp->calibration_factor = out.rec.calibration_factor;
+    if ((st = cg_rpc_levels_out(call, out.rec.path, out.rec.n, &r, &resp->levels,
+                                &resp->n_levels)) != CG_OK)
         return st;
     *response = &resp->base;
     return CG_OK;

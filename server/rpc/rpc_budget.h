@@ -1,7 +1,7 @@
-/* rpc_budget.h - what the BudgetService handler files share (rpc_budget*.c): request
- * checks that name their field, conversions between store rows, core levels and proto
- * messages (all allocated in the call's arena), and the transaction steps. Internal to
- * rpc/. On error each check fills call->err and returns its status.
+/* rpc_budget.h - what the BudgetService handler files share (rpc_budget*.c): the answers,
+ * domain rows, decisions, reservations and approvals as proto messages (rpc_budget_out.c,
+ * all allocated in the call's arena) and the answers of Reserve and Commit.
+ * Internal to rpc/. The request checks are rpc_check.h; the flows service/budget*.h.
  */
 #ifndef CG_RPC_BUDGET_H
 #define CG_RPC_BUDGET_H
@@ -9,49 +9,20 @@
 #include "core/budget.h"
 #include "ctxguard/v1/budget.pb-c.h"
 #include "rpc/rpc_handlers.h"
+#include "service/budget_approvals.h"
+#include "service/budget_batch.h"
+#include "service/budget_events.h"
+#include "service/budget_path.h"
 
-#define CG_TOKENS_PER_CALL_MAX 100000000LL
+/* Store row -> core level: service/budget_path.h cg_budget_row_level (this name stays for
+ * rpc_watch.c until WatchUsage moves into service/). */
+static inline void cg_rpc_level_from_row(const struct cg_budget_row *row,
+                                         struct cg_budget_level *out)
+{
+    cg_budget_row_level(row, out);
+}
 
-/* A Scope into ids and its level (NULL, no ids, or scope.tenant: the tenant); ids <= 128
- * bytes without spaces or control characters, a task needs a session and an agent a task,
- * scope.tenant comes with no id. */
-cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
-                          struct cg_scope_ids *ids, int *level) CG_MUST_CHECK;
-
-/* CheckBudget, Reserve and RecordUsage: INVALID_ARGUMENT (reason SCOPE_REQUIRED, naming
- * `scope`) unless the scope names an id or sets scope.tenant, so that a forgotten scope never
- * spends on the whole tenant. Called before cg_rpc_scope_in, which checks the rest. */
-cg_status cg_rpc_scope_required(struct cg_rpc_call *call,
-                                const Ctxguard__V1__Scope *scope) CG_MUST_CHECK;
-
-/* v within 0..max. */
-cg_status cg_rpc_check_count(struct cg_rpc_call *call, const char *field, int64_t v,
-                             int64_t max) CG_MUST_CHECK;
-
-/* At most max_bytes, no control characters. */
-cg_status cg_rpc_check_text(struct cg_rpc_call *call, const char *field, const char *value,
-                            size_t max_bytes) CG_MUST_CHECK;
-
-/* 1..128 printable ASCII characters without spaces (empty allowed unless required). */
-cg_status cg_rpc_check_key(struct cg_rpc_call *call, const char *field, const char *value,
-                           bool required) CG_MUST_CHECK;
-
-/* A TokenUsage, each count 0..1e8, at least one token in all, and in all (input + output
- * + cache_read + cache_write; reasoning tokens are part of output) at most the tenant's
- * max_call_tokens (call->principal): INVALID_ARGUMENT reason CALL_TOKENS_ABOVE_LIMIT,
- * metadata tokens and max_call_tokens. */
-cg_status cg_rpc_usage_in(struct cg_rpc_call *call, const Ctxguard__V1__TokenUsage *u,
-                          struct cg_usage *out) CG_MUST_CHECK;
-
-/* DelayMode within the enum. */
-cg_status cg_rpc_check_delay_mode(struct cg_rpc_call *call, int mode) CG_MUST_CHECK;
-
-/* Store row -> core level. */
-void cg_rpc_level_from_row(const struct cg_budget_row *row, struct cg_budget_level *out);
-
-/* core decision over a path of rows. */
-void cg_rpc_decide(const struct cg_budget_row *rows, int n, int64_t tokens, int64_t cost,
-                   struct cg_budget_result *out);
+/* ---- answers (rpc_budget_out.c) ---- */
 
 /* Messages (NULL when out of memory). */
 Ctxguard__V1__Scope *cg_rpc_scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row);
@@ -69,39 +40,15 @@ cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_ro
                              const struct cg_budget_result *r, Ctxguard__V1__DecisionReason ***out,
                              size_t *nout) CG_MUST_CHECK;
 
-/* Transactions: begin/commit copy a store error into call->err; store_fail rolls back and
- * does the same. read_path reads a path without locks: one statement, or a short
- * transaction of its own when the read must write first (cg_store_path_peek). */
-cg_status cg_rpc_begin(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                       struct cg_err *serr) CG_MUST_CHECK;
-cg_status cg_rpc_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                        struct cg_err *serr) CG_MUST_CHECK;
-cg_status cg_rpc_store_fail(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const struct cg_err *serr);
-cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                           const struct cg_scope_ids *ids, struct cg_budget_row *path,
-                           int *n) CG_MUST_CHECK;
-
-/* WatchUsage events (rpc_budget_events.c), inside the open transaction of the change,
- * after it was applied: emit_path after cg_store_path_add / cg_store_path_spend (path as
- * updated; used_delta the tokens spent, of which cache_read_delta were cache reads, which a
- * level with exclude_cache_read_tokens did not count); emit_budget after cg_store_budget_put
- * (before: the scope's row before, NULL when new); emit_share after it too, for the parent
- * (its row as locked before the put, NULL for a tenant) when the scope's share of it moved
- * (allocate_from_parent: the trigger moved the parent's allocated_tokens). (CloseScope's
- * events are appended by cg_store_scope_close_events, in its transaction.) Store errors in
- * serr (the caller rolls back).
- */
-cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                           const struct cg_budget_row *path, int n, int64_t used_delta,
-                           int64_t cache_read_delta, int64_t reserved_delta,
-                           struct cg_err *serr) CG_MUST_CHECK;
-cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const struct cg_budget_row *before, const struct cg_budget_row *after,
-                             struct cg_err *serr) CG_MUST_CHECK;
-cg_status cg_rpc_emit_share(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const struct cg_budget_row *parent, const struct cg_budget_row *before,
-                            const struct cg_budget_row *after, struct cg_err *serr) CG_MUST_CHECK;
+/* The path read of service/budget_path.h on the call's operation (its err, principal):
+ * this name stays for rpc_watch.c until WatchUsage moves into service/. */
+static inline cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                         const struct cg_scope_ids *ids, struct cg_budget_row *path,
+                                         int *n)
+{
+    struct cg_op op = cg_rpc_op(call);
+    return cg_budget_read_path(&env->svc, &op, ids, path, n);
+}
 
 /* A ScopeUsage without children (rpc_budget_scopes.c; NULL when out of memory). */
 Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
@@ -110,33 +57,10 @@ Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
 /* Holds the reply delay_ms on the timer unless RETURN_ONLY; returns what is held. */
 uint32_t cg_rpc_hold(struct cg_rpc_call *call, int delay_mode, uint32_t delay_ms);
 
-/* ---- approvals (rpc_budget_approvals.c) ---- */
-
-#define CG_APPROVAL_TTL_MIN_MS 60000u
-#define CG_APPROVAL_TTL_MAX_MS 604800000u
-#define CG_APPROVAL_TTL_DEFAULT_MS 3600000u
-
-/* What the approval step of a request found or did. */
-struct cg_rpc_approval_gate {
-    bool involved; /* an approval answers the request (approval and outcome are set) */
-    struct cg_approval approval;
-    cg_approval_outcome outcome;
-};
-
-/* The approval step of a CheckBudget (not a dry run) or Reserve whose decision over path[]
- * was REQUIRE_APPROVAL, in a transaction of its own: locks the path of ids, decides again
- * on tokens (path, *n and *r are replaced by what the transaction read), and when the
- * decision is still REQUIRE_APPROVAL opens or finds the approval of the tightest
- * APPROVAL level (cg_store_approval_request) and commits. gate->involved tells whether it
- * did. On error call->err is set and nothing is written. */
-cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const struct cg_scope_ids *ids, int64_t tokens, const char *model,
-                               struct cg_budget_row *path, int *n, struct cg_budget_result *r,
-                               struct cg_rpc_approval_gate *gate) CG_MUST_CHECK;
-
 /* Appends the gate's reason (APPROVAL_REQUESTED, _PENDING or _DENIED) to reasons[] (which
  * cg_rpc_reasons_out sized for it). */
-cg_status cg_rpc_approval_reason(struct cg_rpc_call *call, const struct cg_rpc_approval_gate *gate,
+cg_status cg_rpc_approval_reason(struct cg_rpc_call *call,
+                                 const struct cg_budget_approval_gate *gate,
                                  Ctxguard__V1__DecisionReason **reasons,
                                  size_t *nreasons) CG_MUST_CHECK;
 
@@ -150,27 +74,11 @@ cg_status cg_rpc_extension_reasons(struct cg_rpc_call *call, const struct cg_bud
 /* An Approval message (NULL when out of memory). */
 Ctxguard__V1__Approval *cg_rpc_approval_out(struct cg_rpc_call *call, const struct cg_approval *a);
 
-/* ---- Reserve and Commit, one request or a batch (rpc_budget_batch.c) ---- */
-
-/* The Reserve / Commit of one request in a transaction of its own: the path when no batch
- * runs, and a batch's fallback for what it does not decide itself (replays, approvals,
- * expired reservations, errors). The request is already checked. */
-cg_status cg_rpc_reserve_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                const Ctxguard__V1__ReserveRequest *req,
-                                const struct cg_scope_ids *ids,
-                                ProtobufCMessage **response) CG_MUST_CHECK;
-cg_status cg_rpc_commit_single(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const Ctxguard__V1__CommitRequest *req,
-                               ProtobufCMessage **response) CG_MUST_CHECK;
-
-/* A Reserve's TTL (the request's, else the scope's, else the default) and priced hold. */
-uint32_t cg_rpc_reserve_ttl(const Ctxguard__V1__ReserveRequest *req,
-                            const struct cg_budget_row *scope_row);
-int64_t cg_rpc_reserve_cost(const struct cg_rpc_env *env, const Ctxguard__V1__ReserveRequest *req);
+/* ---- Reserve answers (rpc_budget_out.c) ---- */
 
 /* The answer of a Reserve that held its tokens: path is the path right after the hold,
  * decided the decision taken before it. */
-cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, const Ctxguard__V1__ReserveRequest *req,
+cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, int delay_mode,
                                const struct cg_budget_row *path, int n,
                                const struct cg_budget_result *decided,
                                const struct cg_reservation *res,
@@ -183,47 +91,30 @@ cg_status cg_rpc_commit_finish(struct cg_rpc_call *call, Ctxguard__V1__CommitRes
                                bool price_known, const struct cg_budget_row *path, int n,
                                ProtobufCMessage **response) CG_MUST_CHECK;
 
-/* RESOURCE_EXHAUSTED naming the level that refused tokens (a HARD DENY of r). */
-cg_status cg_rpc_deny(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
-                      const struct cg_budget_result *r, int64_t tokens);
-
 Ctxguard__V1__Reservation *cg_rpc_reservation_out(struct cg_rpc_call *call,
                                                   const struct cg_reservation *res);
 
-/* Prices u from the price table when it has no cost; whether the cost is known. */
-bool cg_rpc_price_usage(const struct cg_rpc_env *env, const char *model, struct cg_usage *u);
+/* ---- Reserve and Commit answers (rpc_budget_write.c) ---- */
 
-/* Input + output + cache tokens of u. */
-int64_t cg_rpc_usage_tokens(const struct cg_usage *u);
+/* The answer of a Reserve (delay_mode: the request's) or a Commit from the service's
+ * result. */
+cg_status cg_rpc_reserve_answer(struct cg_rpc_call *call, int delay_mode,
+                                const struct cg_budget_reserve_result *out,
+                                ProtobufCMessage **response) CG_MUST_CHECK;
+cg_status cg_rpc_commit_answer(struct cg_rpc_call *call, const struct cg_budget_commit_result *out,
+                               ProtobufCMessage **response) CG_MUST_CHECK;
 
-/* The provider's count of a prompt for calibration: provider_input_tokens when > 0, else
- * input + cache_read + cache_write of u (CommitRequest's rule). */
-int64_t cg_rpc_provider_input_tokens(int64_t provider_input_tokens, const struct cg_usage *u);
-
-/* The events of each level from before to after (tenant first), appended to out (cap
- * entries; *count advanced). Returns false when they do not fit. */
-bool cg_rpc_collect_events(const struct cg_budget_row *before, const struct cg_budget_row *after,
-                           int n, struct cg_event_in *out, int cap, int *count);
-
-/* cg_path_events_fn (store.h) over cg_rpc_collect_events: the events of a path's change for
- * the store's own transactions (CloseScope, the sweeper); ctx is unused. */
-int cg_rpc_path_events(void *ctx, const struct cg_budget_row *before,
-                       const struct cg_budget_row *after, int n, struct cg_event_in *out, int cap);
-
-typedef enum { CG_BATCH_RESERVE = 1, CG_BATCH_COMMIT = 2 } cg_batch_kind;
+/* cg_budget_batch_done_cb for a deferred Reserve or Commit: ctx is its call, whose request
+ * gives the Reserve's delay_mode; encodes the answer and hands the call back to the
+ * transport (cg_rpc_complete). */
+void cg_rpc_batch_done(void *ctx, cg_status st, const struct cg_budget_batch_answer *answer);
 
 /* Whether this call may be deferred into a batch (the transport can resume it later and
  * the server has a batcher). */
-bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call, const struct cg_rpc_env *env);
-
-/* Queues the checked request into its tenant's batch and returns CG_DEFERRED: the call is
- * answered later (cg_rpc_complete) by whichever pool thread leads the tenant's batches,
- * possibly this one before this returns. After this the caller must not touch call.
- * Without a store (env->svc.store NULL: a completion-queue thread) it only joins a batch that
- * is running; when none is, it returns CG_NEEDS_POOL without queueing anything. ids: the Reserve's
- * scope (NULL for Commit). */
-cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              cg_batch_kind kind, const ProtobufCMessage *request,
-                              const struct cg_scope_ids *ids);
+static inline bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call,
+                                          const struct cg_rpc_env *env)
+{
+    return env->svc.batcher != NULL && call->resume != NULL;
+}
 
 #endif

@@ -1,12 +1,11 @@
-/* rpc_budget_approvals.c - BudgetService approvals: the approval step of CheckBudget and
- * Reserve in APPROVAL mode, ResolveApproval, GetApproval and ListApprovals.
+/* rpc_budget_approvals.c - BudgetService approvals: ResolveApproval, GetApproval and
+ * ListApprovals (the approval gate of CheckBudget and Reserve, and what ResolveApproval does,
+ * are service/budget_approvals.c; the Approval message is rpc_budget_out.c).
  *
  * The state machine lives in the store (store.h, "approvals"): PENDING -> APPROVED |
- * DENIED | EXPIRED, with who and when. Approving extends the level's limit by the granted
- * tokens until the next SetBudget or reset; the waiting caller just retries. Every time
- * here is cg_wall_ms(), passed down so that tests of the store can move the clock.
+ * DENIED | EXPIRED, with who and when. Every time here is cg_wall_ms(), passed down so that
+ * tests of the store can move the clock.
  */
-#include "service/cache.h"
 #include "rpc/rpc_budget.h"
 
 #include <stdio.h>
@@ -18,185 +17,6 @@
 #define GRANTED_MAX 1000000000000000LL
 #define PAGE_DEFAULT 100
 
-/* ---------------------------------------------------------------- the approval step - */
-
-/* The APPROVAL level that asks for the approval: the one with the highest projected ratio
- * among those answering REQUIRE_APPROVAL; -1 when none does. */
-static int approval_level(const struct cg_budget_result *r, int n)
-{
-    int best = -1;
-    for (int i = 0; i < n; i++) {
-        if (r->levels[i].decision != CG_DECISION_REQUIRE_APPROVAL)
-            continue;
-        if (best < 0 || r->levels[i].projected_ratio > r->levels[best].projected_ratio)
-            best = i;
-    }
-    return best;
-}
-
-cg_status cg_rpc_approval_gate(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const struct cg_scope_ids *ids, int64_t tokens, const char *model,
-                               struct cg_budget_row *path, int *n, struct cg_budget_result *r,
-                               struct cg_rpc_approval_gate *gate)
-{
-    memset(gate, 0, sizeof *gate);
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    cg_status st = cg_rpc_begin(call, env, &serr);
-    if (st != CG_OK)
-        return st;
-    int64_t now = cg_wall_ms();
-    /* Locked, so that concurrent requests of the scope find each other's approval. */
-    st = cg_store_path_read(env->svc.store, call->principal.tenant_id, ids, true, false, now, path,
-                            n, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-    cg_rpc_decide(path, *n, tokens, 0, r);
-    int at = r->decision == CG_DECISION_REQUIRE_APPROVAL ? approval_level(r, *n) : -1;
-    if (at < 0) { /* the budget moved meanwhile: the new decision stands */
-        if ((st = cg_rpc_commit(call, env, &serr)) == CG_OK)
-            cg_cache_written(&env->svc, call->principal.tenant_id, path, *n);
-        return st;
-    }
-
-    const struct cg_budget_row *level = &path[at];
-    int64_t effective = level->limit_tokens + level->approved_extra_tokens;
-    /* What the level judged: its allocated children's shares are held, and the share of
-     * its allocated child on the path covers part of the request (core/budget.h). */
-    int64_t projected = level->used_tokens + level->reserved_tokens + level->allocated_tokens +
-                        r->levels[at].requested_tokens;
-    struct cg_approval *request = calloc(1, sizeof *request);
-    if (request == NULL) {
-        cg_store_rollback(env->svc.store);
-        return OOM(call);
-    }
-    request->requested_tokens = tokens;
-    request->overage_tokens = projected > effective ? projected - effective : 0;
-    snprintf(request->model, sizeof request->model, "%s", model ? model : "");
-    snprintf(request->requested_by_key_id, sizeof request->requested_by_key_id, "%s",
-             call->principal.key_id);
-    snprintf(request->reason, sizeof request->reason,
-             "%s: %lld used and reserved + %lld requested > %lld tokens (APPROVAL)",
-             cg_level_name((cg_level)level->level),
-             (long long)(level->used_tokens + level->reserved_tokens), (long long)tokens,
-             (long long)effective);
-    uint32_t ttl = level->approval_ttl_ms ? level->approval_ttl_ms : CG_APPROVAL_TTL_DEFAULT_MS;
-    st = cg_store_approval_request(env->svc.store, call->principal.tenant_id, ids, path, *n, at,
-                                   request, ttl, now, &gate->approval, &gate->outcome, &serr);
-    free(request);
-    if (st != CG_OK)
-        return cg_rpc_store_fail(call, env, &serr);
-    if ((st = cg_rpc_commit(call, env, &serr)) != CG_OK)
-        return st;
-    cg_cache_written(&env->svc, call->principal.tenant_id, path, *n);
-    gate->involved = true;
-    return CG_OK;
-}
-
-cg_status cg_rpc_approval_reason(struct cg_rpc_call *call, const struct cg_rpc_approval_gate *gate,
-                                 Ctxguard__V1__DecisionReason **reasons, size_t *nreasons)
-{
-    if (!gate->involved)
-        return CG_OK;
-    Ctxguard__V1__DecisionReason *d =
-        NEW(call, Ctxguard__V1__DecisionReason, ctxguard__v1__decision_reason__init);
-    if (d == NULL)
-        return OOM(call);
-    const struct cg_approval *a = &gate->approval;
-    const char *level = cg_level_name((cg_level)a->level);
-    d->level = (Ctxguard__V1__ScopeLevel)a->level;
-    switch (gate->outcome) {
-    case CG_APPROVAL_OPENED:
-        d->code = CTXGUARD__V1__REASON_CODE__REASON_CODE_APPROVAL_REQUESTED;
-        d->message = cg_arena_sprintf(call->arena,
-                                      "%s: approval %s opened for %lld tokens; retry once it is "
-                                      "approved",
-                                      level, a->approval_id, (long long)a->requested_tokens);
-        break;
-    case CG_APPROVAL_STILL_PENDING:
-        d->code = CTXGUARD__V1__REASON_CODE__REASON_CODE_APPROVAL_PENDING;
-        d->message =
-            cg_arena_sprintf(call->arena, "%s: approval %s is pending", level, a->approval_id);
-        break;
-    default:
-        d->code = CTXGUARD__V1__REASON_CODE__REASON_CODE_APPROVAL_DENIED;
-        d->message = cg_arena_sprintf(call->arena,
-                                      "%s: approval %s was denied; the limit stands until the "
-                                      "budget changes",
-                                      level, a->approval_id);
-        break;
-    }
-    if (d->message == NULL)
-        return OOM(call);
-    reasons[(*nreasons)++] = d;
-    return CG_OK;
-}
-
-cg_status cg_rpc_extension_reasons(struct cg_rpc_call *call, const struct cg_budget_row *rows,
-                                   int n, const struct cg_budget_result *r,
-                                   Ctxguard__V1__DecisionReason **reasons, size_t *nreasons)
-{
-    for (int i = 0; i < n; i++) {
-        const struct cg_level_verdict *v = &r->levels[i];
-        const struct cg_budget_row *row = &rows[i];
-        if (!row->has_budget || row->approved_extra_tokens <= 0 ||
-            v->decision == CG_DECISION_DENY || v->decision == CG_DECISION_REQUIRE_APPROVAL)
-            continue;
-        /* Over the limit as set, within it as extended. */
-        double effective = (double)row->limit_tokens + (double)row->approved_extra_tokens;
-        if (v->projected_ratio * effective <= (double)row->limit_tokens)
-            continue;
-        Ctxguard__V1__DecisionReason *d =
-            NEW(call, Ctxguard__V1__DecisionReason, ctxguard__v1__decision_reason__init);
-        if (d == NULL)
-            return OOM(call);
-        d->code = CTXGUARD__V1__REASON_CODE__REASON_CODE_APPROVED_EXTENSION;
-        d->level = (Ctxguard__V1__ScopeLevel)row->level;
-        d->message = cg_arena_sprintf(
-            call->arena, "%s: within the limit of %lld tokens thanks to %lld approved",
-            cg_level_name((cg_level)row->level), (long long)row->limit_tokens,
-            (long long)row->approved_extra_tokens);
-        if (d->message == NULL)
-            return OOM(call);
-        reasons[(*nreasons)++] = d;
-    }
-    return CG_OK;
-}
-
-Ctxguard__V1__Approval *cg_rpc_approval_out(struct cg_rpc_call *call, const struct cg_approval *a)
-{
-    Ctxguard__V1__Approval *m = NEW(call, Ctxguard__V1__Approval, ctxguard__v1__approval__init);
-    if (m == NULL)
-        return NULL;
-    struct cg_budget_row ids_row;
-    memset(&ids_row, 0, sizeof ids_row);
-    ids_row.ids = a->ids;
-    m->approval_id = cg_arena_strdup(call->arena, a->approval_id);
-    m->scope = cg_rpc_scope_out(call, &ids_row);
-    m->level = (Ctxguard__V1__ScopeLevel)a->level;
-    m->state = (Ctxguard__V1__ApprovalState)a->state;
-    m->requested_tokens = a->requested_tokens;
-    m->overage_tokens = a->overage_tokens;
-    m->granted_tokens = a->granted_tokens;
-    m->limit_tokens = a->limit_tokens;
-    m->used_tokens = a->used_tokens;
-    m->reserved_tokens = a->reserved_tokens;
-    m->model = cg_arena_strdup(call->arena, a->model);
-    m->estimated_cost_micros = a->estimated_cost_micros;
-    m->reason = cg_arena_strdup(call->arena, a->reason);
-    m->requested_at_unix_ms = a->requested_at_ms;
-    m->expires_at_unix_ms = a->expires_at_ms;
-    m->decided_at_unix_ms = a->decided_at_ms;
-    m->decided_by = cg_arena_strdup(call->arena, a->decided_by);
-    m->decided_by_key_id = cg_arena_strdup(call->arena, a->decided_by_key_id);
-    m->decision_note = cg_arena_strdup(call->arena, a->decision_note);
-    m->requested_by_key_id = cg_arena_strdup(call->arena, a->requested_by_key_id);
-    if (!m->approval_id || !m->scope || !m->model || !m->reason || !m->decided_by ||
-        !m->decided_by_key_id || !m->decision_note || !m->requested_by_key_id)
-        return NULL;
-    return m;
-}
-
 /* ---------------------------------------------------------------- handlers -------- */
 
 /* approval_id: required, at most a UUID's length, no control characters. Ids that are not
@@ -206,23 +26,6 @@ static cg_status check_approval_id(struct cg_rpc_call *call, const char *id)
     if (id[0] == '\0')
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'approval_id' is required");
     return cg_rpc_check_text(call, "approval_id", id, CG_UUID_LEN);
-}
-
-/* The approval approval_id into *a, as the caller may see it: one outside a scope-bound
- * key's subtree is NOT_FOUND in the words of an unknown id (store_approvals.c). */
-static cg_status approval_read(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const char *approval_id, struct cg_approval *a)
-{
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    cg_status st = cg_store_approval_get(env->svc.store, call->principal.tenant_id, approval_id,
-                                         cg_wall_ms(), a, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
-    if (!cg_rpc_scope_reachable(&call->principal, a->ids.session_id, a->ids.task_id))
-        return cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_APPROVAL_NOT_FOUND,
-                           "approval_id: no such approval");
-    return CG_OK;
 }
 
 cg_status cg_rpc_budget_resolve_approval(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -256,32 +59,20 @@ cg_status cg_rpc_budget_resolve_approval(struct cg_rpc_call *call, const struct 
     struct cg_approval *a = cg_arena_alloc(call->arena, sizeof *a);
     if (a == NULL)
         return OOM(call);
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    /* Who may decide it is a property of the approval that never changes (its scope and
-     * the key that opened it), so reading it before the resolve's own transaction is safe. */
-    if ((st = approval_read(call, env, req->approval_id, a)) != CG_OK)
-        return st;
-    if (a->requested_by_key_id[0] != '\0' &&
-        strcmp(a->requested_by_key_id, call->principal.key_id) == 0) {
-        cg_err_setr(&call->err, CG_PERMISSION_DENIED, CG_ERR_SELF_APPROVAL,
-                    "approval %s was opened by this key; another key must decide it",
-                    a->approval_id);
-        cg_err_meta(&call->err, "approval_id", a->approval_id);
-        cg_err_meta(&call->err, "key_id", call->principal.key_id);
-        return CG_PERMISSION_DENIED;
-    }
-    bool replayed = false;
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st = cg_store_approval_resolve(env->svc.store, call->principal.tenant_id, req->approval_id,
-                                   (int)req->decision, req->granted_tokens, req->decided_by,
-                                   call->principal.key_id, req->note, cg_wall_ms(), &audit, a,
-                                   &replayed, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
-    if (!replayed) /* an approval moves approved_extra_tokens of its scope's row */
-        cg_cache_dropped(&env->svc, call->principal.tenant_id);
+    struct cg_budget_approval_decision d = {
+        .approval_id = req->approval_id,
+        .decision = (int)req->decision,
+        .granted_tokens = req->granted_tokens,
+        .decided_by = req->decided_by,
+        .note = req->note,
+        .audit = &audit,
+    };
+    struct cg_op op = cg_rpc_op(call);
+    bool replayed = false;
+    if ((st = cg_budget_approval_resolve(&env->svc, &op, &d, a, &replayed)) != CG_OK)
+        return st;
     Ctxguard__V1__ResolveApprovalResponse *resp = NEW(
         call, Ctxguard__V1__ResolveApprovalResponse, ctxguard__v1__resolve_approval_response__init);
     if (resp == NULL || (resp->approval = cg_rpc_approval_out(call, a)) == NULL)
@@ -301,7 +92,8 @@ cg_status cg_rpc_budget_get_approval(struct cg_rpc_call *call, const struct cg_r
     struct cg_approval *a = cg_arena_alloc(call->arena, sizeof *a);
     if (a == NULL)
         return OOM(call);
-    if ((st = approval_read(call, env, req->approval_id, a)) != CG_OK)
+    struct cg_op op = cg_rpc_op(call);
+    if ((st = cg_budget_approval_get(&env->svc, &op, req->approval_id, a)) != CG_OK)
         return st;
     Ctxguard__V1__GetApprovalResponse *resp =
         NEW(call, Ctxguard__V1__GetApprovalResponse, ctxguard__v1__get_approval_response__init);

@@ -1,6 +1,7 @@
 /* rpc_budget_scopes.c - BudgetService: CloseScope, GetUsage, ListScopes.
  *
- * validate -> store (store.h "scopes: close, usage tree, listing": one transaction per
+ * validate -> one service call (service/budget_scopes.h: CloseScope, GetUsage) or one store
+ * call (ListScopes; store.h "scopes: close, usage tree, listing": one transaction per
  * call) -> reply. allocated_tokens is the row's (kept by migration 0013's trigger);
  * CloseScope's returned_tokens is the share the closed scope held of its parent when it was
  * closed. What this version does not keep is answered honestly: ScopeUsage.pending_approvals
@@ -8,8 +9,8 @@
  * come from the scope's spent_* counters and last activity (migration 0011), by_model from the
  * ledger.
  */
-#include "service/cache.h"
 #include "rpc/rpc_budget.h"
+#include "service/budget_scopes.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,7 +43,7 @@ static Ctxguard__V1__ScopeUsage *usage_out(struct cg_rpc_call *call,
     if (row->has_budget && (u->budget = cg_rpc_budget_out(call, row)) == NULL)
         return NULL;
     struct cg_budget_result r;
-    cg_rpc_decide(row, 1, 0, 0, &r);
+    cg_budget_path_decide(row, 1, 0, 0, &r);
     u->used_tokens = row->used_tokens;
     u->reserved_tokens = row->reserved_tokens;
     u->approved_extra_tokens = row->approved_extra_tokens;
@@ -93,18 +94,11 @@ cg_status cg_rpc_budget_close_scope(struct cg_rpc_call *call, const struct cg_rp
                           " cannot be closed");
 
     struct cg_scope_close closed;
-    struct cg_err serr;
-    cg_err_clear(&serr);
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    /* The close, its SCOPE_CLOSED event and its audit row commit together (store_scopes.c). */
-    st = cg_store_scope_close_events(env->svc.store, call->principal.tenant_id, &ids,
-                                     /* what the close did to the path (released holds, a
-                                      * share returned) is worth the events of any write */
-                                     cg_rpc_path_events, NULL, &audit, &closed, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
-    cg_cache_dropped(&env->svc, call->principal.tenant_id);
+    struct cg_op op = cg_rpc_op(call);
+    if ((st = cg_budget_close_scope(&env->svc, &op, &ids, &audit, &closed)) != CG_OK)
+        return st;
 
     Ctxguard__V1__CloseScopeResponse *resp =
         NEW(call, Ctxguard__V1__CloseScopeResponse, ctxguard__v1__close_scope_response__init);
@@ -127,53 +121,29 @@ cg_status cg_rpc_budget_close_scope(struct cg_rpc_call *call, const struct cg_rp
 
 /* ---------------------------------------------------------------- GetUsage -------- */
 
-/* Models listed per node with include_by_model, most used first. */
-#define BY_MODEL_PER_NODE 20
-
-/* Fills by_model on every node of the tree (GetUsage include_by_model). */
-static cg_status by_model_out(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              const struct cg_usage_tree *tree, Ctxguard__V1__ScopeUsage **nodes)
+/* Fills by_model on the nodes of the tree from what GetUsage read (include_by_model). */
+static cg_status by_model_out(struct cg_rpc_call *call, const struct cg_budget_usage *usage,
+                              Ctxguard__V1__ScopeUsage **nodes)
 {
-    if (tree->count > CG_STORE_USAGE_NODES_MAX)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'include_by_model': at most %d nodes (this tree has %d; lower "
-                          "depth or max_children)",
-                          CG_STORE_USAGE_NODES_MAX, tree->count);
-    int cap = tree->count * BY_MODEL_PER_NODE;
-    struct cg_model_usage *m = calloc((size_t)cap, sizeof *m);
-    if (m == NULL)
-        return OOM(call);
-    int count = 0;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    cg_status st = cg_store_usage_by_model(env->svc.store, call->principal.tenant_id, tree->nodes,
-                                           tree->count, BY_MODEL_PER_NODE, m, cap, &count, &serr);
-    if (st != CG_OK) {
-        free(m);
-        return cg_rpc_store_error(call, &serr);
-    }
-    for (int i = 0; i < count; i++) {
-        if (m[i].node < 0 || m[i].node >= tree->count)
+    const struct cg_model_usage *m = usage->by_model;
+    for (int i = 0; i < usage->n_by_model; i++) {
+        if (m[i].node < 0 || m[i].node >= usage->tree.count)
             continue;
         Ctxguard__V1__ScopeUsage *u = nodes[m[i].node];
-        if (u->by_model == NULL &&
-            (u->by_model = cg_arena_calloc(call->arena, BY_MODEL_PER_NODE, sizeof(void *))) == NULL)
-            goto oom;
-        if (u->n_by_model >= BY_MODEL_PER_NODE)
+        if (u->by_model == NULL && (u->by_model = cg_arena_calloc(call->arena, CG_BY_MODEL_PER_NODE,
+                                                                  sizeof(void *))) == NULL)
+            return OOM(call);
+        if (u->n_by_model >= CG_BY_MODEL_PER_NODE)
             continue;
         Ctxguard__V1__ModelUsage *mu =
             NEW(call, Ctxguard__V1__ModelUsage, ctxguard__v1__model_usage__init);
         if (mu == NULL || (mu->model = cg_arena_strdup(call->arena, m[i].model)) == NULL ||
             (mu->usage = cg_rpc_usage_out(call, &m[i].usage)) == NULL)
-            goto oom;
+            return OOM(call);
         mu->calls = m[i].calls;
         u->by_model[u->n_by_model++] = mu;
     }
-    free(m);
     return CG_OK;
-oom:
-    free(m);
-    return OOM(call);
 }
 
 cg_status cg_rpc_budget_get_usage(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -194,22 +164,27 @@ cg_status cg_rpc_budget_get_usage(struct cg_rpc_call *call, const struct cg_rpc_
                           CHILDREN_DEFAULT, req->max_children);
     int max_children = req->max_children ? (int)req->max_children : CHILDREN_DEFAULT;
 
-    struct cg_usage_tree tree;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    st = cg_store_usage_tree(env->svc.store, call->principal.tenant_id, &ids, (int)req->depth,
-                             max_children, req->include_closed, &tree, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
+    struct cg_budget_usage_request in = {
+        .ids = ids,
+        .depth = (int)req->depth,
+        .max_children = max_children,
+        .include_closed = req->include_closed,
+        .include_by_model = req->include_by_model,
+    };
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_budget_usage usage;
+    if ((st = cg_budget_usage(&env->svc, &op, &in, &usage)) != CG_OK)
+        return st;
+    const struct cg_usage_tree *tree = &usage.tree;
 
     Ctxguard__V1__GetUsageResponse *resp =
         NEW(call, Ctxguard__V1__GetUsageResponse, ctxguard__v1__get_usage_response__init);
     Ctxguard__V1__ScopeUsage **nodes =
-        cg_arena_calloc(call->arena, (size_t)tree.count + 1, sizeof *nodes);
+        cg_arena_calloc(call->arena, (size_t)tree->count + 1, sizeof *nodes);
     if (resp == NULL || nodes == NULL)
         goto oom;
-    for (int i = 0; i < tree.count; i++) {
-        const struct cg_scope_usage *node = &tree.nodes[i];
+    for (int i = 0; i < tree->count; i++) {
+        const struct cg_scope_usage *node = &tree->nodes[i];
         if ((nodes[i] = usage_out(call, node)) == NULL)
             goto oom;
         if (node->nchildren > 0) {
@@ -227,29 +202,29 @@ cg_status cg_rpc_budget_get_usage(struct cg_rpc_call *call, const struct cg_rpc_
         }
     }
     resp->root = nodes[0];
-    if (req->include_by_model && (st = by_model_out(call, env, &tree, nodes)) != CG_OK) {
-        cg_usage_tree_cleanup(&tree);
+    if ((st = by_model_out(call, &usage, nodes)) != CG_OK) {
+        cg_budget_usage_cleanup(&usage);
         return st;
     }
 
     /* The ancestors, judged as a request's path would be (no estimate). */
-    if (tree.npath > 1) {
+    if (tree->npath > 1) {
         struct cg_budget_result r;
-        cg_rpc_decide(tree.path, tree.npath, 0, 0, &r);
-        resp->path = cg_arena_calloc(call->arena, (size_t)tree.npath, sizeof *resp->path);
+        cg_budget_path_decide(tree->path, tree->npath, 0, 0, &r);
+        resp->path = cg_arena_calloc(call->arena, (size_t)tree->npath, sizeof *resp->path);
         if (resp->path == NULL)
             goto oom;
-        for (int i = 0; i < tree.npath - 1; i++)
-            if ((resp->path[i] = cg_rpc_level_status(call, &tree.path[i], &r.levels[i])) == NULL)
+        for (int i = 0; i < tree->npath - 1; i++)
+            if ((resp->path[i] = cg_rpc_level_status(call, &tree->path[i], &r.levels[i])) == NULL)
                 goto oom;
-        resp->n_path = (size_t)tree.npath - 1;
+        resp->n_path = (size_t)tree->npath - 1;
     }
     resp->evaluated_at_unix_ms = cg_wall_ms();
-    cg_usage_tree_cleanup(&tree);
+    cg_budget_usage_cleanup(&usage);
     *response = &resp->base;
     return CG_OK;
 oom:
-    cg_usage_tree_cleanup(&tree);
+    cg_budget_usage_cleanup(&usage);
     return OOM(call);
 }
 

@@ -1,5 +1,5 @@
-/* rpc_context_count.c - ContextService.CountTokens, the exact tokenizers it counts with, and
- * the calibration hook of Commit / RecordUsage.
+/* rpc_context_count.c - ContextService.CountTokens and the exact tokenizers it counts with
+ * (the calibration of Commit / RecordUsage is service/calibration.c).
  *
  * Exact counts (a model that maps to cl100k_base / o200k_base, or `encoding` named) follow
  * OpenAI's chat accounting (the cookbook's num_tokens_from_messages), extended to every
@@ -423,37 +423,4 @@ cg_status cg_rpc_context_count_tokens(struct cg_rpc_call *call, const struct cg_
     resp->context_window_tokens = info.known ? info.context_window : 0;
     *response = &resp->base;
     return CG_OK;
-}
-
-/* ------------------------------------------------------------------ calibration ---- */
-
-void cg_rpc_calibrate(const struct cg_rpc_env *env, const char *tenant_id, const char *request_id,
-                      struct cg_calibration_sample *samples, int n)
-{
-    struct cg_calibration_sample *use[CG_BATCH_MAX];
-    struct cg_calibration_sample batch[CG_BATCH_MAX];
-    int k = 0;
-    for (int i = 0; i < n && i < CG_BATCH_MAX; i++) {
-        samples[i].updated = false;
-        samples[i].factor = 1.0;
-        if (samples[i].estimate_id == NULL || samples[i].estimate_id[0] == '\0' ||
-            samples[i].provider_tokens <= 0)
-            continue;
-        use[k] = &samples[i];
-        batch[k++] = samples[i];
-    }
-    if (k == 0 || env->svc.store == NULL)
-        return;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    if (cg_store_calibrate(env->svc.store, tenant_id, batch, k, &serr) != CG_OK) {
-        cg_log(CG_LOG_WARN, "count", request_id,
-               "calibration not updated (%d samples; the budget write stands): %s", k,
-               cg_err_text(&serr));
-        return;
-    }
-    for (int i = 0; i < k; i++) {
-        use[i]->updated = batch[i].updated;
-        use[i]->factor = batch[i].factor;
-    }
 }

@@ -7,6 +7,7 @@
 #define CG_RPC_HANDLERS_H
 
 #include "rpc/rpc.h"
+#include "rpc/rpc_check.h"
 
 /* A protobuf-c message of `type` in the call's arena, initialised with `init`; NULL when the
  * arena is full. */
@@ -116,17 +117,5 @@ cg_status cg_rpc_context_get_history(struct cg_rpc_call *call, const struct cg_r
                                      const ProtobufCMessage *request, ProtobufCMessage **response);
 cg_status cg_rpc_context_get_stats(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                    const ProtobufCMessage *request, ProtobufCMessage **response);
-
-/* Checks a required text field: 1..max_chars code points, no control characters.
- * On error fills call->err naming `field`. */
-cg_status cg_rpc_check_name(struct cg_rpc_call *call, const char *field, const char *value,
-                            size_t max_chars, bool required) CG_MUST_CHECK;
-
-/* Checks a UUID field (required). INVALID_ARGUMENT naming `field` otherwise. */
-cg_status cg_rpc_check_uuid(struct cg_rpc_call *call, const char *field,
-                            const char *value) CG_MUST_CHECK;
-
-/* Copies a store error into call->err and returns its code. */
-cg_status cg_rpc_store_error(struct cg_rpc_call *call, const struct cg_err *serr);
 
 #endif

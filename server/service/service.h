@@ -23,7 +23,7 @@ struct cg_price_table;
 struct cg_cache;
 struct cg_tok_encoding;
 struct cg_llm;
-struct cg_rpc_batcher;
+struct cg_budget_batcher;
 struct cg_pseudonyms;
 struct cg_watch_hub;
 
@@ -66,7 +66,7 @@ struct cg_svc_env {
     void *wake_ctx;
     /* Groups concurrent budget writes of a tenant into shared transactions (shared by the
      * pool threads; NULL: every write runs on its own). */
-    struct cg_rpc_batcher *batcher;
+    struct cg_budget_batcher *batcher;
     /* The exact tokenizers (NULL: no exact counting; what needs them answers UNAVAILABLE). */
     const struct cg_tokenizers *tokenizers;
     /* This pool thread's LLM client (llm/llm.h; all share one breaker). NULL on

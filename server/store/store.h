@@ -493,7 +493,7 @@ cg_status cg_store_ledger_entry_of(struct cg_store *store, const char *tenant_id
                                    struct cg_err *err) CG_MUST_CHECK;
 
 /* ---- batches: many Reserves and Commits of one tenant in one transaction ----------
- * (rpc_budget_batch.c). The lock order is the one above: reservations first (in id
+ * (service/budget_batch.c). The lock order is the one above: reservations first (in id
  * order), then the scope rows (tenant first, then by level and ids). */
 
 /* Inside a transaction: locks and reads the reservations ids[0..n) (n <= CG_BATCH_MAX,

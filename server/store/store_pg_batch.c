@@ -1,6 +1,6 @@
 /* store_pg_batch.c - the set-based statements of a batched budget transaction: many
  * Reserves and Commits of one tenant decided together under one set of row locks and
- * written by one statement (rpc_budget_batch.c drives them).
+ * written by one statement (service/budget_batch.c drives them).
  *
  * Arrays travel as text array literals ("{...}") built here, every element quoted, so that
  * one statement carries the whole batch whatever its size (bounded by the caller).

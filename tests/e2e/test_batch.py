@@ -1,4 +1,4 @@
-"""Group commit of Reserve and Commit (server/rpc/rpc_budget_batch.c): concurrent requests of
+"""Group commit of Reserve and Commit (server/service/budget_batch.c): concurrent requests of
 a tenant share transactions, and every decision is still the one a request of its own would
 get: HARD limits hold, idempotency keys count once, a reservation is settled once, every
 acknowledged Commit is in the ledger. The same requests with write_batching off give the

@@ -1,12 +1,14 @@
-/* rpc_budget_events.c - WatchUsage's events of the BudgetService writes: what a change of a
- * path's counters or of a budget is worth (core/budget_events.c), appended in the
- * transaction of the change (store.h, "events"), so that they commit or roll back with it.
+/* budget_events.c - WatchUsage's events of the budget writes: what a change of a path's
+ * counters or of a budget is worth (core/budget_events.c), appended in the transaction of
+ * the change (store.h, "events"), so that they commit or roll back with it.
  */
+#include "service/budget_events.h"
+
 #include <string.h>
 
 #include "base/clock.h"
 #include "core/budget_events.h"
-#include "rpc/rpc_budget.h"
+#include "service/budget_path.h"
 
 /* The events of each level of rows from before to after, tenant first, into events
  * (cap entries, *count advanced); false when they do not fit. extra_type (0: none) is an
@@ -18,8 +20,8 @@ static bool collect_levels(const struct cg_budget_row *before, const struct cg_b
     int count = *count_io;
     for (int i = 0; i < n; i++) {
         struct cg_budget_level b, a;
-        cg_rpc_level_from_row(&before[i], &b);
-        cg_rpc_level_from_row(&after[i], &a);
+        cg_budget_row_level(&before[i], &b);
+        cg_budget_row_level(&after[i], &a);
         struct cg_level_event le[CG_LEVEL_EVENTS_MAX];
         int k = cg_budget_level_events(&b, &a, le);
         if (count + k + 1 > cap)
@@ -45,22 +47,23 @@ static bool collect_levels(const struct cg_budget_row *before, const struct cg_b
     return true;
 }
 
-bool cg_rpc_collect_events(const struct cg_budget_row *before, const struct cg_budget_row *after,
-                           int n, struct cg_event_in *out, int cap, int *count)
+bool cg_budget_events_collect(const struct cg_budget_row *before, const struct cg_budget_row *after,
+                              int n, struct cg_event_in *out, int cap, int *count)
 {
     return collect_levels(before, after, n, 0, out, cap, count);
 }
 
-int cg_rpc_path_events(void *ctx, const struct cg_budget_row *before,
-                       const struct cg_budget_row *after, int n, struct cg_event_in *out, int cap)
+int cg_budget_events_of_path(void *ctx, const struct cg_budget_row *before,
+                             const struct cg_budget_row *after, int n, struct cg_event_in *out,
+                             int cap)
 {
     (void)ctx;
     int count = 0;
-    return cg_rpc_collect_events(before, after, n, out, cap, &count) ? count : -1;
+    return cg_budget_events_collect(before, after, n, out, cap, &count) ? count : -1;
 }
 
 /* Appends the events of each level of rows from before to after, tenant first. */
-static cg_status append_levels(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
+static cg_status append_levels(const struct cg_svc_env *env, const char *tenant_id,
                                const struct cg_budget_row *before,
                                const struct cg_budget_row *after, int n, int extra_type,
                                struct cg_err *serr)
@@ -72,14 +75,12 @@ static cg_status append_levels(const struct cg_rpc_call *call, const struct cg_r
         return cg_err_set(serr, CG_INTERNAL, "too many events");
     if (count == 0)
         return CG_OK;
-    (void)call;
-    return cg_store_events_append(env->svc.store, call->principal.tenant_id, events, count,
-                                  cg_wall_ms(), serr);
+    return cg_store_events_append(env->store, tenant_id, events, count, cg_wall_ms(), serr);
 }
 
-cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                           const struct cg_budget_row *path, int n, int64_t used_delta,
-                           int64_t cache_read_delta, int64_t reserved_delta, struct cg_err *serr)
+cg_status cg_budget_emit_path(const struct cg_svc_env *env, const char *tenant_id,
+                              const struct cg_budget_row *path, int n, int64_t used_delta,
+                              int64_t cache_read_delta, int64_t reserved_delta, struct cg_err *serr)
 {
     struct cg_budget_row before[CG_PATH_MAX];
     if (n < 1 || n > CG_PATH_MAX)
@@ -102,12 +103,12 @@ cg_status cg_rpc_emit_path(const struct cg_rpc_call *call, const struct cg_rpc_e
         int64_t a = before[i - 1].allocated_tokens - moved;
         before[i - 1].allocated_tokens = a < 0 ? 0 : a;
     }
-    return append_levels(call, env, before, path, n, 0, serr);
+    return append_levels(env, tenant_id, before, path, n, 0, serr);
 }
 
-cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const struct cg_budget_row *before, const struct cg_budget_row *after,
-                             struct cg_err *serr)
+cg_status cg_budget_emit_budget(const struct cg_svc_env *env, const char *tenant_id,
+                                const struct cg_budget_row *before,
+                                const struct cg_budget_row *after, struct cg_err *serr)
 {
     struct cg_budget_row none;
     if (before == NULL) {
@@ -115,12 +116,13 @@ cg_status cg_rpc_emit_budget(const struct cg_rpc_call *call, const struct cg_rpc
         none.has_budget = false;
         before = &none;
     }
-    return append_levels(call, env, before, after, 1, 9 /* BUDGET_CHANGED */, serr);
+    return append_levels(env, tenant_id, before, after, 1, 9 /* BUDGET_CHANGED */, serr);
 }
 
-cg_status cg_rpc_emit_share(const struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                            const struct cg_budget_row *parent, const struct cg_budget_row *before,
-                            const struct cg_budget_row *after, struct cg_err *serr)
+cg_status cg_budget_emit_share(const struct cg_svc_env *env, const char *tenant_id,
+                               const struct cg_budget_row *parent,
+                               const struct cg_budget_row *before,
+                               const struct cg_budget_row *after, struct cg_err *serr)
 {
     if (parent == NULL)
         return CG_OK;
@@ -135,5 +137,5 @@ cg_status cg_rpc_emit_share(const struct cg_rpc_call *call, const struct cg_rpc_
                     ? INT64_MAX
                     : parent->allocated_tokens + delta;
     moved.allocated_tokens = a < 0 ? 0 : a;
-    return append_levels(call, env, parent, &moved, 1, 0, serr);
+    return append_levels(env, tenant_id, parent, &moved, 1, 0, serr);
 }

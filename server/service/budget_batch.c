@@ -1,11 +1,12 @@
-/* rpc_budget_batch.c - group commit for Reserve and Commit.
+/* budget_batch.c - group commit for Reserve and Commit (service/budget_batch.h).
  *
  * A durable write costs a WAL flush, and every write of a tenant locks the tenant's scope
  * row (store.h lock order), so one transaction per request caps a tenant at one request
  * per flush. Here concurrent Reserves and Commits of a tenant share transactions: a pool
  * thread that finds no batch running for its tenant becomes the tenant's leader and runs
  * batches of whatever has queued up until the queue is empty; the others queue their call
- * and return to the pool at once (the call is deferred, rpc.h). A batch is
+ * and return to the pool at once (the call is deferred: answered through its completion
+ * callback). A batch is
  *
  *   BEGIN; lock the Commits' reservations (id order); lock every scope row of every path
  *   (tenant first); check the Reserves' idempotency keys; decide each request in arrival
@@ -23,6 +24,8 @@
  * for any reason but an unreachable store. Events of a batch show each scope's row as it
  * is after the whole batch (in order per scope, as always).
  */
+#include "service/budget_batch.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,17 +34,23 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "core/budget_events.h"
+#include "core/keyrole.h"
+#include "service/budget.h"
+#include "service/budget_events.h"
+#include "service/budget_path.h"
 #include "service/cache.h"
-#include "rpc/rpc_budget.h"
-#include "rpc/rpc_context.h"
+#include "service/calibration.h"
 
 /* One queued request. Lives in its call's arena. */
 struct item {
     cg_batch_kind kind;
-    struct cg_rpc_call *call;
-    const ProtobufCMessage *request;
-    struct cg_scope_ids ids;              /* Reserve: its scope; Commit: its reservation's */
-    char reservation_id[CG_UUID_LEN + 1]; /* Commit: canonical; Reserve: the new one's */
+    struct cg_op op; /* the caller's, valid until done runs */
+    cg_budget_batch_done_cb done;
+    void *done_ctx;
+    struct cg_budget_reserve_request reserve; /* CG_BATCH_RESERVE */
+    struct cg_budget_commit_request commit;   /* CG_BATCH_COMMIT */
+    struct cg_scope_ids ids;                  /* Reserve: its scope; Commit: its reservation's */
+    char reservation_id[CG_UUID_LEN + 1];     /* Commit: canonical; Reserve: the new one's */
     struct item *next;
     /* the batch's work (its state is the batch's: once answered, an item is gone) */
     int n;                                   /* rows of its path */
@@ -55,6 +64,12 @@ struct item {
     char ledger_key[CG_IDEMPOTENCY_MAX + 1];
     int new_index, settle_index;
     struct cg_calibration_sample cal; /* Commit: its calibration, after COMMIT */
+};
+
+/* The answer of an item, built on the answering thread's stack for its callback. */
+union answer {
+    struct cg_budget_reserve_result reserve;
+    struct cg_budget_commit_result commit;
 };
 
 /* A tenant's queue. */
@@ -76,22 +91,22 @@ typedef enum {
 
 struct batch;
 
-struct cg_rpc_batcher {
+struct cg_budget_batcher {
     pthread_mutex_t lock;
     struct group *groups; /* tenants with a leader (their queue may be empty) */
     struct batch **spare; /* batch buffers not in use, for the next leader */
     int nspare, capspare;
 };
 
-struct cg_rpc_batcher *cg_rpc_batcher_new(void)
+struct cg_budget_batcher *cg_budget_batcher_new(void)
 {
-    struct cg_rpc_batcher *b = calloc(1, sizeof *b);
+    struct cg_budget_batcher *b = calloc(1, sizeof *b);
     if (b != NULL)
         pthread_mutex_init(&b->lock, NULL);
     return b;
 }
 
-void cg_rpc_batcher_free(struct cg_rpc_batcher *b)
+void cg_budget_batcher_free(struct cg_budget_batcher *b)
 {
     if (b == NULL)
         return;
@@ -101,11 +116,6 @@ void cg_rpc_batcher_free(struct cg_rpc_batcher *b)
     free(b->spare);
     pthread_mutex_destroy(&b->lock);
     free(b);
-}
-
-bool cg_rpc_batch_can_defer(const struct cg_rpc_call *call, const struct cg_rpc_env *env)
-{
-    return env->svc.batcher != NULL && call->resume != NULL;
 }
 
 /* ------------------------------------------------------------------ deciding --- */
@@ -229,12 +239,13 @@ struct batch {
 /* Answers item i now (an error), which is the last thing done with it. */
 static void finish_error(struct batch *b, int i, cg_status st)
 {
+    struct item *it = b->items[i];
     b->state[i] = ITEM_DONE;
-    cg_rpc_complete(b->items[i]->call, st, NULL);
+    it->done(it->done_ctx, st, NULL);
 }
 
 /* Locks the Commits' reservations; decides which Commits the batch can settle. */
-static cg_status lock_reservations(const struct cg_rpc_env *env, const char *tenant,
+static cg_status lock_reservations(const struct cg_svc_env *env, const char *tenant,
                                    struct batch *b, struct cg_err *serr)
 {
     int nres = 0;
@@ -242,8 +253,7 @@ static cg_status lock_reservations(const struct cg_rpc_env *env, const char *ten
         struct item *it = b->items[i];
         if (it->kind != CG_BATCH_COMMIT || b->state[i] != ITEM_PENDING)
             continue;
-        const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)it->request;
-        if (!cg_store_uuid_canonical(req->reservation_id, it->reservation_id)) {
+        if (!cg_store_uuid_canonical(it->commit.reservation_id, it->reservation_id)) {
             b->state[i] = ITEM_FALLBACK; /* the one-request path says NOT_FOUND as ever */
             continue;
         }
@@ -257,17 +267,18 @@ static cg_status lock_reservations(const struct cg_rpc_env *env, const char *ten
         memcpy(b->res_ids[nres], it->reservation_id, CG_UUID_LEN + 1);
         b->res_owner[nres++] = i;
     }
-    cg_status st = cg_store_batch_lock_reservations(env->svc.store, tenant, b->res_ids, nres,
-                                                    b->res, b->found, serr);
+    cg_status st = cg_store_batch_lock_reservations(env->store, tenant, b->res_ids, nres, b->res,
+                                                    b->found, serr);
     if (st != CG_OK)
         return st;
     for (int j = 0; j < nres; j++) {
         int i = b->res_owner[j];
         /* Unknown, settled, past expiry or outside a scope-bound key's subtree: the
          * one-request path has the answers (NOT_FOUND for the last, nothing touched). */
-        const struct cg_principal *p = &b->items[i]->call->principal;
+        const struct cg_principal *p = b->items[i]->op.principal;
         if (!b->found[j] || b->res[j].state != 1 ||
-            !cg_rpc_scope_reachable(p, b->res[j].ids.session_id, b->res[j].ids.task_id)) {
+            !cg_scope_within(p->scope_session_id, p->scope_task_id, b->res[j].ids.session_id,
+                             b->res[j].ids.task_id)) {
             b->state[i] = ITEM_FALLBACK;
             continue;
         }
@@ -279,7 +290,7 @@ static cg_status lock_reservations(const struct cg_rpc_env *env, const char *ten
 
 /* Locks every row of every path. *whole_fallback: the batch cannot decide (the tenant row
  * is missing or its period must reset first). */
-static cg_status lock_scopes(const struct cg_rpc_env *env, const char *tenant, struct batch *b,
+static cg_status lock_scopes(const struct cg_svc_env *env, const char *tenant, struct batch *b,
                              struct rows *rows, int64_t now_ms, bool *whole_fallback,
                              struct cg_err *serr)
 {
@@ -292,7 +303,7 @@ static cg_status lock_scopes(const struct cg_rpc_env *env, const char *tenant, s
             cg_scope_prefix(ids, level, &b->keys[nkeys++]);
     }
     int nrows = 0;
-    cg_status st = cg_store_batch_lock_scopes(env->svc.store, tenant, b->keys, nkeys, b->rowbuf,
+    cg_status st = cg_store_batch_lock_scopes(env->store, tenant, b->keys, nkeys, b->rowbuf,
                                               CG_BATCH_MAX * CG_PATH_ROWS_MAX, &nrows, serr);
     if (st != CG_OK)
         return st;
@@ -308,7 +319,7 @@ static cg_status lock_scopes(const struct cg_rpc_env *env, const char *tenant, s
 }
 
 /* Idempotency keys of the Reserves: a key seen before is a replay (one-request path). */
-static cg_status check_keys(const struct cg_rpc_env *env, const char *tenant, struct batch *b,
+static cg_status check_keys(const struct cg_svc_env *env, const char *tenant, struct batch *b,
                             struct cg_err *serr)
 {
     int nkeys = 0;
@@ -316,7 +327,7 @@ static cg_status check_keys(const struct cg_rpc_env *env, const char *tenant, st
         struct item *it = b->items[i];
         if (it->kind != CG_BATCH_RESERVE || b->state[i] != ITEM_PENDING)
             continue;
-        const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)it->request;
+        const struct cg_budget_reserve_request *req = &it->reserve;
         if (req->idempotency_key[0] == '\0')
             continue;
         bool twice = false;
@@ -330,7 +341,7 @@ static cg_status check_keys(const struct cg_rpc_env *env, const char *tenant, st
         b->key_owner[nkeys++] = i;
     }
     cg_status st =
-        cg_store_batch_keys_used(env->svc.store, tenant, b->keys_text, nkeys, b->key_used, serr);
+        cg_store_batch_keys_used(env->store, tenant, b->keys_text, nkeys, b->key_used, serr);
     if (st != CG_OK)
         return st;
     for (int j = 0; j < nkeys; j++)
@@ -340,11 +351,11 @@ static cg_status check_keys(const struct cg_rpc_env *env, const char *tenant, st
 }
 
 /* Decides Reserve i on the working rows. */
-static void decide_reserve(const struct cg_rpc_env *env, struct batch *b, struct rows *rows, int i,
+static void decide_reserve(const struct cg_svc_env *env, struct batch *b, struct rows *rows, int i,
                            int *n_new, int *n_events)
 {
     struct item *it = b->items[i];
-    const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)it->request;
+    const struct cg_budget_reserve_request *req = &it->reserve;
     int at[CG_PATH_MAX], n;
     if (!path_of(rows, &it->ids, at, &n)) {
         b->state[i] = ITEM_FALLBACK; /* a missing scope: the one-request path names it */
@@ -354,8 +365,9 @@ static void decide_reserve(const struct cg_rpc_env *env, struct batch *b, struct
     for (int l = 0; l < n; l++)
         it->after[l] = rows->row[at[l]];
     it->n = n;
-    int64_t hold_cost = cg_rpc_reserve_cost(env, req);
-    cg_rpc_decide(it->after, n, req->tokens, hold_cost, &it->decided);
+    int64_t hold_cost =
+        cg_budget_price_estimate(env, req->model, req->tokens, req->estimated_output_tokens);
+    cg_budget_path_decide(it->after, n, req->tokens, hold_cost, &it->decided);
     if (it->decided.decision == CG_DECISION_REQUIRE_APPROVAL) {
         b->state[i] = ITEM_FALLBACK;
         return;
@@ -366,7 +378,7 @@ static void decide_reserve(const struct cg_rpc_env *env, struct batch *b, struct
         b->state[i] = ITEM_DENIED;
         return;
     }
-    uint32_t ttl = cg_rpc_reserve_ttl(req, &it->after[n - 1]);
+    uint32_t ttl = cg_budget_reserve_ttl(req->ttl_ms, &it->after[n - 1]);
     if (cg_store_uuid(it->reservation_id) != CG_OK ||
         !apply(rows, at, n, NULL, req->tokens, hold_cost, before, it->after)) {
         b->state[i] = ITEM_FALLBACK;
@@ -385,23 +397,22 @@ static void decide_reserve(const struct cg_rpc_env *env, struct batch *b, struct
     nr->idempotency_key = req->idempotency_key;
     nr->ttl_ms = ttl;
     int cap = (int)(sizeof b->events / sizeof *b->events);
-    (void)cg_rpc_collect_events(before, it->after, n, b->events, cap, n_events);
+    (void)cg_budget_events_collect(before, it->after, n, b->events, cap, n_events);
 }
 
 /* Decides Commit i (of an ACTIVE reservation) on the working rows. */
-static void decide_commit(const struct cg_rpc_env *env, struct batch *b, struct rows *rows, int i,
+static void decide_commit(const struct cg_svc_env *env, struct batch *b, struct rows *rows, int i,
                           int *n_settle, int *n_events)
 {
     struct item *it = b->items[i];
-    const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)it->request;
+    const struct cg_budget_commit_request *req = &it->commit;
     int at[CG_PATH_MAX], n;
-    /* The usage was checked by the handler: this cannot fail here. */
-    if (!path_of(rows, &it->ids, at, &n) ||
-        cg_rpc_usage_in(it->call, req->usage, &it->usage) != CG_OK) {
+    if (!path_of(rows, &it->ids, at, &n)) {
         b->state[i] = ITEM_FALLBACK;
         return;
     }
-    it->spent = cg_rpc_usage_tokens(&it->usage);
+    it->usage = req->usage; /* checked by the caller */
+    it->spent = cg_budget_usage_tokens(&it->usage);
     /* An overrun's OVERRUN event names the reservation (the batch's events carry no
      * reference): the one-request path writes it. Overruns are the exception. */
     if (it->spent > it->res.tokens) {
@@ -409,7 +420,7 @@ static void decide_commit(const struct cg_rpc_env *env, struct batch *b, struct 
         return;
     }
     it->price_known =
-        cg_rpc_price_usage(env, req->model[0] ? req->model : it->res.model, &it->usage);
+        cg_budget_price_usage(env, req->model[0] ? req->model : it->res.model, &it->usage);
     struct cg_budget_row before[CG_PATH_MAX];
     if (cg_store_uuid(it->entry_id) != CG_OK ||
         !apply(rows, at, n, &it->usage, -it->res.tokens, -it->res.cost_micros, before, it->after)) {
@@ -433,75 +444,91 @@ static void decide_commit(const struct cg_rpc_env *env, struct batch *b, struct 
     l->idempotency_key = it->ledger_key;
     l->reservation_id = it->reservation_id;
     int cap = (int)(sizeof b->events / sizeof *b->events);
-    (void)cg_rpc_collect_events(before, it->after, n, b->events, cap, n_events);
+    (void)cg_budget_events_collect(before, it->after, n, b->events, cap, n_events);
+}
+
+/* The answer of Reserve item it, decided (and held) by the batch, once committed. */
+static void reserve_answer(const struct item *it, const struct cg_batch_new *nr,
+                           struct cg_budget_reserve_result *out)
+{
+    out->outcome = CG_RESERVE_HELD;
+    memcpy(out->path, it->after, (size_t)it->n * sizeof *out->path);
+    out->n = it->n;
+    out->decision = it->decided;
+    struct cg_reservation *res = &out->reservation;
+    memset(res, 0, sizeof *res);
+    memcpy(res->reservation_id, nr->reservation_id, sizeof nr->reservation_id);
+    res->ids = nr->ids;
+    res->tokens = nr->tokens;
+    res->cost_micros = nr->cost_micros;
+    snprintf(res->model, sizeof res->model, "%s", nr->model);
+    snprintf(res->estimate_id, sizeof res->estimate_id, "%s", nr->estimate_id);
+    res->state = CG_RESERVATION_ACTIVE;
+    res->created_at_ms = nr->created_at_ms;
+    res->expires_at_ms = nr->expires_at_ms;
+}
+
+/* The answer of Commit item it, decided by the batch, once committed at now_ms. */
+static void commit_answer(const struct item *it, int64_t now_ms,
+                          struct cg_budget_commit_result *out)
+{
+    out->replayed = false;
+    out->reservation_expired = false;
+    out->released_tokens = it->res.tokens > it->spent ? it->res.tokens - it->spent : 0;
+    out->overrun_tokens = it->spent > it->res.tokens ? it->spent - it->res.tokens : 0;
+    out->reservation = it->res;
+    out->reservation.state = CG_RESERVATION_COMMITTED;
+    out->reservation.committed = it->usage;
+    out->reservation.settled_at_ms = now_ms;
+    struct cg_budget_recorded *rec = &out->rec;
+    rec->usage = it->usage;
+    rec->price_known = it->price_known;
+    memcpy(rec->ledger_entry_id, it->entry_id, sizeof rec->ledger_entry_id);
+    rec->calibration_updated = it->cal.updated;
+    rec->calibration_factor = it->cal.factor;
+    memcpy(rec->path, it->after, (size_t)it->n * sizeof *rec->path);
+    rec->n = it->n;
 }
 
 /* The answer of item i, decided by the batch, once committed. */
 static void answer(struct batch *b, int i, int64_t now_ms)
 {
     struct item *it = b->items[i];
-    ProtobufCMessage *response = NULL;
-    cg_status st;
+    struct cg_budget_batch_answer a = {.kind = it->kind};
+    union answer out;
+    cg_status st = CG_OK;
     if (b->state[i] == ITEM_DENIED) {
-        const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)it->request;
-        st = cg_rpc_deny(it->call, it->after, it->n, &it->decided, req->tokens);
+        st = cg_budget_deny(it->op.err, it->after, it->n, &it->decided, it->reserve.tokens);
     } else if (it->kind == CG_BATCH_RESERVE) {
-        const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)it->request;
-        const struct cg_batch_new *nr = &b->new_res[it->new_index];
-        memset(&it->res, 0, sizeof it->res);
-        memcpy(it->res.reservation_id, nr->reservation_id, sizeof nr->reservation_id);
-        it->res.ids = nr->ids;
-        it->res.tokens = nr->tokens;
-        it->res.cost_micros = nr->cost_micros;
-        snprintf(it->res.model, sizeof it->res.model, "%s", nr->model);
-        snprintf(it->res.estimate_id, sizeof it->res.estimate_id, "%s", nr->estimate_id);
-        it->res.state = 1;
-        it->res.created_at_ms = nr->created_at_ms;
-        it->res.expires_at_ms = nr->expires_at_ms;
-        st = cg_rpc_reserve_reply(it->call, req, it->after, it->n, &it->decided, &it->res,
-                                  &response);
+        reserve_answer(it, &b->new_res[it->new_index], &out.reserve);
+        a.reserve = &out.reserve;
     } else {
-        Ctxguard__V1__CommitResponse *resp =
-            cg_arena_alloc(it->call->arena, sizeof(Ctxguard__V1__CommitResponse));
-        if (resp == NULL) {
-            st = OOM(it->call);
-        } else {
-            ctxguard__v1__commit_response__init(resp);
-            resp->ledger_entry_id = cg_arena_strdup(it->call->arena, it->entry_id);
-            resp->released_tokens = it->res.tokens > it->spent ? it->res.tokens - it->spent : 0;
-            resp->overrun_tokens = it->spent > it->res.tokens ? it->spent - it->res.tokens : 0;
-            it->res.state = 2;
-            it->res.committed = it->usage;
-            it->res.settled_at_ms = now_ms;
-            resp->calibration_updated = it->cal.updated;
-            resp->calibration_factor = it->cal.factor;
-            st = resp->ledger_entry_id == NULL
-                     ? OOM(it->call)
-                     : cg_rpc_commit_finish(it->call, resp, &it->res, &it->usage, it->price_known,
-                                            it->after, it->n, &response);
-        }
+        commit_answer(it, now_ms, &out.commit);
+        a.commit = &out.commit;
     }
     b->state[i] = ITEM_DONE;
-    cg_rpc_complete(it->call, st, response);
+    it->done(it->done_ctx, st, st == CG_OK ? &a : NULL);
 }
 
 /* The one-request path for item i, which the batch left. */
-static void run_single(const struct cg_rpc_env *env, struct batch *b, int i)
+static void run_single(const struct cg_svc_env *env, struct batch *b, int i)
 {
     struct item *it = b->items[i];
-    cg_store_set_deadline(env->svc.store, it->call->deadline_ms);
-    ProtobufCMessage *response = NULL;
+    cg_store_set_deadline(env->store, it->op.deadline_ms);
+    struct cg_budget_batch_answer a = {.kind = it->kind};
+    union answer out;
     cg_status st;
-    if (cg_mono_ms() >= it->call->deadline_ms)
-        st = cg_err_set(&it->call->err, CG_DEADLINE_EXCEEDED, "deadline passed in the queue");
-    else if (it->kind == CG_BATCH_RESERVE)
-        st = cg_rpc_reserve_single(it->call, env, (const Ctxguard__V1__ReserveRequest *)it->request,
-                                   &it->ids, &response);
-    else
-        st = cg_rpc_commit_single(it->call, env, (const Ctxguard__V1__CommitRequest *)it->request,
-                                  &response);
+    if (cg_mono_ms() >= it->op.deadline_ms) {
+        st = cg_err_set(it->op.err, CG_DEADLINE_EXCEEDED, "deadline passed in the queue");
+    } else if (it->kind == CG_BATCH_RESERVE) {
+        st = cg_budget_reserve(env, &it->op, &it->reserve, &out.reserve);
+        a.reserve = &out.reserve;
+    } else {
+        st = cg_budget_commit(env, &it->op, &it->commit, &out.commit);
+        a.commit = &out.commit;
+    }
     b->state[i] = ITEM_DONE;
-    cg_rpc_complete(it->call, st, response);
+    it->done(it->done_ctx, st, st == CG_OK ? &a : NULL);
 }
 
 /* Every event shows its scope's row as it is when appended, after the whole batch, so a
@@ -523,8 +550,8 @@ static int coalesce_usage_events(struct cg_event_in *events, int n)
 }
 
 /* After COMMIT: the calibration of the batch's Commits, one statement for all of them,
- * best effort (cg_rpc_calibrate logs trouble; the answers stand). */
-static void calibrate(const struct cg_rpc_env *env, const char *tenant, struct batch *b)
+ * best effort (cg_calibration_apply logs trouble; the answers stand). */
+static void calibrate(const struct cg_svc_env *env, const char *tenant, struct batch *b)
 {
     struct cg_calibration_sample samples[CG_BATCH_MAX];
     int k = 0;
@@ -532,10 +559,10 @@ static void calibrate(const struct cg_rpc_env *env, const char *tenant, struct b
         struct item *it = b->items[i];
         if (it->kind != CG_BATCH_COMMIT || b->state[i] != ITEM_BATCHED)
             continue;
-        const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)it->request;
+        const struct cg_budget_commit_request *req = &it->commit;
         it->cal.estimate_id = req->estimate_id[0] ? req->estimate_id : it->res.estimate_id;
         it->cal.provider_tokens =
-            cg_rpc_provider_input_tokens(req->provider_input_tokens, &it->usage);
+            cg_budget_provider_input_tokens(req->provider_input_tokens, &it->usage);
         it->cal.updated = false;
         it->cal.factor = 1.0;
         if (it->cal.estimate_id[0] != '\0')
@@ -543,7 +570,7 @@ static void calibrate(const struct cg_rpc_env *env, const char *tenant, struct b
     }
     if (k == 0)
         return;
-    cg_rpc_calibrate(env, tenant, NULL, samples, k);
+    cg_calibration_apply(env, tenant, NULL, samples, k);
     for (int i = 0, j = 0; i < b->n && j < k; i++) {
         struct item *it = b->items[i];
         if (it->kind == CG_BATCH_COMMIT && b->state[i] == ITEM_BATCHED &&
@@ -554,12 +581,12 @@ static void calibrate(const struct cg_rpc_env *env, const char *tenant, struct b
 
 /* Decides and writes what it can of the batch in one transaction. CG_OK when committed
  * (or when there was nothing to write); otherwise serr says why and nothing is. */
-static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tenant, struct batch *b,
+static cg_status decide_and_write(const struct cg_svc_env *env, const char *tenant, struct batch *b,
                                   int64_t now_ms, bool *whole_fallback, struct cg_err *serr)
 {
     struct rows rows = {0};
     int n_new = 0, n_settle = 0, n_events = 0;
-    cg_status st = cg_store_begin(env->svc.store, serr);
+    cg_status st = cg_store_begin(env->store, serr);
     if (st == CG_OK)
         st = lock_reservations(env, tenant, b, serr);
     if (st == CG_OK)
@@ -567,7 +594,7 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
     if (st == CG_OK && !*whole_fallback)
         st = check_keys(env, tenant, b, serr);
     if (st != CG_OK || *whole_fallback) {
-        cg_store_rollback(env->svc.store);
+        cg_store_rollback(env->store);
         return st;
     }
     for (int i = 0; i < b->n; i++) {
@@ -579,7 +606,7 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
             decide_commit(env, b, &rows, i, &n_settle, &n_events);
     }
     if (n_new + n_settle == 0) {
-        cg_store_rollback(env->svc.store);
+        cg_store_rollback(env->store);
         return CG_OK;
     }
     n_events = coalesce_usage_events(b->events, n_events);
@@ -602,38 +629,38 @@ static cg_status decide_and_write(const struct cg_rpc_env *env, const char *tena
         .n_events = n_events,
         .now_ms = now_ms,
     };
-    st = cg_store_batch_write(env->svc.store, tenant, &w, serr);
+    st = cg_store_batch_write(env->store, tenant, &w, serr);
     if (st == CG_OK)
-        st = cg_store_commit(env->svc.store, serr);
+        st = cg_store_commit(env->store, serr);
     if (st != CG_OK) {
-        cg_store_rollback(env->svc.store);
+        cg_store_rollback(env->store);
         return st;
     }
     /* The trigger bumped the row_version of each parent whose allocated_tokens it moved
      * (allocated_tokens itself was mirrored item by item). */
     cg_store_alloc_mirror(b->counters, n_counters, b->share0, false);
     /* The caches of CheckBudget learn the rows as committed (with their new row_version). */
-    cg_cache_written(&env->svc, tenant, b->counters, n_counters);
+    cg_cache_written(env, tenant, b->counters, n_counters);
     calibrate(env, tenant, b);
     return CG_OK;
 }
 
 /* Runs one batch of a tenant's items on this thread's store and answers every item. */
-static void run_batch(const struct cg_rpc_env *env, const char *tenant, struct batch *b)
+static void run_batch(const struct cg_svc_env *env, const char *tenant, struct batch *b)
 {
     struct cg_err serr;
     cg_err_clear(&serr);
     int64_t latest = 0;
     for (int i = 0; i < b->n; i++) {
         b->state[i] = ITEM_PENDING;
-        struct cg_rpc_call *call = b->items[i]->call;
-        if (cg_mono_ms() >= call->deadline_ms)
-            finish_error(
-                b, i, cg_err_set(&call->err, CG_DEADLINE_EXCEEDED, "deadline passed in the queue"));
-        else if (call->deadline_ms > latest)
-            latest = call->deadline_ms;
+        const struct cg_op *op = &b->items[i]->op;
+        if (cg_mono_ms() >= op->deadline_ms)
+            finish_error(b, i,
+                         cg_err_set(op->err, CG_DEADLINE_EXCEEDED, "deadline passed in the queue"));
+        else if (op->deadline_ms > latest)
+            latest = op->deadline_ms;
     }
-    cg_store_set_deadline(env->svc.store, latest);
+    cg_store_set_deadline(env->store, latest);
     int64_t now_ms = cg_wall_ms();
     bool whole_fallback = false;
     int64_t t0 = cg_mono_ms();
@@ -652,19 +679,19 @@ static void run_batch(const struct cg_rpc_env *env, const char *tenant, struct b
             (b->state[i] == ITEM_BATCHED || b->state[i] == ITEM_DENIED))
             answer(b, i, now_ms);
         else if (st != CG_OK && unreachable)
-            finish_error(b, i, cg_rpc_store_error(b->items[i]->call, &serr));
+            finish_error(b, i, cg_budget_store_error(&b->items[i]->op, &serr));
         else
             b->state[i] = ITEM_FALLBACK; /* a second try, one request at a time */
     }
     for (int i = 0; i < b->n; i++)
         if (b->state[i] == ITEM_FALLBACK)
             run_single(env, b, i);
-    cg_store_set_deadline(env->svc.store, 0);
+    cg_store_set_deadline(env->store, 0);
 }
 
 /* ------------------------------------------------------------------ the queue --- */
 
-static struct group *group_find(struct cg_rpc_batcher *bt, const char *tenant)
+static struct group *group_find(struct cg_budget_batcher *bt, const char *tenant)
 {
     for (struct group *g = bt->groups; g != NULL; g = g->next)
         if (strcmp(g->tenant_id, tenant) == 0)
@@ -672,7 +699,7 @@ static struct group *group_find(struct cg_rpc_batcher *bt, const char *tenant)
     return NULL;
 }
 
-static void group_remove(struct cg_rpc_batcher *bt, struct group *g)
+static void group_remove(struct cg_budget_batcher *bt, struct group *g)
 {
     for (struct group **p = &bt->groups; *p != NULL; p = &(*p)->next) {
         if (*p == g) {
@@ -683,7 +710,7 @@ static void group_remove(struct cg_rpc_batcher *bt, struct group *g)
 }
 
 /* Under the lock: a batch buffer, spare or new (NULL when out of memory). */
-static struct batch *batch_take(struct cg_rpc_batcher *bt)
+static struct batch *batch_take(struct cg_budget_batcher *bt)
 {
     if (bt->nspare > 0)
         return bt->spare[--bt->nspare];
@@ -691,7 +718,7 @@ static struct batch *batch_take(struct cg_rpc_batcher *bt)
 }
 
 /* Under the lock: keeps b for the next leader (frees it when that cannot be). */
-static void batch_give_back(struct cg_rpc_batcher *bt, struct batch *b)
+static void batch_give_back(struct cg_budget_batcher *bt, struct batch *b)
 {
     if (bt->nspare == bt->capspare) {
         int cap = bt->capspare ? bt->capspare * 2 : 8;
@@ -707,9 +734,9 @@ static void batch_give_back(struct cg_rpc_batcher *bt, struct batch *b)
 }
 
 /* Leads the tenant's batches until its queue is empty, then frees the group. */
-static void lead(const struct cg_rpc_env *env, struct group *g, struct batch *b)
+static void lead(const struct cg_svc_env *env, struct group *g, struct batch *b)
 {
-    struct cg_rpc_batcher *bt = env->svc.batcher;
+    struct cg_budget_batcher *bt = env->batcher;
     for (;;) {
         pthread_mutex_lock(&bt->lock);
         int n = 0;
@@ -732,26 +759,33 @@ static void lead(const struct cg_rpc_env *env, struct group *g, struct batch *b)
     }
 }
 
-cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              cg_batch_kind kind, const ProtobufCMessage *request,
-                              const struct cg_scope_ids *ids)
+cg_status cg_budget_batch_submit(const struct cg_svc_env *env, const struct cg_op *op,
+                                 const struct cg_budget_reserve_request *reserve,
+                                 const struct cg_budget_commit_request *commit,
+                                 cg_budget_batch_done_cb done, void *done_ctx)
 {
-    struct item *it = cg_arena_alloc(call->arena, sizeof *it);
+    struct item *it = cg_arena_alloc(op->arena, sizeof *it);
     if (it == NULL)
-        return OOM(call);
+        return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
     memset(it, 0, sizeof *it);
-    it->kind = kind;
-    it->call = call;
-    it->request = request;
-    if (ids != NULL)
-        it->ids = *ids;
+    it->kind = reserve != NULL ? CG_BATCH_RESERVE : CG_BATCH_COMMIT;
+    it->op = *op;
+    it->done = done;
+    it->done_ctx = done_ctx;
+    if (reserve != NULL) {
+        it->reserve = *reserve;
+        it->ids = reserve->ids;
+    } else {
+        it->commit = *commit;
+    }
 
-    struct cg_rpc_batcher *bt = env->svc.batcher;
+    struct cg_budget_batcher *bt = env->batcher;
     struct group *mine = NULL;
     struct batch *b = NULL;
     pthread_mutex_lock(&bt->lock);
-    struct group *g = group_find(bt, call->principal.tenant_id);
-    if (g == NULL && env->svc.store == NULL) {
+    const char *tenant = op->principal->tenant_id;
+    struct group *g = group_find(bt, tenant);
+    if (g == NULL && env->store == NULL) {
         /* A completion-queue thread only joins a running batch: leading one takes a
          * store, so the transport runs the call again on the pool. */
         pthread_mutex_unlock(&bt->lock);
@@ -764,9 +798,9 @@ cg_status cg_rpc_batch_submit(struct cg_rpc_call *call, const struct cg_rpc_env 
         if (b == NULL) {
             pthread_mutex_unlock(&bt->lock);
             free(g);
-            return OOM(call);
+            return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
         }
-        memcpy(g->tenant_id, call->principal.tenant_id, sizeof g->tenant_id);
+        memcpy(g->tenant_id, tenant, sizeof g->tenant_id);
         g->next = bt->groups;
         bt->groups = g;
         mine = g;

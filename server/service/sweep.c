@@ -1,15 +1,16 @@
-/* rpc_sweep.c - one pass of the sweeper: for every tenant, the budget reset that is due
- * and the reservations and pending approvals that expired are settled, in small transactions
+/* sweep.c - one pass of the sweeper (service/sweep.h): for every tenant, the budget reset that is
+ * due and the reservations and pending approvals that expired are settled, in small transactions
  * (store.h, "sweeper and resets"). The server's background thread calls it every
  * sweep_interval_ms; several replicas may run it at once, the store makes that safe.
  */
+#include "service/sweep.h"
+
 #include <stdio.h>
 #include <string.h>
 
 #include "base/log.h"
+#include "service/budget_events.h"
 #include "service/cache.h"
-#include "rpc/rpc.h"
-#include "rpc/rpc_budget.h"
 
 #define MOD "sweep"
 #define SWEEP_PAGE 500  /* tenants read per statement */
@@ -43,9 +44,9 @@ static cg_status sweep_tenant(struct cg_store *store, const char *tenant_id, int
     for (int batch = 0; st == CG_OK && due.expired && batch < SWEEP_BATCHES_PER_TENANT; batch++) {
         int n = 0;
         /* The holds given back are worth the events of any write: crossings as the usage
-         * falls (rpc_budget_events.c). */
+         * falls (service/budget_events.c). */
         st = cg_store_reservations_expire_events(store, tenant_id, now_ms, SWEEP_BATCH,
-                                                 cg_rpc_path_events, NULL, &n, &err);
+                                                 cg_budget_events_of_path, NULL, &n, &err);
         *expired += n;
         if (n < SWEEP_BATCH)
             break;
@@ -70,14 +71,14 @@ static cg_status sweep_tenant(struct cg_store *store, const char *tenant_id, int
     return st;
 }
 
-bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired)
+bool cg_sweep_pass(const struct cg_svc_env *env, int64_t now_ms, int *expired)
 {
     *expired = 0;
     /* While PostgreSQL is known to be down (the probe logs that once) or the server
      * drains, a pass would only fail. */
-    if (env->svc.health != NULL && !cg_health_is_serving(env->svc.health))
+    if (env->health != NULL && !cg_health_is_serving(env->health))
         return false;
-    struct cg_store *store = env->svc.store;
+    struct cg_store *store = env->store;
     /* No call deadline: each statement is bounded by the statement timeout. */
     cg_store_set_deadline(store, 0);
     cg_store_set_request_id(store, "sweeper");
@@ -100,7 +101,7 @@ bool cg_rpc_sweep(const struct cg_rpc_env *env, int64_t now_ms, int *expired)
             st = sweep_tenant(store, ids[i], now_ms, expired, &resets);
             /* Rows this pass changed are not at hand: the tenant's cached rows go. */
             if (*expired != expired_before || resets != resets_before)
-                cg_cache_dropped(&env->svc, ids[i]);
+                cg_cache_dropped(env, ids[i]);
             if (st != CG_OK)
                 ok = false;
             if (store_down(st))

@@ -1,0 +1,53 @@
+/* budget_scopes.h - the scope tree in the budget service (service/budget_scopes.c):
+ * CloseScope (the close with its events, then the caches) and GetUsage (the usage tree, and
+ * the usage by model of its nodes). On the calling thread's store (env->store).
+ */
+#ifndef CG_SERVICE_BUDGET_SCOPES_H
+#define CG_SERVICE_BUDGET_SCOPES_H
+
+#include <stdbool.h>
+
+#include "service/service.h"
+#include "store/store.h"
+
+/* Models listed per node with include_by_model, most used first. */
+#define CG_BY_MODEL_PER_NODE 20
+
+/* CloseScope of ids (a session, task or agent of op's tenant), checked by the caller: the
+ * close, its SCOPE_CLOSED event, the events of what it did to the path (released holds, a
+ * share returned) and its audit row (audit, borrowed) commit together
+ * (cg_store_scope_close_events); then the tenant's cached rows go. On error op->err is
+ * set. */
+cg_status cg_budget_close_scope(const struct cg_svc_env *env, const struct cg_op *op,
+                                const struct cg_scope_ids *ids, const struct cg_audit *audit,
+                                struct cg_scope_close *out) CG_MUST_CHECK;
+
+/* One GetUsage, checked by the caller (depth 0..3, max_children 1..page max). */
+struct cg_budget_usage_request {
+    struct cg_scope_ids ids;
+    int depth;
+    int max_children;
+    bool include_closed;
+    bool include_by_model; /* at most CG_STORE_USAGE_NODES_MAX nodes */
+};
+
+/* What GetUsage read: the tree (store.h) and, with include_by_model, the usage by model of
+ * its nodes (by_model[0..n_by_model), each naming its node, at most CG_BY_MODEL_PER_NODE a
+ * node). Freed with cg_budget_usage_cleanup. */
+struct cg_budget_usage {
+    struct cg_usage_tree tree;
+    struct cg_model_usage *by_model;
+    int n_by_model;
+};
+
+/* GetUsage: the tree under req->ids of op's tenant, and with include_by_model its usage by
+ * model (INVALID_ARGUMENT naming include_by_model when the tree has more nodes than that
+ * allows). On error op->err is set and *out holds nothing to free. */
+cg_status cg_budget_usage(const struct cg_svc_env *env, const struct cg_op *op,
+                          const struct cg_budget_usage_request *req,
+                          struct cg_budget_usage *out) CG_MUST_CHECK;
+
+/* Frees what cg_budget_usage filled. */
+void cg_budget_usage_cleanup(struct cg_budget_usage *u);
+
+#endif
