@@ -1,7 +1,6 @@
-/* rpc_admin.c - AdminService: tenants, API keys, WhoAmI and Ping.
- *
- * Keys are made here: 8 random bytes of key id, 32 of secret; the store keeps SHA-256 of
- * the whole key text. The secret leaves the server once, in CreateApiKey's answer.
+/* rpc_admin.c - AdminService: tenants, API keys, the audit trail, WhoAmI and Ping. Each
+ * handler checks its request's fields, names the tenant (a tenant key acts for its own),
+ * calls one flow of service/admin.c and encodes its answer.
  */
 #include "rpc/rpc_handlers.h"
 
@@ -9,16 +8,14 @@
 #include <string.h>
 
 #include "base/clock.h"
-#include "base/crypto.h"
 #include "core/apikey.h"
 #include "core/keyrole.h"
 #include "core/utf8.h"
 #include "ctxguard/v1/admin.pb-c.h"
-#include "service/cache.h"
+#include "service/admin.h"
 
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
-#define KEYS_MAX 1000
 #define PING_DELAY_MAX_MS 60000
 #define PING_PAYLOAD_MAX (64 * 1024)
 #define KEY_TTL_MAX_MS 31536000000LL /* one year */
@@ -175,14 +172,14 @@ cg_status cg_rpc_admin_create_tenant(struct cg_rpc_call *call, const struct cg_r
     if (st != CG_OK)
         return st;
 
-    struct cg_tenant t;
-    struct cg_err serr;
-    cg_err_clear(&serr);
+    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
+                       &call->err};
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st = cg_store_tenant_create_with(env->svc.store, req->name, tz, &settings, &audit, &t, &serr);
+    struct cg_tenant t;
+    st = cg_admin_tenant_create(&env->svc, &op, req->name, tz, &settings, &audit, &t);
     if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
+        return st;
 
     Ctxguard__V1__CreateTenantResponse *resp =
         NEW(call, Ctxguard__V1__CreateTenantResponse, ctxguard__v1__create_tenant_response__init);
@@ -200,12 +197,11 @@ cg_status cg_rpc_admin_get_tenant(struct cg_rpc_call *call, const struct cg_rpc_
     cg_status st = request_tenant(call, "tenant_id", req->tenant_id, tenant);
     if (st != CG_OK)
         return st;
+    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
+                       &call->err};
     struct cg_tenant t;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    st = cg_store_tenant_get(env->svc.store, tenant, &t, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
+    if ((st = cg_admin_tenant_get(&env->svc, &op, tenant, &t)) != CG_OK)
+        return st;
     Ctxguard__V1__GetTenantResponse *resp =
         NEW(call, Ctxguard__V1__GetTenantResponse, ctxguard__v1__get_tenant_response__init);
     if (resp == NULL || (resp->tenant = tenant_msg(call, &t)) == NULL)
@@ -231,14 +227,14 @@ cg_status cg_rpc_admin_update_tenant_settings(struct cg_rpc_call *call,
     struct cg_tenant_settings settings;
     if ((st = settings_in(call, req->settings, &settings)) != CG_OK)
         return st;
-    struct cg_tenant t;
-    struct cg_err serr;
-    cg_err_clear(&serr);
+    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
+                       &call->err};
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st = cg_store_tenant_settings_put(env->svc.store, tenant, &settings, &audit, &t, &serr);
+    struct cg_tenant t;
+    st = cg_admin_tenant_settings_put(&env->svc, &op, tenant, &settings, &audit, &t);
     if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
+        return st;
     Ctxguard__V1__UpdateTenantSettingsResponse *resp =
         NEW(call, Ctxguard__V1__UpdateTenantSettingsResponse,
             ctxguard__v1__update_tenant_settings_response__init);
@@ -261,17 +257,15 @@ cg_status cg_rpc_admin_list_tenants(struct cg_rpc_call *call, const struct cg_rp
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'page_token' is not a token this server gave");
 
-    struct cg_tenant *rows = cg_arena_calloc(call->arena, size, sizeof *rows);
-    if (rows == NULL)
-        return OOM(call);
-    int count = 0;
-    bool more = false;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    cg_status st = cg_store_tenant_list(env->svc.store, req->page_token, (int)size, rows, &count,
-                                        &more, &serr);
+    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
+                       &call->err};
+    struct cg_tenant *rows;
+    int count;
+    bool more;
+    cg_status st =
+        cg_admin_tenant_list(&env->svc, &op, req->page_token, (int)size, &rows, &count, &more);
     if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
+        return st;
 
     Ctxguard__V1__ListTenantsResponse *resp =
         NEW(call, Ctxguard__V1__ListTenantsResponse, ctxguard__v1__list_tenants_response__init);
@@ -292,12 +286,11 @@ cg_status cg_rpc_admin_list_tenants(struct cg_rpc_call *call, const struct cg_rp
 
 /* ---------------------------------------------------------------- keys ------------ */
 
-/* What CreateApiKey asks for, checked against the creator: a role of at most its own, a
- * scope inside its own, an expiry no later than its own. */
+/* What CreateApiKey asks for, its fields checked; what the creator may mint is the
+ * service's (cg_admin_key_create). */
 static cg_status key_spec_in(struct cg_rpc_call *call, const Ctxguard__V1__CreateApiKeyRequest *req,
                              struct cg_api_key_spec *spec)
 {
-    const struct cg_principal *p = &call->principal;
     memset(spec, 0, sizeof *spec);
     spec->name = req->name;
     int role = req->role == CTXGUARD__V1__API_KEY_ROLE__API_KEY_ROLE_UNSPECIFIED ? CG_KEY_ROLE_AGENT
@@ -306,14 +299,6 @@ static cg_status key_spec_in(struct cg_rpc_call *call, const Ctxguard__V1__Creat
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'role' is not an ApiKeyRole (1..4): %d", (int)req->role);
     spec->role = role;
-    if (!p->is_admin && role > (int)p->role) {
-        cg_err_setr(&call->err, CG_PERMISSION_DENIED, CG_ERR_ROLE_NOT_ALLOWED,
-                    "a key with role '%s' may not create a key with role '%s' (at most its own)",
-                    cg_key_role_name(p->role), cg_key_role_name((cg_key_role)role));
-        cg_err_meta(&call->err, "role", cg_key_role_name(p->role));
-        cg_err_meta(&call->err, "requested_role", cg_key_role_name((cg_key_role)role));
-        return CG_PERMISSION_DENIED;
-    }
 
     spec->scope_session_id = "";
     spec->scope_task_id = "";
@@ -341,23 +326,11 @@ static cg_status key_spec_in(struct cg_rpc_call *call, const Ctxguard__V1__Creat
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'scope': an admin key acts for the whole tenant; bind agent, "
                           "viewer or operator keys");
-    /* The tenant level (no session) is outside every bound creator's subtree. */
-    if (!p->is_admin && p->scope_session_id[0] != '\0' &&
-        !cg_rpc_scope_reachable(p, spec->scope_session_id, spec->scope_task_id)) {
-        cg_err_setr(&call->err, CG_NOT_FOUND, CG_ERR_SCOPE_NOT_FOUND,
-                    "scope: no such scope (a key bound to a scope creates keys inside it)");
-        return CG_NOT_FOUND;
-    }
-
     if (req->ttl_ms < 0 || req->ttl_ms > KEY_TTL_MAX_MS)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'ttl_ms' must be 0..%lld (0: never expires)", KEY_TTL_MAX_MS);
-    int64_t now = cg_wall_ms();
-    spec->expires_at_ms = req->ttl_ms > 0 ? now + req->ttl_ms : 0;
-    if (!p->is_admin && p->expires_at_ms > 0 &&
-        (spec->expires_at_ms == 0 || spec->expires_at_ms > p->expires_at_ms))
-        spec->expires_at_ms = p->expires_at_ms;
-    spec->created_by_key_id = p->is_admin ? "" : p->key_id;
+    spec->expires_at_ms = req->ttl_ms > 0 ? cg_wall_ms() + req->ttl_ms : 0;
+    spec->created_by_key_id = "";
     return CG_OK;
 }
 
@@ -376,30 +349,14 @@ cg_status cg_rpc_admin_create_api_key(struct cg_rpc_call *call, const struct cg_
     if (st != CG_OK)
         return st;
 
-    uint8_t raw_id[CG_APIKEY_KEY_ID_CHARS / 2], raw_secret[CG_APIKEY_SECRET_BYTES];
-    if (cg_random_bytes(raw_id, sizeof raw_id) != CG_OK ||
-        cg_random_bytes(raw_secret, sizeof raw_secret) != CG_OK)
-        return cg_err_set(&call->err, CG_INTERNAL, "no randomness available for a new key");
-    char key_id[CG_APIKEY_KEY_ID_CHARS + 1], secret[CG_APIKEY_SECRET_CHARS + 1];
-    cg_hex_encode(raw_id, sizeof raw_id, key_id);
-    cg_base64url_encode(raw_secret, sizeof raw_secret, secret);
-
-    char *text = cg_arena_alloc(call->arena, CG_APIKEY_LEN + 1);
-    if (text == NULL)
-        return OOM(call);
-    if (!cg_apikey_format(tenant, key_id, secret, text, CG_APIKEY_LEN + 1))
-        return cg_err_set(&call->err, CG_INTERNAL, "could not format the key");
-    uint8_t hash[CG_SHA256_LEN];
-    cg_sha256(text, CG_APIKEY_LEN, hash);
-
-    struct cg_api_key k;
-    struct cg_err serr;
-    cg_err_clear(&serr);
+    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
+                       &call->err};
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st = cg_store_key_create(env->svc.store, tenant, key_id, hash, &spec, &audit, &k, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
+    struct cg_api_key k;
+    char *text;
+    if ((st = cg_admin_key_create(&env->svc, &op, tenant, &spec, &audit, &k, &text)) != CG_OK)
+        return st;
 
     Ctxguard__V1__CreateApiKeyResponse *resp =
         NEW(call, Ctxguard__V1__CreateApiKeyResponse, ctxguard__v1__create_api_key_response__init);
@@ -418,15 +375,12 @@ cg_status cg_rpc_admin_list_api_keys(struct cg_rpc_call *call, const struct cg_r
     cg_status st = request_tenant(call, "tenant_id", req->tenant_id, tenant);
     if (st != CG_OK)
         return st;
-    struct cg_api_key *rows = cg_arena_calloc(call->arena, KEYS_MAX, sizeof *rows);
-    if (rows == NULL)
-        return OOM(call);
-    int count = 0;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    st = cg_store_key_list(env->svc.store, tenant, KEYS_MAX, rows, &count, &serr);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
+    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
+                       &call->err};
+    struct cg_api_key *rows;
+    int count;
+    if ((st = cg_admin_key_list(&env->svc, &op, tenant, &rows, &count)) != CG_OK)
+        return st;
     Ctxguard__V1__ListApiKeysResponse *resp =
         NEW(call, Ctxguard__V1__ListApiKeysResponse, ctxguard__v1__list_api_keys_response__init);
     if (resp == NULL)
@@ -458,18 +412,13 @@ cg_status cg_rpc_admin_revoke_api_key(struct cg_rpc_call *call, const struct cg_
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'key_id' must be %d lower-case hex digits",
                           CG_APIKEY_KEY_ID_CHARS);
-    struct cg_api_key k;
-    struct cg_err serr;
-    cg_err_clear(&serr);
+    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
+                       &call->err};
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
-    st = cg_store_key_revoke(env->svc.store, tenant, req->key_id, &audit, &k, &serr);
-    /* This process stops accepting the key at once (also when the outcome is unknown);
-     * other replicas when the commit's cg_keys notification reaches them (migrations/0017),
-     * or within key_cache_ttl_s while their LISTEN connection is down. */
-    cg_cache_key_drop(env->svc.cache, tenant, req->key_id);
-    if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
+    struct cg_api_key k;
+    if ((st = cg_admin_key_revoke(&env->svc, &op, tenant, req->key_id, &audit, &k)) != CG_OK)
+        return st;
     Ctxguard__V1__RevokeApiKeyResponse *resp =
         NEW(call, Ctxguard__V1__RevokeApiKeyResponse, ctxguard__v1__revoke_api_key_response__init);
     if (resp == NULL || (resp->key = key_msg(call, &k)) == NULL)
@@ -504,7 +453,6 @@ static cg_status audit_filter_in(struct cg_rpc_call *call,
                                  const Ctxguard__V1__ListAuditEventsRequest *req,
                                  struct cg_audit_filter *f)
 {
-    const struct cg_principal *p = &call->principal;
     memset(f, 0, sizeof *f);
     if (req->scope != NULL) {
         int level;
@@ -513,11 +461,7 @@ static cg_status audit_filter_in(struct cg_rpc_call *call,
             return st;
         f->has_scope = true;
     }
-    /* A scope-bound key sees the rows inside its subtree only (the SQL leaves out the rest). */
-    if (!p->is_admin) {
-        f->bound_session_id = p->scope_session_id;
-        f->bound_task_id = p->scope_task_id;
-    }
+    /* A scope-bound key's subtree is the service's (cg_admin_audit_list). */
     const char *actor = req->actor_key_id;
     if (actor[0] != '\0') {
         size_t len = strlen(actor);
@@ -566,11 +510,13 @@ static Ctxguard__V1__AuditEvent *audit_event_msg(struct cg_rpc_call *call, const
     m->actor_role = (char *)cg_key_role_name((cg_key_role)e->actor_role);
     if ((m->tenant_id = dup(call, tenant)) == NULL ||
         (m->actor_key_id = dup(call, e->actor_key_id)) == NULL ||
-        (m->kind = dup(call, e->kind)) == NULL || (m->target = dup(call, e->target)) == NULL ||
+        (m->kind = dup(call, e->kind)) == NULL ||
         (m->request_id = dup(call, e->request_id)) == NULL ||
-        (m->before_json = dup(call, e->before_json ? e->before_json : "")) == NULL ||
-        (m->after_json = dup(call, e->after_json ? e->after_json : "")) == NULL)
+        (m->target = dup(call, e->target)) == NULL)
         return NULL;
+    /* The JSON is in the call's arena already (cg_admin_audit_list). */
+    m->before_json = e->before_json;
+    m->after_json = e->after_json;
     if (e->ids.session_id[0] != '\0') {
         Ctxguard__V1__Scope *sc = NEW(call, Ctxguard__V1__Scope, ctxguard__v1__scope__init);
         if (sc == NULL || (sc->session_id = dup(call, e->ids.session_id)) == NULL ||
@@ -604,30 +550,25 @@ cg_status cg_rpc_admin_list_audit_events(struct cg_rpc_call *call, const struct 
     if ((st = audit_filter_in(call, req, &filter)) != CG_OK)
         return st;
 
-    struct cg_audit_event *rows = cg_arena_calloc(call->arena, size, sizeof *rows);
-    if (rows == NULL)
-        return OOM(call);
-    int count = 0;
-    bool more = false;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    st = cg_store_audit_list(env->svc.store, tenant, &filter, before_id, (int)size, rows, &count,
-                             &more, &serr);
+    struct cg_op op = {call->arena, call->request_id, call->deadline_ms, &call->principal,
+                       &call->err};
+    struct cg_audit_event *rows;
+    int count;
+    bool more;
+    st = cg_admin_audit_list(&env->svc, &op, tenant, &filter, before_id, (int)size, &rows, &count,
+                             &more);
     if (st != CG_OK)
-        return cg_rpc_store_error(call, &serr);
+        return st;
 
-    /* The rows' JSON is the store's (malloc): copied into the arena, then freed once. */
     Ctxguard__V1__ListAuditEventsResponse *resp =
         NEW(call, Ctxguard__V1__ListAuditEventsResponse,
             ctxguard__v1__list_audit_events_response__init);
-    if (resp != NULL)
-        resp->events = cg_arena_calloc(call->arena, (size_t)count + 1, sizeof *resp->events);
-    bool oom = resp == NULL || resp->events == NULL;
-    for (int i = 0; i < count && !oom; i++)
-        oom = (resp->events[i] = audit_event_msg(call, tenant, &rows[i])) == NULL;
-    cg_audit_events_cleanup(rows, count);
-    if (oom)
+    if (resp == NULL || (resp->events = cg_arena_calloc(call->arena, (size_t)count + 1,
+                                                        sizeof *resp->events)) == NULL)
         return OOM(call);
+    for (int i = 0; i < count; i++)
+        if ((resp->events[i] = audit_event_msg(call, tenant, &rows[i])) == NULL)
+            return OOM(call);
     resp->n_events = (size_t)count;
     if (more && count > 0) {
         char token[24];
