@@ -24,7 +24,6 @@ MAX_LINES = 100
 KNOWN_LONG = {
     "rpc/rpc_budget.c: settings_in",
     "rpc/rpc_context_compress.c: policy_resolve",
-    "rpc/rpc_context_state.c: cg_rpc_context_get_history",
 }
 
 NAME = re.compile(r"([A-Za-z_]\w*)\s*\(")
