@@ -59,20 +59,10 @@ static cg_status limit_in(struct cg_rpc_call *call, const struct cg_rpc_env *env
     return CG_OK;
 }
 
-static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const Ctxguard__V1__BudgetSettings *s, int level,
-                             struct cg_budget_row *row)
+/* settings.on_store_failure and the local allowance it may need. */
+static cg_status check_store_failure(struct cg_rpc_call *call,
+                                     const Ctxguard__V1__BudgetSettings *s)
 {
-    if (s == NULL)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'settings' is required");
-    int64_t limit_tokens;
-    cg_status lst = limit_in(call, env, s, level, &limit_tokens);
-    if (lst != CG_OK)
-        return lst;
-    if (s->allocate_from_parent && level == CG_LEVEL_TENANT)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'settings.allocate_from_parent': the tenant has no parent to "
-                          "allocate from");
     if (s->on_store_failure > CTXGUARD__V1__ON_STORE_FAILURE__ON_STORE_FAILURE_LOCAL_ALLOWANCE ||
         s->on_store_failure < 0)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
@@ -90,6 +80,13 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'settings.local_allowance_tokens' needs on_store_failure "
                           "LOCAL_ALLOWANCE");
+    return CG_OK;
+}
+
+/* settings.reset_period: a known value, and a period for tenant budgets only. */
+static cg_status check_reset_period(struct cg_rpc_call *call, const Ctxguard__V1__BudgetSettings *s,
+                                    int level)
+{
     if (s->reset_period < 0 || s->reset_period > CTXGUARD__V1__RESET_PERIOD__RESET_PERIOD_MONTHLY)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'settings.reset_period': unknown value %d", s->reset_period);
@@ -98,6 +95,12 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
             return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                               "field 'settings.reset_period' is for tenant budgets only");
     }
+    return CG_OK;
+}
+
+/* settings.approval_ttl_ms: with mode APPROVAL only, within its bounds. */
+static cg_status check_approval_ttl(struct cg_rpc_call *call, const Ctxguard__V1__BudgetSettings *s)
+{
     bool approval_mode = s->mode == CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL;
     if (s->approval_ttl_ms != 0 && !approval_mode)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
@@ -107,6 +110,12 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'settings.approval_ttl_ms' must be between %u and %u",
                           CG_APPROVAL_TTL_MIN_MS, CG_APPROVAL_TTL_MAX_MS);
+    return CG_OK;
+}
+
+/* The backpressure tiers, the reservation TTL, the description and the mode. */
+static cg_status check_other_fields(struct cg_rpc_call *call, const Ctxguard__V1__BudgetSettings *s)
+{
     if (s->backpressure_disabled && s->n_backpressure_tiers > 0)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'settings.backpressure_tiers' must be empty with "
@@ -127,39 +136,52 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     if (s->mode < 0 || s->mode > CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'settings.mode': unknown value %d", s->mode);
+    return CG_OK;
+}
 
-    struct cg_budget_level l;
-    memset(&l, 0, sizeof l);
-    l.level = (cg_level)level;
-    l.has_budget = true;
-    l.mode = s->mode ? (cg_budget_mode)s->mode : CG_MODE_HARD;
-    l.limit_tokens = limit_tokens;
-    l.limit_cost_micros = s->limit_cost_micros;
-    l.warning_ratio = s->warning_ratio != 0 ? s->warning_ratio : DEFAULT_WARNING;
-    l.backpressure_disabled = s->backpressure_disabled;
-    l.ntiers = (int)s->n_backpressure_tiers;
-    for (int i = 0; i < l.ntiers; i++) {
-        l.tiers[i].ratio = s->backpressure_tiers[i]->threshold_ratio;
-        l.tiers[i].delay_ms = s->backpressure_tiers[i]->delay_ms;
+/* The settings as the core level they decide with, checked as a whole by core/budget.h
+ * (cg_budget_check_settings; its message prefixed with "settings."). */
+static cg_status level_in(struct cg_rpc_call *call, const Ctxguard__V1__BudgetSettings *s,
+                          int level, int64_t limit_tokens, struct cg_budget_level *l)
+{
+    memset(l, 0, sizeof *l);
+    l->level = (cg_level)level;
+    l->has_budget = true;
+    l->mode = s->mode ? (cg_budget_mode)s->mode : CG_MODE_HARD;
+    l->limit_tokens = limit_tokens;
+    l->limit_cost_micros = s->limit_cost_micros;
+    l->warning_ratio = s->warning_ratio != 0 ? s->warning_ratio : DEFAULT_WARNING;
+    l->backpressure_disabled = s->backpressure_disabled;
+    l->ntiers = (int)s->n_backpressure_tiers;
+    for (int i = 0; i < l->ntiers; i++) {
+        l->tiers[i].ratio = s->backpressure_tiers[i]->threshold_ratio;
+        l->tiers[i].delay_ms = s->backpressure_tiers[i]->delay_ms;
     }
     struct cg_err cerr;
     cg_err_clear(&cerr);
-    if (cg_budget_check_settings(&l, &cerr) != CG_OK)
+    if (cg_budget_check_settings(l, &cerr) != CG_OK)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "settings.%s", cerr.msg);
+    return CG_OK;
+}
 
+/* The budget row of checked settings (their defaults filled in). */
+static void row_in(const Ctxguard__V1__BudgetSettings *s, const struct cg_budget_level *l,
+                   int level, struct cg_budget_row *row)
+{
+    bool approval_mode = s->mode == CTXGUARD__V1__BUDGET_MODE__BUDGET_MODE_APPROVAL;
     row->level = level;
     row->has_budget = true;
     row->exclude_cache_read_tokens = s->exclude_cache_read_tokens;
     row->allocate_from_parent = s->allocate_from_parent;
-    row->mode = l.mode;
-    row->limit_tokens = l.limit_tokens;
-    row->limit_cost_micros = l.limit_cost_micros;
-    row->warning_ratio = l.warning_ratio;
-    row->backpressure_disabled = l.backpressure_disabled;
-    row->ntiers = l.ntiers;
-    for (int i = 0; i < l.ntiers; i++) {
-        row->tier_ratio[i] = l.tiers[i].ratio;
-        row->tier_delay_ms[i] = l.tiers[i].delay_ms;
+    row->mode = l->mode;
+    row->limit_tokens = l->limit_tokens;
+    row->limit_cost_micros = l->limit_cost_micros;
+    row->warning_ratio = l->warning_ratio;
+    row->backpressure_disabled = l->backpressure_disabled;
+    row->ntiers = l->ntiers;
+    for (int i = 0; i < l->ntiers; i++) {
+        row->tier_ratio[i] = l->tiers[i].ratio;
+        row->tier_delay_ms[i] = l->tiers[i].delay_ms;
     }
     row->on_store_failure = s->on_store_failure
                                 ? s->on_store_failure
@@ -173,6 +195,31 @@ static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *
     row->approval_ttl_ms = !approval_mode       ? 0
                            : s->approval_ttl_ms ? s->approval_ttl_ms
                                                 : CG_APPROVAL_TTL_DEFAULT_MS;
+}
+
+/* SetBudget's settings into *row, each field checked in turn (errors name the field). */
+static cg_status settings_in(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                             const Ctxguard__V1__BudgetSettings *s, int level,
+                             struct cg_budget_row *row)
+{
+    if (s == NULL)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'settings' is required");
+    int64_t limit_tokens;
+    cg_status st = limit_in(call, env, s, level, &limit_tokens);
+    if (st != CG_OK)
+        return st;
+    if (s->allocate_from_parent && level == CG_LEVEL_TENANT)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.allocate_from_parent': the tenant has no parent to "
+                          "allocate from");
+    struct cg_budget_level l;
+    if ((st = check_store_failure(call, s)) != CG_OK ||
+        (st = check_reset_period(call, s, level)) != CG_OK ||
+        (st = check_approval_ttl(call, s)) != CG_OK ||
+        (st = check_other_fields(call, s)) != CG_OK ||
+        (st = level_in(call, s, level, limit_tokens, &l)) != CG_OK)
+        return st;
+    row_in(s, &l, level, row);
     return CG_OK;
 }
 

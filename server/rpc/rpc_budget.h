@@ -14,14 +14,6 @@
 #include "service/budget_events.h"
 #include "service/budget_path.h"
 
-/* Store row -> core level: service/budget_path.h cg_budget_row_level (this name stays for
- * rpc_watch.c until WatchUsage moves into service/). */
-static inline void cg_rpc_level_from_row(const struct cg_budget_row *row,
-                                         struct cg_budget_level *out)
-{
-    cg_budget_row_level(row, out);
-}
-
 /* ---- answers (rpc_budget_out.c) ---- */
 
 /* Messages (NULL when out of memory). */
@@ -39,16 +31,6 @@ cg_status cg_rpc_levels_out(struct cg_rpc_call *call, const struct cg_budget_row
 cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
                              const struct cg_budget_result *r, Ctxguard__V1__DecisionReason ***out,
                              size_t *nout) CG_MUST_CHECK;
-
-/* The path read of service/budget_path.h on the call's operation (its err, principal):
- * this name stays for rpc_watch.c until WatchUsage moves into service/. */
-static inline cg_status cg_rpc_read_path(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                         const struct cg_scope_ids *ids, struct cg_budget_row *path,
-                                         int *n)
-{
-    struct cg_op op = cg_rpc_op(call);
-    return cg_budget_read_path(&env->svc, &op, ids, path, n);
-}
 
 /* A ScopeUsage without children (rpc_budget_scopes.c; NULL when out of memory). */
 Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,

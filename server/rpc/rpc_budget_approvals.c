@@ -1,18 +1,16 @@
 /* rpc_budget_approvals.c - BudgetService approvals: ResolveApproval, GetApproval and
- * ListApprovals (the approval gate of CheckBudget and Reserve, and what ResolveApproval does,
- * are service/budget_approvals.c; the Approval message is rpc_budget_out.c).
+ * ListApprovals (the approval gate of CheckBudget and Reserve, what ResolveApproval does and
+ * the page ListApprovals reads are service/budget_approvals.c; the Approval message is
+ * rpc_budget_out.c).
  *
  * The state machine lives in the store (store.h, "approvals"): PENDING -> APPROVED |
- * DENIED | EXPIRED, with who and when. Every time here is cg_wall_ms(), passed down so that
- * tests of the store can move the clock.
+ * DENIED | EXPIRED, with who and when.
  */
 #include "rpc/rpc_budget.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "base/clock.h"
 
 #define GRANTED_MAX 1000000000000000LL
 #define PAGE_DEFAULT 100
@@ -137,6 +135,30 @@ static cg_status token_in(struct cg_rpc_call *call, const char *token, uint32_t 
     return CG_OK;
 }
 
+/* ListApprovals' answer for one page (hash: the filters', for the next page's token). */
+static cg_status list_approvals_out(struct cg_rpc_call *call,
+                                    const struct cg_budget_approval_page *page, uint32_t hash,
+                                    ProtobufCMessage **response)
+{
+    Ctxguard__V1__ListApprovalsResponse *resp =
+        NEW(call, Ctxguard__V1__ListApprovalsResponse, ctxguard__v1__list_approvals_response__init);
+    if (resp == NULL || (resp->approvals = cg_arena_calloc(call->arena, (size_t)page->count + 1,
+                                                           sizeof(void *))) == NULL)
+        return OOM(call);
+    for (int i = 0; i < page->count; i++)
+        if ((resp->approvals[i] = cg_rpc_approval_out(call, &page->rows[i])) == NULL)
+            return OOM(call);
+    resp->n_approvals = (size_t)page->count;
+    resp->next_page_token = page->more ? cg_arena_sprintf(call->arena, "%lld.%s.%08x",
+                                                          (long long)page->next.requested_at_us,
+                                                          page->next.approval_id, hash)
+                                       : cg_arena_strdup(call->arena, "");
+    if (resp->next_page_token == NULL)
+        return OOM(call);
+    *response = &resp->base;
+    return CG_OK;
+}
+
 cg_status cg_rpc_budget_list_approvals(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                        const ProtobufCMessage *request, ProtobufCMessage **response)
 {
@@ -165,46 +187,17 @@ cg_status cg_rpc_budget_list_approvals(struct cg_rpc_call *call, const struct cg
                           PAGE_DEFAULT);
     int limit = req->page_size ? (int)req->page_size : PAGE_DEFAULT;
     uint32_t hash = filters_hash(&ids, req->include_descendants, mask);
-    struct cg_approval_cursor after, next;
+    struct cg_approval_cursor after;
     bool paged = req->page_token[0] != '\0';
     if (paged && (st = token_in(call, req->page_token, hash, &after)) != CG_OK)
         return st;
 
-    struct cg_approval *page = calloc((size_t)limit, sizeof *page);
-    if (page == NULL)
-        return OOM(call);
-    int count = 0;
-    bool more = false;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    st = cg_store_approval_list(env->svc.store, call->principal.tenant_id, &ids,
-                                req->include_descendants, mask, paged ? &after : NULL, limit,
-                                cg_wall_ms(), page, &count, &more, &next, &serr);
-    if (st != CG_OK) {
-        free(page);
-        return cg_rpc_store_error(call, &serr);
-    }
-    Ctxguard__V1__ListApprovalsResponse *resp =
-        NEW(call, Ctxguard__V1__ListApprovalsResponse, ctxguard__v1__list_approvals_response__init);
-    if (resp == NULL || (resp->approvals = cg_arena_calloc(call->arena, (size_t)count + 1,
-                                                           sizeof(void *))) == NULL) {
-        free(page);
-        return OOM(call);
-    }
-    for (int i = 0; i < count; i++) {
-        if ((resp->approvals[i] = cg_rpc_approval_out(call, &page[i])) == NULL) {
-            free(page);
-            return OOM(call);
-        }
-    }
-    free(page);
-    resp->n_approvals = (size_t)count;
-    resp->next_page_token =
-        more ? cg_arena_sprintf(call->arena, "%lld.%s.%08x", (long long)next.requested_at_us,
-                                next.approval_id, hash)
-             : cg_arena_strdup(call->arena, "");
-    if (resp->next_page_token == NULL)
-        return OOM(call);
-    *response = &resp->base;
-    return CG_OK;
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_budget_approval_page page;
+    st = cg_budget_approval_list(&env->svc, &op, &ids, req->include_descendants, mask,
+                                 paged ? &after : NULL, limit, &page);
+    if (st == CG_OK)
+        st = list_approvals_out(call, &page, hash, response);
+    cg_budget_approval_page_cleanup(&page);
+    return st;
 }

@@ -97,7 +97,9 @@ cg_status cg_rpc_budget_close_scope(struct cg_rpc_call *call, const struct cg_rp
     struct cg_audit audit;
     cg_rpc_audit(call, &audit);
     struct cg_op op = cg_rpc_op(call);
-    if ((st = cg_budget_close_scope(&env->svc, &op, &ids, &audit, &closed)) != CG_OK)
+    int64_t returned_tokens;
+    if ((st = cg_budget_close_scope(&env->svc, &op, &ids, &audit, &closed, &returned_tokens)) !=
+        CG_OK)
         return st;
 
     Ctxguard__V1__CloseScopeResponse *resp =
@@ -106,12 +108,7 @@ cg_status cg_rpc_budget_close_scope(struct cg_rpc_call *call, const struct cg_rp
         return OOM(call);
     resp->released_reservations = closed.released_reservations;
     resp->released_tokens = closed.released_tokens;
-    /* An allocated scope gives its parent back the share it held when it closed: its limit
-     * less what it used and what stays reserved (a hold a concurrent Commit or Release
-     * settles itself). Closing it again returns nothing. */
-    struct cg_budget_row open_row = closed.usage.row;
-    open_row.closed_at_ms = 0;
-    resp->returned_tokens = closed.already_closed ? 0 : cg_store_alloc_share(&open_row);
+    resp->returned_tokens = returned_tokens;
     resp->expired_approvals = closed.expired_approvals;
     resp->closed_scopes = closed.closed_scopes;
     resp->already_closed = closed.already_closed;
@@ -375,6 +372,26 @@ static cg_status parent_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *
     return name_parent(call, cg_rpc_scope_in(call, scope, ids, level));
 }
 
+/* ListScopes' answer for one page. */
+static cg_status list_scopes_out(struct cg_rpc_call *call, const struct list_filters *f,
+                                 const struct cg_budget_scope_page *page,
+                                 ProtobufCMessage **response)
+{
+    Ctxguard__V1__ListScopesResponse *resp =
+        NEW(call, Ctxguard__V1__ListScopesResponse, ctxguard__v1__list_scopes_response__init);
+    if (resp == NULL || (resp->scopes = cg_arena_calloc(call->arena, (size_t)page->count + 1,
+                                                        sizeof(void *))) == NULL)
+        return OOM(call);
+    for (int i = 0; i < page->count; i++)
+        if ((resp->scopes[i] = usage_out(call, &page->rows[i])) == NULL)
+            return OOM(call);
+    resp->n_scopes = (size_t)page->count;
+    if (page->more && (resp->next_page_token = token_out(call, f, &page->next)) == NULL)
+        return OOM(call);
+    *response = &resp->base;
+    return CG_OK;
+}
+
 cg_status cg_rpc_budget_list_scopes(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                     const ProtobufCMessage *request, ProtobufCMessage **response)
 {
@@ -422,36 +439,14 @@ cg_status cg_rpc_budget_list_scopes(struct cg_rpc_call *call, const struct cg_rp
         return st;
     int limit = req->page_size ? (int)req->page_size : PAGE_DEFAULT;
 
-    struct cg_scope_usage *rows = calloc((size_t)limit, sizeof *rows);
-    if (rows == NULL)
-        return OOM(call);
-    int count = 0;
-    bool more = false;
-    struct cg_scope_cursor next;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    st = cg_store_scope_list(env->svc.store, call->principal.tenant_id, &f.parent, f.level,
-                             f.include_closed, f.order, has_after ? &after : NULL, limit, rows,
-                             &count, &more, &next, &serr);
-    if (st != CG_OK) {
-        free(rows);
-        return name_parent(call, cg_rpc_store_error(call, &serr));
-    }
-    Ctxguard__V1__ListScopesResponse *resp =
-        NEW(call, Ctxguard__V1__ListScopesResponse, ctxguard__v1__list_scopes_response__init);
-    if (resp == NULL ||
-        (resp->scopes = cg_arena_calloc(call->arena, (size_t)count + 1, sizeof(void *))) == NULL)
-        goto oom;
-    for (int i = 0; i < count; i++)
-        if ((resp->scopes[i] = usage_out(call, &rows[i])) == NULL)
-            goto oom;
-    resp->n_scopes = (size_t)count;
-    if (more && (resp->next_page_token = token_out(call, &f, &next)) == NULL)
-        goto oom;
-    free(rows);
-    *response = &resp->base;
-    return CG_OK;
-oom:
-    free(rows);
-    return OOM(call);
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_budget_scope_page page;
+    st = cg_budget_scope_list(&env->svc, &op, &f.parent, f.level, f.include_closed, f.order,
+                              has_after ? &after : NULL, limit, &page);
+    if (st == CG_OK)
+        st = list_scopes_out(call, &f, &page, response);
+    else
+        st = name_parent(call, st);
+    cg_budget_scope_page_cleanup(&page);
+    return st;
 }

@@ -78,23 +78,12 @@ static cg_status ratio(struct cg_rpc_call *call, const char *field, double v, do
     return CG_OK;
 }
 
-/* Resolves the request's policy over the preset and the server's default preset. */
-static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                const Ctxguard__V1__CompressionPolicy *rp,
-                                struct cg_compress_policy *p)
+/* The policy's ratios (0: the preset's), TRIMMING's target following the trigger and the
+ * hysteresis unless given. */
+static cg_status policy_ratios(struct cg_rpc_call *call, const Ctxguard__V1__CompressionPolicy *rp,
+                               struct cg_compress_policy *p)
 {
     cg_status st;
-    int preset_id = rp != NULL ? (int)rp->preset : 0;
-    int strategy = rp != NULL ? (int)rp->strategy : 0;
-    if ((st = check_enum(call, "policy.preset", preset_id, 3)) != CG_OK ||
-        (st = check_enum(call, "policy.strategy", strategy, 2)) != CG_OK)
-        return st;
-    const struct cg_preset *preset =
-        preset_id ? cg_preset_get(preset_id) : cg_preset_by_name(env->svc.config->default_preset);
-    cg_compress_policy_defaults(p, strategy == 2 ? CG_STRATEGY_TRIMMING : CG_STRATEGY_SUMMARIZING,
-                                preset);
-    if (rp == NULL)
-        return CG_OK;
     if ((st = ratio(call, "trigger_ratio", rp->trigger_ratio, &p->trigger_ratio)) != CG_OK ||
         (st = ratio(call, "ceiling_ratio", rp->ceiling_ratio, &p->ceiling_ratio)) != CG_OK ||
         (st = ratio(call, "trim_hysteresis_ratio", rp->trim_hysteresis_ratio,
@@ -106,6 +95,14 @@ static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_en
         p->target_ratio = p->trigger_ratio * p->hysteresis_ratio;
     if ((st = ratio(call, "target_ratio", rp->target_ratio, &p->target_ratio)) != CG_OK)
         return st;
+    return CG_OK;
+}
+
+/* The policy's message counts and sizes (unset or 0: the preset's). */
+static cg_status policy_counts(struct cg_rpc_call *call, const Ctxguard__V1__CompressionPolicy *rp,
+                               struct cg_compress_policy *p)
+{
+    cg_status st;
     if (rp->reserved_output_tokens_opt_case ==
         CTXGUARD__V1__COMPRESSION_POLICY__RESERVED_OUTPUT_TOKENS_OPT_RESERVED_OUTPUT_TOKENS) {
         if ((st = check_range(call, "policy.reserved_output_tokens", rp->reserved_output_tokens, 0,
@@ -159,6 +156,15 @@ static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_en
             return st;
         *ints[i].out = ints[i].v;
     }
+    return CG_OK;
+}
+
+/* policy.write_tool_names: at most CG_COMPRESS_WRITE_TOOLS_MAX names, each checked. */
+static cg_status policy_write_tools(struct cg_rpc_call *call,
+                                    const Ctxguard__V1__CompressionPolicy *rp,
+                                    struct cg_compress_policy *p)
+{
+    cg_status st;
     if (rp->n_write_tool_names > 0) {
         if (rp->n_write_tool_names > CG_COMPRESS_WRITE_TOOLS_MAX)
             return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
@@ -174,6 +180,16 @@ static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_en
         }
         p->n_write_tool_names = rp->n_write_tool_names;
     }
+    return CG_OK;
+}
+
+/* The summary focus, the cache hint, the escalation and time budgets and the disabled
+ * layers. */
+static cg_status policy_run_limits(struct cg_rpc_call *call,
+                                   const Ctxguard__V1__CompressionPolicy *rp,
+                                   struct cg_compress_policy *p)
+{
+    cg_status st;
     if (cg_utf8_length(rp->summary_focus, strlen(rp->summary_focus)) > 2000)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'policy.summary_focus' is longer than 2000 characters");
@@ -202,6 +218,30 @@ static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_en
                               i);
         p->disabled_layers |= 1u << layer;
     }
+    return CG_OK;
+}
+
+/* Resolves the request's policy over the preset and the server's default preset. */
+static cg_status policy_resolve(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                const Ctxguard__V1__CompressionPolicy *rp,
+                                struct cg_compress_policy *p)
+{
+    cg_status st;
+    int preset_id = rp != NULL ? (int)rp->preset : 0;
+    int strategy = rp != NULL ? (int)rp->strategy : 0;
+    if ((st = check_enum(call, "policy.preset", preset_id, 3)) != CG_OK ||
+        (st = check_enum(call, "policy.strategy", strategy, 2)) != CG_OK)
+        return st;
+    const struct cg_preset *preset =
+        preset_id ? cg_preset_get(preset_id) : cg_preset_by_name(env->svc.config->default_preset);
+    cg_compress_policy_defaults(p, strategy == 2 ? CG_STRATEGY_TRIMMING : CG_STRATEGY_SUMMARIZING,
+                                preset);
+    if (rp == NULL)
+        return CG_OK;
+    if ((st = policy_ratios(call, rp, p)) != CG_OK || (st = policy_counts(call, rp, p)) != CG_OK ||
+        (st = policy_write_tools(call, rp, p)) != CG_OK ||
+        (st = policy_run_limits(call, rp, p)) != CG_OK)
+        return st;
     struct cg_err perr = {0};
     if (cg_compress_policy_check(p, &perr) != CG_OK)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "%s", perr.msg);

@@ -1,5 +1,6 @@
 /* rpc_context_count.c - ContextService.CountTokens and the exact tokenizers it counts with
- * (the calibration of Commit / RecordUsage is service/calibration.c).
+ * (the estimate recorded and the calibration read, and that of Commit / RecordUsage, are
+ * service/calibration.c).
  *
  * Exact counts (a model that maps to cl100k_base / o200k_base, or `encoding` named) follow
  * OpenAI's chat accounting (the cookbook's num_tokens_from_messages), extended to every
@@ -34,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/log.h"
 #include "core/estimate.h"
 #include "core/models.h"
 #include "core/tok.h"
@@ -42,6 +42,7 @@
 #include "rpc/rpc_context.h"
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_handlers.h"
+#include "service/calibration.h"
 #include "service/tokenizers.h"
 
 /* Requests up to this size are counted on the completion-queue thread (about a millisecond
@@ -210,31 +211,16 @@ static char *model_key(struct cg_rpc_call *call, const char *model)
     return key;
 }
 
-/* Records the estimate and reads the calibration; on store trouble the estimate goes out
- * uncalibrated and without an id (logged). */
+/* Records the estimate and reads the calibration (service/calibration.c: on store trouble
+ * the estimate goes out uncalibrated and without an id, logged). */
 static void record_estimate(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                             const char *model, int64_t raw_total, char **estimate_id,
                             struct cg_calibration *cal)
 {
-    cal->factor = 1.0;
-    cal->samples = 0;
-    cal->updated_at_ms = 0;
-    *estimate_id = NULL;
+    struct cg_op op = cg_rpc_op(call);
     char id[CG_UUID_LEN + 1];
-    if (cg_store_uuid(id) != CG_OK)
-        return;
-    struct cg_err serr;
-    cg_err_clear(&serr);
-    if (cg_store_estimate_record(env->svc.store, call->principal.tenant_id, id, model, raw_total,
-                                 cal, &serr) != CG_OK) {
-        cg_log(CG_LOG_WARN, "count", call->request_id,
-               "estimate not recorded (answered uncalibrated, without estimate_id): %s",
-               cg_err_text(&serr));
-        cal->factor = 1.0;
-        cal->samples = 0;
-        return;
-    }
-    *estimate_id = cg_arena_strdup(call->arena, id);
+    cg_calibration_estimate(&env->svc, &op, model, raw_total, id, cal);
+    *estimate_id = id[0] != '\0' ? cg_arena_strdup(call->arena, id) : NULL;
 }
 
 /* ------------------------------------------------------------------ the handler ---- */

@@ -1,7 +1,7 @@
 /* rpc_context_state.c - what stateful Compress needs of rpc/ around the session flow of
  * service/context_session.c (the check of session_id, the history's wire encoding, the
- * report's session entries), and the read-back RPCs
- * GetArtifact, ListArtifacts, GetHistory and GetCompressionStats.
+ * report's session entries), and the read-back RPCs GetArtifact, ListArtifacts, GetHistory
+ * and GetCompressionStats (their reads in service/context_history.c).
  *
  * History messages are stored as protobuf ctxguard.v1.Message (rpc_conv's structured form),
  * one row per message with its SHA-256; a FULL sync compares digests to find what is new.
@@ -14,17 +14,12 @@
 
 #include "rpc/rpc_conv.h"
 #include "rpc/rpc_handlers.h"
+#include "service/context_history.h"
 
 #define PAGE_DEFAULT 100
 #define PAGE_MAX 1000
 #define ARTIFACT_READ_DEFAULT 1048576
 #define ARTIFACT_READ_MAX 4194304
-#define HISTORY_MAX 200000
-
-static cg_status store_error(struct cg_rpc_call *call, const struct cg_err *serr)
-{
-    return cg_rpc_store_error(call, serr);
-}
 
 static cg_status check_session_id(struct cg_rpc_call *call, const char *field, const char *s)
 {
@@ -206,14 +201,12 @@ cg_status cg_rpc_context_get_artifact(struct cg_rpc_call *call, const struct cg_
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field 'length' must be 0..%d",
                           ARTIFACT_READ_MAX);
     int64_t length = req->length ? req->length : ARTIFACT_READ_DEFAULT;
+    struct cg_op op = cg_rpc_op(call);
     struct cg_ctx_artifact info;
-    void *content = NULL;
-    size_t len = 0;
-    struct cg_err serr = {0};
-    memset(&info, 0, sizeof info);
-    cg_status st =
-        cg_store_ctx_artifact_get(env->svc.store, call->principal.tenant_id, req->artifact_id,
-                                  req->offset, length, &info, &content, &len, &serr);
+    void *content;
+    size_t len;
+    cg_status st = cg_ctx_artifact_read(&env->svc, &op, req->artifact_id, req->offset, length,
+                                        &info, &content, &len);
     /* An artifact of a session outside a scope-bound key is as unknown as another tenant's,
      * also when the offset is past its end (info is read then too). */
     if ((st == CG_OK || st == CG_OUT_OF_RANGE) &&
@@ -223,7 +216,7 @@ cg_status cg_rpc_context_get_artifact(struct cg_rpc_call *call, const struct cg_
                            "artifact_id: no such artifact");
     }
     if (st != CG_OK)
-        return store_error(call, &serr);
+        return st;
     Ctxguard__V1__GetArtifactResponse *resp =
         NEW(call, Ctxguard__V1__GetArtifactResponse, ctxguard__v1__get_artifact_response__init);
     uint8_t *bytes = cg_arena_alloc(call->arena, len + 1);
@@ -267,6 +260,25 @@ static cg_status page_size(struct cg_rpc_call *call, uint32_t v, int *out)
     return CG_OK;
 }
 
+static cg_status list_artifacts_out(struct cg_rpc_call *call,
+                                    const struct cg_ctx_artifact_page *page,
+                                    ProtobufCMessage **response)
+{
+    Ctxguard__V1__ListArtifactsResponse *resp =
+        NEW(call, Ctxguard__V1__ListArtifactsResponse, ctxguard__v1__list_artifacts_response__init);
+    if (resp == NULL ||
+        (resp->artifacts = cg_arena_alloc(call->arena, ((size_t)page->count + 1) *
+                                                           sizeof *resp->artifacts)) == NULL)
+        return OOM(call);
+    for (int i = 0; i < page->count; i++)
+        if ((resp->artifacts[resp->n_artifacts++] = artifact_out(call, &page->rows[i])) == NULL)
+            return OOM(call);
+    if ((resp->next_page_token = cg_arena_strdup(call->arena, page->next_page_token)) == NULL)
+        return OOM(call);
+    *response = &resp->base;
+    return CG_OK;
+}
+
 cg_status cg_rpc_context_list_artifacts(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                         const ProtobufCMessage *request,
                                         ProtobufCMessage **response)
@@ -282,40 +294,87 @@ cg_status cg_rpc_context_list_artifacts(struct cg_rpc_call *call, const struct c
         (st = parse_token(call, req->page_token, 's', &after)) != CG_OK ||
         (st = cg_rpc_check_name(call, "tool_call_id", req->tool_call_id, 256, false)) != CG_OK)
         return st;
-    struct cg_ctx_session sess;
-    struct cg_err serr = {0};
-    if (cg_store_ctx_session_get(env->svc.store, call->principal.tenant_id, req->session_id, &sess,
-                                 &serr) != CG_OK)
-        return store_error(call, &serr);
-    struct cg_ctx_artifact *rows = calloc((size_t)limit, sizeof *rows);
-    if (rows == NULL)
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_ctx_artifact_page page;
+    st = cg_ctx_artifact_list(&env->svc, &op, req->session_id, req->tool_call_id, after, limit,
+                              &page);
+    if (st == CG_OK)
+        st = list_artifacts_out(call, &page, response);
+    cg_ctx_artifact_page_cleanup(&page);
+    return st;
+}
+
+/* GetHistory's entries and the stored messages as one structured conversation *c (all in
+ * the call's arena). */
+static cg_status history_entries(struct cg_rpc_call *call, const struct cg_ctx_history_page *page,
+                                 Ctxguard__V1__GetHistoryResponse *resp,
+                                 Ctxguard__V1__Conversation **out)
+{
+    ProtobufCAllocator alloc;
+    cg_rpc_allocator(call->arena, &alloc);
+    size_t count = (size_t)page->count;
+    Ctxguard__V1__MessageList *list =
+        NEW(call, Ctxguard__V1__MessageList, ctxguard__v1__message_list__init);
+    Ctxguard__V1__Conversation *c =
+        NEW(call, Ctxguard__V1__Conversation, ctxguard__v1__conversation__init);
+    if (list == NULL || c == NULL ||
+        (list->messages = cg_arena_alloc(call->arena, (count + 1) * sizeof *list->messages)) ==
+            NULL ||
+        (resp->entries = cg_arena_alloc(call->arena, (count + 1) * sizeof *resp->entries)) == NULL)
         return OOM(call);
-    int count = 0;
-    bool more;
-    if (cg_store_ctx_artifact_list(env->svc.store, call->principal.tenant_id, req->session_id,
-                                   req->tool_call_id, after, limit, rows, &count, &more,
-                                   &serr) != CG_OK) {
-        free(rows);
-        return store_error(call, &serr);
+    for (size_t i = 0; i < count; i++) {
+        const struct cg_ctx_history_row *row = &page->rows[i];
+        ProtobufCMessage *m = protobuf_c_message_unpack(&ctxguard__v1__message__descriptor, &alloc,
+                                                        row->len, row->message);
+        Ctxguard__V1__HistoryEntry *e =
+            NEW(call, Ctxguard__V1__HistoryEntry, ctxguard__v1__history_entry__init);
+        if (m == NULL || e == NULL ||
+            (e->compaction_id = cg_arena_strdup(call->arena, row->compaction_id)) == NULL)
+            return cg_err_set(&call->err, CG_INTERNAL, "stored message %lld does not decode",
+                              (long long)row->position);
+        list->messages[list->n_messages++] = (Ctxguard__V1__Message *)m;
+        e->position = row->position;
+        e->revision = page->revision;
+        e->received_at_unix_ms = row->received_at_ms;
+        e->tokens = row->tokens;
+        resp->entries[resp->n_entries++] = e;
     }
-    Ctxguard__V1__ListArtifactsResponse *resp =
-        NEW(call, Ctxguard__V1__ListArtifactsResponse, ctxguard__v1__list_artifacts_response__init);
-    if (resp == NULL || (resp->artifacts = cg_arena_alloc(
-                             call->arena, ((size_t)count + 1) * sizeof *resp->artifacts)) == NULL) {
-        free(rows);
+    c->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_MESSAGES;
+    c->messages = list;
+    *out = c;
+    return CG_OK;
+}
+
+/* GetHistory's answer for one page, the conversation in the requested format. */
+static cg_status history_out(struct cg_rpc_call *call, const struct cg_ctx_history_page *page,
+                             int format, ProtobufCMessage **response)
+{
+    Ctxguard__V1__GetHistoryResponse *resp =
+        NEW(call, Ctxguard__V1__GetHistoryResponse, ctxguard__v1__get_history_response__init);
+    Ctxguard__V1__Conversation *c = NULL;
+    cg_status st;
+    if (resp == NULL)
         return OOM(call);
+    if ((st = history_entries(call, page, resp, &c)) != CG_OK)
+        return st;
+    if (format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_UNSPECIFIED ||
+        format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_STRUCTURED) {
+        resp->conversation = c;
+    } else {
+        struct cg_conv *conv = NULL;
+        if ((st = cg_rpc_conv_in(call, "conversation", c, &conv)) != CG_OK)
+            return st;
+        st = cg_rpc_conv_out(call, conv, format, &resp->conversation);
+        cg_conv_free(conv);
+        if (st != CG_OK)
+            return st;
     }
-    for (int i = 0; i < count; i++)
-        if ((resp->artifacts[resp->n_artifacts++] = artifact_out(call, &rows[i])) == NULL) {
-            free(rows);
-            return OOM(call);
-        }
-    char token[32] = "";
-    if (more && count > 0)
-        snprintf(token, sizeof token, "s%lld", (long long)rows[count - 1].seq);
-    free(rows);
-    if ((resp->next_page_token = cg_arena_strdup(call->arena, token)) == NULL)
+    if ((resp->next_page_token = cg_arena_strdup(call->arena, page->next_page_token)) == NULL)
         return OOM(call);
+    resp->total_messages = page->total_messages;
+    resp->trim_boundary = page->trim_boundary;
+    resp->revision = page->revision;
+    resp->latest_revision = page->latest_revision;
     *response = &resp->base;
     return CG_OK;
 }
@@ -342,99 +401,12 @@ cg_status cg_rpc_context_get_history(struct cg_rpc_call *call, const struct cg_r
                               "field 'from_position' must not be negative");
         from = req->from_position;
     }
-    struct cg_ctx_session sess;
-    struct cg_err serr = {0};
-    if (cg_store_ctx_session_get(env->svc.store, call->principal.tenant_id, req->session_id, &sess,
-                                 &serr) != CG_OK)
-        return store_error(call, &serr);
-    uint32_t revision = req->revision ? req->revision : sess.revision;
-    if (revision > sess.revision)
-        return cg_err_set(&call->err, CG_NOT_FOUND, "revision: no such revision (latest %u)",
-                          sess.revision);
-    struct cg_ctx_history_row *rows = calloc((size_t)limit, sizeof *rows);
-    if (rows == NULL)
-        return OOM(call);
-    int count = 0;
-    bool more;
-    if (cg_store_ctx_history_page(env->svc.store, call->principal.tenant_id, req->session_id,
-                                  revision, from, limit, rows, &count, &more, &serr) != CG_OK) {
-        free(rows);
-        return store_error(call, &serr);
-    }
-    ProtobufCAllocator alloc;
-    cg_rpc_allocator(call->arena, &alloc);
-    Ctxguard__V1__GetHistoryResponse *resp =
-        NEW(call, Ctxguard__V1__GetHistoryResponse, ctxguard__v1__get_history_response__init);
-    Ctxguard__V1__MessageList *list =
-        NEW(call, Ctxguard__V1__MessageList, ctxguard__v1__message_list__init);
-    Ctxguard__V1__Conversation *c =
-        NEW(call, Ctxguard__V1__Conversation, ctxguard__v1__conversation__init);
-    st = CG_OK;
-    if (resp == NULL || list == NULL || c == NULL ||
-        (list->messages =
-             cg_arena_alloc(call->arena, ((size_t)count + 1) * sizeof *list->messages)) == NULL ||
-        (resp->entries =
-             cg_arena_alloc(call->arena, ((size_t)count + 1) * sizeof *resp->entries)) == NULL) {
-        st = OOM(call);
-        goto out;
-    }
-    for (int i = 0; i < count; i++) {
-        ProtobufCMessage *m = protobuf_c_message_unpack(&ctxguard__v1__message__descriptor, &alloc,
-                                                        rows[i].len, rows[i].message);
-        Ctxguard__V1__HistoryEntry *e =
-            NEW(call, Ctxguard__V1__HistoryEntry, ctxguard__v1__history_entry__init);
-        if (m == NULL || e == NULL ||
-            (e->compaction_id = cg_arena_strdup(call->arena, rows[i].compaction_id)) == NULL) {
-            st = cg_err_set(&call->err, CG_INTERNAL, "stored message %lld does not decode",
-                            (long long)rows[i].position);
-            goto out;
-        }
-        list->messages[list->n_messages++] = (Ctxguard__V1__Message *)m;
-        e->position = rows[i].position;
-        e->revision = revision;
-        e->received_at_unix_ms = rows[i].received_at_ms;
-        e->tokens = rows[i].tokens;
-        resp->entries[resp->n_entries++] = e;
-    }
-    c->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_MESSAGES;
-    c->messages = list;
-    if (req->response_format ==
-            CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_UNSPECIFIED ||
-        req->response_format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_STRUCTURED) {
-        resp->conversation = c;
-    } else {
-        struct cg_conv *conv = NULL;
-        if ((st = cg_rpc_conv_in(call, "conversation", c, &conv)) != CG_OK)
-            goto out;
-        st = cg_rpc_conv_out(call, conv, (int)req->response_format, &resp->conversation);
-        cg_conv_free(conv);
-        if (st != CG_OK)
-            goto out;
-    }
-    char token[32] = "";
-    if (more && count > 0)
-        snprintf(token, sizeof token, "p%lld", (long long)rows[count - 1].position + 1);
-    if ((resp->next_page_token = cg_arena_strdup(call->arena, token)) == NULL) {
-        st = OOM(call);
-        goto out;
-    }
-    resp->total_messages = revision == sess.revision ? sess.history_messages : 0;
-    if (revision != sess.revision) {
-        int64_t found = 0;
-        uint8_t *tmp = malloc((size_t)HISTORY_MAX * 32);
-        if (tmp != NULL &&
-            cg_store_ctx_history_digests(env->svc.store, call->principal.tenant_id, req->session_id,
-                                         revision, HISTORY_MAX, tmp, &found, &serr) == CG_OK)
-            resp->total_messages = found;
-        free(tmp);
-    }
-    resp->trim_boundary = sess.trim_boundary;
-    resp->revision = revision;
-    resp->latest_revision = sess.revision;
-    *response = &resp->base;
-out:
-    cg_store_ctx_rows_free(rows, count);
-    free(rows);
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_ctx_history_page page;
+    st = cg_ctx_history_read(&env->svc, &op, req->session_id, req->revision, from, limit, &page);
+    if (st == CG_OK)
+        st = history_out(call, &page, (int)req->response_format, response);
+    cg_ctx_history_page_cleanup(&page);
     return st;
 }
 
@@ -457,16 +429,12 @@ cg_status cg_rpc_context_get_stats(struct cg_rpc_call *call, const struct cg_rpc
         (req->until_unix_ms != 0 && req->until_unix_ms < req->since_unix_ms))
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'until_unix_ms' must be 0 or at least since_unix_ms");
-    struct cg_ctx_session sess = {0};
-    struct cg_err serr = {0};
-    if (req->session_id[0] != '\0' &&
-        cg_store_ctx_session_get(env->svc.store, call->principal.tenant_id, req->session_id, &sess,
-                                 &serr) != CG_OK)
-        return store_error(call, &serr);
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_ctx_session sess;
     struct cg_ctx_stats t;
-    if (cg_store_ctx_stats(env->svc.store, call->principal.tenant_id, req->session_id,
-                           req->since_unix_ms, req->until_unix_ms, &t, &serr) != CG_OK)
-        return store_error(call, &serr);
+    if ((st = cg_ctx_stats_read(&env->svc, &op, req->session_id, req->since_unix_ms,
+                                req->until_unix_ms, &sess, &t)) != CG_OK)
+        return st;
     Ctxguard__V1__GetCompressionStatsResponse *resp =
         NEW(call, Ctxguard__V1__GetCompressionStatsResponse,
             ctxguard__v1__get_compression_stats_response__init);

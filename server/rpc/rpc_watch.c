@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "core/budget_events.h"
 #include "rpc/rpc_budget.h"
+#include "service/budget_path.h"
 #include "service/watch.h"
 
 #define HEARTBEAT_DEFAULT_MS 15000
@@ -74,7 +75,7 @@ static Ctxguard__V1__UsageEvent *event_out(struct cg_rpc_call *call, const struc
     v.decision = CG_DECISION_ALLOW;
     if (e->has_budget && e->limit_tokens > 0) {
         struct cg_budget_level l;
-        cg_rpc_level_from_row(&row, &l);
+        cg_budget_row_level(&row, &l);
         l.closed = false; /* the state, not a request: no refusal to mind */
         struct cg_budget_result r;
         cg_budget_decide(&l, 1, 0, 0, &r);
@@ -306,12 +307,6 @@ cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *e
     struct cg_watch_spec spec;
     cg_status st = spec_in(call, req, &spec);
     if (st != CG_OK)
-        return st;
-    /* The scope must exist (NOT_FOUND naming the id otherwise): a watcher of a typo would
-     * wait forever. */
-    struct cg_budget_row path[CG_PATH_MAX];
-    int n = 0;
-    if ((st = cg_rpc_read_path(call, env, &spec.ids, path, &n)) != CG_OK)
         return st;
     struct watch *w = calloc(1, sizeof *w);
     if (w == NULL)

@@ -136,3 +136,26 @@ cg_status cg_budget_approval_resolve(const struct cg_svc_env *env, const struct 
         cg_cache_dropped(env, p->tenant_id);
     return CG_OK;
 }
+
+cg_status cg_budget_approval_list(const struct cg_svc_env *env, const struct cg_op *op,
+                                  const struct cg_scope_ids *ids, bool include_descendants,
+                                  unsigned states_mask, const struct cg_approval_cursor *after,
+                                  int limit, struct cg_budget_approval_page *out)
+{
+    memset(out, 0, sizeof *out);
+    if ((out->rows = calloc((size_t)limit, sizeof *out->rows)) == NULL)
+        return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    cg_status st = cg_store_approval_list(
+        env->store, op->principal->tenant_id, ids, include_descendants, states_mask, after, limit,
+        cg_wall_ms(), out->rows, &out->count, &out->more, &out->next, &serr);
+    return st == CG_OK ? CG_OK : cg_budget_store_error(op, &serr);
+}
+
+void cg_budget_approval_page_cleanup(struct cg_budget_approval_page *page)
+{
+    free(page->rows);
+    page->rows = NULL;
+    page->count = 0;
+}

@@ -1,6 +1,6 @@
 /* budget_approvals.h - the approvals of the budget service (service/budget_approvals.c):
  * the gate (a request over an APPROVAL level's limit opens or finds an approval instead of
- * spending), and reading and resolving one as a key may. On the calling thread's store
+ * spending), and reading, listing and resolving them as a key may. On the calling thread's store
  * (env->store, never NULL here).
  */
 #ifndef CG_SERVICE_BUDGET_APPROVALS_H
@@ -61,5 +61,25 @@ struct cg_budget_approval_decision {
 cg_status cg_budget_approval_resolve(const struct cg_svc_env *env, const struct cg_op *op,
                                      const struct cg_budget_approval_decision *d,
                                      struct cg_approval *a, bool *replayed) CG_MUST_CHECK;
+
+/* One page of ListApprovals. */
+struct cg_budget_approval_page {
+    struct cg_approval *rows; /* count rows (malloc'd): cg_budget_approval_page_cleanup */
+    int count;
+    bool more; /* another page follows, from next */
+    struct cg_approval_cursor next;
+};
+
+/* ListApprovals, checked by the caller: one page of the approvals of op's tenant under ids
+ * as cg_store_approval_list reads them now (cg_wall_ms; after NULL: the first page; limit
+ * 1..CG_STORE_PAGE_MAX). On error op->err is set. out needs
+ * cg_budget_approval_page_cleanup after success and after failure alike. */
+cg_status cg_budget_approval_list(const struct cg_svc_env *env, const struct cg_op *op,
+                                  const struct cg_scope_ids *ids, bool include_descendants,
+                                  unsigned states_mask, const struct cg_approval_cursor *after,
+                                  int limit, struct cg_budget_approval_page *out) CG_MUST_CHECK;
+
+/* Frees the rows of a page (a zeroed page too). */
+void cg_budget_approval_page_cleanup(struct cg_budget_approval_page *page);
 
 #endif

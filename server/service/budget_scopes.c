@@ -12,8 +12,9 @@
 
 cg_status cg_budget_close_scope(const struct cg_svc_env *env, const struct cg_op *op,
                                 const struct cg_scope_ids *ids, const struct cg_audit *audit,
-                                struct cg_scope_close *out)
+                                struct cg_scope_close *out, int64_t *returned_tokens)
 {
+    *returned_tokens = 0;
     const char *tenant = op->principal->tenant_id;
     struct cg_err serr;
     cg_err_clear(&serr);
@@ -26,6 +27,12 @@ cg_status cg_budget_close_scope(const struct cg_svc_env *env, const struct cg_op
     if (st != CG_OK)
         return cg_budget_store_error(op, &serr);
     cg_cache_dropped(env, tenant);
+    /* An allocated scope gives its parent back the share it held when it closed: its limit
+     * less what it used and what stays reserved (a hold a concurrent Commit or Release
+     * settles itself). Closing it again returns nothing. */
+    struct cg_budget_row open_row = out->usage.row;
+    open_row.closed_at_ms = 0;
+    *returned_tokens = out->already_closed ? 0 : cg_store_alloc_share(&open_row);
     return CG_OK;
 }
 
@@ -74,4 +81,27 @@ void cg_budget_usage_cleanup(struct cg_budget_usage *u)
     cg_usage_tree_cleanup(&u->tree);
     free(u->by_model);
     memset(u, 0, sizeof *u);
+}
+
+cg_status cg_budget_scope_list(const struct cg_svc_env *env, const struct cg_op *op,
+                               const struct cg_scope_ids *parent, int level, bool include_closed,
+                               int order, const struct cg_scope_cursor *after, int limit,
+                               struct cg_budget_scope_page *out)
+{
+    memset(out, 0, sizeof *out);
+    if ((out->rows = calloc((size_t)limit, sizeof *out->rows)) == NULL)
+        return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    cg_status st = cg_store_scope_list(env->store, op->principal->tenant_id, parent, level,
+                                       include_closed, order, after, limit, out->rows, &out->count,
+                                       &out->more, &out->next, &serr);
+    return st == CG_OK ? CG_OK : cg_budget_store_error(op, &serr);
+}
+
+void cg_budget_scope_page_cleanup(struct cg_budget_scope_page *page)
+{
+    free(page->rows);
+    page->rows = NULL;
+    page->count = 0;
 }

@@ -1,7 +1,10 @@
-/* calibration.c - the calibration of CountTokens estimates from the provider's counts that
- * Commit and RecordUsage report (service/calibration.h).
+/* calibration.c - the calibration of CountTokens estimates: the estimate recorded with the
+ * model's calibration read, and the provider's counts that Commit and RecordUsage report
+ * (service/calibration.h).
  */
 #include "service/calibration.h"
+
+#include <string.h>
 
 #include "base/log.h"
 
@@ -34,4 +37,29 @@ void cg_calibration_apply(const struct cg_svc_env *env, const char *tenant_id,
         use[i]->updated = batch[i].updated;
         use[i]->factor = batch[i].factor;
     }
+}
+
+void cg_calibration_estimate(const struct cg_svc_env *env, const struct cg_op *op,
+                             const char *model, int64_t raw_total,
+                             char estimate_id[CG_UUID_LEN + 1], struct cg_calibration *cal)
+{
+    cal->factor = 1.0;
+    cal->samples = 0;
+    cal->updated_at_ms = 0;
+    estimate_id[0] = '\0';
+    char id[CG_UUID_LEN + 1];
+    if (cg_store_uuid(id) != CG_OK)
+        return;
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    if (cg_store_estimate_record(env->store, op->principal->tenant_id, id, model, raw_total, cal,
+                                 &serr) != CG_OK) {
+        cg_log(CG_LOG_WARN, "count", op->request_id,
+               "estimate not recorded (answered uncalibrated, without estimate_id): %s",
+               cg_err_text(&serr));
+        cal->factor = 1.0;
+        cal->samples = 0;
+        return;
+    }
+    memcpy(estimate_id, id, sizeof id);
 }

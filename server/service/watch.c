@@ -25,6 +25,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "core/budget_events.h"
+#include "service/budget_path.h"
 #include "service/cache.h"
 
 #define MOD "watch"
@@ -545,6 +546,14 @@ cg_status cg_watch_open(const struct cg_svc_env *env, const struct cg_op *op,
 {
     *out = NULL;
     memset(first, 0, sizeof *first);
+    /* The scope must exist (NOT_FOUND naming the id otherwise): a watcher of a typo would
+     * wait forever. Only its existence is read here, before the join: what is news to the
+     * watcher (the start sequence, the snapshot, the approval) is read after it. */
+    struct cg_budget_row path[CG_PATH_MAX];
+    int n = 0;
+    cg_status st = cg_budget_read_path(env, op, &spec->ids, path, &n);
+    if (st != CG_OK)
+        return st;
     if (env->watch_hub == NULL)
         return cg_err_set(op->err, CG_UNAVAILABLE, "WatchUsage is not served by this process");
     struct cg_watcher *w = calloc(1, sizeof *w);
@@ -560,7 +569,7 @@ cg_status cg_watch_open(const struct cg_svc_env *env, const struct cg_op *op,
         return cg_err_setr(op->err, CG_RESOURCE_EXHAUSTED, CG_ERR_SERVER_OVERLOADED,
                            "too many tenants are watched on this server; retry on another");
     }
-    cg_status st = first_reads(env, op, w, first);
+    st = first_reads(env, op, w, first);
     if (st != CG_OK) {
         if (first->has_snapshot)
             cg_usage_tree_cleanup(&first->snapshot);

@@ -61,7 +61,8 @@ struct cg_watch_first {
     struct cg_event decision;
 };
 
-/* Opens a watcher of the principal's tenant on env->watch_hub: joins the tenant's feed
+/* Opens a watcher of the principal's tenant on env->watch_hub: checks that the scope exists
+ * (the path read of service/budget_path.h; NOT_FOUND naming the id), joins the tenant's feed
  * (before anything is read, so that no event falls between the reads and the feed), reads
  * the scope's last sequence number (earlier events of the scope are not news), then the
  * snapshot and, in approval mode, the approval (which must be the tenant's and inside a
