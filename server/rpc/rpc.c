@@ -242,7 +242,7 @@ static void principal_from_key(struct cg_principal *p, const struct cg_apikey_pa
 }
 
 static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const char *token, size_t len)
+                             const char *token, size_t len, cg_op_fate *fate)
 {
     struct cg_apikey_parts parts;
     if (!cg_apikey_parse(token, len, &parts))
@@ -255,8 +255,10 @@ static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *
      * races the lookup below win over what the lookup read. */
     uint64_t ticket = cg_cache_ticket(env->svc.cache);
     if (!cg_cache_key_get(env->svc.cache, parts.tenant_id, parts.key_id, cg_mono_ms(), &rec)) {
-        if (env->svc.store == NULL)
-            return CG_NEEDS_POOL; /* a try_inline method: looked up on the pool */
+        if (env->svc.store == NULL) {
+            *fate = CG_OP_NEEDS_STORE; /* a try_inline method: looked up on the pool */
+            return CG_OK;
+        }
         struct cg_err serr;
         cg_err_clear(&serr);
         /* A key dropped by a revocation (here, or announced on cg_keys) is read from
@@ -325,8 +327,11 @@ static cg_status role_denied(struct cg_rpc_call *call, const struct cg_rpc_metho
     return CG_PERMISSION_DENIED;
 }
 
-cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
-                              const struct cg_rpc_env *env)
+/* cg_rpc_authenticate; *fate (CG_OP_DONE on entry) becomes CG_OP_NEEDS_STORE, with CG_OK
+ * and call->principal cleared, when the key needs a lookup in the store on a thread without
+ * one. */
+static cg_status authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                              const struct cg_rpc_env *env, cg_op_fate *fate)
 {
     memset(&call->principal, 0, sizeof call->principal);
     if (m->allow & CG_ALLOW_ANYONE)
@@ -372,8 +377,8 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
         }
         return cg_err_set(&call->err, CG_UNAUTHENTICATED, "invalid admin key");
     }
-    cg_status st = auth_tenant(call, env, token, len);
-    if (st != CG_OK)
+    cg_status st = auth_tenant(call, env, token, len, fate);
+    if (st != CG_OK || *fate != CG_OP_DONE)
         return st;
     if (!cg_key_role_allowed(m->allow, call->principal.role)) {
         cg_key_role role = call->principal.role;
@@ -381,6 +386,19 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
         return role_denied(call, m, role);
     }
     return CG_OK;
+}
+
+cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                              const struct cg_rpc_env *env)
+{
+    cg_op_fate fate = CG_OP_DONE;
+    cg_status st = authenticate(m, call, env, &fate);
+    if (st == CG_OK && fate != CG_OP_DONE)
+        return cg_err_set(&call->err, CG_INTERNAL,
+                          "%s: the API key must be looked up in the store, which this thread has "
+                          "not",
+                          m->path);
+    return st;
 }
 
 void cg_rpc_audit(const struct cg_rpc_call *call, struct cg_audit *out)
@@ -448,29 +466,21 @@ static void err_request_ids(struct cg_rpc_call *call)
     }
 }
 
-cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
-                        const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
-                        size_t *out_len)
+/* The handler, then the encoding of its answer: the part of cg_rpc_invoke after decoding. */
+static cg_status handle(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                        const struct cg_rpc_env *env, uint8_t **out, size_t *out_len,
+                        cg_op_fate *fate)
 {
-    *out = NULL;
-    *out_len = 0;
-    /* Authenticate first: a caller without a key learns nothing about the schema. */
-    cg_status st = cg_rpc_authenticate(m, call, env);
-    if (st != CG_OK)
-        return st;
-    ProtobufCMessage *request = NULL;
-    call->request = NULL;
-    st = cg_rpc_decode(call, m->request_desc, req, len, &request);
-    if (st != CG_OK)
-        return st;
-    call->request = request;
-
     ProtobufCMessage *response = NULL;
-    st = m->handler(call, env, request, &response);
-    if (st == CG_DEFERRED)
-        return st; /* the call may already be answered and gone */
-    if (st == CG_NEEDS_POOL)
-        return st; /* nothing answered: the transport runs the call again on the pool */
+    cg_status st;
+    if (m->try_handler != NULL) {
+        st = m->try_handler(call, env, call->request, &response, fate);
+        if (st == CG_OK && *fate != CG_OP_DONE)
+            return st; /* handed on (the call may already be answered and gone) or needs the
+                        * pool (nothing answered): either way nothing more here */
+    } else {
+        st = m->handler(call, env, call->request, &response);
+    }
     if (st != CG_OK) {
         if (call->err.code != st)
             cg_err_set(&call->err, st, "%s", cg_status_str(st));
@@ -480,6 +490,26 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
     if (response == NULL)
         return cg_err_set(&call->err, CG_INTERNAL, "handler of %s gave no response", m->path);
     return cg_rpc_encode(call, response, out, out_len);
+}
+
+cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                        const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
+                        size_t *out_len, cg_op_fate *fate)
+{
+    *out = NULL;
+    *out_len = 0;
+    *fate = CG_OP_DONE;
+    call->request = NULL;
+    /* Authenticate first: a caller without a key learns nothing about the schema. */
+    cg_status st = authenticate(m, call, env, fate);
+    if (st != CG_OK || *fate != CG_OP_DONE)
+        return st;
+    ProtobufCMessage *request = NULL;
+    st = cg_rpc_decode(call, m->request_desc, req, len, &request);
+    if (st != CG_OK)
+        return st;
+    call->request = request;
+    return handle(m, call, env, out, out_len, fate);
 }
 
 void cg_rpc_complete(struct cg_rpc_call *call, cg_status st, const ProtobufCMessage *response)
