@@ -499,6 +499,7 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
     *out = NULL;
     *out_len = 0;
     *fate = CG_OP_DONE;
+    /* Set once decoded: cg_rpc_invoke_again reads it to know how far a try came. */
     call->request = NULL;
     /* Authenticate first: a caller without a key learns nothing about the schema. */
     cg_status st = authenticate(m, call, env, fate);
@@ -509,6 +510,18 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
     if (st != CG_OK)
         return st;
     call->request = request;
+    return handle(m, call, env, out, out_len, fate);
+}
+
+cg_status cg_rpc_invoke_again(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                              const struct cg_rpc_env *env, const uint8_t *req, size_t len,
+                              uint8_t **out, size_t *out_len, cg_op_fate *fate)
+{
+    if (call->request == NULL || !call->principal.authenticated)
+        return cg_rpc_invoke(m, call, env, req, len, out, out_len, fate);
+    *out = NULL;
+    *out_len = 0;
+    *fate = CG_OP_DONE;
     return handle(m, call, env, out, out_len, fate);
 }
 

@@ -133,8 +133,8 @@ struct cg_rpc_method {
     /* blocking unary methods only (their function is try_handler): first tried on the
      * completion-queue thread (env->svc.store NULL), where the handler answers from
      * env->svc.cache, hands the call on, or says it needs the store (CG_OP_NEEDS_STORE); the
-     * transport then runs the call again from the start on the pool, as for any blocking
-     * method. Authentication on that thread uses the key cache only (a miss needs the
+     * transport then runs the call on the pool, from the step that needed the store (see
+     * cg_rpc_invoke). Authentication on that thread uses the key cache only (a miss needs the
      * store too). */
     bool try_inline;
 };
@@ -200,11 +200,21 @@ cg_status cg_rpc_session_check(struct cg_rpc_call *call, const char *session_id)
  *   CG_OP_HANDED_ON (try_inline methods, only when call->resume is set): answered through
  *     call->resume, maybe already, so neither call nor out may be touched.
  *   CG_OP_NEEDS_STORE (try_inline methods, only without env->svc.store): nothing answered;
- *     run it again, from the start, on the pool.
+ *     run it on the pool with cg_rpc_invoke_again.
  * The status is CG_OK whenever the fate is not CG_OP_DONE. */
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
                         size_t *out_len, cg_op_fate *fate) CG_MUST_CHECK;
+
+/* cg_rpc_invoke on the pool for a call whose try on a completion-queue thread needed the
+ * store: it resumes at the step that did. When that was the handler (call->request is set:
+ * the try authenticated the key, filling call->principal, and decoded the request into the
+ * call's arena, which lives as long as the call), it runs the handler on the principal and
+ * request of the try; otherwise (the key lookup) it runs the whole path. The transport
+ * resets the outputs the try may have set (err, reply_delay_ms) first. */
+cg_status cg_rpc_invoke_again(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                              const struct cg_rpc_env *env, const uint8_t *req, size_t len,
+                              uint8_t **out, size_t *out_len, cg_op_fate *fate) CG_MUST_CHECK;
 
 /* Answers a deferred call (see cg_rpc_call.resume): encodes response when st is CG_OK
  * (or fills call->err with st's text when the handler left it empty) and hands the call

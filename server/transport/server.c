@@ -463,8 +463,10 @@ static void resume_deferred(struct cg_rpc_call *rc, cg_status st, uint8_t *out, 
 
 /* A try_inline method (rpc.h) on this completion-queue thread, without a store: true when
  * it answered (from the cache) or handed the call on (a budget write queued for the batch a
- * pool thread is running); false when it needs the pool (CG_OP_NEEDS_STORE), with every
- * output it set reset so that the pool runs the call from the start. */
+ * pool thread is running); false when it needs the pool (CG_OP_NEEDS_STORE), with the
+ * outputs it set reset. What the try established stays for the pool (pool_job,
+ * cg_rpc_invoke_again): the principal and the decoded request (in the call's arena) when it
+ * came as far as the handler; nothing when the key lookup needed the store. */
 static bool try_inline(struct call *c)
 {
     uint8_t *resp = NULL;
@@ -489,7 +491,6 @@ static bool try_inline(struct call *c)
     }
     c->rc.reply_delay_ms = 0;
     cg_err_clear(&c->rc.err);
-    memset(&c->rc.principal, 0, sizeof c->rc.principal);
     c->resp = NULL;
     c->resp_len = 0;
     c->st = CG_OK;
@@ -512,6 +513,9 @@ static void pool_job(struct cg_job *job, void *thread_ctx)
         if (c->method->kind == CG_RPC_SERVER_STREAM)
             st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len, &c->stream_request,
                                     &c->stream);
+        else if (c->method->try_inline) /* tried on the queue thread first */
+            st = cg_rpc_invoke_again(c->method, &c->rc, env, c->req, c->req_len, &c->resp,
+                                     &c->resp_len, &fate);
         else
             st = cg_rpc_invoke(c->method, &c->rc, env, c->req, c->req_len, &c->resp, &c->resp_len,
                                &fate);
