@@ -151,6 +151,8 @@ def ours(name, m, pool, ext, svc_name):
         entry["poll"] = handler + "_poll"
         if run == "RUN_POOL":
             entry["open"] = handler + "_open"
+    elif run == "RUN_TRY_INLINE":
+        entry["try_handler"] = handler  # a cg_rpc_try_fn: it may hand the call on or need the pool
     else:
         entry["handler"] = handler
     return entry
@@ -225,7 +227,7 @@ def render(entries, headers):
         out.append(f"        .blocking = {'true' if e['blocking'] else 'false'},")
         out.append(f"        .request_desc = &{c_lower(e['request'])}__descriptor,")
         out.append(f"        .response_desc = &{c_lower(e['response'])}__descriptor,")
-        for fn in ("handler", "poll", "open"):
+        for fn in ("handler", "try_handler", "poll", "open"):
             if fn in e:
                 out.append(f"        .{fn} = {e[fn]},")
         if e["try_inline"]:

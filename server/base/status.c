@@ -81,11 +81,6 @@ int cg_status_grpc_code(cg_status st)
     return in_range(st) ? status_codes[st] : 2;
 }
 
-bool cg_status_is_control(cg_status st)
-{
-    return st == CG_DEFERRED || st == CG_NEEDS_POOL;
-}
-
 const char *cg_grpc_code_name(int grpc_code)
 {
     if (grpc_code < 0 || grpc_code > 16)

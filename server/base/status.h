@@ -37,15 +37,7 @@
     /* internal codes: never leave the process as such, mapped to a gRPC code */                   \
     XX(NOMEM, 8, "out of memory", RESOURCE_EXHAUSTED)                                              \
     XX(CONFIG, 3, "invalid configuration", INVALID_ARGUMENT)                                       \
-    XX(IO, 13, "input/output error", INTERNAL)                                                     \
-    /* control results, not errors: they tell the transport what to do with the call and are       \
-     * never sent to a client (cg_status_is_control; transport/status_details.h turns one that     \
-     * would be into INTERNAL). A handler handed its call on; answered later (rpc.h                \
-     * cg_rpc_complete): */                                                                        \
-    XX(DEFERRED, 13, "deferred", INTERNAL)                                                         \
-    /* a try_inline handler on a completion-queue thread needs the store: the transport runs       \
-     * the call again, from the start, on the worker pool (rpc.h cg_rpc_method.try_inline) */      \
-    XX(NEEDS_POOL, 13, "needs the worker pool", INTERNAL)
+    XX(IO, 13, "input/output error", INTERNAL)
 
 /* The machine-readable reason of an error (google.rpc.ErrorInfo.reason, proto/ctxguard/v1/
  * errors.proto ErrorReason: the same names in the same order, so CG_ERR_x == ERROR_REASON_x).
@@ -148,10 +140,6 @@ const char *cg_status_str(cg_status st);
 
 /* The gRPC status code a status is answered with (0..16). */
 int cg_status_grpc_code(cg_status st);
-
-/* Whether st is a control result (CG_DEFERRED, CG_NEEDS_POOL): what to do with a call, never
- * an answer for its client. */
-bool cg_status_is_control(cg_status st);
 
 /* Canonical gRPC name of a gRPC code number ("NOT_FOUND"); "UNKNOWN" outside 0..16. */
 const char *cg_grpc_code_name(int grpc_code);

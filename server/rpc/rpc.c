@@ -4,12 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/clock.h"
 #include "base/crypto.h"
-#include "base/log.h"
 #include "core/apikey.h"
 #include "core/utf8.h"
-#include "service/cache.h"
+#include "service/keys.h"
 
 #define AUTH_HEADER_MAX 512
 #define FIELD_PATH_MAX 96
@@ -225,90 +223,6 @@ static bool is_admin_key(const struct cg_config *cfg, const char *token, size_t 
     return cg_equal_ct(cfg->admin_key, token, len);
 }
 
-/* Fills the principal from a key record that authenticated (secret matched). */
-static void principal_from_key(struct cg_principal *p, const struct cg_apikey_parts *parts,
-                               const struct cg_key_auth *rec)
-{
-    p->authenticated = true;
-    p->is_admin = false;
-    p->role = (cg_key_role)rec->role;
-    memcpy(p->tenant_id, parts->tenant_id, sizeof p->tenant_id);
-    memcpy(p->key_id, parts->key_id, sizeof p->key_id);
-    snprintf(p->tenant_name, sizeof p->tenant_name, "%s", rec->tenant_name);
-    snprintf(p->scope_session_id, sizeof p->scope_session_id, "%s", rec->scope_session_id);
-    snprintf(p->scope_task_id, sizeof p->scope_task_id, "%s", rec->scope_task_id);
-    p->expires_at_ms = rec->expires_at_ms;
-    p->max_call_tokens = rec->max_call_tokens > 0 ? rec->max_call_tokens : CG_CALL_TOKENS_DEFAULT;
-}
-
-static cg_status auth_tenant(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                             const char *token, size_t len)
-{
-    struct cg_apikey_parts parts;
-    if (!cg_apikey_parse(token, len, &parts))
-        return cg_err_set(&call->err, CG_UNAUTHENTICATED,
-                          "invalid API key in 'authorization' metadata");
-    struct cg_key_auth rec;
-    bool from_store = false;
-    /* The process's key cache first: a hit needs no I/O, so a try_inline method can
-     * authenticate on the completion-queue thread. The ticket makes a revocation that
-     * races the lookup below win over what the lookup read. */
-    uint64_t ticket = cg_cache_ticket(env->svc.cache);
-    if (!cg_cache_key_get(env->svc.cache, parts.tenant_id, parts.key_id, cg_mono_ms(), &rec)) {
-        if (env->svc.store == NULL)
-            return CG_NEEDS_POOL; /* a try_inline method: looked up on the pool */
-        struct cg_err serr;
-        cg_err_clear(&serr);
-        /* A key dropped by a revocation (here, or announced on cg_keys) is read from
-         * PostgreSQL: Redis may not have heard of the revocation yet. */
-        cg_status st =
-            cg_cache_key_dropped(env->svc.cache, parts.tenant_id, parts.key_id)
-                ? cg_store_key_lookup_fresh(env->svc.store, parts.tenant_id, parts.key_id, &rec,
-                                            &serr)
-                : cg_store_key_lookup(env->svc.store, parts.tenant_id, parts.key_id, &rec, &serr);
-        if (st == CG_NOT_FOUND)
-            return cg_err_set(&call->err, CG_UNAUTHENTICATED,
-                              "invalid API key in 'authorization' metadata");
-        if (st != CG_OK) {
-            call->err = serr;
-            return st;
-        }
-        cg_cache_key_put(env->svc.cache, parts.tenant_id, parts.key_id, &rec, ticket, cg_mono_ms());
-        from_store = true;
-    }
-    uint8_t hash[CG_SHA256_LEN];
-    cg_sha256(token, len, hash);
-    if (!cg_equal_ct(hash, rec.secret_hash, sizeof hash))
-        return cg_err_set(&call->err, CG_UNAUTHENTICATED,
-                          "invalid API key in 'authorization' metadata");
-    if (rec.revoked) {
-        cg_err_set(&call->err, CG_UNAUTHENTICATED, "API key %s has been revoked", parts.key_id);
-        cg_err_meta(&call->err, "key_id", parts.key_id);
-        return CG_UNAUTHENTICATED;
-    }
-    if (rec.expires_at_ms > 0 && cg_wall_ms() >= rec.expires_at_ms) {
-        cg_err_setr(&call->err, CG_UNAUTHENTICATED, CG_ERR_API_KEY_EXPIRED,
-                    "API key %s expired at %lld (unix ms)", parts.key_id,
-                    (long long)rec.expires_at_ms);
-        cg_err_meta(&call->err, "key_id", parts.key_id);
-        cg_err_metaf(&call->err, "expired_at_unix_ms", "%lld", (long long)rec.expires_at_ms);
-        return CG_UNAUTHENTICATED;
-    }
-    if (!cg_key_role_valid(rec.role)) {
-        cg_err_set(&call->err, CG_UNAUTHENTICATED, "API key %s has no valid role", parts.key_id);
-        cg_err_meta(&call->err, "key_id", parts.key_id);
-        return CG_UNAUTHENTICATED;
-    }
-    principal_from_key(&call->principal, &parts, &rec);
-    if (from_store) {
-        /* Last use, to the minute (at most one write a minute per key); never fails a call. */
-        struct cg_err terr;
-        cg_err_clear(&terr);
-        cg_store_key_touch(env->svc.store, parts.tenant_id, parts.key_id, &terr);
-    }
-    return CG_OK;
-}
-
 /* PERMISSION_DENIED naming the role, the method and who may call it. */
 static cg_status role_denied(struct cg_rpc_call *call, const struct cg_rpc_method *m,
                              cg_key_role role)
@@ -325,8 +239,11 @@ static cg_status role_denied(struct cg_rpc_call *call, const struct cg_rpc_metho
     return CG_PERMISSION_DENIED;
 }
 
-cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
-                              const struct cg_rpc_env *env)
+/* cg_rpc_authenticate; *fate (CG_OP_DONE on entry) becomes CG_OP_NEEDS_STORE, with CG_OK
+ * and call->principal cleared, when the key needs a lookup in the store on a thread without
+ * one. */
+static cg_status authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                              const struct cg_rpc_env *env, cg_op_fate *fate)
 {
     memset(&call->principal, 0, sizeof call->principal);
     if (m->allow & CG_ALLOW_ANYONE)
@@ -372,8 +289,8 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
         }
         return cg_err_set(&call->err, CG_UNAUTHENTICATED, "invalid admin key");
     }
-    cg_status st = auth_tenant(call, env, token, len);
-    if (st != CG_OK)
+    cg_status st = cg_keys_authenticate(&env->svc, token, len, &call->principal, &call->err, fate);
+    if (st != CG_OK || *fate != CG_OP_DONE)
         return st;
     if (!cg_key_role_allowed(m->allow, call->principal.role)) {
         cg_key_role role = call->principal.role;
@@ -381,6 +298,19 @@ cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call 
         return role_denied(call, m, role);
     }
     return CG_OK;
+}
+
+cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                              const struct cg_rpc_env *env)
+{
+    cg_op_fate fate = CG_OP_DONE;
+    cg_status st = authenticate(m, call, env, &fate);
+    if (st == CG_OK && fate != CG_OP_DONE)
+        return cg_err_set(&call->err, CG_INTERNAL,
+                          "%s: the API key must be looked up in the store, which this thread has "
+                          "not",
+                          m->path);
+    return st;
 }
 
 void cg_rpc_audit(const struct cg_rpc_call *call, struct cg_audit *out)
@@ -448,29 +378,21 @@ static void err_request_ids(struct cg_rpc_call *call)
     }
 }
 
-cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
-                        const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
-                        size_t *out_len)
+/* The handler, then the encoding of its answer: the part of cg_rpc_invoke after decoding. */
+static cg_status handle(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                        const struct cg_rpc_env *env, uint8_t **out, size_t *out_len,
+                        cg_op_fate *fate)
 {
-    *out = NULL;
-    *out_len = 0;
-    /* Authenticate first: a caller without a key learns nothing about the schema. */
-    cg_status st = cg_rpc_authenticate(m, call, env);
-    if (st != CG_OK)
-        return st;
-    ProtobufCMessage *request = NULL;
-    call->request = NULL;
-    st = cg_rpc_decode(call, m->request_desc, req, len, &request);
-    if (st != CG_OK)
-        return st;
-    call->request = request;
-
     ProtobufCMessage *response = NULL;
-    st = m->handler(call, env, request, &response);
-    if (st == CG_DEFERRED)
-        return st; /* the call may already be answered and gone */
-    if (st == CG_NEEDS_POOL)
-        return st; /* nothing answered: the transport runs the call again on the pool */
+    cg_status st;
+    if (m->try_handler != NULL) {
+        st = m->try_handler(call, env, call->request, &response, fate);
+        if (st == CG_OK && *fate != CG_OP_DONE)
+            return st; /* handed on (the call may already be answered and gone) or needs the
+                        * pool (nothing answered): either way nothing more here */
+    } else {
+        st = m->handler(call, env, call->request, &response);
+    }
     if (st != CG_OK) {
         if (call->err.code != st)
             cg_err_set(&call->err, st, "%s", cg_status_str(st));
@@ -480,6 +402,39 @@ cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
     if (response == NULL)
         return cg_err_set(&call->err, CG_INTERNAL, "handler of %s gave no response", m->path);
     return cg_rpc_encode(call, response, out, out_len);
+}
+
+cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                        const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
+                        size_t *out_len, cg_op_fate *fate)
+{
+    *out = NULL;
+    *out_len = 0;
+    *fate = CG_OP_DONE;
+    /* Set once decoded: cg_rpc_invoke_again reads it to know how far a try came. */
+    call->request = NULL;
+    /* Authenticate first: a caller without a key learns nothing about the schema. */
+    cg_status st = authenticate(m, call, env, fate);
+    if (st != CG_OK || *fate != CG_OP_DONE)
+        return st;
+    ProtobufCMessage *request = NULL;
+    st = cg_rpc_decode(call, m->request_desc, req, len, &request);
+    if (st != CG_OK)
+        return st;
+    call->request = request;
+    return handle(m, call, env, out, out_len, fate);
+}
+
+cg_status cg_rpc_invoke_again(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                              const struct cg_rpc_env *env, const uint8_t *req, size_t len,
+                              uint8_t **out, size_t *out_len, cg_op_fate *fate)
+{
+    if (call->request == NULL || !call->principal.authenticated)
+        return cg_rpc_invoke(m, call, env, req, len, out, out_len, fate);
+    *out = NULL;
+    *out_len = 0;
+    *fate = CG_OP_DONE;
+    return handle(m, call, env, out, out_len, fate);
 }
 
 void cg_rpc_complete(struct cg_rpc_call *call, cg_status st, const ProtobufCMessage *response)

@@ -59,8 +59,9 @@ struct cg_rpc_call {
      * metadata when the call fails (reservation_id, approval_id, artifact_id, session_id). */
     const ProtobufCMessage *request;
     /* Set by the transport when the call may be answered later from another thread (a
-     * handler returned CG_DEFERRED): takes the final status and the encoded answer (in the
-     * arena), then the call belongs to the transport again. NULL: not deferrable. */
+     * try_inline handler handed it on: CG_OP_HANDED_ON): takes the final status and the
+     * encoded answer (in the arena), then the call belongs to the transport again. NULL: not
+     * deferrable. */
     void (*resume)(struct cg_rpc_call *call, cg_status st, uint8_t *out, size_t out_len);
 };
 
@@ -75,6 +76,20 @@ static inline struct cg_op cg_rpc_op(struct cg_rpc_call *call)
 typedef cg_status (*cg_rpc_handler_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                        const ProtobufCMessage *request,
                                        ProtobufCMessage **response);
+
+/* The handler of a try_inline method (cg_rpc_method.try_inline): a cg_rpc_handler_fn that
+ * need not finish on the calling thread. *fate (the caller's, never a field of the call)
+ * says what became of the call:
+ *   CG_OP_DONE: the status returned and *response answer it, as for any handler;
+ *   CG_OP_HANDED_ON (only when call->resume is set): it is answered later through
+ *     call->resume (cg_rpc_complete), maybe already: neither the handler nor its caller may
+ *     touch the call (nor read anything of it) afterwards;
+ *   CG_OP_NEEDS_STORE (only without env->svc.store): nothing answered and nothing of the
+ *     call changed but its arena's contents: run the handler again on the pool.
+ * The status is CG_OK whenever the fate is not CG_OP_DONE. */
+typedef cg_status (*cg_rpc_try_fn)(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                   const ProtobufCMessage *request, ProtobufCMessage **response,
+                                   cg_op_fate *fate);
 
 /* What a server stream keeps between polls, owned by the transport's call. version starts
  * at 0; state is set by the method's open and freed with state_free(state) (when not NULL)
@@ -111,14 +126,16 @@ struct cg_rpc_method {
     const ProtobufCMessageDescriptor *response_desc;
     /* Never NULL for its kind: the table is generated (cmake/gen_methods.py) and names a
      * function for every RPC, or the build fails. */
-    cg_rpc_handler_fn handler; /* unary and bidi */
+    cg_rpc_handler_fn handler; /* unary and bidi (but try_inline methods) */
+    cg_rpc_try_fn try_handler; /* try_inline methods, instead of handler */
     cg_rpc_poll_fn poll;       /* server streams */
     cg_rpc_open_fn open;       /* server streams, optional */
-    /* blocking methods only: first tried on the completion-queue thread (env->svc.store NULL),
-     * where the handler answers from env->svc.cache or, when it would need the store, returns
-     * CG_NEEDS_POOL (a control result, base/status.h: never sent); the transport then runs
-     * the call again from the start on the pool, as for any blocking method. Authentication
-     * on that thread uses the key cache only (a miss also returns CG_NEEDS_POOL). */
+    /* blocking unary methods only (their function is try_handler): first tried on the
+     * completion-queue thread (env->svc.store NULL), where the handler answers from
+     * env->svc.cache, hands the call on, or says it needs the store (CG_OP_NEEDS_STORE); the
+     * transport then runs the call on the pool, from the step that needed the store (see
+     * cg_rpc_invoke). Authentication on that thread uses the key cache only (a miss needs the
+     * store too). */
     bool try_inline;
 };
 
@@ -147,8 +164,10 @@ cg_status cg_rpc_encode(struct cg_rpc_call *call, const ProtobufCMessage *msg, u
 /* Checks call->authorization against the method's `allow` and fills call->principal:
  * UNAUTHENTICATED for a missing, malformed, unknown, revoked or expired key;
  * PERMISSION_DENIED (reason ROLE_NOT_ALLOWED) naming the key's role, the method and the
- * roles that may call it. Tenant keys are looked up through env->svc.store (so only on pool
- * threads) unless the process's key cache has them. */
+ * roles that may call it. Tenant keys are looked up through env->svc.store unless the
+ * process's key cache has them (service/keys.h cg_keys_authenticate); a lookup that needs the
+ * store on a thread without one is CG_INTERNAL here (cg_rpc_invoke, which can say so, sends
+ * the call to the pool instead). */
 cg_status cg_rpc_authenticate(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                               const struct cg_rpc_env *env) CG_MUST_CHECK;
 
@@ -174,15 +193,28 @@ cg_status cg_rpc_scope_check(struct cg_rpc_call *call, const char *session_id,
  * SESSION_NOT_FOUND, "session_id: no such session", as for an unknown session. */
 cg_status cg_rpc_session_check(struct cg_rpc_call *call, const char *session_id) CG_MUST_CHECK;
 
-/* The whole unary (and bidi-each) path: authenticate, decode, handle, encode.
- * On success out and out_len hold the encoded answer (in the arena). On error call->err
- * holds what the client should see and *out is NULL. CG_DEFERRED: the handler handed the
- * call on (only when call->resume is set); it is answered through call->resume, maybe
- * already, so neither call nor out may be touched. CG_NEEDS_POOL (only without env->svc.store,
- * for try_inline methods): nothing was answered; run the call again on the pool. */
+/* The whole unary (and bidi-each) path: authenticate, decode, handle, encode. *fate (the
+ * caller's) says what became of the call:
+ *   CG_OP_DONE: answered. On success out and out_len hold the encoded answer (in the arena);
+ *     on error call->err holds what the client should see and *out is NULL.
+ *   CG_OP_HANDED_ON (try_inline methods, only when call->resume is set): answered through
+ *     call->resume, maybe already, so neither call nor out may be touched.
+ *   CG_OP_NEEDS_STORE (try_inline methods, only without env->svc.store): nothing answered;
+ *     run it on the pool with cg_rpc_invoke_again.
+ * The status is CG_OK whenever the fate is not CG_OP_DONE. */
 cg_status cg_rpc_invoke(const struct cg_rpc_method *m, struct cg_rpc_call *call,
                         const struct cg_rpc_env *env, const uint8_t *req, size_t len, uint8_t **out,
-                        size_t *out_len) CG_MUST_CHECK;
+                        size_t *out_len, cg_op_fate *fate) CG_MUST_CHECK;
+
+/* cg_rpc_invoke on the pool for a call whose try on a completion-queue thread needed the
+ * store: it resumes at the step that did. When that was the handler (call->request is set:
+ * the try authenticated the key, filling call->principal, and decoded the request into the
+ * call's arena, which lives as long as the call), it runs the handler on the principal and
+ * request of the try; otherwise (the key lookup) it runs the whole path. The transport
+ * resets the outputs the try may have set (err, reply_delay_ms) first. */
+cg_status cg_rpc_invoke_again(const struct cg_rpc_method *m, struct cg_rpc_call *call,
+                              const struct cg_rpc_env *env, const uint8_t *req, size_t len,
+                              uint8_t **out, size_t *out_len, cg_op_fate *fate) CG_MUST_CHECK;
 
 /* Answers a deferred call (see cg_rpc_call.resume): encodes response when st is CG_OK
  * (or fills call->err with st's text when the handler left it empty) and hands the call

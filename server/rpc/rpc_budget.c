@@ -382,8 +382,10 @@ static cg_status decision_reply(struct cg_rpc_call *call, int delay_mode,
 }
 
 cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              const ProtobufCMessage *request, ProtobufCMessage **response)
+                              const ProtobufCMessage *request, ProtobufCMessage **response,
+                              cg_op_fate *fate)
 {
+    *fate = CG_OP_DONE;
     const Ctxguard__V1__CheckBudgetRequest *req = (const Ctxguard__V1__CheckBudgetRequest *)request;
     struct cg_budget_check_request in;
     int level;
@@ -408,7 +410,7 @@ cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env 
     in.dry_run = req->dry_run;
     struct cg_op op = cg_rpc_op(call);
     struct cg_budget_check_result res;
-    if ((st = cg_budget_check(&env->svc, &op, &in, &res)) != CG_OK)
+    if ((st = cg_budget_check(&env->svc, &op, &in, &res, fate)) != CG_OK || *fate != CG_OP_DONE)
         return st;
 
     Ctxguard__V1__CheckBudgetResponse *resp =
@@ -439,8 +441,10 @@ cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env 
 /* ---------------------------------------------------------------- reservations ---- */
 
 cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                const ProtobufCMessage *request, ProtobufCMessage **response)
+                                const ProtobufCMessage *request, ProtobufCMessage **response,
+                                cg_op_fate *fate)
 {
+    *fate = CG_OP_DONE;
     const Ctxguard__V1__ReserveRequest *req = (const Ctxguard__V1__ReserveRequest *)request;
     struct cg_scope_ids ids;
     int level;
@@ -479,9 +483,11 @@ cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_en
     };
     struct cg_op op = cg_rpc_op(call);
     if (cg_rpc_batch_can_defer(call, env))
-        return cg_budget_batch_submit(&env->svc, &op, &in, NULL, cg_rpc_batch_done, call);
-    if (env->svc.store == NULL)
-        return CG_NEEDS_POOL;
+        return cg_budget_batch_submit(&env->svc, &op, &in, NULL, cg_rpc_batch_done, call, fate);
+    if (env->svc.store == NULL) {
+        *fate = CG_OP_NEEDS_STORE;
+        return CG_OK;
+    }
     struct cg_budget_reserve_result out;
     if ((st = cg_budget_reserve(&env->svc, &op, &in, &out)) != CG_OK)
         return st;
@@ -518,8 +524,10 @@ cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_en
 }
 
 cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const ProtobufCMessage *request, ProtobufCMessage **response)
+                               const ProtobufCMessage *request, ProtobufCMessage **response,
+                               cg_op_fate *fate)
 {
+    *fate = CG_OP_DONE;
     const Ctxguard__V1__CommitRequest *req = (const Ctxguard__V1__CommitRequest *)request;
     struct cg_budget_commit_request in = {
         .reservation_id = req->reservation_id,
@@ -542,9 +550,11 @@ cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env
         return st;
     struct cg_op op = cg_rpc_op(call);
     if (cg_rpc_batch_can_defer(call, env))
-        return cg_budget_batch_submit(&env->svc, &op, NULL, &in, cg_rpc_batch_done, call);
-    if (env->svc.store == NULL)
-        return CG_NEEDS_POOL;
+        return cg_budget_batch_submit(&env->svc, &op, NULL, &in, cg_rpc_batch_done, call, fate);
+    if (env->svc.store == NULL) {
+        *fate = CG_OP_NEEDS_STORE;
+        return CG_OK;
+    }
     struct cg_budget_commit_result out;
     if ((st = cg_budget_commit(&env->svc, &op, &in, &out)) != CG_OK)
         return st;

@@ -375,8 +375,10 @@ static void lookup_model(struct cg_rpc_call *call, const struct cg_rpc_env *env,
 }
 
 cg_status cg_rpc_context_count_tokens(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                      const ProtobufCMessage *request, ProtobufCMessage **response)
+                                      const ProtobufCMessage *request, ProtobufCMessage **response,
+                                      cg_op_fate *fate)
 {
+    *fate = CG_OP_DONE;
     const Ctxguard__V1__CountTokensRequest *req = (const Ctxguard__V1__CountTokensRequest *)request;
     cg_status st = check_request(call, req);
     if (st != CG_OK)
@@ -388,7 +390,8 @@ cg_status cg_rpc_context_count_tokens(struct cg_rpc_call *call, const struct cg_
     if (env->svc.store == NULL &&
         (encoding == CG_ENCODING_NONE ||
          protobuf_c_message_get_packed_size(request) > INLINE_REQUEST_MAX)) {
-        return CG_NEEDS_POOL;
+        *fate = CG_OP_NEEDS_STORE;
+        return CG_OK;
     }
 
     struct cg_conv *conv = NULL;

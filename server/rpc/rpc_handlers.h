@@ -59,12 +59,16 @@ cg_status cg_rpc_budget_set(struct cg_rpc_call *call, const struct cg_rpc_env *e
                             const ProtobufCMessage *request, ProtobufCMessage **response);
 cg_status cg_rpc_budget_get(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                             const ProtobufCMessage *request, ProtobufCMessage **response);
+/* try_inline methods: cg_rpc_try_fn (rpc.h) */
 cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                              const ProtobufCMessage *request, ProtobufCMessage **response);
+                              const ProtobufCMessage *request, ProtobufCMessage **response,
+                              cg_op_fate *fate);
 cg_status cg_rpc_budget_reserve(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                const ProtobufCMessage *request, ProtobufCMessage **response);
+                                const ProtobufCMessage *request, ProtobufCMessage **response,
+                                cg_op_fate *fate);
 cg_status cg_rpc_budget_commit(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                               const ProtobufCMessage *request, ProtobufCMessage **response);
+                               const ProtobufCMessage *request, ProtobufCMessage **response,
+                               cg_op_fate *fate);
 cg_status cg_rpc_budget_release(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                 const ProtobufCMessage *request, ProtobufCMessage **response);
 cg_status cg_rpc_budget_record_usage(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -96,8 +100,10 @@ cg_status cg_rpc_budget_list_approvals(struct cg_rpc_call *call, const struct cg
                                        ProtobufCMessage **response);
 
 /* rpc_context_count.c */
+/* try_inline: cg_rpc_try_fn (rpc.h) */
 cg_status cg_rpc_context_count_tokens(struct cg_rpc_call *call, const struct cg_rpc_env *env,
-                                      const ProtobufCMessage *request, ProtobufCMessage **response);
+                                      const ProtobufCMessage *request, ProtobufCMessage **response,
+                                      cg_op_fate *fate);
 /* rpc_context_summarize.c */
 cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                    const ProtobufCMessage *request, ProtobufCMessage **response);

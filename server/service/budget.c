@@ -52,10 +52,12 @@ static bool store_known_down(const struct cg_svc_env *env)
 
 /* CheckBudget's read of the path: the process's cache (fresh rows only), then Redis, then
  * PostgreSQL; what Redis or PostgreSQL gave fills the caches above it. *source says which
- * answered. CG_UNAVAILABLE (op->err set) when PostgreSQL is unreachable or known to be. */
+ * answered. CG_UNAVAILABLE (op->err set) when PostgreSQL is unreachable or known to be.
+ * *fate (CG_OP_DONE on entry) becomes CG_OP_NEEDS_STORE, with CG_OK, when the cache did not
+ * answer and this thread has no store. */
 static cg_status check_path(const struct cg_svc_env *env, const struct cg_op *op,
                             const struct cg_scope_ids *ids, struct cg_budget_row *path, int *n,
-                            cg_budget_source *source)
+                            cg_budget_source *source, cg_op_fate *fate)
 {
     const char *tenant = op->principal->tenant_id;
     int64_t wall = cg_wall_ms();
@@ -66,8 +68,10 @@ static cg_status check_path(const struct cg_svc_env *env, const struct cg_op *op
     }
     if (store_known_down(env))
         return cg_err_set(op->err, CG_UNAVAILABLE, "storage unavailable");
-    if (env->store == NULL)
-        return CG_NEEDS_POOL;
+    if (env->store == NULL) {
+        *fate = CG_OP_NEEDS_STORE;
+        return CG_OK;
+    }
     /* Taken before the reads: a write announced meanwhile refuses what they read. */
     uint64_t ticket = cg_cache_ticket(env->cache);
     int64_t gen = -1;
@@ -181,24 +185,27 @@ static cg_status store_failure_answer(const struct cg_svc_env *env, const struct
 
 cg_status cg_budget_check(const struct cg_svc_env *env, const struct cg_op *op,
                           const struct cg_budget_check_request *req,
-                          struct cg_budget_check_result *out)
+                          struct cg_budget_check_result *out, cg_op_fate *fate)
 {
+    *fate = CG_OP_DONE;
     out->estimated_cost_micros = cg_budget_price_estimate(env, req->model, req->estimated_tokens,
                                                           req->estimated_output_tokens);
     out->n = 0;
     out->source = CG_BUDGET_SOURCE_DATABASE;
     out->gate.involved = false;
-    cg_status st = check_path(env, op, &req->ids, out->path, &out->n, &out->source);
+    cg_status st = check_path(env, op, &req->ids, out->path, &out->n, &out->source, fate);
     if (st == CG_UNAVAILABLE)
         return store_failure_answer(env, op, req, out);
-    if (st != CG_OK)
+    if (st != CG_OK || *fate != CG_OP_DONE)
         return st;
     cg_budget_path_decide(out->path, out->n, req->estimated_tokens, out->estimated_cost_micros,
                           &out->decision);
     /* APPROVAL mode over the limit: open (or find) the approval, unless only asking. */
     if (out->decision.decision == CG_DECISION_REQUIRE_APPROVAL && !req->dry_run) {
-        if (env->store == NULL)
-            return CG_NEEDS_POOL;
+        if (env->store == NULL) {
+            *fate = CG_OP_NEEDS_STORE;
+            return CG_OK;
+        }
         if ((st = cg_budget_approval_gate(env, op, &req->ids, req->estimated_tokens, req->model,
                                           out->path, &out->n, &out->decision, &out->gate)) != CG_OK)
             return st;

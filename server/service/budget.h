@@ -74,11 +74,12 @@ cg_status cg_budget_get(const struct cg_svc_env *env, const struct cg_op *op,
  * unreachable or known to be, the on_store_failure policy of the cached path answers
  * (source STORE_FAILURE_POLICY), or CG_UNAVAILABLE when it fails closed.
  * On a thread without a store (env->store NULL) a cache hit answers; anything that needs
- * the store returns CG_NEEDS_POOL (nothing done: run it again on the pool). The cache-hit
- * path allocates nothing and copies the rows once, into out->path.
+ * the store sets *fate to CG_OP_NEEDS_STORE and returns CG_OK (nothing done: run it again on
+ * the pool); otherwise *fate is CG_OP_DONE. The cache-hit path allocates nothing and copies
+ * the rows once, into out->path.
  * On error op->err says what the client sees; out is then undefined. */
 cg_status cg_budget_check(const struct cg_svc_env *env, const struct cg_op *op,
                           const struct cg_budget_check_request *req,
-                          struct cg_budget_check_result *out) CG_MUST_CHECK;
+                          struct cg_budget_check_result *out, cg_op_fate *fate) CG_MUST_CHECK;
 
 #endif

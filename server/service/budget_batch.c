@@ -762,8 +762,9 @@ static void lead(const struct cg_svc_env *env, struct group *g, struct batch *b)
 cg_status cg_budget_batch_submit(const struct cg_svc_env *env, const struct cg_op *op,
                                  const struct cg_budget_reserve_request *reserve,
                                  const struct cg_budget_commit_request *commit,
-                                 cg_budget_batch_done_cb done, void *done_ctx)
+                                 cg_budget_batch_done_cb done, void *done_ctx, cg_op_fate *fate)
 {
+    *fate = CG_OP_DONE;
     struct item *it = cg_arena_alloc(op->arena, sizeof *it);
     if (it == NULL)
         return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
@@ -789,7 +790,8 @@ cg_status cg_budget_batch_submit(const struct cg_svc_env *env, const struct cg_o
         /* A completion-queue thread only joins a running batch: leading one takes a
          * store, so the transport runs the call again on the pool. */
         pthread_mutex_unlock(&bt->lock);
-        return CG_NEEDS_POOL;
+        *fate = CG_OP_NEEDS_STORE;
+        return CG_OK;
     }
     if (g == NULL) {
         /* Nobody leads this tenant: this thread will, until the queue runs dry. */
@@ -811,8 +813,10 @@ cg_status cg_budget_batch_submit(const struct cg_svc_env *env, const struct cg_o
         g->head = it;
     g->tail = it;
     pthread_mutex_unlock(&bt->lock);
-    /* From here on the call may be answered (and gone) at any moment. */
+    /* From here on the call may be answered (and gone) at any moment: the fate is written
+     * to the caller's frame, never to anything of op. */
+    *fate = CG_OP_HANDED_ON;
     if (mine != NULL)
         lead(env, mine, b);
-    return CG_DEFERRED;
+    return CG_OK;
 }

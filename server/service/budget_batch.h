@@ -32,15 +32,18 @@ struct cg_budget_batcher *cg_budget_batcher_new(void);
 void cg_budget_batcher_free(struct cg_budget_batcher *batcher);
 
 /* Queues a checked Reserve (reserve, its scope in reserve->ids) or Commit (commit; the
- * other NULL) of op's tenant into the tenant's batch and returns CG_DEFERRED: done(done_ctx,
- * ...) answers it later, possibly before this returns; after this the caller must not touch
- * op's call. The requests are copied; their strings and op are borrowed until done runs.
+ * other NULL) of op's tenant into the tenant's batch, sets *fate (in the caller's frame) to
+ * CG_OP_HANDED_ON and returns CG_OK: done(done_ctx, ...) answers it later, possibly before
+ * this returns; after this the caller must not touch op's call. The requests are copied;
+ * their strings and op are borrowed until done runs.
  * Without a store (env->store NULL: a completion-queue thread) it only joins a batch that
- * is running; when none is, it returns CG_NEEDS_POOL without queueing anything (done never
- * runs). Out of memory: RESOURCE_EXHAUSTED in op->err (done never runs). */
+ * is running; when none is, it sets *fate to CG_OP_NEEDS_STORE and returns CG_OK without
+ * queueing anything (done never runs). Out of memory: RESOURCE_EXHAUSTED in op->err (done
+ * never runs; *fate is CG_OP_DONE). */
 cg_status cg_budget_batch_submit(const struct cg_svc_env *env, const struct cg_op *op,
                                  const struct cg_budget_reserve_request *reserve,
                                  const struct cg_budget_commit_request *commit,
-                                 cg_budget_batch_done_cb done, void *done_ctx);
+                                 cg_budget_batch_done_cb done, void *done_ctx,
+                                 cg_op_fate *fate) CG_MUST_CHECK;
 
 #endif

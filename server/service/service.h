@@ -51,9 +51,9 @@ struct cg_principal {
 };
 
 /* The environment of one thread. store is that thread's own connections and is NULL on
- * completion-queue threads (a service that needs it answers CG_NEEDS_POOL or is only called
- * on the pool); everything else is the process's one object, shared by every thread (NULL:
- * the feature is off). */
+ * completion-queue threads (a service that needs it says so with CG_OP_NEEDS_STORE or is
+ * only called on the pool); everything else is the process's one object, shared by every thread
+ * (NULL: the feature is off). */
 struct cg_svc_env {
     const struct cg_config *config;
     struct cg_store *store;
@@ -88,5 +88,19 @@ struct cg_op {
     const struct cg_principal *principal;
     struct cg_err *err;
 };
+
+/* What became of an operation that need not finish on the calling thread: control flow,
+ * never an error (errors stay cg_status values, returned, with op->err). A service that may
+ * not finish takes a `cg_op_fate *fate` in the caller's frame and returns CG_OK whenever the
+ * fate is not CG_OP_DONE. It is an out-parameter, not a field of the op or the call: once an
+ * operation is handed on, its call may be answered and freed by another thread at any
+ * moment, so nothing of it may be read to learn that it was. */
+typedef enum {
+    CG_OP_DONE = 0,    /* finished here: the status returned says how */
+    CG_OP_HANDED_ON,   /* handed on: a callback answers it later, maybe already; touch nothing
+                        * of the op (nor of what it borrows) any more */
+    CG_OP_NEEDS_STORE, /* nothing done: it needs env->store, which this thread has not; run it
+                        * again on a thread that has one (the pool) */
+} cg_op_fate;
 
 #endif

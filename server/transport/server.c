@@ -334,10 +334,6 @@ static void send_final(struct call *c, cg_status st, const char *message)
     grpc_op ops[3];
     size_t n = 0;
     memset(ops, 0, sizeof ops);
-    /* A control result here is a bug upstream; the client sees INTERNAL, never the result. */
-    if (cg_status_for_wire(&st, &message))
-        cg_log(CG_LOG_ERROR, "transport", c->rid, "a control result reached the reply of %s",
-               c->method != NULL ? c->method->path : "?");
     c->st = st;
     if (!c->initial_md_sent)
         fill_initial_md(c, &ops[n++]);
@@ -437,10 +433,13 @@ static void finish_unary(struct call *c)
     send_final(c, CG_OK, NULL);
 }
 
+/* A method that never blocks: its handler always answers here (only try_inline methods may
+ * hand a call on or need the pool). */
 static void run_inline(struct call *c)
 {
-    c->st =
-        cg_rpc_invoke(c->method, &c->rc, &c->w->env, c->req, c->req_len, &c->resp, &c->resp_len);
+    cg_op_fate fate;
+    c->st = cg_rpc_invoke(c->method, &c->rc, &c->w->env, c->req, c->req_len, &c->resp, &c->resp_len,
+                          &fate);
     finish_unary(c);
 }
 
@@ -463,16 +462,19 @@ static void resume_deferred(struct cg_rpc_call *rc, cg_status st, uint8_t *out, 
 }
 
 /* A try_inline method (rpc.h) on this completion-queue thread, without a store: true when
- * it answered (from the cache) or handed the call on (deferred: a budget write queued for
- * the batch a pool thread is running); false when it needs the pool (CG_NEEDS_POOL), with
- * everything it set reset so that the pool runs the call from the start. */
+ * it answered (from the cache) or handed the call on (a budget write queued for the batch a
+ * pool thread is running); false when it needs the pool (CG_OP_NEEDS_STORE), with the
+ * outputs it set reset. What the try established stays for the pool (pool_job,
+ * cg_rpc_invoke_again): the principal and the decoded request (in the call's arena) when it
+ * came as far as the handler; nothing when the key lookup needed the store. */
 static bool try_inline(struct call *c)
 {
     uint8_t *resp = NULL;
     size_t resp_len = 0;
+    cg_op_fate fate;
     cg_status st =
-        cg_rpc_invoke(c->method, &c->rc, &c->w->env, c->req, c->req_len, &resp, &resp_len);
-    if (st == CG_DEFERRED) {
+        cg_rpc_invoke(c->method, &c->rc, &c->w->env, c->req, c->req_len, &resp, &resp_len, &fate);
+    if (fate == CG_OP_HANDED_ON) {
         /* Answered through resume_deferred (which may already have written st and resp
          * from another thread: touch neither), then on_pool_done on this thread, as for a
          * call the pool deferred. */
@@ -480,7 +482,7 @@ static bool try_inline(struct call *c)
         c->pending++;
         return true;
     }
-    if (st != CG_NEEDS_POOL) {
+    if (fate == CG_OP_DONE) {
         c->st = st;
         c->resp = resp;
         c->resp_len = resp_len;
@@ -489,7 +491,6 @@ static bool try_inline(struct call *c)
     }
     c->rc.reply_delay_ms = 0;
     cg_err_clear(&c->rc.err);
-    memset(&c->rc.principal, 0, sizeof c->rc.principal);
     c->resp = NULL;
     c->resp_len = 0;
     c->st = CG_OK;
@@ -508,14 +509,19 @@ static void pool_job(struct cg_job *job, void *thread_ctx)
     } else {
         cg_store_set_deadline(env->svc.store, c->rc.deadline_ms);
         cg_status st;
+        cg_op_fate fate = CG_OP_DONE;
         if (c->method->kind == CG_RPC_SERVER_STREAM)
             st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len, &c->stream_request,
                                     &c->stream);
+        else if (c->method->try_inline) /* tried on the queue thread first */
+            st = cg_rpc_invoke_again(c->method, &c->rc, env, c->req, c->req_len, &c->resp,
+                                     &c->resp_len, &fate);
         else
-            st = cg_rpc_invoke(c->method, &c->rc, env, c->req, c->req_len, &c->resp, &c->resp_len);
+            st = cg_rpc_invoke(c->method, &c->rc, env, c->req, c->req_len, &c->resp, &c->resp_len,
+                               &fate);
         cg_store_set_deadline(env->svc.store, 0);
-        /* Deferred: resume_deferred wakes the queue, perhaps already did; c may be gone. */
-        if (st == CG_DEFERRED)
+        /* Handed on: resume_deferred wakes the queue, perhaps already did; c may be gone. */
+        if (fate == CG_OP_HANDED_ON)
             return;
         c->st = st;
     }
@@ -739,8 +745,9 @@ static void on_bidi_recv(struct worker *w, struct tag *t, bool ok)
         c->st = read_buffer(c, c->recv_bb, &req, &len);
     grpc_byte_buffer_destroy(c->recv_bb);
     c->recv_bb = NULL;
+    cg_op_fate fate; /* bidi methods are never try_inline: always CG_OP_DONE */
     if (c->st == CG_OK)
-        c->st = cg_rpc_invoke(c->method, &c->rc, &w->env, req, len, &c->resp, &c->resp_len);
+        c->st = cg_rpc_invoke(c->method, &c->rc, &w->env, req, len, &c->resp, &c->resp_len, &fate);
     if (c->st != CG_OK) {
         reply_error(c);
         return;

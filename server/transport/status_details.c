@@ -56,22 +56,11 @@ static Google__Protobuf__Any *pack_any(struct cg_arena *arena, const ProtobufCMe
     return any;
 }
 
-bool cg_status_for_wire(cg_status *st, const char **message)
-{
-    if (!cg_status_is_control(*st))
-        return false;
-    *st = CG_INTERNAL;
-    *message = NULL;
-    return true;
-}
-
 cg_status cg_status_details_pack(const struct cg_err *err, cg_status st, const char *message,
                                  struct cg_arena *arena, uint8_t **out, size_t *len)
 {
     *out = NULL;
     *len = 0;
-    if (cg_status_for_wire(&st, &message))
-        err = NULL;
     /* A copy so that the field read from the message joins the metadata without changing
      * the caller's error; only the site's own facts count when the error is this status's. */
     struct cg_err *facts = cg_arena_alloc(arena, sizeof *facts);

@@ -17,12 +17,6 @@
 /* The domain of every ErrorInfo this server sends. */
 #define CG_ERROR_DOMAIN "ctxguard"
 
-/* What a reply may carry for st and message: a control result (cg_status_is_control:
- * CG_DEFERRED, CG_NEEDS_POOL) is never sent as such; it becomes CG_INTERNAL with that status's
- * own text (*message = NULL), what was said with it stays in this process. Returns true when
- * it changed *st (a bug upstream: the caller logs it). Anything else is left as it is. */
-bool cg_status_for_wire(cg_status *st, const char **message);
-
 /* Packs a google.rpc.Status {code: st's gRPC code, message, details} into arena, where
  * details are:
  *   - always an ErrorInfo {reason: cg_err_reason(err, st) by name, domain "ctxguard",
@@ -33,8 +27,7 @@ bool cg_status_for_wire(cg_status *st, const char **message);
  *   - a RetryInfo {retry_delay} when the reason has a retry delay.
  * err may be NULL or hold another code (then only the defaults of st apply); it is not
  * changed. Strings that are not valid UTF-8 go out with '?' for each invalid byte. message is what
- * grpc-message says (NULL: st's text). st must not be CG_OK; a control result is packed as
- * cg_status_for_wire says (CG_INTERNAL, its default text, no metadata from err). On success *out
+ * grpc-message says (NULL: st's text). st must not be CG_OK. On success *out
  * (in arena) and *len are set; CG_NOMEM when the arena is full. Thread-compatible (touches only its
  * arguments). */
 cg_status cg_status_details_pack(const struct cg_err *err, cg_status st, const char *message,

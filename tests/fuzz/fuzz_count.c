@@ -41,12 +41,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         req->encoding = (Ctxguard__V1__TokenEncoding)(data[0] & 3);
         req->allow_special_tokens = (data[0] & 4) != 0;
         ProtobufCMessage *resp = NULL;
-        cg_status st = cg_rpc_context_count_tokens(&call, &env, msg, &resp);
-        /* Every refusal names its reason; a control result (CG_NEEDS_POOL: an estimate needs
-         * the store) is a hand-off that never reaches a client. */
-        if (st != CG_OK && !cg_status_is_control(st) && call.err.msg[0] == '\0')
+        cg_op_fate fate;
+        cg_status st = cg_rpc_context_count_tokens(&call, &env, msg, &resp, &fate);
+        /* Every refusal names its reason; an estimate needs the store (CG_OP_NEEDS_STORE),
+         * always with CG_OK: a hand-off to the pool, never an answer. */
+        if (st != CG_OK && call.err.msg[0] == '\0')
             __builtin_trap();
-        if (st == CG_OK) {
+        if (fate != CG_OP_DONE && (fate != CG_OP_NEEDS_STORE || st != CG_OK))
+            __builtin_trap();
+        if (st == CG_OK && fate == CG_OP_DONE) {
             const Ctxguard__V1__CountTokensResponse *r = (const void *)resp;
             const Ctxguard__V1__TokenBreakdown *b = r->breakdown;
             int64_t sum = 0;

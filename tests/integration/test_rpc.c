@@ -1,16 +1,21 @@
 /* test_rpc.c - the rpc layer without a network: decoding and string checks on nested
- * fields, authentication rules, and the method table generated from the protos' rules.
+ * fields, authentication rules, the method table generated from the protos' rules, and
+ * where a try_inline call that needs the pool resumes there.
  * Needs no database. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/arena.h"
+#include "base/clock.h"
 #include "base/config.h"
+#include "base/crypto.h"
 #include "ctxguard/v1/admin.pb-c.h"
 #include "ctxguard/v1/budget.pb-c.h"
 #include "ctxguard/v1/context.pb-c.h"
+#include "core/apikey.h"
 #include "rpc/rpc.h"
+#include "service/cache.h"
 
 #define ADMIN_KEY "unit-admin-key-0123456789"
 
@@ -166,7 +171,7 @@ Test(rpc, every_method_is_in_the_table_once_with_descriptors)
         cr_assert_not_null(m[i].response_desc, "%s", m[i].path);
         cr_assert_eq(cg_rpc_find(m[i].path), &m[i], "%s twice", m[i].path);
         cr_assert(strncmp(m[i].path + 1, m[i].service, strlen(m[i].service)) == 0, "%s", m[i].path);
-        bool implemented = m[i].handler != NULL || m[i].poll != NULL;
+        bool implemented = m[i].handler != NULL || m[i].try_handler != NULL || m[i].poll != NULL;
         cr_assert(implemented, "%s: no handler", m[i].path);
         /* A method that authenticates tenants must run where a store is. */
         if (m[i].allow & CG_ALLOW_TENANT_KEYS)
@@ -312,4 +317,110 @@ Test(rpc, role_names_and_masks)
     cr_assert(cg_scope_within("s1", "t1", "s1", "t1"));
     cr_assert(!cg_scope_within("s1", "t1", "s1", ""), "a task key does not reach its session");
     cr_assert(!cg_scope_within("s1", "t1", "s1", "t2"));
+}
+
+/* ---- a try_inline call that needs the pool resumes there where it stopped ---- */
+
+#define TENANT "0b9e6f2a-1c3d-4e5f-8a9b-0c1d2e3f4a5b"
+#define KEYID "00112233aabbccdd"
+#define SECRET "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123-_x"
+#define COUNT_TOKENS "/ctxguard.v1.ContextService/CountTokens"
+#define BIG_TEXT (70 * 1024) /* above what a completion-queue thread counts */
+
+struct resume_fixture {
+    struct cg_cache *cache;
+    struct cg_store *store; /* connects lazily: never used by what these tests run */
+    char header[CG_APIKEY_LEN + 16];
+    uint8_t *req;
+    size_t len;
+};
+
+/* An agent key (in the process's key cache when cached), and an exact count of a text too
+ * large to count on a completion-queue thread: the try needs the pool at the handler. */
+static void resume_fixture(struct resume_fixture *f, bool cached)
+{
+    struct cg_cache_opts copts = {.key_ttl_ms = 60000};
+    struct cg_store_opts sopts = {.pg_dsn = "postgresql://nowhere.invalid/none"};
+    f->cache = cg_cache_new(&copts);
+    f->store = cg_store_new(&sopts);
+    cr_assert(f->cache != NULL && f->store != NULL);
+    char token[CG_APIKEY_LEN + 1];
+    cr_assert(cg_apikey_format(TENANT, KEYID, SECRET, token, sizeof token));
+    snprintf(f->header, sizeof f->header, "Bearer %s", token);
+    if (cached) {
+        struct cg_key_auth rec = {.role = CG_KEY_ROLE_AGENT};
+        cg_sha256(token, strlen(token), rec.secret_hash);
+        cg_cache_key_put(f->cache, TENANT, KEYID, &rec, cg_cache_ticket(f->cache), cg_mono_ms());
+    }
+    char *text = cg_arena_alloc(arena, BIG_TEXT + 1);
+    memset(text, 'a', BIG_TEXT);
+    text[BIG_TEXT] = '\0';
+    Ctxguard__V1__CountTokensRequest req = CTXGUARD__V1__COUNT_TOKENS_REQUEST__INIT;
+    req.text = text;
+    req.encoding = CTXGUARD__V1__TOKEN_ENCODING__TOKEN_ENCODING_CL100K_BASE;
+    f->len = protobuf_c_message_get_packed_size(&req.base);
+    f->req = cg_arena_alloc(arena, f->len);
+    protobuf_c_message_pack(&req.base, f->req);
+}
+
+static void resume_fixture_free(struct resume_fixture *f)
+{
+    cg_store_free(f->store);
+    cg_cache_free(f->cache);
+}
+
+/* The try on a completion-queue thread (no store): it needs the pool. */
+static const struct cg_rpc_method *try_on_queue(struct resume_fixture *f)
+{
+    const struct cg_rpc_method *m = cg_rpc_find(COUNT_TOKENS);
+    cr_assert(m != NULL && m->try_inline);
+    struct cg_rpc_env queue = {.svc = {.config = &cfg, .cache = f->cache}};
+    call.authorization = f->header;
+    uint8_t *out;
+    size_t out_len;
+    cg_op_fate fate;
+    cr_assert_eq(cg_rpc_invoke(m, &call, &queue, f->req, f->len, &out, &out_len, &fate), CG_OK,
+                 "%s", call.err.msg);
+    cr_assert_eq(fate, CG_OP_NEEDS_STORE);
+    return m;
+}
+
+/* The pool's run with a header that would now be refused (so a second authentication shows). */
+static cg_status again_on_pool(struct resume_fixture *f, const struct cg_rpc_method *m)
+{
+    call.authorization = "Bearer nope";
+    cg_err_clear(&call.err);
+    struct cg_rpc_env pool = {.svc = {.config = &cfg, .cache = f->cache, .store = f->store}};
+    uint8_t *out;
+    size_t out_len;
+    cg_op_fate fate;
+    cg_status st = cg_rpc_invoke_again(m, &call, &pool, f->req, f->len, &out, &out_len, &fate);
+    cr_assert_eq(fate, CG_OP_DONE);
+    return st;
+}
+
+Test(rpc, a_try_that_needs_the_pool_at_the_handler_resumes_at_the_handler)
+{
+    struct resume_fixture f;
+    resume_fixture(&f, true);
+    const struct cg_rpc_method *m = try_on_queue(&f);
+    cr_assert(call.principal.authenticated);
+    cr_assert_not_null(call.request, "decoded in the call's arena");
+    /* The key is not looked up again; the handler answers (no tokenizer here: UNAVAILABLE). */
+    cg_status st = again_on_pool(&f, m);
+    cr_assert_eq(st, CG_UNAVAILABLE, "%s: %s", cg_status_name(st), call.err.msg);
+    cr_assert_eq(cg_err_reason(&call.err, st), CG_ERR_TOKENIZER_NOT_LOADED, "%s", call.err.msg);
+    resume_fixture_free(&f);
+}
+
+Test(rpc, a_try_that_needs_the_pool_for_the_key_runs_the_whole_path_there)
+{
+    struct resume_fixture f;
+    resume_fixture(&f, false);
+    const struct cg_rpc_method *m = try_on_queue(&f);
+    cr_assert_not(call.principal.authenticated);
+    cr_assert_null(call.request, "stopped before decoding");
+    cg_status st = again_on_pool(&f, m);
+    cr_assert_eq(st, CG_UNAUTHENTICATED, "authenticated on the pool: %s", call.err.msg);
+    resume_fixture_free(&f);
 }

@@ -117,7 +117,7 @@ class GenMethods(unittest.TestCase):
         self.assertIn(".allow = CG_ALLOW_AGENT | CG_ALLOW_TENANT_ADMIN,", check)
         self.assertIn(".blocking = true,", check)
         self.assertIn(".try_inline = true,", check)
-        self.assertIn(".handler = cg_rpc_fixture_check,", check, "the convention")
+        self.assertIn(".try_handler = cg_rpc_fixture_check,", check, "the convention")
         self.assertIn(".request_desc = &ctxguard__fixture__v1__req__descriptor,", check)
         ping = entry("/ctxguard.fixture.v1.FixtureService/Ping")
         self.assertIn(".allow = CG_ALLOW_SERVER_ADMIN,", ping)
