@@ -44,14 +44,6 @@ cg_status cg_rpc_check_uuid(struct cg_rpc_call *call, const char *field, const c
     return CG_OK;
 }
 
-cg_status cg_rpc_store_error(struct cg_rpc_call *call, const struct cg_err *serr)
-{
-    call->err = *serr;
-    if (call->err.msg[0] == '\0')
-        cg_err_set(&call->err, serr->code, "%s", cg_status_str(serr->code));
-    return serr->code;
-}
-
 static cg_status check_id(struct cg_rpc_call *call, const char *field, const char *value)
 {
     size_t len = strlen(value);

@@ -23,9 +23,6 @@ cg_status cg_rpc_check_name(struct cg_rpc_call *call, const char *field, const c
 cg_status cg_rpc_check_uuid(struct cg_rpc_call *call, const char *field,
                             const char *value) CG_MUST_CHECK;
 
-/* Copies a store error into call->err and returns its code. */
-cg_status cg_rpc_store_error(struct cg_rpc_call *call, const struct cg_err *serr);
-
 /* A Scope into ids and its level (NULL, no ids, or scope.tenant: the tenant); ids <= 128
  * bytes without spaces or control characters, a task needs a session and an agent a task,
  * scope.tenant comes with no id. */

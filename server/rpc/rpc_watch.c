@@ -319,7 +319,6 @@ cg_status cg_rpc_watch_open(struct cg_rpc_call *call, const struct cg_rpc_env *e
     if ((st = cg_watch_open(&env->svc, &op, &spec, &w->watcher, &first)) != CG_OK)
         return st;
     st = first_out(call, &spec, &first, w);
-    if (first.has_snapshot)
-        cg_usage_tree_cleanup(&first.snapshot);
+    cg_watch_first_cleanup(&first);
     return st;
 }

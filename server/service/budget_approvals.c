@@ -16,6 +16,7 @@
 #include "core/keyrole.h"
 #include "service/budget_path.h"
 #include "service/cache.h"
+#include "service/op_err.h"
 
 /* The APPROVAL level that asks for the approval: the one with the highest projected ratio
  * among those answering REQUIRE_APPROVAL; -1 when none does. */
@@ -99,7 +100,7 @@ cg_status cg_budget_approval_get(const struct cg_svc_env *env, const struct cg_o
     cg_status st =
         cg_store_approval_get(env->store, p->tenant_id, approval_id, cg_wall_ms(), a, &serr);
     if (st != CG_OK)
-        return cg_budget_store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     if (!cg_scope_within(p->scope_session_id, p->scope_task_id, a->ids.session_id, a->ids.task_id))
         return cg_err_setr(op->err, CG_NOT_FOUND, CG_ERR_APPROVAL_NOT_FOUND,
                            "approval_id: no such approval");
@@ -131,7 +132,7 @@ cg_status cg_budget_approval_resolve(const struct cg_svc_env *env, const struct 
                                    d->granted_tokens, d->decided_by, p->key_id, d->note,
                                    cg_wall_ms(), d->audit, a, replayed, &serr);
     if (st != CG_OK)
-        return cg_budget_store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     if (!*replayed) /* an approval moves approved_extra_tokens of its scope's row */
         cg_cache_dropped(env, p->tenant_id);
     return CG_OK;
@@ -150,7 +151,7 @@ cg_status cg_budget_approval_list(const struct cg_svc_env *env, const struct cg_
     cg_status st = cg_store_approval_list(
         env->store, op->principal->tenant_id, ids, include_descendants, states_mask, after, limit,
         cg_wall_ms(), out->rows, &out->count, &out->more, &out->next, &serr);
-    return st == CG_OK ? CG_OK : cg_budget_store_error(op, &serr);
+    return st == CG_OK ? CG_OK : cg_op_store_error(op, &serr);
 }
 
 void cg_budget_approval_page_cleanup(struct cg_budget_approval_page *page)

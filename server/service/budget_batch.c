@@ -40,6 +40,7 @@
 #include "service/budget_path.h"
 #include "service/cache.h"
 #include "service/calibration.h"
+#include "service/op_err.h"
 
 /* One queued request. Lives in its call's arena. */
 struct item {
@@ -679,7 +680,7 @@ static void run_batch(const struct cg_svc_env *env, const char *tenant, struct b
             (b->state[i] == ITEM_BATCHED || b->state[i] == ITEM_DENIED))
             answer(b, i, now_ms);
         else if (st != CG_OK && unreachable)
-            finish_error(b, i, cg_budget_store_error(&b->items[i]->op, &serr));
+            finish_error(b, i, cg_op_store_error(&b->items[i]->op, &serr));
         else
             b->state[i] = ITEM_FALLBACK; /* a second try, one request at a time */
     }

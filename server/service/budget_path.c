@@ -2,6 +2,7 @@
  * steps of a budget transaction and the read of a path (service/budget_path.h).
  */
 #include "service/budget_path.h"
+#include "service/op_err.h"
 
 #include <string.h>
 
@@ -111,19 +112,11 @@ cg_status cg_budget_deny(struct cg_err *err, const struct cg_budget_row *rows, i
 
 /* ---------------------------------------------------------------- transactions ---- */
 
-cg_status cg_budget_store_error(const struct cg_op *op, const struct cg_err *serr)
-{
-    *op->err = *serr;
-    if (op->err->msg[0] == '\0')
-        cg_err_set(op->err, serr->code, "%s", cg_status_str(serr->code));
-    return serr->code;
-}
-
 cg_status cg_budget_tx_fail(const struct cg_svc_env *env, const struct cg_op *op,
                             const struct cg_err *serr)
 {
     cg_store_rollback(env->store);
-    return cg_budget_store_error(op, serr);
+    return cg_op_store_error(op, serr);
 }
 
 cg_status cg_budget_tx_begin(const struct cg_svc_env *env, const struct cg_op *op,
@@ -131,7 +124,7 @@ cg_status cg_budget_tx_begin(const struct cg_svc_env *env, const struct cg_op *o
 {
     cg_err_clear(serr);
     cg_status st = cg_store_begin(env->store, serr);
-    return st == CG_OK ? CG_OK : cg_budget_store_error(op, serr);
+    return st == CG_OK ? CG_OK : cg_op_store_error(op, serr);
 }
 
 cg_status cg_budget_tx_commit(const struct cg_svc_env *env, const struct cg_op *op,
@@ -154,7 +147,7 @@ cg_status cg_budget_read_path(const struct cg_svc_env *env, const struct cg_op *
     bool need_tx = false;
     cg_status st = cg_store_path_peek(env->store, tenant, ids, now, path, n, &need_tx, &serr);
     if (st != CG_OK)
-        return cg_budget_store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     if (!need_tx)
         return CG_OK;
     st = cg_budget_tx_begin(env, op, &serr);

@@ -31,10 +31,6 @@ void cg_budget_deny_facts(struct cg_err *err, const struct cg_budget_row *row, i
 cg_status cg_budget_deny(struct cg_err *err, const struct cg_budget_row *rows, int n,
                          const struct cg_budget_result *r, int64_t tokens);
 
-/* Copies a store error into *op->err (its code's text when it has no message) and returns
- * its code. */
-cg_status cg_budget_store_error(const struct cg_op *op, const struct cg_err *serr);
-
 /* The steps of a transaction on env->store: tx_begin and tx_commit copy a store error into
  * op->err (tx_commit rolls back first); tx_fail rolls back and does the same. serr is the
  * store's error of the step (begin clears it). Each returns the status the operation

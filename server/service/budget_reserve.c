@@ -22,6 +22,7 @@
 #include "service/budget_path.h"
 #include "service/cache.h"
 #include "service/calibration.h"
+#include "service/op_err.h"
 
 /* ---------------------------------------------------------------- helpers --------- */
 
@@ -362,7 +363,7 @@ static cg_status commit_replay(const struct cg_svc_env *env, const struct cg_op 
     cg_err_clear(&serr);
     if (cg_store_ledger_entry_of(env->store, op->principal->tenant_id, res->reservation_id,
                                  out->rec.ledger_entry_id, &serr) != CG_OK)
-        return cg_budget_store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     return cg_budget_read_path(env, op, &res->ids, out->rec.path, &out->rec.n);
 }
 

@@ -9,6 +9,7 @@
 #include "service/budget_events.h"
 #include "service/budget_path.h"
 #include "service/cache.h"
+#include "service/op_err.h"
 
 cg_status cg_budget_close_scope(const struct cg_svc_env *env, const struct cg_op *op,
                                 const struct cg_scope_ids *ids, const struct cg_audit *audit,
@@ -25,7 +26,7 @@ cg_status cg_budget_close_scope(const struct cg_svc_env *env, const struct cg_op
                                                 * events of any write */
                                                cg_budget_events_of_path, NULL, audit, out, &serr);
     if (st != CG_OK)
-        return cg_budget_store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     cg_cache_dropped(env, tenant);
     /* An allocated scope gives its parent back the share it held when it closed: its limit
      * less what it used and what stays reserved (a hold a concurrent Commit or Release
@@ -54,7 +55,7 @@ static cg_status by_model(const struct cg_svc_env *env, const struct cg_op *op,
     cg_status st =
         cg_store_usage_by_model(env->store, op->principal->tenant_id, tree->nodes, tree->count,
                                 CG_BY_MODEL_PER_NODE, u->by_model, cap, &u->n_by_model, &serr);
-    return st == CG_OK ? CG_OK : cg_budget_store_error(op, &serr);
+    return st == CG_OK ? CG_OK : cg_op_store_error(op, &serr);
 }
 
 cg_status cg_budget_usage(const struct cg_svc_env *env, const struct cg_op *op,
@@ -67,7 +68,7 @@ cg_status cg_budget_usage(const struct cg_svc_env *env, const struct cg_op *op,
                                        req->max_children, req->include_closed, &out->tree, &serr);
     if (st != CG_OK) {
         memset(out, 0, sizeof *out);
-        return cg_budget_store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     }
     if (req->include_by_model && (st = by_model(env, op, out)) != CG_OK) {
         cg_budget_usage_cleanup(out);
@@ -96,7 +97,7 @@ cg_status cg_budget_scope_list(const struct cg_svc_env *env, const struct cg_op 
     cg_status st = cg_store_scope_list(env->store, op->principal->tenant_id, parent, level,
                                        include_closed, order, after, limit, out->rows, &out->count,
                                        &out->more, &out->next, &serr);
-    return st == CG_OK ? CG_OK : cg_budget_store_error(op, &serr);
+    return st == CG_OK ? CG_OK : cg_op_store_error(op, &serr);
 }
 
 void cg_budget_scope_page_cleanup(struct cg_budget_scope_page *page)

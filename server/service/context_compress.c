@@ -12,11 +12,7 @@
 #include "core/utf8.h"
 #include "service/summarize.h"
 #include "service/tokenizers.h"
-
-static cg_status oom(const struct cg_op *op)
-{
-    return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
-}
+#include "service/op_err.h"
 
 static int64_t clock_ms(void *ctx)
 {
@@ -217,7 +213,7 @@ static cg_status redact_artifacts(const struct cg_svc_env *env, const struct cg_
     memset(&counts, 0, sizeof counts);
     cg_status st = CG_OK;
     if (in == NULL || in_len == NULL || out_len == NULL || out == NULL || parts == NULL) {
-        st = oom(op);
+        st = cg_op_oom(op);
         goto done;
     }
     for (size_t i = 0; i < n; i++) {

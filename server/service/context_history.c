@@ -2,6 +2,7 @@
  * reads of the session row, the history, the artifacts and the compaction totals.
  */
 #include "service/context_history.h"
+#include "service/op_err.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,14 +11,6 @@
 /* The most history rows counted when an older revision's size is asked for. */
 #define HISTORY_MAX 200000
 
-static cg_status store_error(const struct cg_op *op, const struct cg_err *serr)
-{
-    *op->err = *serr;
-    if (op->err->msg[0] == '\0')
-        cg_err_set(op->err, serr->code, "%s", cg_status_str(serr->code));
-    return serr->code;
-}
-
 /* The session's row; NOT_FOUND ("session_id: no such session") when it does not exist. */
 static cg_status session_get(const struct cg_svc_env *env, const struct cg_op *op,
                              const char *session_id, struct cg_ctx_session *sess)
@@ -25,7 +18,7 @@ static cg_status session_get(const struct cg_svc_env *env, const struct cg_op *o
     struct cg_err serr = {0};
     if (cg_store_ctx_session_get(env->store, op->principal->tenant_id, session_id, sess, &serr) !=
         CG_OK)
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     return CG_OK;
 }
 
@@ -40,7 +33,7 @@ cg_status cg_ctx_artifact_read(const struct cg_svc_env *env, const struct cg_op 
     cg_status st = cg_store_ctx_artifact_get(env->store, op->principal->tenant_id, artifact_id,
                                              offset, length, info, content, len, &serr);
     if (st != CG_OK)
-        store_error(op, &serr);
+        cg_op_store_error(op, &serr);
     return st;
 }
 
@@ -59,7 +52,7 @@ cg_status cg_ctx_artifact_list(const struct cg_svc_env *env, const struct cg_op 
     if (cg_store_ctx_artifact_list(env->store, op->principal->tenant_id, session_id, tool_call_id,
                                    after_seq, limit, out->rows, &out->count, &out->more,
                                    &serr) != CG_OK)
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     if (out->more && out->count > 0)
         snprintf(out->next_page_token, sizeof out->next_page_token, "s%lld",
                  (long long)out->rows[out->count - 1].seq);
@@ -109,7 +102,7 @@ cg_status cg_ctx_history_read(const struct cg_svc_env *env, const struct cg_op *
     bool more;
     if (cg_store_ctx_history_page(env->store, op->principal->tenant_id, session_id, out->revision,
                                   from, limit, out->rows, &out->count, &more, &serr) != CG_OK)
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     if (more && out->count > 0)
         snprintf(out->next_page_token, sizeof out->next_page_token, "p%lld",
                  (long long)out->rows[out->count - 1].position + 1);
@@ -139,6 +132,6 @@ cg_status cg_ctx_stats_read(const struct cg_svc_env *env, const struct cg_op *op
     struct cg_err serr = {0};
     if (cg_store_ctx_stats(env->store, op->principal->tenant_id, session_id, since_ms, until_ms,
                            stats, &serr) != CG_OK)
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     return CG_OK;
 }

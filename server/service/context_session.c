@@ -10,6 +10,7 @@
  * what the other call saved.
  */
 #include "service/context_session.h"
+#include "service/op_err.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,19 +22,6 @@
 
 #define PAGE_MAX 1000
 #define HISTORY_MAX 200000
-
-static cg_status store_error(const struct cg_op *op, const struct cg_err *serr)
-{
-    *op->err = *serr;
-    if (op->err->msg[0] == '\0')
-        cg_err_set(op->err, serr->code, "%s", cg_status_str(serr->code));
-    return serr->code;
-}
-
-static cg_status oom(const struct cg_op *op)
-{
-    return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
-}
 
 /* "prefix" + 26 random base32 characters. */
 static void random_id(const char *prefix, char *out, size_t cap)
@@ -66,7 +54,7 @@ static cg_status pack_from(const struct cg_op *op, const struct cg_ctx_session_r
         return st;
     s->digest = cg_arena_alloc(op->arena, (conv->n_messages + 1) * sizeof *s->digest);
     if (s->digest == NULL)
-        return oom(op);
+        return cg_op_oom(op);
     for (size_t i = from; i < conv->n_messages; i++)
         cg_sha256(s->data[i], s->len[i], s->digest[i]);
     return CG_OK;
@@ -81,7 +69,7 @@ static cg_status read_history(const struct cg_svc_env *env, const struct cg_op *
     struct cg_ctx_history_row *rows = calloc(PAGE_MAX, sizeof *rows);
     if (msgs == NULL || rows == NULL) {
         free(rows);
-        return oom(op);
+        return cg_op_oom(op);
     }
     int64_t at = 0;
     struct cg_err serr = {0};
@@ -91,7 +79,7 @@ static cg_status read_history(const struct cg_svc_env *env, const struct cg_op *
         if (cg_store_ctx_history_page(env->store, op->principal->tenant_id, session_id, revision,
                                       at, PAGE_MAX, rows, &count, &more, &serr) != CG_OK) {
             free(rows);
-            return store_error(op, &serr);
+            return cg_op_store_error(op, &serr);
         }
         if (count == 0)
             break;
@@ -166,11 +154,11 @@ static cg_status sync_full(const struct cg_svc_env *env, const struct cg_op *op,
         uint8_t *digests = malloc((size_t)(cmp + 1) * CG_CTX_DIGEST_LEN);
         struct cg_err serr = {0};
         if (digests == NULL)
-            return oom(op);
+            return cg_op_oom(op);
         if (cg_store_ctx_history_digests(env->store, op->principal->tenant_id, s->session_id,
                                          s->revision, cmp, digests, &found, &serr) != CG_OK) {
             free(digests);
-            return store_error(op, &serr);
+            return cg_op_store_error(op, &serr);
         }
         while (same < found &&
                memcmp(digests + same * CG_CTX_DIGEST_LEN, s->digest[same], CG_CTX_DIGEST_LEN) == 0)
@@ -205,7 +193,7 @@ static cg_status load(const struct cg_svc_env *env, const struct cg_op *op,
         return st;
     struct cg_err serr = {0};
     if (cg_store_begin(env->store, &serr) != CG_OK)
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     st = cg_store_ctx_session_get(env->store, op->principal->tenant_id, s->session_id, &s->stored,
                                   &serr);
     s->found = st == CG_OK;
@@ -216,7 +204,7 @@ static cg_status load(const struct cg_svc_env *env, const struct cg_op *op,
     }
     if (st != CG_OK) {
         cg_store_rollback(env->store);
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     }
     s->revision = s->stored.revision;
     s->boundary = s->stored.trim_boundary;
@@ -236,7 +224,7 @@ static cg_status load(const struct cg_svc_env *env, const struct cg_op *op,
         return st;
     }
     if (cg_store_commit(env->store, &serr) != CG_OK)
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     if (!req->append)
         return CG_OK;
     /* The stored messages are read; joining them to the new ones needs no transaction. */
@@ -256,7 +244,7 @@ static cg_status describe_artifacts(const struct cg_op *op, const struct cg_comp
     s->n_artifacts = 0;
     s->artifacts = cg_arena_calloc(op->arena, r->n_artifacts + 1, sizeof *s->artifacts);
     if (s->artifacts == NULL)
-        return oom(op);
+        return cg_op_oom(op);
     for (size_t i = 0; i < r->n_artifacts; i++) {
         const struct cg_compress_artifact *a = &r->artifacts[i];
         struct cg_ctx_artifact *info = &s->artifacts[s->n_artifacts++];
@@ -355,7 +343,7 @@ static cg_status save(const struct cg_svc_env *env, const struct cg_op *op,
     struct cg_err serr = {0};
     struct cg_ctx_session now;
     if (cg_store_begin(env->store, &serr) != CG_OK)
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     if (cg_store_ctx_session_lock(env->store, op->principal->tenant_id, s->session_id, &now,
                                   &serr) != CG_OK)
         goto fail;
@@ -370,7 +358,7 @@ static cg_status save(const struct cg_svc_env *env, const struct cg_op *op,
     return CG_OK;
 fail:
     cg_store_rollback(env->store);
-    return store_error(op, &serr);
+    return cg_op_store_error(op, &serr);
 }
 
 void cg_ctx_session_cleanup(struct cg_ctx_session_state *s)
@@ -435,7 +423,7 @@ cg_status cg_ctx_session_history(const struct cg_svc_env *env, const struct cg_o
         return cg_err_setr(op->err, CG_NOT_FOUND, CG_ERR_SESSION_NOT_FOUND,
                            "field 'session_id': no such session");
     if (st != CG_OK)
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     if (to == 0)
         to = sess.history_messages;
     if (from >= sess.history_messages || to > sess.history_messages)
@@ -454,7 +442,7 @@ cg_status cg_ctx_session_history(const struct cg_svc_env *env, const struct cg_o
     struct cg_ctx_history_row *rows = calloc(PAGE_MAX, sizeof *rows);
     if (msgs == NULL || rows == NULL) {
         free(rows);
-        return oom(op);
+        return cg_op_oom(op);
     }
     size_t n = 0;
     for (int64_t at = from; at < to && st == CG_OK;) {
@@ -463,7 +451,7 @@ cg_status cg_ctx_session_history(const struct cg_svc_env *env, const struct cg_o
         if (cg_store_ctx_history_page(env->store, op->principal->tenant_id, session_id,
                                       sess.revision, at, limit, rows, &count, &more,
                                       &serr) != CG_OK) {
-            st = store_error(op, &serr);
+            st = cg_op_store_error(op, &serr);
             break;
         }
         for (int i = 0; i < count && st == CG_OK; i++) {

@@ -19,6 +19,7 @@
 #include "core/redact_conv.h"
 #include "service/pseudonyms.h"
 #include "service/tokenizers.h"
+#include "service/op_err.h"
 #include "store/store.h"
 
 #define FALLBACK_RESERVE_MS 300 /* of the deadline, kept for the extractive fallback */
@@ -70,11 +71,6 @@ struct redactor {
     struct cg_redact_session *own;     /* else one of the call's own */
 };
 
-static cg_status oom(const struct cg_op *op)
-{
-    return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
-}
-
 cg_status cg_summarize_tenant_redaction(const struct cg_svc_env *env, const struct cg_op *op,
                                         unsigned *types, bool *artifacts)
 {
@@ -110,7 +106,7 @@ static cg_status redactor_open(const struct cg_svc_env *env, const struct cg_op 
         r->session = cg_pseudonyms_session(r->shared);
     } else {
         if ((r->own = malloc(sizeof *r->own)) == NULL)
-            return oom(op);
+            return cg_op_oom(op);
         cg_pseudonyms_seed(r->own);
         r->session = r->own;
     }
@@ -166,7 +162,7 @@ cg_status cg_summarize_redact_texts(const struct cg_svc_env *env, const struct c
             break;
         }
         if ((out[i] = malloc(r.buf.len + 1)) == NULL) {
-            st = oom(op);
+            st = cg_op_oom(op);
             break;
         }
         if (r.buf.len > 0)
@@ -364,7 +360,7 @@ cg_status cg_summarize(const struct cg_op *op, const struct cg_summarizer *llm,
     struct counter counter = {opts->profile, opts->enc};
     struct cg_err err = {0};
     if ((out->input_tokens = range_tokens(&counter, conv, opts->from, to)) < 0)
-        return oom(op);
+        return cg_op_oom(op);
     const char *language = opts->language != NULL && opts->language[0] != '\0'
                                ? cg_summary_language(opts->language)
                                : cg_summary_detect_language(conv, opts->from, to);
@@ -405,7 +401,7 @@ cg_status cg_summarize(const struct cg_op *op, const struct cg_summarizer *llm,
             snprintf(s->language, sizeof s->language, "%s", language);
             if (cg_summary_parse(text, strlen(text), language, s, &found, &err) != CG_OK) {
                 free(text);
-                return oom(op);
+                return cg_op_oom(op);
             }
             s->text = text;
             s->text_len = strlen(text);

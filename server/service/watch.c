@@ -27,6 +27,7 @@
 #include "core/budget_events.h"
 #include "service/budget_path.h"
 #include "service/cache.h"
+#include "service/op_err.h"
 
 #define MOD "watch"
 #define FEED_RING 1024    /* events buffered per watched tenant */
@@ -350,6 +351,13 @@ struct cg_watcher {
     struct throttle throttle[THROTTLE_SLOTS];
 };
 
+void cg_watch_first_cleanup(struct cg_watch_first *first)
+{
+    if (first->has_snapshot)
+        cg_usage_tree_cleanup(&first->snapshot);
+    first->has_snapshot = false;
+}
+
 void cg_watcher_free(struct cg_watcher *w)
 {
     if (w == NULL)
@@ -475,14 +483,6 @@ void cg_watcher_sent(struct cg_watcher *w, int64_t now_ms)
     w->last_sent_ms = now_ms;
 }
 
-static cg_status store_error(const struct cg_op *op, const struct cg_err *serr)
-{
-    *op->err = *serr;
-    if (op->err->msg[0] == '\0')
-        cg_err_set(op->err, serr->code, "%s", cg_status_str(serr->code));
-    return serr->code;
-}
-
 /* Approval mode: the approval must be the tenant's (a watcher of a typo would wait
  * forever); one decided before the stream opened is its only message, at once. */
 static cg_status decision_in(const struct cg_svc_env *env, const struct cg_op *op,
@@ -501,7 +501,7 @@ static cg_status decision_in(const struct cg_svc_env *env, const struct cg_op *o
         return cg_err_setr(op->err, CG_NOT_FOUND, CG_ERR_APPROVAL_NOT_FOUND,
                            "field 'approval_id': no such approval");
     if (st != CG_OK)
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     if (a.state == CG_APPROVAL_PENDING)
         return CG_OK;
     struct cg_event *e = &first->decision;
@@ -527,12 +527,12 @@ static cg_status first_reads(const struct cg_svc_env *env, const struct cg_op *o
     struct cg_err serr;
     cg_err_clear(&serr);
     if (cg_store_event_seq(env->store, w->tenant_id, &s->ids, &w->start_seq, &serr) != CG_OK)
-        return store_error(op, &serr);
+        return cg_op_store_error(op, &serr);
     if (s->send_snapshot) {
         if (cg_store_usage_tree(env->store, w->tenant_id, &s->ids,
                                 s->descendants && s->level < 4 ? 1 : 0, CG_STORE_PAGE_MAX, false,
                                 &first->snapshot, &serr) != CG_OK)
-            return store_error(op, &serr);
+            return cg_op_store_error(op, &serr);
         first->has_snapshot = true;
     }
     if (s->approval_id[0] != '\0')

@@ -52,7 +52,7 @@ struct cg_watch_spec {
 /* What a watcher has to say first, read when it opened. */
 struct cg_watch_first {
     /* send_snapshot: the scope's usage, children to depth 1 with descendants (the caller
-     * frees it with cg_usage_tree_cleanup once encoded). */
+     * frees it with cg_watch_first_cleanup once encoded). */
     bool has_snapshot;
     struct cg_usage_tree snapshot;
     /* Approval mode with an approval decided before the open: its decision, the stream's
@@ -74,6 +74,9 @@ struct cg_watch_first {
 cg_status cg_watch_open(const struct cg_svc_env *env, const struct cg_op *op,
                         const struct cg_watch_spec *spec, struct cg_watcher **out,
                         struct cg_watch_first *first) CG_MUST_CHECK;
+
+/* Frees what cg_watch_open put in *first (the snapshot). */
+void cg_watch_first_cleanup(struct cg_watch_first *first);
 
 /* Leaves the feed and frees the watcher. NULL is a no-op. */
 void cg_watcher_free(struct cg_watcher *w);
