@@ -4,7 +4,8 @@
 The graph is the linker's, read from the object files of a build: file A depends on file B
 when A.o has an undefined symbol that B.o defines (`nm -g --defined-only` and `nm -u`).
 It also fails when rpc/ calls store/, llm/ or the process cache directly (FORBIDDEN below):
-those go through a service. A circle is a strongly connected component with more than one
+those go through a service; and when service/ or core/ uses protobuf-c, gRPC (or, for core/,
+libpq, hiredis, curl) symbols (FORBIDDEN_SYMBOLS). A circle is a strongly connected component with more than one
 file (or more than one folder: base, core, store, llm, service, rpc, app, transport, and main for server/main.c).
 Generated code that a layer's library compiles (build/gen/<file>, e.g. rpc's method table,
 which names every handler) counts as that layer's file and is shown as <layer>/gen/<file>;
@@ -30,6 +31,12 @@ FORBIDDEN = [
     ("rpc", "store/"),
     ("rpc", "llm/"),
     ("rpc", "service/cache.c"),
+]
+
+# Symbols a folder must not use at all: services work in domain types, never protobuf.
+FORBIDDEN_SYMBOLS = [
+    ("service", ("protobuf_c_", "ctxguard__v1__", "grpc_")),
+    ("core", ("protobuf_c_", "ctxguard__v1__", "grpc_", "PQ", "redis", "curl_")),
 ]
 
 FOLDERS = ("base", "core", "store", "llm", "service", "rpc", "app", "transport")
@@ -195,6 +202,15 @@ def main(argv):
                 if folder_of(src) == folder and dst.startswith(target):
                     print(f"skipped layer (NEW): {src} -> {dst} ({folder}/ calls {target} "
                           "only through a service)")
+                    failed = True
+
+    for src, obj in sorted(objs.items()):
+        for folder, prefixes in FORBIDDEN_SYMBOLS:
+            if folder_of(src) != folder:
+                continue
+            for sym in nm(obj, ["-u"]):
+                if sym.startswith(prefixes):
+                    print(f"forbidden symbol (NEW): {src} uses {sym} ({folder}/ never does)")
                     failed = True
 
     print("circles: FAIL (a new import circle or skipped layer)" if failed else "circles: ok")
