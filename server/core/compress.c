@@ -1419,10 +1419,7 @@ static cg_status validate_output(struct run *r)
     if (st != CG_OK)
         return st;
     if (!vr.valid) {
-        const struct cg_issue *is = NULL;
-        for (size_t i = 0; i < vr.n && is == NULL; i++)
-            if (vr.issues[i].severity == CG_SEVERITY_ERROR)
-                is = &vr.issues[i];
+        const struct cg_issue *is = cg_validate_first_error(&vr);
         if (r->err != NULL) {
             r->err->code = CG_FAILED_PRECONDITION;
             snprintf(r->err->msg, sizeof r->err->msg,

@@ -539,3 +539,11 @@ const char *cg_validate_kind_name(cg_issue_kind kind)
                                         "PART_NOT_ALLOWED"};
     return kind >= 1 && kind <= CG_ISSUE_PART_NOT_ALLOWED ? names[kind] : "UNKNOWN";
 }
+
+const struct cg_issue *cg_validate_first_error(const struct cg_validate_result *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (r->issues[i].severity == CG_SEVERITY_ERROR)
+            return &r->issues[i];
+    return NULL;
+}

@@ -96,6 +96,9 @@ struct cg_validate_result {
 cg_status cg_validate(const struct cg_validate_input *in, struct cg_validate_result *out,
                       struct cg_err *err) CG_MUST_CHECK;
 
+/* The first issue of r whose severity is ERROR (the one an answer names), or NULL. */
+const struct cg_issue *cg_validate_first_error(const struct cg_validate_result *r);
+
 /* Frees the issues of r and empties it. NULL is a no-op. */
 void cg_validate_result_free(struct cg_validate_result *r);
 

@@ -483,10 +483,7 @@ static cg_status reject_invalid(struct cg_rpc_call *call, const struct cg_conv *
     if (st != CG_OK)
         return st;
     if (!vr.valid) {
-        const struct cg_issue *is = NULL;
-        for (size_t i = 0; i < vr.n && is == NULL; i++)
-            if (vr.issues[i].severity == CG_SEVERITY_ERROR)
-                is = &vr.issues[i];
+        const struct cg_issue *is = cg_validate_first_error(&vr);
         cg_err_set(&call->err, CG_FAILED_PRECONDITION,
                    "field 'conversation': %zu issue(s) a provider would reject; first: %s at "
                    "message %lld: %.80s",
