@@ -8,6 +8,10 @@
 #   scripts/services.sh destroy DIR          stop both and delete DIR and its data
 #   scripts/services.sh pg-stop|pg-start|redis-stop|redis-start DIR
 #                                            one service only, same port (failure tests)
+#   scripts/services.sh pg-stop --immediate DIR   a crash: no checkpoint, recovery at start
+#   scripts/services.sh pg-freeze|pg-thaw|redis-freeze|redis-thaw DIR
+#                                            SIGSTOP/SIGCONT (PostgreSQL: the postmaster and
+#                                            every child): sockets stay open, nothing answers
 #   scripts/services.sh free-port [PREFERRED] print PREFERRED if free, else a free port
 #
 # Both listen on 127.0.0.1 only, on free ports picked here (never 5432/6379), so that
@@ -49,7 +53,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,13p' "$SELF" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,15p' "$SELF" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -253,10 +257,36 @@ pg_start() {
 }
 
 pg_stop() {
+    local mode=fast
+    ((IMMEDIATE)) && mode=immediate
     if pg_running; then
-        as_pg "$PG_BIN/pg_ctl" -D "$(pg_data)" -m fast -w -t 60 stop >/dev/null
-        log "PostgreSQL stopped"
+        # A frozen cluster (pg-freeze) would not see the stop request: thaw it first.
+        pg_signal CONT 2>/dev/null
+        as_pg "$PG_BIN/pg_ctl" -D "$(pg_data)" -m "$mode" -w -t 60 stop >/dev/null
+        log "PostgreSQL stopped ($mode)"
     fi
+}
+
+# The postmaster's pid, then its children's (backends, checkpointer, WAL writer, ...).
+pg_pids() {
+    local pm
+    pm=$(head -n 1 "$(pg_data)/postmaster.pid" 2>/dev/null || true)
+    alive "$pm" || die "PostgreSQL does not run in $(pg_data)"
+    echo "$pm"
+    # stat: pid (comm) state ppid ...; comm may hold spaces and parentheses. A process
+    # that exits meanwhile makes cat fail: not an error.
+    { cat /proc/[0-9]*/stat 2>/dev/null || true; } |
+        awk -v pm="$pm" '{ pid = $1; sub(/^.*\) /, ""); if ($2 == pm) print pid }'
+}
+
+# SIGSTOP (freeze) or SIGCONT (thaw) to the postmaster and its children, in one kill: the
+# postmaster comes first, so it forks no child that the signal would miss.
+pg_signal() {
+    local sig=$1 pids
+    pids=$(pg_pids)
+    # shellcheck disable=SC2086 # one word per pid
+    kill "-$sig" $pids 2>/dev/null || true
+    log "PostgreSQL sent SIG$sig"
 }
 
 # ---------------------------------------------------------------- Redis -----------
@@ -313,6 +343,7 @@ redis_start() {
 redis_stop() {
     local pid i
     pid=$(redis_pid) || return 0
+    kill -CONT "$pid" 2>/dev/null || true # frozen by redis-freeze: let it see the TERM
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < 100; i++)); do
         alive "$pid" || break
@@ -328,6 +359,7 @@ redis_stop() {
 # ---------------------------------------------------------------- commands --------
 
 FAST=0
+IMMEDIATE=0
 CMD=${1:-}
 [[ -n $CMD ]] || usage
 shift
@@ -343,6 +375,7 @@ fi
 while [[ ${1:-} == --* ]]; do
     case $1 in
     --fast) FAST=1 ;;
+    --immediate) IMMEDIATE=1 ;;
     *) usage ;;
     esac
     shift
@@ -424,6 +457,24 @@ pg-start)
 pg-stop)
     read_ports
     pg_stop
+    ;;
+pg-freeze)
+    pg_signal STOP
+    ;;
+pg-thaw)
+    # Nothing runs: nothing to thaw (a cleanup may thaw what a failed test left stopped).
+    pg_running || exit 0
+    pg_signal CONT
+    ;;
+redis-freeze | redis-thaw)
+    if ! pid=$(redis_pid); then
+        [[ $CMD == redis-thaw ]] && exit 0
+        die "Redis does not run for $DIR"
+    fi
+    sig=STOP
+    [[ $CMD == redis-thaw ]] && sig=CONT
+    kill "-$sig" "$pid"
+    log "Redis sent SIG$sig"
     ;;
 redis-start)
     with_lock
