@@ -114,10 +114,9 @@ class DurableServices:
         return r.stdout.strip()
 
     def close(self):
-        try:
-            self.sh("destroy")
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        # When destroy fails the directory stays: it names what still runs, and its logs.
+        self.sh("destroy")
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Log:
