@@ -49,10 +49,11 @@
  * Output of a timed mode, one line on stdout:
  *   mode=M ops=N calls=N ok=N failed=N statuses=OK:n[,CODE:n...] seconds=S per_s=R
  *   p50_us=A p99_us=B client_cpu_ms=C [decisions=...] [sources=...] [failed_ops=N]
- * ops are calls (health, check) or pairs; per_s is ops per second; p50/p99 are op
- * latencies; client_cpu_ms is this process's CPU time (user + system, every thread,
- * getrusage) over the measured window only. Exit status 0 when every call was OK, 3 when
- * some were not (the line is printed either way), 1/2 on errors/usage.
+ * ops are calls (health, check) or pairs; per_s counts only the ops that succeeded (every
+ * call OK; a pair's Reserve held tokens), per second: a run where calls fail is not fast;
+ * p50/p99 are the latencies of those ops; client_cpu_ms is this process's CPU time (user + system,
+ * every thread, getrusage) over the measured window only. Exit status 0 when every call was OK, 3
+ * when some were not (the line is printed either way), 1/2 on errors/usage.
  */
 #include <getopt.h>
 #include <math.h>
@@ -100,7 +101,7 @@ struct body {
 
 /* Counts of one thread, summed at the end. */
 struct tally {
-    long calls, ops, failed_ops;
+    long calls, ops, ok_ops, failed_ops;
     long codes[NCODES];
     long decisions[5]; /* Decision 0..4 */
     long sources[4];   /* BudgetSource 0..3 */
@@ -501,10 +502,12 @@ static bool slot_done(struct slot *s, double now, bool count)
     }
     if (op_over && count) {
         t->ops++;
-        if (op_ok)
+        if (op_ok) {
+            t->ok_ops++;
             tally_latency(t, now - s->op_start);
-        else
+        } else {
             t->failed_ops++;
+        }
     }
     free(msg);
     return op_over;
@@ -579,6 +582,7 @@ static int report(struct run *r, double seconds, double client_ms)
         struct tally *t = &r->workers[i].t;
         sum.calls += t->calls;
         sum.ops += t->ops;
+        sum.ok_ops += t->ok_ops;
         sum.failed_ops += t->failed_ops;
         for (int c = 0; c < NCODES; c++)
             sum.codes[c] += t->codes[c];
@@ -614,7 +618,7 @@ static int report(struct run *r, double seconds, double client_ms)
         first = false;
     }
     printf(" seconds=%.2f per_s=%.0f p50_us=%u p99_us=%u client_cpu_ms=%.0f", seconds,
-           seconds > 0 ? (double)sum.ops / seconds : 0.0, p50, p99, client_ms);
+           seconds > 0 ? (double)sum.ok_ops / seconds : 0.0, p50, p99, client_ms);
     if (o->mode == MODE_CHECK) {
         printf(" decisions=");
         first = true;
@@ -623,6 +627,8 @@ static int report(struct run *r, double seconds, double client_ms)
                 printf("%s%s:%ld", first ? "" : ",", decision_names[c], sum.decisions[c]);
                 first = false;
             }
+        if (first)
+            printf("none");
         printf(" sources=");
         first = true;
         for (int c = 0; c < 4; c++)
