@@ -157,6 +157,7 @@ struct run {
     atomic_int window_started;
 };
 
+/* The monotonic clock in µs. */
 static double now_us(void)
 {
     struct timespec ts;
@@ -164,6 +165,7 @@ static double now_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
+/* xorshift64*: the next 64 random bits of state *s (never 0). */
 static uint64_t rng_next(uint64_t *s)
 {
     uint64_t x = *s;
@@ -174,17 +176,20 @@ static uint64_t rng_next(uint64_t *s)
     return x * 0x2545F4914F6CDD1DULL;
 }
 
+/* A uniform double in [0, 1) from state *s. */
 static double rng_unit(uint64_t *s)
 {
     return (double)(rng_next(s) >> 11) / 9007199254740992.0;
 }
 
+/* Prints what and exits with status 1. */
 static void die(const char *what)
 {
     fprintf(stderr, "loadgen: %s\n", what);
     exit(1);
 }
 
+/* calloc that exits on failure (n may be 0). */
 static void *xcalloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size);
@@ -206,6 +211,7 @@ static struct body pack(const ProtobufCMessage *msg)
     return b;
 }
 
+/* Reads a protobuf varint at *p (advanced) into *v; false when it runs past end. */
 static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
     *v = 0;
@@ -258,6 +264,7 @@ static bool pb_field(const uint8_t *p, size_t len, unsigned field, uint64_t *val
 
 /* ------------------------------------------------------------------ layout ----- */
 
+/* Agents per task of the check layout (at least 1). */
 static long per_agent_task(const struct opts *o)
 {
     long n = o->agents / (o->sessions * o->tasks);
@@ -311,6 +318,7 @@ static long pick_agent(const struct run *r, struct slot *s)
     return n % 7919 != 0 ? (long)(((uint64_t)lo * 7919u) % (uint64_t)n) : lo;
 }
 
+/* The encoded CheckBudgetRequest of agent i. */
 static struct body check_body(const struct opts *o, long i)
 {
     char s[ID_MAX], t[ID_MAX], a[ID_MAX];
@@ -326,6 +334,7 @@ static struct body check_body(const struct opts *o, long i)
     return pack(&req.base);
 }
 
+/* The encoded ReserveRequest of a pairs slot on session/task. */
 static struct body reserve_body(const char *session, const char *task)
 {
     Ctxguard__V1__Scope scope = CTXGUARD__V1__SCOPE__INIT;
@@ -338,6 +347,7 @@ static struct body reserve_body(const char *session, const char *task)
     return pack(&req.base);
 }
 
+/* The encoded CommitRequest of reservation id (id_len bytes, not NUL-terminated). */
 static struct body commit_body(const uint8_t *id, size_t id_len)
 {
     char rid[ID_MAX];
@@ -356,6 +366,7 @@ static struct body commit_body(const uint8_t *id, size_t id_len)
 
 /* ------------------------------------------------------------------ engine ----- */
 
+/* Records one op latency (µs) in t; beyond MAX_LAT latencies they are no longer kept. */
 static void tally_latency(struct tally *t, double us)
 {
     if (t->nlat == t->cap) {
@@ -440,6 +451,7 @@ static uint8_t *slot_message(struct slot *s, size_t *len)
     return m;
 }
 
+/* Frees what the slot's finished call held (the call, buffers, metadata, details). */
 static void slot_release(struct slot *s)
 {
     grpc_call_unref(s->call);
@@ -452,6 +464,7 @@ static void slot_release(struct slot *s)
     grpc_slice_unref(s->details);
 }
 
+/* Keeps the first failure of t (code and details of s's call) for the report. */
 static void note_error(struct tally *t, struct slot *s)
 {
     if (t->first_error[0] != '\0')
@@ -513,6 +526,8 @@ static bool slot_done(struct slot *s, double now, bool count)
     return op_over;
 }
 
+/* A worker thread: starts its slots' first calls, then turns completions into the next
+ * calls until the end of the window, then waits for the calls in flight. */
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -557,12 +572,14 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* qsort order of uint32_t. */
 static int cmp_u32(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
 }
 
+/* User + system time of ru in ms. */
 static double cpu_ms(const struct rusage *ru)
 {
     return (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1e3 +
@@ -652,6 +669,7 @@ static int report(struct run *r, double seconds, double client_ms)
 
 /* ------------------------------------------------------------------ timed run --- */
 
+/* A plaintext channel to target with the arguments below (exits on failure). */
 static grpc_channel *channel_new(const char *target)
 {
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
@@ -707,6 +725,8 @@ static void load_pair_slots(struct run *r, long nslots, char (*keys)[256])
     r->nbodies = nslots;
 }
 
+/* A timed mode (health, check, pairs): builds the requests, channels, slots and workers,
+ * runs the window, prints the line. Returns the exit status (report). */
 static int timed_run(const struct opts *o)
 {
     struct run r;
@@ -807,6 +827,7 @@ static int timed_run(const struct opts *o)
 
 /* ------------------------------------------------------------------ setup ------ */
 
+/* A synchronous client of the setup modes (exits on failure). */
 static struct cg_client *client_new(const char *target, const char *key)
 {
     struct cg_client_opts co;
@@ -823,6 +844,7 @@ static struct cg_client *client_new(const char *target, const char *key)
     return c;
 }
 
+/* SetBudget limit on the scope s/t/a (all empty: the tenant). 0 or 1 (printed). */
 static int set_budget(struct cg_client *c, const char *s, const char *t, const char *a,
                       int64_t limit)
 {
@@ -855,12 +877,12 @@ struct setup_level {
     atomic_long next, errors;
 };
 
+/* A setup-check thread: SetBudget on items of its level until none is left or one failed. */
 static void *setup_main(void *arg)
 {
     struct setup_level *l = arg;
     const struct opts *o = l->o;
     struct cg_client *c = client_new(o->target, o->key);
-    long per_task = per_agent_task(o);
     for (;;) {
         long i = atomic_fetch_add(&l->next, 1);
         if (i >= l->count || atomic_load(&l->errors) > 0)
@@ -881,7 +903,6 @@ static void *setup_main(void *arg)
         if (rc != 0)
             atomic_fetch_add(&l->errors, 1);
     }
-    (void)per_task;
     cg_client_free(c);
     return NULL;
 }
@@ -924,6 +945,8 @@ static void print_check_sql(const struct opts *o, const char *tenant)
     printf("COMMIT;\n");
 }
 
+/* setup-check: the tenant's budget, then sessions, tasks and agents level by level through
+ * SetBudget, or (--sql) their rows as SQL on stdout. 0 or 1. */
 static int setup_check(const struct opts *o)
 {
     struct cg_client *c = client_new(o->target, o->key);
@@ -991,6 +1014,7 @@ static int tenant_new(struct cg_client *admin, const char *name, char *key, size
     return 0;
 }
 
+/* setup-pairs: the budgets (and tenants) of the layout, and the slots file. 0 or 1. */
 static int setup_pairs(const struct opts *o)
 {
     bool tenants = strcmp(o->layout, "tenants") == 0;
@@ -1040,6 +1064,7 @@ static int setup_pairs(const struct opts *o)
 
 /* ------------------------------------------------------------------ main ------- */
 
+/* Prints the usage and exits with status 2. */
 static void usage(void)
 {
     fprintf(stderr,
@@ -1052,6 +1077,7 @@ static void usage(void)
     exit(2);
 }
 
+/* s as an integer in lo..hi, else exits with status 2. */
 static long num(const char *s, long lo, long hi)
 {
     char *end;
@@ -1063,6 +1089,7 @@ static long num(const char *s, long lo, long hi)
     return v;
 }
 
+/* s as a number in lo..hi, else exits with status 2. */
 static double fnum(const char *s, double lo, double hi)
 {
     char *end;
@@ -1074,6 +1101,7 @@ static double fnum(const char *s, double lo, double hi)
     return v;
 }
 
+/* The command line into o (defaults filled); exits with status 2 on a bad one. */
 static void parse(int argc, char **argv, struct opts *o)
 {
     static const char *const modes[] = {"health", "check", "pairs", "setup-check", "setup-pairs"};
@@ -1200,6 +1228,7 @@ static void parse(int argc, char **argv, struct opts *o)
         die("pairs needs --slots FILE");
 }
 
+/* Runs the mode of argv[1]; see the head of this file. */
 int main(int argc, char **argv)
 {
     struct opts o;

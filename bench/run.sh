@@ -180,7 +180,7 @@ psql -X -q -v ON_ERROR_STOP=1 -d "$CTXGUARD_PG_DSN" -f "$OUT/fleet-setup.sql" >/
 : >"$OUT/loadgen-fleet.lines"
 for kind in health uniform zipf; do : >"$OUT/rounds-fleet-$kind"; done
 FLEET_BAD=0
-for _ in $(seq 1 "$ROUNDS"); do
+for round in $(seq 1 "$ROUNDS"); do
     for kind in health uniform zipf; do
         args=(health)
         [[ $kind == health ]] || args=(check --key "$KEY" --agents "$FLEET_AGENTS" --prefix fleet --dist "$kind")
@@ -188,7 +188,7 @@ for _ in $(seq 1 "$ROUNDS"); do
         line=$("${LG[@]}" "${args[@]}" --target "127.0.0.1:$PORT" --conns "$FLEET_CONNS" \
             --streams "$FLEET_STREAMS" --threads "$FLEET_THREADS" --seconds "$SECONDS_PER_RUN" \
             2>>"$OUT/loadgen-fleet.err") || rc=$?
-        echo "$kind $line" >>"$OUT/loadgen-fleet.lines"
+        echo "$round $kind $line" >>"$OUT/loadgen-fleet.lines"
         [[ $rc == 0 ]] || FLEET_BAD=1
         # "per_s p50 p99 client_cpu_us_per_call"
         /usr/bin/python3 - "$line" >>"$OUT/rounds-fleet-$kind" <<'PY'
@@ -205,7 +205,7 @@ import statistics, sys
 out, conc, agents = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rows = {k: [list(map(float, l.split())) for l in open(f"{out}/rounds-fleet-{k}") if l.strip()]
         for k in ("health", "uniform", "zipf")}
-lines = [l.split(" ", 1) for l in open(f"{out}/loadgen-fleet.lines") if l.strip()]
+lines = [l.split(" ", 2) for l in open(f"{out}/loadgen-fleet.lines") if l.strip()]
 med = {k: [statistics.median(c) for c in zip(*v)] for k, v in rows.items()}
 base = med["health"][0]
 print(f"\nCheckBudget over {agents:,} agents (loadgen, medians of {len(rows['health'])} rounds)")
@@ -221,10 +221,10 @@ for k in ("health", "uniform", "zipf"):
     print(f"{labels[k]:<34} {conc:5d} {m[0]:10.0f} {m[1]:9.0f} {m[2]:9.0f} {ratio:>7}  "
           f"{per_round:<16} {m[3]:10.1f}")
 bad = False
-for kind, line in lines:
+for rnd, kind, line in lines:
     f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
     extra = f" sources={f['sources']} decisions={f['decisions']}" if "sources" in f else ""
-    print(f"  {kind:<8} statuses={f.get('statuses', '?')}{extra}")
+    print(f"  round {rnd} {kind:<8} statuses={f.get('statuses', '?')}{extra}")
     if f.get("failed", "1") != "0":
         bad = True
 if bad:
