@@ -65,7 +65,8 @@ cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *
         return err->code != CG_OK ? err->code : CG_NOMEM;
     }
     cg_health_init(&app->health);
-    if (cfg->write_batching && (app->batcher = cg_budget_batcher_new()) == NULL)
+    if (cfg->write_batching && (app->batcher = cg_budget_batcher_new(
+                                    strcmp(cfg->write_batch_scope, "tenant") != 0)) == NULL)
         return cg_err_set(err, CG_NOMEM, "out of memory");
     /* Without a row TTL there is no cache at all (every CheckBudget goes to the pool). */
     if (cfg->cache_row_ttl_ms > 0) {

@@ -63,6 +63,8 @@
        "use-case preset when a request names none (budgets without a limit, compression)")         \
     XX(write_batching, BOOL, "true", 0, 0, NULL,                                                   \
        "group concurrent Reserves and Commits of a tenant into shared transactions")               \
+    XX(write_batch_scope, ENUM, "mixed", 0, 0, "mixed|tenant",                                     \
+       "mixed: a shared transaction takes several tenants' writes; tenant: one tenant's each")    \
     XX(cache_row_ttl_ms, INT, "1000", 0, 60000, NULL,                                              \
        "ms a budget row stays in the process cache for CheckBudget (0: no process cache)")         \
     XX(migrate_on_start, BOOL, "true", 0, 0, NULL,                                                 \

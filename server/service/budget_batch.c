@@ -2,22 +2,39 @@
  *
  * A durable write costs a WAL flush, and every write of a tenant locks the tenant's scope
  * row (store.h lock order), so one transaction per request caps a tenant at one request
- * per flush. Here concurrent Reserves and Commits of a tenant share transactions: a pool
- * thread that finds no batch running for its tenant becomes the tenant's leader and runs
- * batches of whatever has queued up until the queue is empty; the others queue their call
- * and return to the pool at once (the call is deferred: answered through its completion
- * callback). A batch is
+ * per flush, and costs each request a transaction's fixed statements and flush. Here
+ * concurrent Reserves and Commits share transactions: each tenant has a queue; a pool
+ * thread that finds its tenant's queue idle (and, when mixed, fewer than CG_BATCH_LEADERS
+ * leaders running) becomes a leader and runs batches of whatever has queued up until no
+ * queue is left that no other leader runs; the others queue their call and return to the
+ * pool at once (the call is deferred: answered through its completion callback). A tenant
+ * is in one running batch at a time (its group is busy), so its requests are decided in
+ * arrival order. A batch takes one tenant's queue, or (write_batch_scope = mixed, the
+ * default) the queues of several tenants, up to CG_BATCH_MAX requests: a workload of many
+ * small tenants then shares flushes as a hot tenant does. A batch is
  *
- *   BEGIN; lock the Commits' reservations (id order); lock every scope row of every path
- *   (tenant first); check the Reserves' idempotency keys; decide each request in arrival
- *   order on the locked counters (core/budget, as a request of its own would); write the
- *   new reservations, settlements, ledger entries and counters in one statement; append the
- *   events; COMMIT; answer.
+ *   BEGIN; then for each tenant in tenant_id order (a part): lock the Commits'
+ *   reservations (id order); lock every scope row of every path (tenant first); check the
+ *   Reserves' idempotency keys; decide each request in arrival order on the locked
+ *   counters (core/budget, as a request of its own would); write the new reservations,
+ *   settlements, ledger entries, counters and events in one statement; then COMMIT;
+ *   answer.
+ *
+ * Lock order: a mixed batch locks tenant after tenant in tenant_id order, each tenant's
+ * rows in store.h's order; every other transaction locks one tenant's rows only, and a
+ * tenant is in one batch at a time, so no cycle can form. Trade-off: a mixed batch is a
+ * transaction across tenants; with PostgreSQL distributed by tenant (Citus, a goal of the
+ * design) it becomes a multi-shard transaction (two-phase commit among the nodes it
+ * touches), which is allowed but costs more than a one-shard one: write_batch_scope =
+ * tenant keeps every batch on one tenant. One tenant's part failing (a row changed under
+ * it, a constraint) rolls back the whole batch, and every request goes to the one-request
+ * path, which decides it alone: no request is refused for another tenant's trouble.
  *
  * so a success reply still means committed, and decisions are those of the requests run
  * one after the other in a transaction each. A Reserve or Commit is first tried on its
  * completion-queue thread (rpc.h, try_inline): it joins its tenant's queue there when a
- * leader is running, with no hand-off to the pool; only a call that finds no leader goes
+ * running leader will take it (its tenant is busy, or no more leaders may start), with no
+ * hand-off to the pool; only a call that would lead goes
  * to the pool, whose thread then leads. What a batch does not decide itself goes to
  * the one-request path afterwards, on the leader's thread: idempotent replays, approvals,
  * expired or settled reservations, missing scopes, a due reset, a batch whose write fails
@@ -26,6 +43,7 @@
  */
 #include "service/budget_batch.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,11 +91,21 @@ union answer {
     struct cg_budget_commit_result commit;
 };
 
-/* A tenant's queue. */
+/* A tenant's queue. busy: some of its items are in a running batch (a tenant is in one
+ * running batch at a time, so its requests are decided in arrival order). */
 struct group {
     char tenant_id[CG_UUID_LEN + 1];
     struct item *head, *tail;
+    bool busy;
     struct group *next;
+};
+
+/* The items of one tenant in a batch: items[lo..hi), and its changed rows
+ * counters[cnt..cnt + ncnt) (after the write). */
+struct part {
+    struct group *group; /* busy while the batch runs: tenant_id stays valid */
+    int lo, hi;
+    int cnt, ncnt;
 };
 
 /* Where an item of the running batch stands. Answering an item is the last thing done
@@ -94,16 +122,22 @@ struct batch;
 
 struct cg_budget_batcher {
     pthread_mutex_t lock;
-    struct group *groups; /* tenants with a leader (their queue may be empty) */
+    struct group *groups; /* tenants with queued items or a running batch, oldest first */
     struct batch **spare; /* batch buffers not in use, for the next leader */
     int nspare, capspare;
+    int leaders;     /* threads leading batches now */
+    int max_leaders; /* mixed: CG_BATCH_LEADERS; per tenant: no bound */
+    bool mixed;      /* a batch may take several tenants */
 };
 
-struct cg_budget_batcher *cg_budget_batcher_new(void)
+struct cg_budget_batcher *cg_budget_batcher_new(bool mixed)
 {
     struct cg_budget_batcher *b = calloc(1, sizeof *b);
-    if (b != NULL)
+    if (b != NULL) {
         pthread_mutex_init(&b->lock, NULL);
+        b->mixed = mixed;
+        b->max_leaders = mixed ? CG_BATCH_LEADERS : INT_MAX;
+    }
     return b;
 }
 
@@ -215,9 +249,11 @@ static bool apply(struct rows *rows, const int *at, int n, const struct cg_usage
 /* Everything one batch holds; reused from batch to batch (nothing is cleared between
  * them: every array is written before it is read). */
 struct batch {
-    struct item *items[CG_BATCH_MAX];
+    struct item *items[CG_BATCH_MAX]; /* by tenant (parts), each tenant's in arrival order */
     item_state state[CG_BATCH_MAX];
     int n;
+    struct part parts[CG_BATCH_MAX];
+    int nparts;
     struct cg_scope_ids keys[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
     struct cg_budget_row rowbuf[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
     bool dirty[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
@@ -245,12 +281,13 @@ static void finish_error(struct batch *b, int i, cg_status st)
     it->done(it->done_ctx, st, NULL);
 }
 
-/* Locks the Commits' reservations; decides which Commits the batch can settle. */
-static cg_status lock_reservations(const struct cg_svc_env *env, const char *tenant,
+/* Locks the Commits' reservations of part p; decides which Commits the batch can settle. */
+static cg_status lock_reservations(const struct cg_svc_env *env, const struct part *p,
                                    struct batch *b, struct cg_err *serr)
 {
+    const char *tenant = p->group->tenant_id;
     int nres = 0;
-    for (int i = 0; i < b->n; i++) {
+    for (int i = p->lo; i < p->hi; i++) {
         struct item *it = b->items[i];
         if (it->kind != CG_BATCH_COMMIT || b->state[i] != ITEM_PENDING)
             continue;
@@ -276,9 +313,9 @@ static cg_status lock_reservations(const struct cg_svc_env *env, const char *ten
         int i = b->res_owner[j];
         /* Unknown, settled, past expiry or outside a scope-bound key's subtree: the
          * one-request path has the answers (NOT_FOUND for the last, nothing touched). */
-        const struct cg_principal *p = b->items[i]->op.principal;
+        const struct cg_principal *who = b->items[i]->op.principal;
         if (!b->found[j] || b->res[j].state != 1 ||
-            !cg_scope_within(p->scope_session_id, p->scope_task_id, b->res[j].ids.session_id,
+            !cg_scope_within(who->scope_session_id, who->scope_task_id, b->res[j].ids.session_id,
                              b->res[j].ids.task_id)) {
             b->state[i] = ITEM_FALLBACK;
             continue;
@@ -289,14 +326,15 @@ static cg_status lock_reservations(const struct cg_svc_env *env, const char *ten
     return CG_OK;
 }
 
-/* Locks every row of every path. *whole_fallback: the batch cannot decide (the tenant row
- * is missing or its period must reset first). */
-static cg_status lock_scopes(const struct cg_svc_env *env, const char *tenant, struct batch *b,
-                             struct rows *rows, int64_t now_ms, bool *whole_fallback,
+/* Locks every row of every path of part p into the batch's rows from row `base` on.
+ * *part_fallback: the batch cannot decide for this tenant (its tenant row is missing or its
+ * period must reset first). */
+static cg_status lock_scopes(const struct cg_svc_env *env, const struct part *p, struct batch *b,
+                             int base, struct rows *rows, int64_t now_ms, bool *part_fallback,
                              struct cg_err *serr)
 {
     int nkeys = 0;
-    for (int i = 0; i < b->n; i++) {
+    for (int i = p->lo; i < p->hi; i++) {
         if (b->state[i] != ITEM_PENDING)
             continue;
         const struct cg_scope_ids *ids = &b->items[i]->ids;
@@ -304,27 +342,28 @@ static cg_status lock_scopes(const struct cg_svc_env *env, const char *tenant, s
             cg_scope_prefix(ids, level, &b->keys[nkeys++]);
     }
     int nrows = 0;
-    cg_status st = cg_store_batch_lock_scopes(env->store, tenant, b->keys, nkeys, b->rowbuf,
-                                              CG_BATCH_MAX * CG_PATH_ROWS_MAX, &nrows, serr);
+    struct cg_budget_row *row = b->rowbuf + base;
+    cg_status st = cg_store_batch_lock_scopes(env->store, p->group->tenant_id, b->keys, nkeys, row,
+                                              CG_BATCH_MAX * CG_PATH_ROWS_MAX - base, &nrows, serr);
     if (st != CG_OK)
         return st;
-    rows->row = b->rowbuf;
-    rows->dirty = b->dirty;
+    rows->row = row;
+    rows->dirty = b->dirty + base;
     rows->n = nrows;
-    memset(b->dirty, 0, sizeof b->dirty);
+    memset(rows->dirty, 0, (size_t)nrows * sizeof *rows->dirty);
     for (int i = 0; i < nrows; i++)
-        b->locked_share[i] = cg_store_alloc_share(&b->rowbuf[i]);
-    *whole_fallback = nrows == 0 || b->rowbuf[0].level != 1 ||
-                      (b->rowbuf[0].next_reset_ms != 0 && b->rowbuf[0].next_reset_ms <= now_ms);
+        b->locked_share[base + i] = cg_store_alloc_share(&row[i]);
+    *part_fallback = nrows == 0 || row[0].level != 1 ||
+                     (row[0].next_reset_ms != 0 && row[0].next_reset_ms <= now_ms);
     return CG_OK;
 }
 
 /* Idempotency keys of the Reserves: a key seen before is a replay (one-request path). */
-static cg_status check_keys(const struct cg_svc_env *env, const char *tenant, struct batch *b,
+static cg_status check_keys(const struct cg_svc_env *env, const struct part *p, struct batch *b,
                             struct cg_err *serr)
 {
     int nkeys = 0;
-    for (int i = 0; i < b->n; i++) {
+    for (int i = p->lo; i < p->hi; i++) {
         struct item *it = b->items[i];
         if (it->kind != CG_BATCH_RESERVE || b->state[i] != ITEM_PENDING)
             continue;
@@ -341,8 +380,8 @@ static cg_status check_keys(const struct cg_svc_env *env, const char *tenant, st
         b->keys_text[nkeys] = req->idempotency_key;
         b->key_owner[nkeys++] = i;
     }
-    cg_status st =
-        cg_store_batch_keys_used(env->store, tenant, b->keys_text, nkeys, b->key_used, serr);
+    cg_status st = cg_store_batch_keys_used(env->store, p->group->tenant_id, b->keys_text, nkeys,
+                                            b->key_used, serr);
     if (st != CG_OK)
         return st;
     for (int j = 0; j < nkeys; j++)
@@ -552,11 +591,11 @@ static int coalesce_usage_events(struct cg_event_in *events, int n)
 
 /* After COMMIT: the calibration of the batch's Commits, one statement for all of them,
  * best effort (cg_calibration_apply logs trouble; the answers stand). */
-static void calibrate(const struct cg_svc_env *env, const char *tenant, struct batch *b)
+static void calibrate(const struct cg_svc_env *env, const struct part *p, struct batch *b)
 {
     struct cg_calibration_sample samples[CG_BATCH_MAX];
     int k = 0;
-    for (int i = 0; i < b->n; i++) {
+    for (int i = p->lo; i < p->hi; i++) {
         struct item *it = b->items[i];
         if (it->kind != CG_BATCH_COMMIT || b->state[i] != ITEM_BATCHED)
             continue;
@@ -571,8 +610,8 @@ static void calibrate(const struct cg_svc_env *env, const char *tenant, struct b
     }
     if (k == 0)
         return;
-    cg_calibration_apply(env, tenant, NULL, samples, k);
-    for (int i = 0, j = 0; i < b->n && j < k; i++) {
+    cg_calibration_apply(env, p->group->tenant_id, NULL, samples, k);
+    for (int i = p->lo, j = 0; i < p->hi && j < k; i++) {
         struct item *it = b->items[i];
         if (it->kind == CG_BATCH_COMMIT && b->state[i] == ITEM_BATCHED &&
             it->cal.estimate_id[0] != '\0')
@@ -580,74 +619,106 @@ static void calibrate(const struct cg_svc_env *env, const char *tenant, struct b
     }
 }
 
-/* Decides and writes what it can of the batch in one transaction. CG_OK when committed
- * (or when there was nothing to write); otherwise serr says why and nothing is. */
-static cg_status decide_and_write(const struct cg_svc_env *env, const char *tenant, struct batch *b,
-                                  int64_t now_ms, bool *whole_fallback, struct cg_err *serr)
+/* How far the parts decided so far have filled the batch's shared arrays: each part writes
+ * its own slice of them. */
+struct tally {
+    int rows, n_new, n_settle, n_events, n_counters;
+};
+
+/* Inside the batch's transaction: locks, decides and writes tenant part p, its slices of
+ * the batch's arrays starting at *t (which grows by what it adds). The items of a tenant the
+ * batch cannot decide for (tenant row missing, reset due) become ITEM_FALLBACK. */
+static cg_status decide_part(const struct cg_svc_env *env, struct batch *b, struct part *p,
+                             int64_t now_ms, struct tally *t, struct cg_err *serr)
 {
     struct rows rows = {0};
-    int n_new = 0, n_settle = 0, n_events = 0;
-    cg_status st = cg_store_begin(env->store, serr);
+    bool part_fallback = false;
+    int base = t->rows, new0 = t->n_new, settle0 = t->n_settle, ev0 = t->n_events;
+    p->cnt = t->n_counters;
+    p->ncnt = 0;
+    cg_status st = lock_reservations(env, p, b, serr);
     if (st == CG_OK)
-        st = lock_reservations(env, tenant, b, serr);
-    if (st == CG_OK)
-        st = lock_scopes(env, tenant, b, &rows, now_ms, whole_fallback, serr);
-    if (st == CG_OK && !*whole_fallback)
-        st = check_keys(env, tenant, b, serr);
-    if (st != CG_OK || *whole_fallback) {
-        cg_store_rollback(env->store);
+        st = lock_scopes(env, p, b, base, &rows, now_ms, &part_fallback, serr);
+    if (st == CG_OK && !part_fallback)
+        st = check_keys(env, p, b, serr);
+    if (st != CG_OK)
         return st;
-    }
-    for (int i = 0; i < b->n; i++) {
+    for (int i = p->lo; i < p->hi && part_fallback; i++)
+        if (b->state[i] == ITEM_PENDING)
+            b->state[i] = ITEM_FALLBACK;
+    if (part_fallback)
+        return CG_OK;
+    t->rows += rows.n;
+    for (int i = p->lo; i < p->hi; i++) {
         if (b->state[i] != ITEM_PENDING)
             continue;
         if (b->items[i]->kind == CG_BATCH_RESERVE)
-            decide_reserve(env, b, &rows, i, &n_new, &n_events);
+            decide_reserve(env, b, &rows, i, &t->n_new, &t->n_events);
         else
-            decide_commit(env, b, &rows, i, &n_settle, &n_events);
+            decide_commit(env, b, &rows, i, &t->n_settle, &t->n_events);
     }
-    if (n_new + n_settle == 0) {
-        cg_store_rollback(env->store);
-        return CG_OK;
-    }
-    n_events = coalesce_usage_events(b->events, n_events);
-    int n_counters = 0;
+    if (t->n_new == new0 && t->n_settle == settle0)
+        return CG_OK; /* refusals only: nothing to write */
+    int n_events = coalesce_usage_events(b->events + ev0, t->n_events - ev0);
+    t->n_events = ev0 + n_events;
     for (int i = 0; i < rows.n; i++)
         if (rows.dirty[i]) {
-            b->share0[n_counters] = b->locked_share[i];
-            b->counters[n_counters++] = rows.row[i];
+            b->share0[t->n_counters] = b->locked_share[base + i];
+            b->counters[t->n_counters++] = rows.row[i];
         }
+    p->ncnt = t->n_counters - p->cnt;
     struct cg_batch_write w = {
-        .new_res = b->new_res,
-        .n_new = n_new,
-        .settle = b->settle,
-        .n_settle = n_settle,
-        .ledger = b->ledger,
-        .n_ledger = n_settle,
-        .counters = b->counters,
-        .n_counters = n_counters,
-        .events = b->events,
+        .new_res = b->new_res + new0,
+        .n_new = t->n_new - new0,
+        .settle = b->settle + settle0,
+        .n_settle = t->n_settle - settle0,
+        .ledger = b->ledger + settle0,
+        .n_ledger = t->n_settle - settle0,
+        .counters = b->counters + p->cnt,
+        .n_counters = p->ncnt,
+        .events = b->events + ev0,
         .n_events = n_events,
         .now_ms = now_ms,
     };
-    st = cg_store_batch_write(env->store, tenant, &w, serr);
+    return cg_store_batch_write(env->store, p->group->tenant_id, &w, serr);
+}
+
+/* Decides and writes what it can of the batch, every tenant part in one transaction (parts
+ * in tenant_id order). CG_OK when committed (or when there was nothing to write); otherwise
+ * serr says why and nothing is. */
+static cg_status decide_and_write(const struct cg_svc_env *env, struct batch *b, int64_t now_ms,
+                                  struct cg_err *serr)
+{
+    struct tally t = {0};
+    cg_status st = cg_store_begin(env->store, serr);
+    for (int k = 0; st == CG_OK && k < b->nparts; k++)
+        st = decide_part(env, b, &b->parts[k], now_ms, &t, serr);
+    if (st == CG_OK && t.n_new + t.n_settle == 0) {
+        cg_store_rollback(env->store);
+        return CG_OK;
+    }
     if (st == CG_OK)
         st = cg_store_commit(env->store, serr);
     if (st != CG_OK) {
         cg_store_rollback(env->store);
         return st;
     }
-    /* The trigger bumped the row_version of each parent whose allocated_tokens it moved
-     * (allocated_tokens itself was mirrored item by item). */
-    cg_store_alloc_mirror(b->counters, n_counters, b->share0, false);
-    /* The caches of CheckBudget learn the rows as committed (with their new row_version). */
-    cg_cache_written(env, tenant, b->counters, n_counters);
-    calibrate(env, tenant, b);
+    for (int k = 0; k < b->nparts; k++) {
+        const struct part *p = &b->parts[k];
+        if (p->ncnt == 0)
+            continue;
+        /* The trigger bumped the row_version of each parent whose allocated_tokens it
+         * moved (allocated_tokens itself was mirrored item by item). */
+        cg_store_alloc_mirror(b->counters + p->cnt, p->ncnt, b->share0 + p->cnt, false);
+        /* The caches of CheckBudget learn the rows as committed (new row_version). */
+        cg_cache_written(env, p->group->tenant_id, b->counters + p->cnt, p->ncnt);
+        calibrate(env, p, b);
+    }
     return CG_OK;
 }
 
-/* Runs one batch of a tenant's items on this thread's store and answers every item. */
-static void run_batch(const struct cg_svc_env *env, const char *tenant, struct batch *b)
+/* Runs one batch on this thread's store and answers every item. */
+static void run_batch(const struct cg_svc_env *env, struct batch *b)
 {
     struct cg_err serr;
     cg_err_clear(&serr);
@@ -663,21 +734,19 @@ static void run_batch(const struct cg_svc_env *env, const char *tenant, struct b
     }
     cg_store_set_deadline(env->store, latest);
     int64_t now_ms = cg_wall_ms();
-    bool whole_fallback = false;
     int64_t t0 = cg_mono_ms();
-    cg_status st = decide_and_write(env, tenant, b, now_ms, &whole_fallback, &serr);
-    cg_log(CG_LOG_DEBUG, "rpc_batch", NULL, "batch n=%d ms=%lld st=%d", b->n,
+    cg_status st = decide_and_write(env, b, now_ms, &serr);
+    cg_log(CG_LOG_DEBUG, "rpc_batch", NULL, "batch n=%d tenants=%d ms=%lld st=%d", b->n, b->nparts,
            (long long)(cg_mono_ms() - t0), (int)st);
     bool unreachable = serr.code == CG_UNAVAILABLE || serr.code == CG_DEADLINE_EXCEEDED;
     if (st != CG_OK && !unreachable && b->n > 0)
         cg_log(CG_LOG_INFO, "rpc_batch", NULL,
-               "batch of %d failed (%s: %s); its requests run one by one", b->n,
-               cg_status_str(serr.code), serr.msg);
+               "batch of %d (%d tenants) failed (%s: %s); its requests run one by one", b->n,
+               b->nparts, cg_status_str(serr.code), serr.msg);
     for (int i = 0; i < b->n; i++) {
         if (b->state[i] == ITEM_DONE)
             continue;
-        if (st == CG_OK && !whole_fallback &&
-            (b->state[i] == ITEM_BATCHED || b->state[i] == ITEM_DENIED))
+        if (st == CG_OK && (b->state[i] == ITEM_BATCHED || b->state[i] == ITEM_DENIED))
             answer(b, i, now_ms);
         else if (st != CG_OK && unreachable)
             finish_error(b, i, cg_op_store_error(&b->items[i]->op, &serr));
@@ -710,6 +779,16 @@ static void group_remove(struct cg_budget_batcher *bt, struct group *g)
     }
 }
 
+/* Under the lock: puts g last among the groups (the others get their turn first). */
+static void group_append(struct cg_budget_batcher *bt, struct group *g)
+{
+    struct group **p = &bt->groups;
+    while (*p != NULL)
+        p = &(*p)->next;
+    g->next = NULL;
+    *p = g;
+}
+
 /* Under the lock: a batch buffer, spare or new (NULL when out of memory). */
 static struct batch *batch_take(struct cg_budget_batcher *bt)
 {
@@ -734,30 +813,83 @@ static void batch_give_back(struct cg_budget_batcher *bt, struct batch *b)
     bt->spare[bt->nspare++] = b;
 }
 
-/* Leads the tenant's batches until its queue is empty, then frees the group. */
-static void lead(const struct cg_svc_env *env, struct group *g, struct batch *b)
+static int part_cmp(const void *x, const void *y)
 {
-    struct cg_budget_batcher *bt = env->batcher;
-    for (;;) {
-        pthread_mutex_lock(&bt->lock);
-        int n = 0;
-        while (g->head != NULL && n < CG_BATCH_MAX) {
-            b->items[n++] = g->head;
+    const struct part *a = x, *b = y;
+    return strcmp(a->group->tenant_id, b->group->tenant_id);
+}
+
+/* Under the lock: fills b with the queued items of groups no batch is running (one group
+ * unless the batcher is mixed), up to CG_BATCH_MAX items; tenants in tenant_id order (the
+ * lock order of a batch of several tenants), each tenant's items in arrival order. Those
+ * groups become busy. Returns b->n (0: nothing to do). */
+static int batch_fill(struct cg_budget_batcher *bt, struct batch *b)
+{
+    b->n = 0;
+    b->nparts = 0;
+    int queued = 0;
+    for (struct group *g = bt->groups; g != NULL && queued < CG_BATCH_MAX; g = g->next) {
+        if (g->busy || g->head == NULL)
+            continue;
+        if (!bt->mixed && b->nparts == 1)
+            break;
+        g->busy = true;
+        b->parts[b->nparts++] = (struct part){.group = g};
+        for (const struct item *it = g->head; it != NULL && queued < CG_BATCH_MAX; it = it->next)
+            queued++;
+    }
+    qsort(b->parts, (size_t)b->nparts, sizeof *b->parts, part_cmp);
+    int kept = 0;
+    for (int k = 0; k < b->nparts; k++) {
+        struct part p = b->parts[k];
+        struct group *g = p.group;
+        p.lo = b->n;
+        while (g->head != NULL && b->n < CG_BATCH_MAX) {
+            b->items[b->n++] = g->head;
             g->head = g->head->next;
         }
         if (g->head == NULL)
             g->tail = NULL;
-        if (n == 0) {
-            group_remove(bt, g);
-            batch_give_back(bt, b);
-            pthread_mutex_unlock(&bt->lock);
-            free(g);
-            return;
-        }
-        pthread_mutex_unlock(&bt->lock);
-        b->n = n;
-        run_batch(env, g->tenant_id, b);
+        p.hi = b->n;
+        if (p.hi > p.lo)
+            b->parts[kept++] = p;
+        else
+            g->busy = false; /* the batch filled up before its turn */
     }
+    b->nparts = kept;
+    return b->n;
+}
+
+/* Under the lock, after batch b: its groups are free again; the empty ones go, the others
+ * queue behind the groups that waited. */
+static void batch_release(struct cg_budget_batcher *bt, struct batch *b)
+{
+    for (int k = 0; k < b->nparts; k++) {
+        struct group *g = b->parts[k].group;
+        g->busy = false;
+        group_remove(bt, g);
+        if (g->head == NULL)
+            free(g);
+        else
+            group_append(bt, g);
+    }
+    b->nparts = 0;
+}
+
+/* Leads batches until no group has queued items that no other leader runs. */
+static void lead(const struct cg_svc_env *env, struct batch *b)
+{
+    struct cg_budget_batcher *bt = env->batcher;
+    pthread_mutex_lock(&bt->lock);
+    while (batch_fill(bt, b) > 0) {
+        pthread_mutex_unlock(&bt->lock);
+        run_batch(env, b);
+        pthread_mutex_lock(&bt->lock);
+        batch_release(bt, b);
+    }
+    bt->leaders--;
+    batch_give_back(bt, b);
+    pthread_mutex_unlock(&bt->lock);
 }
 
 cg_status cg_budget_batch_submit(const struct cg_svc_env *env, const struct cg_op *op,
@@ -782,32 +914,36 @@ cg_status cg_budget_batch_submit(const struct cg_svc_env *env, const struct cg_o
     }
 
     struct cg_budget_batcher *bt = env->batcher;
-    struct group *mine = NULL;
     struct batch *b = NULL;
     pthread_mutex_lock(&bt->lock);
     const char *tenant = op->principal->tenant_id;
     struct group *g = group_find(bt, tenant);
-    if (g == NULL && env->store == NULL) {
-        /* A completion-queue thread only joins a running batch: leading one takes a
-         * store, so the transport runs the call again on the pool. */
+    /* A busy tenant's running leader takes the item after its batch; so does any running
+     * leader when no other may start. Otherwise this thread leads. */
+    bool leads = (g == NULL || !g->busy) && bt->leaders < bt->max_leaders;
+    if (leads && env->store == NULL) {
+        /* A completion-queue thread only joins: leading takes a store, so the transport
+         * runs the call again on the pool. */
         pthread_mutex_unlock(&bt->lock);
         *fate = CG_OP_NEEDS_STORE;
         return CG_OK;
     }
-    if (g == NULL) {
-        /* Nobody leads this tenant: this thread will, until the queue runs dry. */
-        g = calloc(1, sizeof *g);
-        b = g ? batch_take(bt) : NULL;
-        if (b == NULL) {
-            pthread_mutex_unlock(&bt->lock);
-            free(g);
-            return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
-        }
+    bool made = g == NULL;
+    if (made && (g = calloc(1, sizeof *g)) != NULL) {
         memcpy(g->tenant_id, tenant, sizeof g->tenant_id);
-        g->next = bt->groups;
-        bt->groups = g;
-        mine = g;
+        group_append(bt, g);
     }
+    if (g != NULL && leads && (b = batch_take(bt)) == NULL && made) {
+        group_remove(bt, g);
+        free(g);
+        g = NULL;
+    }
+    if (g == NULL || (leads && b == NULL)) {
+        pthread_mutex_unlock(&bt->lock);
+        return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    if (leads)
+        bt->leaders++;
     if (g->tail != NULL)
         g->tail->next = it;
     else
@@ -817,7 +953,7 @@ cg_status cg_budget_batch_submit(const struct cg_svc_env *env, const struct cg_o
     /* From here on the call may be answered (and gone) at any moment: the fate is written
      * to the caller's frame, never to anything of op. */
     *fate = CG_OP_HANDED_ON;
-    if (mine != NULL)
-        lead(env, mine, b);
+    if (b != NULL)
+        lead(env, b);
     return CG_OK;
 }
