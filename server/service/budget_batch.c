@@ -100,11 +100,13 @@ struct group {
     struct group *next;
 };
 
-/* The items of one tenant in a batch: items[lo..hi), and its changed rows
- * counters[cnt..cnt + ncnt) (after the write). */
+/* The items of one tenant in a batch: items[lo..hi), its locked rows rowbuf[row..row +
+ * nrows) and its changed rows counters[cnt..cnt + ncnt) (after the write). */
 struct part {
-    struct group *group; /* busy while the batch runs: tenant_id stays valid */
+    struct group *group;          /* busy while the batch runs */
+    char tenant[CG_UUID_LEN + 1]; /* canonical; "" when the id is not a UUID */
     int lo, hi;
+    int row, nrows;
     int cnt, ncnt;
 };
 
@@ -255,22 +257,28 @@ struct batch {
     struct part parts[CG_BATCH_MAX];
     int nparts;
     struct cg_scope_ids keys[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
+    const char *key_tenant[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
     struct cg_budget_row rowbuf[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
+    char row_tenant[CG_BATCH_MAX * CG_PATH_ROWS_MAX][CG_UUID_LEN + 1];
     bool dirty[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
     char res_ids[CG_BATCH_MAX][CG_UUID_LEN + 1];
     struct cg_reservation res[CG_BATCH_MAX];
     bool found[CG_BATCH_MAX];
     int res_owner[CG_BATCH_MAX];
+    const char *res_tenant[CG_BATCH_MAX];
     const char *keys_text[CG_BATCH_MAX];
     bool key_used[CG_BATCH_MAX];
     int key_owner[CG_BATCH_MAX];
+    const char *keys_tenant[CG_BATCH_MAX];
     struct cg_batch_new new_res[CG_BATCH_MAX];
     struct cg_batch_settle settle[CG_BATCH_MAX];
     struct cg_batch_ledger ledger[CG_BATCH_MAX];
     struct cg_budget_row counters[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
+    const char *counter_tenant[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
     int64_t locked_share[CG_BATCH_MAX * CG_PATH_ROWS_MAX]; /* each locked row's share */
     int64_t share0[CG_BATCH_MAX * CG_PATH_ROWS_MAX];       /* of counters[], as locked */
     struct cg_event_in events[CG_BATCH_MAX * (CG_PATH_MAX * CG_LEVEL_EVENTS_MAX + 1)];
+    const char *event_tenant[CG_BATCH_MAX * (CG_PATH_MAX * CG_LEVEL_EVENTS_MAX + 1)];
 };
 
 /* Answers item i now (an error), which is the last thing done with it. */
@@ -281,32 +289,37 @@ static void finish_error(struct batch *b, int i, cg_status st)
     it->done(it->done_ctx, st, NULL);
 }
 
-/* Locks the Commits' reservations of part p; decides which Commits the batch can settle. */
-static cg_status lock_reservations(const struct cg_svc_env *env, const struct part *p,
-                                   struct batch *b, struct cg_err *serr)
+/* Locks the Commits' reservations of every part (one statement); decides which Commits
+ * the batch can settle. */
+static cg_status lock_reservations(const struct cg_svc_env *env, struct batch *b,
+                                   struct cg_err *serr)
 {
-    const char *tenant = p->group->tenant_id;
     int nres = 0;
-    for (int i = p->lo; i < p->hi; i++) {
-        struct item *it = b->items[i];
-        if (it->kind != CG_BATCH_COMMIT || b->state[i] != ITEM_PENDING)
-            continue;
-        if (!cg_store_uuid_canonical(it->commit.reservation_id, it->reservation_id)) {
-            b->state[i] = ITEM_FALLBACK; /* the one-request path says NOT_FOUND as ever */
-            continue;
+    for (int k = 0; k < b->nparts; k++) {
+        const struct part *p = &b->parts[k];
+        int first = nres; /* a reservation id twice within one tenant: a replay */
+        for (int i = p->lo; i < p->hi; i++) {
+            struct item *it = b->items[i];
+            if (it->kind != CG_BATCH_COMMIT || b->state[i] != ITEM_PENDING)
+                continue;
+            if (!cg_store_uuid_canonical(it->commit.reservation_id, it->reservation_id)) {
+                b->state[i] = ITEM_FALLBACK; /* the one-request path says NOT_FOUND as ever */
+                continue;
+            }
+            bool twice = false;
+            for (int j = first; j < nres; j++)
+                twice |= strcmp(b->res_ids[j], it->reservation_id) == 0;
+            if (twice) {
+                b->state[i] = ITEM_FALLBACK; /* the second Commit of one reservation */
+                continue;
+            }
+            memcpy(b->res_ids[nres], it->reservation_id, CG_UUID_LEN + 1);
+            b->res_tenant[nres] = p->tenant;
+            b->res_owner[nres++] = i;
         }
-        bool twice = false;
-        for (int j = 0; j < nres; j++)
-            twice |= strcmp(b->res_ids[j], it->reservation_id) == 0;
-        if (twice) {
-            b->state[i] = ITEM_FALLBACK; /* the second Commit of one reservation: a replay */
-            continue;
-        }
-        memcpy(b->res_ids[nres], it->reservation_id, CG_UUID_LEN + 1);
-        b->res_owner[nres++] = i;
     }
-    cg_status st = cg_store_batch_lock_reservations(env->store, tenant, b->res_ids, nres, b->res,
-                                                    b->found, serr);
+    cg_status st = cg_store_batch_lock_reservations(env->store, b->res_tenant, b->res_ids, nres,
+                                                    b->res, b->found, serr);
     if (st != CG_OK)
         return st;
     for (int j = 0; j < nres; j++) {
@@ -326,61 +339,87 @@ static cg_status lock_reservations(const struct cg_svc_env *env, const struct pa
     return CG_OK;
 }
 
-/* Locks every row of every path of part p into the batch's rows from row `base` on.
- * *part_fallback: the batch cannot decide for this tenant (its tenant row is missing or its
- * period must reset first). */
-static cg_status lock_scopes(const struct cg_svc_env *env, const struct part *p, struct batch *b,
-                             int base, struct rows *rows, int64_t now_ms, bool *part_fallback,
+/* Whether part p's items go to the one-request path: its tenant row is missing (or the
+ * id is no tenant) or its period must reset first. */
+static bool part_falls_back(const struct batch *b, const struct part *p, int64_t now_ms)
+{
+    const struct cg_budget_row *r = &b->rowbuf[p->row];
+    return p->nrows == 0 || r->level != 1 || (r->next_reset_ms != 0 && r->next_reset_ms <= now_ms);
+}
+
+/* Locks every row of every path of every part (one statement) and gives each part its
+ * rows; the items of a part that cannot be decided become ITEM_FALLBACK. */
+static cg_status lock_scopes(const struct cg_svc_env *env, struct batch *b, int64_t now_ms,
                              struct cg_err *serr)
 {
     int nkeys = 0;
-    for (int i = p->lo; i < p->hi; i++) {
-        if (b->state[i] != ITEM_PENDING)
-            continue;
-        const struct cg_scope_ids *ids = &b->items[i]->ids;
-        for (int level = 1; level <= cg_scope_level(ids); level++)
-            cg_scope_prefix(ids, level, &b->keys[nkeys++]);
+    for (int k = 0; k < b->nparts; k++) {
+        const struct part *p = &b->parts[k];
+        for (int i = p->lo; i < p->hi; i++) {
+            if (b->state[i] != ITEM_PENDING)
+                continue;
+            const struct cg_scope_ids *ids = &b->items[i]->ids;
+            for (int level = 1; level <= cg_scope_level(ids); level++) {
+                b->key_tenant[nkeys] = p->tenant;
+                cg_scope_prefix(ids, level, &b->keys[nkeys++]);
+            }
+        }
     }
     int nrows = 0;
-    struct cg_budget_row *row = b->rowbuf + base;
-    cg_status st = cg_store_batch_lock_scopes(env->store, p->group->tenant_id, b->keys, nkeys, row,
-                                              CG_BATCH_MAX * CG_PATH_ROWS_MAX - base, &nrows, serr);
+    cg_status st =
+        cg_store_batch_lock_scopes(env->store, b->key_tenant, b->keys, nkeys, b->rowbuf,
+                                   b->row_tenant, CG_BATCH_MAX * CG_PATH_ROWS_MAX, &nrows, serr);
     if (st != CG_OK)
         return st;
-    rows->row = row;
-    rows->dirty = b->dirty + base;
-    rows->n = nrows;
-    memset(rows->dirty, 0, (size_t)nrows * sizeof *rows->dirty);
-    for (int i = 0; i < nrows; i++)
-        b->locked_share[base + i] = cg_store_alloc_share(&row[i]);
-    *part_fallback = nrows == 0 || row[0].level != 1 ||
-                     (row[0].next_reset_ms != 0 && row[0].next_reset_ms <= now_ms);
+    memset(b->dirty, 0, (size_t)nrows * sizeof *b->dirty);
+    for (int r = 0; r < nrows; r++)
+        b->locked_share[r] = cg_store_alloc_share(&b->rowbuf[r]);
+    /* The rows come by tenant in the parts' order (both that of the canonical ids). */
+    int r = 0;
+    for (int k = 0; k < b->nparts; k++) {
+        struct part *p = &b->parts[k];
+        p->row = r;
+        while (r < nrows && strcmp(b->row_tenant[r], p->tenant) == 0)
+            r++;
+        p->nrows = r - p->row;
+        bool fallback = part_falls_back(b, p, now_ms);
+        for (int i = p->lo; i < p->hi && fallback; i++)
+            if (b->state[i] == ITEM_PENDING)
+                b->state[i] = ITEM_FALLBACK;
+    }
+    if (r != nrows)
+        return cg_err_set(serr, CG_INTERNAL, "batch: scope rows of no tenant of the batch");
     return CG_OK;
 }
 
-/* Idempotency keys of the Reserves: a key seen before is a replay (one-request path). */
-static cg_status check_keys(const struct cg_svc_env *env, const struct part *p, struct batch *b,
-                            struct cg_err *serr)
+/* Idempotency keys of the Reserves (one statement): a key seen before is a replay
+ * (one-request path). */
+static cg_status check_keys(const struct cg_svc_env *env, struct batch *b, struct cg_err *serr)
 {
     int nkeys = 0;
-    for (int i = p->lo; i < p->hi; i++) {
-        struct item *it = b->items[i];
-        if (it->kind != CG_BATCH_RESERVE || b->state[i] != ITEM_PENDING)
-            continue;
-        const struct cg_budget_reserve_request *req = &it->reserve;
-        if (req->idempotency_key[0] == '\0')
-            continue;
-        bool twice = false;
-        for (int j = 0; j < nkeys; j++)
-            twice |= strcmp(b->keys_text[j], req->idempotency_key) == 0;
-        if (twice) {
-            b->state[i] = ITEM_FALLBACK;
-            continue;
+    for (int k = 0; k < b->nparts; k++) {
+        const struct part *p = &b->parts[k];
+        int first = nkeys;
+        for (int i = p->lo; i < p->hi; i++) {
+            struct item *it = b->items[i];
+            if (it->kind != CG_BATCH_RESERVE || b->state[i] != ITEM_PENDING)
+                continue;
+            const struct cg_budget_reserve_request *req = &it->reserve;
+            if (req->idempotency_key[0] == '\0')
+                continue;
+            bool twice = false;
+            for (int j = first; j < nkeys; j++)
+                twice |= strcmp(b->keys_text[j], req->idempotency_key) == 0;
+            if (twice) {
+                b->state[i] = ITEM_FALLBACK;
+                continue;
+            }
+            b->keys_text[nkeys] = req->idempotency_key;
+            b->keys_tenant[nkeys] = p->tenant;
+            b->key_owner[nkeys++] = i;
         }
-        b->keys_text[nkeys] = req->idempotency_key;
-        b->key_owner[nkeys++] = i;
     }
-    cg_status st = cg_store_batch_keys_used(env->store, p->group->tenant_id, b->keys_text, nkeys,
+    cg_status st = cg_store_batch_keys_used(env->store, b->keys_tenant, b->keys_text, nkeys,
                                             b->key_used, serr);
     if (st != CG_OK)
         return st;
@@ -619,36 +658,21 @@ static void calibrate(const struct cg_svc_env *env, const struct part *p, struct
     }
 }
 
-/* How far the parts decided so far have filled the batch's shared arrays: each part writes
- * its own slice of them. */
+/* How far the parts decided so far have filled the batch's write arrays: each part
+ * appends its own slice. */
 struct tally {
-    int rows, n_new, n_settle, n_events, n_counters;
+    int n_new, n_settle, n_events, n_counters;
 };
 
-/* Inside the batch's transaction: locks, decides and writes tenant part p, its slices of
- * the batch's arrays starting at *t (which grows by what it adds). The items of a tenant the
- * batch cannot decide for (tenant row missing, reset due) become ITEM_FALLBACK. */
-static cg_status decide_part(const struct cg_svc_env *env, struct batch *b, struct part *p,
-                             int64_t now_ms, struct tally *t, struct cg_err *serr)
+/* Decides the items of part p on its locked rows, appending what it writes at *t (which
+ * grows by it), each element marked with the part's tenant. */
+static void decide_part(const struct cg_svc_env *env, struct batch *b, struct part *p,
+                        struct tally *t)
 {
-    struct rows rows = {0};
-    bool part_fallback = false;
-    int base = t->rows, new0 = t->n_new, settle0 = t->n_settle, ev0 = t->n_events;
+    struct rows rows = {.row = b->rowbuf + p->row, .dirty = b->dirty + p->row, .n = p->nrows};
+    int new0 = t->n_new, settle0 = t->n_settle, ev0 = t->n_events;
     p->cnt = t->n_counters;
     p->ncnt = 0;
-    cg_status st = lock_reservations(env, p, b, serr);
-    if (st == CG_OK)
-        st = lock_scopes(env, p, b, base, &rows, now_ms, &part_fallback, serr);
-    if (st == CG_OK && !part_fallback)
-        st = check_keys(env, p, b, serr);
-    if (st != CG_OK)
-        return st;
-    for (int i = p->lo; i < p->hi && part_fallback; i++)
-        if (b->state[i] == ITEM_PENDING)
-            b->state[i] = ITEM_FALLBACK;
-    if (part_fallback)
-        return CG_OK;
-    t->rows += rows.n;
     for (int i = p->lo; i < p->hi; i++) {
         if (b->state[i] != ITEM_PENDING)
             continue;
@@ -657,46 +681,82 @@ static cg_status decide_part(const struct cg_svc_env *env, struct batch *b, stru
         else
             decide_commit(env, b, &rows, i, &t->n_settle, &t->n_events);
     }
-    if (t->n_new == new0 && t->n_settle == settle0)
-        return CG_OK; /* refusals only: nothing to write */
-    int n_events = coalesce_usage_events(b->events + ev0, t->n_events - ev0);
-    t->n_events = ev0 + n_events;
+    if (t->n_new == new0 && t->n_settle == settle0) {
+        t->n_events = ev0; /* refusals only: nothing to write */
+        return;
+    }
+    t->n_events = ev0 + coalesce_usage_events(b->events + ev0, t->n_events - ev0);
+    for (int e = ev0; e < t->n_events; e++)
+        b->event_tenant[e] = p->tenant;
+    for (int j = new0; j < t->n_new; j++)
+        b->new_res[j].tenant_id = p->tenant;
+    for (int j = settle0; j < t->n_settle; j++) {
+        b->settle[j].tenant_id = p->tenant;
+        b->ledger[j].tenant_id = p->tenant;
+    }
     for (int i = 0; i < rows.n; i++)
         if (rows.dirty[i]) {
-            b->share0[t->n_counters] = b->locked_share[base + i];
+            b->share0[t->n_counters] = b->locked_share[p->row + i];
+            b->counter_tenant[t->n_counters] = p->tenant;
             b->counters[t->n_counters++] = rows.row[i];
         }
     p->ncnt = t->n_counters - p->cnt;
-    struct cg_batch_write w = {
-        .new_res = b->new_res + new0,
-        .n_new = t->n_new - new0,
-        .settle = b->settle + settle0,
-        .n_settle = t->n_settle - settle0,
-        .ledger = b->ledger + settle0,
-        .n_ledger = t->n_settle - settle0,
-        .counters = b->counters + p->cnt,
-        .n_counters = p->ncnt,
-        .events = b->events + ev0,
-        .n_events = n_events,
-        .now_ms = now_ms,
-    };
-    return cg_store_batch_write(env->store, p->group->tenant_id, &w, serr);
 }
 
-/* Decides and writes what it can of the batch, every tenant part in one transaction (parts
- * in tenant_id order). CG_OK when committed (or when there was nothing to write); otherwise
- * serr says why and nothing is. */
+static int part_cmp(const void *x, const void *y)
+{
+    const struct part *a = x, *b = y;
+    return strcmp(a->tenant, b->tenant);
+}
+
+/* Decides and writes what it can of the batch, every tenant in one transaction: one
+ * statement each locks the reservations, locks the scope rows, checks the keys and
+ * writes, whatever the number of tenants. CG_OK when committed (or when there was nothing
+ * to write); otherwise serr says why and nothing is. */
 static cg_status decide_and_write(const struct cg_svc_env *env, struct batch *b, int64_t now_ms,
                                   struct cg_err *serr)
 {
+    for (int k = 0; k < b->nparts; k++) {
+        struct part *p = &b->parts[k];
+        if (!cg_store_uuid_canonical(p->group->tenant_id, p->tenant))
+            p->tenant[0] = '\0';
+        for (int i = p->lo; i < p->hi && p->tenant[0] == '\0'; i++)
+            if (b->state[i] == ITEM_PENDING)
+                b->state[i] = ITEM_FALLBACK; /* the one-request path names the trouble */
+    }
+    /* The lock order: tenants in UUID order, which is that of the canonical texts. */
+    qsort(b->parts, (size_t)b->nparts, sizeof *b->parts, part_cmp);
     struct tally t = {0};
     cg_status st = cg_store_begin(env->store, serr);
+    if (st == CG_OK)
+        st = lock_reservations(env, b, serr);
+    if (st == CG_OK)
+        st = lock_scopes(env, b, now_ms, serr);
+    if (st == CG_OK)
+        st = check_keys(env, b, serr);
     for (int k = 0; st == CG_OK && k < b->nparts; k++)
-        st = decide_part(env, b, &b->parts[k], now_ms, &t, serr);
+        decide_part(env, b, &b->parts[k], &t);
     if (st == CG_OK && t.n_new + t.n_settle == 0) {
         cg_store_rollback(env->store);
         return CG_OK;
     }
+    struct cg_batch_write w = {
+        .new_res = b->new_res,
+        .n_new = t.n_new,
+        .settle = b->settle,
+        .n_settle = t.n_settle,
+        .ledger = b->ledger,
+        .n_ledger = t.n_settle,
+        .counters = b->counters,
+        .counter_tenants = b->counter_tenant,
+        .n_counters = t.n_counters,
+        .events = b->events,
+        .event_tenants = b->event_tenant,
+        .n_events = t.n_events,
+        .now_ms = now_ms,
+    };
+    if (st == CG_OK)
+        st = cg_store_batch_write(env->store, &w, serr);
     if (st == CG_OK)
         st = cg_store_commit(env->store, serr);
     if (st != CG_OK) {
@@ -813,16 +873,9 @@ static void batch_give_back(struct cg_budget_batcher *bt, struct batch *b)
     bt->spare[bt->nspare++] = b;
 }
 
-static int part_cmp(const void *x, const void *y)
-{
-    const struct part *a = x, *b = y;
-    return strcmp(a->group->tenant_id, b->group->tenant_id);
-}
-
 /* Under the lock: fills b with the queued items of groups no batch is running (one group
- * unless the batcher is mixed), up to CG_BATCH_MAX items; tenants in tenant_id order (the
- * lock order of a batch of several tenants), each tenant's items in arrival order. Those
- * groups become busy. Returns b->n (0: nothing to do). */
+ * unless the batcher is mixed), up to CG_BATCH_MAX items, each tenant's in arrival order.
+ * Those groups become busy. Returns b->n (0: nothing to do). */
 static int batch_fill(struct cg_budget_batcher *bt, struct batch *b)
 {
     b->n = 0;
@@ -838,7 +891,6 @@ static int batch_fill(struct cg_budget_batcher *bt, struct batch *b)
         for (const struct item *it = g->head; it != NULL && queued < CG_BATCH_MAX; it = it->next)
             queued++;
     }
-    qsort(b->parts, (size_t)b->nparts, sizeof *b->parts, part_cmp);
     int kept = 0;
     for (int k = 0; k < b->nparts; k++) {
         struct part p = b->parts[k];

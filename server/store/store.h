@@ -492,33 +492,41 @@ cg_status cg_store_ledger_entry_of(struct cg_store *store, const char *tenant_id
                                    const char *reservation_id, char *entry_id,
                                    struct cg_err *err) CG_MUST_CHECK;
 
-/* ---- batches: many Reserves and Commits of one tenant in one transaction ----------
- * (service/budget_batch.c). The lock order is the one above: reservations first (in id
- * order), then the scope rows (tenant first, then by level and ids). */
+/* ---- batches: many Reserves and Commits of one or several tenants in one transaction --
+ * (service/budget_batch.c). Every element names its tenant (tenants[i]: canonical
+ * lower-case UUIDs, else CG_INVALID_ARGUMENT); one statement serves every tenant. The lock
+ * order of a batch: every reservation first (by tenant, then id), then every scope row (by
+ * tenant, then level and ids). For one tenant it is the order above; a transaction of one
+ * tenant locks a subset of what such a batch would, in the same order, so none can wait in
+ * a cycle with a batch, nor two batches with each other. */
 
-/* Inside a transaction: locks and reads the reservations ids[0..n) (n <= CG_BATCH_MAX,
- * canonical lower-case UUIDs). found[i] says whether ids[i] exists; out[i] is its row. */
-cg_status cg_store_batch_lock_reservations(struct cg_store *store, const char *tenant_id,
+/* Inside a transaction: locks and reads the reservations ids[0..n) of tenants[0..n)
+ * (n <= CG_BATCH_MAX, canonical lower-case UUIDs). found[i] says whether tenants[i] has
+ * ids[i]; out[i] is its row. */
+cg_status cg_store_batch_lock_reservations(struct cg_store *store, const char *const *tenants,
                                            char (*const ids)[CG_UUID_LEN + 1], int n,
                                            struct cg_reservation *out, bool *found,
                                            struct cg_err *err) CG_MUST_CHECK;
 
-/* Inside a transaction: locks and reads the scope rows named by keys[0..n) (each row of
- * every path the batch touches, tenant row included; duplicates allowed) into out
- * (cap rows), tenant first; *nout gets how many exist. Missing rows are simply absent. */
-cg_status cg_store_batch_lock_scopes(struct cg_store *store, const char *tenant_id,
+/* Inside a transaction: locks and reads the scope rows named by keys[0..n) of
+ * tenants[0..n) (each row of every path the batch touches, tenant rows included; duplicates
+ * allowed) into out (cap rows), by tenant (UUID order, which is the order of the canonical
+ * texts) then level and ids; row_tenant[r] gets the tenant of out[r]; *nout gets how many
+ * exist. Missing rows are simply absent. */
+cg_status cg_store_batch_lock_scopes(struct cg_store *store, const char *const *tenants,
                                      const struct cg_scope_ids *keys, int n,
-                                     struct cg_budget_row *out, int cap, int *nout,
-                                     struct cg_err *err) CG_MUST_CHECK;
+                                     struct cg_budget_row *out, char (*row_tenant)[CG_UUID_LEN + 1],
+                                     int cap, int *nout, struct cg_err *err) CG_MUST_CHECK;
 
 /* Inside a transaction, after the scope locks: used[i] = whether keys[i] is the
- * idempotency key of a reservation of the tenant. */
-cg_status cg_store_batch_keys_used(struct cg_store *store, const char *tenant_id,
+ * idempotency key of a reservation of tenants[i]. */
+cg_status cg_store_batch_keys_used(struct cg_store *store, const char *const *tenants,
                                    const char *const *keys, int n, bool *used,
                                    struct cg_err *err) CG_MUST_CHECK;
 
 /* A reservation the batch makes. created_at_ms / expires_at_ms are filled by the write. */
 struct cg_batch_new {
+    const char *tenant_id;                /* canonical */
     char reservation_id[CG_UUID_LEN + 1]; /* made by the caller (cg_store_uuid) */
     struct cg_scope_ids ids;
     int64_t tokens, cost_micros;
@@ -529,6 +537,7 @@ struct cg_batch_new {
 
 /* An ACTIVE reservation the batch settles (state 2 COMMITTED with usage, 3, 4). */
 struct cg_batch_settle {
+    const char *tenant_id; /* canonical */
     char reservation_id[CG_UUID_LEN + 1];
     int state;
     struct cg_usage usage;
@@ -536,6 +545,7 @@ struct cg_batch_settle {
 
 /* A ledger entry the batch appends. */
 struct cg_batch_ledger {
+    const char *tenant_id;          /* canonical */
     char entry_id[CG_UUID_LEN + 1]; /* made by the caller */
     struct cg_scope_ids ids;
     struct cg_usage usage;
@@ -557,12 +567,14 @@ struct cg_batch_write {
     /* row_version set to the new one by the write; allocated_tokens must be what the
      * allocation trigger leaves after the write (the events store it) */
     struct cg_budget_row *counters;
+    const char *const *counter_tenants; /* counters[i]'s tenant (canonical) */
     int n_counters;
     /* WatchUsage events of the batch, in order; each names one of the counters' rows and
      * stores that row as the write leaves it (numbered per scope as cg_store_events_append
      * does; announced after COMMIT). Only the fields threshold_ratio, falling and delay_ms
      * are kept. */
     const struct cg_event_in *events;
+    const char *const *event_tenants; /* events[i]'s tenant (canonical) */
     int n_events;
     int64_t now_ms; /* the events' time */
 };
@@ -570,8 +582,8 @@ struct cg_batch_write {
 /* Inside a transaction, after the locks: writes the batch, events included, in one
  * statement. CG_ABORTED when a row did not change as the locks promised (nothing should
  * then be committed). */
-cg_status cg_store_batch_write(struct cg_store *store, const char *tenant_id,
-                               const struct cg_batch_write *w, struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_store_batch_write(struct cg_store *store, const struct cg_batch_write *w,
+                               struct cg_err *err) CG_MUST_CHECK;
 
 /* The canonical (lower-case) form of a UUID into out; false when s is not one. */
 bool cg_store_uuid_canonical(const char *s, char out[CG_UUID_LEN + 1]);

@@ -14,15 +14,30 @@ static cg_status check_count(int n, struct cg_err *err)
     return CG_OK;
 }
 
-cg_status cg_store_batch_lock_reservations(struct cg_store *store, const char *tenant_id,
+/* The checks every batch call starts with: the call's deadline, n, and that tenants[i] is a
+ * canonical lower-case UUID (name[i] in the message otherwise). */
+static cg_status open_batch(const struct cg_store *store, const char *const *tenants, int n,
+                            const char *name, struct cg_err *err)
+{
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    cg_status rc = check_count(n, err);
+    for (int i = 0; rc == CG_OK && i < n; i++) {
+        char canonical[CG_UUID_LEN + 1];
+        if (tenants[i] == NULL || !cg__store_normalize_uuid(tenants[i], canonical) ||
+            strcmp(canonical, tenants[i]) != 0)
+            rc = cg_err_set(err, CG_INVALID_ARGUMENT, "%s[%d]: not a canonical tenant UUID", name,
+                            i);
+    }
+    return rc;
+}
+
+cg_status cg_store_batch_lock_reservations(struct cg_store *store, const char *const *tenants,
                                            char (*const ids)[CG_UUID_LEN + 1], int n,
                                            struct cg_reservation *out, bool *found,
                                            struct cg_err *err)
 {
-    char id[CG_UUID_LEN + 1];
-    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
-    if (rc == CG_OK)
-        rc = check_count(n, err);
+    cg_status rc = open_batch(store, tenants, n, "tenants", err);
     for (int i = 0; rc == CG_OK && i < n; i++) {
         char canonical[CG_UUID_LEN + 1];
         if (!cg__store_normalize_uuid(ids[i], canonical) || strcmp(canonical, ids[i]) != 0)
@@ -30,47 +45,48 @@ cg_status cg_store_batch_lock_reservations(struct cg_store *store, const char *t
     }
     if (rc != CG_OK)
         return rc;
-    return cg_pg_batch_lock_reservations(store->pg, id, ids, n, out, found, err);
+    return cg_pg_batch_lock_reservations(store->pg, tenants, ids, n, out, found, err);
 }
 
-cg_status cg_store_batch_lock_scopes(struct cg_store *store, const char *tenant_id,
+cg_status cg_store_batch_lock_scopes(struct cg_store *store, const char *const *tenants,
                                      const struct cg_scope_ids *keys, int n,
-                                     struct cg_budget_row *out, int cap, int *nout,
-                                     struct cg_err *err)
+                                     struct cg_budget_row *out, char (*row_tenant)[CG_UUID_LEN + 1],
+                                     int cap, int *nout, struct cg_err *err)
 {
     *nout = 0;
-    char id[CG_UUID_LEN + 1];
-    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
-    if (rc == CG_OK)
-        rc = check_count(n, err);
+    cg_status rc = open_batch(store, tenants, n, "tenants", err);
     for (int i = 0; rc == CG_OK && i < n; i++)
         rc = cg__store_check_ids(&keys[i], "keys", err);
     if (rc != CG_OK)
         return rc;
-    return cg_pg_batch_lock_scopes(store->pg, id, keys, n, out, cap, nout, err);
+    return cg_pg_batch_lock_scopes(store->pg, tenants, keys, n, out, row_tenant, cap, nout, err);
 }
 
-cg_status cg_store_batch_keys_used(struct cg_store *store, const char *tenant_id,
+cg_status cg_store_batch_keys_used(struct cg_store *store, const char *const *tenants,
                                    const char *const *keys, int n, bool *used, struct cg_err *err)
 {
-    char id[CG_UUID_LEN + 1];
-    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
-    if (rc == CG_OK)
-        rc = check_count(n, err);
+    cg_status rc = open_batch(store, tenants, n, "tenants", err);
     for (int i = 0; rc == CG_OK && i < n; i++)
         rc = cg__store_check_text(keys[i], 0, CG_IDEMPOTENCY_MAX, 0, "keys", err);
     if (rc != CG_OK)
         return rc;
-    return cg_pg_batch_keys_used(store->pg, id, keys, n, used, err);
+    return cg_pg_batch_keys_used(store->pg, tenants, keys, n, used, err);
 }
 
-cg_status cg_store_batch_write(struct cg_store *store, const char *tenant_id,
-                               const struct cg_batch_write *w, struct cg_err *err)
+cg_status cg_store_batch_write(struct cg_store *store, const struct cg_batch_write *w,
+                               struct cg_err *err)
 {
-    char id[CG_UUID_LEN + 1];
-    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    cg_status rc = check_count(w->n_new + w->n_settle + w->n_ledger + w->n_counters, err);
     if (rc == CG_OK)
-        rc = check_count(w->n_new + w->n_settle + w->n_ledger + w->n_counters, err);
+        rc = open_batch(store, w->counter_tenants, w->n_counters, "counter_tenants", err);
+    if (rc == CG_OK)
+        rc = open_batch(store, w->event_tenants, w->n_events, "event_tenants", err);
+    for (int i = 0; rc == CG_OK && i < w->n_new; i++)
+        rc = open_batch(store, &w->new_res[i].tenant_id, 1, "new_res.tenant_id", err);
+    for (int i = 0; rc == CG_OK && i < w->n_settle; i++)
+        rc = open_batch(store, &w->settle[i].tenant_id, 1, "settle.tenant_id", err);
+    for (int i = 0; rc == CG_OK && i < w->n_ledger; i++)
+        rc = open_batch(store, &w->ledger[i].tenant_id, 1, "ledger.tenant_id", err);
     if (rc != CG_OK)
         return rc;
     for (int i = 0; i < w->n_counters; i++) {
@@ -79,7 +95,7 @@ cg_status cg_store_batch_write(struct cg_store *store, const char *tenant_id,
             c->reserved_cost_micros < 0)
             return cg_err_set(err, CG_INVALID_ARGUMENT, "counters[%d]: negative", i);
     }
-    return cg_pg_batch_write(store->pg, id, w, err);
+    return cg_pg_batch_write(store->pg, w, err);
 }
 
 cg_status cg_store_uuid(char out[CG_UUID_LEN + 1])

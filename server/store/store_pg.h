@@ -230,17 +230,17 @@ cg_status cg_pg_ledger_entry_of(struct cg_pg *pg, const char *tenant_id, const c
                                 char *entry_id, struct cg_err *err);
 
 /* Batches (store.h "batches"; store_pg_batch.c). */
-cg_status cg_pg_batch_lock_reservations(struct cg_pg *pg, const char *tenant_id,
+cg_status cg_pg_batch_lock_reservations(struct cg_pg *pg, const char *const *tenants,
                                         char (*const ids)[CG_UUID_LEN + 1], int n,
                                         struct cg_reservation *out, bool *found,
                                         struct cg_err *err);
-cg_status cg_pg_batch_lock_scopes(struct cg_pg *pg, const char *tenant_id,
+cg_status cg_pg_batch_lock_scopes(struct cg_pg *pg, const char *const *tenants,
                                   const struct cg_scope_ids *keys, int n, struct cg_budget_row *out,
-                                  int cap, int *nout, struct cg_err *err);
-cg_status cg_pg_batch_keys_used(struct cg_pg *pg, const char *tenant_id, const char *const *keys,
-                                int n, bool *used, struct cg_err *err);
-cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struct cg_batch_write *w,
-                            struct cg_err *err);
+                                  char (*row_tenant)[CG_UUID_LEN + 1], int cap, int *nout,
+                                  struct cg_err *err);
+cg_status cg_pg_batch_keys_used(struct cg_pg *pg, const char *const *tenants,
+                                const char *const *keys, int n, bool *used, struct cg_err *err);
+cg_status cg_pg_batch_write(struct cg_pg *pg, const struct cg_batch_write *w, struct cg_err *err);
 
 cg_status cg_pg_usage_by_model(struct cg_pg *pg, const char *tenant_id,
                                const struct cg_scope_usage *nodes, int n, int per_node,

@@ -1,6 +1,7 @@
 /* store_pg_batch.c - the set-based statements of a batched budget transaction: many
- * Reserves and Commits of one tenant decided together under one set of row locks and
- * written by one statement (service/budget_batch.c drives them).
+ * Reserves and Commits of one or several tenants decided together under one set of row
+ * locks and written by one statement (service/budget_batch.c drives them). Every array
+ * element carries its tenant, so a batch of many tenants costs the statements of one.
  *
  * Arrays travel as text array literals ("{...}") built here, every element quoted, so that
  * one statement carries the whole batch whatever its size (bounded by the caller).
@@ -118,7 +119,17 @@ static cg_status no_memory(struct cg_err *err)
 
 /* ------------------------------------------------------------------ locks --- */
 
-cg_status cg_pg_batch_lock_reservations(struct cg_pg *pg, const char *tenant_id,
+/* Builds the "{...}" literals lits[0..nlits) from columns; false when out of memory (lits
+ * then freed). */
+static bool lits_build(struct lit *lits, int nlits, const char **values, int first)
+{
+    if (lits_done(lits, nlits, values, first))
+        return true;
+    lits_free(lits, nlits);
+    return false;
+}
+
+cg_status cg_pg_batch_lock_reservations(struct cg_pg *pg, const char *const *tenants,
                                         char (*const ids)[CG_UUID_LEN + 1], int n,
                                         struct cg_reservation *out, bool *found, struct cg_err *err)
 {
@@ -128,30 +139,35 @@ cg_status cg_pg_batch_lock_reservations(struct cg_pg *pg, const char *tenant_id,
         return cg__pg_not_in_tx(pg, "batch_lock_reservations", err);
     if (n == 0)
         return CG_OK;
-    struct lit l;
-    lit_init(&l);
-    for (int i = 0; i < n; i++)
-        lit_text(&l, ids[i]);
-    const char *values[2] = {tenant_id, lit_done(&l)};
-    if (values[1] == NULL) {
-        free(l.buf);
-        return no_memory(err);
+    struct lit lits[2];
+    lit_init(&lits[0]);
+    lit_init(&lits[1]);
+    for (int i = 0; i < n; i++) {
+        lit_text(&lits[0], tenants[i]);
+        lit_text(&lits[1], ids[i]);
     }
-    /* In id order, so that two batches locking overlapping sets wait, not deadlock. */
+    const char *values[2];
+    if (!lits_build(lits, 2, values, 0))
+        return no_memory(err);
+    /* By tenant then id, so that two batches locking overlapping sets wait, not deadlock. */
     PGresult *res = NULL;
     cg_status rc = cg__pg_run(pg, "batch_lock_reservations",
-                              "SELECT " RESERVATION_COLUMNS " FROM reservations"
-                              " WHERE tenant_id = $1::uuid AND reservation_id = ANY($2::uuid[])"
-                              " ORDER BY reservation_id FOR NO KEY UPDATE",
+                              "SELECT " RESERVATION_COLUMNS ", tenant_id::text FROM reservations"
+                              " WHERE (tenant_id, reservation_id) IN"
+                              " (SELECT * FROM unnest($1::uuid[], $2::uuid[]))"
+                              " ORDER BY tenant_id, reservation_id FOR NO KEY UPDATE",
                               2, values, NULL, NULL, 0, &res, err);
-    free(l.buf);
+    lits_free(lits, 2);
     if (rc != CG_OK)
         return rc;
+    int tcol = PQnfields(res) - 1;
     for (int r = 0; r < PQntuples(res); r++) {
         struct cg_reservation row;
         cg__pg_read_reservation(res, r, &row);
+        const char *tenant = PQgetvalue(res, r, tcol);
         for (int i = 0; i < n; i++) {
-            if (!found[i] && strcmp(ids[i], row.reservation_id) == 0) {
+            if (!found[i] && strcmp(ids[i], row.reservation_id) == 0 &&
+                strcmp(tenants[i], tenant) == 0) {
                 out[i] = row;
                 found[i] = true;
             }
@@ -161,82 +177,88 @@ cg_status cg_pg_batch_lock_reservations(struct cg_pg *pg, const char *tenant_id,
     return CG_OK;
 }
 
-cg_status cg_pg_batch_lock_scopes(struct cg_pg *pg, const char *tenant_id,
+cg_status cg_pg_batch_lock_scopes(struct cg_pg *pg, const char *const *tenants,
                                   const struct cg_scope_ids *keys, int n, struct cg_budget_row *out,
-                                  int cap, int *nout, struct cg_err *err)
+                                  char (*row_tenant)[CG_UUID_LEN + 1], int cap, int *nout,
+                                  struct cg_err *err)
 {
     *nout = 0;
     if (!pg->in_tx)
         return cg__pg_not_in_tx(pg, "batch_lock_scopes", err);
-    struct lit lits[3];
-    for (int i = 0; i < 3; i++)
+    struct lit lits[4];
+    for (int i = 0; i < 4; i++)
         lit_init(&lits[i]);
     for (int i = 0; i < n; i++) {
-        lit_text(&lits[0], keys[i].session_id);
-        lit_text(&lits[1], keys[i].task_id);
-        lit_text(&lits[2], keys[i].agent_id);
+        lit_text(&lits[0], tenants[i]);
+        lit_text(&lits[1], keys[i].session_id);
+        lit_text(&lits[2], keys[i].task_id);
+        lit_text(&lits[3], keys[i].agent_id);
     }
-    const char *values[4] = {tenant_id};
-    if (!lits_done(lits, 3, values, 1)) {
-        lits_free(lits, 3);
+    const char *values[4];
+    if (!lits_build(lits, 4, values, 0))
         return no_memory(err);
-    }
-    /* LockRows runs above the sort: rows are locked tenant first, then by level and ids,
-     * the order every writer of store.h follows. */
+    /* LockRows runs above the sort: rows are locked by tenant, then tenant row first, by
+     * level and ids, the order every writer of store.h follows. */
     PGresult *res = NULL;
     cg_status rc = cg__pg_run(pg, "batch_lock_scopes",
-                              "SELECT " SCOPE_COLUMNS " FROM scopes"
-                              " WHERE tenant_id = $1::uuid AND (session_id, task_id, agent_id) IN"
-                              " (SELECT * FROM unnest($2::text[], $3::text[], $4::text[]))"
-                              " ORDER BY level, session_id, task_id, agent_id FOR NO KEY UPDATE",
+                              "SELECT " SCOPE_COLUMNS ", tenant_id::text FROM scopes"
+                              " WHERE (tenant_id, session_id, task_id, agent_id) IN"
+                              " (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[],"
+                              " $4::text[]))"
+                              " ORDER BY tenant_id, level, session_id, task_id, agent_id"
+                              " FOR NO KEY UPDATE",
                               4, values, NULL, NULL, 0, &res, err);
-    lits_free(lits, 3);
+    lits_free(lits, 4);
     if (rc != CG_OK)
         return rc;
-    int rows = PQntuples(res);
+    int rows = PQntuples(res), tcol = PQnfields(res) - 1;
     if (rows > cap) {
         PQclear(res);
         return cg_err_set(err, CG_INTERNAL, "batch: more scope rows than expected");
     }
     for (int r = 0; r < rows; r++) {
-        if (!cg__pg_read_scope(res, r, &out[r])) {
+        if (!cg__pg_read_scope(res, r, &out[r]) || PQgetlength(res, r, tcol) != CG_UUID_LEN) {
             PQclear(res);
             cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg), "batch_lock_scopes: a row does not parse");
             return cg_err_set(err, CG_INTERNAL, "storage error");
         }
+        memcpy(row_tenant[r], PQgetvalue(res, r, tcol), CG_UUID_LEN + 1);
     }
     *nout = rows;
     PQclear(res);
     return CG_OK;
 }
 
-cg_status cg_pg_batch_keys_used(struct cg_pg *pg, const char *tenant_id, const char *const *keys,
-                                int n, bool *used, struct cg_err *err)
+cg_status cg_pg_batch_keys_used(struct cg_pg *pg, const char *const *tenants,
+                                const char *const *keys, int n, bool *used, struct cg_err *err)
 {
     for (int i = 0; i < n; i++)
         used[i] = false;
     if (n == 0)
         return CG_OK;
-    struct lit l;
-    lit_init(&l);
-    for (int i = 0; i < n; i++)
-        lit_text(&l, keys[i]);
-    const char *values[2] = {tenant_id, lit_done(&l)};
-    if (values[1] == NULL) {
-        free(l.buf);
-        return no_memory(err);
+    struct lit lits[2];
+    lit_init(&lits[0]);
+    lit_init(&lits[1]);
+    for (int i = 0; i < n; i++) {
+        lit_text(&lits[0], tenants[i]);
+        lit_text(&lits[1], keys[i]);
     }
+    const char *values[2];
+    if (!lits_build(lits, 2, values, 0))
+        return no_memory(err);
     PGresult *res = NULL;
     cg_status rc = cg__pg_run(pg, "batch_keys_used",
-                              "SELECT idempotency_key FROM reservations"
-                              " WHERE tenant_id = $1::uuid AND idempotency_key = ANY($2::text[])",
+                              "SELECT tenant_id::text, idempotency_key FROM reservations"
+                              " WHERE (tenant_id, idempotency_key) IN"
+                              " (SELECT * FROM unnest($1::uuid[], $2::text[]))",
                               2, values, NULL, NULL, 0, &res, err);
-    free(l.buf);
+    lits_free(lits, 2);
     if (rc != CG_OK)
         return rc;
     for (int r = 0; r < PQntuples(res); r++)
         for (int i = 0; i < n; i++)
-            if (strcmp(keys[i], PQgetvalue(res, r, 0)) == 0)
+            if (strcmp(tenants[i], PQgetvalue(res, r, 0)) == 0 &&
+                strcmp(keys[i], PQgetvalue(res, r, 1)) == 0)
                 used[i] = true;
     PQclear(res);
     return CG_OK;
@@ -244,8 +266,10 @@ cg_status cg_pg_batch_keys_used(struct cg_pg *pg, const char *tenant_id, const c
 
 /* ------------------------------------------------------------------ the write --- */
 
-/* Parameters of the write statement, in order ($1 is the tenant). */
+/* Parameters of the write statement, in order (NEW_TN is $1; the events' time follows the
+ * arrays). */
 enum {
+    NEW_TN,
     NEW_ID,
     NEW_S,
     NEW_T,
@@ -256,6 +280,7 @@ enum {
     NEW_ESTIMATE,
     NEW_KEY,
     NEW_TTL,
+    SET_TN,
     SET_ID,
     SET_STATE,
     SET_IN,
@@ -263,6 +288,7 @@ enum {
     SET_CR,
     SET_CW,
     SET_COST,
+    LED_TN,
     LED_ID,
     LED_S,
     LED_T,
@@ -275,6 +301,7 @@ enum {
     LED_MODEL,
     LED_KEY,
     LED_RES,
+    CNT_TN,
     CNT_S,
     CNT_T,
     CNT_A,
@@ -288,6 +315,7 @@ enum {
     CNT_CW,
     CNT_NE,
     CNT_ALLOC,
+    EV_TN,
     EV_S,
     EV_T,
     EV_A,
@@ -303,11 +331,11 @@ static const char WRITE_SQL[] =
     "WITH new_res AS ("
     " INSERT INTO reservations (tenant_id, reservation_id, session_id, task_id, agent_id,"
     " tokens, cost_micros, model, estimate_id, idempotency_key, expires_at)"
-    " SELECT $1::uuid, r.id, r.s, r.t, r.a, r.tokens, r.cost, r.model, r.est, NULLIF(r.k, ''),"
+    " SELECT r.tn, r.id, r.s, r.t, r.a, r.tokens, r.cost, r.model, r.est, NULLIF(r.k, ''),"
     " now() + r.ttl * interval '1 millisecond'"
-    " FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[],"
-    " $8::text[], $9::text[], $10::text[], $11::int8[])"
-    " AS r(id, s, t, a, tokens, cost, model, est, k, ttl)"
+    " FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::int8[],"
+    " $7::int8[], $8::text[], $9::text[], $10::text[], $11::int8[])"
+    " AS r(tn, id, s, t, a, tokens, cost, model, est, k, ttl)"
     " RETURNING reservation_id::text AS id,"
     " floor(extract(epoch FROM created_at) * 1000)::int8 AS c,"
     " floor(extract(epoch FROM expires_at) * 1000)::int8 AS e),"
@@ -316,32 +344,34 @@ static const char WRITE_SQL[] =
     " committed_input_tokens = d.i, committed_output_tokens = d.o,"
     " committed_cache_read_tokens = d.cr, committed_cache_write_tokens = d.cw,"
     " committed_cost_micros = d.cost"
-    " FROM unnest($12::uuid[], $13::int2[], $14::int8[], $15::int8[], $16::int8[], $17::int8[],"
-    " $18::int8[]) AS d(id, state, i, o, cr, cw, cost)"
-    " WHERE r.tenant_id = $1::uuid AND r.reservation_id = d.id AND r.state = 1"
+    " FROM unnest($12::uuid[], $13::uuid[], $14::int2[], $15::int8[], $16::int8[],"
+    " $17::int8[], $18::int8[], $19::int8[]) AS d(tn, id, state, i, o, cr, cw, cost)"
+    " WHERE r.tenant_id = d.tn AND r.reservation_id = d.id AND r.state = 1"
     " RETURNING 1),"
     " led AS ("
     " INSERT INTO ledger (tenant_id, entry_id, session_id, task_id, agent_id, input_tokens,"
     " output_tokens, cache_read_tokens, cache_write_tokens, cost_micros, model,"
     " idempotency_key, reservation_id)"
-    " SELECT $1::uuid, l.id, l.s, l.t, l.a, l.i, l.o, l.cr, l.cw, l.cost, l.model,"
+    " SELECT l.tn, l.id, l.s, l.t, l.a, l.i, l.o, l.cr, l.cw, l.cost, l.model,"
     " NULLIF(l.k, ''), l.res"
-    " FROM unnest($19::uuid[], $20::text[], $21::text[], $22::text[], $23::int8[], $24::int8[],"
-    " $25::int8[], $26::int8[], $27::int8[], $28::text[], $29::text[], $30::uuid[])"
-    " AS l(id, s, t, a, i, o, cr, cw, cost, model, k, res)"
+    " FROM unnest($20::uuid[], $21::uuid[], $22::text[], $23::text[], $24::text[],"
+    " $25::int8[], $26::int8[], $27::int8[], $28::int8[], $29::int8[], $30::text[],"
+    " $31::text[], $32::uuid[]) AS l(tn, id, s, t, a, i, o, cr, cw, cost, model, k, res)"
     " RETURNING 1),"
     " counters AS ("
     " UPDATE scopes s SET used_tokens = c.u, reserved_tokens = c.r, used_cost_micros = c.uc,"
     " reserved_cost_micros = c.rc, spent_input_tokens = c.si, spent_output_tokens = c.so,"
     " spent_cache_read_tokens = c.scr, spent_cache_write_tokens = c.scw,"
     " last_activity_at = now(), event_seq = s.event_seq + c.ne"
-    " FROM unnest($31::text[], $32::text[], $33::text[], $34::int8[], $35::int8[], $36::int8[],"
-    " $37::int8[], $38::int8[], $39::int8[], $40::int8[], $41::int8[], $42::int8[],"
-    " $43::int8[]) AS c(s, t, a, u, r, uc, rc, si, so, scr, scw, ne, al)"
-    " WHERE s.tenant_id = $1::uuid AND s.session_id = c.s AND s.task_id = c.t"
+    " FROM unnest($33::uuid[], $34::text[], $35::text[], $36::text[], $37::int8[],"
+    " $38::int8[], $39::int8[], $40::int8[], $41::int8[], $42::int8[], $43::int8[],"
+    " $44::int8[], $45::int8[], $46::int8[])"
+    " AS c(tn, s, t, a, u, r, uc, rc, si, so, scr, scw, ne, al)"
+    " WHERE s.tenant_id = c.tn AND s.session_id = c.s AND s.task_id = c.t"
     " AND s.agent_id = c.a"
-    " RETURNING s.session_id, s.task_id, s.agent_id,"
-    " s.session_id || ' ' || s.task_id || ' ' || s.agent_id AS ids, s.row_version,"
+    " RETURNING s.tenant_id, s.session_id, s.task_id, s.agent_id,"
+    " s.tenant_id::text || ' ' || s.session_id || ' ' || s.task_id || ' ' || s.agent_id"
+    " AS ids, s.row_version,"
     " s.event_seq, c.ne, s.level, s.has_budget, s.mode, s.limit_tokens, s.limit_cost_micros,"
     " s.warning_ratio, s.used_tokens, s.reserved_tokens, s.used_cost_micros,"
     " s.reserved_cost_micros, s.closed_at IS NOT NULL AS closed, c.al,"
@@ -355,21 +385,30 @@ static const char WRITE_SQL[] =
     " occurred_at, level, has_budget, mode, limit_tokens, limit_cost_micros, warning_ratio,"
     " used_tokens, reserved_tokens, used_cost_micros, reserved_cost_micros, closed,"
     " threshold_ratio, falling, delay_ms, allocated_tokens, approved_extra_tokens)"
-    " SELECT $1::uuid, e.s, e.t, e.a, u.event_seq - u.ne + e.k, e.type,"
-    " to_timestamp($52::int8 / 1e3), u.level, u.has_budget, u.mode, u.limit_tokens,"
+    " SELECT e.tn, e.s, e.t, e.a, u.event_seq - u.ne + e.k, e.type,"
+    " to_timestamp($56::int8 / 1e3), u.level, u.has_budget, u.mode, u.limit_tokens,"
     " u.limit_cost_micros, u.warning_ratio, u.used_tokens, u.reserved_tokens,"
     " u.used_cost_micros, u.reserved_cost_micros, u.closed, e.thr, e.fall, e.delay, u.al,"
     " u.approved_extra_tokens"
-    " FROM unnest($44::text[], $45::text[], $46::text[], $47::int8[], $48::int2[],"
-    " $49::float8[], $50::boolean[], $51::int4[]) AS e(s, t, a, k, type, thr, fall, delay)"
-    " JOIN counters u ON u.session_id = e.s AND u.task_id = e.t AND u.agent_id = e.a"
-    " RETURNING $1::text || ' ' || seq::text || ' ' || session_id || ' ' || task_id || ' '"
-    " || agent_id AS payload)"
+    " FROM unnest($47::uuid[], $48::text[], $49::text[], $50::text[], $51::int8[],"
+    " $52::int2[], $53::float8[], $54::boolean[], $55::int4[])"
+    " AS e(tn, s, t, a, k, type, thr, fall, delay)"
+    " JOIN counters u ON u.tenant_id = e.tn AND u.session_id = e.s AND u.task_id = e.t"
+    " AND u.agent_id = e.a"
+    " RETURNING tenant_id::text || ' ' || seq::text || ' ' || session_id || ' ' || task_id"
+    " || ' ' || agent_id AS payload)"
     " SELECT 'r', id, c, e FROM new_res"
     " UNION ALL SELECT 's', count(*)::text, 0, 0 FROM settled"
     " UNION ALL SELECT 'l', count(*)::text, 0, 0 FROM led"
     " UNION ALL SELECT 'c', ids, row_version, 0 FROM counters"
     " UNION ALL SELECT 'e', payload, 0, 0 FROM ev";
+
+/* Whether event e of w is of the scope ids of tenant. */
+static bool same_scope(const struct cg_batch_write *w, int e, const char *tenant,
+                       const struct cg_scope_ids *ids)
+{
+    return strcmp(w->event_tenants[e], tenant) == 0 && cg_scope_equal(&w->events[e].ids, ids);
+}
 
 /* The batch's rows as the statement's array literals (lits[PARAM_ARRAYS], initialized): the
  * new reservations, the settlements, the ledger entries, the counters (with how many events
@@ -378,6 +417,7 @@ static void batch_literals(const struct cg_batch_write *w, struct lit *lits)
 {
     for (int i = 0; i < w->n_new; i++) {
         struct cg_batch_new *r = &w->new_res[i];
+        lit_text(&lits[NEW_TN], r->tenant_id);
         lit_text(&lits[NEW_ID], r->reservation_id);
         lit_text(&lits[NEW_S], r->ids.session_id);
         lit_text(&lits[NEW_T], r->ids.task_id);
@@ -391,6 +431,7 @@ static void batch_literals(const struct cg_batch_write *w, struct lit *lits)
     }
     for (int i = 0; i < w->n_settle; i++) {
         const struct cg_batch_settle *s = &w->settle[i];
+        lit_text(&lits[SET_TN], s->tenant_id);
         lit_text(&lits[SET_ID], s->reservation_id);
         lit_i64(&lits[SET_STATE], s->state);
         lit_i64(&lits[SET_IN], s->usage.input_tokens);
@@ -401,6 +442,7 @@ static void batch_literals(const struct cg_batch_write *w, struct lit *lits)
     }
     for (int i = 0; i < w->n_ledger; i++) {
         const struct cg_batch_ledger *l = &w->ledger[i];
+        lit_text(&lits[LED_TN], l->tenant_id);
         lit_text(&lits[LED_ID], l->entry_id);
         lit_text(&lits[LED_S], l->ids.session_id);
         lit_text(&lits[LED_T], l->ids.task_id);
@@ -416,6 +458,7 @@ static void batch_literals(const struct cg_batch_write *w, struct lit *lits)
     }
     for (int i = 0; i < w->n_counters; i++) {
         const struct cg_budget_row *c = &w->counters[i];
+        lit_text(&lits[CNT_TN], w->counter_tenants[i]);
         lit_text(&lits[CNT_S], c->ids.session_id);
         lit_text(&lits[CNT_T], c->ids.task_id);
         lit_text(&lits[CNT_A], c->ids.agent_id);
@@ -429,7 +472,7 @@ static void batch_literals(const struct cg_batch_write *w, struct lit *lits)
         lit_i64(&lits[CNT_CW], c->spent_cache_write_tokens);
         int ne = 0;
         for (int e = 0; e < w->n_events; e++)
-            ne += cg_scope_equal(&w->events[e].ids, &c->ids);
+            ne += same_scope(w, e, w->counter_tenants[i], &c->ids);
         lit_i64(&lits[CNT_NE], ne);
         lit_i64(&lits[CNT_ALLOC], c->allocated_tokens);
     }
@@ -437,7 +480,8 @@ static void batch_literals(const struct cg_batch_write *w, struct lit *lits)
         const struct cg_event_in *ev = &w->events[e];
         int k = 1; /* its place among the events of its scope */
         for (int j = 0; j < e; j++)
-            k += cg_scope_equal(&w->events[j].ids, &ev->ids);
+            k += same_scope(w, j, w->event_tenants[e], &ev->ids);
+        lit_text(&lits[EV_TN], w->event_tenants[e]);
         lit_text(&lits[EV_S], ev->ids.session_id);
         lit_text(&lits[EV_T], ev->ids.task_id);
         lit_text(&lits[EV_A], ev->ids.agent_id);
@@ -450,8 +494,7 @@ static void batch_literals(const struct cg_batch_write *w, struct lit *lits)
     }
 }
 
-cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struct cg_batch_write *w,
-                            struct cg_err *err)
+cg_status cg_pg_batch_write(struct cg_pg *pg, const struct cg_batch_write *w, struct cg_err *err)
 {
     if (!pg->in_tx)
         return cg__pg_not_in_tx(pg, "batch_write", err);
@@ -461,14 +504,12 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
     batch_literals(w, lits);
     char now_text[24];
     snprintf(now_text, sizeof now_text, "%lld", (long long)w->now_ms);
-    const char *values[2 + PARAM_ARRAYS] = {tenant_id};
-    values[1 + PARAM_ARRAYS] = now_text;
-    if (!lits_done(lits, PARAM_ARRAYS, values, 1)) {
-        lits_free(lits, PARAM_ARRAYS);
+    const char *values[PARAM_ARRAYS + 1];
+    values[PARAM_ARRAYS] = now_text;
+    if (!lits_build(lits, PARAM_ARRAYS, values, 0))
         return no_memory(err);
-    }
     PGresult *res = NULL;
-    cg_status rc = cg__pg_run(pg, "batch_write", WRITE_SQL, 2 + PARAM_ARRAYS, values, NULL, NULL, 0,
+    cg_status rc = cg__pg_run(pg, "batch_write", WRITE_SQL, PARAM_ARRAYS + 1, values, NULL, NULL, 0,
                               &res, err);
     lits_free(lits, PARAM_ARRAYS);
     if (rc != CG_OK) {
@@ -503,13 +544,13 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const char *tenant_id, const struc
                        "later");
         } else if (kind[0] == 'c') {
             /* The row's new row_version (migration 0008), for the caches. Ids hold no
-             * spaces (store.h), so "session task agent" names one row. */
+             * spaces (store.h), so "tenant session task agent" names one row. */
             counters++;
             for (int i = 0; i < w->n_counters; i++) {
                 struct cg_budget_row *c = &w->counters[i];
-                char ids[3 * (CG_SCOPE_ID_MAX + 1)];
-                snprintf(ids, sizeof ids, "%s %s %s", c->ids.session_id, c->ids.task_id,
-                         c->ids.agent_id);
+                char ids[CG_UUID_LEN + 1 + 3 * (CG_SCOPE_ID_MAX + 1)];
+                snprintf(ids, sizeof ids, "%s %s %s %s", w->counter_tenants[i], c->ids.session_id,
+                         c->ids.task_id, c->ids.agent_id);
                 if (strcmp(ids, v) == 0)
                     c->row_version = cg__pg_parse_i64(PQgetvalue(res, r, 2));
             }
