@@ -13,25 +13,26 @@
  * default) the queues of several tenants, up to CG_BATCH_MAX requests: a workload of many
  * small tenants then shares flushes as a hot tenant does. A batch is
  *
- *   BEGIN; then for each tenant in tenant_id order (a part): lock the Commits'
- *   reservations (id order); lock every scope row of every path (tenant first); check the
- *   Reserves' idempotency keys; decide each request in arrival order on the locked
- *   counters (core/budget, as a request of its own would); write the new reservations,
- *   settlements, ledger entries, counters and events in one statement; then COMMIT;
- *   answer.
+ *   BEGIN; lock the Commits' reservations (by tenant, then id); lock every scope row of
+ *   every path (by tenant, tenant row first, then level and ids); check the Reserves'
+ *   idempotency keys; decide each tenant's requests (its part) in arrival order on the
+ *   locked counters (core/budget, as a request of its own would); write the new
+ *   reservations, settlements, ledger entries, counters and events; COMMIT; answer.
  *
- * Lock order: a mixed batch locks tenant after tenant in tenant_id order, each tenant's
- * rows in store.h's order; every other transaction locks one tenant's rows only, and a
- * tenant is in one batch at a time, so no cycle can form. Trade-off: a mixed batch is a
- * transaction across tenants; with PostgreSQL distributed by tenant (Citus, a goal of the
- * design) it becomes a multi-shard transaction (two-phase commit among the nodes it
- * touches), which is allowed but costs more than a one-shard one: write_batch_scope =
- * tenant keeps every batch on one tenant. One tenant's part failing (a row changed under
- * it, a constraint) rolls back the whole batch, and every request goes to the one-request
- * path, which decides it alone: no request is refused for another tenant's trouble.
+ * Each step is one statement for all the batch's tenants (every array element names its
+ * tenant: store.h "batches"), so a batch of many tenants costs what a batch of one does.
+ * Lock order: every reservation, then every scope row, each by tenant (store.h); a
+ * transaction of one tenant locks in the same order, so no cycle can form, and a tenant
+ * is in one batch at a time on a server. Trade-off: a mixed batch is a transaction across
+ * tenants; with PostgreSQL distributed by tenant (Citus, a goal of the design) it becomes
+ * a multi-shard transaction (two-phase commit among the nodes it touches), allowed but
+ * dearer than a one-shard one: write_batch_scope = tenant keeps every batch on one
+ * tenant. A failing write (a row changed under it, a constraint of one tenant's rows)
+ * rolls back the whole batch and every request goes to the one-request path, which
+ * decides it alone: no request is refused for another tenant's trouble.
  *
- * so a success reply still means committed, and decisions are those of the requests run
- * one after the other in a transaction each. A Reserve or Commit is first tried on its
+ * A success reply still means committed, and decisions are those of the requests run one
+ * after the other in a transaction each. A Reserve or Commit is first tried on its
  * completion-queue thread (rpc.h, try_inline): it joins its tenant's queue there when a
  * running leader will take it (its tenant is busy, or no more leaders may start), with no
  * hand-off to the pool; only a call that would lead goes

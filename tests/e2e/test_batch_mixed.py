@@ -4,7 +4,8 @@ decisions are still those of requests run alone. The tenants here use the same s
 task ids with different limits, so a batch that mixed their rows up would break a limit or
 put usage in the wrong tenant. A part that fails (a constraint on one tenant's ledger rows)
 rolls the batch back and every request goes to the one-request path: the other tenants'
-Commits still succeed. With write_batch_scope = tenant, no batch holds two tenants."""
+Commits still succeed. A tenant naming another tenant's reservation in the same batch gets
+NOT_FOUND, and the owner's Commit counts once. With write_batch_scope = tenant, no batch holds two tenants."""
 
 import re
 
@@ -133,6 +134,21 @@ class MixedBatches(cgtest.TestCase):
                              f"tenant {k}")
         if self.SCOPE == "mixed":
             self.assertTrue(seen_failure, "a batch of several tenants failed and fell back")
+
+    def test_another_tenants_reservation_is_not_found_in_a_shared_batch(self):
+        held = [self.reserve(k, 25).reservation.reservation_id for k in range(N_TENANTS)]
+        # each tenant commits its own reservation; its neighbour names the same id at once
+        jobs = [(k, held[k]) for k in range(N_TENANTS)] + \
+               [((k + 1) % N_TENANTS, held[k]) for k in range(N_TENANTS)]
+        done = run_together(len(jobs), lambda i: self.commit(jobs[i][0], jobs[i][1], 5))
+        for (k, _), d in zip(jobs[:N_TENANTS], done[:N_TENANTS]):
+            self.assertFalse(isinstance(d, grpc.RpcError), f"tenant {k}: its own Commit")
+        for (k, _), d in zip(jobs[N_TENANTS:], done[N_TENANTS:]):
+            self.assertIsInstance(d, grpc.RpcError, f"tenant {k}: another tenant's reservation")
+            self.assertEqual(d.code(), grpc.StatusCode.NOT_FOUND, d.details())
+        for k in range(N_TENANTS):
+            u = self.usage(k)
+            self.assertEqual((u.reserved_tokens, u.used_tokens), (0, 5), f"tenant {k}")
 
 
 class TenantBatches(MixedBatches):
