@@ -80,12 +80,21 @@ static void lit_double(struct lit *l, double v)
     lit_put(l, num, (size_t)n);
 }
 
+/* An int8 element (digits by hand: a batch writes thousands, and printf showed in the
+ * server's profile). */
 static void lit_i64(struct lit *l, int64_t v)
 {
     char num[24];
-    int n = snprintf(num, sizeof num, "%lld", (long long)v);
+    char *p = num + sizeof num;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0)
+        *--p = '-';
     lit_sep(l);
-    lit_put(l, num, (size_t)n);
+    lit_put(l, p, (size_t)(num + sizeof num - p));
 }
 
 /* The literal, "{}" when empty; NULL after an allocation failure. */
@@ -366,12 +375,11 @@ static const char WRITE_SQL[] =
     " FROM unnest($33::uuid[], $34::text[], $35::text[], $36::text[], $37::int8[],"
     " $38::int8[], $39::int8[], $40::int8[], $41::int8[], $42::int8[], $43::int8[],"
     " $44::int8[], $45::int8[], $46::int8[])"
-    " AS c(tn, s, t, a, u, r, uc, rc, si, so, scr, scw, ne, al)"
+    " WITH ORDINALITY AS c(tn, s, t, a, u, r, uc, rc, si, so, scr, scw, ne, al, ord)"
     " WHERE s.tenant_id = c.tn AND s.session_id = c.s AND s.task_id = c.t"
     " AND s.agent_id = c.a"
     " RETURNING s.tenant_id, s.session_id, s.task_id, s.agent_id,"
-    " s.tenant_id::text || ' ' || s.session_id || ' ' || s.task_id || ' ' || s.agent_id"
-    " AS ids, s.row_version,"
+    " c.ord::text AS ids, s.row_version,"
     " s.event_seq, c.ne, s.level, s.has_budget, s.mode, s.limit_tokens, s.limit_cost_micros,"
     " s.warning_ratio, s.used_tokens, s.reserved_tokens, s.used_cost_micros,"
     " s.reserved_cost_micros, s.closed_at IS NOT NULL AS closed, c.al,"
@@ -543,16 +551,12 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const struct cg_batch_write *w, st
                        "too many events in one transaction to announce; watchers learn of them "
                        "later");
         } else if (kind[0] == 'c') {
-            /* The row's new row_version (migration 0008), for the caches. Ids hold no
-             * spaces (store.h), so "tenant session task agent" names one row. */
-            counters++;
-            for (int i = 0; i < w->n_counters; i++) {
-                struct cg_budget_row *c = &w->counters[i];
-                char ids[CG_UUID_LEN + 1 + 3 * (CG_SCOPE_ID_MAX + 1)];
-                snprintf(ids, sizeof ids, "%s %s %s %s", w->counter_tenants[i], c->ids.session_id,
-                         c->ids.task_id, c->ids.agent_id);
-                if (strcmp(ids, v) == 0)
-                    c->row_version = cg__pg_parse_i64(PQgetvalue(res, r, 2));
+            /* The row's new row_version (migration 0008), for the caches; v is the
+             * row's place in the counters array, from 1 (WITH ORDINALITY). */
+            int64_t at = cg__pg_parse_i64(v);
+            if (at >= 1 && at <= w->n_counters) {
+                counters++;
+                w->counters[at - 1].row_version = cg__pg_parse_i64(PQgetvalue(res, r, 2));
             }
         }
     }
