@@ -704,6 +704,7 @@ static void decide_part(const struct cg_svc_env *env, struct batch *b, struct pa
     p->ncnt = t->n_counters - p->cnt;
 }
 
+/* qsort order of parts: by canonical tenant id (the batch's lock order). */
 static int part_cmp(const void *x, const void *y)
 {
     const struct part *a = x, *b = y;
