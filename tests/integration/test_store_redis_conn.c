@@ -217,6 +217,20 @@ static void fake_start(struct fake_node *f, const char *slots)
     cr_assert(pthread_create(&f->thread, NULL, fake_main, f) == 0);
 }
 
+static void fake_stop(struct fake_node *f)
+{
+    shutdown(f->listen_fd, SHUT_RDWR);
+    close(f->listen_fd);
+    pthread_join(f->thread, NULL);
+}
+
+/* A map of one range, every slot, served by host (RESP bulk text) and the fake's port. */
+static void whole_map(char *buf, size_t cap, const char *host, int port)
+{
+    snprintf(buf, cap, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$%zu\r\n%s\r\n:%d\r\n", strlen(host),
+             host, port);
+}
+
 static struct cg_redis *fake_client(const struct fake_node *f)
 {
     char url[64];
@@ -256,9 +270,7 @@ Test(redis_conn, hostile_slot_maps_change_nothing, .timeout = 30)
         cr_assert_eq(atomic_load(&f.slots_asked), 1, "map %zu was asked for", i);
         cr_assert_eq(atomic_load(&f.mgets), 0, "map %zu: nothing routed by it", i);
         cg_redis_free(r);
-        shutdown(f.listen_fd, SHUT_RDWR);
-        close(f.listen_fd);
-        pthread_join(f.thread, NULL);
+        fake_stop(&f);
     }
 }
 
@@ -268,15 +280,13 @@ Test(redis_conn, a_map_with_an_empty_host_means_the_node_asked, .timeout = 30)
     static char slots[128];
     fake_start(&f, slots);
     /* "" as host: the node that answered; the port is the fake's own. */
-    snprintf(slots, sizeof slots, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$0\r\n\r\n:%d\r\n", f.port);
+    whole_map(slots, sizeof slots, "", f.port);
     struct cg_redis *r = fake_client(&f);
     cr_assert(fake_path(r));
     cr_assert(cg_redis_ok(r));
     cr_assert_eq(atomic_load(&f.mgets), 1);
     cg_redis_free(r);
-    shutdown(f.listen_fd, SHUT_RDWR);
-    close(f.listen_fd);
-    pthread_join(f.thread, NULL);
+    fake_stop(&f);
 }
 
 Test(redis_conn, redirections_are_bounded, .timeout = 30)
@@ -284,8 +294,7 @@ Test(redis_conn, redirections_are_bounded, .timeout = 30)
     struct fake_node f;
     static char slots[128];
     fake_start(&f, slots);
-    snprintf(slots, sizeof slots, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
-             f.port);
+    whole_map(slots, sizeof slots, "127.0.0.1", f.port);
     f.moved_loop = true;
     struct cg_redis *r = fake_client(&f);
     cr_assert_not(fake_path(r), "a node that always says MOVED is a miss");
@@ -293,7 +302,5 @@ Test(redis_conn, redirections_are_bounded, .timeout = 30)
     cr_assert_eq(atomic_load(&f.mgets), 1 + CG_REDIS_REDIRECTS_MAX,
                  "the command and %d redirections", CG_REDIS_REDIRECTS_MAX);
     cg_redis_free(r);
-    shutdown(f.listen_fd, SHUT_RDWR);
-    close(f.listen_fd);
-    pthread_join(f.thread, NULL);
+    fake_stop(&f);
 }
