@@ -402,10 +402,17 @@ cluster_start() {
         return 0
     fi
     CLUSTER_PORTS=()
+    local p k
     for i in 1 2 3; do
-        CLUSTER_PORTS+=("$(pick_port "$PG_PORT" "$REDIS_PORT" "${CLUSTER_PORTS[@]}" \
-            $((${CLUSTER_PORTS[0]:-0} + 10000)) $((${CLUSTER_PORTS[1]:-0} + 10000)))")
-        cluster_node_start "$i" "${CLUSTER_PORTS[$((i - 1))]}"
+        # A port whose bus port is free too, neither of them one of the other nodes'.
+        for ((k = 0; k < 50; k++)); do
+            p=$(pick_port "$PG_PORT" "$REDIS_PORT" "${CLUSTER_PORTS[@]}" \
+                $((${CLUSTER_PORTS[0]:-0} + 10000)) $((${CLUSTER_PORTS[1]:-0} + 10000)))
+            port_in_use $((p + 10000)) || [[ " ${CLUSTER_PORTS[*]} " == *" $((p + 10000)) "* ]] ||
+                break
+        done
+        CLUSTER_PORTS+=("$p")
+        cluster_node_start "$i" "$p"
     done
     "$REDIS_CLI" --cluster create "${CLUSTER_PORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 \
         --cluster-yes >"$DIR/cluster/create.log" 2>&1 || {
