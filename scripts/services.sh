@@ -336,7 +336,8 @@ redis_stop() {
 
 # Each node lives in DIR/cluster/nN with its nodes.conf (its identity and slots: a node
 # started again rejoins with them, empty, as no data is saved). The ports come from
-# pick_port (<= 32000): a node's bus port is its port + 10000, so both stay below 65536.
+# pick_port, below 22768: a node's bus port, its port + 10000, stays below the ephemeral
+# range.
 # cluster-require-full-coverage no: a stopped master takes its slots down, not the others'.
 
 cluster_node_pid() {
@@ -404,10 +405,13 @@ cluster_start() {
     CLUSTER_PORTS=()
     local p k
     for i in 1 2 3; do
-        # A port whose bus port is free too, neither of them one of the other nodes'.
-        for ((k = 0; k < 50; k++)); do
+        # A port whose bus port is free too, neither of them one of the other nodes', and
+        # the bus port below the kernel's ephemeral range (32768-60999), where an outgoing
+        # connection could hold it.
+        for ((k = 0; k < 200; k++)); do
             p=$(pick_port "$PG_PORT" "$REDIS_PORT" "${CLUSTER_PORTS[@]}" \
                 $((${CLUSTER_PORTS[0]:-0} + 10000)) $((${CLUSTER_PORTS[1]:-0} + 10000)))
+            ((p + 10000 < 32768)) || continue
             port_in_use $((p + 10000)) || [[ " ${CLUSTER_PORTS[*]} " == *" $((p + 10000)) "* ]] ||
                 break
         done
