@@ -169,8 +169,11 @@ static redisReply *cluster_command(struct cg_redis *r, int slot, const char *wha
         }
         freeReplyObject(reply);
         cg__redis_node_answered(r, n);
-        /* An empty host is the host of the node that answered. */
-        int next = cg__redis_node_find_or_add(r, to.host[0] != '\0' ? to.host : n->host, to.port);
+        /* An empty host is the host of the node that answered (copied: adding a node may
+         * move the table n is in). */
+        if (to.host[0] == '\0')
+            cg__redis_copy_str(to.host, sizeof to.host, n->host, strlen(n->host));
+        int next = cg__redis_node_find_or_add(r, to.host, to.port);
         if (next < 0)
             return NULL;
         asking = kind == CG_KEYSLOT_ASK;
