@@ -38,6 +38,7 @@ cg_status cg_app_init(struct cg_app *app, const struct cg_config *cfg, const cha
         .pg_connect_timeout_ms = (int)cfg->pg_connect_timeout_ms,
         .pg_statement_timeout_ms = (int)cfg->pg_statement_timeout_ms,
         .redis_timeout_ms = (int)cfg->redis_timeout_ms,
+        .redis_cluster = cfg->redis_cluster,
         .key_cache_ttl_s = (int)cfg->key_cache_ttl_s,
         .outages = &app->outages,
     };

@@ -53,6 +53,8 @@
     XX(pg_statement_timeout_ms, INT, "5000", 10, 600000, NULL,                                     \
        "PostgreSQL statement timeout (a call's deadline shortens it)")                             \
     XX(redis_timeout_ms, INT, "100", 1, 10000, NULL, "Redis connect and command timeout")          \
+    XX(redis_cluster, ENUM, "auto", 0, 0, "auto|on|off",                                           \
+       "whether redis_url is a Redis Cluster node (routing by slot); auto asks it (INFO cluster)") \
     XX(health_interval_ms, INT, "1000", 50, 60000, NULL,                                           \
        "how often PostgreSQL is probed for the health service")                                    \
     XX(sweep_interval_ms, INT, "2000", 100, 600000, NULL,                                          \

@@ -55,6 +55,7 @@ struct cg_store_opts {
     int pg_connect_timeout_ms;        /* <= 0: 3000 */
     int pg_statement_timeout_ms;      /* <= 0: 5000 */
     int redis_timeout_ms;             /* connect and command timeout; <= 0: 100 */
+    const char *redis_cluster;        /* "auto" (NULL), "on" or "off": store_redis.h */
     int key_cache_ttl_s;              /* 0: do not cache key lookups */
     struct cg_store_outages *outages; /* borrowed, shared; NULL: the store logs on its own */
 };
