@@ -53,8 +53,12 @@
     XX(pg_statement_timeout_ms, INT, "5000", 10, 600000, NULL,                                     \
        "PostgreSQL statement timeout (a call's deadline shortens it)")                             \
     XX(redis_timeout_ms, INT, "100", 1, 10000, NULL, "Redis connect and command timeout")          \
-    XX(health_interval_ms, INT, "1000", 50, 60000, NULL,                                           \
-       "how often PostgreSQL is probed for the health service")                                    \
+    XX(health_interval_ms, INT, "250", 50, 60000, NULL,                                            \
+       "how often PostgreSQL is probed for the health service (on a thread and connection of "     \
+       "its own)")                                                                                 \
+    XX(health_timeout_ms, INT, "500", 10, 60000, NULL,                                             \
+       "how long one PostgreSQL probe may take; no answer by then is NOT_SERVING (a frozen "       \
+       "PostgreSQL is seen within health_interval_ms + health_timeout_ms)")                        \
     XX(sweep_interval_ms, INT, "2000", 100, 600000, NULL,                                          \
        "how often expired reservations are returned and due budget resets applied")                \
     XX(key_cache_ttl_s, INT, "30", 0, 3600, NULL,                                                  \

@@ -297,8 +297,9 @@ static int64_t response_until(const struct cg_pg *pg)
         until = now + pg->session_timeout_ms + RESPONSE_GRACE_MS;
     else if (pg->session_timeout_ms < 0) /* before the first SET: a short statement */
         until = now + pg->connect_timeout_ms + RESPONSE_GRACE_MS;
-    if (pg->deadline_mono_ms != 0 && pg->deadline_mono_ms + RESPONSE_GRACE_MS < until)
-        until = pg->deadline_mono_ms + RESPONSE_GRACE_MS;
+    int64_t grace = pg->strict_deadline ? 0 : RESPONSE_GRACE_MS;
+    if (pg->deadline_mono_ms != 0 && pg->deadline_mono_ms + grace < until)
+        until = pg->deadline_mono_ms + grace;
     return until;
 }
 
@@ -917,7 +918,11 @@ void cg_pg_set_request_id(struct cg_pg *pg, const char *rid)
 cg_status cg_pg_ping(struct cg_pg *pg, struct cg_err *err)
 {
     PGresult *res = NULL;
+    /* A probe's answer is due by the deadline itself: a server that does not answer by
+     * then (frozen, its socket open) counts as down, and the connection is dropped. */
+    pg->strict_deadline = true;
     cg_status rc = cg__pg_run(pg, "ping", "SELECT 1", 0, NULL, NULL, NULL, RUN_READ, &res, err);
+    pg->strict_deadline = false;
     PQclear(res);
     return rc;
 }

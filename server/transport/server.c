@@ -101,7 +101,10 @@ struct cg_server {
     bool events_started;
     atomic_bool events_stop;
 
-    /* PostgreSQL probe for the health service. */
+    /* The PostgreSQL probe for the health service (health_main, `prober`) and the
+     * sweeper (monitor_main): two threads, each with its own store, sharing the stop flag. */
+    pthread_t prober;
+    bool prober_started;
     pthread_t monitor;
     bool monitor_started;
     pthread_mutex_t monitor_lock;
@@ -1119,7 +1122,56 @@ static void pool_thread_cleanup(void *p)
 
 /* ---------------------------------------------------------------- health monitor --- */
 
+/* Waits on the monitor's condition variable until `until` (cg_mono_ms) or shutdown. Called
+ * with monitor_lock held; returns with it held. Returns false once shutdown has begun. */
+static bool monitor_wait(struct cg_server *srv, int64_t until_ms)
+{
+    int64_t wait_ms = until_ms - cg_mono_ms();
+    if (wait_ms < 0)
+        wait_ms = 0;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t ns = until.tv_nsec + (wait_ms % 1000) * 1000000;
+    until.tv_sec += wait_ms / 1000 + ns / 1000000000;
+    until.tv_nsec = ns % 1000000000;
+    /* Woken early only by shutdown. */
+    while (!srv->monitor_stop &&
+           pthread_cond_timedwait(&srv->monitor_cond, &srv->monitor_lock, &until) == 0)
+        ;
+    return !srv->monitor_stop;
+}
+
+/* The sweeper (expired reservations, due resets, old events) every sweep_interval_ms, on a
+ * store of its own. A sweep may block on PostgreSQL: nothing else runs on this thread. */
 static void *monitor_main(void *arg)
+{
+    struct cg_server *srv = arg;
+    struct pool_ctx *ctx = pool_thread_init(srv, -1);
+    if (ctx == NULL) {
+        cg_log(CG_LOG_ERROR, "sweep", NULL, "cannot start the sweeper");
+        return NULL;
+    }
+    pthread_mutex_lock(&srv->monitor_lock);
+    while (!srv->monitor_stop) {
+        pthread_mutex_unlock(&srv->monitor_lock);
+        int64_t next_sweep = cg_mono_ms() + srv->cfg->sweep_interval_ms;
+        int expired = 0;
+        (void)cg_rpc_sweep(&ctx->env, cg_wall_ms(), &expired);
+        pthread_mutex_lock(&srv->monitor_lock);
+        if (!monitor_wait(srv, next_sweep))
+            break;
+    }
+    pthread_mutex_unlock(&srv->monitor_lock);
+    pool_thread_cleanup(ctx);
+    return NULL;
+}
+
+/* The PostgreSQL probe for the health service: every health_interval_ms one ping on a
+ * connection of its own, given health_timeout_ms to answer, so that a frozen PostgreSQL is
+ * NOT_SERVING within health_interval_ms + health_timeout_ms whatever the pool and the
+ * sweeper are blocked on. The serving state also ages an answer out by itself
+ * (cg_health_set_fresh_ms), should this thread ever be stuck. */
+static void *health_main(void *arg)
 {
     struct cg_server *srv = arg;
     struct pool_ctx *ctx = pool_thread_init(srv, -1);
@@ -1127,41 +1179,17 @@ static void *monitor_main(void *arg)
         cg_log(CG_LOG_ERROR, "health", NULL, "cannot start the PostgreSQL probe");
         return NULL;
     }
-    /* Two periodic jobs on one thread and one store: the probe, then the sweeper (expired
-     * reservations, due resets), each when its time has come; in between the thread waits
-     * on the condition variable until the sooner of the two, so shutdown wakes it. */
-    int64_t next_probe = cg_mono_ms();
-    int64_t next_sweep = next_probe;
+    int64_t interval = srv->cfg->health_interval_ms;
+    int timeout = (int)srv->cfg->health_timeout_ms;
     pthread_mutex_lock(&srv->monitor_lock);
     while (!srv->monitor_stop) {
         pthread_mutex_unlock(&srv->monitor_lock);
-        int64_t now = cg_mono_ms();
-        if (now >= next_probe) {
-            cg_store_set_deadline(ctx->env.svc.store, now + srv->cfg->pg_connect_timeout_ms);
-            if (cg_health_probe(&ctx->env.svc))
-                wake_streams(srv);
-            next_probe = now + srv->cfg->health_interval_ms;
-        }
-        if (now >= next_sweep) {
-            int expired = 0;
-            (void)cg_rpc_sweep(&ctx->env, cg_wall_ms(), &expired);
-            next_sweep = now + srv->cfg->sweep_interval_ms;
-        }
+        int64_t next_probe = cg_mono_ms() + interval;
+        if (cg_health_probe(&ctx->env.svc, timeout))
+            wake_streams(srv);
         pthread_mutex_lock(&srv->monitor_lock);
-        if (srv->monitor_stop)
+        if (!monitor_wait(srv, next_probe))
             break;
-        int64_t wait_ms = (next_probe < next_sweep ? next_probe : next_sweep) - cg_mono_ms();
-        if (wait_ms < 0)
-            wait_ms = 0;
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        int64_t ns = until.tv_nsec + (wait_ms % 1000) * 1000000;
-        until.tv_sec += wait_ms / 1000 + ns / 1000000000;
-        until.tv_nsec = ns % 1000000000;
-        /* Woken early only by shutdown. */
-        while (!srv->monitor_stop &&
-               pthread_cond_timedwait(&srv->monitor_cond, &srv->monitor_lock, &until) == 0)
-            ;
     }
     pthread_mutex_unlock(&srv->monitor_lock);
     pool_thread_cleanup(ctx);
@@ -1404,6 +1432,13 @@ static cg_status start_threads(struct cg_server *srv, struct cg_err *err)
             return cg_err_set(err, CG_IO, "cannot start completion-queue thread: %s", strerror(rc));
         }
     }
+    /* An answered probe counts until the next one is overdue by its timeout, and half as
+     * much again so that a slow but answered probe does not flap the state: the probe's own
+     * deadline gives the verdict first; this bound only matters should the prober hang. */
+    cg_health_set_fresh_ms(srv->health,
+                           srv->cfg->health_interval_ms + srv->cfg->health_timeout_ms * 3 / 2);
+    if (pthread_create(&srv->prober, NULL, health_main, srv) == 0)
+        srv->prober_started = true;
     if (pthread_create(&srv->monitor, NULL, monitor_main, srv) == 0)
         srv->monitor_started = true;
     atomic_init(&srv->events_stop, false);
@@ -1524,11 +1559,15 @@ void cg_server_shutdown(struct cg_server *srv)
     grpc_completion_queue_shutdown(shutdown_cq);
     grpc_completion_queue_destroy(shutdown_cq);
 
+    pthread_mutex_lock(&srv->monitor_lock);
+    srv->monitor_stop = true;
+    pthread_cond_broadcast(&srv->monitor_cond);
+    pthread_mutex_unlock(&srv->monitor_lock);
+    if (srv->prober_started) {
+        pthread_join(srv->prober, NULL);
+        srv->prober_started = false;
+    }
     if (srv->monitor_started) {
-        pthread_mutex_lock(&srv->monitor_lock);
-        srv->monitor_stop = true;
-        pthread_cond_broadcast(&srv->monitor_cond);
-        pthread_mutex_unlock(&srv->monitor_lock);
         pthread_join(srv->monitor, NULL);
         srv->monitor_started = false;
     }
