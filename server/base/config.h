@@ -41,6 +41,9 @@
     XX(workers, INT, "0", 0, 64, NULL, "completion-queue threads; 0 means one per CPU")            \
     XX(io_threads, INT, "8", 1, 256, NULL,                                                         \
        "worker pool threads for blocking I/O, each owning a PostgreSQL and a Redis connection")    \
+    XX(stream_open_threads, INT, "2", 1, 64, NULL,                                                 \
+       "threads that open WatchUsage streams (each with a PostgreSQL and a Redis connection), "    \
+       "apart from io_threads so that an open never waits for blocking work")                      \
     XX(slots_per_method, INT, "16", 1, 1024, NULL,                                                 \
        "request slots each completion-queue thread keeps posted per method")                       \
     XX(max_message_bytes, INT, "8388608", 1024, 67108864, NULL,                                    \

@@ -42,6 +42,10 @@
 #define RID_MAX 64
 #define AUTH_MAX 1024
 #define POOL_QUEUE_PER_THREAD 256
+/* Stream opens waiting per thread of the open lane: beyond that an open is shed at once, so
+ * that an accepted one waits for at most this many opens (a few ms each), never for the
+ * pool's blocking work. */
+#define OPEN_QUEUE_PER_THREAD 64
 
 struct worker;
 struct call;
@@ -83,6 +87,9 @@ struct cg_server {
     size_t nmethods;
     void **handles;
     struct cg_pool *pool;
+    /* The open lane: the opens of blocking server streams (WatchUsage), on threads and
+     * stores of their own, so that an open never queues behind the pool's blocking work. */
+    struct cg_pool *open_pool;
     atomic_bool stopping;
 
     /* Calls alive anywhere and request slots posted; shutdown waits for both to reach
@@ -513,7 +520,12 @@ static void pool_job(struct cg_job *job, void *thread_ctx)
         cg_store_set_deadline(env->svc.store, c->rc.deadline_ms);
         cg_status st;
         cg_op_fate fate = CG_OP_DONE;
-        if (c->method->kind == CG_RPC_SERVER_STREAM)
+        if (c->method->kind == CG_RPC_SERVER_STREAM && !cg_health_is_serving(env->svc.health))
+            /* The open lane is small: with PostgreSQL not answering, an open would hold
+             * one of its threads until the statement timeout. */
+            st = cg_err_set(&c->rc.err, CG_UNAVAILABLE,
+                            "storage unavailable: the server is not serving; retry later");
+        else if (c->method->kind == CG_RPC_SERVER_STREAM)
             st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len, &c->stream_request,
                                     &c->stream);
         else if (c->method->try_inline) /* tried on the queue thread first */
@@ -971,10 +983,13 @@ static void start_call(struct worker *w, struct call *c, grpc_byte_buffer *paylo
     }
     c->phase = PHASE_POOL;
     c->pending++; /* the pool's wake-up */
-    if (cg_pool_submit(w->srv->pool, &c->job) != CG_OK) {
+    bool open = c->method->kind == CG_RPC_SERVER_STREAM;
+    if (cg_pool_submit(open ? w->srv->open_pool : w->srv->pool, &c->job) != CG_OK) {
         c->pending--;
-        c->st = cg_err_setr(&c->rc.err, CG_UNAVAILABLE, CG_ERR_SERVER_OVERLOADED,
-                            "server overloaded; retry later");
+        c->st = open ? cg_err_setr(&c->rc.err, CG_UNAVAILABLE, CG_ERR_SERVER_OVERLOADED,
+                                   "too many streams are opening on this server; retry later")
+                     : cg_err_setr(&c->rc.err, CG_UNAVAILABLE, CG_ERR_SERVER_OVERLOADED,
+                                   "server overloaded; retry later");
         reply_error(c);
     }
 }
@@ -1108,6 +1123,13 @@ static void *pool_thread_init(void *arg, int index)
         }
     }
     return &ctx->env; /* env is the first member: the job gets a cg_rpc_env */
+}
+
+/* A thread of the open lane: a store of its own, no LLM client (no open calls the LLM). */
+static void *open_thread_init(void *arg, int index)
+{
+    (void)index;
+    return pool_thread_init(arg, -1);
 }
 
 static void pool_thread_cleanup(void *p)
@@ -1447,6 +1469,31 @@ static cg_status start_threads(struct cg_server *srv, struct cg_err *err)
     return CG_OK;
 }
 
+/* The worker pool and the open lane. */
+static cg_status make_pools(struct cg_server *srv, struct cg_err *err)
+{
+    const struct cg_config *cfg = srv->cfg;
+    struct cg_pool_opts popts = {
+        .threads = (int)cfg->io_threads,
+        .max_queue = (size_t)cfg->io_threads * POOL_QUEUE_PER_THREAD,
+        .thread_init = pool_thread_init,
+        .thread_cleanup = pool_thread_cleanup,
+        .arg = srv,
+    };
+    if ((srv->pool = cg_pool_new(&popts, err)) == NULL)
+        return err != NULL ? err->code : CG_NOMEM;
+    struct cg_pool_opts oopts = {
+        .threads = (int)cfg->stream_open_threads,
+        .max_queue = (size_t)cfg->stream_open_threads * OPEN_QUEUE_PER_THREAD,
+        .thread_init = open_thread_init,
+        .thread_cleanup = pool_thread_cleanup,
+        .arg = srv,
+    };
+    if ((srv->open_pool = cg_pool_new(&oopts, err)) == NULL)
+        return err != NULL ? err->code : CG_NOMEM;
+    return CG_OK;
+}
+
 /* Undoes a start that failed before grpc_server_start: the server, the queues (drained),
  * the pool, the server object; then grpc_shutdown. */
 static void free_unstarted(struct cg_server *srv)
@@ -1469,6 +1516,8 @@ static void free_unstarted(struct cg_server *srv)
     srv->workers = NULL;
     cg_pool_free(srv->pool);
     srv->pool = NULL;
+    cg_pool_free(srv->open_pool);
+    srv->open_pool = NULL;
     free(srv->handles);
     free(srv);
     grpc_shutdown();
@@ -1491,15 +1540,7 @@ struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
         srv->nworkers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
     }
 
-    struct cg_pool_opts popts = {
-        .threads = (int)cfg->io_threads,
-        .max_queue = (size_t)cfg->io_threads * POOL_QUEUE_PER_THREAD,
-        .thread_init = pool_thread_init,
-        .thread_cleanup = pool_thread_cleanup,
-        .arg = srv,
-    };
-    srv->pool = cg_pool_new(&popts, err);
-    if (srv->pool == NULL || create_grpc_server(srv, err) != CG_OK ||
+    if (make_pools(srv, err) != CG_OK || create_grpc_server(srv, err) != CG_OK ||
         make_workers(srv, err) != CG_OK || listen_on(srv, err) != CG_OK) {
         free_unstarted(srv);
         return NULL;
@@ -1580,6 +1621,7 @@ void cg_server_shutdown(struct cg_server *srv)
         srv->events_started = false;
     }
     cg_pool_stop(srv->pool);
+    cg_pool_stop(srv->open_pool);
     for (int i = 0; i < srv->nworkers; i++)
         grpc_completion_queue_shutdown(srv->workers[i].cq);
     for (int i = 0; i < srv->nworkers; i++)
@@ -1607,6 +1649,7 @@ void cg_server_free(struct cg_server *srv)
     }
     free(srv->workers);
     cg_pool_free(srv->pool); /* the pool threads' stores and LLM clients */
+    cg_pool_free(srv->open_pool);
     free(srv->handles);
     pthread_mutex_destroy(&srv->live_lock);
     pthread_cond_destroy(&srv->live_zero);
