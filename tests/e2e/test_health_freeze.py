@@ -1,7 +1,8 @@
 """Health with PostgreSQL frozen (SIGSTOP on the postmaster and every backend: the sockets
 stay open, nothing answers): grpc.health.v1 Check turns NOT_SERVING within 1 s of the
 freeze, with a load of writes blocking the pool and the sweeper, and without load; after
-SIGCONT it is SERVING again. The calls that failed meanwhile failed with UNAVAILABLE or a
+SIGCONT it is SERVING again. WatchUsage opens meanwhile are refused at once with
+UNAVAILABLE. The calls that failed meanwhile failed with UNAVAILABLE or a
 deadline, never INTERNAL. The server runs with the default health settings: the bound is
 the defaults' (health_interval_ms + health_timeout_ms = 750 ms).
 
@@ -17,7 +18,10 @@ import uuid
 import grpc
 
 import cgtest
-from test_budget_faults import Load, OwnServices, setup_tenant
+from cgtest import budget_pb2
+from test_budget_faults import Load, OwnServices, scope, setup_tenant
+
+B = budget_pb2
 
 # The requirement (1 s) plus slack for a loaded CI machine.
 BOUND_S = 1.5
@@ -75,8 +79,9 @@ class HealthFreeze(cgtest.TestCase):
         return cgtest.start_server(self, pg=self.svc.pg, schema=schema,
                                    env={"CTXGUARD_REDIS_URL": self.svc.redis})
 
-    def freeze_and_measure(self, srv, what):
-        """Freezes PostgreSQL, returns the seconds until Check said NOT_SERVING."""
+    def freeze_and_measure(self, srv, what, while_frozen=None):
+        """Freezes PostgreSQL, returns the seconds until Check said NOT_SERVING; runs
+        while_frozen() then, before the thaw."""
         channel = srv.channel()
         self.assertEqual(health_status(channel), cgtest.health.SERVING)
         frozen = Frozen(self.svc)
@@ -88,6 +93,8 @@ class HealthFreeze(cgtest.TestCase):
                 seen = time.monotonic() - start
                 break
             time.sleep(0.02)
+        if seen is not None and while_frozen is not None:
+            while_frozen()
         frozen.thaw()
         print(f"\n{what}: NOT_SERVING {seen if seen is None else round(seen, 3)} s after the "
               f"freeze (requirement 1 s, asserted {BOUND_S} s)", flush=True)
@@ -113,7 +120,19 @@ class HealthFreeze(cgtest.TestCase):
         self.addCleanup(load.join)
         self.addCleanup(load.stop.set)
         load.wait_for(lambda: len(load.acked) >= 50, 60, "50 acknowledged commits")
-        self.freeze_and_measure(srv, "under write load")
+        watched = scope(task.session_id)
+
+        def opens_are_refused():
+            # Not serving: a WatchUsage open is refused at once, not queued for a store.
+            for _ in range(5):
+                start = time.monotonic()
+                err = cgtest.rpc_error(lambda: next(stub.WatchUsage(
+                    B.WatchUsageRequest(scope=watched, send_snapshot=True), metadata=md,
+                    timeout=10)))
+                self.assertEqual(err.code(), grpc.StatusCode.UNAVAILABLE, err.details())
+                self.assertLess(time.monotonic() - start, 5, "refused promptly")
+
+        self.freeze_and_measure(srv, "under write load", opens_are_refused)
         acked = len(load.acked)
         load.wait_for(lambda: len(load.acked) >= acked + 50, 60, "commits after the thaw")
         load.stop.set()
