@@ -524,7 +524,8 @@ static void pool_job(struct cg_job *job, void *thread_ctx)
             /* The open lane is small: with PostgreSQL not answering, an open would hold
              * one of its threads until the statement timeout. */
             st = cg_err_set(&c->rc.err, CG_UNAVAILABLE,
-                            "storage unavailable: the server is not serving; retry later");
+                            "not serving (PostgreSQL unreachable, or shutting down): retry "
+                            "later, or on another server");
         else if (c->method->kind == CG_RPC_SERVER_STREAM)
             st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len, &c->stream_request,
                                     &c->stream);
@@ -1125,11 +1126,25 @@ static void *pool_thread_init(void *arg, int index)
     return &ctx->env; /* env is the first member: the job gets a cg_rpc_env */
 }
 
-/* A thread of the open lane: a store of its own, no LLM client (no open calls the LLM). */
+/* A thread of the open lane: a store of its own, no LLM client (no open calls the LLM). Its
+ * connection is made now (given health_timeout_ms; a failure is left to the first open), so
+ * that the first opens after the start do not pay for it while the pool's threads, warmed by
+ * other calls, run the writes they may be waiting for. */
 static void *open_thread_init(void *arg, int index)
 {
     (void)index;
-    return pool_thread_init(arg, -1);
+    struct cg_server *srv = arg;
+    struct pool_ctx *ctx = pool_thread_init(arg, -1);
+    if (ctx != NULL) {
+        struct cg_err err;
+        cg_err_clear(&err);
+        cg_store_set_deadline(ctx->env.svc.store, cg_mono_ms() + srv->cfg->health_timeout_ms);
+        if (cg_store_ping(ctx->env.svc.store, &err) != CG_OK)
+            cg_log(CG_LOG_DEBUG, "transport", NULL, "open lane: no connection yet (%s)",
+                   cg_err_text(&err));
+        cg_store_set_deadline(ctx->env.svc.store, 0);
+    }
+    return ctx;
 }
 
 static void pool_thread_cleanup(void *p)
