@@ -129,7 +129,9 @@ void cg_store_set_deadline(struct cg_store *store, int64_t deadline_mono_ms);
  * NULL clears it. */
 void cg_store_set_request_id(struct cg_store *store, const char *rid);
 
-/* Runs `SELECT 1` on PostgreSQL (reconnecting if needed). CG_OK when it answered. */
+/* Runs `SELECT 1` on PostgreSQL (reconnecting if needed). CG_OK when it answered. The
+ * store's deadline is strict here: no answer by then is an error (the connection is
+ * dropped), so a frozen server cannot hold the caller past it. */
 cg_status cg_store_ping(struct cg_store *store, struct cg_err *err) CG_MUST_CHECK;
 
 /* Whether Redis answered the last command (for logs and tests). */
