@@ -852,8 +852,33 @@ bool cg__pg_notice_add(struct cg_pg *pg, const char *payload)
     return true;
 }
 
+/* The NOTIFY after a COMMIT: the events' wake-ups on cg_events, and on cg_rows the scope
+ * rows they name with their row_version as committed (service/cache.h: other replicas drop
+ * older cached copies), "<tenant>" then "\n<row_version> <session> <task> <agent>" per row,
+ * at most 16 rows (under 8000 bytes) per payload. Every write that moves a row's counters
+ * or budget appends an event naming that row (USAGE_CHANGED at least), so the events name
+ * every row written. The version is read after the COMMIT: the one committed, or a later
+ * one, which is as safe to announce (a reader then needs at least that, and PostgreSQL
+ * has it). In the same statement as the events' NOTIFY: no round trip more, and the
+ * transaction of the NOTIFY commits with synchronous_commit off (it has an xid, and its
+ * commit would otherwise wait for a WAL flush that protects nothing: notifications are not
+ * durable). */
+#define NOTIFY_SQL                                                                                 \
+    "WITH p AS (SELECT unnest($1::text[]) AS p),"                                                  \
+    " k AS (SELECT DISTINCT split_part(p, ' ', 1) AS t, split_part(p, ' ', 3) AS si,"              \
+    "   split_part(p, ' ', 4) AS ti, split_part(p, ' ', 5) AS ai FROM p),"                         \
+    " r AS (SELECT k.t, (row_number() OVER (PARTITION BY k.t) - 1) / 16 AS chunk,"                 \
+    "   E'\\n' || sc.row_version || ' ' || k.si || ' ' || k.ti || ' ' || k.ai AS line"             \
+    "   FROM k JOIN scopes sc ON sc.tenant_id = k.t::uuid AND sc.session_id = k.si"                \
+    "   AND sc.task_id = k.ti AND sc.agent_id = k.ai)"                                             \
+    " SELECT set_config('synchronous_commit', 'off', true),"                                       \
+    "  (SELECT count(pg_notify('cg_events', p)) FROM p),"                                          \
+    "  (SELECT count(pg_notify('cg_rows', t || lines)) FROM"                                       \
+    "    (SELECT t, string_agg(line, '') AS lines FROM r GROUP BY t, chunk) x)"
+
 /* Sends the queued notifications in one statement of their own, after the COMMIT that made
- * their events visible. Best effort: a failure is logged, the write stands. */
+ * their events visible. Best effort: a failure is logged, the write stands, and the
+ * payloads are kept for the next commit's NOTIFY (notices_kept). */
 static void send_notices(struct cg_pg *pg)
 {
     if (pg->nnotices == 0)
@@ -889,19 +914,27 @@ static void send_notices(struct cg_pg *pg)
     PGresult *res = NULL;
     struct cg_err err;
     cg_status rc =
-        cg__pg_run(pg, "notify", "SELECT pg_notify('cg_events', p) FROM unnest($1::text[]) AS p", 1,
-                   values, NULL, NULL, RUN_READ, &res, &err);
+        cg__pg_run(pg, "notify", NOTIFY_SQL, 1, values, NULL, NULL, RUN_READ, &res, &err);
     pg->deadline_mono_ms = deadline;
-    if (rc != CG_OK)
-        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "events committed but not announced: %s", err.msg);
+    if (rc != CG_OK) {
+        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg),
+               "events committed but not announced (sent again with the next commit): %s", err.msg);
+        pg->notices_kept_len = pg->notices_len;
+        pg->notices_kept = pg->nnotices;
+    } else {
+        pg->notices_kept_len = 0;
+        pg->notices_kept = 0;
+    }
     PQclear(res);
     free(lit);
 }
 
+/* Forgets the notifications of the transaction that ended, keeping those of committed
+ * ones that could not be sent. */
 static void notices_clear(struct cg_pg *pg)
 {
-    pg->notices_len = 0;
-    pg->nnotices = 0;
+    pg->notices_len = pg->notices_kept_len;
+    pg->nnotices = pg->notices_kept;
 }
 
 void cg_pg_set_deadline(struct cg_pg *pg, int64_t deadline_mono_ms)
