@@ -49,14 +49,12 @@
  * does not send cg_rows, is therefore heard only through cache_row_ttl_ms: lower it during
  * such a rolling upgrade).
  *
- * Why this NOTIFY costs the write path nothing more: a NOTIFY inside the write
+ * Why this NOTIFY costs the write path no round trip: a NOTIFY inside the write
  * transaction would take PostgreSQL's database-wide notify lock at commit, which
  * serializes the commits of all writers (no group commit). This one is the statement that
  * already carried the events' wake-ups after the COMMIT (its own transaction, one per
- * committed transaction or batch: the batcher commits many requests at once), now with
- * synchronous_commit off, since a NOTIFY's transaction has an xid whose commit would
- * otherwise wait for a WAL flush that protects nothing. The rows are found by joining the
- * events' scopes to their rows (index lookups).
+ * committed transaction or batch: the batcher commits many requests at once); it now also
+ * looks up each named row's row_version by primary key.
  *
  * Bounds that remain: between a COMMIT and the arrival of its announcement (the writer's
  * round trip for the NOTIFY, delivery, and the events thread's next step: milliseconds,

@@ -690,7 +690,7 @@ void cg_store_cache_tenant_drop(struct cg_store *store, const char *tenant_id);
  * drops the tenant's cached rows (struct cg_row_notice, whole_tenant). Writes of rows are
  * announced with their row_version by the NOTIFY after their COMMIT, with their events
  * (store_pg.c). Call it after the COMMIT, outside any transaction: one statement of its
- * own (synchronous_commit off: nothing in it is durable), sent past the call's deadline.
+ * own, sent past the call's deadline.
  * Best effort: when it fails (logged) the tenant is announced again with this store's
  * next call (at most 64 wait; past that the oldest are lost, logged). */
 void cg_store_tenant_announce(struct cg_store *store, const char *tenant_id);

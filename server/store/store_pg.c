@@ -852,29 +852,23 @@ bool cg__pg_notice_add(struct cg_pg *pg, const char *payload)
     return true;
 }
 
-/* The NOTIFY after a COMMIT: the events' wake-ups on cg_events, and on cg_rows the scope
- * rows they name with their row_version as committed (service/cache.h: other replicas drop
- * older cached copies), "<tenant>" then "\n<row_version> <session> <task> <agent>" per row,
- * at most 16 rows (under 8000 bytes) per payload. Every write that moves a row's counters
- * or budget appends an event naming that row (USAGE_CHANGED at least), so the events name
- * every row written. The version is read after the COMMIT: the one committed, or a later
- * one, which is as safe to announce (a reader then needs at least that, and PostgreSQL
- * has it). In the same statement as the events' NOTIFY: no round trip more, and the
- * transaction of the NOTIFY commits with synchronous_commit off (it has an xid, and its
- * commit would otherwise wait for a WAL flush that protects nothing: notifications are not
- * durable). */
+/* The NOTIFY after a COMMIT: the events' wake-ups on cg_events, and on cg_rows each scope
+ * row an event names, "<tenant>\n<row_version> <session> <task> <agent>", with its
+ * row_version read after the COMMIT (service/cache.h: other replicas drop older cached
+ * copies). Every write that moves a row's counters or budget appends an event naming that
+ * row (USAGE_CHANGED at least), so the events name every row written. The version read is
+ * the one committed or a later one, as safe to announce (a reader then needs at least
+ * that, and PostgreSQL has it). Identical payloads of one transaction are sent once (by
+ * PostgreSQL); a scope that is gone announces nothing. In the statement that already
+ * carried the events' wake-ups: no round trip more, one primary-key lookup per event. */
 #define NOTIFY_SQL                                                                                 \
-    "WITH p AS (SELECT unnest($1::text[]) AS p),"                                                  \
-    " k AS (SELECT DISTINCT split_part(p, ' ', 1) AS t, split_part(p, ' ', 3) AS si,"              \
-    "   split_part(p, ' ', 4) AS ti, split_part(p, ' ', 5) AS ai FROM p),"                         \
-    " r AS (SELECT k.t, (row_number() OVER (PARTITION BY k.t) - 1) / 16 AS chunk,"                 \
-    "   E'\\n' || sc.row_version || ' ' || k.si || ' ' || k.ti || ' ' || k.ai AS line"             \
-    "   FROM k JOIN scopes sc ON sc.tenant_id = k.t::uuid AND sc.session_id = k.si"                \
-    "   AND sc.task_id = k.ti AND sc.agent_id = k.ai)"                                             \
-    " SELECT set_config('synchronous_commit', 'off', true),"                                       \
-    "  (SELECT count(pg_notify('cg_events', p)) FROM p),"                                          \
-    "  (SELECT count(pg_notify('cg_rows', t || lines)) FROM"                                       \
-    "    (SELECT t, string_agg(line, '') AS lines FROM r GROUP BY t, chunk) x)"
+    "SELECT count(pg_notify('cg_events', p)),"                                                     \
+    " count(pg_notify('cg_rows', r.line)) FILTER (WHERE r.line IS NOT NULL)"                       \
+    " FROM unnest($1::text[]) AS p LEFT JOIN LATERAL ("                                            \
+    "  SELECT split_part(p, ' ', 1) || E'\\n' || sc.row_version || ' ' || sc.session_id || ' '"    \
+    "   || sc.task_id || ' ' || sc.agent_id AS line FROM scopes sc"                                \
+    "  WHERE sc.tenant_id = split_part(p, ' ', 1)::uuid AND sc.session_id = split_part(p, ' ', 3)" \
+    "   AND sc.task_id = split_part(p, ' ', 4) AND sc.agent_id = split_part(p, ' ', 5)) r ON true"
 
 /* Sends the queued notifications in one statement of their own, after the COMMIT that made
  * their events visible. Best effort: a failure is logged, the write stands, and the

@@ -429,16 +429,13 @@ cg_status cg_pg_rows_announce(struct cg_pg *pg, const char *payloads, struct cg_
         return cg_err_set(err, CG_INTERNAL, "storage error");
     }
     /* Past the call's deadline: the write is committed and the other replicas wait for the
-     * news. synchronous_commit off: the NOTIFY's own transaction has an xid, whose commit
-     * would otherwise wait for a WAL flush that protects nothing (notifications are not
-     * durable). */
+     * news. */
     int64_t deadline = pg->deadline_mono_ms;
     pg->deadline_mono_ms = 0;
     const char *values[] = {payloads};
     PGresult *res = NULL;
     cg_status rc = cg__pg_run(pg, "rows_announce",
-                              "SELECT set_config('synchronous_commit', 'off', true),"
-                              " pg_notify('cg_rows', p)"
+                              "SELECT count(pg_notify('cg_rows', p))"
                               " FROM unnest(string_to_array($1::text, E'\\x1e')) AS p",
                               1, values, NULL, NULL, RUN_READ, &res, err);
     pg->deadline_mono_ms = deadline;

@@ -46,7 +46,7 @@ struct cg_pg_row_notices {
     int count;
 };
 
-/* The most rows one cg_rows payload may carry (store_pg.c's NOTIFY sends at most 16). */
+/* The most rows one cg_rows payload may carry (store_pg.c's NOTIFY sends one). */
 #define CG_PG_ROWS_PER_PAYLOAD 64
 
 /* LISTEN cg_events, cg_keys and cg_rows when conn is not *listening (a new or remade
@@ -59,8 +59,7 @@ cg_status cg_pg_listen_wait(struct cg_pg *pg, void **listening, int timeout_ms,
                             bool *relistened, struct cg_err *err) CG_MUST_CHECK;
 
 /* Outside a transaction: NOTIFY cg_rows with each of the payloads joined by 0x1e (no
- * UUID holds it), in one statement with synchronous_commit off, past the call's
- * deadline. */
+ * UUID holds it), in one statement, past the call's deadline. */
 cg_status cg_pg_rows_announce(struct cg_pg *pg, const char *payloads,
                               struct cg_err *err) CG_MUST_CHECK;
 
