@@ -252,9 +252,10 @@ static void drop_announced_keys(const struct cg_svc_env *env, struct cg_store_li
     }
 }
 
-/* Rows other replicas committed (cg_rows, cg_cache_written there) leave the process's
- * row cache unless it holds them at that version already; a whole tenant announced
- * (sweeper, CloseScope, approvals there) drops the tenant's rows. */
+/* Rows a replica committed (cg_rows, sent by the NOTIFY after its COMMIT) leave the
+ * process's row cache unless it holds them at that version already (its own writes); a
+ * whole tenant announced (sweeper, CloseScope, approvals: cg_cache_dropped) drops the
+ * tenant's rows. */
 static void drop_announced_rows(const struct cg_svc_env *env, struct cg_store_listener *listener)
 {
     int n = 0;
