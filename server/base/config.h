@@ -72,8 +72,11 @@
        "use-case preset when a request names none (budgets without a limit, compression)")         \
     XX(write_batching, BOOL, "true", 0, 0, NULL,                                                   \
        "group concurrent Reserves and Commits of a tenant into shared transactions")               \
-    XX(cache_row_ttl_ms, INT, "1000", 0, 60000, NULL,                                              \
-       "ms a budget row stays in the process cache for CheckBudget (0: no process cache)")         \
+    XX(cache_row_ttl_ms, INT, "300000", 0, 86400000, NULL,                                         \
+       "most ms a cached budget row is served, a backstop: rows leave when another replica's "     \
+       "write is announced (cg_rows) (0: no process cache)")                                       \
+    XX(cache_rows_max, INT, "262144", 1024, 16777216, NULL,                                        \
+       "budget rows the process cache holds for CheckBudget (~540 bytes each when used)")          \
     XX(migrate_on_start, BOOL, "true", 0, 0, NULL,                                                 \
        "apply pending migrations at start-up (under an advisory lock)")                            \
     XX(model_map, STR, "", 0, 0, NULL,                                                             \

@@ -874,8 +874,27 @@ bool cg__pg_notice_add(struct cg_pg *pg, const char *payload)
     return true;
 }
 
+/* The NOTIFY after a COMMIT: the events' wake-ups on cg_events, and on cg_rows each scope
+ * row an event names, "<tenant>\n<row_version> <session> <task> <agent>", with its
+ * row_version read after the COMMIT (service/cache.h: other replicas drop older cached
+ * copies). Every write that moves a row's counters or budget appends an event naming that
+ * row (USAGE_CHANGED at least), so the events name every row written. The version read is
+ * the one committed or a later one, as safe to announce (a reader then needs at least
+ * that, and PostgreSQL has it). Identical payloads of one transaction are sent once (by
+ * PostgreSQL); a scope that is gone announces nothing. In the statement that already
+ * carried the events' wake-ups: no round trip more, one primary-key lookup per event. */
+#define NOTIFY_SQL                                                                                 \
+    "SELECT count(pg_notify('cg_events', p)),"                                                     \
+    " count(pg_notify('cg_rows', r.line)) FILTER (WHERE r.line IS NOT NULL)"                       \
+    " FROM unnest($1::text[]) AS p LEFT JOIN LATERAL ("                                            \
+    "  SELECT split_part(p, ' ', 1) || E'\\n' || sc.row_version || ' ' || sc.session_id || ' '"    \
+    "   || sc.task_id || ' ' || sc.agent_id AS line FROM scopes sc"                                \
+    "  WHERE sc.tenant_id = split_part(p, ' ', 1)::uuid AND sc.session_id = split_part(p, ' ', 3)" \
+    "   AND sc.task_id = split_part(p, ' ', 4) AND sc.agent_id = split_part(p, ' ', 5)) r ON true"
+
 /* Sends the queued notifications in one statement of their own, after the COMMIT that made
- * their events visible. Best effort: a failure is logged, the write stands. */
+ * their events visible. Best effort: a failure is logged, the write stands, and the
+ * payloads are kept for the next commit's NOTIFY (notices_kept). */
 static void send_notices(struct cg_pg *pg)
 {
     if (pg->nnotices == 0)
@@ -911,19 +930,27 @@ static void send_notices(struct cg_pg *pg)
     PGresult *res = NULL;
     struct cg_err err;
     cg_status rc =
-        cg__pg_run(pg, "notify", "SELECT pg_notify('cg_events', p) FROM unnest($1::text[]) AS p", 1,
-                   values, NULL, NULL, RUN_READ, &res, &err);
+        cg__pg_run(pg, "notify", NOTIFY_SQL, 1, values, NULL, NULL, RUN_READ, &res, &err);
     pg->deadline_mono_ms = deadline;
-    if (rc != CG_OK)
-        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "events committed but not announced: %s", err.msg);
+    if (rc != CG_OK) {
+        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg),
+               "events committed but not announced (sent again with the next commit): %s", err.msg);
+        pg->notices_kept_len = pg->notices_len;
+        pg->notices_kept = pg->nnotices;
+    } else {
+        pg->notices_kept_len = 0;
+        pg->notices_kept = 0;
+    }
     PQclear(res);
     free(lit);
 }
 
+/* Forgets the notifications of the transaction that ended, keeping those of committed
+ * ones that could not be sent. */
 static void notices_clear(struct cg_pg *pg)
 {
-    pg->notices_len = 0;
-    pg->nnotices = 0;
+    pg->notices_len = pg->notices_kept_len;
+    pg->nnotices = pg->notices_kept;
 }
 
 void cg_pg_set_deadline(struct cg_pg *pg, int64_t deadline_mono_ms)

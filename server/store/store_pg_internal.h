@@ -54,6 +54,10 @@ struct cg_pg {
     char *notices;
     size_t notices_len, notices_cap;
     int nnotices;
+    /* The first notices_kept (notices_kept_len bytes) of them are of transactions already
+     * committed whose NOTIFY failed: a rollback keeps them, the next commit sends them. */
+    size_t notices_kept_len;
+    int notices_kept;
 };
 
 /* Queues a payload to NOTIFY after the open transaction commits (store_pg.c). False when
