@@ -9,6 +9,7 @@
 #   BENCH_FLEET_AGENTS=100000    agents of the fleet rows (CheckBudget spread by bench/loadgen)
 #   BENCH_FLEET_CONNS=4 BENCH_FLEET_STREAMS=16   the fleet rows' concurrency
 #   BENCH_LOADGEN_THREADS=2      completion-queue threads of bench/loadgen
+#   BENCH_FLEET_ONLY=1           the fleet rows alone (no h2load rows, no writes)
 #   BENCH_CONVERSATIONS=DIR      where the CountTokens request comes from (default: the
 #                                conversations generated at build time, $BUILD/testdata/
 #                                conversations)
@@ -93,6 +94,100 @@ print(f"{rps:.0f} {pct(0.50)} {pct(0.99)} {ok.group(2) if ok else '?'}")
 PY
 }
 
+# ---------------------------------------------------------------- the fleet ----------
+# CheckBudget spread over a fleet: FLEET_AGENTS (default 100,000) agents of one tenant,
+# 100 sessions x 10 tasks x (agents / 1000) agents, every agent with a row and a budget
+# (loadgen setup-check --sql: the tenant's budget through the API, the rows below it by SQL),
+# each call on one agent picked uniformly or Zipf-skewed (s = 1.0). Driven by bench/loadgen,
+# which reads every call's gRPC status (h2load cannot), against the health Check driven by
+# the same loadgen: interleaved rounds (health, uniform, Zipf), medians, ratio to the
+# health median; "rounds" gives each round's own ratio. Any call that is not OK is flagged.
+# (A function so that BENCH_FLEET_ONLY=1 can run it alone; its body is not indented so
+# that the Python here-documents keep their column.)
+fleet_rows() {
+FLEET_AGENTS=${BENCH_FLEET_AGENTS:-100000}
+FLEET_CONNS=${BENCH_FLEET_CONNS:-4}
+FLEET_STREAMS=${BENCH_FLEET_STREAMS:-16}
+FLEET_THREADS=${BENCH_LOADGEN_THREADS:-2}
+LG=("$BUILD/bin/loadgen")
+# The fleets of earlier runs (each run makes its own tenant) go first, so that the scopes
+# table does not grow by 100,000 rows a run. With foreign-key triggers off for this one
+# session (session_replication_role): the parent check of each deleted row would scan the
+# table (no index on the parent columns), and these rows have no other children: CheckBudget
+# writes nothing.
+psql -X -q -v ON_ERROR_STOP=1 -d "$CTXGUARD_PG_DSN" -c "SET session_replication_role = replica" \
+    -c "DELETE FROM scopes WHERE session_id LIKE 'fleet-s%'" >/dev/null
+"${LG[@]}" setup-check --target "127.0.0.1:$PORT" --key "$KEY" --agents "$FLEET_AGENTS" \
+    --prefix fleet --sql >"$OUT/fleet-setup.sql"
+psql -X -q -v ON_ERROR_STOP=1 -d "$CTXGUARD_PG_DSN" -f "$OUT/fleet-setup.sql" >/dev/null
+# Measure a settled table: the dead rows of the delete gone, statistics fresh.
+psql -X -q -v ON_ERROR_STOP=1 -d "$CTXGUARD_PG_DSN" -c "VACUUM ANALYZE scopes" >/dev/null
+: >"$OUT/loadgen-fleet.lines"
+for kind in health uniform zipf; do : >"$OUT/rounds-fleet-$kind"; done
+FLEET_BAD=0
+for round in $(seq 1 "$ROUNDS"); do
+    for kind in health uniform zipf; do
+        args=(health)
+        [[ $kind == health ]] || args=(check --key "$KEY" --agents "$FLEET_AGENTS" --prefix fleet --dist "$kind")
+        rc=0
+        line=$("${LG[@]}" "${args[@]}" --target "127.0.0.1:$PORT" --conns "$FLEET_CONNS" \
+            --streams "$FLEET_STREAMS" --threads "$FLEET_THREADS" --seconds "$SECONDS_PER_RUN" \
+            2>>"$OUT/loadgen-fleet.err") || rc=$?
+        echo "$round $kind $line" >>"$OUT/loadgen-fleet.lines"
+        [[ $rc == 0 ]] || FLEET_BAD=1
+        # "per_s p50 p99 client_cpu_us_per_call"
+        /usr/bin/python3 - "$line" >>"$OUT/rounds-fleet-$kind" <<'PY'
+import sys
+f = dict(kv.split("=", 1) for kv in sys.argv[1].split() if "=" in kv)
+ops = int(f.get("ops", 0))
+cpu = float(f.get("client_cpu_ms", 0)) * 1000 / ops if ops else 0
+print(f.get("per_s", 0), f.get("p50_us", 0), f.get("p99_us", 0), f"{cpu:.1f}")
+PY
+    done
+done
+/usr/bin/python3 - "$OUT" "$((FLEET_CONNS * FLEET_STREAMS))" "$FLEET_AGENTS" <<'PY'
+import statistics, sys
+out, conc, agents = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rows = {k: [list(map(float, l.split())) for l in open(f"{out}/rounds-fleet-{k}") if l.strip()]
+        for k in ("health", "uniform", "zipf")}
+lines = [l.split(" ", 2) for l in open(f"{out}/loadgen-fleet.lines") if l.strip()]
+med = {k: [statistics.median(c) for c in zip(*v)] for k, v in rows.items()}
+base = med["health"][0]
+print(f"\nCheckBudget over {agents:,} agents (loadgen, medians of {len(rows['health'])} rounds)")
+print(f"{'rpc':<34} {'conc':>5} {'req/s':>10} {'p50_us':>9} {'p99_us':>9} {'ratio':>7}  "
+      f"{'rounds':<16} {'lg_us/call':>10}")
+labels = {"health": "grpc.health.v1.Health/Check", "uniform": "CheckBudget, uniform",
+          "zipf": "CheckBudget, Zipf s=1.0"}
+for k in ("health", "uniform", "zipf"):
+    m = med[k]
+    per_round = " ".join(f"{r[0] / h[0]:.2f}" if h[0] else "n/a"
+                         for r, h in zip(rows[k], rows["health"]))
+    ratio = f"{m[0] / base:.2f}" if base else "n/a"
+    print(f"{labels[k]:<34} {conc:5d} {m[0]:10.0f} {m[1]:9.0f} {m[2]:9.0f} {ratio:>7}  "
+          f"{per_round:<16} {m[3]:10.1f}")
+bad = False
+for rnd, kind, line in lines:
+    f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+    extra = f" sources={f['sources']} decisions={f['decisions']}" if "sources" in f else ""
+    print(f"  round {rnd} {kind:<8} statuses={f.get('statuses', '?')}{extra}")
+    if f.get("failed", "1") != "0":
+        bad = True
+if bad:
+    print("\n!!! FLEET RUN HAD CALLS THAT WERE NOT OK: the rates above count failures; "
+          "see the statuses and bench/out/loadgen-fleet.err !!!")
+PY
+[[ $FLEET_BAD == 0 ]] || echo "bench: !!! some loadgen run exited non-zero (failed calls or wrong decisions); see $OUT/loadgen-fleet.err" >&2
+}
+
+# BENCH_FLEET_ONLY=1: the fleet rows alone (to iterate on the cache), then the key check.
+ROUNDS=${BENCH_ROUNDS:-3}
+if [[ ${BENCH_FLEET_ONLY:-0} == 1 ]]; then
+    fleet_rows
+    "${CTL[@]}" --key "$KEY" whoami >/dev/null
+    echo "bench: BENCH_FLEET_ONLY=1: only the fleet rows measured"
+    exit 0
+fi
+
 printf '%-34s %5s %10s %9s %9s %7s\n' rpc conc 'req/s' 'p50_us' 'p99_us' ratio
 for spec in "1 1" "4 4" "4 16"; do
     read -r conns streams <<<"$spec"
@@ -161,77 +256,8 @@ done
 # from, and the cache's share, so that a run that silently fell back to PostgreSQL is seen.
 echo "CheckBudget sources: $("$BUILD/bin/bench_check" source "127.0.0.1:$PORT" "$KEY" benchs)"
 
-# ---------------------------------------------------------------- the fleet ----------
-# CheckBudget spread over a fleet: FLEET_AGENTS (default 100,000) agents of one tenant,
-# 100 sessions x 10 tasks x (agents / 1000) agents, every agent with a row and a budget
-# (loadgen setup-check --sql: the tenant's budget through the API, the rows below it by SQL),
-# each call on one agent picked uniformly or Zipf-skewed (s = 1.0). Driven by bench/loadgen,
-# which reads every call's gRPC status (h2load cannot), against the health Check driven by
-# the same loadgen: interleaved rounds (health, uniform, Zipf), medians, ratio to the
-# health median; "rounds" gives each round's own ratio. Any call that is not OK is flagged.
-FLEET_AGENTS=${BENCH_FLEET_AGENTS:-100000}
-FLEET_CONNS=${BENCH_FLEET_CONNS:-4}
-FLEET_STREAMS=${BENCH_FLEET_STREAMS:-16}
-FLEET_THREADS=${BENCH_LOADGEN_THREADS:-2}
-LG=("$BUILD/bin/loadgen")
-"${LG[@]}" setup-check --target "127.0.0.1:$PORT" --key "$KEY" --agents "$FLEET_AGENTS" \
-    --prefix fleet --sql >"$OUT/fleet-setup.sql"
-psql -X -q -v ON_ERROR_STOP=1 -d "$CTXGUARD_PG_DSN" -f "$OUT/fleet-setup.sql" >/dev/null
-: >"$OUT/loadgen-fleet.lines"
-for kind in health uniform zipf; do : >"$OUT/rounds-fleet-$kind"; done
-FLEET_BAD=0
-for round in $(seq 1 "$ROUNDS"); do
-    for kind in health uniform zipf; do
-        args=(health)
-        [[ $kind == health ]] || args=(check --key "$KEY" --agents "$FLEET_AGENTS" --prefix fleet --dist "$kind")
-        rc=0
-        line=$("${LG[@]}" "${args[@]}" --target "127.0.0.1:$PORT" --conns "$FLEET_CONNS" \
-            --streams "$FLEET_STREAMS" --threads "$FLEET_THREADS" --seconds "$SECONDS_PER_RUN" \
-            2>>"$OUT/loadgen-fleet.err") || rc=$?
-        echo "$round $kind $line" >>"$OUT/loadgen-fleet.lines"
-        [[ $rc == 0 ]] || FLEET_BAD=1
-        # "per_s p50 p99 client_cpu_us_per_call"
-        /usr/bin/python3 - "$line" >>"$OUT/rounds-fleet-$kind" <<'PY'
-import sys
-f = dict(kv.split("=", 1) for kv in sys.argv[1].split() if "=" in kv)
-ops = int(f.get("ops", 0))
-cpu = float(f.get("client_cpu_ms", 0)) * 1000 / ops if ops else 0
-print(f.get("per_s", 0), f.get("p50_us", 0), f.get("p99_us", 0), f"{cpu:.1f}")
-PY
-    done
-done
-/usr/bin/python3 - "$OUT" "$((FLEET_CONNS * FLEET_STREAMS))" "$FLEET_AGENTS" <<'PY'
-import statistics, sys
-out, conc, agents = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-rows = {k: [list(map(float, l.split())) for l in open(f"{out}/rounds-fleet-{k}") if l.strip()]
-        for k in ("health", "uniform", "zipf")}
-lines = [l.split(" ", 2) for l in open(f"{out}/loadgen-fleet.lines") if l.strip()]
-med = {k: [statistics.median(c) for c in zip(*v)] for k, v in rows.items()}
-base = med["health"][0]
-print(f"\nCheckBudget over {agents:,} agents (loadgen, medians of {len(rows['health'])} rounds)")
-print(f"{'rpc':<34} {'conc':>5} {'req/s':>10} {'p50_us':>9} {'p99_us':>9} {'ratio':>7}  "
-      f"{'rounds':<16} {'lg_us/call':>10}")
-labels = {"health": "grpc.health.v1.Health/Check", "uniform": "CheckBudget, uniform",
-          "zipf": "CheckBudget, Zipf s=1.0"}
-for k in ("health", "uniform", "zipf"):
-    m = med[k]
-    per_round = " ".join(f"{r[0] / h[0]:.2f}" if h[0] else "n/a"
-                         for r, h in zip(rows[k], rows["health"]))
-    ratio = f"{m[0] / base:.2f}" if base else "n/a"
-    print(f"{labels[k]:<34} {conc:5d} {m[0]:10.0f} {m[1]:9.0f} {m[2]:9.0f} {ratio:>7}  "
-          f"{per_round:<16} {m[3]:10.1f}")
-bad = False
-for rnd, kind, line in lines:
-    f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-    extra = f" sources={f['sources']} decisions={f['decisions']}" if "sources" in f else ""
-    print(f"  round {rnd} {kind:<8} statuses={f.get('statuses', '?')}{extra}")
-    if f.get("failed", "1") != "0":
-        bad = True
-if bad:
-    print("\n!!! FLEET RUN HAD CALLS THAT WERE NOT OK: the rates above count failures; "
-          "see the statuses and bench/out/loadgen-fleet.err !!!")
-PY
-[[ $FLEET_BAD == 0 ]] || echo "bench: !!! some loadgen run exited non-zero (failed calls or wrong decisions); see $OUT/loadgen-fleet.err" >&2
+fleet_rows
+
 
 # ---------------------------------------------------------------- token counting ----
 # CountTokens on a 200-message conversation: the first 200 messages (and the tools) of the

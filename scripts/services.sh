@@ -13,6 +13,13 @@
 #                                            SIGSTOP/SIGCONT (PostgreSQL: the postmaster and
 #                                            every child): sockets stay open, nothing answers
 #   scripts/services.sh free-port [PREFERRED] print PREFERRED if free, else a free port
+#   scripts/services.sh redis-cluster-start|redis-cluster-stop DIR
+#                                            a 3-master Redis Cluster (no replicas) under
+#                                            DIR/cluster; DIR/cluster/env exports
+#                                            CG_TEST_REDIS_CLUSTER_URL (its first node) and
+#                                            CG_TEST_REDIS_CLUSTER_PORTS
+#   scripts/services.sh redis-cluster-node-stop|redis-cluster-node-start DIR N
+#                                            node N (1..3) of it only, same port and identity
 #
 # Both listen on 127.0.0.1 only, on free ports picked here (never 5432/6379), so that
 # several runs on one machine do not collide. --fast turns off fsync,
@@ -53,7 +60,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,15p' "$SELF" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,22p' "$SELF" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -356,6 +363,106 @@ redis_stop() {
     log "Redis stopped"
 }
 
+# ---------------------------------------------------------------- Redis Cluster ---
+
+# Each node lives in DIR/cluster/nN with its nodes.conf (its identity and slots: a node
+# started again rejoins with them, empty, as no data is saved). The ports come from
+# pick_port, below 22768: a node's bus port, its port + 10000, stays below the ephemeral
+# range.
+# cluster-require-full-coverage no: a stopped master takes its slots down, not the others'.
+
+cluster_node_pid() {
+    local pid f=$DIR/cluster/n$1/redis.pid
+    [[ -f $f ]] || return 1
+    pid=$(cat "$f" 2>/dev/null || true)
+    alive "$pid" && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == redis-server* ]] || return 1
+    echo "$pid"
+}
+
+cluster_node_start() {
+    local i=$1 port=$2 d=$DIR/cluster/n$1 k
+    mkdir -p "$d"
+    cluster_node_pid "$i" >/dev/null && return 0
+    rm -f "$d/redis.pid"
+    (
+        close_inherited_fds
+        cd "$d"
+        exec "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+            --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" --dir "$d" \
+            --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+            --cluster-require-full-coverage no --maxclients 4096
+    ) >/dev/null 2>&1 || die "Redis cluster node $i did not start; see $d/redis.log"
+    for ((k = 0; k < 100; k++)); do
+        [[ $("$REDIS_CLI" -p "$port" ping 2>/dev/null) == PONG ]] && return 0
+        sleep 0.1
+    done
+    die "Redis cluster node $i on port $port does not answer; see $d/redis.log"
+}
+
+cluster_node_stop() {
+    local pid k
+    pid=$(cluster_node_pid "$1") || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((k = 0; k < 100; k++)); do
+        alive "$pid" || break
+        sleep 0.1
+    done
+    alive "$pid" && kill -KILL "$pid" 2>/dev/null
+    rm -f "$DIR/cluster/n$1/redis.pid"
+}
+
+# Waits until every node says cluster_state:ok.
+cluster_wait_ok() {
+    local k p ok
+    for ((k = 0; k < 200; k++)); do
+        ok=1
+        for p in "${CLUSTER_PORTS[@]}"; do
+            "$REDIS_CLI" -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || ok=0
+        done
+        ((ok)) && return 0
+        sleep 0.1
+    done
+    die "the Redis cluster did not reach cluster_state:ok"
+}
+
+cluster_start() {
+    local i
+    if [[ -f $DIR/cluster/ports ]]; then
+        read -r -a CLUSTER_PORTS <"$DIR/cluster/ports"
+        for i in 1 2 3; do cluster_node_start "$i" "${CLUSTER_PORTS[$((i - 1))]}"; done
+        cluster_wait_ok
+        return 0
+    fi
+    CLUSTER_PORTS=()
+    local p k
+    for i in 1 2 3; do
+        # A port whose bus port is free too, neither of them one of the other nodes', and
+        # the bus port below the kernel's ephemeral range (32768-60999), where an outgoing
+        # connection could hold it.
+        for ((k = 0; k < 200; k++)); do
+            p=$(pick_port "$PG_PORT" "$REDIS_PORT" "${CLUSTER_PORTS[@]}" \
+                $((${CLUSTER_PORTS[0]:-0} + 10000)) $((${CLUSTER_PORTS[1]:-0} + 10000)))
+            ((p + 10000 < 32768)) || continue
+            port_in_use $((p + 10000)) || [[ " ${CLUSTER_PORTS[*]} " == *" $((p + 10000)) "* ]] ||
+                break
+        done
+        CLUSTER_PORTS+=("$p")
+        cluster_node_start "$i" "$p"
+    done
+    "$REDIS_CLI" --cluster create "${CLUSTER_PORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 \
+        --cluster-yes >"$DIR/cluster/create.log" 2>&1 || {
+        cat "$DIR/cluster/create.log" >&2
+        die "redis-cli --cluster create failed"
+    }
+    echo "${CLUSTER_PORTS[*]}" >"$DIR/cluster/ports"
+    {
+        echo "export CG_TEST_REDIS_CLUSTER_URL=redis://127.0.0.1:${CLUSTER_PORTS[0]}/0"
+        echo "export CG_TEST_REDIS_CLUSTER_PORTS='${CLUSTER_PORTS[*]}'"
+    } >"$DIR/cluster/env"
+    cluster_wait_ok
+    log "Redis cluster started on 127.0.0.1:${CLUSTER_PORTS[*]}"
+}
+
 # ---------------------------------------------------------------- commands --------
 
 FAST=0
@@ -380,10 +487,16 @@ while [[ ${1:-} == --* ]]; do
     esac
     shift
 done
+NODE=""
+if [[ $CMD == redis-cluster-node-* ]]; then
+    [[ $# -eq 2 && $2 =~ ^[123]$ ]] || usage
+    NODE=$2
+    set -- "$1"
+fi
 [[ $# -eq 1 ]] || usage
 case $CMD in
-start) mkdir -p "$1" ;;
-stop | destroy | pg-stop | redis-stop) [[ -d $1 ]] || exit 0 ;; # nothing there: nothing runs
+start | redis-cluster-start) mkdir -p "$1" ;;
+stop | destroy | pg-stop | redis-stop | redis-cluster-stop) [[ -d $1 ]] || exit 0 ;;
 *) [[ -d $1 ]] || die "$1 does not exist: run '$0 start $1' first" ;;
 esac
 DIR=$(cd "$1" && pwd)
@@ -412,6 +525,7 @@ start)
     ;;
 stop)
     read_ports
+    for i in 1 2 3; do cluster_node_stop "$i"; done
     redis_stop
     pg_stop
     ;;
@@ -438,6 +552,7 @@ status)
     ;;
 destroy)
     read_ports
+    for i in 1 2 3; do cluster_node_stop "$i"; done
     redis_stop
     pg_stop
     if [[ -L $DIR/pg ]]; then
@@ -487,6 +602,24 @@ redis-start)
 redis-stop)
     read_ports
     redis_stop
+    ;;
+redis-cluster-start)
+    [[ -x $REDIS_SERVER ]] || die "redis-server not found; run scripts/deps.sh"
+    with_lock
+    read_ports
+    cluster_start
+    ;;
+redis-cluster-stop)
+    for i in 1 2 3; do cluster_node_stop "$i"; done
+    rm -rf "$DIR/cluster"
+    ;;
+redis-cluster-node-stop)
+    cluster_node_stop "$NODE"
+    ;;
+redis-cluster-node-start)
+    [[ -f $DIR/cluster/ports ]] || die "no Redis cluster in $DIR: use redis-cluster-start"
+    read -r -a CLUSTER_PORTS <"$DIR/cluster/ports"
+    cluster_node_start "$NODE" "${CLUSTER_PORTS[$((NODE - 1))]}"
     ;;
 *)
     usage

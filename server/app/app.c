@@ -38,6 +38,7 @@ cg_status cg_app_init(struct cg_app *app, const struct cg_config *cfg, const cha
         .pg_connect_timeout_ms = (int)cfg->pg_connect_timeout_ms,
         .pg_statement_timeout_ms = (int)cfg->pg_statement_timeout_ms,
         .redis_timeout_ms = (int)cfg->redis_timeout_ms,
+        .redis_cluster = cfg->redis_cluster,
         .key_cache_ttl_s = (int)cfg->key_cache_ttl_s,
         .outages = &app->outages,
     };
@@ -71,7 +72,8 @@ cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *
     /* Without a row TTL there is no cache at all (every CheckBudget goes to the pool). */
     if (cfg->cache_row_ttl_ms > 0) {
         struct cg_cache_opts copts = {.key_ttl_ms = (int64_t)cfg->key_cache_ttl_s * 1000,
-                                      .row_ttl_ms = cfg->cache_row_ttl_ms};
+                                      .row_ttl_ms = cfg->cache_row_ttl_ms,
+                                      .max_rows = (size_t)cfg->cache_rows_max};
         if ((app->cache = cg_cache_new(&copts)) == NULL)
             return cg_err_set(err, CG_NOMEM, "out of memory for the cache");
     }

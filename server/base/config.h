@@ -41,6 +41,9 @@
     XX(workers, INT, "0", 0, 64, NULL, "completion-queue threads; 0 means one per CPU")            \
     XX(io_threads, INT, "8", 1, 256, NULL,                                                         \
        "worker pool threads for blocking I/O, each owning a PostgreSQL and a Redis connection")    \
+    XX(stream_open_threads, INT, "2", 1, 64, NULL,                                                 \
+       "threads that open WatchUsage streams (each with a PostgreSQL and a Redis connection), "    \
+       "apart from io_threads so that an open never waits for blocking work")                      \
     XX(slots_per_method, INT, "16", 1, 1024, NULL,                                                 \
        "request slots each completion-queue thread keeps posted per method")                       \
     XX(max_message_bytes, INT, "8388608", 1024, 67108864, NULL,                                    \
@@ -53,8 +56,14 @@
     XX(pg_statement_timeout_ms, INT, "5000", 10, 600000, NULL,                                     \
        "PostgreSQL statement timeout (a call's deadline shortens it)")                             \
     XX(redis_timeout_ms, INT, "100", 1, 10000, NULL, "Redis connect and command timeout")          \
-    XX(health_interval_ms, INT, "1000", 50, 60000, NULL,                                           \
-       "how often PostgreSQL is probed for the health service")                                    \
+    XX(redis_cluster, ENUM, "auto", 0, 0, "auto|on|off",                                           \
+       "whether redis_url is a Redis Cluster node (routing by slot); auto asks it (INFO cluster)") \
+    XX(health_interval_ms, INT, "250", 50, 60000, NULL,                                            \
+       "how often PostgreSQL is probed for the health service (on a thread and connection of "     \
+       "its own)")                                                                                 \
+    XX(health_timeout_ms, INT, "500", 10, 60000, NULL,                                             \
+       "how long one PostgreSQL probe may take; no answer by then is NOT_SERVING (a frozen "       \
+       "PostgreSQL is seen within health_interval_ms + health_timeout_ms)")                        \
     XX(sweep_interval_ms, INT, "2000", 100, 600000, NULL,                                          \
        "how often expired reservations are returned and due budget resets applied")                \
     XX(key_cache_ttl_s, INT, "30", 0, 3600, NULL,                                                  \
@@ -65,8 +74,11 @@
        "group concurrent Reserves and Commits of a tenant into shared transactions")               \
     XX(write_batch_scope, ENUM, "mixed", 0, 0, "mixed|tenant",                                     \
        "mixed: a shared transaction takes several tenants' writes; tenant: one tenant's each")    \
-    XX(cache_row_ttl_ms, INT, "1000", 0, 60000, NULL,                                              \
-       "ms a budget row stays in the process cache for CheckBudget (0: no process cache)")         \
+    XX(cache_row_ttl_ms, INT, "300000", 0, 86400000, NULL,                                         \
+       "most ms a cached budget row is served, a backstop: rows leave when another replica's "     \
+       "write is announced (cg_rows) (0: no process cache)")                                       \
+    XX(cache_rows_max, INT, "262144", 1024, 16777216, NULL,                                        \
+       "budget rows the process cache holds for CheckBudget (~540 bytes each when used)")          \
     XX(migrate_on_start, BOOL, "true", 0, 0, NULL,                                                 \
        "apply pending migrations at start-up (under an advisory lock)")                            \
     XX(model_map, STR, "", 0, 0, NULL,                                                             \

@@ -1,7 +1,8 @@
-/* rpc_watch.c - WatchUsage: the stream's open (on the pool: decode, validate, open a watcher
- * through service/watch.h, encode its snapshot or decision) and poll (on a completion-queue
- * thread: the watcher's next event or heartbeat, encoded). The fan-out itself, the events
- * thread's step and what a watcher matches live in service/watch.c.
+/* rpc_watch.c - WatchUsage: the stream's open (on the open lane of transport/server.c, apart
+ * from the pool's blocking work: decode, validate, open a watcher through service/watch.h, encode
+ * its snapshot or decision) and poll (on a completion-queue thread: the watcher's next event or
+ * heartbeat, encoded). The fan-out itself, the events thread's step and what a watcher matches live
+ * in service/watch.c.
  */
 #include <stdio.h>
 #include <stdlib.h>

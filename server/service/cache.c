@@ -11,33 +11,66 @@
  *
  * Layout: two tables (keys, rows), each SHARDS shards with a mutex, a fixed array of
  * entries and a bucket array of chains (indexes), so that threads rarely meet on a lock
- * and no lock is held for more than a hash walk and a copy. Memory is allocated once; a
- * full shard evicts with a clock hand (the next entry in the array), which approximates
- * "oldest first" without per-hit bookkeeping on the read path.
+ * and no lock is held for more than a hash walk and a copy. The arrays are allocated once
+ * (cache_rows_max rows; calloc'd, so untouched slots cost no memory); an entry's name is
+ * malloc'd when it is stored (on the pool, never on a hit). A full shard evicts with a
+ * clock hand (the next entry in the array), O(1), without bookkeeping on the read path.
+ * A row entry keeps every field of struct cg_budget_row but its ids (its name says them)
+ * and its description: 440 bytes on x86-64, see cache.h for the memory per path.
  *
  * Correctness rests on two numbers:
  *   - row_version (migration 0008), bumped by PostgreSQL on every write of a row, in
  *     commit order: a cached row is only ever replaced by the same or a newer version, so a
  *     fill that read before a write and arrives after it cannot undo it;
- *   - the ticket, a process-wide sequence advanced by every drop: a fill carries the
- *     ticket taken before its read, and a drop newer than that ticket (a notification that
- *     the row changed, a revocation, a reconnection of the listener) refuses it, because
- *     the value it read may be older than what the drop announced and its version is not
- *     known to the drop. A drop keeps the entry (for the on_store_failure policy and for
- *     its version) but marks it not fresh. For keys that are not cached, the shard
- *     remembers its latest drop instead (a rare extra miss, never a stale hit).
+ *   - the ticket, a process-wide sequence advanced by every drop that names no version (a
+ *     whole tenant, a reconnection of the listener, a revocation): a fill carries the
+ *     ticket taken before its read and such a drop newer than it refuses it, because the
+ *     value it read may be older than what the drop announced. A drop keeps the entry
+ *     (for the on_store_failure policy and for its version) but marks it not fresh. For
+ *     rows not cached, the shard remembers its latest drop instead (a rare extra miss,
+ *     never a stale hit); so does an evicted entry's drop.
  *
- * Why other replicas' plain counter moves are bounded by a TTL instead of announced: the
- * notifications heard are the WatchUsage events' (migrations/0006_events.sql), which
- * every write that changes a decision emits (thresholds, exhaustion, budgets, resets,
- * closes, approvals); a NOTIFY on every write would make every write transaction take
- * PostgreSQL's database-wide notify lock at commit, which serializes the commits of all
- * writers (no group commit) and would cap the durable write path that is being batched.
- * The writer updates the Redis rows instead (cg_cache_written), so a replica whose
- * row expired re-reads the newest value from Redis without touching PostgreSQL.
- * Listener down: the cache stops serving (cg_cache_set_live) rather than serving within
- * a TTL, because an outage of the LISTEN connection usually means PostgreSQL is away
- * too, where the on_store_failure policy (which reads the kept rows) is the answer.
+ * How other replicas' writes arrive (no expiry needed): every write transaction that
+ * changes scope rows appends WatchUsage events naming each row it changed (USAGE_CHANGED
+ * at least; service/budget_events.c, the sweeper's SQL, resets), and the NOTIFY sent
+ * right after its COMMIT (store_pg.c, NOTIFY_SQL) announces on cg_rows each of those
+ * rows with its row_version read after the COMMIT (the committed one or a later one).
+ * The events thread gives each to cg_cache_row_announced: a copy at that version or newer
+ * stays (this process's own write, put by cg_cache_written before the notification comes
+ * back), an older one is dropped and remembers the version (need_version): a fill older
+ * than that is refused whatever its ticket. That closes the race the ticket alone left
+ * open: a fill from Redis that started after the drop but read Redis before the writer's
+ * Redis write would carry an older row with a newer ticket; the version refuses it, and
+ * the read goes to PostgreSQL, which has the write (it was committed before it was
+ * announced). Writes that do not know their rows (sweeper, CloseScope, approvals) also
+ * announce their tenant (cg_cache_dropped, cg_store_tenant_announce), which drops all of
+ * its rows. The events themselves no longer drop rows: they name the same rows without a
+ * version and would drop this process's own writes (a replica of an older version, which
+ * does not send cg_rows, is therefore heard only through cache_row_ttl_ms: lower it during
+ * such a rolling upgrade).
+ *
+ * Why this NOTIFY costs the write path no round trip: a NOTIFY inside the write
+ * transaction would take PostgreSQL's database-wide notify lock at commit, which
+ * serializes the commits of all writers (no group commit). This one is the statement that
+ * already carried the events' wake-ups after the COMMIT (its own transaction, one per
+ * committed transaction or batch: the batcher commits many requests at once); it now also
+ * looks up each named row's row_version by primary key.
+ *
+ * Bounds that remain: between a COMMIT and the arrival of its announcement (the writer's
+ * round trip for the NOTIFY, delivery, and the events thread's next step: milliseconds,
+ * more when that thread is busy reading events for watchers) another replica may answer
+ * CheckBudget from the row before the write. A CheckBudget answer is advice: Reserve
+ * decides in PostgreSQL, locking the path's rows (cg_store_path_read with lock) and never
+ * reading this cache, so a HARD limit is never overspent by a stale hit. A NOTIFY that
+ * fails after its COMMIT (the writer lost PostgreSQL) is kept and sent with that
+ * connection's next commit; until then, at most cache_row_ttl_ms (a backstop, 5 minutes by
+ * default). Listener down: the cache stops serving (cg_cache_set_live) rather than serving
+ * within a TTL, because an outage of the LISTEN connection usually means PostgreSQL is away
+ * too, where the on_store_failure policy (which reads the kept rows) is the answer; when
+ * it is back, everything filled before is stale (notifications sent meanwhile are lost).
+ * A path whose scope does not exist is not cached (CheckBudget answers NOT_FOUND from
+ * PostgreSQL): CheckBudget is asked of scopes that have rows, so no negative entry is
+ * needed for the fleet's path.
  *
  * Keys: a revoked, changed or deleted key is announced on cg_keys by a trigger
  * (migrations/0017), whoever changed it; the events thread drops it (cg_cache_key_drop),
@@ -66,29 +99,54 @@
 #define NAME_MAX_BYTES (CG_UUID_LEN + 3 * (CG_SCOPE_ID_MAX + 1) + 8)
 #define NO_ENTRY (-1)
 
-struct entry {
-    bool used;
-    bool dropped; /* not served fresh any more; still readable with allow_stale */
-    int32_t next; /* next index in the bucket's chain */
+/* What both tables' entries start with. */
+struct slot {
+    char *name; /* malloc'd at insert, freed at eviction; NULL: a free slot */
     uint64_t hash;
-    char name[NAME_MAX_BYTES];
+    int32_t next;         /* next index in the bucket's chain */
+    bool dropped;         /* not served fresh any more; still readable with allow_stale */
     uint64_t fill_ticket; /* ticket of the fill (or write) that stored the value */
     uint64_t drop_seq;    /* ticket of the last drop of this entry */
     int64_t filled_ms;    /* cg_mono_ms of that fill */
-    union {               /* an entry of the rows table, or of the keys table */
-        struct {
-            struct cg_budget_row row;
-            uint64_t allowance_epoch;
-            int64_t allowance_spent;
-        };
-        struct cg_key_auth key;
-    };
+};
+
+struct key_entry {
+    struct slot h;
+    struct cg_key_auth key;
+};
+
+/* A cached row keeps what CheckBudget decides and answers on: every field of struct
+ * cg_budget_row but its ids (they are the entry's name, and the caller's path gives them
+ * back) and its description (no CheckBudget answer shows it). The two byte ranges below are
+ * copied as they are, so that a field added to the row is cached without a change here. */
+#define ROW_HEAD_AT offsetof(struct cg_budget_row, level)
+#define ROW_HEAD_LEN (offsetof(struct cg_budget_row, description) - ROW_HEAD_AT)
+#define ROW_TAIL_AT offsetof(struct cg_budget_row, used_tokens)
+#define ROW_TAIL_LEN (sizeof(struct cg_budget_row) - ROW_TAIL_AT)
+_Static_assert(offsetof(struct cg_budget_row, ids) == 0 &&
+                   offsetof(struct cg_budget_row, level) <
+                       offsetof(struct cg_budget_row, description) &&
+                   offsetof(struct cg_budget_row, description) <
+                       offsetof(struct cg_budget_row, used_tokens),
+               "struct cg_budget_row: ids, then level .. description, then used_tokens ..");
+
+struct row_entry {
+    struct slot h;
+    int64_t row_version;  /* of the row held (a copy of the one inside tail) */
+    int64_t need_version; /* the newest version announced (cg_cache_row_announced): an
+                             older fill is refused whenever it read */
+    uint64_t allowance_epoch;
+    int64_t allowance_spent;
+    unsigned char head[ROW_HEAD_LEN];
+    unsigned char tail[ROW_TAIL_LEN];
 };
 
 struct shard {
     pthread_mutex_t lock;
-    struct entry *entries;
+    unsigned char *mem; /* cap entries of stride bytes, each starting with a struct slot */
+    size_t stride;
     size_t cap;
+    size_t used;
     size_t hand; /* clock hand for eviction */
     int32_t *buckets;
     size_t nbuckets; /* a power of two */
@@ -101,7 +159,8 @@ struct table {
 
 struct cg_cache {
     int64_t key_ttl_ms;
-    int64_t row_ttl_ms;
+    int64_t row_ttl_ms; /* 0: rows have no age limit */
+    size_t max_rows;
     struct table keys;
     struct table rows;
     atomic_uint_fast64_t seq;           /* the ticket: advanced by every drop */
@@ -111,6 +170,7 @@ struct cg_cache {
     atomic_bool store_down;
     atomic_uint_fast64_t outage_epoch;
     atomic_uint_fast64_t row_hits, row_misses, rows_stored, rows_refused, key_hits, key_misses;
+    atomic_uint_fast64_t rows_announced, rows_evicted;
 };
 
 /* ---------------------------------------------------------------- tables ---------- */
@@ -125,7 +185,7 @@ static uint64_t hash_name(const char *s)
     return h ^ (h >> 29);
 }
 
-static bool table_init(struct table *t, size_t max_entries)
+static bool table_init(struct table *t, size_t max_entries, size_t stride)
 {
     size_t per = (max_entries + SHARDS - 1) / SHARDS;
     if (per < 1)
@@ -137,10 +197,12 @@ static bool table_init(struct table *t, size_t max_entries)
         struct shard *s = &t->shards[i];
         pthread_mutex_init(&s->lock, NULL);
         s->cap = per;
+        s->stride = stride;
         s->nbuckets = nb;
-        s->entries = calloc(per, sizeof *s->entries);
+        /* calloc: the pages of slots never used are never touched */
+        s->mem = calloc(per, stride);
         s->buckets = malloc(nb * sizeof *s->buckets);
-        if (s->entries == NULL || s->buckets == NULL)
+        if (s->mem == NULL || s->buckets == NULL)
             return false;
         for (size_t b = 0; b < nb; b++)
             s->buckets[b] = NO_ENTRY;
@@ -148,12 +210,20 @@ static bool table_init(struct table *t, size_t max_entries)
     return true;
 }
 
+static struct slot *slot_at(const struct shard *s, size_t i)
+{
+    return (struct slot *)(void *)(s->mem + i * s->stride);
+}
+
 static void table_cleanup(struct table *t)
 {
     for (int i = 0; i < SHARDS; i++) {
-        free(t->shards[i].entries);
-        free(t->shards[i].buckets);
-        pthread_mutex_destroy(&t->shards[i].lock);
+        struct shard *s = &t->shards[i];
+        for (size_t k = 0; s->mem != NULL && k < s->cap; k++)
+            free(slot_at(s, k)->name);
+        free(s->mem);
+        free(s->buckets);
+        pthread_mutex_destroy(&s->lock);
     }
 }
 
@@ -163,56 +233,62 @@ static struct shard *shard_of(struct table *t, uint64_t hash)
 }
 
 /* With the shard locked: the entry named name, or NULL. */
-static struct entry *find(struct shard *s, uint64_t hash, const char *name)
+static struct slot *find(struct shard *s, uint64_t hash, const char *name)
 {
-    for (int32_t i = s->buckets[hash & (s->nbuckets - 1)]; i != NO_ENTRY; i = s->entries[i].next) {
-        struct entry *e = &s->entries[i];
+    for (int32_t i = s->buckets[hash & (s->nbuckets - 1)]; i != NO_ENTRY;) {
+        struct slot *e = slot_at(s, (size_t)i);
         if (e->hash == hash && strcmp(e->name, name) == 0)
             return e;
+        i = e->next;
     }
     return NULL;
 }
 
-static void unlink_entry(struct shard *s, struct entry *e)
+static void unlink_entry(struct shard *s, struct slot *e, int32_t idx)
 {
-    int32_t idx = (int32_t)(e - s->entries);
     int32_t *p = &s->buckets[e->hash & (s->nbuckets - 1)];
     while (*p != NO_ENTRY && *p != idx)
-        p = &s->entries[*p].next;
+        p = &slot_at(s, (size_t)*p)->next;
     if (*p == idx)
         *p = e->next;
-    e->used = false;
+    free(e->name);
+    e->name = NULL;
 }
 
 /* With the shard locked: a new entry for name (evicting the one under the clock hand when
- * the shard is full), zeroed but for its name. */
-static struct entry *insert(struct shard *s, uint64_t hash, const char *name)
+ * the shard is full), zeroed but for its name; NULL when out of memory. While the shard
+ * fills, the hand walks over free slots; once full, it evicts the next one: O(1) either
+ * way. An evicted entry's drops live on in drop_seq_max, which refuses fills that read
+ * before them. */
+static struct slot *insert(struct shard *s, uint64_t hash, const char *name, bool *evicted)
 {
-    struct entry *e = NULL;
-    for (size_t k = 0; k < s->cap; k++) {
-        struct entry *c = &s->entries[s->hand];
+    char *copy = strdup(name);
+    if (copy == NULL)
+        return NULL;
+    struct slot *e = slot_at(s, s->hand);
+    int32_t idx = (int32_t)s->hand;
+    for (size_t k = 0; s->used < s->cap && e->name != NULL && k < s->cap; k++) {
         s->hand = (s->hand + 1) % s->cap;
-        if (!c->used) {
-            e = c;
-            break;
-        }
-        if (e == NULL)
-            e = c; /* the first one under the hand, if no slot is free */
+        e = slot_at(s, s->hand);
+        idx = (int32_t)s->hand;
     }
-    if (e->used)
-        unlink_entry(s, e);
-    memset(e, 0, sizeof *e);
-    e->used = true;
+    s->hand = (s->hand + 1) % s->cap;
+    *evicted = e->name != NULL;
+    if (*evicted) {
+        if (e->drop_seq > s->drop_seq_max)
+            s->drop_seq_max = e->drop_seq;
+        unlink_entry(s, e, idx);
+    } else {
+        s->used++;
+    }
+    memset(e, 0, s->stride);
+    e->name = copy;
     e->hash = hash;
-    size_t nlen = strnlen(name, sizeof e->name - 1);
-    memcpy(e->name, name, nlen);
-    e->name[nlen] = '\0';
     size_t b = hash & (s->nbuckets - 1);
     e->next = s->buckets[b];
-    s->buckets[b] = (int32_t)(e - s->entries);
+    s->buckets[b] = idx;
     return e;
 }
-
 /* parts[0..n) joined by a separator no id holds (0x1f) into buf, NUL-terminated; false
  * when it does not fit in cap. Every lookup builds a name: no printf here. */
 static bool join_name(const char *const *parts, int n, char *buf, size_t cap)
@@ -260,17 +336,21 @@ struct cg_cache *cg_cache_new(const struct cg_cache_opts *opts)
     if (max_keys == 0 || max_keys > CG_CACHE_KEYS_MAX)
         max_keys = CG_CACHE_KEYS_MAX;
     size_t max_rows = opts->max_rows;
-    if (max_rows == 0 || max_rows > CG_CACHE_ROWS_MAX)
-        max_rows = CG_CACHE_ROWS_MAX;
+    if (max_rows == 0)
+        max_rows = CG_CACHE_ROWS_DEFAULT;
+    if (max_rows > CG_CACHE_ROWS_LIMIT)
+        max_rows = CG_CACHE_ROWS_LIMIT;
+    c->max_rows = max_rows;
     c->key_ttl_ms = opts->key_ttl_ms > 0 ? opts->key_ttl_ms : 0;
-    c->row_ttl_ms = opts->row_ttl_ms > 0 ? opts->row_ttl_ms : CG_CACHE_ROW_TTL_MS_DEFAULT;
+    c->row_ttl_ms = opts->row_ttl_ms > 0 ? opts->row_ttl_ms : 0;
     atomic_init(&c->seq, 1);
     atomic_init(&c->flush_seq, 1);
     atomic_init(&c->key_flush_seq, 1);
     atomic_init(&c->live, false);
     atomic_init(&c->store_down, false);
     atomic_init(&c->outage_epoch, 1);
-    if (!table_init(&c->keys, max_keys) || !table_init(&c->rows, max_rows)) {
+    if (!table_init(&c->keys, max_keys, sizeof(struct key_entry)) ||
+        !table_init(&c->rows, max_rows, sizeof(struct row_entry))) {
         cg_cache_free(c);
         return NULL;
     }
@@ -284,6 +364,11 @@ void cg_cache_free(struct cg_cache *cache)
     table_cleanup(&cache->keys);
     table_cleanup(&cache->rows);
     free(cache);
+}
+
+size_t cg_cache_row_bytes(void)
+{
+    return sizeof(struct row_entry) + 2 * sizeof(int32_t);
 }
 
 uint64_t cg_cache_ticket(struct cg_cache *cache)
@@ -308,9 +393,10 @@ bool cg_cache_key_get(struct cg_cache *cache, const char *tenant_id, const char 
     uint64_t h = hash_name(name);
     struct shard *s = shard_of(&cache->keys, h);
     pthread_mutex_lock(&s->lock);
-    struct entry *e = find(s, h, name);
-    bool hit = e != NULL && !e->dropped && e->fill_ticket >= atomic_load(&cache->key_flush_seq) &&
-               now_ms - e->filled_ms < cache->key_ttl_ms;
+    struct key_entry *e = (struct key_entry *)find(s, h, name);
+    bool hit = e != NULL && !e->h.dropped &&
+               e->h.fill_ticket >= atomic_load(&cache->key_flush_seq) &&
+               now_ms - e->h.filled_ms < cache->key_ttl_ms;
     if (hit)
         *out = e->key;
     pthread_mutex_unlock(&s->lock);
@@ -327,16 +413,17 @@ void cg_cache_key_put(struct cg_cache *cache, const char *tenant_id, const char 
     uint64_t h = hash_name(name);
     struct shard *s = shard_of(&cache->keys, h);
     pthread_mutex_lock(&s->lock);
-    struct entry *e = find(s, h, name);
+    struct key_entry *e = (struct key_entry *)find(s, h, name);
     bool newer = ticket >= atomic_load(&cache->key_flush_seq) &&
-                 (e == NULL ? ticket >= s->drop_seq_max : ticket >= e->drop_seq);
-    if (newer) {
-        if (e == NULL)
-            e = insert(s, h, name);
+                 (e == NULL ? ticket >= s->drop_seq_max : ticket >= e->h.drop_seq);
+    bool evicted = false;
+    if (newer && e == NULL)
+        e = (struct key_entry *)insert(s, h, name, &evicted);
+    if (newer && e != NULL) {
         e->key = *entry;
-        e->fill_ticket = ticket;
-        e->filled_ms = now_ms;
-        e->dropped = false;
+        e->h.fill_ticket = ticket;
+        e->h.filled_ms = now_ms;
+        e->h.dropped = false;
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -350,14 +437,17 @@ void cg_cache_key_drop(struct cg_cache *cache, const char *tenant_id, const char
     uint64_t h = hash_name(name);
     struct shard *s = shard_of(&cache->keys, h);
     pthread_mutex_lock(&s->lock);
-    struct entry *e = find(s, h, name);
+    struct slot *e = find(s, h, name);
+    bool evicted = false;
     /* A key never cached here gets an entry too, empty and dropped, so that its next
      * lookup reads PostgreSQL (cg_cache_key_dropped) rather than a Redis entry that the
      * revoking replica may have failed to mark. */
     if (e == NULL)
-        e = insert(s, h, name);
-    e->dropped = true;
-    e->drop_seq = seq;
+        e = insert(s, h, name, &evicted);
+    if (e != NULL) {
+        e->dropped = true;
+        e->drop_seq = seq;
+    }
     s->drop_seq_max = seq;
     pthread_mutex_unlock(&s->lock);
 }
@@ -370,7 +460,7 @@ bool cg_cache_key_dropped(struct cg_cache *cache, const char *tenant_id, const c
     uint64_t h = hash_name(name);
     struct shard *s = shard_of(&cache->keys, h);
     pthread_mutex_lock(&s->lock);
-    struct entry *e = find(s, h, name);
+    struct slot *e = find(s, h, name);
     bool dropped = e != NULL && e->dropped;
     pthread_mutex_unlock(&s->lock);
     return dropped;
@@ -387,29 +477,47 @@ void cg_cache_key_drop_all(struct cg_cache *cache)
 
 /* ---------------------------------------------------------------- rows ------------ */
 
-/* With the shard locked: stores row under the version rule; true when stored or renewed. */
-static bool put_row(struct shard *s, uint64_t h, const char *name, const struct cg_budget_row *row,
-                    uint64_t ticket, int64_t now_ms)
+/* The row held by e into out, whose ids the caller gives (they are e's name). */
+static void row_out(const struct row_entry *e, const struct cg_scope_ids *ids,
+                    struct cg_budget_row *out)
 {
-    struct entry *e = find(s, h, name);
+    out->ids = *ids;
+    memcpy((unsigned char *)out + ROW_HEAD_AT, e->head, ROW_HEAD_LEN);
+    out->description[0] = '\0';
+    memcpy((unsigned char *)out + ROW_TAIL_AT, e->tail, ROW_TAIL_LEN);
+}
+
+/* With the shard locked: stores row under the version rule; true when stored or renewed.
+ * Refused: a row older than the one held, or than the newest version announced for it
+ * (need_version: a write of another replica that this fill may have read before), or read
+ * before a drop that named no version (ticket older than drop_seq). */
+static bool put_row(struct cg_cache *c, struct shard *s, uint64_t h, const char *name,
+                    const struct cg_budget_row *row, uint64_t ticket, int64_t now_ms)
+{
+    struct row_entry *e = (struct row_entry *)find(s, h, name);
     if (e == NULL) {
         if (ticket < s->drop_seq_max)
             return false;
-        e = insert(s, h, name);
-    } else {
-        if (row->row_version < e->row.row_version || ticket < e->drop_seq)
+        bool evicted = false;
+        e = (struct row_entry *)insert(s, h, name, &evicted);
+        if (e == NULL)
             return false;
-        if (row->row_version == e->row.row_version && ticket < e->fill_ticket)
+        if (evicted)
+            count(&c->rows_evicted);
+    } else {
+        if (row->row_version < e->row_version || row->row_version < e->need_version ||
+            ticket < e->h.drop_seq)
+            return false;
+        if (row->row_version == e->row_version && ticket < e->h.fill_ticket && !e->h.dropped)
             return false; /* same value, older knowledge: keep the newer fill time */
     }
-    uint64_t epoch = e->allowance_epoch;
-    int64_t spent = e->allowance_spent;
-    e->row = *row;
-    e->allowance_epoch = epoch;
-    e->allowance_spent = spent;
-    e->fill_ticket = ticket;
-    e->filled_ms = now_ms;
-    e->dropped = false;
+    e->row_version = row->row_version;
+    memcpy(e->head, (const unsigned char *)row + ROW_HEAD_AT, ROW_HEAD_LEN);
+    memcpy(e->tail, (const unsigned char *)row + ROW_TAIL_AT, ROW_TAIL_LEN);
+    if (ticket > e->h.fill_ticket)
+        e->h.fill_ticket = ticket;
+    e->h.filled_ms = now_ms;
+    e->h.dropped = false;
     return true;
 }
 
@@ -431,7 +539,7 @@ int cg_cache_rows_put(struct cg_cache *cache, const char *tenant_id,
         uint64_t h = hash_name(name);
         struct shard *s = shard_of(&cache->rows, h);
         pthread_mutex_lock(&s->lock);
-        bool ok = put_row(s, h, name, &rows[i], ticket, now_ms);
+        bool ok = put_row(cache, s, h, name, &rows[i], ticket, now_ms);
         pthread_mutex_unlock(&s->lock);
         count(ok ? &cache->rows_stored : &cache->rows_refused);
         stored += ok;
@@ -461,16 +569,17 @@ bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
         uint64_t h = hash_name(name);
         struct shard *s = shard_of(&cache->rows, h);
         pthread_mutex_lock(&s->lock);
-        struct entry *e = find(s, h, name);
-        if (e == NULL)
+        const struct row_entry *e = (const struct row_entry *)find(s, h, name);
+        if (e == NULL || e->row_version <= 0)
             hit = false;
-        else if (!allow_stale && (e->dropped || e->fill_ticket < flush ||
-                                  now_ms - e->filled_ms >= cache->row_ttl_ms))
+        else if (!allow_stale &&
+                 (e->h.dropped || e->h.fill_ticket < flush ||
+                  (cache->row_ttl_ms > 0 && now_ms - e->h.filled_ms >= cache->row_ttl_ms)))
             hit = false;
         else {
-            out[level - 1] = e->row;
-            if (e->filled_ms < oldest)
-                oldest = e->filled_ms;
+            row_out(e, &p, &out[level - 1]);
+            if (e->h.filled_ms < oldest)
+                oldest = e->h.filled_ms;
         }
         pthread_mutex_unlock(&s->lock);
     }
@@ -481,6 +590,20 @@ bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
     }
     count(hit ? &cache->row_hits : &cache->row_misses);
     return hit;
+}
+
+/* With the shard locked: marks the row named name dropped at seq (fills that read before
+ * are refused). A row not cached leaves the drop in the shard (drop_seq_max), which
+ * refuses the fills that read before it. */
+static void drop_row(struct shard *s, uint64_t h, const char *name, uint64_t seq)
+{
+    struct row_entry *e = (struct row_entry *)find(s, h, name);
+    if (e != NULL) {
+        e->h.dropped = true;
+        e->h.drop_seq = seq;
+    } else {
+        s->drop_seq_max = seq;
+    }
 }
 
 void cg_cache_drop_path(struct cg_cache *cache, const char *tenant_id,
@@ -499,14 +622,37 @@ void cg_cache_drop_path(struct cg_cache *cache, const char *tenant_id,
         uint64_t h = hash_name(name);
         struct shard *s = shard_of(&cache->rows, h);
         pthread_mutex_lock(&s->lock);
-        struct entry *e = find(s, h, name);
-        if (e != NULL) {
-            e->dropped = true;
-            e->drop_seq = seq;
-        }
-        s->drop_seq_max = seq;
+        drop_row(s, h, name, seq);
         pthread_mutex_unlock(&s->lock);
     }
+}
+
+bool cg_cache_row_announced(struct cg_cache *cache, const char *tenant_id,
+                            const struct cg_scope_ids *ids, int64_t row_version)
+{
+    char name[NAME_MAX_BYTES];
+    if (cache == NULL || !row_name(tenant_id, ids, name, sizeof name))
+        return false;
+    uint64_t h = hash_name(name);
+    struct shard *s = shard_of(&cache->rows, h);
+    pthread_mutex_lock(&s->lock);
+    struct row_entry *e = (struct row_entry *)find(s, h, name);
+    /* Held at that version or newer (this process's own write, or a fill that already read
+     * it): nothing to do. */
+    bool drop = !(e != NULL && row_version > 0 && e->row_version >= row_version);
+    if (drop && e != NULL && row_version > 0) {
+        /* Only a fill at least this new is right from now on, whenever it read: the write
+         * committed before it was announced, so PostgreSQL gives it to every later read. */
+        if (row_version > e->need_version)
+            e->need_version = row_version;
+        e->h.dropped = true;
+    } else if (drop) {
+        drop_row(s, h, name, next_drop(cache));
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (drop)
+        count(&cache->rows_announced);
+    return drop;
 }
 
 void cg_cache_drop_tenant(struct cg_cache *cache, const char *tenant_id)
@@ -522,10 +668,10 @@ void cg_cache_drop_tenant(struct cg_cache *cache, const char *tenant_id)
         struct shard *s = &cache->rows.shards[i];
         pthread_mutex_lock(&s->lock);
         for (size_t k = 0; k < s->cap; k++) {
-            struct entry *e = &s->entries[k];
-            if (e->used && strncmp(e->name, prefix, (size_t)plen) == 0) {
-                e->dropped = true;
-                e->drop_seq = seq;
+            struct row_entry *e = (struct row_entry *)slot_at(s, k);
+            if (e->h.name != NULL && strncmp(e->h.name, prefix, (size_t)plen) == 0) {
+                e->h.dropped = true;
+                e->h.drop_seq = seq;
             }
         }
         s->drop_seq_max = seq;
@@ -589,7 +735,7 @@ bool cg_cache_allowance_take(struct cg_cache *cache, const char *tenant_id,
     uint64_t h = hash_name(name);
     struct shard *s = shard_of(&cache->rows, h);
     pthread_mutex_lock(&s->lock);
-    struct entry *e = find(s, h, name);
+    struct row_entry *e = (struct row_entry *)find(s, h, name);
     bool ok = false;
     if (e != NULL) {
         if (e->allowance_epoch != epoch) {
@@ -619,6 +765,8 @@ void cg_cache_stats(const struct cg_cache *cache, struct cg_cache_stats *out)
     out->rows_refused = atomic_load(&cache->rows_refused);
     out->key_hits = atomic_load(&cache->key_hits);
     out->key_misses = atomic_load(&cache->key_misses);
+    out->rows_announced = atomic_load(&cache->rows_announced);
+    out->rows_evicted = atomic_load(&cache->rows_evicted);
 }
 
 /* ---------------------------------------------------------------- after writes ---- */
@@ -626,11 +774,14 @@ void cg_cache_stats(const struct cg_cache *cache, struct cg_cache_stats *out)
 void cg_cache_written(const struct cg_svc_env *env, const char *tenant_id,
                       const struct cg_budget_row *rows, int n)
 {
-    if (env == NULL || rows == NULL || n < 1 || n > 4)
+    if (env == NULL || rows == NULL || n < 1)
         return;
     (void)cg_cache_rows_put(env->cache, tenant_id, rows, n, cg_cache_ticket(env->cache),
                             cg_mono_ms());
-    if (env->store != NULL)
+    /* A batch of more rows than one path is not written to Redis (one round trip per path
+     * would cost the write path more than the reads it saves): the other replicas, told
+     * the new versions on cg_rows, refuse Redis's older rows and read PostgreSQL. */
+    if (env->store != NULL && n <= CG_PATH_ROWS_MAX)
         cg_store_cache_rows_put(env->store, tenant_id, rows, n, -1);
 }
 
@@ -639,6 +790,8 @@ void cg_cache_dropped(const struct cg_svc_env *env, const char *tenant_id)
     if (env == NULL)
         return;
     cg_cache_drop_tenant(env->cache, tenant_id);
-    if (env->store != NULL)
-        cg_store_cache_tenant_drop(env->store, tenant_id);
+    if (env->store == NULL)
+        return;
+    cg_store_cache_tenant_drop(env->store, tenant_id);
+    cg_store_tenant_announce(env->store, tenant_id);
 }

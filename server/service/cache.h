@@ -5,18 +5,31 @@
  * One struct cg_cache per server process, made and freed by its owner (the application
  * object) and reached through cg_svc_env.cache. Every function is thread-safe and never
  * blocks on I/O: they may run on completion-queue threads. Bounded: at most
- * CG_CACHE_KEYS_MAX keys and CG_CACHE_ROWS_MAX rows (the oldest go first), fixed memory
- * allocated by cg_cache_new.
+ * CG_CACHE_KEYS_MAX keys and max_rows rows (setting cache_rows_max; the clock hand evicts).
+ *
+ * Memory: the slot arrays are allocated by cg_cache_new but only touched as rows arrive.
+ * A cached row costs cg_cache_row_bytes() (448 bytes on x86-64: the entry, 440, and two
+ * bucket indexes) plus its name, malloc'd: the tenant id and scope ids joined (40 to 423
+ * bytes) and the allocator's overhead, 80 bytes for ids of about 10 characters: ~530
+ * bytes a row. A path is one row per level (tenant, session, task, agent), the upper
+ * ones shared: 100,000 agents under 100 sessions of 10 tasks are 101,101 rows, ~54 MB.
+ * The default (CG_CACHE_ROWS_DEFAULT, 262,144 rows) is ~140 MB when full.
  *
  * Staleness (what a hit may be behind PostgreSQL):
  *   - writes committed by this process: none (cg_cache_written, after every commit);
- *   - writes of other replicas that emit a WatchUsage event (threshold crossings,
- *     warnings, exhaustion, budget changes, resets, closes, approvals): the time the
- *     NOTIFY takes to arrive (cg_cache_drop_path from the events thread);
- *   - other counter moves of other replicas: at most row_ttl_ms (a row is served for
- *     row_ttl_ms after it was read from PostgreSQL or Redis, then read again);
+ *   - writes of other replicas: the time their announcement takes to arrive. The NOTIFY
+ *     after every COMMIT that changed scope rows announces each on cg_rows with its
+ *     row_version (store_pg.c; the rows its events name); the events thread drops the
+ *     older copies (cg_cache_row_announced) and the next read fills them again, from
+ *     Redis when Redis is at least that new, else PostgreSQL. Writes that do not know
+ *     their rows announce their whole tenant (cg_cache_dropped);
+ *   - an announcement that could not be sent (the writer lost PostgreSQL right after its
+ *     COMMIT): sent again with that connection's next commit; until then, at most
+ *     row_ttl_ms (setting cache_row_ttl_ms, a backstop; rows otherwise never expire);
  *   - while the LISTEN connection is down nothing is served as fresh (cg_cache_set_live),
  *     and what was filled before it came back is never served as fresh again.
+ * A CheckBudget answer is advice: a HARD limit is enforced by Reserve, which locks and
+ * reads the rows in PostgreSQL and never reads this cache, so a stale hit cannot overspend.
  * Keys: a revoked (changed, deleted) key is dropped when its cg_keys notification arrives
  * (migrations/0017, from the events thread); while the LISTEN connection is down a key is
  * served for at most key_ttl_ms after its fill, and every key is dropped when it is back.
@@ -34,16 +47,17 @@
 #include "store/store.h"
 
 #define CG_CACHE_KEYS_MAX 4096
-#define CG_CACHE_ROWS_MAX 8192
-#define CG_CACHE_ROW_TTL_MS_DEFAULT 1000
+#define CG_CACHE_ROWS_DEFAULT 262144  /* rows when the options say 0 */
+#define CG_CACHE_ROWS_LIMIT 16777216u /* the most max_rows may ask for */
 
 struct cg_cache;
 
 struct cg_cache_opts {
     int64_t key_ttl_ms; /* how long a key stays (key_cache_ttl_s); 0: keys are not cached */
-    int64_t row_ttl_ms; /* how long a row is served after its fill; <= 0: the default */
+    int64_t row_ttl_ms; /* the most a row is served after its fill (a backstop); <= 0: no
+                           limit, rows leave when announced, dropped or evicted */
     size_t max_keys;    /* 0 or more than CG_CACHE_KEYS_MAX: CG_CACHE_KEYS_MAX */
-    size_t max_rows;    /* 0 or more than CG_CACHE_ROWS_MAX: CG_CACHE_ROWS_MAX */
+    size_t max_rows;    /* 0: CG_CACHE_ROWS_DEFAULT; at most CG_CACHE_ROWS_LIMIT */
 };
 
 /* A new cache, empty and not live (nothing is served as fresh before cg_cache_set_live).
@@ -52,6 +66,9 @@ struct cg_cache *cg_cache_new(const struct cg_cache_opts *opts);
 
 /* Frees the cache. NULL is a no-op. No other thread may use it any more. */
 void cg_cache_free(struct cg_cache *cache);
+
+/* Bytes one cached row takes besides its malloc'd name (see the header comment). */
+size_t cg_cache_row_bytes(void);
 
 /* ---- API keys ---- */
 
@@ -90,16 +107,19 @@ uint64_t cg_cache_ticket(struct cg_cache *cache);
  * The version rule, per row: a row whose row_version is 0 (unknown) is ignored; one older
  * than the cached row_version never replaces it (a stale fill cannot undo a write); an
  * equal one only renews the fill time; a newer one replaces it. A row dropped after
- * ticket (cg_cache_drop_path, or a reconnection of the listener) is not stored either.
- * Returns how many rows were stored or renewed. NULL cache: 0. */
+ * ticket (cg_cache_drop_path, or a reconnection of the listener) is not stored either,
+ * nor one older than the newest version announced for it (cg_cache_row_announced, whatever
+ * the ticket: Redis may still hold the row from before that write). Returns how many rows were
+ * stored or renewed. NULL cache: 0. */
 int cg_cache_rows_put(struct cg_cache *cache, const char *tenant_id,
                       const struct cg_budget_row *rows, int n, uint64_t ticket, int64_t now_ms);
 
 /* The path to ids (tenant first, levels 1..depth) from the cache into out[], *n its
  * length: true when every row of the path is cached and, unless allow_stale, fresh (the
- * cache is live, the row was filled after the last reconnection and less than row_ttl_ms
- * before now_ms, and was not dropped since). *oldest_fill_ms gets the fill time of the
- * oldest row (may be NULL). NULL cache: false. */
+ * cache is live, the row was filled after the last reconnection (and, with a row_ttl_ms,
+ * less than row_ttl_ms before now_ms), and was not dropped since). The rows out[] have
+ * every field but description (""), their ids being the prefixes of ids. *oldest_fill_ms gets the
+ * fill time of the oldest row (may be NULL). NULL cache: false. */
 bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
                        const struct cg_scope_ids *ids, int64_t now_ms, bool allow_stale,
                        struct cg_budget_row out[4], int *n, int64_t *oldest_fill_ms);
@@ -109,6 +129,16 @@ bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
  * stays readable with allow_stale. NULL cache: no-op. */
 void cg_cache_drop_path(struct cg_cache *cache, const char *tenant_id,
                         const struct cg_scope_ids *ids);
+
+/* Another replica committed the row (tenant_id, ids) at row_version (its announcement on
+ * cg_rows, heard by the events thread): a cached row older than that is dropped, and only
+ * a fill at least that new stores it again (PostgreSQL has it for every read from now
+ * on). A row this process already holds at that version or newer (its own write) is left
+ * alone; a row not cached leaves a drop in its shard (fills that read before it are
+ * refused). row_version <= 0: as cg_cache_drop_path of that one row. Returns whether
+ * something was dropped. NULL cache: false. */
+bool cg_cache_row_announced(struct cg_cache *cache, const char *tenant_id,
+                            const struct cg_scope_ids *ids, int64_t row_version);
 
 /* Drops every row of the tenant (as cg_cache_drop_path). NULL cache: no-op. */
 void cg_cache_drop_tenant(struct cg_cache *cache, const char *tenant_id);
@@ -141,6 +171,8 @@ bool cg_cache_allowance_take(struct cg_cache *cache, const char *tenant_id,
 
 struct cg_cache_stats {
     uint64_t row_hits, row_misses, rows_stored, rows_refused, key_hits, key_misses;
+    uint64_t rows_announced; /* rows dropped by cg_cache_row_announced */
+    uint64_t rows_evicted;   /* rows that left for a new one (the cache was full) */
 };
 
 /* A snapshot of the counters. NULL cache: zeros. */
@@ -149,16 +181,19 @@ void cg_cache_stats(const struct cg_cache *cache, struct cg_cache_stats *out);
 /* After every successful commit that changed scope rows: rows[0..n) (one tenant, as they
  * are after the commit, row_version included: what cg_store_path_read with lock and
  * cg_store_path_add left in the caller's array) replace the cached ones in env->cache
- * (this process: CheckBudget sees the write at once) and in Redis through env->store (for
- * the other replicas; best effort, one round trip). The newest row_version wins, so calls
- * racing each other or a fill cannot go backwards. Never fails; rows with row_version 0
- * are ignored. Call it on the thread that committed, after the commit (never before: a
- * rolled-back write must not be cached), also from batched paths, once per tenant. */
+ * (this process: CheckBudget sees the write at once) and, when they are one path (n <=
+ * CG_PATH_ROWS_MAX), in Redis through env->store (best effort, one round trip). The other
+ * replicas hear of them from the NOTIFY after the COMMIT (cg_rows). The newest row_version
+ * wins, so calls racing each other or a fill cannot go backwards. Never fails; rows with
+ * row_version 0 are ignored. Call it on the thread that committed, after the commit (never
+ * before: a rolled-back write must not be cached), also from batched paths, once per
+ * tenant. */
 void cg_cache_written(const struct cg_svc_env *env, const char *tenant_id,
                       const struct cg_budget_row *rows, int n);
 
 /* For committed writes that do not have their rows at hand (sweeper, CloseScope,
- * ResolveApproval): drops every cached row of the tenant, here and in Redis. */
+ * ResolveApproval): drops every cached row of the tenant, here and in Redis, and
+ * announces it on cg_rows (every replica drops the tenant's rows). */
 void cg_cache_dropped(const struct cg_svc_env *env, const char *tenant_id);
 
 #endif

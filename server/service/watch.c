@@ -252,6 +252,23 @@ static void drop_announced_keys(const struct cg_svc_env *env, struct cg_store_li
     }
 }
 
+/* Rows a replica committed (cg_rows, sent by the NOTIFY after its COMMIT) leave the
+ * process's row cache unless it holds them at that version already (its own writes); a
+ * whole tenant announced (sweeper, CloseScope, approvals: cg_cache_dropped) drops the
+ * tenant's rows. */
+static void drop_announced_rows(const struct cg_svc_env *env, struct cg_store_listener *listener)
+{
+    int n = 0;
+    const struct cg_row_notice *rows = cg_store_listener_rows(listener, &n);
+    for (int i = 0; i < n; i++) {
+        if (rows[i].whole_tenant)
+            cg_cache_drop_tenant(env->cache, rows[i].tenant_id);
+        else
+            (void)cg_cache_row_announced(env->cache, rows[i].tenant_id, &rows[i].ids,
+                                         rows[i].row_version);
+    }
+}
+
 bool cg_events_step(const struct cg_svc_env *env, struct cg_store_listener *listener,
                     int timeout_ms)
 {
@@ -274,12 +291,14 @@ bool cg_events_step(const struct cg_svc_env *env, struct cg_store_listener *list
         return false;
     }
     /* The cache hears of other replicas' writes here (service/cache.h): after a (re)connection
-     * it forgets what it had, then each notice drops the rows of its path. */
+     * it forgets what it had, then each row announced on cg_rows (with its row_version, by
+     * the same NOTIFY as the events of its write) drops the older copy. The events
+     * themselves drop nothing: they name the same rows without a version, and would drop
+     * this process's own writes too. */
     if (relistened)
         cg_cache_set_live(env->cache, false);
     cg_cache_set_live(env->cache, true);
-    for (int i = 0; i < count; i++)
-        cg_cache_drop_path(env->cache, notices[i].tenant_id, &notices[i].ids);
+    drop_announced_rows(env, listener);
     drop_announced_keys(env, listener);
     if (relistened) {
         /* Notifications sent while nobody listened are lost: read what the table has. */

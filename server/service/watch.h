@@ -4,8 +4,8 @@
  * WatchUsage request, opens a watcher here and encodes what its polls return.
  *
  * Threads: the hub is made once by the application object and shared by every thread;
- * cg_events_step runs on the one events thread; a watcher is opened on the pool and read
- * by its stream's polls (one thread at a time, any completion-queue thread).
+ * cg_events_step runs on the one events thread; a watcher is opened on a thread with a store (the
+ * open lane) and read by its stream's polls (one thread at a time, any completion-queue thread).
  */
 #ifndef CG_SERVICE_WATCH_H
 #define CG_SERVICE_WATCH_H
@@ -66,11 +66,11 @@ struct cg_watch_first {
  * (before anything is read, so that no event falls between the reads and the feed), reads
  * the scope's last sequence number (earlier events of the scope are not news), then the
  * snapshot and, in approval mode, the approval (which must be the tenant's and inside a
- * scope-bound key's subtree). Needs env->store (pool only). Wakes the streams on success.
- * On success *out is the caller's (cg_watcher_free) and *first filled. Errors, with op->err
- * naming the problem: UNAVAILABLE without a hub; RESOURCE_EXHAUSTED (SERVER_OVERLOADED)
- * when too many tenants are watched; NOT_FOUND (APPROVAL_NOT_FOUND) for an unknown
- * approval; the store's errors. On error nothing is left joined and *out is NULL. */
+ * scope-bound key's subtree). Needs env->store (not on a completion-queue thread). Wakes the
+ * streams on success. On success *out is the caller's (cg_watcher_free) and *first filled. Errors,
+ * with op->err naming the problem: UNAVAILABLE without a hub; RESOURCE_EXHAUSTED
+ * (SERVER_OVERLOADED) when too many tenants are watched; NOT_FOUND (APPROVAL_NOT_FOUND) for an
+ * unknown approval; the store's errors. On error nothing is left joined and *out is NULL. */
 cg_status cg_watch_open(const struct cg_svc_env *env, const struct cg_op *op,
                         const struct cg_watch_spec *spec, struct cg_watcher **out,
                         struct cg_watch_first *first) CG_MUST_CHECK;

@@ -179,6 +179,10 @@ struct cg_store *cg_store_new(const struct cg_store_opts *opts)
         if (store->redis == NULL)
             goto fail;
         cg_redis_set_outage_log(store->redis, opts->outages ? &opts->outages->redis : NULL);
+        cg_redis_cluster_mode mode;
+        if (!cg_redis_cluster_mode_parse(opts->redis_cluster, &mode))
+            mode = CG_REDIS_CLUSTER_AUTO; /* the config table admits the three words only */
+        cg_redis_set_cluster_mode(store->redis, mode);
     }
     store->key_cache_ttl_s = opts->key_cache_ttl_s > 0 ? opts->key_cache_ttl_s : 0;
     return store;

@@ -55,6 +55,7 @@ struct cg_store_opts {
     int pg_connect_timeout_ms;        /* <= 0: 3000 */
     int pg_statement_timeout_ms;      /* <= 0: 5000 */
     int redis_timeout_ms;             /* connect and command timeout; <= 0: 100 */
+    const char *redis_cluster;        /* "auto" (NULL), "on" or "off": store_redis.h */
     int key_cache_ttl_s;              /* 0: do not cache key lookups */
     struct cg_store_outages *outages; /* borrowed, shared; NULL: the store logs on its own */
 };
@@ -128,7 +129,9 @@ void cg_store_set_deadline(struct cg_store *store, int64_t deadline_mono_ms);
  * NULL clears it. */
 void cg_store_set_request_id(struct cg_store *store, const char *rid);
 
-/* Runs `SELECT 1` on PostgreSQL (reconnecting if needed). CG_OK when it answered. */
+/* Runs `SELECT 1` on PostgreSQL (reconnecting if needed). CG_OK when it answered. The
+ * store's deadline is strict here: no answer by then is an error (the connection is
+ * dropped), so a frozen server cannot hold the caller past it. */
 cg_status cg_store_ping(struct cg_store *store, struct cg_err *err) CG_MUST_CHECK;
 
 /* Whether Redis answered the last command (for logs and tests). */
@@ -697,6 +700,16 @@ void cg_store_cache_rows_put(struct cg_store *store, const char *tenant_id,
 /* Invalidates every cached row of the tenant (for writes that do not know their rows). */
 void cg_store_cache_tenant_drop(struct cg_store *store, const char *tenant_id);
 
+/* Announces on cg_rows that every row of the tenant may have changed (a committed write
+ * that does not know its rows: sweeper, CloseScope, approvals); every server's listener
+ * drops the tenant's cached rows (struct cg_row_notice, whole_tenant). Writes of rows are
+ * announced with their row_version by the NOTIFY after their COMMIT, with their events
+ * (store_pg.c). Call it after the COMMIT, outside any transaction: one statement of its
+ * own, sent past the call's deadline.
+ * Best effort: when it fails (logged) the tenant is announced again with this store's
+ * next call (at most 64 wait; past that the oldest are lost, logged). */
+void cg_store_tenant_announce(struct cg_store *store, const char *tenant_id);
+
 /* --- sweeper and resets ----------------------------------------------------------- *
  *
  * Reservations expire and tenant budgets reset without any request arriving: the server's
@@ -1171,6 +1184,18 @@ struct cg_key_notice {
     char key_id[CG_KEY_ID_LEN + 1];
 };
 
+/* A committed write of a scope row, announced on cg_rows (after the COMMIT, with the
+ * write's events; or cg_store_tenant_announce) by the replica that committed it: other replicas'
+ * cached copies older than row_version are stale. whole_tenant: every row of the tenant may have
+ * changed (ids and row_version are then empty). */
+#define CG_STORE_ROW_NOTICES_MAX 2048
+struct cg_row_notice {
+    char tenant_id[CG_UUID_LEN + 1]; /* lower case */
+    struct cg_scope_ids ids;
+    int64_t row_version;
+    bool whole_tenant;
+};
+
 /* A range of one scope's events to fetch: seq in (after_seq, upto_seq]; upto 0: no bound. */
 struct cg_event_want {
     struct cg_scope_ids ids;
@@ -1185,13 +1210,14 @@ struct cg_store_listener *cg_store_listener_new(const struct cg_store_opts *opts
 /* Closes the connection and frees the listener; NULL is a no-op. */
 void cg_store_listener_free(struct cg_store_listener *l);
 
-/* (Re)establishes LISTEN (cg_events and cg_keys) when needed (*relistened is then true:
+/* (Re)establishes LISTEN (cg_events, cg_keys and cg_rows) when needed (*relistened is then true:
  * notifications sent while it was not listening are lost, and the caller catches up from
  * the table and drops every cached key), then returns the notifications already received,
  * or waits up to timeout_ms for some (poll() on the socket: no busy loop). Fills up to max
  * of out with events, *count how many (more stay queued for the next call); the keys
- * announced are read with cg_store_listener_keys. CG_UNAVAILABLE when PostgreSQL cannot be reached
- * (the caller retries later; the connection is remade then). */
+ * announced are read with cg_store_listener_keys, the rows with cg_store_listener_rows.
+ * CG_UNAVAILABLE when PostgreSQL cannot be reached (the caller retries later; the connection is
+ * remade then). */
 cg_status cg_store_listener_wait(struct cg_store_listener *l, int timeout_ms,
                                  struct cg_event_notice *out, int max, int *count, bool *relistened,
                                  struct cg_err *err) CG_MUST_CHECK;
@@ -1204,6 +1230,12 @@ cg_status cg_store_listener_wait(struct cg_store_listener *l, int timeout_ms,
  * logged and skipped: a NOTIFY on cg_keys by anyone else names no key of ours. */
 bool cg_store_listener_keys(struct cg_store_listener *l, struct cg_key_notice *out, int max,
                             int *count);
+
+/* The rows announced on cg_rows among the notifications the last cg_store_listener_wait
+ * received (at most CG_STORE_ROW_NOTICES_MAX: the wait leaves the rest queued for the next
+ * call), *count how many. Payloads that are not ours are logged and skipped. The array
+ * belongs to the listener and is valid until its next wait. */
+const struct cg_row_notice *cg_store_listener_rows(struct cg_store_listener *l, int *count);
 
 /* Fetches the events of one tenant in the ranges of wants[0..nwants) (at most 256), in
  * order of scope then seq, up to max into out; *count gets how many. With since_ms > 0,

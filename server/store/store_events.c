@@ -1,6 +1,7 @@
 /* store_events.c - the facade of the event log and of the LISTEN connection: checks,
  * deadline, then PostgreSQL (store_pg_events.c). See store.h, "events". The key
  * notifications' payloads (migrations/0017) are validated here. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@ struct cg_store_listener {
     struct cg_pg *pg;
     void *listening; /* the connection LISTEN was sent on (compared, never dereferenced) */
     struct cg_pg_key_payloads keys; /* of the last wait */
+    struct cg_pg_row_notices rows;  /* of the last wait */
 };
 
 cg_status cg_store_event_append(struct cg_store *store, const char *tenant_id,
@@ -125,7 +127,7 @@ cg_status cg_store_listener_wait(struct cg_store_listener *l, int timeout_ms,
     if (max < 1 || out == NULL)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "max: must be at least 1");
     return cg_pg_listen_wait(l->pg, &l->listening, timeout_ms < 0 ? 0 : timeout_ms, out, max, count,
-                             &l->keys, relistened, err);
+                             &l->keys, &l->rows, relistened, err);
 }
 
 /* '<tenant uuid>:<key_id>' into out; false when payload is not that. */
@@ -159,6 +161,65 @@ bool cg_store_listener_keys(struct cg_store_listener *l, struct cg_key_notice *o
             cg_log(CG_LOG_WARN, MOD, NULL, "cg_keys: ignored a notification that names no key");
     }
     return false;
+}
+
+const struct cg_row_notice *cg_store_listener_rows(struct cg_store_listener *l, int *count)
+{
+    int kept = 0;
+    for (int i = 0; i < l->rows.count; i++) {
+        struct cg_row_notice *r = &l->rows.rows[i];
+        char tenant[CG_UUID_LEN + 1];
+        if (!cg__store_normalize_uuid(r->tenant_id, tenant)) {
+            cg_log(CG_LOG_WARN, MOD, NULL, "cg_rows: ignored a notification that names no tenant");
+            continue;
+        }
+        memcpy(r->tenant_id, tenant, sizeof tenant);
+        if (kept != i)
+            l->rows.rows[kept] = *r;
+        kept++;
+    }
+    l->rows.count = kept;
+    *count = kept;
+    return l->rows.rows;
+}
+
+/* ---- cg_rows announcements of whole tenants ---- */
+
+#define ANNOUNCE_PENDING_MAX 64 /* tenants kept for the next try */
+
+void cg_store_tenant_announce(struct cg_store *store, const char *tenant_id)
+{
+    char id[CG_UUID_LEN + 1];
+    if (store == NULL || !cg__store_normalize_uuid(tenant_id, id))
+        return;
+    /* The tenants not announced yet, then this one: "<t1>\x1e<t2>...". */
+    char text[ANNOUNCE_PENDING_MAX * (CG_UUID_LEN + 1) + CG_UUID_LEN + 1];
+    size_t len = store->announce_len;
+    memcpy(text, store->announce_pending, len);
+    if (len > 0)
+        text[len++] = '\x1e';
+    memcpy(text + len, id, CG_UUID_LEN);
+    len += CG_UUID_LEN;
+    text[len] = '\0';
+    struct cg_err err;
+    cg_err_clear(&err);
+    if (cg_pg_rows_announce(store->pg, text, &err) == CG_OK) {
+        store->announce_len = 0;
+        return;
+    }
+    cg_log(CG_LOG_WARN, MOD, NULL,
+           "cg_rows: tenant %s changed but not announced (sent again with the next): %s", id,
+           cg_err_text(&err));
+    size_t from = 0; /* the oldest go when too many wait */
+    while (len - from > sizeof store->announce_pending)
+        from += CG_UUID_LEN + 1;
+    if (from > 0)
+        cg_log(CG_LOG_WARN, MOD, NULL,
+               "cg_rows: %zu tenant announcements lost; other replicas may serve their rows "
+               "for up to cache_row_ttl_ms",
+               from / (CG_UUID_LEN + 1));
+    store->announce_len = len - from;
+    memcpy(store->announce_pending, text + from, store->announce_len);
 }
 
 cg_status cg_store_listener_fetch(struct cg_store_listener *l, const char *tenant_id,

@@ -15,6 +15,10 @@ struct cg_store {
     struct cg_redis *redis; /* NULL: cache disabled */
     int key_cache_ttl_s;
     int64_t deadline_mono_ms;
+    /* Whole-tenant cg_rows announcements that failed, sent with the next one
+     * (store_events.c): tenant ids separated by 0x1e. */
+    char announce_pending[64 * (CG_UUID_LEN + 1) - 1];
+    size_t announce_len;
 };
 
 /* Copies a canonical UUID (either case) into out in lower case; false when s is not one. */

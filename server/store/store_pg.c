@@ -297,8 +297,9 @@ static int64_t response_until(const struct cg_pg *pg)
         until = now + pg->session_timeout_ms + RESPONSE_GRACE_MS;
     else if (pg->session_timeout_ms < 0) /* before the first SET: a short statement */
         until = now + pg->connect_timeout_ms + RESPONSE_GRACE_MS;
-    if (pg->deadline_mono_ms != 0 && pg->deadline_mono_ms + RESPONSE_GRACE_MS < until)
-        until = pg->deadline_mono_ms + RESPONSE_GRACE_MS;
+    int64_t grace = pg->strict_deadline ? 0 : RESPONSE_GRACE_MS;
+    if (pg->deadline_mono_ms != 0 && pg->deadline_mono_ms + grace < until)
+        until = pg->deadline_mono_ms + grace;
     return until;
 }
 
@@ -444,15 +445,18 @@ static bool wait_readable(struct cg_pg *pg, const char *label, int64_t until, cg
 /* BEGIN and the transaction's first statement in one round trip (libpq pipeline mode): the
  * BEGIN of cg_pg_begin is held until then. *out gets the statement's result, or BEGIN's
  * (or the PREPARE's) when that failed. prepare_name: the statement's prepared name, or NULL
- * to send it with its text; prepare: whether to PREPARE it first. */
+ * to send it with its text; prepare: whether to PREPARE it first. *prepared: whether the
+ * PREPARE itself succeeded, whatever became of the statement after it (a statement timeout,
+ * say): the session then has it, and the caller must count it as prepared. */
 static cg_status send_with_begin(struct cg_pg *pg, const char *label, const char *sql, int nparams,
                                  const char *const *values, const int *lengths, const int *formats,
-                                 const char *prepare_name, bool prepare, PGresult **out,
-                                 struct cg_err *err)
+                                 const char *prepare_name, bool prepare, bool *prepared,
+                                 PGresult **out, struct cg_err *err)
 {
     PGconn *conn = pg->conn;
     int64_t until = response_until(pg);
     *out = NULL;
+    *prepared = false;
     if (!PQenterPipelineMode(conn))
         return conn_lost(pg, label, err);
     int commands = 2 + (prepare ? 1 : 0);
@@ -491,6 +495,8 @@ static cg_status send_with_begin(struct cg_pg *pg, const char *label, const char
             continue;
         }
         ExecStatusType st = PQresultStatus(res);
+        if (prepare && done == 1 && st == PGRES_COMMAND_OK)
+            *prepared = true; /* the PREPARE's own result */
         if (st == PGRES_PIPELINE_SYNC) {
             PQclear(res);
             synced = true;
@@ -552,9 +558,15 @@ static cg_status send_wait(struct cg_pg *pg, const char *label, const char *sql,
             named = named && (known || pg->nprepared < CG_PG_PREPARED_MAX);
             char name[24];
             snprintf(name, sizeof name, "cg_%016llx", (unsigned long long)h);
-            cg_status rc = send_with_begin(pg, label, sql, nparams, values, lengths, formats,
-                                           named ? name : NULL, named && !known, out, err);
-            if (rc == CG_OK && named && !known && PQresultStatus(*out) != PGRES_FATAL_ERROR)
+            bool prepared = false;
+            cg_status rc =
+                send_with_begin(pg, label, sql, nparams, values, lengths, formats,
+                                named ? name : NULL, named && !known, &prepared, out, err);
+            /* Counted by the PREPARE's own result, not the statement's: a statement that
+             * failed after its PREPARE succeeded (a statement timeout) leaves it in the
+             * session, and preparing it again would fail with 42P05. A lost connection
+             * (rc != CG_OK) took its statements with it. */
+            if (rc == CG_OK && prepared && pg->conn != NULL)
                 pg->prepared[pg->nprepared++] = h;
             return rc;
         }
@@ -676,6 +688,7 @@ static cg_status statement_failed(struct cg_pg *pg, const char *label, PGresult 
     cg_status code = CG_INTERNAL;
     const char *text = "storage error";
     cg_log_level level = CG_LOG_ERROR;
+    bool reset = false;
     if (strcmp(state, "57014") == 0) {
         code = CG_DEADLINE_EXCEEDED;
         text = "deadline exceeded";
@@ -687,6 +700,13 @@ static cg_status statement_failed(struct cg_pg *pg, const char *label, PGresult 
     } else if (strncmp(state, "53", 2) == 0) {
         code = CG_UNAVAILABLE;
         text = "storage unavailable";
+    } else if (strcmp(state, "42P05") == 0 || strcmp(state, "26000") == 0) {
+        /* The session's prepared statements are not what this connection believes (which
+         * its bookkeeping should prevent): nothing ran; a new session starts in step. The
+         * open transaction, if any, goes with the connection (the caller rolls back). */
+        code = CG_UNAVAILABLE;
+        text = "storage unavailable: the database session was reset; retry";
+        reset = true;
     } else if (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0) {
         /* Bad values and constraint violations: the caller usually maps them. */
         level = CG_LOG_INFO;
@@ -695,6 +715,8 @@ static cg_status statement_failed(struct cg_pg *pg, const char *label, PGresult 
     one_line(line, sizeof line, PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
     struct cg_kv fields[] = {{"query", label}, {"sqlstate", state}, {"error", line}};
     cg_log_kv(level, MOD, cg__pg_rid(pg), "statement failed", fields, 3);
+    if (reset)
+        drop_conn(pg);
     return cg_err_set(err, code, "%s", text);
 }
 
@@ -852,8 +874,27 @@ bool cg__pg_notice_add(struct cg_pg *pg, const char *payload)
     return true;
 }
 
+/* The NOTIFY after a COMMIT: the events' wake-ups on cg_events, and on cg_rows each scope
+ * row an event names, "<tenant>\n<row_version> <session> <task> <agent>", with its
+ * row_version read after the COMMIT (service/cache.h: other replicas drop older cached
+ * copies). Every write that moves a row's counters or budget appends an event naming that
+ * row (USAGE_CHANGED at least), so the events name every row written. The version read is
+ * the one committed or a later one, as safe to announce (a reader then needs at least
+ * that, and PostgreSQL has it). Identical payloads of one transaction are sent once (by
+ * PostgreSQL); a scope that is gone announces nothing. In the statement that already
+ * carried the events' wake-ups: no round trip more, one primary-key lookup per event. */
+#define NOTIFY_SQL                                                                                 \
+    "SELECT count(pg_notify('cg_events', p)),"                                                     \
+    " count(pg_notify('cg_rows', r.line)) FILTER (WHERE r.line IS NOT NULL)"                       \
+    " FROM unnest($1::text[]) AS p LEFT JOIN LATERAL ("                                            \
+    "  SELECT split_part(p, ' ', 1) || E'\\n' || sc.row_version || ' ' || sc.session_id || ' '"    \
+    "   || sc.task_id || ' ' || sc.agent_id AS line FROM scopes sc"                                \
+    "  WHERE sc.tenant_id = split_part(p, ' ', 1)::uuid AND sc.session_id = split_part(p, ' ', 3)" \
+    "   AND sc.task_id = split_part(p, ' ', 4) AND sc.agent_id = split_part(p, ' ', 5)) r ON true"
+
 /* Sends the queued notifications in one statement of their own, after the COMMIT that made
- * their events visible. Best effort: a failure is logged, the write stands. */
+ * their events visible. Best effort: a failure is logged, the write stands, and the
+ * payloads are kept for the next commit's NOTIFY (notices_kept). */
 static void send_notices(struct cg_pg *pg)
 {
     if (pg->nnotices == 0)
@@ -889,19 +930,27 @@ static void send_notices(struct cg_pg *pg)
     PGresult *res = NULL;
     struct cg_err err;
     cg_status rc =
-        cg__pg_run(pg, "notify", "SELECT pg_notify('cg_events', p) FROM unnest($1::text[]) AS p", 1,
-                   values, NULL, NULL, RUN_READ, &res, &err);
+        cg__pg_run(pg, "notify", NOTIFY_SQL, 1, values, NULL, NULL, RUN_READ, &res, &err);
     pg->deadline_mono_ms = deadline;
-    if (rc != CG_OK)
-        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "events committed but not announced: %s", err.msg);
+    if (rc != CG_OK) {
+        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg),
+               "events committed but not announced (sent again with the next commit): %s", err.msg);
+        pg->notices_kept_len = pg->notices_len;
+        pg->notices_kept = pg->nnotices;
+    } else {
+        pg->notices_kept_len = 0;
+        pg->notices_kept = 0;
+    }
     PQclear(res);
     free(lit);
 }
 
+/* Forgets the notifications of the transaction that ended, keeping those of committed
+ * ones that could not be sent. */
 static void notices_clear(struct cg_pg *pg)
 {
-    pg->notices_len = 0;
-    pg->nnotices = 0;
+    pg->notices_len = pg->notices_kept_len;
+    pg->nnotices = pg->notices_kept;
 }
 
 void cg_pg_set_deadline(struct cg_pg *pg, int64_t deadline_mono_ms)
@@ -917,7 +966,11 @@ void cg_pg_set_request_id(struct cg_pg *pg, const char *rid)
 cg_status cg_pg_ping(struct cg_pg *pg, struct cg_err *err)
 {
     PGresult *res = NULL;
+    /* A probe's answer is due by the deadline itself: a server that does not answer by
+     * then (frozen, its socket open) counts as down, and the connection is dropped. */
+    pg->strict_deadline = true;
     cg_status rc = cg__pg_run(pg, "ping", "SELECT 1", 0, NULL, NULL, NULL, RUN_READ, &res, err);
+    pg->strict_deadline = false;
     PQclear(res);
     return rc;
 }

@@ -51,7 +51,8 @@ void cg_pg_set_deadline(struct cg_pg *pg, int64_t deadline_mono_ms);
 /* Sets the request id carried by log lines (copied, truncated to 32 bytes); NULL clears. */
 void cg_pg_set_request_id(struct cg_pg *pg, const char *rid);
 
-/* Runs SELECT 1, connecting first when needed. */
+/* Runs SELECT 1, connecting first when needed; the deadline is strict (no grace for the
+ * answer after it: the connection is dropped and the result is an error). */
 cg_status cg_pg_ping(struct cg_pg *pg, struct cg_err *err) CG_MUST_CHECK;
 
 /* Applies the migrations of the table (sorted by version, ended by a row with sql NULL)

@@ -290,33 +290,104 @@ static void key_payload_add(struct cg_pg_key_payloads *keys, const char *payload
     slot[len] = '\0';
 }
 
+/* One "<row_version> <session> <task> <agent>" line of len bytes into out; false when it
+ * is not that. */
+static bool parse_row_line(const char *line, size_t len, struct cg_row_notice *out)
+{
+    const char *end = line + len, *p = line;
+    char *fields[4];
+    size_t lens[4];
+    for (int i = 0; i < 4; i++) {
+        const char *sp = p;
+        while (sp < end && *sp != ' ')
+            sp++;
+        if (i < 3 && sp == end)
+            return false;
+        fields[i] = (char *)p;
+        lens[i] = (size_t)(sp - p);
+        p = sp + 1;
+    }
+    if (p <= end || lens[0] == 0 || lens[0] > 18 || lens[1] > CG_SCOPE_ID_MAX ||
+        lens[2] > CG_SCOPE_ID_MAX || lens[3] > CG_SCOPE_ID_MAX)
+        return false;
+    char v[20];
+    memcpy(v, fields[0], lens[0]);
+    v[lens[0]] = '\0';
+    out->row_version = cg__pg_parse_i64(v);
+    memcpy(out->ids.session_id, fields[1], lens[1]);
+    memcpy(out->ids.task_id, fields[2], lens[2]);
+    memcpy(out->ids.agent_id, fields[3], lens[3]);
+    return out->row_version > 0;
+}
+
+/* A cg_rows payload, "<tenant>" (the whole tenant) or "<tenant>" then "\n<line>" per row,
+ * into rows (the caller left room for CG_PG_ROWS_PER_PAYLOAD). A malformed one names the
+ * tenant alone when it starts with one (safe: more is dropped), else is logged. */
+static void rows_payload_add(struct cg_pg_row_notices *rows, const char *payload)
+{
+    size_t len = strlen(payload);
+    struct cg_row_notice *r = &rows->rows[rows->count];
+    if (len < CG_UUID_LEN || (len > CG_UUID_LEN && payload[CG_UUID_LEN] != '\n')) {
+        cg_log(CG_LOG_WARN, MOD, NULL, "cg_rows: ignored a notification that names no tenant");
+        return;
+    }
+    bool whole = len == CG_UUID_LEN;
+    int added = 0;
+    for (const char *p = payload + CG_UUID_LEN; !whole && *p == '\n';) {
+        const char *line = p + 1, *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        memset(&r[added], 0, sizeof r[added]);
+        if (added == CG_PG_ROWS_PER_PAYLOAD || !parse_row_line(line, n, &r[added]))
+            whole = true; /* not ours as it should be: the whole tenant, to be safe */
+        else
+            added++;
+        p = line + n;
+    }
+    if (whole) {
+        added = 1;
+        memset(r, 0, sizeof *r);
+        r->whole_tenant = true;
+    }
+    for (int i = 0; i < added; i++) {
+        memcpy(r[i].tenant_id, payload, CG_UUID_LEN);
+        r[i].tenant_id[CG_UUID_LEN] = '\0';
+    }
+    rows->count += added;
+}
+
 static void drain(PGconn *conn, struct cg_event_notice *out, int max, int *count,
-                  struct cg_pg_key_payloads *keys)
+                  struct cg_pg_key_payloads *keys, struct cg_pg_row_notices *rows)
 {
     PGnotify *n;
-    while (*count < max && (n = PQnotifies(conn)) != NULL) {
+    while (*count < max && rows->count + CG_PG_ROWS_PER_PAYLOAD <= CG_STORE_ROW_NOTICES_MAX &&
+           (n = PQnotifies(conn)) != NULL) {
         if (strcmp(n->relname, "cg_events") == 0 && parse_notice(n->extra, &out[*count]))
             (*count)++;
         else if (strcmp(n->relname, "cg_keys") == 0)
             key_payload_add(keys, n->extra);
+        else if (strcmp(n->relname, "cg_rows") == 0)
+            rows_payload_add(rows, n->extra);
         PQfreemem(n);
     }
 }
 
 cg_status cg_pg_listen_wait(struct cg_pg *pg, void **listening, int timeout_ms,
                             struct cg_event_notice *out, int max, int *count,
-                            struct cg_pg_key_payloads *keys, bool *relistened, struct cg_err *err)
+                            struct cg_pg_key_payloads *keys, struct cg_pg_row_notices *rows,
+                            bool *relistened, struct cg_err *err)
 {
     *count = 0;
+    rows->count = 0;
     keys->count = 0;
     keys->overflow = false;
     *relistened = false;
     if (pg->conn == NULL || (void *)pg->conn != *listening) {
         *listening = NULL;
-        /* A key revoked before LISTEN cg_keys took effect is unheard; the caller drops every
-         * cached key on *relistened, which comes after both. */
-        static const char *const channels[] = {"LISTEN cg_events", "LISTEN cg_keys"};
-        for (int i = 0; i < 2; i++) {
+        /* A key revoked (a row written) before LISTEN took effect is unheard; the caller
+         * drops every cached key and row on *relistened, which comes after all three. */
+        static const char *const channels[] = {"LISTEN cg_events", "LISTEN cg_keys",
+                                               "LISTEN cg_rows"};
+        for (int i = 0; i < 3; i++) {
             PGresult *res = NULL;
             cg_status rc = cg__pg_run(pg, "listen", channels[i], 0, NULL, NULL, NULL, 0, &res, err);
             PQclear(res);
@@ -327,8 +398,8 @@ cg_status cg_pg_listen_wait(struct cg_pg *pg, void **listening, int timeout_ms,
         *relistened = true;
     }
     PGconn *conn = pg->conn;
-    drain(conn, out, max, count, keys);
-    if (*count > 0 || keys->count > 0 || keys->overflow)
+    drain(conn, out, max, count, keys, rows);
+    if (*count > 0 || keys->count > 0 || keys->overflow || rows->count > 0)
         return CG_OK;
     struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
     if (p.fd < 0)
@@ -339,7 +410,7 @@ cg_status cg_pg_listen_wait(struct cg_pg *pg, void **listening, int timeout_ms,
     if (ready > 0) {
         if (!PQconsumeInput(conn) || PQstatus(conn) != CONNECTION_OK)
             goto lost;
-        drain(conn, out, max, count, keys);
+        drain(conn, out, max, count, keys, rows);
     }
     return CG_OK;
 lost:
@@ -349,6 +420,27 @@ lost:
     pg->session_timeout_ms = -1;
     *listening = NULL;
     return cg_err_set(err, CG_UNAVAILABLE, "storage unavailable");
+}
+
+cg_status cg_pg_rows_announce(struct cg_pg *pg, const char *payloads, struct cg_err *err)
+{
+    if (pg->in_tx) { /* a NOTIFY would wait for that transaction's commit, and lock it */
+        cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg), "rows_announce called inside a transaction");
+        return cg_err_set(err, CG_INTERNAL, "storage error");
+    }
+    /* Past the call's deadline: the write is committed and the other replicas wait for the
+     * news. */
+    int64_t deadline = pg->deadline_mono_ms;
+    pg->deadline_mono_ms = 0;
+    const char *values[] = {payloads};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(pg, "rows_announce",
+                              "SELECT count(pg_notify('cg_rows', p))"
+                              " FROM unnest(string_to_array($1::text, E'\\x1e')) AS p",
+                              1, values, NULL, NULL, RUN_READ, &res, err);
+    pg->deadline_mono_ms = deadline;
+    PQclear(res);
+    return rc;
 }
 
 cg_status cg_pg_events_fetch(struct cg_pg *pg, const char *tenant_id,

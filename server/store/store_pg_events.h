@@ -39,13 +39,29 @@ struct cg_pg_key_payloads {
     bool overflow;
 };
 
-/* LISTEN cg_events and cg_keys when conn is not *listening (a new or remade connection);
- * then drains notifications or waits up to timeout_ms. keys is emptied first and gets the
- * cg_keys payloads received. See cg_store_listener_wait. */
+/* The rows of cg_rows notifications as received (structure checked, tenant not yet):
+ * the wait stops taking notifications before one could overflow it. */
+struct cg_pg_row_notices {
+    struct cg_row_notice rows[CG_STORE_ROW_NOTICES_MAX];
+    int count;
+};
+
+/* The most rows one cg_rows payload may carry (store_pg.c's NOTIFY sends one). */
+#define CG_PG_ROWS_PER_PAYLOAD 64
+
+/* LISTEN cg_events, cg_keys and cg_rows when conn is not *listening (a new or remade
+ * connection); then drains notifications or waits up to timeout_ms. keys and rows are
+ * emptied first and get the cg_keys payloads and cg_rows rows received. See
+ * cg_store_listener_wait. */
 cg_status cg_pg_listen_wait(struct cg_pg *pg, void **listening, int timeout_ms,
                             struct cg_event_notice *out, int max, int *count,
-                            struct cg_pg_key_payloads *keys, bool *relistened,
-                            struct cg_err *err) CG_MUST_CHECK;
+                            struct cg_pg_key_payloads *keys, struct cg_pg_row_notices *rows,
+                            bool *relistened, struct cg_err *err) CG_MUST_CHECK;
+
+/* Outside a transaction: NOTIFY cg_rows with each of the payloads joined by 0x1e (no
+ * UUID holds it), in one statement, past the call's deadline. */
+cg_status cg_pg_rows_announce(struct cg_pg *pg, const char *payloads,
+                              struct cg_err *err) CG_MUST_CHECK;
 
 cg_status cg_pg_events_fetch(struct cg_pg *pg, const char *tenant_id,
                              const struct cg_event_want *wants, int nwants, int64_t since_ms,

@@ -34,6 +34,9 @@ struct cg_pg {
     char sqlstate[6];    /* of the last statement that failed, "" otherwise */
     char constraint[64]; /* the constraint it violated, "" otherwise */
     bool fatal_received; /* the server sent FATAL: it is closing this connection */
+    /* The deadline is strict: no grace after it for the server's answer (the health
+     * probe, whose verdict must come in time whatever the server does). */
+    bool strict_deadline;
     /* Whether an outage was logged and not yet followed by a success: the process's
      * (cg_store_outages.pg) or own_outage_logged. */
     atomic_int *outage_logged;
@@ -51,6 +54,10 @@ struct cg_pg {
     char *notices;
     size_t notices_len, notices_cap;
     int nnotices;
+    /* The first notices_kept (notices_kept_len bytes) of them are of transactions already
+     * committed whose NOTIFY failed: a rollback keeps them, the next commit sends them. */
+    size_t notices_kept_len;
+    int notices_kept;
 };
 
 /* Queues a payload to NOTIFY after the open transaction commits (store_pg.c). False when

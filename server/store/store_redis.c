@@ -1,33 +1,25 @@
-/* store_redis.c - the key cache in Redis over one hiredis connection. The only file that
- * includes hiredis.h.
+/* store_redis.c - the Redis operations of the store (API keys, budget rows), their
+ * encodings and the URL; store_redis_conn.c runs the commands (one node, or the node of
+ * the keys' slot on a cluster).
  *
- * Redis is a cache: every failure here becomes a miss. A failed connection is freed at
- * once (a hiredis context that saw an error is not reusable) and the next attempt waits
- * RECONNECT_INTERVAL_MS, so that an outage costs each caller at most one timeout per
- * interval instead of one per call.
+ * Every command names its keys (first index and count) so that it can be routed by slot;
+ * the keys of one command always share the tenant's hash tag, hence one slot.
  */
 #include "store/store_redis.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <hiredis/hiredis.h>
-
-#include "base/clock.h"
 #include "base/crypto.h"
 #include "base/log.h"
+#include "store/store_redis_internal.h"
 
 #define MOD "store_redis"
-#define RECONNECT_INTERVAL_MS 1000
 #define KEY_NAME_MAX 128
 #define DB_MAX 1000000
 
@@ -41,18 +33,6 @@ static const char put_script[] =
     "'revoked', ARGV[3], 'grant', ARGV[4], 'scope_session', ARGV[5], 'scope_task', ARGV[6]) "
     "redis.call('EXPIRE', KEYS[1], ARGV[7]) "
     "return 1";
-
-struct cg_redis {
-    redisContext *ctx; /* NULL while not connected */
-    struct cg_redis_addr addr;
-    bool addr_valid;
-    int timeout_ms;
-    bool ok;                 /* the last command got an answer */
-    int64_t next_attempt_ms; /* no connection attempt before (cg_mono_ms) */
-    /* One warning per outage: the process's flag (cg_store_outages.redis) or this own. */
-    atomic_int *outage_logged;
-    atomic_int own_outage_logged;
-};
 
 /* ------------------------------------------------------------------ URL --- */
 
@@ -187,166 +167,22 @@ bool cg_redis_key_name(const char *tenant_id, const char *key_id, char *buf, siz
     return n > 0 && (size_t)n < cap;
 }
 
-/* ------------------------------------------------------------------ SIGPIPE --- */
+/* ------------------------------------------------------------------ public --- */
 
-/* hiredis writes with write(2), which raises SIGPIPE when Redis has closed the connection.
- * A library must not change the process's signal dispositions, so the signal is blocked
- * around each exchange and a SIGPIPE raised meanwhile is consumed (as libpq does). */
-struct pipe_guard {
-    sigset_t old_mask;
-    bool active;
-    bool pending_before;
-};
+/* ------------------------------------------------------------------ handle --- */
 
-static void pipe_guard_enter(struct pipe_guard *g)
+bool cg_redis_cluster_mode_parse(const char *text, cg_redis_cluster_mode *out)
 {
-    sigset_t block, pending;
-    sigemptyset(&block);
-    sigaddset(&block, SIGPIPE);
-    g->active = pthread_sigmask(SIG_BLOCK, &block, &g->old_mask) == 0;
-    g->pending_before = false;
-    if (g->active && sigpending(&pending) == 0)
-        g->pending_before = sigismember(&pending, SIGPIPE) == 1;
-}
-
-static void pipe_guard_leave(struct pipe_guard *g)
-{
-    if (!g->active)
-        return;
-    sigset_t pending;
-    if (!g->pending_before && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
-        sigset_t only;
-        sigemptyset(&only);
-        sigaddset(&only, SIGPIPE);
-        const struct timespec zero = {0, 0};
-        (void)sigtimedwait(&only, NULL, &zero);
-    }
-    pthread_sigmask(SIG_SETMASK, &g->old_mask, NULL);
-}
-
-/* ------------------------------------------------------------------ connection --- */
-
-static void copy_str(char *dst, size_t cap, const char *src, size_t n)
-{
-    if (n >= cap)
-        n = cap - 1;
-    memcpy(dst, src, n);
-    dst[n] = '\0';
-}
-
-/* Gives up the connection after any trouble: the context is freed, the next attempt waits,
- * and the first failure of an outage is logged. */
-static void fail(struct cg_redis *r, const char *what, const char *detail)
-{
-    if (r->ctx != NULL) {
-        redisFree(r->ctx);
-        r->ctx = NULL;
-    }
-    r->ok = false;
-    r->next_attempt_ms = cg_mono_ms() + RECONNECT_INTERVAL_MS;
-    if (atomic_exchange(r->outage_logged, 1) == 0)
-        cg_log(CG_LOG_WARN, MOD, NULL, "redis unavailable, using postgresql only: %s: %s", what,
-               detail);
+    if (text == NULL || strcmp(text, "auto") == 0)
+        *out = CG_REDIS_CLUSTER_AUTO;
+    else if (strcmp(text, "on") == 0)
+        *out = CG_REDIS_CLUSTER_ON;
+    else if (strcmp(text, "off") == 0)
+        *out = CG_REDIS_CLUSTER_OFF;
     else
-        cg_log(CG_LOG_DEBUG, MOD, NULL, "redis still unavailable: %s: %s", what, detail);
-}
-
-static void answered(struct cg_redis *r)
-{
-    r->ok = true;
-    if (atomic_exchange(r->outage_logged, 0) == 1)
-        cg_log(CG_LOG_INFO, MOD, NULL, "redis reachable again");
-}
-
-/* Runs one command on the current context. The reply (never an error reply) goes to the
- * caller, who frees it; NULL after fail(). */
-static redisReply *exchange(struct cg_redis *r, const char *what, int argc, const char **argv,
-                            const size_t *lens)
-{
-    redisReply *reply = redisCommandArgv(r->ctx, argc, argv, lens);
-    if (reply == NULL) {
-        char detail[128];
-        copy_str(detail, sizeof detail, r->ctx->errstr, strlen(r->ctx->errstr));
-        fail(r, what, detail);
-        return NULL;
-    }
-    if (reply->type == REDIS_REPLY_ERROR) {
-        char detail[128];
-        copy_str(detail, sizeof detail, reply->str, reply->len);
-        freeReplyObject(reply);
-        fail(r, what, detail);
-        return NULL;
-    }
-    return reply;
-}
-
-static bool connect_redis(struct cg_redis *r)
-{
-    struct timeval tv = {.tv_sec = r->timeout_ms / 1000, .tv_usec = (r->timeout_ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout(r->addr.host, r->addr.port, tv);
-    if (c == NULL) {
-        fail(r, "connect", "out of memory");
         return false;
-    }
-    r->ctx = c;
-    if (c->err) {
-        char detail[128];
-        copy_str(detail, sizeof detail, c->errstr, strlen(c->errstr));
-        fail(r, "connect", detail);
-        return false;
-    }
-    if (redisSetTimeout(c, tv) != REDIS_OK) {
-        fail(r, "connect", "cannot set the command timeout");
-        return false;
-    }
-    (void)redisEnableKeepAlive(c);
-
-    if (r->addr.password[0] != '\0') {
-        const char *argv[3] = {"AUTH", r->addr.user, r->addr.password};
-        const char **args = argv;
-        int argc = 3;
-        if (r->addr.user[0] == '\0') {
-            argv[1] = r->addr.password;
-            argc = 2;
-        }
-        redisReply *reply = exchange(r, "AUTH", argc, args, NULL);
-        if (reply == NULL)
-            return false;
-        freeReplyObject(reply);
-    }
-    if (r->addr.db != 0) {
-        char db[16];
-        snprintf(db, sizeof db, "%d", r->addr.db);
-        const char *argv[] = {"SELECT", db};
-        redisReply *reply = exchange(r, "SELECT", 2, argv, NULL);
-        if (reply == NULL)
-            return false;
-        freeReplyObject(reply);
-    }
     return true;
 }
-
-/* Connects when needed (not more often than every RECONNECT_INTERVAL_MS) and runs one
- * command. The reply goes to the caller, who frees it; NULL means a miss. */
-static redisReply *command(struct cg_redis *r, const char *what, int argc, const char **argv,
-                           const size_t *lens)
-{
-    if (!r->addr_valid)
-        return NULL;
-    if (r->ctx == NULL && cg_mono_ms() < r->next_attempt_ms)
-        return NULL;
-    struct pipe_guard guard;
-    pipe_guard_enter(&guard);
-    redisReply *reply = NULL;
-    if (r->ctx != NULL || connect_redis(r))
-        reply = exchange(r, what, argc, argv, lens);
-    pipe_guard_leave(&guard);
-    if (reply != NULL)
-        answered(r);
-    return reply;
-}
-
-/* ------------------------------------------------------------------ public --- */
 
 struct cg_redis *cg_redis_new(const char *url, int timeout_ms)
 {
@@ -359,7 +195,14 @@ struct cg_redis *cg_redis_new(const char *url, int timeout_ms)
     r->addr_valid = cg_redis_url_parse(url, &r->addr, &err) == CG_OK;
     if (!r->addr_valid)
         cg_log(CG_LOG_ERROR, MOD, NULL, "cache disabled: %s", err.msg);
+    cg__redis_copy_str(r->seed.host, sizeof r->seed.host, r->addr.host, strlen(r->addr.host));
+    r->seed.port = r->addr.port;
     return r;
+}
+
+void cg_redis_set_cluster_mode(struct cg_redis *redis, cg_redis_cluster_mode mode)
+{
+    redis->cluster_mode = mode;
 }
 
 void cg_redis_set_outage_log(struct cg_redis *redis, atomic_int *flag)
@@ -371,8 +214,8 @@ void cg_redis_free(struct cg_redis *redis)
 {
     if (redis == NULL)
         return;
-    if (redis->ctx != NULL)
-        redisFree(redis->ctx);
+    cg__redis_node_close(&redis->seed);
+    cg__redis_map_clear(redis);
     free(redis);
 }
 
@@ -414,7 +257,7 @@ static bool copy_scope_id(char *dst, size_t cap, const redisReply *r)
     for (size_t i = 0; i < r->len; i++)
         if (r->str[i] < 0x21 || r->str[i] > 0x7e)
             return false;
-    copy_str(dst, cap, r->str, r->len);
+    cg__redis_copy_str(dst, cap, r->str, r->len);
     return true;
 }
 
@@ -426,7 +269,7 @@ bool cg_redis_key_get(struct cg_redis *redis, const char *tenant_id, const char 
         return false;
     const char *argv[] = {"HMGET",   key,     "tenant_name",   "secret_hash",
                           "revoked", "grant", "scope_session", "scope_task"};
-    redisReply *reply = command(redis, "HMGET", 8, argv, NULL);
+    redisReply *reply = cg__redis_command(redis, "HMGET", 8, argv, NULL, 1, 1);
     if (reply == NULL)
         return false;
 
@@ -453,7 +296,7 @@ bool cg_redis_key_get(struct cg_redis *redis, const char *tenant_id, const char 
                     out->secret_hash[i] = (uint8_t)(hi << 4 | lo);
             }
             if (hit) {
-                copy_str(out->tenant_name, sizeof out->tenant_name, name->str, name->len);
+                cg__redis_copy_str(out->tenant_name, sizeof out->tenant_name, name->str, name->len);
                 out->revoked = revoked->str[0] == '1';
             } else {
                 cg_log(CG_LOG_WARN, MOD, NULL, "malformed cache entry, ignored key=%s", key);
@@ -487,7 +330,7 @@ void cg_redis_key_put(struct cg_redis *redis, const char *tenant_id, const char 
                           entry->scope_session_id,
                           entry->scope_task_id,
                           ttl};
-    redisReply *reply = command(redis, "EVAL", 11, argv, NULL);
+    redisReply *reply = cg__redis_command(redis, "EVAL", 11, argv, NULL, 3, 1);
     if (reply != NULL)
         freeReplyObject(reply);
 }
@@ -498,7 +341,7 @@ bool cg_redis_key_drop(struct cg_redis *redis, const char *tenant_id, const char
     if (!cg_redis_key_name(tenant_id, key_id, key, sizeof key))
         return false;
     const char *argv[] = {"DEL", key};
-    redisReply *reply = command(redis, "DEL", 2, argv, NULL);
+    redisReply *reply = cg__redis_command(redis, "DEL", 2, argv, NULL, 1, 1);
     if (reply == NULL)
         return false;
     freeReplyObject(reply);
@@ -521,7 +364,7 @@ bool cg_redis_key_revoke(struct cg_redis *redis, const char *tenant_id, const ch
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", ttl_s);
     const char *argv[] = {"EVAL", revoke_script, "1", key, ttl};
-    redisReply *reply = command(redis, "EVAL", 5, argv, NULL);
+    redisReply *reply = cg__redis_command(redis, "EVAL", 5, argv, NULL, 3, 1);
     if (reply == NULL)
         return false;
     bool ok = reply->type == REDIS_REPLY_INTEGER;
@@ -691,8 +534,8 @@ bool cg_redis_row_decode(const char *text, size_t len, struct cg_budget_row *row
     const char *key_end = strchr(c.p, '\n');
     if (key_end == NULL || (size_t)(key_end - c.p - 1) >= sizeof row->updated_by_key_id)
         return false;
-    copy_str(row->updated_by_key_id, sizeof row->updated_by_key_id, c.p + 1,
-             (size_t)(key_end - c.p - 1));
+    cg__redis_copy_str(row->updated_by_key_id, sizeof row->updated_by_key_id, c.p + 1,
+                       (size_t)(key_end - c.p - 1));
     size_t dlen = strlen(key_end + 1);
     if (dlen >= sizeof row->description)
         return false;
@@ -720,7 +563,7 @@ bool cg_redis_path_get(struct cg_redis *redis, const char *tenant_id,
             return false;
         argv[i + 2] = keys[i + 1];
     }
-    redisReply *reply = command(redis, "MGET", depth + 2, argv, NULL);
+    redisReply *reply = cg__redis_command(redis, "MGET", depth + 2, argv, NULL, 1, depth + 1);
     if (reply == NULL)
         return false;
     bool hit = false;
@@ -731,7 +574,7 @@ bool cg_redis_path_get(struct cg_redis *redis, const char *tenant_id,
         if (g->type == REDIS_REPLY_STRING) {
             char *end = NULL;
             char tmp[24];
-            copy_str(tmp, sizeof tmp, g->str, g->len);
+            cg__redis_copy_str(tmp, sizeof tmp, g->str, g->len);
             errno = 0;
             long long v = strtoll(tmp, &end, 10);
             gen_ok = errno == 0 && end != tmp && *end == '\0' && v >= 0;
@@ -812,7 +655,7 @@ void cg_redis_rows_put(struct cg_redis *redis, const char *tenant_id,
     argv[k] = fill, lens[k++] = strlen(fill);
     for (int i = 0; i < 2 * count; i++)
         argv[k] = row_args[i], lens[k++] = row_lens[i];
-    redisReply *reply = command(redis, "EVAL", k, argv, lens);
+    redisReply *reply = cg__redis_command(redis, "EVAL", k, argv, lens, 3, count + 1);
     if (reply != NULL)
         freeReplyObject(reply);
 }
@@ -823,7 +666,7 @@ bool cg_redis_tenant_bump(struct cg_redis *redis, const char *tenant_id)
     if (!gen_key_name(tenant_id, key, sizeof key))
         return false;
     const char *argv[] = {"INCR", key};
-    redisReply *reply = command(redis, "INCR", 2, argv, NULL);
+    redisReply *reply = cg__redis_command(redis, "INCR", 2, argv, NULL, 1, 1);
     if (reply == NULL)
         return false;
     freeReplyObject(reply);

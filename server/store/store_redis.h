@@ -1,11 +1,17 @@
 /* store_redis.h - the Redis side of a cg_store: a cache and nothing more (internal to
  * server/store).
  *
- * One struct cg_redis is one hiredis connection, made lazily. Nothing here ever fails a
- * call: any trouble (unreachable, timeout, error reply) frees the connection, counts as a
- * cache miss, logs one warning per outage (mod=store_redis, shared by the process) and
- * waits about a second before the next connection attempt. store_redis.c is the only file
- * that includes hiredis.h.
+ * One struct cg_redis is one thread's connections: to a standalone Redis, one hiredis
+ * connection; to a Redis Cluster, one per master node, routed by the cluster's slot map
+ * (read with CLUSTER SLOTS when first needed, again on MOVED, after a node failed, and
+ * every 10 s), MOVED and ASK followed (at most CG_REDIS_REDIRECTS_MAX per command, then
+ * a miss). Which of the two the server is comes from INFO cluster (cg_redis_cluster_mode
+ * AUTO) or from the setting. Connections are made lazily. Nothing here ever fails a call:
+ * any trouble (unreachable, timeout, error reply) frees that node's connection, counts as
+ * a cache miss, logs one warning per outage (mod=store_redis, shared by the process) and
+ * waits about a second before the next connection attempt to that node; on a cluster the
+ * other nodes' slots keep being served. The store_redis*.c files are the only ones that
+ * include hiredis.h (store_redis_internal.h).
  *
  * Keys carry the tenant as a hash tag so that Redis Cluster keeps a tenant's keys on one
  * slot: the entry of an API key is the hash `cg:{<tenant_id>}:key:<key_id>` with the fields
@@ -37,6 +43,14 @@
 #define CG_REDIS_SECRET_MAX 255
 #define CG_REDIS_ROW_TTL_MS 10000
 #define CG_REDIS_ROW_TEXT_MAX 2048
+#define CG_REDIS_REDIRECTS_MAX 5
+
+/* Whether the Redis of the URL is a Redis Cluster (config key redis_cluster). */
+typedef enum {
+    CG_REDIS_CLUSTER_AUTO = 0, /* ask it (INFO cluster: cluster_enabled) on each connect */
+    CG_REDIS_CLUSTER_ON,       /* a cluster: its slot map is read, nothing asked */
+    CG_REDIS_CLUSTER_OFF,      /* one Redis: every command goes to the URL's node */
+} cg_redis_cluster_mode;
 
 /* The parts of redis://[[user]:password@]host[:port][/db]. */
 struct cg_redis_addr {
@@ -57,7 +71,14 @@ cg_status cg_redis_url_parse(const char *url, struct cg_redis_addr *out,
  * connects (every lookup a miss). NULL when out of memory. */
 struct cg_redis *cg_redis_new(const char *url, int timeout_ms);
 
-/* Closes the connection and frees the handle. NULL is a no-op. */
+/* The cluster mode of "auto", "on" or "off" (NULL: auto) into *out. false for anything
+ * else. Thread-safe. */
+bool cg_redis_cluster_mode_parse(const char *text, cg_redis_cluster_mode *out) CG_MUST_CHECK;
+
+/* Sets the cluster mode of a handle that has sent no command yet (default AUTO). */
+void cg_redis_set_cluster_mode(struct cg_redis *redis, cg_redis_cluster_mode mode);
+
+/* Closes every connection and frees the handle. NULL is a no-op. */
 void cg_redis_free(struct cg_redis *redis);
 
 /* Shares flag (borrowed, must outlive redis; NULL: redis's own) with the other handles of

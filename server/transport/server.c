@@ -42,6 +42,10 @@
 #define RID_MAX 64
 #define AUTH_MAX 1024
 #define POOL_QUEUE_PER_THREAD 256
+/* Stream opens waiting per thread of the open lane: beyond that an open is shed at once, so
+ * that an accepted one waits for at most this many opens (a few ms each), never for the
+ * pool's blocking work. */
+#define OPEN_QUEUE_PER_THREAD 64
 
 struct worker;
 struct call;
@@ -83,6 +87,9 @@ struct cg_server {
     size_t nmethods;
     void **handles;
     struct cg_pool *pool;
+    /* The open lane: the opens of blocking server streams (WatchUsage), on threads and
+     * stores of their own, so that an open never queues behind the pool's blocking work. */
+    struct cg_pool *open_pool;
     atomic_bool stopping;
 
     /* Calls alive anywhere and request slots posted; shutdown waits for both to reach
@@ -101,7 +108,10 @@ struct cg_server {
     bool events_started;
     atomic_bool events_stop;
 
-    /* PostgreSQL probe for the health service. */
+    /* The PostgreSQL probe for the health service (health_main, `prober`) and the
+     * sweeper (monitor_main): two threads, each with its own store, sharing the stop flag. */
+    pthread_t prober;
+    bool prober_started;
     pthread_t monitor;
     bool monitor_started;
     pthread_mutex_t monitor_lock;
@@ -510,7 +520,13 @@ static void pool_job(struct cg_job *job, void *thread_ctx)
         cg_store_set_deadline(env->svc.store, c->rc.deadline_ms);
         cg_status st;
         cg_op_fate fate = CG_OP_DONE;
-        if (c->method->kind == CG_RPC_SERVER_STREAM)
+        if (c->method->kind == CG_RPC_SERVER_STREAM && !cg_health_is_serving(env->svc.health))
+            /* The open lane is small: with PostgreSQL not answering, an open would hold
+             * one of its threads until the statement timeout. */
+            st = cg_err_set(&c->rc.err, CG_UNAVAILABLE,
+                            "not serving (PostgreSQL unreachable, or shutting down): retry "
+                            "later, or on another server");
+        else if (c->method->kind == CG_RPC_SERVER_STREAM)
             st = cg_rpc_stream_open(c->method, &c->rc, env, c->req, c->req_len, &c->stream_request,
                                     &c->stream);
         else if (c->method->try_inline) /* tried on the queue thread first */
@@ -968,10 +984,13 @@ static void start_call(struct worker *w, struct call *c, grpc_byte_buffer *paylo
     }
     c->phase = PHASE_POOL;
     c->pending++; /* the pool's wake-up */
-    if (cg_pool_submit(w->srv->pool, &c->job) != CG_OK) {
+    bool open = c->method->kind == CG_RPC_SERVER_STREAM;
+    if (cg_pool_submit(open ? w->srv->open_pool : w->srv->pool, &c->job) != CG_OK) {
         c->pending--;
-        c->st = cg_err_setr(&c->rc.err, CG_UNAVAILABLE, CG_ERR_SERVER_OVERLOADED,
-                            "server overloaded; retry later");
+        c->st = open ? cg_err_setr(&c->rc.err, CG_UNAVAILABLE, CG_ERR_SERVER_OVERLOADED,
+                                   "too many streams are opening on this server; retry later")
+                     : cg_err_setr(&c->rc.err, CG_UNAVAILABLE, CG_ERR_SERVER_OVERLOADED,
+                                   "server overloaded; retry later");
         reply_error(c);
     }
 }
@@ -1107,6 +1126,27 @@ static void *pool_thread_init(void *arg, int index)
     return &ctx->env; /* env is the first member: the job gets a cg_rpc_env */
 }
 
+/* A thread of the open lane: a store of its own, no LLM client (no open calls the LLM). Its
+ * connection is made now (given health_timeout_ms; a failure is left to the first open), so
+ * that the first opens after the start do not pay for it while the pool's threads, warmed by
+ * other calls, run the writes they may be waiting for. */
+static void *open_thread_init(void *arg, int index)
+{
+    (void)index;
+    struct cg_server *srv = arg;
+    struct pool_ctx *ctx = pool_thread_init(arg, -1);
+    if (ctx != NULL) {
+        struct cg_err err;
+        cg_err_clear(&err);
+        cg_store_set_deadline(ctx->env.svc.store, cg_mono_ms() + srv->cfg->health_timeout_ms);
+        if (cg_store_ping(ctx->env.svc.store, &err) != CG_OK)
+            cg_log(CG_LOG_DEBUG, "transport", NULL, "open lane: no connection yet (%s)",
+                   cg_err_text(&err));
+        cg_store_set_deadline(ctx->env.svc.store, 0);
+    }
+    return ctx;
+}
+
 static void pool_thread_cleanup(void *p)
 {
     struct pool_ctx *ctx = p;
@@ -1119,7 +1159,56 @@ static void pool_thread_cleanup(void *p)
 
 /* ---------------------------------------------------------------- health monitor --- */
 
+/* Waits on the monitor's condition variable until `until` (cg_mono_ms) or shutdown. Called
+ * with monitor_lock held; returns with it held. Returns false once shutdown has begun. */
+static bool monitor_wait(struct cg_server *srv, int64_t until_ms)
+{
+    int64_t wait_ms = until_ms - cg_mono_ms();
+    if (wait_ms < 0)
+        wait_ms = 0;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t ns = until.tv_nsec + (wait_ms % 1000) * 1000000;
+    until.tv_sec += wait_ms / 1000 + ns / 1000000000;
+    until.tv_nsec = ns % 1000000000;
+    /* Woken early only by shutdown. */
+    while (!srv->monitor_stop &&
+           pthread_cond_timedwait(&srv->monitor_cond, &srv->monitor_lock, &until) == 0)
+        ;
+    return !srv->monitor_stop;
+}
+
+/* The sweeper (expired reservations, due resets, old events) every sweep_interval_ms, on a
+ * store of its own. A sweep may block on PostgreSQL: nothing else runs on this thread. */
 static void *monitor_main(void *arg)
+{
+    struct cg_server *srv = arg;
+    struct pool_ctx *ctx = pool_thread_init(srv, -1);
+    if (ctx == NULL) {
+        cg_log(CG_LOG_ERROR, "sweep", NULL, "cannot start the sweeper");
+        return NULL;
+    }
+    pthread_mutex_lock(&srv->monitor_lock);
+    while (!srv->monitor_stop) {
+        pthread_mutex_unlock(&srv->monitor_lock);
+        int64_t next_sweep = cg_mono_ms() + srv->cfg->sweep_interval_ms;
+        int expired = 0;
+        (void)cg_rpc_sweep(&ctx->env, cg_wall_ms(), &expired);
+        pthread_mutex_lock(&srv->monitor_lock);
+        if (!monitor_wait(srv, next_sweep))
+            break;
+    }
+    pthread_mutex_unlock(&srv->monitor_lock);
+    pool_thread_cleanup(ctx);
+    return NULL;
+}
+
+/* The PostgreSQL probe for the health service: every health_interval_ms one ping on a
+ * connection of its own, given health_timeout_ms to answer, so that a frozen PostgreSQL is
+ * NOT_SERVING within health_interval_ms + health_timeout_ms whatever the pool and the
+ * sweeper are blocked on. The serving state also ages an answer out by itself
+ * (cg_health_set_fresh_ms), should this thread ever be stuck. */
+static void *health_main(void *arg)
 {
     struct cg_server *srv = arg;
     struct pool_ctx *ctx = pool_thread_init(srv, -1);
@@ -1127,41 +1216,17 @@ static void *monitor_main(void *arg)
         cg_log(CG_LOG_ERROR, "health", NULL, "cannot start the PostgreSQL probe");
         return NULL;
     }
-    /* Two periodic jobs on one thread and one store: the probe, then the sweeper (expired
-     * reservations, due resets), each when its time has come; in between the thread waits
-     * on the condition variable until the sooner of the two, so shutdown wakes it. */
-    int64_t next_probe = cg_mono_ms();
-    int64_t next_sweep = next_probe;
+    int64_t interval = srv->cfg->health_interval_ms;
+    int timeout = (int)srv->cfg->health_timeout_ms;
     pthread_mutex_lock(&srv->monitor_lock);
     while (!srv->monitor_stop) {
         pthread_mutex_unlock(&srv->monitor_lock);
-        int64_t now = cg_mono_ms();
-        if (now >= next_probe) {
-            cg_store_set_deadline(ctx->env.svc.store, now + srv->cfg->pg_connect_timeout_ms);
-            if (cg_health_probe(&ctx->env.svc))
-                wake_streams(srv);
-            next_probe = now + srv->cfg->health_interval_ms;
-        }
-        if (now >= next_sweep) {
-            int expired = 0;
-            (void)cg_rpc_sweep(&ctx->env, cg_wall_ms(), &expired);
-            next_sweep = now + srv->cfg->sweep_interval_ms;
-        }
+        int64_t next_probe = cg_mono_ms() + interval;
+        if (cg_health_probe(&ctx->env.svc, timeout))
+            wake_streams(srv);
         pthread_mutex_lock(&srv->monitor_lock);
-        if (srv->monitor_stop)
+        if (!monitor_wait(srv, next_probe))
             break;
-        int64_t wait_ms = (next_probe < next_sweep ? next_probe : next_sweep) - cg_mono_ms();
-        if (wait_ms < 0)
-            wait_ms = 0;
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        int64_t ns = until.tv_nsec + (wait_ms % 1000) * 1000000;
-        until.tv_sec += wait_ms / 1000 + ns / 1000000000;
-        until.tv_nsec = ns % 1000000000;
-        /* Woken early only by shutdown. */
-        while (!srv->monitor_stop &&
-               pthread_cond_timedwait(&srv->monitor_cond, &srv->monitor_lock, &until) == 0)
-            ;
     }
     pthread_mutex_unlock(&srv->monitor_lock);
     pool_thread_cleanup(ctx);
@@ -1404,11 +1469,43 @@ static cg_status start_threads(struct cg_server *srv, struct cg_err *err)
             return cg_err_set(err, CG_IO, "cannot start completion-queue thread: %s", strerror(rc));
         }
     }
+    /* An answered probe counts until the next one is overdue by its timeout, and half as
+     * much again so that a slow but answered probe does not flap the state: the probe's own
+     * deadline gives the verdict first; this bound only matters should the prober hang. */
+    cg_health_set_fresh_ms(srv->health,
+                           srv->cfg->health_interval_ms + srv->cfg->health_timeout_ms * 3 / 2);
+    if (pthread_create(&srv->prober, NULL, health_main, srv) == 0)
+        srv->prober_started = true;
     if (pthread_create(&srv->monitor, NULL, monitor_main, srv) == 0)
         srv->monitor_started = true;
     atomic_init(&srv->events_stop, false);
     if (pthread_create(&srv->events, NULL, events_main, srv) == 0)
         srv->events_started = true;
+    return CG_OK;
+}
+
+/* The worker pool and the open lane. */
+static cg_status make_pools(struct cg_server *srv, struct cg_err *err)
+{
+    const struct cg_config *cfg = srv->cfg;
+    struct cg_pool_opts popts = {
+        .threads = (int)cfg->io_threads,
+        .max_queue = (size_t)cfg->io_threads * POOL_QUEUE_PER_THREAD,
+        .thread_init = pool_thread_init,
+        .thread_cleanup = pool_thread_cleanup,
+        .arg = srv,
+    };
+    if ((srv->pool = cg_pool_new(&popts, err)) == NULL)
+        return err != NULL ? err->code : CG_NOMEM;
+    struct cg_pool_opts oopts = {
+        .threads = (int)cfg->stream_open_threads,
+        .max_queue = (size_t)cfg->stream_open_threads * OPEN_QUEUE_PER_THREAD,
+        .thread_init = open_thread_init,
+        .thread_cleanup = pool_thread_cleanup,
+        .arg = srv,
+    };
+    if ((srv->open_pool = cg_pool_new(&oopts, err)) == NULL)
+        return err != NULL ? err->code : CG_NOMEM;
     return CG_OK;
 }
 
@@ -1434,6 +1531,8 @@ static void free_unstarted(struct cg_server *srv)
     srv->workers = NULL;
     cg_pool_free(srv->pool);
     srv->pool = NULL;
+    cg_pool_free(srv->open_pool);
+    srv->open_pool = NULL;
     free(srv->handles);
     free(srv);
     grpc_shutdown();
@@ -1456,15 +1555,7 @@ struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
         srv->nworkers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
     }
 
-    struct cg_pool_opts popts = {
-        .threads = (int)cfg->io_threads,
-        .max_queue = (size_t)cfg->io_threads * POOL_QUEUE_PER_THREAD,
-        .thread_init = pool_thread_init,
-        .thread_cleanup = pool_thread_cleanup,
-        .arg = srv,
-    };
-    srv->pool = cg_pool_new(&popts, err);
-    if (srv->pool == NULL || create_grpc_server(srv, err) != CG_OK ||
+    if (make_pools(srv, err) != CG_OK || create_grpc_server(srv, err) != CG_OK ||
         make_workers(srv, err) != CG_OK || listen_on(srv, err) != CG_OK) {
         free_unstarted(srv);
         return NULL;
@@ -1524,11 +1615,15 @@ void cg_server_shutdown(struct cg_server *srv)
     grpc_completion_queue_shutdown(shutdown_cq);
     grpc_completion_queue_destroy(shutdown_cq);
 
+    pthread_mutex_lock(&srv->monitor_lock);
+    srv->monitor_stop = true;
+    pthread_cond_broadcast(&srv->monitor_cond);
+    pthread_mutex_unlock(&srv->monitor_lock);
+    if (srv->prober_started) {
+        pthread_join(srv->prober, NULL);
+        srv->prober_started = false;
+    }
     if (srv->monitor_started) {
-        pthread_mutex_lock(&srv->monitor_lock);
-        srv->monitor_stop = true;
-        pthread_cond_broadcast(&srv->monitor_cond);
-        pthread_mutex_unlock(&srv->monitor_lock);
         pthread_join(srv->monitor, NULL);
         srv->monitor_started = false;
     }
@@ -1541,6 +1636,7 @@ void cg_server_shutdown(struct cg_server *srv)
         srv->events_started = false;
     }
     cg_pool_stop(srv->pool);
+    cg_pool_stop(srv->open_pool);
     for (int i = 0; i < srv->nworkers; i++)
         grpc_completion_queue_shutdown(srv->workers[i].cq);
     for (int i = 0; i < srv->nworkers; i++)
@@ -1568,6 +1664,7 @@ void cg_server_free(struct cg_server *srv)
     }
     free(srv->workers);
     cg_pool_free(srv->pool); /* the pool threads' stores and LLM clients */
+    cg_pool_free(srv->open_pool);
     free(srv->handles);
     pthread_mutex_destroy(&srv->live_lock);
     pthread_cond_destroy(&srv->live_zero);

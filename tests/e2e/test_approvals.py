@@ -93,7 +93,11 @@ class Approvals(cgtest.TestCase):
     def test_the_orchestrator_waits_for_the_decision_on_watch_usage(self):
         watcher = self.t.stub.WatchUsage(B.WatchUsageRequest(
             scope=self.sess, include_descendants=True,
-            event_types=[B.USAGE_EVENT_TYPE_APPROVAL_REQUESTED]), metadata=self.t.md, timeout=30)
+            event_types=[B.USAGE_EVENT_TYPE_APPROVAL_REQUESTED], send_snapshot=True),
+            metadata=self.t.md, timeout=30)
+        # The snapshot comes once the stream is subscribed: an event after it is not missed
+        # (the open runs on a thread of its own, so it may come after a Reserve sent at once).
+        self.assertEqual(next(watcher).type, B.USAGE_EVENT_TYPE_SNAPSHOT)
         first = self.t.reserve(self.task, 1200)
         self.assertEqual(first.decision, B.DECISION_REQUIRE_APPROVAL)
         opened = next(watcher)

@@ -101,6 +101,28 @@ class AcrossReplicas(cgtest.TestCase):
         self.assertEqual(used_on_path(mine)[1], 860)
         self.assertEqual(mine.source, CACHE)
 
+    def test_a_counter_move_below_every_threshold_reaches_the_other_server(self):
+        # No threshold is crossed (USAGE_CHANGED only): B keeps rows for 60 s, yet A's
+        # cg_rows announcement after its COMMIT drops them; 10 s is slack for a loaded
+        # machine, twice: B refills and must hear the next write as well.
+        tenant, md = tenant_of(self.a)
+        sa = budget_pb2_grpc.BudgetServiceStub(self.a.channel())
+        sb = budget_pb2_grpc.BudgetServiceStub(self.b.channel())
+        sid = "y-" + uuid.uuid4().hex[:6]
+        set_budget(sa, md, scope(), 10 ** 9)
+        set_budget(sa, md, scope(sid), 10 ** 6, backpressure_disabled=True)
+        check(sb, md, scope(sid))
+        self.assertEqual(check(sb, md, scope(sid)).source, CACHE)
+        for total in (100, 150):
+            record(sa, md, scope(sid), total - (100 if total == 150 else 0))
+            seen = wait_until(lambda: (lambda r: (used_on_path(r) == [total, total], r))(
+                check(sb, md, scope(sid))), 10, f"B to see A's RecordUsage ({total})")
+            self.assertEqual(seen.decision, B.DECISION_ALLOW)
+            # Refilled once, B answers from its cache again.
+            wait_until(lambda: (lambda r: (r.source == CACHE and used_on_path(r)[1] == total,
+                                           r))(check(sb, md, scope(sid))),
+                       10, "B to answer from its cache again")
+
     def test_revocation_takes_effect_at_once(self):
         tenant, md = tenant_of(self.a)
         stub = budget_pb2_grpc.BudgetServiceStub(self.a.channel())
@@ -115,6 +137,34 @@ class AcrossReplicas(cgtest.TestCase):
             tenant_id=tenant, key_id=key_id), metadata=self.a.admin_md(), timeout=10)
         self.assertRpcError(grpc.StatusCode.UNAUTHENTICATED, check, stub, md, scope(),
                             contains=("revoked",))
+
+
+class NoExpiry(cgtest.TestCase):
+    """Without Redis, BudgetSource CACHE is the process cache alone: a path stays in it as
+    long as no write is announced (the old cache dropped it 1 s after its fill)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.s = cgtest.start_class_server(cls, env={"CTXGUARD_REDIS_URL": ""})
+
+    def test_a_path_stays_cached_past_the_old_expiry(self):
+        tenant, md = tenant_of(self.s)
+        stub = budget_pb2_grpc.BudgetServiceStub(self.s.channel())
+        sid = "z-" + uuid.uuid4().hex[:6]
+        set_budget(stub, md, scope(), 10 ** 9)
+        set_budget(stub, md, scope(sid), 1000, backpressure_disabled=True)
+        check(stub, md, scope(sid))
+        self.assertEqual(check(stub, md, scope(sid)).source, CACHE)
+        # Past the old default cache_row_ttl_ms (1000 ms): no write, so no reason to drop.
+        time.sleep(1.5)
+        self.assertEqual(check(stub, md, scope(sid)).source, CACHE)
+        # A write of this server is in its cache at once, and hearing it back on cg_rows
+        # drops nothing (same row_version).
+        record(stub, md, scope(sid), 10)
+        for _ in range(20):
+            r = check(stub, md, scope(sid))
+            self.assertEqual((r.source, used_on_path(r)), (CACHE, [10, 10]))
+            time.sleep(0.05)
 
 
 def redis_cli(url, *args):

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/arena.h"
+#include "base/clock.h"
 #include "base/crypto.h"
 #include "base/health.h"
 #include "base/log.h"
@@ -87,6 +88,23 @@ Test(health, serving_needs_store_and_no_drain, .timeout = 10)
     cr_assert(cg_health_set_draining(&h, true));
     cr_assert(!cg_health_is_serving(&h));
     cr_assert_eq(cg_health_version(&h), v0 + 2);
+}
+
+Test(health, an_answer_older_than_its_freshness_reads_as_down, .timeout = 10)
+{
+    struct cg_health h;
+    cg_health_init(&h);
+    cg_health_set_fresh_ms(&h, 30);
+    cr_assert(cg_health_set_store_ok(&h, true));
+    int64_t answered = cg_mono_ms();
+    cr_assert(cg_health_is_serving(&h), "a fresh answer: serving");
+    /* No probe since: once the answer is older than 30 ms it no longer counts, although
+     * nobody set the store down (a prober stuck in a call). */
+    while (cg_mono_ms() - answered <= 40)
+        ;
+    cr_assert(!cg_health_is_serving(&h), "a stale answer: not serving");
+    cr_assert(!cg_health_set_store_ok(&h, true), "same value: no change");
+    cr_assert(cg_health_is_serving(&h), "a new answer counts again");
 }
 
 Test(crypto, sha256_and_encodings, .timeout = 10)
