@@ -265,6 +265,58 @@ def _describe(err):
     return f"{err.code().name}: {err.details()}"
 
 
+# ---------------------------------------------------------------- own services ----
+
+def services_script():
+    return os.path.join(require_env("CG_SOURCE_DIR"), "scripts", "services.sh")
+
+
+class OwnServices:
+    """PostgreSQL and Redis of one test class (scripts/services.sh under a directory of
+    their own), so that the faults a test injects do not disturb the tests running beside
+    it. fast: fsync, synchronous_commit and full_page_writes off (tests that claim no
+    durability); otherwise a durable cluster, checked."""
+
+    def __init__(self, fast=True, prefix="services-"):
+        base = os.environ.get("CG_TEST_RUN_DIR") or None
+        self.dir = tempfile.mkdtemp(prefix=prefix, dir=base)
+        self.sh("start", *(["--fast"] if fast else []))
+        env = {}
+        with open(os.path.join(self.dir, "env")) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("export ") and "=" in line:
+                    k, v = line[len("export "):].split("=", 1)
+                    env[k] = v.strip("'\"")
+        self.pg = env["CTXGUARD_PG_DSN"]
+        self.redis = env["CTXGUARD_REDIS_URL"]
+        if not fast:
+            for setting in ("fsync", "synchronous_commit"):
+                value = psql(f"SHOW {setting}", self.pg).strip()
+                if value != "on":
+                    raise AssertionError(f"{setting} is {value} on {self.dir}: not durable")
+
+    def sh(self, command, *options):
+        """services.sh COMMAND [OPTIONS] DIR (pg-stop [--immediate], pg-freeze, ...)."""
+        cmd = [services_script(), command] + list(options) + [self.dir]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+        if r.returncode != 0:
+            raise AssertionError(f"services.sh {command} failed: {r.stderr}")
+
+    def redis_cli(self, *args):
+        r = subprocess.run(["redis-cli", "-u", self.redis] + list(args), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=10)
+        if r.returncode != 0:
+            raise AssertionError(f"redis-cli {args} failed: {r.stderr}")
+        return r.stdout.strip()
+
+    def close(self):
+        # When destroy fails the directory stays: it names what still runs, and its logs.
+        self.sh("destroy")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 # ---------------------------------------------------------------- PostgreSQL -------
 
 def psql(sql, dsn=None):

@@ -4,10 +4,6 @@ stopped and started again gives UNAVAILABLE (never a false success), then everyt
 works again by itself. The last two get PostgreSQL and Redis of their own, so that the
 other tests running in parallel are not disturbed."""
 
-import os
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -23,41 +19,6 @@ B = budget_pb2
 def scope(session="", task=""):
     return common_pb2.Scope(session_id=session, task_id=task)
 
-
-def services_script():
-    return os.path.join(cgtest.require_env("CG_SOURCE_DIR"), "scripts", "services.sh")
-
-
-class OwnServices:
-    """PostgreSQL and Redis of one test class, started and destroyed with it."""
-
-    def __init__(self):
-        base = os.environ.get("CG_TEST_RUN_DIR") or None
-        self.dir = tempfile.mkdtemp(prefix="faults-", dir=base)
-        self.sh("start", "--fast")
-        env = {}
-        with open(os.path.join(self.dir, "env")) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("export ") and "=" in line:
-                    k, v = line[len("export "):].split("=", 1)
-                    env[k] = v.strip("'\"")
-        self.pg = env["CTXGUARD_PG_DSN"]
-        self.redis = env["CTXGUARD_REDIS_URL"]
-
-    def sh(self, command, *options):
-        """services.sh COMMAND [OPTIONS] DIR (pg-stop, pg-start, redis-stop, ...)."""
-        cmd = [services_script(), command] + list(options) + [self.dir]
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=120)
-        if r.returncode != 0:
-            raise AssertionError(f"services.sh {command} failed: {r.stderr}")
-
-    def close(self):
-        try:
-            self.sh("destroy")
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Load:
@@ -174,7 +135,7 @@ class KillNine(cgtest.TestCase):
 class OwnStoreFaults(cgtest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.svc = OwnServices()
+        cls.svc = cgtest.OwnServices()
         cls.addClassCleanup(cls.svc.close)
 
     def server(self, **env):

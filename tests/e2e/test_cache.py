@@ -4,7 +4,7 @@ replicas through LISTEN/NOTIFY and the Redis rows), a revocation takes effect at
 Redis flushed or killed changes no answer and the cache refills, and PostgreSQL stopped
 makes CheckBudget follow on_store_failure (FAIL_CLOSED, FAIL_OPEN, LOCAL_ALLOWANCE) and
 recover by itself. The Redis and PostgreSQL faults get services of their own
-(test_budget_faults.OwnServices), so that tests running in parallel are not disturbed."""
+(cgtest.OwnServices), so that tests running in parallel are not disturbed."""
 
 import subprocess
 import time
@@ -14,7 +14,6 @@ import grpc
 
 import cgtest
 from cgtest import budget_pb2, budget_pb2_grpc, common_pb2
-from test_budget_faults import OwnServices
 
 B = budget_pb2
 CACHE = B.BUDGET_SOURCE_CACHE
@@ -178,7 +177,7 @@ def redis_cli(url, *args):
 class OwnStores(cgtest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.svc = OwnServices()
+        cls.svc = cgtest.OwnServices()
         cls.addClassCleanup(cls.svc.close)
 
     def server(self, **env):

@@ -34,11 +34,7 @@ Assertions are subtests, so that one run reports every broken property of a faul
 """
 
 import collections
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -71,52 +67,6 @@ TRANSIENT = (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED)
 # Retried, and counted: INTERNAL is what issue 15 item 3b is about; retrying it lets the
 # run go on to check everything else.
 RETRIED = TRANSIENT + (Code.INTERNAL,)
-
-
-def services_script():
-    return os.path.join(cgtest.require_env("CG_SOURCE_DIR"), "scripts", "services.sh")
-
-
-class DurableServices:
-    """PostgreSQL (durable: fsync and synchronous_commit on) and Redis of one test class."""
-
-    def __init__(self):
-        base = os.environ.get("CG_TEST_RUN_DIR") or None
-        self.dir = tempfile.mkdtemp(prefix="durable-", dir=base)
-        self.sh("start")
-        env = {}
-        with open(os.path.join(self.dir, "env")) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("export ") and "=" in line:
-                    k, v = line[len("export "):].split("=", 1)
-                    env[k] = v.strip("'\"")
-        self.pg = env["CTXGUARD_PG_DSN"]
-        self.redis = env["CTXGUARD_REDIS_URL"]
-        for setting in ("fsync", "synchronous_commit"):
-            value = cgtest.psql(f"SHOW {setting}", self.pg).strip()
-            if value != "on":
-                raise AssertionError(f"{setting} is {value} on {self.dir}: not durable")
-
-    def sh(self, command, *options):
-        """services.sh COMMAND [OPTIONS] DIR (pg-stop --immediate, pg-freeze, ...)."""
-        cmd = [services_script(), command] + list(options) + [self.dir]
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=120)
-        if r.returncode != 0:
-            raise AssertionError(f"services.sh {command} failed: {r.stderr}")
-
-    def redis_cli(self, *args):
-        r = subprocess.run(["redis-cli", "-u", self.redis] + list(args), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, timeout=10)
-        if r.returncode != 0:
-            raise AssertionError(f"redis-cli {args} failed: {r.stderr}")
-        return r.stdout.strip()
-
-    def close(self):
-        # When destroy fails the directory stays: it names what still runs, and its logs.
-        self.sh("destroy")
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Log:
@@ -292,7 +242,7 @@ def pg_rows(dsn, sql):
 class DurableFaults(cgtest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.svc = DurableServices()
+        cls.svc = cgtest.OwnServices(fast=False, prefix="durable-")
         cls.addClassCleanup(cls.svc.close)
 
     # -------------------------------------------------------------- set-up -----------

@@ -19,7 +19,7 @@ import grpc
 
 import cgtest
 from cgtest import budget_pb2
-from test_budget_faults import Load, OwnServices, scope, setup_tenant
+from test_budget_faults import Load, scope, setup_tenant
 
 B = budget_pb2
 
@@ -68,7 +68,7 @@ class Frozen:
 class HealthFreeze(cgtest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.svc = OwnServices()
+        cls.svc = cgtest.OwnServices()
         cls.addClassCleanup(cls.svc.close)
 
     def server(self):

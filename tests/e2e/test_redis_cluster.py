@@ -26,10 +26,6 @@ CACHE = B.BUDGET_SOURCE_CACHE
 DATABASE = B.BUDGET_SOURCE_DATABASE
 
 
-def services_script():
-    return os.path.join(cgtest.require_env("CG_SOURCE_DIR"), "scripts", "services.sh")
-
-
 def cli(port, *args):
     r = subprocess.run(["redis-cli", "-p", str(port)] + [str(a) for a in args],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
@@ -58,7 +54,7 @@ class Cluster:
         self.url = f"redis://127.0.0.1:{self.ports[0]}/0"
 
     def sh(self, command, *args):
-        r = subprocess.run([services_script(), command, self.dir] + [str(a) for a in args],
+        r = subprocess.run([cgtest.services_script(), command, self.dir] + [str(a) for a in args],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         if r.returncode != 0:
             raise AssertionError(f"services.sh {command} failed: {r.stderr}")
