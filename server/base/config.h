@@ -73,7 +73,7 @@
     XX(write_batching, BOOL, "true", 0, 0, NULL,                                                   \
        "group concurrent Reserves and Commits of a tenant into shared transactions")               \
     XX(write_batch_scope, ENUM, "mixed", 0, 0, "mixed|tenant",                                     \
-       "mixed: a shared transaction takes several tenants' writes; tenant: one tenant's each")    \
+       "mixed: a shared transaction takes several tenants' writes; tenant: one tenant's each")     \
     XX(cache_row_ttl_ms, INT, "300000", 0, 86400000, NULL,                                         \
        "most ms a cached budget row is served, a backstop: rows leave when another replica's "     \
        "write is announced (cg_rows) (0: no process cache)")                                       \

@@ -246,33 +246,55 @@ cg_status cg_pg_events_expire(struct cg_pg *pg, const char *tenant_id, int64_t b
     return rc;
 }
 
+/* Splits [p, end) into exactly n fields separated by single spaces (the last one ends at
+ * end) and copies the number that is the first into *number (at most 18 digits, > 0) and
+ * the three scope ids that are the last into *ids. False when the text is not that. */
+static bool split_number_ids(const char *p, const char *end, int n, int64_t *number,
+                             struct cg_scope_ids *ids, const char **first, size_t *first_len)
+{
+    const char *fields[5];
+    size_t lens[5];
+    for (int i = 0; i < n; i++) {
+        const char *sp = p;
+        while (sp < end && *sp != ' ')
+            sp++;
+        if ((i < n - 1) != (sp < end))
+            return false; /* too few fields, or too many */
+        fields[i] = p;
+        lens[i] = (size_t)(sp - p);
+        p = sp + 1;
+    }
+    const char *num = fields[n - 4];
+    size_t num_len = lens[n - 4];
+    if (num_len == 0 || num_len > 18 || lens[n - 3] > CG_SCOPE_ID_MAX ||
+        lens[n - 2] > CG_SCOPE_ID_MAX || lens[n - 1] > CG_SCOPE_ID_MAX)
+        return false;
+    char v[20];
+    memcpy(v, num, num_len);
+    v[num_len] = '\0';
+    *number = cg__pg_parse_i64(v);
+    memcpy(ids->session_id, fields[n - 3], lens[n - 3]);
+    memcpy(ids->task_id, fields[n - 2], lens[n - 2]);
+    memcpy(ids->agent_id, fields[n - 1], lens[n - 1]);
+    if (first != NULL) {
+        *first = fields[0];
+        *first_len = lens[0];
+    }
+    return *number > 0;
+}
+
 /* "<tenant> <seq> <session> <task> <agent>"; false when it is not one of ours. */
 static bool parse_notice(const char *payload, struct cg_event_notice *out)
 {
     memset(out, 0, sizeof *out);
-    char *fields[5];
-    size_t lens[5];
-    const char *p = payload;
-    for (int i = 0; i < 5; i++) {
-        const char *sp = i < 4 ? strchr(p, ' ') : p + strlen(p);
-        if (sp == NULL)
-            return false;
-        fields[i] = (char *)p;
-        lens[i] = (size_t)(sp - p);
-        p = sp + 1;
-    }
-    if (lens[0] != CG_UUID_LEN || lens[2] > CG_SCOPE_ID_MAX || lens[3] > CG_SCOPE_ID_MAX ||
-        lens[4] > CG_SCOPE_ID_MAX || lens[1] == 0 || lens[1] > 19)
+    const char *tenant = NULL;
+    size_t tenant_len = 0;
+    if (!split_number_ids(payload, payload + strlen(payload), 5, &out->seq, &out->ids, &tenant,
+                          &tenant_len) ||
+        tenant_len != CG_UUID_LEN)
         return false;
-    memcpy(out->tenant_id, fields[0], lens[0]);
-    char seq[20];
-    memcpy(seq, fields[1], lens[1]);
-    seq[lens[1]] = '\0';
-    out->seq = cg__pg_parse_i64(seq);
-    memcpy(out->ids.session_id, fields[2], lens[2]);
-    memcpy(out->ids.task_id, fields[3], lens[3]);
-    memcpy(out->ids.agent_id, fields[4], lens[4]);
-    return out->seq > 0;
+    memcpy(out->tenant_id, tenant, tenant_len);
+    return true;
 }
 
 /* Stores one cg_keys payload (checked later, by the facade). */
@@ -294,30 +316,7 @@ static void key_payload_add(struct cg_pg_key_payloads *keys, const char *payload
  * is not that. */
 static bool parse_row_line(const char *line, size_t len, struct cg_row_notice *out)
 {
-    const char *end = line + len, *p = line;
-    char *fields[4];
-    size_t lens[4];
-    for (int i = 0; i < 4; i++) {
-        const char *sp = p;
-        while (sp < end && *sp != ' ')
-            sp++;
-        if (i < 3 && sp == end)
-            return false;
-        fields[i] = (char *)p;
-        lens[i] = (size_t)(sp - p);
-        p = sp + 1;
-    }
-    if (p <= end || lens[0] == 0 || lens[0] > 18 || lens[1] > CG_SCOPE_ID_MAX ||
-        lens[2] > CG_SCOPE_ID_MAX || lens[3] > CG_SCOPE_ID_MAX)
-        return false;
-    char v[20];
-    memcpy(v, fields[0], lens[0]);
-    v[lens[0]] = '\0';
-    out->row_version = cg__pg_parse_i64(v);
-    memcpy(out->ids.session_id, fields[1], lens[1]);
-    memcpy(out->ids.task_id, fields[2], lens[2]);
-    memcpy(out->ids.agent_id, fields[3], lens[3]);
-    return out->row_version > 0;
+    return split_number_ids(line, line + len, 4, &out->row_version, &out->ids, NULL, NULL);
 }
 
 /* A cg_rows payload, "<tenant>" (the whole tenant) or "<tenant>" then "\n<line>" per row,
