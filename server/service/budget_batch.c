@@ -300,9 +300,10 @@ static cg_status lock_reservations(const struct cg_svc_env *env, struct batch *b
         const struct part *p = &b->parts[k];
         int first = nres; /* a reservation id twice within one tenant: a replay */
         for (int i = p->lo; i < p->hi; i++) {
-            struct item *it = b->items[i];
-            if (it->kind != CG_BATCH_COMMIT || b->state[i] != ITEM_PENDING)
+            /* State first: an answered item (ITEM_DONE) may be freed already. */
+            if (b->state[i] != ITEM_PENDING || b->items[i]->kind != CG_BATCH_COMMIT)
                 continue;
+            struct item *it = b->items[i];
             if (!cg_store_uuid_canonical(it->commit.reservation_id, it->reservation_id)) {
                 b->state[i] = ITEM_FALLBACK; /* the one-request path says NOT_FOUND as ever */
                 continue;
@@ -402,9 +403,9 @@ static cg_status check_keys(const struct cg_svc_env *env, struct batch *b, struc
         const struct part *p = &b->parts[k];
         int first = nkeys;
         for (int i = p->lo; i < p->hi; i++) {
-            struct item *it = b->items[i];
-            if (it->kind != CG_BATCH_RESERVE || b->state[i] != ITEM_PENDING)
+            if (b->state[i] != ITEM_PENDING || b->items[i]->kind != CG_BATCH_RESERVE)
                 continue;
+            struct item *it = b->items[i];
             const struct cg_budget_reserve_request *req = &it->reserve;
             if (req->idempotency_key[0] == '\0')
                 continue;
@@ -636,9 +637,9 @@ static void calibrate(const struct cg_svc_env *env, const struct part *p, struct
     struct cg_calibration_sample samples[CG_BATCH_MAX];
     int k = 0;
     for (int i = p->lo; i < p->hi; i++) {
-        struct item *it = b->items[i];
-        if (it->kind != CG_BATCH_COMMIT || b->state[i] != ITEM_BATCHED)
+        if (b->state[i] != ITEM_BATCHED || b->items[i]->kind != CG_BATCH_COMMIT)
             continue;
+        struct item *it = b->items[i];
         const struct cg_budget_commit_request *req = &it->commit;
         it->cal.estimate_id = req->estimate_id[0] ? req->estimate_id : it->res.estimate_id;
         it->cal.provider_tokens =
@@ -652,10 +653,9 @@ static void calibrate(const struct cg_svc_env *env, const struct part *p, struct
         return;
     cg_calibration_apply(env, p->group->tenant_id, NULL, samples, k);
     for (int i = p->lo, j = 0; i < p->hi && j < k; i++) {
-        struct item *it = b->items[i];
-        if (it->kind == CG_BATCH_COMMIT && b->state[i] == ITEM_BATCHED &&
-            it->cal.estimate_id[0] != '\0')
-            it->cal = samples[j++];
+        if (b->state[i] == ITEM_BATCHED && b->items[i]->kind == CG_BATCH_COMMIT &&
+            b->items[i]->cal.estimate_id[0] != '\0')
+            b->items[i]->cal = samples[j++];
     }
 }
 

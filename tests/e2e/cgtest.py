@@ -265,6 +265,16 @@ def _describe(err):
     return f"{err.code().name}: {err.details()}"
 
 
+def wait_until(cond, timeout, what):
+    """Polls cond() every 20 ms until it is true; AssertionError naming `what` after
+    timeout seconds."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.02)
+
+
 # ---------------------------------------------------------------- own services ----
 
 def services_script():
