@@ -322,15 +322,11 @@ static cg_status no_answer(struct cg_pg *pg, const char *label, struct cg_err *e
     return cg_err_set(err, CG_UNAVAILABLE, "storage unavailable");
 }
 
-/* Sends one statement (or, with RUN_SIMPLE, a script) and waits for its result. CG_OK with
- * *out set (it may be an error result: the first error of a script, else the last result);
- * on a transport failure the connection is dropped and *out stays NULL. */
-/* Flushes what was sent and collects the command's result (the last one; an error wins). */
-static cg_status collect(struct cg_pg *pg, const char *label, int64_t until, PGresult **out,
-                         struct cg_err *err)
+/* Sends what libpq holds for the server, bounded by until; on a failure the connection is
+ * dropped (no_answer, conn_lost). */
+static cg_status flush_out(struct cg_pg *pg, const char *label, int64_t until, struct cg_err *err)
 {
     PGconn *conn = pg->conn;
-    *out = NULL;
     for (;;) {
         int rc = PQflush(conn);
         if (rc == 0)
@@ -343,6 +339,21 @@ static cg_status collect(struct cg_pg *pg, const char *label, int64_t until, PGr
         if (ready < 0 || !PQconsumeInput(conn))
             return conn_lost(pg, label, err);
     }
+    return CG_OK;
+}
+
+/* Sends one statement (or, with RUN_SIMPLE, a script) and waits for its result. CG_OK with
+ * *out set (it may be an error result: the first error of a script, else the last result);
+ * on a transport failure the connection is dropped and *out stays NULL. */
+/* Flushes what was sent and collects the command's result (the last one; an error wins). */
+static cg_status collect(struct cg_pg *pg, const char *label, int64_t until, PGresult **out,
+                         struct cg_err *err)
+{
+    PGconn *conn = pg->conn;
+    *out = NULL;
+    cg_status sent = flush_out(pg, label, until, err);
+    if (sent != CG_OK)
+        return sent;
 
     PGresult *keep = NULL;
     for (;;) {
@@ -468,18 +479,9 @@ static cg_status send_with_begin(struct cg_pg *pg, const char *label, const char
                 PQpipelineSync(conn);
     if (!sent)
         return conn_lost(pg, label, err);
-    for (;;) {
-        int rc = PQflush(conn);
-        if (rc == 0)
-            break;
-        if (rc < 0)
-            return conn_lost(pg, label, err);
-        int ready = wait_socket(conn, POLLIN | POLLOUT, until);
-        if (ready == 0)
-            return no_answer(pg, label, err);
-        if (ready < 0 || !PQconsumeInput(conn))
-            return conn_lost(pg, label, err);
-    }
+    cg_status flushed = flush_out(pg, label, until, err);
+    if (flushed != CG_OK)
+        return flushed;
     /* Each command's results end with a NULL; the sync's result ends the pipeline. The
      * first failure is what the caller sees (later commands then come back aborted). */
     PGresult *first_error = NULL, *last = NULL;
@@ -679,6 +681,24 @@ static bool connection_error(const struct cg_pg *pg)
            cg__pg_sqlstate_is(pg, "57P03");
 }
 
+/* Records the SQLSTATE and constraint of a failed result (pg->sqlstate, pg->constraint).
+ * When the failure means the connection is gone, logs it, drops the connection and
+ * returns true. */
+static bool failure_lost_conn(struct cg_pg *pg, const char *label, const PGresult *res)
+{
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    cg__pg_copy_str(pg->sqlstate, sizeof pg->sqlstate, state ? state : "");
+    const char *constraint = PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME);
+    cg__pg_copy_str(pg->constraint, sizeof pg->constraint, constraint ? constraint : "");
+    if (!connection_error(pg))
+        return false;
+    char line[512];
+    one_line(line, sizeof line, PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+    cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "connection lost query=%s error=\"%s\"", label, line);
+    drop_conn(pg);
+    return true;
+}
+
 /* Maps a failed statement to a status, logs it and fills err with a message free of SQL.
  * Callers that expect particular SQLSTATEs (constraint violations) overwrite err. */
 static cg_status statement_failed(struct cg_pg *pg, const char *label, PGresult *res,
@@ -790,17 +810,8 @@ cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int n
             *out = res;
             return CG_OK;
         }
-        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        cg__pg_copy_str(pg->sqlstate, sizeof pg->sqlstate, state ? state : "");
-        const char *constraint = PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME);
-        cg__pg_copy_str(pg->constraint, sizeof pg->constraint, constraint ? constraint : "");
-        if (connection_error(pg)) {
-            char line[512];
-            one_line(line, sizeof line, PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+        if (failure_lost_conn(pg, label, res)) {
             PQclear(res);
-            cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "connection lost query=%s error=\"%s\"", label,
-                   line);
-            drop_conn(pg);
             if (retry_ok) {
                 cg_log(CG_LOG_INFO, MOD, cg__pg_rid(pg),
                        "retrying a read on a new connection query=%s", label);
@@ -892,19 +903,15 @@ bool cg__pg_notice_add(struct cg_pg *pg, const char *payload)
     "  WHERE sc.tenant_id = split_part(p, ' ', 1)::uuid AND sc.session_id = split_part(p, ' ', 3)" \
     "   AND sc.task_id = split_part(p, ' ', 4) AND sc.agent_id = split_part(p, ' ', 5)) r ON true"
 
-/* Sends the queued notifications in one statement of their own, after the COMMIT that made
- * their events visible. Best effort: a failure is logged, the write stands, and the
- * payloads are kept for the next commit's NOTIFY (notices_kept). */
-static void send_notices(struct cg_pg *pg)
+/* The queued payloads as a text array literal, each quoted (malloc'd; NULL when out of
+ * memory, logged). */
+static char *notices_literal(const struct cg_pg *pg)
 {
-    if (pg->nnotices == 0)
-        return;
-    /* A text array literal of the payloads, each quoted. */
     size_t cap = pg->notices_len * 2 + 2 * (size_t)pg->nnotices + 3;
     char *lit = malloc(cap);
     if (lit == NULL) {
         cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "events committed but not announced: no memory");
-        return;
+        return NULL;
     }
     size_t k = 0;
     lit[k++] = '{';
@@ -923,6 +930,34 @@ static void send_notices(struct cg_pg *pg)
     }
     lit[k++] = '}';
     lit[k] = '\0';
+    return lit;
+}
+
+/* After a commit: the queued payloads were announced (forgotten) or not (kept for the
+ * next commit's NOTIFY, logged with why). */
+static void notices_sent(struct cg_pg *pg, bool sent, const char *why)
+{
+    if (sent) {
+        pg->notices_kept_len = 0;
+        pg->notices_kept = 0;
+        return;
+    }
+    cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg),
+           "events committed but not announced (sent again with the next commit): %s", why);
+    pg->notices_kept_len = pg->notices_len;
+    pg->notices_kept = pg->nnotices;
+}
+
+/* Sends the queued notifications in one statement of their own, after the COMMIT that made
+ * their events visible. Best effort: a failure is logged, the write stands, and the
+ * payloads are kept for the next commit's NOTIFY (notices_kept). */
+static void send_notices(struct cg_pg *pg)
+{
+    if (pg->nnotices == 0)
+        return;
+    char *lit = notices_literal(pg);
+    if (lit == NULL)
+        return;
     /* Past the call's deadline too: the write is done and others wait for the news. */
     int64_t deadline = pg->deadline_mono_ms;
     pg->deadline_mono_ms = 0;
@@ -932,17 +967,111 @@ static void send_notices(struct cg_pg *pg)
     cg_status rc =
         cg__pg_run(pg, "notify", NOTIFY_SQL, 1, values, NULL, NULL, RUN_READ, &res, &err);
     pg->deadline_mono_ms = deadline;
-    if (rc != CG_OK) {
-        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg),
-               "events committed but not announced (sent again with the next commit): %s", err.msg);
-        pg->notices_kept_len = pg->notices_len;
-        pg->notices_kept = pg->nnotices;
-    } else {
-        pg->notices_kept_len = 0;
-        pg->notices_kept = 0;
-    }
+    notices_sent(pg, rc == CG_OK, err.msg);
     PQclear(res);
     free(lit);
+}
+
+/* The results of commit_notify's pipeline: the COMMIT's (kept in *commit, error results
+ * too), then the PREPARE's when `prepare` (counted as prepared by its own result), then
+ * the NOTIFY's (*notified when it ran), then the sync. The NOTIFY's may come after the
+ * deadline (notify_until: the statement timeout's bound). CG_OK when the COMMIT's result
+ * came, whatever became of the rest (a failure after it is logged and drops the
+ * connection). */
+static cg_status commit_notify_results(struct cg_pg *pg, bool prepare, uint64_t h, int64_t until,
+                                       int64_t notify_until, PGresult **commit, bool *notified,
+                                       struct cg_err *err)
+{
+    int commands = prepare ? 3 : 2;
+    int done = 0;
+    cg_status rc = CG_OK;
+    char why[160] = "the connection was lost";
+    for (bool synced = false; !synced;) {
+        if (!wait_readable(pg, "commit", done == 0 ? until : notify_until, &rc, err))
+            break;
+        PGresult *res = PQgetResult(pg->conn);
+        if (res == NULL) {
+            done++;
+            continue;
+        }
+        ExecStatusType st = PQresultStatus(res);
+        if (st == PGRES_PIPELINE_SYNC) {
+            synced = true;
+        } else if (done == 0 && *commit == NULL) {
+            *commit = res;
+            continue;
+        } else if (prepare && done == 1 && st == PGRES_COMMAND_OK) {
+            pg->prepared[pg->nprepared++] = h;
+        } else if (done == commands - 1 && st == PGRES_TUPLES_OK) {
+            *notified = true;
+        } else if (done >= 1 && st == PGRES_FATAL_ERROR) {
+            one_line(why, sizeof why, PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+            /* The session lost its prepared statements (a pooler's DISCARD ALL). */
+            if (result_sqlstate_is(res, "26000"))
+                pg->nprepared = 0;
+        }
+        PQclear(res);
+    }
+    if (rc == CG_OK && !PQexitPipelineMode(pg->conn))
+        rc = conn_lost(pg, "commit", err);
+    if (*commit == NULL)
+        return rc != CG_OK ? rc : conn_lost(pg, "commit", err);
+    if (PQresultStatus(*commit) == PGRES_COMMAND_OK)
+        notices_sent(pg, *notified, why);
+    return CG_OK;
+}
+
+/* COMMIT and the NOTIFY of its events in one round trip: libpq pipeline mode, one sync, so
+ * that the server skips the NOTIFY when the COMMIT fails and only a committed transaction
+ * is announced. Only for an open transaction not aborted (there COMMIT answers ROLLBACK,
+ * no error, and the NOTIFY would run). Checks the deadline, the connection and the
+ * statement timeout as cg__pg_run does. CG_OK with *commit set to the COMMIT's result
+ * (maybe an error result, for the caller to map); otherwise the COMMIT's outcome is not
+ * known (the connection is dropped) or it was not sent. *notified: the NOTIFY ran. */
+static cg_status commit_notify(struct cg_pg *pg, const char *lit, PGresult **commit, bool *notified,
+                               struct cg_err *err)
+{
+    *commit = NULL;
+    *notified = false;
+    pg->sqlstate[0] = '\0';
+    pg->constraint[0] = '\0';
+    if (time_left(pg) <= 0)
+        return cg_err_set(err, CG_DEADLINE_EXCEEDED, "deadline exceeded");
+    if (!idle_conn_alive(pg)) {
+        drop_conn(pg);
+        cg_log(CG_LOG_WARN, MOD, cg__pg_rid(pg), "connection lost mid-session query=commit");
+        return cg_err_set(err, CG_UNAVAILABLE, "storage unavailable");
+    }
+    cg_status rc = sync_timeout(pg, err);
+    if (rc != CG_OK)
+        return rc;
+    PGconn *conn = pg->conn;
+    int64_t until = response_until(pg);
+    /* The NOTIFY may finish past the call's deadline, as send_notices' may. */
+    int64_t deadline = pg->deadline_mono_ms;
+    pg->deadline_mono_ms = 0;
+    int64_t notify_until = response_until(pg);
+    pg->deadline_mono_ms = deadline;
+    uint64_t h = sql_hash(NOTIFY_SQL);
+    bool known = is_prepared(pg, h);
+    bool named = known || pg->nprepared < CG_PG_PREPARED_MAX;
+    char name[24];
+    snprintf(name, sizeof name, "cg_%016llx", (unsigned long long)h);
+    const char *values[] = {lit};
+    if (!PQenterPipelineMode(conn))
+        return conn_lost(pg, "commit", err);
+    bool sent = PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) &&
+                (!named || known || PQsendPrepare(conn, name, NOTIFY_SQL, 1, NULL)) &&
+                (named ? PQsendQueryPrepared(conn, name, 1, values, NULL, NULL, 0)
+                       : PQsendQueryParams(conn, NOTIFY_SQL, 1, NULL, values, NULL, NULL, 0)) &&
+                PQpipelineSync(conn);
+    if (!sent)
+        return conn_lost(pg, "commit", err);
+    rc = flush_out(pg, "commit", until, err);
+    if (rc != CG_OK)
+        return rc;
+    return commit_notify_results(pg, named && !known, h, until, notify_until, commit, notified,
+                                 err);
 }
 
 /* Forgets the notifications of the transaction that ended, keeping those of committed
@@ -1219,7 +1348,27 @@ cg_status cg_pg_commit(struct cg_pg *pg, struct cg_err *err)
         return CG_OK;
     }
     PGresult *res = NULL;
-    cg_status rc = cg__pg_run(pg, "commit", "COMMIT", 0, NULL, NULL, NULL, RUN_PINNED, &res, err);
+    cg_status rc;
+    char *lit = NULL;
+    /* With events to announce, their NOTIFY travels with the COMMIT (commit_notify), but
+     * in an aborted transaction, whose COMMIT would answer ROLLBACK. */
+    if (pg->nnotices > 0 && pg->conn != NULL && PQtransactionStatus(pg->conn) == PQTRANS_INTRANS)
+        lit = notices_literal(pg);
+    /* Whether the notifications are dealt with: sent, or kept for the next commit. */
+    bool announced = lit != NULL;
+    if (lit != NULL) {
+        bool notified = false;
+        rc = commit_notify(pg, lit, &res, &notified, err);
+        free(lit);
+        if (rc == CG_OK && PQresultStatus(res) != PGRES_COMMAND_OK) {
+            /* Mapped as cg__pg_run maps a failed statement. */
+            rc = failure_lost_conn(pg, "commit", res)
+                     ? cg_err_set(err, CG_UNAVAILABLE, "storage unavailable")
+                     : statement_failed(pg, "commit", res, err);
+        }
+    } else {
+        rc = cg__pg_run(pg, "commit", "COMMIT", 0, NULL, NULL, NULL, RUN_PINNED, &res, err);
+    }
     if (rc == CG_OK && strcmp(PQcmdStatus(res), "COMMIT") != 0) {
         /* The server answers COMMIT in an aborted transaction with ROLLBACK, not an error. */
         cg_log(CG_LOG_ERROR, MOD, cg__pg_rid(pg),
@@ -1231,7 +1380,7 @@ cg_status cg_pg_commit(struct cg_pg *pg, struct cg_err *err)
      * the caller's rollback ends it then. */
     if (pg->conn == NULL || PQtransactionStatus(pg->conn) == PQTRANS_IDLE)
         tx_over(pg, rc == CG_OK);
-    if (rc == CG_OK)
+    if (rc == CG_OK && !announced)
         send_notices(pg);
     if (!pg->in_tx)
         notices_clear(pg);
