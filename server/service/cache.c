@@ -42,9 +42,12 @@
  * open: a fill from Redis that started after the drop but read Redis before the writer's
  * Redis write would carry an older row with a newer ticket; the version refuses it, and
  * the read goes to PostgreSQL, which has the write (it was committed before it was
- * announced). Writes that do not know their rows (sweeper, CloseScope, approvals) also
- * announce their tenant (cg_cache_dropped, cg_store_tenant_announce), which drops all of
- * its rows. The events themselves no longer drop rows: they name the same rows without a
+ * announced). Writes that do not know their rows (the sweeper's budget resets,
+ * CloseScope, approvals) also announce their tenant (cg_cache_dropped,
+ * cg_store_tenant_announce), which drops all of its rows; the sweeper's expired
+ * reservations do know theirs and are put like any write (sweep.c, expire_batches), so a
+ * fleet whose agents die holding reservations costs other replicas a refill of those paths
+ * only. The events themselves no longer drop rows: they name the same rows without a
  * version and would drop this process's own writes (a replica of an older version, which
  * does not send cg_rows, is therefore heard only through cache_row_ttl_ms: lower it during
  * such a rolling upgrade).

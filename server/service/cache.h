@@ -191,7 +191,7 @@ void cg_cache_stats(const struct cg_cache *cache, struct cg_cache_stats *out);
 void cg_cache_written(const struct cg_svc_env *env, const char *tenant_id,
                       const struct cg_budget_row *rows, int n);
 
-/* For committed writes that do not have their rows at hand (sweeper, CloseScope,
+/* For committed writes that do not have their rows at hand (the sweeper's resets, CloseScope,
  * ResolveApproval): drops every cached row of the tenant, here and in Redis, and
  * announces it on cg_rows (every replica drops the tenant's rows). */
 void cg_cache_dropped(const struct cg_svc_env *env, const char *tenant_id);

@@ -6,6 +6,7 @@
 #include "service/sweep.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
@@ -27,11 +28,90 @@ static bool store_down(cg_status st)
     return st == CG_UNAVAILABLE || st == CG_DEADLINE_EXCEEDED;
 }
 
+/* The paths one expiry batch changed, as its transaction left them (tenant first), each
+ * once: what the sweeper puts in the caches after the COMMIT, as any write does. */
+struct expired_paths {
+    struct cg_budget_row rows[SWEEP_BATCH][CG_PATH_ROWS_MAX];
+    int depth[SWEEP_BATCH];
+    int n;
+    bool overflow; /* a path did not fit: the tenant's rows are dropped instead */
+};
+
+/* Whether two paths name the same scope (their last rows). */
+static bool same_path(const struct cg_budget_row *a, int na, const struct cg_budget_row *b, int nb)
+{
+    const struct cg_scope_ids *x = &a[na - 1].ids, *y = &b[nb - 1].ids;
+    return na == nb && strcmp(x->session_id, y->session_id) == 0 &&
+           strcmp(x->task_id, y->task_id) == 0 && strcmp(x->agent_id, y->agent_id) == 0;
+}
+
+/* A cg_path_events_fn: the events of cg_budget_events_of_path, after keeping the path's
+ * rows as the change left them in ctx (struct expired_paths; a later change of the same
+ * path, made later in the transaction, replaces an earlier one). */
+static int expired_path_kept(void *ctx, const struct cg_budget_row *before,
+                             const struct cg_budget_row *after, int n, struct cg_event_in *out,
+                             int cap)
+{
+    struct expired_paths *kept = ctx;
+    if (n < 1 || n > CG_PATH_ROWS_MAX) {
+        kept->overflow = true;
+    } else {
+        int i = 0;
+        while (i < kept->n && !same_path(kept->rows[i], kept->depth[i], after, n))
+            i++;
+        if (i == SWEEP_BATCH) {
+            kept->overflow = true;
+        } else {
+            memcpy(kept->rows[i], after, (size_t)n * sizeof *after);
+            kept->depth[i] = n;
+            kept->n += i == kept->n;
+        }
+    }
+    return cg_budget_events_of_path(NULL, before, after, n, out, cap);
+}
+
+/* Gives back the holds of up to SWEEP_BATCHES_PER_TENANT batches of the tenant's expired
+ * reservations; adds to *expired. Each committed batch's paths go to the caches (this
+ * process's and Redis, cg_cache_written); the other replicas drop their older copies when
+ * the NOTIFY after the COMMIT names the rows (every row whose counters moved has an event,
+ * USAGE_CHANGED at least: cg_budget_events_of_path). *drop_tenant is set when a batch's
+ * paths could not all be kept. */
+static cg_status expire_batches(const struct cg_svc_env *env, const char *tenant_id, int64_t now_ms,
+                                int *expired, bool *drop_tenant, struct cg_err *err)
+{
+    struct expired_paths *kept = malloc(sizeof *kept);
+    if (kept == NULL) {
+        *drop_tenant = true;
+        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    cg_status st = CG_OK;
+    for (int batch = 0; st == CG_OK && batch < SWEEP_BATCHES_PER_TENANT; batch++) {
+        int n = 0;
+        kept->n = 0;
+        kept->overflow = false;
+        /* The holds given back are worth the events of any write: crossings as the usage
+         * falls (service/budget_events.c). */
+        st = cg_store_reservations_expire_events(env->store, tenant_id, now_ms, SWEEP_BATCH,
+                                                 expired_path_kept, kept, &n, err);
+        *expired += n;
+        if (st == CG_OK) {
+            for (int i = 0; i < kept->n; i++)
+                cg_cache_written(env, tenant_id, kept->rows[i], kept->depth[i]);
+            *drop_tenant = *drop_tenant || kept->overflow;
+        }
+        if (n < SWEEP_BATCH)
+            break;
+    }
+    free(kept);
+    return st;
+}
+
 /* Settles what is due for one tenant; adds to *expired and *resets. Returns the first
  * error (logged here). */
-static cg_status sweep_tenant(struct cg_store *store, const char *tenant_id, int64_t now_ms,
-                              int *expired, int *resets)
+static cg_status sweep_tenant(const struct cg_svc_env *env, const char *tenant_id, int64_t now_ms,
+                              int *expired, int *resets, bool *drop_tenant)
 {
+    struct cg_store *store = env->store;
     struct cg_err err;
     cg_err_clear(&err);
     struct cg_sweep_due due;
@@ -41,16 +121,8 @@ static cg_status sweep_tenant(struct cg_store *store, const char *tenant_id, int
         st = cg_store_reset_apply(store, tenant_id, now_ms, &reset, &err);
         *resets += reset;
     }
-    for (int batch = 0; st == CG_OK && due.expired && batch < SWEEP_BATCHES_PER_TENANT; batch++) {
-        int n = 0;
-        /* The holds given back are worth the events of any write: crossings as the usage
-         * falls (service/budget_events.c). */
-        st = cg_store_reservations_expire_events(store, tenant_id, now_ms, SWEEP_BATCH,
-                                                 cg_budget_events_of_path, NULL, &n, &err);
-        *expired += n;
-        if (n < SWEEP_BATCH)
-            break;
-    }
+    if (st == CG_OK && due.expired)
+        st = expire_batches(env, tenant_id, now_ms, expired, drop_tenant, &err);
     if (st == CG_OK) {
         /* WatchUsage's event log keeps an hour (store.h, "events"). */
         int deleted = 0;
@@ -97,10 +169,12 @@ bool cg_sweep_pass(const struct cg_svc_env *env, int64_t now_ms, int *expired)
             break;
         }
         for (int i = 0; i < count; i++) {
-            int expired_before = *expired, resets_before = resets;
-            st = sweep_tenant(store, ids[i], now_ms, expired, &resets);
-            /* Rows this pass changed are not at hand: the tenant's cached rows go. */
-            if (*expired != expired_before || resets != resets_before)
+            int resets_before = resets;
+            bool drop_tenant = false;
+            st = sweep_tenant(env, ids[i], now_ms, expired, &resets, &drop_tenant);
+            /* Expired holds name their rows (expire_batches); a reset, or paths that could
+             * not be kept, drop the tenant's cached rows. */
+            if (drop_tenant || resets != resets_before)
                 cg_cache_dropped(env, ids[i]);
             if (st != CG_OK)
                 ok = false;
