@@ -2,7 +2,7 @@
  *
  *   loadgen health      --target T [--conns C --streams M --threads N --seconds S --warmup W]
  *   loadgen check       --target T --key K [--agents N --sessions S --tasks T --prefix P]
- *                       [--dist uniform|zipf --zipf-s 1.0 --seed 1] [common options]
+ *                       [--dist uniform|zipf|seq --zipf-s 1.0 --seed 1] [common options]
  *   loadgen pairs       --target T --slots FILE [common options]
  *   loadgen setup-check --target T --key K [--agents --sessions --tasks --prefix]
  *                       [--setup-threads N | --sql]
@@ -26,6 +26,8 @@
  *   picks an agent uniformly or Zipf-skewed (rank k with probability ~ 1/k^s, precomputed
  *   CDF, seeded xorshift RNG); ranks are scattered over the agents (rank k is agent
  *   k * 7919 mod N when 7919 does not divide N), so the hot agents are not all in one task.
+ *   --dist seq takes the agents in order, 0, 1, ... N-1, 0, ... (shared by every slot): a
+ *   pass of N calls reads each agent once (a warm-up that fills a cache).
  *   The answer's decision and BudgetSource are counted too (cache / database / policy).
  * - pairs: Reserve (100 tokens, RETURN_ONLY) then Commit (80 in + 10 out) of the
  *   reservation it got, both acknowledged: one op. Slot i (of C x M) uses line i of the
@@ -89,7 +91,7 @@ struct opts {
     const char *target, *key, *admin_key, *slots_file, *prefix, *layout;
     long conns, streams, threads, agents, sessions, tasks, clients, setup_threads, timeout_ms;
     double seconds, warmup, zipf_s;
-    bool zipf, sql;
+    bool zipf, seq, sql;
     uint64_t seed;
 };
 
@@ -149,7 +151,8 @@ struct run {
     grpc_slice method, method2;
     struct body *bodies; /* check: one per agent; pairs: one Reserve per slot */
     long nbodies;
-    double *cdf; /* zipf */
+    double *cdf;        /* zipf */
+    atomic_long *next; /* seq: the next agent (shared) */
     struct slot *slots;
     grpc_channel **channels;
     struct worker *workers;
@@ -301,6 +304,8 @@ static double *zipf_cdf(long n, double s)
 static long pick_agent(const struct run *r, struct slot *s)
 {
     long n = r->o->agents;
+    if (r->next != NULL)
+        return atomic_fetch_add(r->next, 1) % n;
     double u = rng_unit(&s->rng);
     if (r->cdf == NULL) {
         long i = (long)(u * (double)n);
@@ -746,6 +751,10 @@ static int timed_run(const struct opts *o)
             r.bodies[i] = check_body(o, i);
         if (o->zipf)
             r.cdf = zipf_cdf(o->agents, o->zipf_s);
+        if (o->seq) {
+            r.next = xcalloc(1, sizeof *r.next);
+            atomic_init(r.next, 0);
+        }
         for (long i = 0; i < nslots; i++)
             snprintf(keys[i], sizeof keys[i], "%s", o->key);
         break;
@@ -818,6 +827,7 @@ static int timed_run(const struct opts *o)
         free(r.bodies[i].data);
     free(r.bodies);
     free(r.cdf);
+    free(r.next);
     free(r.slots);
     free(r.workers);
     free(r.channels);
@@ -1071,7 +1081,7 @@ static void usage(void)
             "usage: loadgen health|check|pairs|setup-check|setup-pairs --target HOST:PORT\n"
             "  [--key K] [--admin-key A] [--conns C] [--streams M] [--threads N]\n"
             "  [--seconds S] [--warmup W] [--agents N] [--sessions S] [--tasks T]\n"
-            "  [--dist uniform|zipf] [--zipf-s S] [--seed N] [--prefix P] [--slots FILE]\n"
+            "  [--dist uniform|zipf|seq] [--zipf-s S] [--seed N] [--prefix P] [--slots FILE]\n"
             "  [--layout hot|tenants] [--clients N] [--setup-threads N] [--timeout-ms MS] [--sql]\n"
             "(see the head of bench/loadgen.c)\n");
     exit(2);
@@ -1177,9 +1187,11 @@ static void parse(int argc, char **argv, struct opts *o)
             o->tasks = num(optarg, 1, 1000000);
             break;
         case 'd':
-            if (strcmp(optarg, "zipf") != 0 && strcmp(optarg, "uniform") != 0)
+            if (strcmp(optarg, "zipf") != 0 && strcmp(optarg, "uniform") != 0 &&
+                strcmp(optarg, "seq") != 0)
                 usage();
             o->zipf = strcmp(optarg, "zipf") == 0;
+            o->seq = strcmp(optarg, "seq") == 0;
             break;
         case 'z':
             o->zipf_s = fnum(optarg, 0.01, 10);

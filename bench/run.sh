@@ -10,6 +10,7 @@
 #   BENCH_FLEET_CONNS=4 BENCH_FLEET_STREAMS=16   the fleet rows' concurrency
 #   BENCH_LOADGEN_THREADS=2      completion-queue threads of bench/loadgen
 #   BENCH_FLEET_ONLY=1           the fleet rows alone (no h2load rows, no writes)
+#   BENCH_FLEET_WARMUP=40        seconds of the warm-up that reads the agents in order
 #   BENCH_CONVERSATIONS=DIR      where the CountTokens request comes from (default: the
 #                                conversations generated at build time, $BUILD/testdata/
 #                                conversations)
@@ -42,6 +43,11 @@ CTXGUARD_LISTEN=127.0.0.1:0 CTXGUARD_ADMIN_KEY=$ADMIN_KEY CTXGUARD_LOG_LEVEL=inf
     "$BUILD/bin/ctxguard" >"$LOG" 2>&1 &
 SERVER_PID=$!
 cleanup() { kill -TERM "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
+# The server's CPU time so far (all threads: utime + stime), in ms.
+server_cpu_ms() {
+    awk -v t="$((1000 / $(getconf CLK_TCK)))" '{ sub(/^.*\) /, ""); print ($12 + $13) * t }' \
+        "/proc/$SERVER_PID/stat"
+}
 trap cleanup EXIT
 
 # The server picks a free port and logs it; wait (bounded) for that line, then SERVING.
@@ -109,6 +115,7 @@ FLEET_AGENTS=${BENCH_FLEET_AGENTS:-100000}
 FLEET_CONNS=${BENCH_FLEET_CONNS:-4}
 FLEET_STREAMS=${BENCH_FLEET_STREAMS:-16}
 FLEET_THREADS=${BENCH_LOADGEN_THREADS:-2}
+FLEET_WARMUP=${BENCH_FLEET_WARMUP:-40}
 LG=("$BUILD/bin/loadgen")
 # The fleets of earlier runs (each run makes its own tenant) go first, so that the scopes
 # table does not grow by 100,000 rows a run. With foreign-key triggers off for this one
@@ -122,6 +129,16 @@ psql -X -q -v ON_ERROR_STOP=1 -d "$CTXGUARD_PG_DSN" -c "SET session_replication_
 psql -X -q -v ON_ERROR_STOP=1 -d "$CTXGUARD_PG_DSN" -f "$OUT/fleet-setup.sql" >/dev/null
 # Measure a settled table: the dead rows of the delete gone, statistics fresh.
 psql -X -q -v ON_ERROR_STOP=1 -d "$CTXGUARD_PG_DSN" -c "VACUUM ANALYZE scopes" >/dev/null
+# Active agents: a warm-up reads the agents in order (--dist seq) for FLEET_WARMUP seconds,
+# each once when it makes at least FLEET_AGENTS calls (said below), as a fleet that has been
+# running would have; the rounds then measure the steady state, not the first fill.
+warm=$("${LG[@]}" check --key "$KEY" --agents "$FLEET_AGENTS" --prefix fleet --dist seq \
+    --target "127.0.0.1:$PORT" --conns "$FLEET_CONNS" --streams "$FLEET_STREAMS" \
+    --threads "$FLEET_THREADS" --seconds "$FLEET_WARMUP" 2>>"$OUT/loadgen-fleet.err") || true
+echo "fleet warm-up (${FLEET_WARMUP} s, agents in order): $warm"
+warm_calls=$(sed -n 's/.* calls=\([0-9]*\).*/\1/p' <<<"$warm")
+((${warm_calls:-0} >= FLEET_AGENTS)) ||
+    echo "bench: !!! the warm-up read ${warm_calls:-0} of $FLEET_AGENTS agents: raise BENCH_FLEET_WARMUP" >&2
 : >"$OUT/loadgen-fleet.lines"
 for kind in health uniform zipf; do : >"$OUT/rounds-fleet-$kind"; done
 FLEET_BAD=0
@@ -130,18 +147,23 @@ for round in $(seq 1 "$ROUNDS"); do
         args=(health)
         [[ $kind == health ]] || args=(check --key "$KEY" --agents "$FLEET_AGENTS" --prefix fleet --dist "$kind")
         rc=0
+        s0=$(server_cpu_ms)
         line=$("${LG[@]}" "${args[@]}" --target "127.0.0.1:$PORT" --conns "$FLEET_CONNS" \
             --streams "$FLEET_STREAMS" --threads "$FLEET_THREADS" --seconds "$SECONDS_PER_RUN" \
-            2>>"$OUT/loadgen-fleet.err") || rc=$?
+            --warmup 1 2>>"$OUT/loadgen-fleet.err") || rc=$?
+        s1=$(server_cpu_ms)
         echo "$round $kind $line" >>"$OUT/loadgen-fleet.lines"
         [[ $rc == 0 ]] || FLEET_BAD=1
-        # "per_s p50 p99 client_cpu_us_per_call"
-        /usr/bin/python3 - "$line" >>"$OUT/rounds-fleet-$kind" <<'PY'
+        # "per_s p50 p99 client_cpu_us_per_call server_cpu_us_per_call": the server's CPU
+        # is read around the whole loadgen process (its 1 s warm-up included), so it is
+        # scaled by seconds / (seconds + 1) before dividing by the calls counted.
+        /usr/bin/python3 - "$line" "$((s1 - s0))" "$SECONDS_PER_RUN" >>"$OUT/rounds-fleet-$kind" <<'PY'
 import sys
 f = dict(kv.split("=", 1) for kv in sys.argv[1].split() if "=" in kv)
-ops = int(f.get("ops", 0))
+ops, calls, secs = int(f.get("ops", 0)), int(f.get("calls", 0)), float(sys.argv[3])
 cpu = float(f.get("client_cpu_ms", 0)) * 1000 / ops if ops else 0
-print(f.get("per_s", 0), f.get("p50_us", 0), f.get("p99_us", 0), f"{cpu:.1f}")
+srv = float(sys.argv[2]) * 1000 * secs / (secs + 1) / calls if calls else 0
+print(f.get("per_s", 0), f.get("p50_us", 0), f.get("p99_us", 0), f"{cpu:.1f}", f"{srv:.1f}")
 PY
     done
 done
@@ -155,7 +177,7 @@ med = {k: [statistics.median(c) for c in zip(*v)] for k, v in rows.items()}
 base = med["health"][0]
 print(f"\nCheckBudget over {agents:,} agents (loadgen, medians of {len(rows['health'])} rounds)")
 print(f"{'rpc':<34} {'conc':>5} {'req/s':>10} {'p50_us':>9} {'p99_us':>9} {'ratio':>7}  "
-      f"{'rounds':<16} {'lg_us/call':>10}")
+      f"{'rounds':<16} {'lg_us/call':>10} {'srv_us/call':>11}")
 labels = {"health": "grpc.health.v1.Health/Check", "uniform": "CheckBudget, uniform",
           "zipf": "CheckBudget, Zipf s=1.0"}
 for k in ("health", "uniform", "zipf"):
@@ -164,7 +186,7 @@ for k in ("health", "uniform", "zipf"):
                          for r, h in zip(rows[k], rows["health"]))
     ratio = f"{m[0] / base:.2f}" if base else "n/a"
     print(f"{labels[k]:<34} {conc:5d} {m[0]:10.0f} {m[1]:9.0f} {m[2]:9.0f} {ratio:>7}  "
-          f"{per_round:<16} {m[3]:10.1f}")
+          f"{per_round:<16} {m[3]:10.1f} {m[4]:11.1f}")
 bad = False
 for rnd, kind, line in lines:
     f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
