@@ -11,13 +11,13 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
 
 import grpc
 
 import cgtest
 from cgtest import budget_pb2, budget_pb2_grpc, common_pb2
+from cgtest import wait_until
 from test_budget_faults import Load
 
 B = budget_pb2
@@ -32,14 +32,6 @@ def cli(port, *args):
     if r.returncode != 0:
         raise AssertionError(f"redis-cli -p {port} {args}: {r.stderr}")
     return r.stdout.strip()
-
-
-def wait_until(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 class Cluster:
@@ -234,8 +226,15 @@ class RedisCluster(cgtest.TestCase):
         wait_until(lambda: self.served_from_redis(lost_md, tries=1), 15,
                    "the node to serve its slots again")
         self.assertEqual(self.check(self.sb, lost_md, task).decision, DENY, "still 100 of 100")
-        wait_until(lambda: "redis reachable again" in self.b.log_text(), 10,
-                   "the end of the outage")
+        # The end of the outage is logged by the thread that saw it begin, when it next
+        # reaches the node: keep b's threads busy with the node's slots until it does.
+        def outage_over():
+            if "redis reachable again" in self.b.log_text():
+                return True
+            self.served_from_redis(lost_md, tries=1)  # one more call through b's threads
+            return False
+
+        wait_until(outage_over, 30, "the end of the outage")
 
     def migrate(self, slot, src, dst, keys_first):
         """Moves slot from src to dst the way redis-cli --cluster reshard does. keys_first
