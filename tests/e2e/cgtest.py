@@ -265,6 +265,18 @@ def _describe(err):
     return f"{err.code().name}: {err.details()}"
 
 
+def wait_on(condition, predicate, timeout, describe):
+    """With condition (a threading.Condition) held, waits until predicate() is true, woken
+    by its notifications; AssertionError with describe() after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    with condition:
+        while not predicate():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(describe())
+            condition.wait(left)
+
+
 def wait_until(cond, timeout, what):
     """Polls cond() every 20 ms until it is true; AssertionError naming `what` after
     timeout seconds."""

@@ -5,7 +5,6 @@ works again by itself. The last two get PostgreSQL and Redis of their own, so th
 other tests running in parallel are not disturbed."""
 
 import threading
-import time
 import uuid
 
 import grpc
@@ -75,14 +74,9 @@ class Load:
         return self
 
     def wait_for(self, predicate, timeout, what):
-        deadline = time.monotonic() + timeout
-        with self.lock:
-            while not predicate():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out waiting for {what}: {len(self.acked)} acked, "
-                                         f"errors {self.errors[-5:]}")
-                self.progress.wait(left)
+        cgtest.wait_on(self.progress, predicate, timeout,
+                       lambda: f"timed out waiting for {what}: {len(self.acked)} acked, "
+                               f"errors {self.errors[-5:]}")
 
     def resume(self):
         self.resumed.set()

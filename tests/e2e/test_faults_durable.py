@@ -93,14 +93,9 @@ class Log:
             return {code for (_, code) in self.statuses}
 
     def wait_for(self, predicate, timeout, what):
-        deadline = time.monotonic() + timeout
-        with self.lock:
-            while not predicate():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out waiting for {what}: {len(self.commits)} "
-                                         f"commits acknowledged, statuses {dict(self.statuses)}")
-                self.changed.wait(left)
+        cgtest.wait_on(self.changed, predicate, timeout,
+                       lambda: f"timed out waiting for {what}: {len(self.commits)} commits "
+                               f"acknowledged, statuses {dict(self.statuses)}")
 
 
 class Load:
