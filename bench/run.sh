@@ -140,12 +140,17 @@ warm_calls=$(sed -n 's/.* calls=\([0-9]*\).*/\1/p' <<<"$warm")
 ((${warm_calls:-0} >= FLEET_AGENTS)) ||
     echo "bench: !!! the warm-up read ${warm_calls:-0} of $FLEET_AGENTS agents: raise BENCH_FLEET_WARMUP" >&2
 : >"$OUT/loadgen-fleet.lines"
-for kind in health uniform zipf; do : >"$OUT/rounds-fleet-$kind"; done
+for kind in health one uniform zipf; do : >"$OUT/rounds-fleet-$kind"; done
 FLEET_BAD=0
 for round in $(seq 1 "$ROUNDS"); do
-    for kind in health uniform zipf; do
-        args=(health)
-        [[ $kind == health ]] || args=(check --key "$KEY" --agents "$FLEET_AGENTS" --prefix fleet --dist "$kind")
+    for kind in health one uniform zipf; do
+        case $kind in
+        health) args=(health) ;;
+        # agent 0 of the fleet (fleet-s0/fleet-t0/fleet-a0) on every call: a call's own cost,
+        # without the spread
+        one) args=(check --key "$KEY" --agents 1 --sessions 1 --tasks 1 --prefix fleet) ;;
+        *) args=(check --key "$KEY" --agents "$FLEET_AGENTS" --prefix fleet --dist "$kind") ;;
+        esac
         rc=0
         s0=$(server_cpu_ms)
         line=$("${LG[@]}" "${args[@]}" --target "127.0.0.1:$PORT" --conns "$FLEET_CONNS" \
@@ -171,16 +176,17 @@ done
 import statistics, sys
 out, conc, agents = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rows = {k: [list(map(float, l.split())) for l in open(f"{out}/rounds-fleet-{k}") if l.strip()]
-        for k in ("health", "uniform", "zipf")}
+        for k in ("health", "one", "uniform", "zipf")}
 lines = [l.split(" ", 2) for l in open(f"{out}/loadgen-fleet.lines") if l.strip()]
 med = {k: [statistics.median(c) for c in zip(*v)] for k, v in rows.items()}
 base = med["health"][0]
 print(f"\nCheckBudget over {agents:,} agents (loadgen, medians of {len(rows['health'])} rounds)")
 print(f"{'rpc':<34} {'conc':>5} {'req/s':>10} {'p50_us':>9} {'p99_us':>9} {'ratio':>7}  "
       f"{'rounds':<16} {'lg_us/call':>10} {'srv_us/call':>11}")
-labels = {"health": "grpc.health.v1.Health/Check", "uniform": "CheckBudget, uniform",
+labels = {"health": "grpc.health.v1.Health/Check", "one": "CheckBudget, one agent",
+          "uniform": "CheckBudget, uniform",
           "zipf": "CheckBudget, Zipf s=1.0"}
-for k in ("health", "uniform", "zipf"):
+for k in ("health", "one", "uniform", "zipf"):
     m = med[k]
     per_round = " ".join(f"{r[0] / h[0]:.2f}" if h[0] else "n/a"
                          for r, h in zip(rows[k], rows["health"]))

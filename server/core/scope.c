@@ -26,6 +26,21 @@ void cg_scope_prefix(const struct cg_scope_ids *ids, int level, struct cg_scope_
         memcpy(out->agent_id, ids->agent_id, sizeof out->agent_id);
 }
 
+static void id_set(char dst[CG_SCOPE_ID_MAX + 1], const char *src)
+{
+    size_t n = src != NULL ? strnlen(src, CG_SCOPE_ID_MAX) : 0;
+    memcpy(dst, src != NULL ? src : "", n);
+    dst[n] = '\0';
+}
+
+void cg_scope_ids_set(struct cg_scope_ids *ids, const char *session, const char *task,
+                      const char *agent)
+{
+    id_set(ids->session_id, session);
+    id_set(ids->task_id, task);
+    id_set(ids->agent_id, agent);
+}
+
 bool cg_scope_equal(const struct cg_scope_ids *a, const struct cg_scope_ids *b)
 {
     return strcmp(a->session_id, b->session_id) == 0 && strcmp(a->task_id, b->task_id) == 0 &&

@@ -39,6 +39,12 @@ int cg_scope_level(const struct cg_scope_ids *ids);
  * not alias ids): ids cut after that level, the rest "". */
 void cg_scope_prefix(const struct cg_scope_ids *ids, int level, struct cg_scope_ids *out);
 
+/* Sets ids to (session, task, agent), each cut to CG_SCOPE_ID_MAX bytes (callers validate
+ * lengths first; the cut only keeps the arrays terminated). NULL is "". No printf: it runs
+ * on every budget call. */
+void cg_scope_ids_set(struct cg_scope_ids *ids, const char *session, const char *task,
+                      const char *agent);
+
 /* Whether a and b name the same scope (of the same tenant). */
 bool cg_scope_equal(const struct cg_scope_ids *a, const struct cg_scope_ids *b);
 

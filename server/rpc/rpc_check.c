@@ -106,9 +106,7 @@ cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *s
     if (a && !t)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'scope.task_id' is required with scope.agent_id");
-    snprintf(ids->session_id, sizeof ids->session_id, "%s", scope->session_id);
-    snprintf(ids->task_id, sizeof ids->task_id, "%s", scope->task_id);
-    snprintf(ids->agent_id, sizeof ids->agent_id, "%s", scope->agent_id);
+    cg_scope_ids_set(ids, scope->session_id, scope->task_id, scope->agent_id);
     *level = cg_scope_level(ids);
     /* A scope-bound key sees only its subtree: anything else, the tenant level included, is
      * NOT_FOUND as a scope that does not exist (README "Scope-bound keys"). */

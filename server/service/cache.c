@@ -16,7 +16,10 @@
  * malloc'd when it is stored (on the pool, never on a hit). A full shard evicts with a
  * clock hand (the next entry in the array), O(1), without bookkeeping on the read path.
  * A row entry keeps every field of struct cg_budget_row but its ids (its name says them)
- * and its description: 440 bytes on x86-64, see cache.h for the memory per path.
+ * and its description: 528 bytes on x86-64 with a name of up to 79 bytes inside it, see
+ * cache.h for the memory per path. A lookup hashes its name eight bytes at a time (seeded
+ * per process: ids cannot be picked to fill one chain), and a path's lookups first hint
+ * the CPU to fetch their four chain heads, so that their cache misses overlap.
  *
  * Correctness rests on two numbers:
  *   - row_version (migration 0008), bumped by PostgreSQL on every write of a row, in
@@ -97,20 +100,33 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/crypto.h"
 
 #define SHARDS 64
 #define NAME_MAX_BYTES (CG_UUID_LEN + 3 * (CG_SCOPE_ID_MAX + 1) + 8)
+#define NAME_INLINE 80 /* names shorter than this live in the entry itself */
 #define NO_ENTRY (-1)
 
-/* What both tables' entries start with. */
+/* What both tables' entries start with. The name is the lookup's last check, so it sits
+ * next to the hash: a hit reads one or two cache lines of the entry before its value. */
 struct slot {
-    char *name; /* malloc'd at insert, freed at eviction; NULL: a free slot */
     uint64_t hash;
+    const char *name;     /* inline, or malloc'd at insert and freed at eviction; NULL: free */
+    uint32_t len;         /* of name */
     int32_t next;         /* next index in the bucket's chain */
     bool dropped;         /* not served fresh any more; still readable with allow_stale */
     uint64_t fill_ticket; /* ticket of the fill (or write) that stored the value */
     uint64_t drop_seq;    /* ticket of the last drop of this entry */
     int64_t filled_ms;    /* cg_mono_ms of that fill */
+    char inline_name[NAME_INLINE];
+};
+
+/* A name to look up: its bytes (not NUL-terminated: a path's levels are prefixes of one
+ * buffer), length and hash. */
+struct name {
+    const char *p;
+    size_t len;
+    uint64_t hash;
 };
 
 struct key_entry {
@@ -161,6 +177,7 @@ struct table {
 };
 
 struct cg_cache {
+    uint64_t hash_seed; /* random per process: ids cannot be chosen to share a chain */
     int64_t key_ttl_ms;
     int64_t row_ttl_ms; /* 0: rows have no age limit */
     size_t max_rows;
@@ -178,14 +195,30 @@ struct cg_cache {
 
 /* ---------------------------------------------------------------- tables ---------- */
 
-static uint64_t hash_name(const char *s)
+/* The final mix of MurmurHash3 (fmix64): every bit of x moves every bit of the result. */
+static uint64_t mix64(uint64_t x)
 {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s != '\0'; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+}
+
+/* The seeded hash of n bytes at p, eight at a time (a byte-at-a-time hash of the four
+ * names of a path cost more than the four lookups' cache misses). */
+static uint64_t hash_bytes(uint64_t seed, const char *p, size_t n)
+{
+    uint64_t h = seed ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL);
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0x87c37b91114253d5ULL;
+        h ^= h >> 29;
     }
-    return h ^ (h >> 29);
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    return mix64(h ^ w);
 }
 
 static bool table_init(struct table *t, size_t max_entries, size_t stride)
@@ -222,8 +255,11 @@ static void table_cleanup(struct table *t)
 {
     for (int i = 0; i < SHARDS; i++) {
         struct shard *s = &t->shards[i];
-        for (size_t k = 0; s->mem != NULL && k < s->cap; k++)
-            free(slot_at(s, k)->name);
+        for (size_t k = 0; s->mem != NULL && k < s->cap; k++) {
+            struct slot *e = slot_at(s, k);
+            if (e->name != e->inline_name)
+                free((void *)e->name);
+        }
         free(s->mem);
         free(s->buckets);
         pthread_mutex_destroy(&s->lock);
@@ -235,12 +271,21 @@ static struct shard *shard_of(struct table *t, uint64_t hash)
     return &t->shards[(hash >> 48) % SHARDS];
 }
 
-/* With the shard locked: the entry named name, or NULL. */
-static struct slot *find(struct shard *s, uint64_t hash, const char *name)
+/* Hints the CPU to fetch the head of the chain n would walk (the buckets array is never
+ * written once made, so this reads nothing shared): the lookups of a path's levels then
+ * wait for their cache misses together rather than one after another. */
+static void prefetch_chain(const struct table *t, const struct name *n)
 {
-    for (int32_t i = s->buckets[hash & (s->nbuckets - 1)]; i != NO_ENTRY;) {
+    const struct shard *s = &t->shards[(n->hash >> 48) % SHARDS];
+    __builtin_prefetch(&s->buckets[n->hash & (s->nbuckets - 1)]);
+}
+
+/* With the shard locked: the entry named n, or NULL. */
+static struct slot *find(struct shard *s, const struct name *n)
+{
+    for (int32_t i = s->buckets[n->hash & (s->nbuckets - 1)]; i != NO_ENTRY;) {
         struct slot *e = slot_at(s, (size_t)i);
-        if (e->hash == hash && strcmp(e->name, name) == 0)
+        if (e->hash == n->hash && e->len == n->len && memcmp(e->name, n->p, n->len) == 0)
             return e;
         i = e->next;
     }
@@ -254,7 +299,8 @@ static void unlink_entry(struct shard *s, struct slot *e, int32_t idx)
         p = &slot_at(s, (size_t)*p)->next;
     if (*p == idx)
         *p = e->next;
-    free(e->name);
+    if (e->name != e->inline_name)
+        free((void *)e->name);
     e->name = NULL;
 }
 
@@ -263,10 +309,10 @@ static void unlink_entry(struct shard *s, struct slot *e, int32_t idx)
  * fills, the hand walks over free slots; once full, it evicts the next one: O(1) either
  * way. An evicted entry's drops live on in drop_seq_max, which refuses fills that read
  * before them. */
-static struct slot *insert(struct shard *s, uint64_t hash, const char *name, bool *evicted)
+static struct slot *insert(struct shard *s, const struct name *n, bool *evicted)
 {
-    char *copy = strdup(name);
-    if (copy == NULL)
+    char *copy = NULL;
+    if (n->len >= NAME_INLINE && (copy = malloc(n->len + 1)) == NULL)
         return NULL;
     struct slot *e = slot_at(s, s->hand);
     int32_t idx = (int32_t)s->hand;
@@ -285,42 +331,74 @@ static struct slot *insert(struct shard *s, uint64_t hash, const char *name, boo
         s->used++;
     }
     memset(e, 0, s->stride);
-    e->name = copy;
-    e->hash = hash;
-    size_t b = hash & (s->nbuckets - 1);
+    char *to = copy != NULL ? copy : e->inline_name;
+    memcpy(to, n->p, n->len);
+    to[n->len] = '\0';
+    e->name = to;
+    e->len = (uint32_t)n->len;
+    e->hash = n->hash;
+    size_t b = n->hash & (s->nbuckets - 1);
     e->next = s->buckets[b];
     s->buckets[b] = idx;
     return e;
 }
-/* parts[0..n) joined by a separator no id holds (0x1f) into buf, NUL-terminated; false
- * when it does not fit in cap. Every lookup builds a name: no printf here. */
-static bool join_name(const char *const *parts, int n, char *buf, size_t cap)
+
+/* Appends the separator (0x1f: no id holds it) and id to buf[*len..), NUL-terminated;
+ * false when it does not fit in NAME_MAX_BYTES. No printf here: every lookup names. */
+static bool name_append(char *buf, size_t *len, const char *id)
 {
-    size_t len = 0;
-    for (int i = 0; i < n; i++) {
-        size_t k = strlen(parts[i]);
-        if (len + k + (i > 0) >= cap)
-            return false;
-        if (i > 0)
-            buf[len++] = '\x1f';
-        memcpy(buf + len, parts[i], k);
-        len += k;
-    }
-    buf[len] = '\0';
+    size_t k = strlen(id);
+    if (*len + 1 + k >= NAME_MAX_BYTES)
+        return false;
+    buf[(*len)++] = '\x1f';
+    memcpy(buf + *len, id, k + 1);
+    *len += k;
     return true;
 }
 
-/* "tenant/session/task/agent" with a separator no id holds; false when too long. */
-static bool row_name(const char *tenant_id, const struct cg_scope_ids *ids, char *buf, size_t cap)
+/* The names of the rows of ids' path, all in buf: level k's name is its first out[k-1].len
+ * bytes (the tenant id, then each level's id after a separator), hashed. Returns the
+ * path's depth (cg_scope_level), 0 when the names do not fit. */
+static int path_names(const struct cg_cache *c, const char *tenant_id,
+                      const struct cg_scope_ids *ids, char buf[NAME_MAX_BYTES],
+                      struct name out[CG_PATH_ROWS_MAX])
 {
-    const char *parts[] = {tenant_id, ids->session_id, ids->task_id, ids->agent_id};
-    return join_name(parts, 4, buf, cap);
+    int depth = cg_scope_level(ids);
+    const char *parts[] = {ids->session_id, ids->task_id, ids->agent_id};
+    size_t len = strlen(tenant_id);
+    if (len >= NAME_MAX_BYTES)
+        return 0;
+    memcpy(buf, tenant_id, len + 1);
+    for (int level = 1; level <= depth; level++) {
+        if (level > 1 && !name_append(buf, &len, parts[level - 2]))
+            return 0;
+        out[level - 1] = (struct name){buf, len, hash_bytes(c->hash_seed, buf, len)};
+    }
+    return depth;
 }
 
-static bool key_name(const char *tenant_id, const char *key_id, char *buf, size_t cap)
+/* The name of ids' own row (the deepest of its path); false when too long. */
+static bool row_name(const struct cg_cache *c, const char *tenant_id,
+                     const struct cg_scope_ids *ids, char buf[NAME_MAX_BYTES], struct name *out)
 {
-    const char *parts[] = {tenant_id, key_id};
-    return join_name(parts, 2, buf, cap);
+    struct name path[CG_PATH_ROWS_MAX];
+    int depth = path_names(c, tenant_id, ids, buf, path);
+    if (depth > 0)
+        *out = path[depth - 1];
+    return depth > 0;
+}
+
+static bool key_name(const struct cg_cache *c, const char *tenant_id, const char *key_id,
+                     char buf[NAME_MAX_BYTES], struct name *out)
+{
+    size_t len = strlen(tenant_id);
+    if (len >= NAME_MAX_BYTES)
+        return false;
+    memcpy(buf, tenant_id, len + 1);
+    if (!name_append(buf, &len, key_id))
+        return false;
+    *out = (struct name){buf, len, hash_bytes(c->hash_seed, buf, len)};
+    return true;
 }
 
 static void count(atomic_uint_fast64_t *c)
@@ -346,6 +424,8 @@ struct cg_cache *cg_cache_new(const struct cg_cache_opts *opts)
     c->max_rows = max_rows;
     c->key_ttl_ms = opts->key_ttl_ms > 0 ? opts->key_ttl_ms : 0;
     c->row_ttl_ms = opts->row_ttl_ms > 0 ? opts->row_ttl_ms : 0;
+    if (cg_random_bytes(&c->hash_seed, sizeof c->hash_seed) != CG_OK)
+        c->hash_seed = (uint64_t)cg_mono_ms() * 0x9e3779b97f4a7c15ULL;
     atomic_init(&c->seq, 1);
     atomic_init(&c->flush_seq, 1);
     atomic_init(&c->key_flush_seq, 1);
@@ -390,13 +470,13 @@ static uint64_t next_drop(struct cg_cache *c)
 bool cg_cache_key_get(struct cg_cache *cache, const char *tenant_id, const char *key_id,
                       int64_t now_ms, struct cg_key_auth *out)
 {
-    char name[NAME_MAX_BYTES];
-    if (cache == NULL || cache->key_ttl_ms == 0 || !key_name(tenant_id, key_id, name, sizeof name))
+    char buf[NAME_MAX_BYTES];
+    struct name n;
+    if (cache == NULL || cache->key_ttl_ms == 0 || !key_name(cache, tenant_id, key_id, buf, &n))
         return false;
-    uint64_t h = hash_name(name);
-    struct shard *s = shard_of(&cache->keys, h);
+    struct shard *s = shard_of(&cache->keys, n.hash);
     pthread_mutex_lock(&s->lock);
-    struct key_entry *e = (struct key_entry *)find(s, h, name);
+    struct key_entry *e = (struct key_entry *)find(s, &n);
     bool hit = e != NULL && !e->h.dropped &&
                e->h.fill_ticket >= atomic_load(&cache->key_flush_seq) &&
                now_ms - e->h.filled_ms < cache->key_ttl_ms;
@@ -410,18 +490,18 @@ bool cg_cache_key_get(struct cg_cache *cache, const char *tenant_id, const char 
 void cg_cache_key_put(struct cg_cache *cache, const char *tenant_id, const char *key_id,
                       const struct cg_key_auth *entry, uint64_t ticket, int64_t now_ms)
 {
-    char name[NAME_MAX_BYTES];
-    if (cache == NULL || cache->key_ttl_ms == 0 || !key_name(tenant_id, key_id, name, sizeof name))
+    char buf[NAME_MAX_BYTES];
+    struct name n;
+    if (cache == NULL || cache->key_ttl_ms == 0 || !key_name(cache, tenant_id, key_id, buf, &n))
         return;
-    uint64_t h = hash_name(name);
-    struct shard *s = shard_of(&cache->keys, h);
+    struct shard *s = shard_of(&cache->keys, n.hash);
     pthread_mutex_lock(&s->lock);
-    struct key_entry *e = (struct key_entry *)find(s, h, name);
+    struct key_entry *e = (struct key_entry *)find(s, &n);
     bool newer = ticket >= atomic_load(&cache->key_flush_seq) &&
                  (e == NULL ? ticket >= s->drop_seq_max : ticket >= e->h.drop_seq);
     bool evicted = false;
     if (newer && e == NULL)
-        e = (struct key_entry *)insert(s, h, name, &evicted);
+        e = (struct key_entry *)insert(s, &n, &evicted);
     if (newer && e != NULL) {
         e->key = *entry;
         e->h.fill_ticket = ticket;
@@ -433,20 +513,20 @@ void cg_cache_key_put(struct cg_cache *cache, const char *tenant_id, const char 
 
 void cg_cache_key_drop(struct cg_cache *cache, const char *tenant_id, const char *key_id)
 {
-    char name[NAME_MAX_BYTES];
-    if (cache == NULL || !key_name(tenant_id, key_id, name, sizeof name))
+    char buf[NAME_MAX_BYTES];
+    struct name n;
+    if (cache == NULL || !key_name(cache, tenant_id, key_id, buf, &n))
         return;
     uint64_t seq = next_drop(cache);
-    uint64_t h = hash_name(name);
-    struct shard *s = shard_of(&cache->keys, h);
+    struct shard *s = shard_of(&cache->keys, n.hash);
     pthread_mutex_lock(&s->lock);
-    struct slot *e = find(s, h, name);
+    struct slot *e = find(s, &n);
     bool evicted = false;
     /* A key never cached here gets an entry too, empty and dropped, so that its next
      * lookup reads PostgreSQL (cg_cache_key_dropped) rather than a Redis entry that the
      * revoking replica may have failed to mark. */
     if (e == NULL)
-        e = insert(s, h, name, &evicted);
+        e = insert(s, &n, &evicted);
     if (e != NULL) {
         e->dropped = true;
         e->drop_seq = seq;
@@ -457,13 +537,13 @@ void cg_cache_key_drop(struct cg_cache *cache, const char *tenant_id, const char
 
 bool cg_cache_key_dropped(struct cg_cache *cache, const char *tenant_id, const char *key_id)
 {
-    char name[NAME_MAX_BYTES];
-    if (cache == NULL || !key_name(tenant_id, key_id, name, sizeof name))
+    char buf[NAME_MAX_BYTES];
+    struct name n;
+    if (cache == NULL || !key_name(cache, tenant_id, key_id, buf, &n))
         return false;
-    uint64_t h = hash_name(name);
-    struct shard *s = shard_of(&cache->keys, h);
+    struct shard *s = shard_of(&cache->keys, n.hash);
     pthread_mutex_lock(&s->lock);
-    struct slot *e = find(s, h, name);
+    struct slot *e = find(s, &n);
     bool dropped = e != NULL && e->dropped;
     pthread_mutex_unlock(&s->lock);
     return dropped;
@@ -480,11 +560,11 @@ void cg_cache_key_drop_all(struct cg_cache *cache)
 
 /* ---------------------------------------------------------------- rows ------------ */
 
-/* The row held by e into out, whose ids the caller gives (they are e's name). */
-static void row_out(const struct row_entry *e, const struct cg_scope_ids *ids,
+/* The row held by e into out; its ids are the prefix of ids at level (e's name). */
+static void row_out(const struct row_entry *e, const struct cg_scope_ids *ids, int level,
                     struct cg_budget_row *out)
 {
-    out->ids = *ids;
+    cg_scope_prefix(ids, level, &out->ids);
     memcpy((unsigned char *)out + ROW_HEAD_AT, e->head, ROW_HEAD_LEN);
     out->description[0] = '\0';
     memcpy((unsigned char *)out + ROW_TAIL_AT, e->tail, ROW_TAIL_LEN);
@@ -494,15 +574,15 @@ static void row_out(const struct row_entry *e, const struct cg_scope_ids *ids,
  * Refused: a row older than the one held, or than the newest version announced for it
  * (need_version: a write of another replica that this fill may have read before), or read
  * before a drop that named no version (ticket older than drop_seq). */
-static bool put_row(struct cg_cache *c, struct shard *s, uint64_t h, const char *name,
+static bool put_row(struct cg_cache *c, struct shard *s, const struct name *n,
                     const struct cg_budget_row *row, uint64_t ticket, int64_t now_ms)
 {
-    struct row_entry *e = (struct row_entry *)find(s, h, name);
+    struct row_entry *e = (struct row_entry *)find(s, n);
     if (e == NULL) {
         if (ticket < s->drop_seq_max)
             return false;
         bool evicted = false;
-        e = (struct row_entry *)insert(s, h, name, &evicted);
+        e = (struct row_entry *)insert(s, n, &evicted);
         if (e == NULL)
             return false;
         if (evicted)
@@ -536,13 +616,13 @@ int cg_cache_rows_put(struct cg_cache *cache, const char *tenant_id,
     }
     int stored = 0;
     for (int i = 0; i < n; i++) {
-        char name[NAME_MAX_BYTES];
-        if (rows[i].row_version <= 0 || !row_name(tenant_id, &rows[i].ids, name, sizeof name))
+        char buf[NAME_MAX_BYTES];
+        struct name nm;
+        if (rows[i].row_version <= 0 || !row_name(cache, tenant_id, &rows[i].ids, buf, &nm))
             continue;
-        uint64_t h = hash_name(name);
-        struct shard *s = shard_of(&cache->rows, h);
+        struct shard *s = shard_of(&cache->rows, nm.hash);
         pthread_mutex_lock(&s->lock);
-        bool ok = put_row(cache, s, h, name, &rows[i], ticket, now_ms);
+        bool ok = put_row(cache, s, &nm, &rows[i], ticket, now_ms);
         pthread_mutex_unlock(&s->lock);
         count(ok ? &cache->rows_stored : &cache->rows_refused);
         stored += ok;
@@ -558,21 +638,17 @@ bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
         return false;
     bool live = atomic_load(&cache->live);
     uint64_t flush = atomic_load(&cache->flush_seq);
-    int depth = cg_scope_level(ids);
+    char buf[NAME_MAX_BYTES];
+    struct name names[CG_PATH_ROWS_MAX];
+    int depth = path_names(cache, tenant_id, ids, buf, names);
     int64_t oldest = now_ms;
-    bool hit = allow_stale || live;
+    bool hit = (allow_stale || live) && depth > 0;
+    for (int level = 1; hit && level <= depth; level++)
+        prefetch_chain(&cache->rows, &names[level - 1]);
     for (int level = 1; hit && level <= depth; level++) {
-        struct cg_scope_ids p;
-        char name[NAME_MAX_BYTES];
-        cg_scope_prefix(ids, level, &p);
-        if (!row_name(tenant_id, &p, name, sizeof name)) {
-            hit = false;
-            break;
-        }
-        uint64_t h = hash_name(name);
-        struct shard *s = shard_of(&cache->rows, h);
+        struct shard *s = shard_of(&cache->rows, names[level - 1].hash);
         pthread_mutex_lock(&s->lock);
-        const struct row_entry *e = (const struct row_entry *)find(s, h, name);
+        const struct row_entry *e = (const struct row_entry *)find(s, &names[level - 1]);
         if (e == NULL || e->row_version <= 0)
             hit = false;
         else if (!allow_stale &&
@@ -580,7 +656,7 @@ bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
                   (cache->row_ttl_ms > 0 && now_ms - e->h.filled_ms >= cache->row_ttl_ms)))
             hit = false;
         else {
-            row_out(e, &p, &out[level - 1]);
+            row_out(e, ids, level, &out[level - 1]);
             if (e->h.filled_ms < oldest)
                 oldest = e->h.filled_ms;
         }
@@ -598,9 +674,9 @@ bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
 /* With the shard locked: marks the row named name dropped at seq (fills that read before
  * are refused). A row not cached leaves the drop in the shard (drop_seq_max), which
  * refuses the fills that read before it. */
-static void drop_row(struct shard *s, uint64_t h, const char *name, uint64_t seq)
+static void drop_row(struct shard *s, const struct name *n, uint64_t seq)
 {
-    struct row_entry *e = (struct row_entry *)find(s, h, name);
+    struct row_entry *e = (struct row_entry *)find(s, n);
     if (e != NULL) {
         e->h.dropped = true;
         e->h.drop_seq = seq;
@@ -615,17 +691,13 @@ void cg_cache_drop_path(struct cg_cache *cache, const char *tenant_id,
     if (cache == NULL)
         return;
     uint64_t seq = next_drop(cache);
-    int depth = cg_scope_level(ids);
+    char buf[NAME_MAX_BYTES];
+    struct name names[CG_PATH_ROWS_MAX];
+    int depth = path_names(cache, tenant_id, ids, buf, names);
     for (int level = 1; level <= depth; level++) {
-        struct cg_scope_ids p;
-        char name[NAME_MAX_BYTES];
-        cg_scope_prefix(ids, level, &p);
-        if (!row_name(tenant_id, &p, name, sizeof name))
-            return;
-        uint64_t h = hash_name(name);
-        struct shard *s = shard_of(&cache->rows, h);
+        struct shard *s = shard_of(&cache->rows, names[level - 1].hash);
         pthread_mutex_lock(&s->lock);
-        drop_row(s, h, name, seq);
+        drop_row(s, &names[level - 1], seq);
         pthread_mutex_unlock(&s->lock);
     }
 }
@@ -633,13 +705,13 @@ void cg_cache_drop_path(struct cg_cache *cache, const char *tenant_id,
 bool cg_cache_row_announced(struct cg_cache *cache, const char *tenant_id,
                             const struct cg_scope_ids *ids, int64_t row_version)
 {
-    char name[NAME_MAX_BYTES];
-    if (cache == NULL || !row_name(tenant_id, ids, name, sizeof name))
+    char buf[NAME_MAX_BYTES];
+    struct name n;
+    if (cache == NULL || !row_name(cache, tenant_id, ids, buf, &n))
         return false;
-    uint64_t h = hash_name(name);
-    struct shard *s = shard_of(&cache->rows, h);
+    struct shard *s = shard_of(&cache->rows, n.hash);
     pthread_mutex_lock(&s->lock);
-    struct row_entry *e = (struct row_entry *)find(s, h, name);
+    struct row_entry *e = (struct row_entry *)find(s, &n);
     /* Held at that version or newer (this process's own write, or a fill that already read
      * it): nothing to do. */
     bool drop = !(e != NULL && row_version > 0 && e->row_version >= row_version);
@@ -650,7 +722,7 @@ bool cg_cache_row_announced(struct cg_cache *cache, const char *tenant_id,
             e->need_version = row_version;
         e->h.dropped = true;
     } else if (drop) {
-        drop_row(s, h, name, next_drop(cache));
+        drop_row(s, &n, next_drop(cache));
     }
     pthread_mutex_unlock(&s->lock);
     if (drop)
@@ -662,17 +734,16 @@ void cg_cache_drop_tenant(struct cg_cache *cache, const char *tenant_id)
 {
     if (cache == NULL)
         return;
-    char prefix[CG_UUID_LEN + 2];
-    int plen = snprintf(prefix, sizeof prefix, "%s\x1f", tenant_id);
-    if (plen <= 0 || (size_t)plen >= sizeof prefix)
-        return;
+    size_t tlen = strlen(tenant_id);
     uint64_t seq = next_drop(cache);
     for (int i = 0; i < SHARDS; i++) {
         struct shard *s = &cache->rows.shards[i];
         pthread_mutex_lock(&s->lock);
         for (size_t k = 0; k < s->cap; k++) {
             struct row_entry *e = (struct row_entry *)slot_at(s, k);
-            if (e->h.name != NULL && strncmp(e->h.name, prefix, (size_t)plen) == 0) {
+            /* the tenant's row is named by its id, the rows below by the id and 0x1f */
+            if (e->h.name != NULL && e->h.len >= tlen && memcmp(e->h.name, tenant_id, tlen) == 0 &&
+                (e->h.len == tlen || e->h.name[tlen] == '\x1f')) {
                 e->h.dropped = true;
                 e->h.drop_seq = seq;
             }
@@ -731,14 +802,14 @@ void cg_cache_store_state(struct cg_cache *cache, bool ok)
 bool cg_cache_allowance_take(struct cg_cache *cache, const char *tenant_id,
                              const struct cg_scope_ids *ids, int64_t tokens, int64_t allowance)
 {
-    char name[NAME_MAX_BYTES];
-    if (cache == NULL || !row_name(tenant_id, ids, name, sizeof name))
+    char buf[NAME_MAX_BYTES];
+    struct name n;
+    if (cache == NULL || !row_name(cache, tenant_id, ids, buf, &n))
         return false;
     uint64_t epoch = atomic_load(&cache->outage_epoch);
-    uint64_t h = hash_name(name);
-    struct shard *s = shard_of(&cache->rows, h);
+    struct shard *s = shard_of(&cache->rows, n.hash);
     pthread_mutex_lock(&s->lock);
-    struct row_entry *e = (struct row_entry *)find(s, h, name);
+    struct row_entry *e = (struct row_entry *)find(s, &n);
     bool ok = false;
     if (e != NULL) {
         if (e->allowance_epoch != epoch) {

@@ -8,12 +8,13 @@
  * CG_CACHE_KEYS_MAX keys and max_rows rows (setting cache_rows_max; the clock hand evicts).
  *
  * Memory: the slot arrays are allocated by cg_cache_new but only touched as rows arrive.
- * A cached row costs cg_cache_row_bytes() (448 bytes on x86-64: the entry, 440, and two
- * bucket indexes) plus its name, malloc'd: the tenant id and scope ids joined (40 to 423
- * bytes) and the allocator's overhead, 80 bytes for ids of about 10 characters: ~530
- * bytes a row. A path is one row per level (tenant, session, task, agent), the upper
- * ones shared: 100,000 agents under 100 sessions of 10 tasks are 101,101 rows, ~54 MB.
- * The default (CG_CACHE_ROWS_DEFAULT, 262,144 rows) is ~140 MB when full.
+ * A cached row costs cg_cache_row_bytes() (536 bytes on x86-64: the entry, 528, and two
+ * bucket indexes), its name included when shorter than 80 bytes (the tenant id and the
+ * scope ids joined: a UUID and ids of up to about 14 characters each); a longer name
+ * (up to 423 bytes) is malloc'd besides. A path is one row per level (tenant, session,
+ * task, agent), the upper ones shared: 100,000 agents under 100 sessions of 10 tasks are
+ * 101,101 rows, ~54 MB. The default (CG_CACHE_ROWS_DEFAULT, 262,144 rows) is ~140 MB
+ * when full.
  *
  * Staleness (what a hit may be behind PostgreSQL):
  *   - writes committed by this process: none (cg_cache_written, after every commit);

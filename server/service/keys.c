@@ -18,9 +18,14 @@ static void principal_from_key(struct cg_principal *p, const struct cg_apikey_pa
     p->role = (cg_key_role)rec->role;
     memcpy(p->tenant_id, parts->tenant_id, sizeof p->tenant_id);
     memcpy(p->key_id, parts->key_id, sizeof p->key_id);
-    snprintf(p->tenant_name, sizeof p->tenant_name, "%s", rec->tenant_name);
-    snprintf(p->scope_session_id, sizeof p->scope_session_id, "%s", rec->scope_session_id);
-    snprintf(p->scope_task_id, sizeof p->scope_task_id, "%s", rec->scope_task_id);
+    /* Arrays of the same sizes, each terminated: copied whole (no printf on every call). */
+    _Static_assert(sizeof p->tenant_name == sizeof rec->tenant_name &&
+                       sizeof p->scope_session_id == sizeof rec->scope_session_id &&
+                       sizeof p->scope_task_id == sizeof rec->scope_task_id,
+                   "struct cg_principal and struct cg_key_auth hold the same strings");
+    memcpy(p->tenant_name, rec->tenant_name, sizeof p->tenant_name);
+    memcpy(p->scope_session_id, rec->scope_session_id, sizeof p->scope_session_id);
+    memcpy(p->scope_task_id, rec->scope_task_id, sizeof p->scope_task_id);
     p->expires_at_ms = rec->expires_at_ms;
     p->max_call_tokens = rec->max_call_tokens > 0 ? rec->max_call_tokens : CG_CALL_TOKENS_DEFAULT;
 }

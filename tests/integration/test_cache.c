@@ -136,6 +136,42 @@ Test(cache, tenant_drop_and_other_tenants)
                                 false, out, &n, NULL),
               "another tenant keeps its rows");
     cr_assert_eq(out[0].used_tokens, 7);
+    cr_assert_not(cg_cache_path_get(c, TENANT, &tenant_level, 100, false, out, &n, NULL),
+                  "the tenant's own row is dropped with the rows below it");
+    cg_cache_free(c);
+}
+
+/* Names short enough live in the entry, longer ones are allocated: both kinds are found,
+ * evicted and replaced without mixing them up (ASan checks the frees). 512 rows are 8 a
+ * shard: a path misses when its session row evicted its tenant row (about 1 put in 512),
+ * never answers another row. */
+Test(cache, short_and_long_names_under_eviction)
+{
+    struct cg_cache *c = new_cache(1000, 512);
+    struct cg_budget_row tenant = row_at("", "", 1, 0);
+    char id[CG_SCOPE_ID_MAX + 1];
+    int hits = 0;
+    for (int i = 0; i < 3000; i++) {
+        /* every third session id is 100 characters long: its name does not fit inline */
+        int len = snprintf(id, sizeof id, "s%d", i);
+        if (i % 3 == 0) {
+            memset(id + len, 'L', 100 - (size_t)len);
+            id[100] = '\0';
+        }
+        struct cg_budget_row rows[2] = {tenant, row_at(id, "", 1, i)};
+        cr_assert_eq(cg_cache_rows_put(c, TENANT, rows, 2, cg_cache_ticket(c), 100), 2);
+        struct cg_scope_ids ids = {.session_id = ""};
+        snprintf(ids.session_id, sizeof ids.session_id, "%s", id);
+        struct cg_budget_row out[4];
+        int n = 0;
+        if (!cg_cache_path_get(c, TENANT, &ids, 100, false, out, &n, NULL))
+            continue;
+        hits++;
+        cr_assert_eq(out[1].used_tokens, i);
+        cr_assert_str_eq(out[1].ids.session_id, id);
+        cr_assert_eq(out[0].ids.session_id[0], '\0');
+    }
+    cr_assert_geq(hits, 2900, "%d of 3000 paths found right after their put", hits);
     cg_cache_free(c);
 }
 

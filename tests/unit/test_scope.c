@@ -52,6 +52,22 @@ Test(scope, prefix_cuts_the_path_after_a_level)
     }
 }
 
+Test(scope, ids_set_copies_cuts_and_takes_null_as_empty)
+{
+    struct cg_scope_ids ids;
+    memset(&ids, 'x', sizeof ids);
+    cg_scope_ids_set(&ids, "s", NULL, "");
+    cr_assert_str_eq(ids.session_id, "s");
+    cr_assert_str_eq(ids.task_id, "");
+    cr_assert_str_eq(ids.agent_id, "");
+    char longer[CG_SCOPE_ID_MAX + 10];
+    memset(longer, 'L', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    cg_scope_ids_set(&ids, "s", "t", longer);
+    cr_assert_eq(strlen(ids.agent_id), CG_SCOPE_ID_MAX, "cut to the array, terminated");
+    cr_assert_str_eq(ids.task_id, "t");
+}
+
 Test(scope, equal_compares_every_id)
 {
     struct cg_scope_ids a = ids_of("s", "t", "a"), b = ids_of("s", "t", "a");
