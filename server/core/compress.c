@@ -217,6 +217,31 @@ static bool turn_start(const struct cg_message *m)
     return m->role == CG_ROLE_USER && !has_kind(m, CG_PART_TOOL_RESULT);
 }
 
+/* Whether the caller pinned the entry's message: no layer changes, drops, offloads or
+ * summarizes it (Message.pinned). */
+static bool pinned(struct run *r, const struct entry *e)
+{
+    return msg_of(r, e)->pinned;
+}
+
+/* The end of the turn that starts at or before i: the next turn start after i (or l->n). */
+static size_t turn_end(struct run *r, const struct list *l, size_t i)
+{
+    size_t e = i + 1;
+    while (e < l->n && !turn_start(msg_of(r, &l->e[e])))
+        e++;
+    return e;
+}
+
+/* Whether a message in [from, to) is pinned. */
+static bool any_pinned(struct run *r, const struct list *l, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++)
+        if (pinned(r, &l->e[i]))
+            return true;
+    return false;
+}
+
 static bool disabled(const struct run *r, cg_compress_layer layer)
 {
     return (r->p->disabled_layers & (1u << layer)) != 0;
@@ -702,6 +727,8 @@ static cg_status offload(struct run *r, struct list *l, uint32_t *affected)
 {
     const struct cg_compress_policy *p = r->p;
     for (size_t i = 0; i < l->n; i++) {
+        if (pinned(r, &l->e[i]))
+            continue;
         const struct cg_message *m = msg_of(r, &l->e[i]);
         for (size_t k = 0; k < msg_of(r, &l->e[i])->n_parts; k++) {
             m = msg_of(r, &l->e[i]);
@@ -782,6 +809,8 @@ static cg_status tool_results(struct run *r, struct list *l, uint32_t *affected)
 {
     const struct cg_compress_policy *p = r->p;
     for (size_t i = 0; i < l->n; i++) {
+        if (pinned(r, &l->e[i]))
+            continue;
         const struct cg_message *m = msg_of(r, &l->e[i]);
         bool changed = false;
         for (size_t k = 0; k < msg_of(r, &l->e[i])->n_parts; k++) {
@@ -824,7 +853,7 @@ static cg_status write_compaction(struct run *r, struct list *l, uint32_t *affec
 {
     for (size_t i = 0; i < l->n; i++) {
         const struct cg_message *m = msg_of(r, &l->e[i]);
-        if (m->role != CG_ROLE_ASSISTANT)
+        if (m->role != CG_ROLE_ASSISTANT || m->pinned)
             continue;
         bool changed = false;
         for (size_t k = 0; k < msg_of(r, &l->e[i])->n_parts; k++) {
@@ -856,7 +885,8 @@ static cg_status write_compaction(struct run *r, struct list *l, uint32_t *affec
 /* Whether the message holds anything trimming would change. */
 static bool trimmable(const struct cg_message *m)
 {
-    if (m->role != CG_ROLE_ASSISTANT && m->role != CG_ROLE_TOOL && m->role != CG_ROLE_USER)
+    if (m->pinned ||
+        (m->role != CG_ROLE_ASSISTANT && m->role != CG_ROLE_TOOL && m->role != CG_ROLE_USER))
         return false;
     for (size_t k = 0; k < m->n_parts; k++) {
         const struct cg_part *p = &m->parts[k];
@@ -1018,26 +1048,26 @@ static void drop_range(struct run *r, struct list *l, size_t from, size_t to, in
     l->n -= to - from;
 }
 
+/* Drops whole turns after the primers, oldest first, until the count is at or under goal
+ * or the recents are reached. A turn with a pinned message stays (the turns after it may
+ * still go). Returns the messages dropped. */
 static uint32_t window(struct run *r, struct list *l, int64_t goal, uint32_t recents)
 {
     size_t a = primers_end(r, l, r->p->primers), c = recents_start(r, l, recents);
-    if (a >= c)
-        return 0;
-    size_t d = a;
-    int64_t total = l->total;
-    while (d < c && r->fixed + total > goal) {
-        /* Drop one whole turn: up to the next turn start. */
-        size_t e = d + 1;
-        while (e < c && !turn_start(msg_of(r, &l->e[e])))
-            e++;
-        for (size_t i = d; i < e; i++)
-            total -= l->e[i].tokens;
-        d = e;
+    uint32_t dropped = 0;
+    while (a < c && r->fixed + l->total > goal) {
+        size_t e = turn_end(r, l, a);
+        if (e > c)
+            e = c;
+        if (any_pinned(r, l, a, e)) {
+            a = e;
+            continue;
+        }
+        drop_range(r, l, a, e, CG_LAYER_WINDOW);
+        dropped += (uint32_t)(e - a);
+        c -= e - a;
     }
-    if (d == a)
-        return 0;
-    drop_range(r, l, a, d, CG_LAYER_WINDOW);
-    return (uint32_t)(d - a);
+    return dropped;
 }
 
 /* The summarizer's text of the messages [a, c) of l (it reads them as they are now) into
@@ -1090,8 +1120,13 @@ static cg_status summarize(struct run *r, struct list *l, struct cg_compress_lay
 {
     *ok = false;
     size_t a = primers_end(r, l, r->p->primers), last = recents_start(r, l, 0);
+    /* Pinned turns are not summarized: the span starts after the pinned turns that lead it
+     * and ends at the next one. */
+    while (a < last && any_pinned(r, l, a, turn_end(r, l, a)))
+        a = turn_end(r, l, a);
     if (a >= last) {
-        snprintf(lr->detail, sizeof lr->detail, "no turns between the primers and the last turn");
+        snprintf(lr->detail, sizeof lr->detail,
+                 "no turns between the primers and the last turn (but pinned ones)");
         return CG_OK;
     }
     size_t want = a + (size_t)((double)(last - a) * r->p->summarize_ratio + 0.5);
@@ -1100,6 +1135,21 @@ static cg_status summarize(struct run *r, struct list *l, struct cg_compress_lay
         c++;
     if (c > last)
         c = last;
+    /* The message at c takes the summary as its first part: it may not be pinned either. */
+    size_t prev = a;
+    for (size_t t = a; t < c; prev = t, t = turn_end(r, l, t))
+        if (any_pinned(r, l, t, turn_end(r, l, t))) {
+            c = t;
+            break;
+        }
+    if (pinned(r, &l->e[c])) {
+        if (prev == a) {
+            snprintf(lr->detail, sizeof lr->detail,
+                     "no turns to summarize before a pinned message takes the summary");
+            return CG_OK;
+        }
+        c = prev;
+    }
     char *text = NULL;
     bool failed = false;
     cg_status st = run_summarizer(r, l, a, c, lr, &text, &failed);
@@ -1635,7 +1685,20 @@ static cg_status finish(struct run *r, struct list *l)
         return st;
     out->target_reached = !out->triggered || out->tokens_after <= target;
     out->under_ceiling = out->tokens_after <= ceiling;
-    if (out->triggered && !out->target_reached)
+    int64_t pinned_tokens = 0, pinned_messages = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (pinned(r, &l->e[i])) {
+            pinned_tokens += l->e[i].tokens;
+            pinned_messages++;
+        }
+    if (out->triggered && !out->target_reached && pinned_messages > 0)
+        warn(r, CG_CWARN_TARGET_UNREACHABLE, -1,
+             "%lld tokens after compression, target %lld: what is left (system and user text, "
+             "recent turns, primers, %lld pinned messages of %lld tokens, kept whole) does not "
+             "fit",
+             (long long)out->tokens_after, (long long)target, (long long)pinned_messages,
+             (long long)pinned_tokens);
+    else if (out->triggered && !out->target_reached)
         warn(r, CG_CWARN_TARGET_UNREACHABLE, -1,
              "%lld tokens after compression, target %lld: what is left (system and user text, "
              "recent turns, primers) does not fit",

@@ -195,6 +195,61 @@ class CompressTest(cgtest.TestCase):
                       {w.code for w in resp.report.warnings})
         self.check_report(resp.report, resp.conversation.openai_json)
 
+    def test_pinned_messages_survive_every_layer(self):
+        """Message.pinned through gRPC: a pinned user question and a pinned assistant answer
+        in the middle of a long chat stay in the output unchanged under the sliding window
+        and the summary, in both strategies; when the pins alone exceed the target, the
+        warning says how many tokens they hold."""
+        chat = long_chat()
+        pins = {21: "question 20", 30: "answer 14"}
+
+        def as_messages(pinned_all=False):
+            out = []
+            for i, m in enumerate(chat):
+                role = {"system": common_pb2.ROLE_SYSTEM, "user": common_pb2.ROLE_USER,
+                        "assistant": common_pb2.ROLE_ASSISTANT}[m["role"]]
+                text = m["content"] + (f" [{pins[i]}]" if i in pins else "")
+                out.append(common_pb2.Message(role=role, pinned=pinned_all or i in pins,
+                                              parts=[common_pb2.MessagePart(text=text)]))
+            return out
+
+        for strategy in (C.COMPRESSION_STRATEGY_SUMMARIZING, C.COMPRESSION_STRATEGY_TRIMMING):
+            for summarizer in (C.SUMMARIZER_KIND_NONE, C.SUMMARIZER_KIND_EXTRACTIVE):
+                with self.subTest(strategy=strategy, summarizer=summarizer):
+                    msgs = as_messages()
+                    conv = common_pb2.Conversation(messages=common_pb2.MessageList(messages=msgs))
+                    pol = C.CompressionPolicy(strategy=strategy, target_ratio=0.2,
+                                              reserved_output_tokens=0)
+                    resp = self.compress(conversation=conv, model="gpt-4o",
+                                         context_window_tokens=12000, policy=pol, force=True,
+                                         summarizer=summarizer)
+                    rep = resp.report
+                    self.assertLess(rep.tokens_after, rep.tokens_before, "it did compress")
+                    # The layer that would take them ran: the window (SUMMARIZING), the
+                    # trimming of the prefix (TRIMMING, which is under its ceiling then).
+                    layers = {l.layer: l.outcome for l in rep.layers}
+                    busy = (C.COMPRESSION_LAYER_SLIDING_WINDOW
+                            if strategy == C.COMPRESSION_STRATEGY_SUMMARIZING
+                            else C.COMPRESSION_LAYER_STABLE_PREFIX_TRIM)
+                    self.assertEqual(layers[busy], C.LAYER_OUTCOME_APPLIED, rep.layers)
+                    out = list(resp.conversation.messages.messages)
+                    for src in pins:
+                        at = list(rep.source_indexes).index(src)
+                        self.assertEqual(out[at], msgs[src], f"pinned message {src} changed")
+        # Every message pinned: nothing can go, and the report says why.
+        conv = common_pb2.Conversation(
+            messages=common_pb2.MessageList(messages=as_messages(pinned_all=True)))
+        resp = self.compress(conversation=conv, model="gpt-4o", context_window_tokens=12000,
+                             policy=C.CompressionPolicy(target_ratio=0.2,
+                                                        reserved_output_tokens=0),
+                             force=True)
+        rep = resp.report
+        self.assertFalse(rep.target_reached)
+        self.assertEqual(rep.tokens_after, rep.tokens_before)
+        warned = [w.message for w in rep.warnings
+                  if w.code == C.COMPRESSION_WARNING_CODE_TARGET_UNREACHABLE]
+        self.assertTrue(warned and "pinned" in warned[0], rep.warnings)
+
     def test_same_input_and_boundary_give_identical_output(self):
         d = load(samples()[1])
         conv = openai_conv(d["messages"], d.get("tools"))

@@ -427,3 +427,113 @@ Test(compress_props, long_session_keeps_the_prompt_prefix, .timeout = 240)
     cg_conv_free(prev);
     cg_conv_free(full);
 }
+
+static bool same_str(const struct cg_str *a, const struct cg_str *b)
+{
+    return a->len == b->len && (a->len == 0 || memcmp(a->ptr, b->ptr, a->len) == 0);
+}
+
+/* Whether b is a as it came in: role and every part (reasoning aside: a model that takes
+ * none gets none, pinned or not). */
+static bool same_message(const struct cg_message *a, const struct cg_message *b)
+{
+    size_t i = 0, j = 0;
+    if (a->role != b->role)
+        return false;
+    for (;; i++, j++) {
+        while (i < a->n_parts && a->parts[i].kind == CG_PART_REASONING)
+            i++;
+        while (j < b->n_parts && b->parts[j].kind == CG_PART_REASONING)
+            j++;
+        if (i == a->n_parts || j == b->n_parts)
+            return i == a->n_parts && j == b->n_parts;
+        const struct cg_part *p = &a->parts[i], *q = &b->parts[j];
+        if (p->kind != q->kind)
+            return false;
+        bool same =
+            p->kind == CG_PART_TEXT ? same_str(&p->u.text, &q->u.text)
+            : p->kind == CG_PART_TOOL_CALL
+                ? same_str(&p->u.tool_call.id, &q->u.tool_call.id) &&
+                      same_str(&p->u.tool_call.name, &q->u.tool_call.name) &&
+                      same_str(&p->u.tool_call.arguments, &q->u.tool_call.arguments)
+            : p->kind == CG_PART_TOOL_RESULT
+                ? same_str(&p->u.tool_result.tool_call_id, &q->u.tool_result.tool_call_id) &&
+                      same_str(&p->u.tool_result.content, &q->u.tool_result.content)
+                : true;
+        if (!same)
+            return false;
+    }
+}
+
+/* A summarizer that answers a short text, so that the summary layer runs. */
+static cg_status short_summary(void *ctx, const struct cg_conv *conv, size_t from, size_t to,
+                               int64_t target_tokens, char **out, struct cg_err *err)
+{
+    (void)ctx;
+    (void)conv;
+    (void)target_tokens;
+    (void)err;
+    char text[64];
+    snprintf(text, sizeof text, "messages %zu to %zu happened", from, to);
+    *out = strdup(text);
+    return *out != NULL ? CG_OK : CG_NOMEM;
+}
+
+/* Message.pinned: whatever the strategy, window, offload or summarizer, every pinned input
+ * message is in the output, unchanged, and a target the pins make unreachable is said. */
+Test(compress_props, pinned_messages_are_kept_verbatim, .timeout = 240)
+{
+    const int N = 1500;
+    int pinned_total = 0, pressed = 0, unreachable_said = 0;
+    for (uint64_t seed = 1; seed <= (uint64_t)N; seed++) {
+        struct rng r = {seed * 0xD1B54A32D192ED03ull + 7};
+        struct cg_conv *c = generate(&r, 2 + (int)pick(&r, 25), false);
+        unsigned odds = 2 + pick(&r, 8); /* about one message in `odds` pinned */
+        for (size_t i = 0; i < c->n_messages; i++)
+            if (!cg_conv_role_is_system(c->messages[i].role) && pick(&r, odds) == 0) {
+                c->messages[i].pinned = true;
+                pinned_total++;
+            }
+        struct setup s;
+        make_setup(&s, &r, c, NULL);
+        s.in.context_window = 1000 + pick(&r, 20000); /* mostly under pressure */
+        if (pick(&r, 2) == 0)
+            s.in.summarize = short_summary;
+        s.in.force = pick(&r, 4) == 0;
+        struct cg_compress_result a;
+        struct cg_err err = {0};
+        cr_assert_eq(cg_compress_run(&s.in, &s.p, &a, &err), CG_OK, "seed %llu: %s",
+                     (unsigned long long)seed, err.msg);
+        if (a.triggered)
+            pressed++;
+        for (size_t src = 0; src < c->n_messages; src++) {
+            if (!c->messages[src].pinned)
+                continue;
+            int64_t at = -1;
+            for (size_t o = 0; o < a.conv->n_messages && at < 0; o++)
+                if (a.source_indexes[o] == (int64_t)src)
+                    at = (int64_t)o;
+            cr_assert_geq(at, 0, "seed %llu: pinned message %zu dropped", (unsigned long long)seed,
+                          src);
+            cr_assert(same_message(&c->messages[src], &a.conv->messages[at]),
+                      "seed %llu: pinned message %zu changed", (unsigned long long)seed, src);
+        }
+        bool pins_left = false;
+        for (size_t o = 0; o < a.conv->n_messages; o++)
+            pins_left = pins_left || a.conv->messages[o].pinned;
+        if (a.triggered && !a.target_reached) {
+            bool said = false;
+            for (size_t w = 0; w < a.n_warnings; w++)
+                said = said || (a.warnings[w].code == CG_CWARN_TARGET_UNREACHABLE &&
+                                (!pins_left || strstr(a.warnings[w].message, "pinned") != NULL));
+            cr_assert(said, "seed %llu: target missed without a warning naming the pins",
+                      (unsigned long long)seed);
+            unreachable_said++;
+        }
+        cg_compress_result_free(&a);
+        cg_conv_free(c);
+    }
+    cr_log_info("%d conversations, %d pinned messages, %d triggered, %d unreachable", N,
+                pinned_total, pressed, unreachable_said);
+    cr_assert_gt(pressed, N / 2, "the generator must press the pins");
+}
