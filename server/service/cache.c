@@ -19,7 +19,8 @@
  * and its description: 528 bytes on x86-64 with a name of up to 79 bytes inside it, see
  * cache.h for the memory per path. A lookup hashes its name eight bytes at a time (seeded
  * per process: ids cannot be picked to fill one chain), and a path's lookups first hint
- * the CPU to fetch their four chain heads, so that their cache misses overlap.
+ * the CPU to fetch their four buckets, then the entries at the heads of those chains
+ * (prefetch_head), so that their cache misses overlap.
  *
  * Correctness rests on two numbers:
  *   - row_version (migration 0008), bumped by PostgreSQL on every write of a row, in
@@ -271,13 +272,32 @@ static struct shard *shard_of(struct table *t, uint64_t hash)
     return &t->shards[(hash >> 48) % SHARDS];
 }
 
-/* Hints the CPU to fetch the head of the chain n would walk (the buckets array is never
- * written once made, so this reads nothing shared): the lookups of a path's levels then
- * wait for their cache misses together rather than one after another. */
-static void prefetch_chain(const struct table *t, const struct name *n)
+/* Without the lock, the lookups of a path's levels hint the CPU to fetch what they will
+ * read, so that their cache misses overlap rather than come one after another: first the
+ * bucket of each level's chain (an address: the array and its size never change), then the
+ * entry at the head of each chain, read with a relaxed atomic load (the buckets are written,
+ * under the lock, with relaxed atomic stores). A stale head only wastes the hint: the
+ * lookup itself runs locked. */
+static int32_t *bucket_of(const struct table *t, const struct name *n)
 {
     const struct shard *s = &t->shards[(n->hash >> 48) % SHARDS];
-    __builtin_prefetch(&s->buckets[n->hash & (s->nbuckets - 1)]);
+    return &s->buckets[n->hash & (s->nbuckets - 1)];
+}
+
+static void prefetch_chain(const struct table *t, const struct name *n)
+{
+    __builtin_prefetch(bucket_of(t, n));
+}
+
+static void prefetch_head(const struct table *t, const struct name *n)
+{
+    const struct shard *s = &t->shards[(n->hash >> 48) % SHARDS];
+    int32_t head = __atomic_load_n(bucket_of(t, n), __ATOMIC_RELAXED);
+    if (head == NO_ENTRY || (size_t)head >= s->cap)
+        return;
+    const unsigned char *e = s->mem + (size_t)head * s->stride;
+    for (size_t off = 0; off < s->stride; off += 64)
+        __builtin_prefetch(e + off);
 }
 
 /* With the shard locked: the entry named n, or NULL. */
@@ -297,8 +317,8 @@ static void unlink_entry(struct shard *s, struct slot *e, int32_t idx)
     int32_t *p = &s->buckets[e->hash & (s->nbuckets - 1)];
     while (*p != NO_ENTRY && *p != idx)
         p = &slot_at(s, (size_t)*p)->next;
-    if (*p == idx)
-        *p = e->next;
+    if (*p == idx) /* atomic: p may be a bucket, which prefetch_head reads unlocked */
+        __atomic_store_n(p, e->next, __ATOMIC_RELAXED);
     if (e->name != e->inline_name)
         free((void *)e->name);
     e->name = NULL;
@@ -339,7 +359,7 @@ static struct slot *insert(struct shard *s, const struct name *n, bool *evicted)
     e->hash = n->hash;
     size_t b = n->hash & (s->nbuckets - 1);
     e->next = s->buckets[b];
-    s->buckets[b] = idx;
+    __atomic_store_n(&s->buckets[b], idx, __ATOMIC_RELAXED); /* see prefetch_head */
     return e;
 }
 
@@ -645,6 +665,8 @@ bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
     bool hit = (allow_stale || live) && depth > 0;
     for (int level = 1; hit && level <= depth; level++)
         prefetch_chain(&cache->rows, &names[level - 1]);
+    for (int level = 1; hit && level <= depth; level++)
+        prefetch_head(&cache->rows, &names[level - 1]);
     for (int level = 1; hit && level <= depth; level++) {
         struct shard *s = shard_of(&cache->rows, names[level - 1].hash);
         pthread_mutex_lock(&s->lock);
