@@ -13,7 +13,8 @@
  * entries and a bucket array of chains (indexes), so that threads rarely meet on a lock
  * and no lock is held for more than a hash walk and a copy. The arrays are allocated once
  * (cache_rows_max rows; calloc'd, so untouched slots cost no memory); an entry's name is
- * malloc'd when it is stored (on the pool, never on a hit). A full shard evicts with a
+ * kept in it when under NAME_INLINE bytes, else malloc'd when it is stored (on the pool,
+ * never on a hit). A full shard evicts with a
  * clock hand (the next entry in the array), O(1), without bookkeeping on the read path.
  * A row entry keeps every field of struct cg_budget_row but its ids (its name says them)
  * and its description: 528 bytes on x86-64 with a name of up to 79 bytes inside it, see
