@@ -1693,9 +1693,8 @@ static cg_status finish(struct run *r, struct list *l)
         }
     if (out->triggered && !out->target_reached && pinned_messages > 0)
         warn(r, CG_CWARN_TARGET_UNREACHABLE, -1,
-             "%lld tokens after compression, target %lld: what is left (system and user text, "
-             "recent turns, primers, %lld pinned messages of %lld tokens, kept whole) does not "
-             "fit",
+             "%lld tokens after compression, target %lld: %lld pinned messages (%lld tokens) "
+             "stay whole, with system and user text, recent turns and primers",
              (long long)out->tokens_after, (long long)target, (long long)pinned_messages,
              (long long)pinned_tokens);
     else if (out->triggered && !out->target_reached)
