@@ -33,26 +33,6 @@ static uint8_t *put_varint(uint8_t *p, uint64_t v)
     return p;
 }
 
-static int wire_type(ProtobufCType t)
-{
-    switch (t) {
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_FIXED64:
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return WIRE_64;
-    case PROTOBUF_C_TYPE_SFIXED32:
-    case PROTOBUF_C_TYPE_FIXED32:
-    case PROTOBUF_C_TYPE_FLOAT:
-        return WIRE_32;
-    case PROTOBUF_C_TYPE_STRING:
-    case PROTOBUF_C_TYPE_BYTES:
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return WIRE_LEN;
-    default:
-        return WIRE_VARINT;
-    }
-}
-
 size_t cg_pb_element_size(ProtobufCType t)
 {
     switch (t) {
@@ -359,12 +339,12 @@ static uint8_t *write_message(const ProtobufCMessage *m, struct cg_pb_sizes *s, 
             continue;
         }
         for (size_t k = 0; k < count && p != NULL; k++) {
-            p = put_varint(p, key | (uint64_t)wire_type(f->type));
             if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
-                p = write_sub(((const ProtobufCMessage *const *)(const void *)array)[k], s, p);
+                p = write_sub(((const ProtobufCMessage *const *)(const void *)array)[k], s,
+                              put_varint(p, key | WIRE_LEN));
             } else {
                 struct value v = value_of(f->type, array + k * step);
-                p = put_value(p, &v);
+                p = put_value(put_varint(p, key | (uint64_t)v.wire), &v);
             }
         }
     }

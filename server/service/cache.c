@@ -378,10 +378,11 @@ static bool name_append(char *buf, size_t *len, const char *id)
 }
 
 /* The names of the rows of ids' path, all in buf: level k's name is its first out[k-1].len
- * bytes (the tenant id, then each level's id after a separator), hashed. Returns the
- * path's depth (cg_scope_level), 0 when the names do not fit. */
+ * bytes (the tenant id, then each level's id after a separator); hashed from level
+ * `hashed` down (a row's own name needs only the last). Returns the path's depth
+ * (cg_scope_level), 0 when the names do not fit. */
 static int path_names(const struct cg_cache *c, const char *tenant_id,
-                      const struct cg_scope_ids *ids, char buf[NAME_MAX_BYTES],
+                      const struct cg_scope_ids *ids, int hashed, char buf[NAME_MAX_BYTES],
                       struct name out[CG_PATH_ROWS_MAX])
 {
     int depth = cg_scope_level(ids);
@@ -393,7 +394,8 @@ static int path_names(const struct cg_cache *c, const char *tenant_id,
     for (int level = 1; level <= depth; level++) {
         if (level > 1 && !name_append(buf, &len, parts[level - 2]))
             return 0;
-        out[level - 1] = (struct name){buf, len, hash_bytes(c->hash_seed, buf, len)};
+        out[level - 1] =
+            (struct name){buf, len, level >= hashed ? hash_bytes(c->hash_seed, buf, len) : 0};
     }
     return depth;
 }
@@ -403,7 +405,7 @@ static bool row_name(const struct cg_cache *c, const char *tenant_id,
                      const struct cg_scope_ids *ids, char buf[NAME_MAX_BYTES], struct name *out)
 {
     struct name path[CG_PATH_ROWS_MAX];
-    int depth = path_names(c, tenant_id, ids, buf, path);
+    int depth = path_names(c, tenant_id, ids, cg_scope_level(ids), buf, path);
     if (depth > 0)
         *out = path[depth - 1];
     return depth > 0;
@@ -661,7 +663,7 @@ bool cg_cache_path_get(struct cg_cache *cache, const char *tenant_id,
     uint64_t flush = atomic_load(&cache->flush_seq);
     char buf[NAME_MAX_BYTES];
     struct name names[CG_PATH_ROWS_MAX];
-    int depth = path_names(cache, tenant_id, ids, buf, names);
+    int depth = path_names(cache, tenant_id, ids, 1, buf, names);
     int64_t oldest = now_ms;
     bool hit = (allow_stale || live) && depth > 0;
     for (int level = 1; hit && level <= depth; level++)
@@ -716,7 +718,7 @@ void cg_cache_drop_path(struct cg_cache *cache, const char *tenant_id,
     uint64_t seq = next_drop(cache);
     char buf[NAME_MAX_BYTES];
     struct name names[CG_PATH_ROWS_MAX];
-    int depth = path_names(cache, tenant_id, ids, buf, names);
+    int depth = path_names(cache, tenant_id, ids, 1, buf, names);
     for (int level = 1; level <= depth; level++) {
         struct shard *s = shard_of(&cache->rows, names[level - 1].hash);
         pthread_mutex_lock(&s->lock);
