@@ -313,6 +313,10 @@ static void print_tenant(const Ctxguard__V1__Tenant *t)
     print_field("pii_redact:", n > 0 ? types : "all");
     print_field("redact_artifacts:",
                 t->settings != NULL && t->settings->redact_artifacts ? "on" : "off");
+    char days[24] = "kept";
+    if (t->settings != NULL && t->settings->history_retention_days > 0)
+        snprintf(days, sizeof days, "%u days", t->settings->history_retention_days);
+    print_field("history_retention:", days);
 }
 
 /* "email,PHONE,card_number" (or "all") into types (at most max); false on an unknown name. */
@@ -353,6 +357,10 @@ static int cmd_tenant_settings(struct ctl *ctl, const struct command *cmd,
 {
     const char *redact = option_value(cmd, args, "--redact");
     const char *artifacts = option_value(cmd, args, "--redact-artifacts");
+    const char *retention = option_value(cmd, args, "--retention-days");
+    long days = 0;
+    if (retention != NULL && !parse_long(retention, 0, 36500, &days))
+        return usage_error("--retention-days must be 0..36500 (0: kept), not '%s'", retention);
     Ctxguard__V1__PiiType types[16];
     size_t n_types = 0;
     char bad[64];
@@ -376,7 +384,7 @@ static int cmd_tenant_settings(struct ctl *ctl, const struct command *cmd,
         goto out;
     }
     const Ctxguard__V1__Tenant *shown = got->tenant;
-    if (redact != NULL || artifacts != NULL) {
+    if (redact != NULL || artifacts != NULL || retention != NULL) {
         Ctxguard__V1__TenantSettings settings = CTXGUARD__V1__TENANT_SETTINGS__INIT;
         if (got->tenant->settings != NULL)
             settings = *got->tenant->settings;
@@ -386,6 +394,8 @@ static int cmd_tenant_settings(struct ctl *ctl, const struct command *cmd,
         }
         if (artifacts != NULL)
             settings.redact_artifacts = strcmp(artifacts, "on") == 0;
+        if (retention != NULL)
+            settings.history_retention_days = (uint32_t)days;
         Ctxguard__V1__UpdateTenantSettingsRequest req =
             CTXGUARD__V1__UPDATE_TENANT_SETTINGS_REQUEST__INIT;
         req.tenant_id = (char *)args->positional[0];
@@ -802,6 +812,35 @@ static int cmd_key_revoke(struct ctl *ctl, const struct command *cmd, const stru
     else
         print_api_key(resp->key);
 out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_session_delete(struct ctl *ctl, const struct command *cmd,
+                              const struct cmd_args *args)
+{
+    (void)cmd;
+    Ctxguard__V1__DeleteSessionRequest req = CTXGUARD__V1__DELETE_SESSION_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    req.session_id = (char *)args->positional[0];
+    int rc = call(ctl, CONTEXT_METHOD("DeleteSession"), &req.base,
+                  &ctxguard__v1__delete_session_response__descriptor, &msg);
+    if (rc == 0) {
+        const Ctxguard__V1__DeleteSessionResponse *resp = (const void *)msg;
+        if (ctl->json) {
+            rc = print_json(msg);
+        } else {
+            char n[24];
+            print_field("session_id:", req.session_id);
+            snprintf(n, sizeof n, "%lld", (long long)resp->deleted_messages);
+            print_field("deleted_messages:", n);
+            snprintf(n, sizeof n, "%lld", (long long)resp->deleted_artifacts);
+            print_field("deleted_artifacts:", n);
+            snprintf(n, sizeof n, "%lld", (long long)resp->deleted_compactions);
+            print_field("deleted_compactions:", n);
+        }
+    }
     if (msg != NULL)
         protobuf_c_message_free_unpacked(msg, NULL);
     return rc;
@@ -2544,15 +2583,17 @@ static const struct command commands[] = {
      .run = cmd_tenant_get},
     {.words = "tenant settings",
      .arg_usage = "TENANT_ID",
-     .summary = "show or change a tenant's PII settings (options not given are kept)",
+     .summary = "show or change a tenant's settings: PII, retention (options not given are "
+                "kept)",
      .key = KEY_ADMIN,
      .min_positional = 1,
      .max_positional = 1,
      .options = {{"--redact", "TYPE,...",
                   "PII types redacted before summarizing: all, or email, phone, card_number, "
                   "ssn, ipv4, ipv6, api_key, secret"},
-                 {"--redact-artifacts", "on|off",
-                  "also redact offloaded artifacts before storing"}},
+                 {"--redact-artifacts", "on|off", "also redact offloaded artifacts before storing"},
+                 {"--retention-days", "N",
+                  "delete sessions idle for N days, whole (0: keep them)"}},
      .run = cmd_tenant_settings},
     {.words = "tenant list",
      .arg_usage = "",
@@ -2725,6 +2766,14 @@ static const struct command commands[] = {
      .max_positional = 1,
      .options = {{"--pending", NULL, "only pending ones"}},
      .run = cmd_approvals},
+    {.words = "session delete",
+     .arg_usage = "SESSION_ID",
+     .summary = "delete a compression session whole: history, artifacts, boundary, "
+                "compaction records (operator or admin key)",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .run = cmd_session_delete},
     {.words = "count",
      .arg_usage = "FILE",
      .summary = "tokens of FILE (- for stdin): an OpenAI or Anthropic JSON conversation (told "

@@ -79,6 +79,12 @@
        "write is announced (cg_rows) (0: no process cache)")                                       \
     XX(cache_rows_max, INT, "262144", 1024, 16777216, NULL,                                        \
        "budget rows the process cache holds for CheckBudget (~540 bytes each when used)")          \
+    XX(session_artifacts_max, INT, "150", 1, 1000000, NULL,                                        \
+       "a session's artifacts that trigger cleanup: past it the oldest go, down to "               \
+       "session_artifacts_keep")                                                                   \
+    XX(session_artifacts_keep, INT, "100", 1, 1000000, NULL,                                       \
+       "the most recent artifacts of a session kept by that cleanup (at most "                     \
+       "session_artifacts_max)")                                                                   \
     XX(migrate_on_start, BOOL, "true", 0, 0, NULL,                                                 \
        "apply pending migrations at start-up (under an advisory lock)")                            \
     XX(model_map, STR, "", 0, 0, NULL,                                                             \

@@ -45,6 +45,7 @@ struct run {
     struct cg_compress_count_state memo_state;
     int64_t started_ms;
     bool timed_out;
+    size_t summary_at; /* list index of the message carrying this call's summary */
 };
 
 /* ------------------------------------------------------------------ basics ------------ */
@@ -222,6 +223,19 @@ static bool turn_start(const struct cg_message *m)
 static bool pinned(struct run *r, const struct entry *e)
 {
     return msg_of(r, e)->pinned;
+}
+
+/* Where an entry's original is, as the output's pointers say it: "history 12" (a session's
+ * history position) or "input 12" in buf; NULL for a message the cascade inserted. */
+static const char *where_of(const struct run *r, const struct entry *e, char buf[32])
+{
+    if (e->source < 0) {
+        buf[0] = '\0';
+        return NULL;
+    }
+    snprintf(buf, 32, "%s %lld", r->in->history_positions ? "history" : "input",
+             (long long)e->source);
+    return buf;
 }
 
 /* The end of the turn that starts at or before i: the next turn start after i (or l->n). */
@@ -821,10 +835,10 @@ static cg_status tool_results(struct run *r, struct list *l, uint32_t *affected)
             if ((int64_t)c->len <= p->tool_result_threshold_chars ||
                 (int64_t)cg_utf8_length(c->ptr, c->len) <= p->tool_result_threshold_chars)
                 continue;
-            char *text;
+            char *text, where[32];
             size_t len;
-            if (!cg_compress_tool_text(c->ptr, c->len, (size_t)p->tool_result_target_chars, &text,
-                                       &len))
+            if (!cg_compress_tool_text(c->ptr, c->len, (size_t)p->tool_result_target_chars,
+                                       where_of(r, &l->e[i], where), &text, &len))
                 continue;
             cg_status st = replace_part_text(r, &l->e[i], &changed, k, false, text, len);
             if (st != CG_OK)
@@ -882,6 +896,12 @@ static cg_status write_compaction(struct run *r, struct list *l, uint32_t *affec
 
 /* ------------------------------------------------------------------ L3 ---------------- */
 
+/* Whether s is a trim marker ("[trimmed]", "[trimmed: history 12]"). */
+static bool is_trimmed(const struct cg_str *s)
+{
+    return s->len >= 9 && memcmp(s->ptr, "[trimmed", 8) == 0 && s->ptr[s->len - 1] == ']';
+}
+
 /* Whether the message holds anything trimming would change. */
 static bool trimmable(const struct cg_message *m)
 {
@@ -890,8 +910,7 @@ static bool trimmable(const struct cg_message *m)
         return false;
     for (size_t k = 0; k < m->n_parts; k++) {
         const struct cg_part *p = &m->parts[k];
-        if (m->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TEXT &&
-            !(p->u.text.len == 9 && memcmp(p->u.text.ptr, CG_COMPRESS_TRIMMED, 9) == 0))
+        if (m->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TEXT && !is_trimmed(&p->u.text))
             return true;
         if (m->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_REASONING)
             return true;
@@ -899,22 +918,25 @@ static bool trimmable(const struct cg_message *m)
             !(p->u.tool_call.arguments.len == 2 &&
               memcmp(p->u.tool_call.arguments.ptr, "{}", 2) == 0))
             return true;
-        if (p->kind == CG_PART_TOOL_RESULT &&
-            !(p->u.tool_result.content.len == 9 &&
-              memcmp(p->u.tool_result.content.ptr, CG_COMPRESS_TRIMMED, 9) == 0))
+        if (p->kind == CG_PART_TOOL_RESULT && !is_trimmed(&p->u.tool_result.content))
             return true;
     }
     return false;
 }
 
 /* Trims one entry in place (a new store message): assistant text and reasoning become one
- * "[trimmed]" text part, arguments "{}", tool results "[trimmed]". User text stays. */
+ * marker text part that says where the original is ("[trimmed: history 12]"), arguments "{}"
+ * (the marker then says where they were too), tool results the marker. User text stays. */
 static cg_status trim_entry(struct run *r, struct entry *e)
 {
+    char where[32], marker[48];
+    int mn = where_of(r, e, where) != NULL
+                 ? snprintf(marker, sizeof marker, "[trimmed: %s]", where)
+                 : snprintf(marker, sizeof marker, "%s", CG_COMPRESS_TRIMMED);
     struct cg_message *dm = derive(r, e, true);
     if (dm == NULL)
         return CG_RESOURCE_EXHAUSTED;
-    bool had_text = false;
+    bool had_text = false, cut_args = false;
     cg_status st;
     for (size_t k = dm->n_parts; k-- > 0;) {
         struct cg_part *p = &dm->parts[k];
@@ -924,14 +946,16 @@ static cg_status trim_entry(struct run *r, struct entry *e)
                 had_text = true;
             remove_part(dm, k);
         } else if (dm->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TOOL_CALL) {
+            const struct cg_str *a = &p->u.tool_call.arguments;
+            cut_args = cut_args || !(a->len == 2 && memcmp(a->ptr, "{}", 2) == 0);
             if ((st = set_str(r, "{}", 2, &p->u.tool_call.arguments)) != CG_OK)
                 return st;
         } else if (p->kind == CG_PART_TOOL_RESULT) {
-            if ((st = set_str(r, CG_COMPRESS_TRIMMED, 9, &p->u.tool_result.content)) != CG_OK)
+            if ((st = set_str(r, marker, (size_t)mn, &p->u.tool_result.content)) != CG_OK)
                 return st;
         }
     }
-    if (dm->role == CG_ROLE_ASSISTANT && (had_text || dm->n_parts == 0)) {
+    if (dm->role == CG_ROLE_ASSISTANT && (had_text || cut_args || dm->n_parts == 0)) {
         /* The text goes first, as it was. */
         struct cg_part *p;
         if ((st = cg_conv_add_part(r->store, dm, CG_PART_TEXT, &p, r->err)) != CG_OK)
@@ -939,7 +963,7 @@ static cg_status trim_entry(struct run *r, struct entry *e)
         struct cg_part t = *p;
         memmove(&dm->parts[1], &dm->parts[0], (dm->n_parts - 1) * sizeof dm->parts[0]);
         dm->parts[0] = t;
-        if ((st = set_str(r, CG_COMPRESS_TRIMMED, 9, &dm->parts[0].u.text)) != CG_OK)
+        if ((st = set_str(r, marker, (size_t)mn, &dm->parts[0].u.text)) != CG_OK)
             return st;
     }
     e->layer = CG_LAYER_TRIM;
@@ -1048,28 +1072,6 @@ static void drop_range(struct run *r, struct list *l, size_t from, size_t to, in
     l->n -= to - from;
 }
 
-/* Drops whole turns after the primers, oldest first, until the count is at or under goal
- * or the recents are reached. A turn with a pinned message stays (the turns after it may
- * still go). Returns the messages dropped. */
-static uint32_t window(struct run *r, struct list *l, int64_t goal, uint32_t recents)
-{
-    size_t a = primers_end(r, l, r->p->primers), c = recents_start(r, l, recents);
-    uint32_t dropped = 0;
-    while (a < c && r->fixed + l->total > goal) {
-        size_t e = turn_end(r, l, a);
-        if (e > c)
-            e = c;
-        if (any_pinned(r, l, a, e)) {
-            a = e;
-            continue;
-        }
-        drop_range(r, l, a, e, CG_LAYER_WINDOW);
-        dropped += (uint32_t)(e - a);
-        c -= e - a;
-    }
-    return dropped;
-}
-
 /* The summarizer's text of the messages [a, c) of l (it reads them as they are now) into
  * *text (the caller frees it). *failed when the summarizer failed (lr->detail says why; not
  * an error of the run). */
@@ -1094,36 +1096,156 @@ static cg_status run_summarizer(struct run *r, const struct list *l, size_t a, s
     return st;
 }
 
-/* The summary as the run's text: marked as ctxguard's (it becomes the first part of the
- * next turn's user message, since two user messages in a row are not allowed everywhere).
- * Frees text. */
-static cg_status summary_text(struct run *r, char *text, struct cg_str *out)
+/* The summary as the run's text, under a head that names the span it covers, input indexes
+ * [first, last] (history positions in a session: ctxguard_recall reads them back). It becomes
+ * the first part of the next turn's user message, since two user messages in a row are not
+ * allowed everywhere. Frees text. */
+static cg_status summary_text(struct run *r, char *text, int64_t first, int64_t last,
+                              struct cg_str *out)
 {
-    static const char head[] = "[ctxguard summary of earlier messages]\n";
+    char head[160];
+    int hn = r->in->history_positions
+                 ? snprintf(head, sizeof head,
+                            "[ctxguard summary of messages %lld-%lld (session history positions; "
+                            "ctxguard_recall reads the originals)]\n",
+                            (long long)first, (long long)last)
+                 : snprintf(head, sizeof head, "[ctxguard summary of input messages %lld-%lld]\n",
+                            (long long)first, (long long)last);
     size_t tlen = text != NULL ? strlen(text) : 0;
-    char *full = malloc(sizeof head + tlen);
+    char *full = malloc((size_t)hn + tlen + 1);
     if (full == NULL) {
         free(text);
         return nomem(r->err);
     }
-    memcpy(full, head, sizeof head - 1);
+    memcpy(full, head, (size_t)hn);
     if (tlen)
-        memcpy(full + sizeof head - 1, text, tlen);
+        memcpy(full + hn, text, tlen);
     free(text);
-    cg_status st = set_str(r, full, sizeof head - 1 + tlen, out);
+    cg_status st = set_str(r, full, (size_t)hn + tlen, out);
     free(full);
     return st;
 }
 
+/* Where a summary span may start: after the system messages, the primers and the pinned turns
+ * that follow them; at the message carrying this call's earlier summary when there is one (a
+ * later summary takes the earlier one in). */
+static size_t span_start(struct run *r, const struct list *l)
+{
+    if (r->out->has_summary)
+        return r->summary_at;
+    size_t a = primers_end(r, l, r->p->primers);
+    while (a < l->n && any_pinned(r, l, a, turn_end(r, l, a)))
+        a = turn_end(r, l, a);
+    return a;
+}
+
+/* Replaces the whole turns [a, c) of l with one summary of them, carried as the first part of
+ * the user message at c (a turn start, not pinned). With an earlier summary of this call at a,
+ * the new one covers both spans. *ok when inserted; else lr->detail says why (not an error). */
+static cg_status summarize_span(struct run *r, struct list *l, size_t a, size_t c, int layer,
+                                struct cg_compress_layer_result *lr, bool *ok, uint32_t *affected)
+{
+    *ok = false;
+    struct cg_compress_result *o = r->out;
+    bool extend = o->has_summary;
+    char *text = NULL;
+    bool failed = false;
+    cg_status st = run_summarizer(r, l, a, c, lr, &text, &failed);
+    if (st != CG_OK || failed)
+        return st;
+    int64_t span = 0, first = -1, last = -1;
+    for (size_t i = a; i < c; i++) {
+        span += l->e[i].tokens;
+        if (l->e[i].source >= 0) {
+            if (first < 0)
+                first = l->e[i].source;
+            last = l->e[i].source;
+        }
+    }
+    if (extend)
+        first = o->summary_first;
+    struct cg_message sm = {.role = CG_ROLE_USER};
+    struct cg_part sp = {.kind = CG_PART_TEXT};
+    if ((st = summary_text(r, text, first, last, &sp.u.text)) != CG_OK)
+        return st;
+    sm.parts = &sp;
+    sm.n_parts = 1;
+    int64_t summary_tokens = r->counter.count_message(r->counter.ctx, &sm);
+    if (summary_tokens < 0)
+        return nomem(r->err);
+    if (summary_tokens >= span) {
+        snprintf(lr->detail, sizeof lr->detail,
+                 "the summary (%lld tokens) is not smaller than what it replaces (%lld)",
+                 (long long)summary_tokens, (long long)span);
+        return CG_OK;
+    }
+    struct cg_message *dm = derive(r, &l->e[c], true);
+    if (dm == NULL)
+        return CG_RESOURCE_EXHAUSTED;
+    struct cg_part *np;
+    if ((st = cg_conv_add_part(r->store, dm, CG_PART_TEXT, &np, r->err)) != CG_OK)
+        return st;
+    memmove(&dm->parts[1], &dm->parts[0], (dm->n_parts - 1) * sizeof dm->parts[0]);
+    dm->parts[0] = sp;
+    dm->form = CG_FORM_DEFAULT;
+    l->e[c].layer = layer;
+    int64_t before = l->e[c].tokens;
+    if ((st = count(r, &l->e[c])) != CG_OK)
+        return st;
+    l->total += l->e[c].tokens - before;
+    *affected = (uint32_t)(c - a) + 1;
+    drop_range(r, l, a, c, layer);
+    /* An extended summary replaces the earlier one: what that one replaced, plus the new span
+     * less the earlier summary's own tokens. */
+    o->summary_replaced_tokens =
+        extend ? o->summary_replaced_tokens + span - o->summary_tokens : span;
+    o->has_summary = true;
+    o->summary_first = first;
+    o->summary_last = last;
+    o->summary_tokens = summary_tokens;
+    o->summary_output_index = (int64_t)a;
+    r->summary_at = a;
+    *ok = true;
+    return CG_OK;
+}
+
+/* L4: whole turns after the primers, oldest first, until the count with a summary of
+ * summary_max_tokens in their place is at or under goal, or the recents (or a pinned turn)
+ * are reached; then they are replaced by that summary (user text never goes without one). */
+static cg_status window(struct run *r, struct list *l, int64_t goal, uint32_t recents,
+                        struct cg_compress_layer_result *lr, bool *ok, uint32_t *affected)
+{
+    *ok = false;
+    size_t a = span_start(r, l), limit = recents_start(r, l, recents);
+    size_t c = a, prev = a;
+    int64_t span = 0, reserve = r->p->summary_max_tokens;
+    while (c < limit && r->fixed + l->total - span + reserve > goal) {
+        size_t e = turn_end(r, l, c);
+        if (e > limit || any_pinned(r, l, c, e))
+            break;
+        for (size_t i = c; i < e; i++)
+            span += l->e[i].tokens;
+        prev = c;
+        c = e;
+    }
+    /* The message at c carries the summary: it must exist and not be pinned. */
+    if (c < l->n && pinned(r, &l->e[c]))
+        c = prev;
+    if (c <= a || c >= l->n) {
+        snprintf(lr->detail, sizeof lr->detail,
+                 "no whole turn between %u primers and %u recents (but pinned ones)", r->p->primers,
+                 recents);
+        return CG_OK;
+    }
+    return summarize_span(r, l, a, c, CG_LAYER_WINDOW, lr, ok, affected);
+}
+
+/* L5: the oldest summarize_ratio of the turns between the primers and the last turn. */
 static cg_status summarize(struct run *r, struct list *l, struct cg_compress_layer_result *lr,
                            bool *ok, uint32_t *affected)
 {
     *ok = false;
-    size_t a = primers_end(r, l, r->p->primers), last = recents_start(r, l, 0);
-    /* Pinned turns are not summarized: the span starts after the pinned turns that lead it
-     * and ends at the next one. */
-    while (a < last && any_pinned(r, l, a, turn_end(r, l, a)))
-        a = turn_end(r, l, a);
+    size_t a = span_start(r, l), last = recents_start(r, l, 0);
     if (a >= last) {
         snprintf(lr->detail, sizeof lr->detail,
                  "no turns between the primers and the last turn (but pinned ones)");
@@ -1150,62 +1272,7 @@ static cg_status summarize(struct run *r, struct list *l, struct cg_compress_lay
         }
         c = prev;
     }
-    char *text = NULL;
-    bool failed = false;
-    cg_status st = run_summarizer(r, l, a, c, lr, &text, &failed);
-    if (st != CG_OK || failed)
-        return st;
-    int64_t replaced = 0;
-    for (size_t i = a; i < c; i++)
-        replaced += l->e[i].tokens;
-    struct cg_message sm = {.role = CG_ROLE_USER};
-    struct cg_part sp = {.kind = CG_PART_TEXT};
-    if ((st = summary_text(r, text, &sp.u.text)) != CG_OK)
-        return st;
-    sm.parts = &sp;
-    sm.n_parts = 1;
-    int64_t summary_tokens = r->counter.count_message(r->counter.ctx, &sm);
-    if (summary_tokens < 0)
-        return nomem(r->err);
-    if (summary_tokens >= replaced) {
-        snprintf(lr->detail, sizeof lr->detail,
-                 "the summary (%lld tokens) is not smaller than what it replaces (%lld)",
-                 (long long)summary_tokens, (long long)replaced);
-        return CG_OK;
-    }
-    int64_t first = -1, lastsrc = -1;
-    for (size_t i = a; i < c; i++)
-        if (l->e[i].source >= 0) {
-            if (first < 0)
-                first = l->e[i].source;
-            lastsrc = l->e[i].source;
-        }
-    /* Put the summary into the user message at c (a turn start). */
-    struct cg_message *dm = derive(r, &l->e[c], true);
-    if (dm == NULL)
-        return CG_RESOURCE_EXHAUSTED;
-    struct cg_part *np;
-    if ((st = cg_conv_add_part(r->store, dm, CG_PART_TEXT, &np, r->err)) != CG_OK)
-        return st;
-    memmove(&dm->parts[1], &dm->parts[0], (dm->n_parts - 1) * sizeof dm->parts[0]);
-    dm->parts[0] = sp;
-    dm->form = CG_FORM_DEFAULT;
-    l->e[c].layer = CG_LAYER_SUMMARIZE;
-    int64_t before = l->e[c].tokens;
-    if ((st = count(r, &l->e[c])) != CG_OK)
-        return st;
-    l->total += l->e[c].tokens - before;
-    *affected = (uint32_t)(c - a) + 1;
-    drop_range(r, l, a, c, CG_LAYER_SUMMARIZE);
-    struct cg_compress_result *o = r->out;
-    o->has_summary = true;
-    o->summary_first = first;
-    o->summary_last = lastsrc;
-    o->summary_replaced_tokens = replaced;
-    o->summary_tokens = summary_tokens;
-    o->summary_output_index = (int64_t)a;
-    *ok = true;
-    return CG_OK;
+    return summarize_span(r, l, a, c, CG_LAYER_SUMMARIZE, lr, ok, affected);
 }
 
 /* ------------------------------------------------------------------ the cascade ------- */
@@ -1304,34 +1371,14 @@ static cg_status run_trim(struct run *r, struct list *l, int64_t *boundary, bool
     return CG_OK;
 }
 
-static cg_status run_window(struct run *r, struct list *l, int64_t goal, uint32_t recents,
-                            uint32_t pass, bool needed)
+/* L4 (the sliding window, down to goal above the recents) and L5 (the oldest part of the
+ * middle) on a copy of the list: both replace whole turns with one summary, so both need a
+ * summarizer; a failed summary drops the layer's changes. */
+static cg_status run_span(struct run *r, struct list *l, cg_compress_layer layer, uint32_t pass,
+                          bool needed, int64_t goal, uint32_t recents)
 {
-    struct cg_compress_layer_result *lr = layer_begin(r, CG_LAYER_WINDOW, l, pass);
-    if (disabled(r, CG_LAYER_WINDOW)) {
-        snprintf(lr->detail, sizeof lr->detail, "disabled by the policy");
-        layer_end(r, lr, l, CG_OUTCOME_DISABLED, 0);
-        return CG_OK;
-    }
-    if (!needed) {
-        layer_end(r, lr, l, CG_OUTCOME_NOT_NEEDED, 0);
-        return CG_OK;
-    }
-    uint32_t dropped = window(r, l, goal, recents);
-    if (dropped == 0)
-        snprintf(lr->detail, sizeof lr->detail, "no whole turn between %u primers and %u recents",
-                 r->p->primers, recents);
-    else
-        snprintf(lr->detail, sizeof lr->detail, "%u messages dropped (recents %u)", dropped,
-                 recents);
-    layer_end(r, lr, l, dropped ? CG_OUTCOME_APPLIED : CG_OUTCOME_NO_EFFECT, dropped);
-    return CG_OK;
-}
-
-static cg_status run_summary(struct run *r, struct list *l, uint32_t pass, bool needed)
-{
-    struct cg_compress_layer_result *lr = layer_begin(r, CG_LAYER_SUMMARIZE, l, pass);
-    if (disabled(r, CG_LAYER_SUMMARIZE)) {
+    struct cg_compress_layer_result *lr = layer_begin(r, layer, l, pass);
+    if (disabled(r, layer)) {
         snprintf(lr->detail, sizeof lr->detail, "disabled by the policy");
         layer_end(r, lr, l, CG_OUTCOME_DISABLED, 0);
         return CG_OK;
@@ -1341,13 +1388,13 @@ static cg_status run_summary(struct run *r, struct list *l, uint32_t pass, bool 
         return CG_OK;
     }
     if (r->in->summarize == NULL) {
-        snprintf(lr->detail, sizeof lr->detail, "%s",
+        snprintf(lr->detail, sizeof lr->detail, "turns go only under a summary: %s",
                  r->in->no_summary_reason ? r->in->no_summary_reason : "no summarizer given");
         layer_end(r, lr, l, CG_OUTCOME_SKIPPED, 0);
         return CG_OK;
     }
-    if (r->out->has_summary) {
-        snprintf(lr->detail, sizeof lr->detail, "one summary per call");
+    if (layer == CG_LAYER_SUMMARIZE && r->out->has_summary) {
+        snprintf(lr->detail, sizeof lr->detail, "one summary per call (the sliding window's)");
         layer_end(r, lr, l, CG_OUTCOME_SKIPPED, 0);
         return CG_OK;
     }
@@ -1356,7 +1403,8 @@ static cg_status run_summary(struct run *r, struct list *l, uint32_t pass, bool 
         return nomem(r->err);
     bool ok;
     uint32_t affected = 0;
-    cg_status st = summarize(r, &work, lr, &ok, &affected);
+    cg_status st = layer == CG_LAYER_WINDOW ? window(r, &work, goal, recents, lr, &ok, &affected)
+                                            : summarize(r, &work, lr, &ok, &affected);
     if (st != CG_OK || !ok) {
         free(work.e);
         if (st != CG_OK) {
@@ -1365,17 +1413,21 @@ static cg_status run_summary(struct run *r, struct list *l, uint32_t pass, bool 
         }
         if (lr->detail[0] == '\0')
             snprintf(lr->detail, sizeof lr->detail, "the summary failed");
-        if (strncmp(lr->detail, "no turns", 8) == 0) {
+        if (strncmp(lr->detail, "no ", 3) == 0) {
             layer_end(r, lr, l, CG_OUTCOME_NO_EFFECT, 0);
         } else {
             char why[CG_COMPRESS_DETAIL_MAX];
             snprintf(why, sizeof why, "%s", lr->detail);
             layer_failed(r, lr, l, why);
         }
-        r->out->has_summary = false;
         return CG_OK;
     }
     list_take(l, &work);
+    if (layer == CG_LAYER_WINDOW)
+        snprintf(lr->detail, sizeof lr->detail,
+                 "%u messages replaced by a summary of input messages %lld-%lld (recents %u)",
+                 affected - 1, (long long)r->out->summary_first, (long long)r->out->summary_last,
+                 recents);
     layer_end(r, lr, l, CG_OUTCOME_APPLIED, affected);
     return CG_OK;
 }
@@ -1640,8 +1692,10 @@ static cg_status escalate(struct run *r, struct list *l, int64_t *boundary, int6
         cg_status st;
         if ((st = run_trim(r, l, boundary, true, trim_to, last ? 0 : p->keep_last_assistant / 2,
                            pass)) != CG_OK ||
-            (st = run_window(r, l, trim_to, recents, pass, r->fixed + l->total > goal)) != CG_OK ||
-            (st = run_summary(r, l, pass, r->fixed + l->total > goal)) != CG_OK)
+            (st = run_span(r, l, CG_LAYER_WINDOW, pass, r->fixed + l->total > goal, trim_to,
+                           recents)) != CG_OK ||
+            (st = run_span(r, l, CG_LAYER_SUMMARIZE, pass, r->fixed + l->total > goal, 0, 0)) !=
+                CG_OK)
             return st;
     }
     return CG_OK;
@@ -1667,10 +1721,11 @@ static cg_status cascade(struct run *r, struct list *l, int64_t *boundary)
     /* L4 and L5: SUMMARIZING while over the target, TRIMMING only over the ceiling. */
     int64_t goal = trimming ? ceiling : target;
     bool need = out->triggered && r->fixed + l->total > goal;
-    if ((st = run_window(r, l, trimming ? trim_goal : target, p->recents, 0, need)) != CG_OK)
+    if ((st = run_span(r, l, CG_LAYER_WINDOW, 0, need, trimming ? trim_goal : target,
+                       p->recents)) != CG_OK)
         return st;
     need = out->triggered && r->fixed + l->total > goal;
-    if ((st = run_summary(r, l, 0, need)) != CG_OK)
+    if ((st = run_span(r, l, CG_LAYER_SUMMARIZE, 0, need, 0, 0)) != CG_OK)
         return st;
     return escalate(r, l, boundary, goal, trimming ? trim_goal : target);
 }

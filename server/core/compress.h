@@ -13,25 +13,30 @@
  *              when input.offload is set (else SKIPPED with the reason given by the caller).
  *   L1         tool results over the threshold: JSON objects keep their first 3 keys (string
  *              values cut to 100 characters) plus a key count, arrays their first 3 elements plus
- *              the length (still valid JSON); other text keeps its head plus a size marker.
+ *              the length (still valid JSON); other text keeps its head plus a size marker. The
+ *              note names where the whole result is ("history 12" or "input 12").
  *   L2         write/edit tool-call arguments: string values over 100 characters become a
  *              100-character preview and a marker (the content is on disk); still valid JSON.
  *   L3         assistant and tool content of messages whose input index is before the trim
- *              boundary becomes "[trimmed]" (tool_call ids and names kept, arguments "{}").
+ *              boundary becomes "[trimmed: history 12]" ("input 12" stateless: the message's
+ *              position; tool_call ids and names kept, arguments "{}").
  *              The boundary never moves back; it moves only when the count with the old boundary
  *              is over the trigger (TRIMMING) or the target (SUMMARIZING), and then as far as
  *              needed to get under min(target, hysteresis x trigger), never into the last
  *              keep_last_assistant assistant messages.
  *   L4         sliding window: system messages and the primers stay, then the oldest middle
- *              turns are dropped whole (a cut always lands on a user message, so a tool_call
- *              and its results are never separated) until the target is reached, never into the
- *              recents.
+ *              turns (a cut always lands on a user message, so a tool_call and its results are
+ *              never separated; never into the recents, never past a pinned turn) are replaced
+ *              by one summary until the count with it is at the target: user text never goes
+ *              without a summary whose head names the span ("[ctxguard summary of messages
+ *              3-41 ...]"), which the summarizer callback writes.
  *   L5         summary: the oldest summarize_ratio of the middle (after the primers, cut at a
- *              user message) becomes one user message written by the summarizer callback. No
- *              callback: SKIPPED (a documented outcome). A summary that is not smaller than what
- *              it replaces, or a failing callback: FAILED, its changes discarded.
- *   escalate   while over the ceiling: up to max_escalation_passes more passes of L4 (recents
- *              halved each pass) and L5, within the time budget (the clock is passed in).
+ *              user message) becomes one summary the same way, when L4 made none.
+ *              No callback: L4 and L5 SKIPPED (a documented outcome). A summary that is not
+ *              smaller than what it replaces, or a failing callback: FAILED, changes discarded.
+ *   escalate   while over the ceiling: up to max_escalation_passes more passes of L3, L4
+ *              (recents halved each pass; its summary takes the earlier one in) and L5, within
+ *              the time budget (the clock is passed in).
  * A layer runs only when the ones before it did not reach the target (TRIMMING: L0-L2 run on
  * every triggered call so a message's reduced form never depends on the rest of the
  * conversation, which keeps the prompt prefix stable across turns; L4/L5 only over the
@@ -103,7 +108,8 @@ typedef enum {
 #define CG_COMPRESS_DETAIL_MAX 160
 #define CG_COMPRESS_LAYERS_MAX 48
 #define CG_COMPRESS_WARNINGS_MAX 64 /* more are counted in warnings_dropped */
-#define CG_COMPRESS_TRIMMED "[trimmed]"
+#define CG_COMPRESS_TRIMMED                                                                        \
+    "[trimmed]" /* where the position is unknown; else "[trimmed: input 12]" */
 
 /* Every knob, resolved (cg_compress_policy_defaults fills them; the rpc layer overrides with
  * request fields). Ratios are of the effective window. */
@@ -192,7 +198,11 @@ struct cg_compress_input {
     int64_t trim_boundary;             /* from the previous answer; clamped to the input size */
     bool force;                        /* run down to the target even under the trigger */
     bool offload;                      /* L0 may make artifacts */
-    const char *offload_skip_reason;   /* the SKIPPED detail when !offload */
+    /* The input's indexes are the session's history positions (a stateful call): the pointers
+     * the output carries to what was reduced say "history N" (ctxguard_recall reads them back),
+     * else "input N". */
+    bool history_positions;
+    const char *offload_skip_reason; /* the SKIPPED detail when !offload */
     /* Names the index-th artifact of this call into id (NUL-terminated, < 64 bytes), which the
      * preview's reference then quotes; NULL: the reference gives the index. */
     void (*name_artifact)(void *ctx, size_t index, char id[64]);
@@ -294,9 +304,10 @@ const char *cg_compress_layer_name(cg_compress_layer layer);
 const char *cg_compress_outcome_name(cg_compress_outcome outcome);
 
 /* L1 on one text: the compact form of content[0..len) in at most about target_chars bytes
- * (JSON stays valid JSON), malloc'd into *out / *out_len. Returns false (nothing allocated)
+ * (JSON stays valid JSON), malloc'd into *out / *out_len; its note says where the whole result
+ * is when where is not NULL ("history 12"). Returns false (nothing allocated)
  * when the text is already small enough or memory runs out. Exposed for tests. */
-bool cg_compress_tool_text(const char *content, size_t len, size_t target_chars, char **out,
-                           size_t *out_len);
+bool cg_compress_tool_text(const char *content, size_t len, size_t target_chars, const char *where,
+                           char **out, size_t *out_len);
 
 #endif

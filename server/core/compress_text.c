@@ -62,10 +62,10 @@ static json_t *cut_value(json_t *v)
     return r;
 }
 
-static bool json_compact(json_t *root, size_t len, char **out, size_t *out_len)
+static bool json_compact(json_t *root, size_t len, const char *where, char **out, size_t *out_len)
 {
     json_t *small = NULL;
-    char note[160];
+    char note[224];
     if (json_is_object(root)) {
         small = json_object();
         size_t i = 0;
@@ -81,9 +81,10 @@ static bool json_compact(json_t *root, size_t len, char **out, size_t *out_len)
                 return false;
             }
         }
-        snprintf(note, sizeof note, "showing %d of %zu keys, %zu chars in all",
+        snprintf(note, sizeof note, "showing %d of %zu keys, %zu chars in all%s%s",
                  (int)(json_object_size(root) < JSON_KEEP ? json_object_size(root) : JSON_KEEP),
-                 json_object_size(root), len);
+                 json_object_size(root), len, where ? "; the whole result: " : "",
+                 where ? where : "");
         json_object_set_new(small, "[ctxguard]", json_string(note));
     } else {
         small = json_array();
@@ -95,8 +96,9 @@ static bool json_compact(json_t *root, size_t len, char **out, size_t *out_len)
                 return false;
             }
         }
-        snprintf(note, sizeof note, "[ctxguard] showing %d of %zu elements, %zu chars in all",
-                 (int)(n < JSON_KEEP ? n : JSON_KEEP), n, len);
+        snprintf(note, sizeof note, "[ctxguard] showing %d of %zu elements, %zu chars in all%s%s",
+                 (int)(n < JSON_KEEP ? n : JSON_KEEP), n, len, where ? "; the whole result: " : "",
+                 where ? where : "");
         json_array_append_new(small, json_string(note));
     }
     char *text = json_dumps(small, JSON_COMPACT);
@@ -108,8 +110,8 @@ static bool json_compact(json_t *root, size_t len, char **out, size_t *out_len)
     return true;
 }
 
-bool cg_compress_tool_text(const char *content, size_t len, size_t target_chars, char **out,
-                           size_t *out_len)
+bool cg_compress_tool_text(const char *content, size_t len, size_t target_chars, const char *where,
+                           char **out, size_t *out_len)
 {
     if (len <= target_chars)
         return false;
@@ -117,7 +119,7 @@ bool cg_compress_tool_text(const char *content, size_t len, size_t target_chars,
         json_error_t jerr;
         json_t *root = cg_json_load(content, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
         if (root != NULL && (json_is_object(root) || json_is_array(root))) {
-            bool ok = json_compact(root, len, out, out_len);
+            bool ok = json_compact(root, len, where, out, out_len);
             json_decref(root);
             if (ok && *out_len < len)
                 return true;
@@ -127,10 +129,10 @@ bool cg_compress_tool_text(const char *content, size_t len, size_t target_chars,
             json_decref(root);
         }
     }
-    char marker[128];
+    char marker[192];
     size_t keep = cg__compress_utf8_cut(content, len, target_chars);
-    int m = snprintf(marker, sizeof marker, "\n[ctxguard: truncated, %zu of %zu bytes shown]", keep,
-                     len);
+    int m = snprintf(marker, sizeof marker, "\n[ctxguard: truncated, %zu of %zu bytes shown%s%s]",
+                     keep, len, where ? "; the whole result: " : "", where ? where : "");
     char *text = malloc(keep + (size_t)m + 1);
     if (text == NULL)
         return false;

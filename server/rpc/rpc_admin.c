@@ -49,6 +49,7 @@ static Ctxguard__V1__Tenant *tenant_msg(struct cg_rpc_call *call, const struct c
             s->redact_types[s->n_redact_types++] = (Ctxguard__V1__PiiType)type;
     s->redact_artifacts = t->settings.redact_artifacts;
     s->max_call_tokens = t->settings.max_call_tokens;
+    s->history_retention_days = (uint32_t)t->settings.history_retention_days;
     m->settings = s;
     return m;
 }
@@ -75,6 +76,10 @@ static cg_status settings_in(struct cg_rpc_call *call, const Ctxguard__V1__Tenan
                           "field 'settings.max_call_tokens' must be 0..%lld (0: %lld)",
                           CALL_TOKENS_MAX, CG_CALL_TOKENS_DEFAULT);
     out->max_call_tokens = in->max_call_tokens;
+    if (in->history_retention_days > 36500)
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field 'settings.history_retention_days' must be 0..36500 (0: kept)");
+    out->history_retention_days = (int)in->history_retention_days;
     return CG_OK;
 }
 

@@ -410,6 +410,32 @@ cg_status cg_rpc_context_get_history(struct cg_rpc_call *call, const struct cg_r
     return st;
 }
 
+cg_status cg_rpc_context_delete_session(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                        const ProtobufCMessage *request,
+                                        ProtobufCMessage **response)
+{
+    const Ctxguard__V1__DeleteSessionRequest *req =
+        (const Ctxguard__V1__DeleteSessionRequest *)request;
+    cg_status st = cg_rpc_ctx_check_session_id(call, req->session_id);
+    if (st != CG_OK)
+        return st;
+    Ctxguard__V1__DeleteSessionResponse *resp =
+        NEW(call, Ctxguard__V1__DeleteSessionResponse, ctxguard__v1__delete_session_response__init);
+    if (resp == NULL)
+        return OOM(call);
+    struct cg_op op = cg_rpc_op(call);
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
+    struct cg_ctx_deleted gone;
+    if ((st = cg_ctx_session_delete(&env->svc, &op, req->session_id, &audit, &gone)) != CG_OK)
+        return st;
+    resp->deleted_messages = gone.messages;
+    resp->deleted_artifacts = gone.artifacts;
+    resp->deleted_compactions = gone.compactions;
+    *response = &resp->base;
+    return CG_OK;
+}
+
 cg_status cg_rpc_context_get_stats(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                    const ProtobufCMessage *request, ProtobufCMessage **response)
 {

@@ -123,5 +123,12 @@ cg_status cg_rpc_context_get_history(struct cg_rpc_call *call, const struct cg_r
                                      const ProtobufCMessage *request, ProtobufCMessage **response);
 cg_status cg_rpc_context_get_stats(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                    const ProtobufCMessage *request, ProtobufCMessage **response);
+cg_status cg_rpc_context_delete_session(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                        const ProtobufCMessage *request,
+                                        ProtobufCMessage **response);
+/* rpc_context_search.c */
+cg_status cg_rpc_context_search_history(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                        const ProtobufCMessage *request,
+                                        ProtobufCMessage **response);
 
 #endif

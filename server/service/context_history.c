@@ -135,3 +135,14 @@ cg_status cg_ctx_stats_read(const struct cg_svc_env *env, const struct cg_op *op
         return cg_op_store_error(op, &serr);
     return CG_OK;
 }
+
+cg_status cg_ctx_session_delete(const struct cg_svc_env *env, const struct cg_op *op,
+                                const char *session_id, const struct cg_audit *audit,
+                                struct cg_ctx_deleted *out)
+{
+    struct cg_err serr = {0};
+    if (cg_store_ctx_session_delete(env->store, op->principal->tenant_id, session_id, audit, out,
+                                    &serr) != CG_OK)
+        return cg_op_store_error(op, &serr);
+    return CG_OK;
+}

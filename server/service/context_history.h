@@ -1,5 +1,6 @@
 /* context_history.h - the reads of what stateful Compress kept (store/store_context.h), for
- * GetArtifact, ListArtifacts, GetHistory and GetCompressionStats, in domain types.
+ * GetArtifact, ListArtifacts, GetHistory and GetCompressionStats, in domain types, and
+ * DeleteSession.
  *
  * Each function reads through env->store (a pool thread's) with plain reads (no transaction),
  * for op->principal's tenant. On error op->err says why, as the store gave it
@@ -71,5 +72,11 @@ cg_status cg_ctx_stats_read(const struct cg_svc_env *env, const struct cg_op *op
                             const char *session_id, int64_t since_ms, int64_t until_ms,
                             struct cg_ctx_session *session,
                             struct cg_ctx_stats *stats) CG_MUST_CHECK;
+
+/* Deletes the session whole (cg_store_ctx_session_delete) with the audit row by audit's
+ * actor; *out what went with it. NOT_FOUND for an unknown session. */
+cg_status cg_ctx_session_delete(const struct cg_svc_env *env, const struct cg_op *op,
+                                const char *session_id, const struct cg_audit *audit,
+                                struct cg_ctx_deleted *out) CG_MUST_CHECK;
 
 #endif

@@ -291,6 +291,19 @@ static cg_status save_rows(const struct cg_svc_env *env, const struct cg_op *op,
         if (cg_store_ctx_artifact_put(env->store, tenant, &s->artifacts[i], r->artifacts[i].content,
                                       r->artifacts[i].content_len, serr) != CG_OK)
             return serr->code;
+    /* The session's artifact cap: past session_artifacts_max the oldest go, down to
+     * session_artifacts_keep (their messages stay in the history). */
+    if (s->n_artifacts > 0) {
+        int keep = (int)env->config->session_artifacts_keep,
+            max = (int)env->config->session_artifacts_max, deleted = 0;
+        if (cg_store_ctx_artifacts_trim(env->store, tenant, s->session_id, keep,
+                                        max > keep ? max : keep, &deleted, serr) != CG_OK)
+            return serr->code;
+        if (deleted > 0)
+            cg_log(CG_LOG_INFO, "context_session", op->request_id,
+                   "session %s: %d oldest artifacts deleted (keep %d of more than %d)",
+                   s->session_id, deleted, keep, max);
+    }
     /* The call's totals and layer results, for GetCompressionStats. */
     int layer[CG_COMPRESS_LAYERS_MAX], outcome[CG_COMPRESS_LAYERS_MAX];
     int64_t saved[CG_COMPRESS_LAYERS_MAX], affected[CG_COMPRESS_LAYERS_MAX],

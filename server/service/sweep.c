@@ -1,6 +1,7 @@
 /* sweep.c - one pass of the sweeper (service/sweep.h): for every tenant, the budget reset that is
  * due and the reservations and pending approvals that expired are settled, in small transactions
- * (store.h, "sweeper and resets"). The server's background thread calls it every
+ * (store.h, "sweeper and resets"), old events go, and sessions idle past the tenant's
+ * history_retention_days are deleted. The server's background thread calls it every
  * sweep_interval_ms; several replicas may run it at once, the store makes that safe.
  */
 #include "service/sweep.h"
@@ -12,6 +13,7 @@
 #include "base/log.h"
 #include "service/budget_events.h"
 #include "service/cache.h"
+#include "store/store_context.h"
 
 #define MOD "sweep"
 #define SWEEP_PAGE 500  /* tenants read per statement */
@@ -135,6 +137,15 @@ static cg_status sweep_tenant(const struct cg_svc_env *env, const char *tenant_i
         st = cg_store_approvals_expire(store, tenant_id, now_ms, SWEEP_BATCH, &n, &err);
         if (n > 0)
             cg_log(CG_LOG_INFO, MOD, NULL, "sweep: %d approvals of tenant %s expired", n,
+                   tenant_id);
+    }
+    /* Sessions idle past the tenant's history_retention_days, whole (a batch a pass). */
+    if (st == CG_OK) {
+        int n = 0;
+        st = cg_store_ctx_retention(store, tenant_id, now_ms, SWEEP_BATCH, &n, &err);
+        if (n > 0)
+            cg_log(CG_LOG_INFO, MOD, NULL,
+                   "sweep: %d sessions of tenant %s deleted (history_retention_days)", n,
                    tenant_id);
     }
     if (st != CG_OK)

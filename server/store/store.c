@@ -247,6 +247,9 @@ static cg_status check_settings(const struct cg_tenant_settings *s, struct cg_er
     if (s->max_call_tokens < 0 || s->max_call_tokens > 100000000)
         return cg_err_set(err, CG_INVALID_ARGUMENT,
                           "settings.max_call_tokens: must be 0..100000000 (0: the default)");
+    if (s->history_retention_days < 0 || s->history_retention_days > 36500)
+        return cg_err_set(err, CG_INVALID_ARGUMENT,
+                          "settings.history_retention_days: must be 0..36500 (0: kept)");
     return CG_OK;
 }
 

@@ -62,9 +62,10 @@ struct cg_store_opts {
 
 /* What a tenant's calls do with PII (admin.proto TenantSettings). */
 struct cg_tenant_settings {
-    unsigned redact_types;   /* 1u << PiiType per type (bits 1..8); 0: every type */
-    bool redact_artifacts;   /* Compress redacts offloaded artifacts before storing them */
-    int64_t max_call_tokens; /* the most tokens one Commit/RecordUsage records; 0: default */
+    unsigned redact_types;      /* 1u << PiiType per type (bits 1..8); 0: every type */
+    bool redact_artifacts;      /* Compress redacts offloaded artifacts before storing them */
+    int64_t max_call_tokens;    /* the most tokens one Commit/RecordUsage records; 0: default */
+    int history_retention_days; /* sessions idle this long are deleted (sweeper); 0: kept */
 };
 
 #define CG_TENANT_PII_TYPES_MASK 0x1feu /* bits 1..8: the PiiTypes there are */

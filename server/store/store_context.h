@@ -155,4 +155,29 @@ cg_status cg_store_ctx_stats(struct cg_store *store, const char *tenant_id, cons
                              int64_t since_ms, int64_t until_ms, struct cg_ctx_stats *out,
                              struct cg_err *err) CG_MUST_CHECK;
 
+/* Inside a transaction: when the session holds more than clean_at artifacts, deletes its
+ * oldest ones down to keep (1 <= keep <= clean_at); *deleted gets how many. The messages
+ * they came from stay in the history. */
+cg_status cg_store_ctx_artifacts_trim(struct cg_store *store, const char *tenant_id,
+                                      const char *session_id, int keep, int clean_at, int *deleted,
+                                      struct cg_err *err) CG_MUST_CHECK;
+
+/* What a session's deletion took with it. */
+struct cg_ctx_deleted {
+    int64_t messages, artifacts, compactions;
+};
+
+/* One statement (so one transaction): the session's row, every revision of its history,
+ * its artifacts and compaction records, with the audit row session_deleted (before: the
+ * counts) by audit's actor. CG_NOT_FOUND ("session_id: no such session"). */
+cg_status cg_store_ctx_session_delete(struct cg_store *store, const char *tenant_id,
+                                      const char *session_id, const struct cg_audit *audit,
+                                      struct cg_ctx_deleted *out, struct cg_err *err) CG_MUST_CHECK;
+
+/* One statement: deletes up to limit of the tenant's sessions that nobody saved for the
+ * tenant's history_retention_days before now_ms (nothing when that is 0), whole, as
+ * cg_store_ctx_session_delete; *deleted gets how many sessions (limit: more may be left). */
+cg_status cg_store_ctx_retention(struct cg_store *store, const char *tenant_id, int64_t now_ms,
+                                 int limit, int *deleted, struct cg_err *err) CG_MUST_CHECK;
+
 #endif

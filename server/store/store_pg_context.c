@@ -528,3 +528,109 @@ cg_status cg_store_ctx_stats(struct cg_store *store, const char *tenant_id, cons
     PQclear(res);
     return CG_OK;
 }
+
+/* ------------------------------------------------------------------ retention --------- */
+
+cg_status cg_store_ctx_artifacts_trim(struct cg_store *store, const char *tenant_id,
+                                      const char *session_id, int keep, int clean_at, int *deleted,
+                                      struct cg_err *err)
+{
+    *deleted = 0;
+    char id[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK || (rc = in_tx(store, "ctx_artifacts_trim", err)) != CG_OK)
+        return rc;
+    if (keep < 1 || clean_at < keep)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "keep: must be 1..clean_at");
+    char k[16], c[16];
+    snprintf(k, sizeof k, "%d", keep);
+    snprintf(c, sizeof c, "%d", clean_at);
+    const char *values[] = {id, session_id, k, c};
+    PGresult *res = NULL;
+    /* The count reads the session's index entries only; past clean_at the oldest (by seq)
+     * beyond keep go. */
+    rc = cg__pg_run_one(store->pg, "ctx_artifacts_trim",
+                        "WITH n AS (SELECT count(*) AS c FROM context_artifacts"
+                        "  WHERE tenant_id = $1::uuid AND session_id = $2),"
+                        " gone AS (DELETE FROM context_artifacts WHERE tenant_id = $1::uuid"
+                        "  AND session_id = $2 AND (SELECT c FROM n) > $4::int AND seq IN"
+                        "  (SELECT seq FROM context_artifacts WHERE tenant_id = $1::uuid"
+                        "   AND session_id = $2 ORDER BY seq"
+                        "   LIMIT greatest((SELECT c FROM n) - $3::int, 0)) RETURNING 1)"
+                        " SELECT count(*) FROM gone",
+                        4, values, RUN_PINNED, "session_id: no such session", &res, err);
+    if (rc == CG_OK)
+        *deleted = (int)cg__pg_parse_i64(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_store_ctx_session_delete(struct cg_store *store, const char *tenant_id,
+                                      const char *session_id, const struct cg_audit *audit,
+                                      struct cg_ctx_deleted *out, struct cg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    char id[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK)
+        return rc;
+    struct cg__pg_actor actor;
+    cg__pg_actor(audit, &actor);
+    const char *values[] = {id, session_id, actor.key_id, actor.role, actor.request_id};
+    PGresult *res = NULL;
+    /* The children are counted before the session row's delete cascades to them (every
+     * part of a statement sees the same snapshot); the audit row goes with it. */
+    rc = cg__pg_run_one(store->pg, "ctx_session_delete",
+                        "WITH gone AS (DELETE FROM context_sessions WHERE tenant_id = $1::uuid"
+                        "  AND session_id = $2 RETURNING tenant_id),"
+                        " n AS (SELECT (SELECT count(*) FROM context_history"
+                        "  WHERE tenant_id = $1::uuid AND session_id = $2) AS messages,"
+                        "  (SELECT count(*) FROM context_artifacts"
+                        "  WHERE tenant_id = $1::uuid AND session_id = $2) AS artifacts,"
+                        "  (SELECT count(*) FROM context_compactions"
+                        "  WHERE tenant_id = $1::uuid AND session_id = $2) AS compactions),"
+                        " audit AS (" AUDIT_INSERT " SELECT g.tenant_id, $3::text, $4::int2,"
+                        "  'session_deleted', '', '', '', $2, to_jsonb(n), NULL, $5::text"
+                        "  FROM gone g, n)"
+                        " SELECT n.messages, n.artifacts, n.compactions FROM gone, n",
+                        5, values, 0, "session_id: no such session", &res, err);
+    if (rc == CG_OK) {
+        out->messages = cg__pg_parse_i64(PQgetvalue(res, 0, 0));
+        out->artifacts = cg__pg_parse_i64(PQgetvalue(res, 0, 1));
+        out->compactions = cg__pg_parse_i64(PQgetvalue(res, 0, 2));
+    }
+    PQclear(res);
+    return rc;
+}
+
+cg_status cg_store_ctx_retention(struct cg_store *store, const char *tenant_id, int64_t now_ms,
+                                 int limit, int *deleted, struct cg_err *err)
+{
+    *deleted = 0;
+    char id[CG_UUID_LEN + 1];
+    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
+    if (rc != CG_OK)
+        return rc;
+    if (limit < 1 || limit > CG_SWEEP_BATCH_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", CG_SWEEP_BATCH_MAX);
+    char now[24], lim[16];
+    snprintf(now, sizeof now, "%lld", (long long)now_ms);
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *values[] = {id, now, lim};
+    PGresult *res = NULL;
+    rc = cg__pg_run_one(store->pg, "ctx_retention",
+                        "WITH t AS (SELECT history_retention_days AS d FROM tenants"
+                        "  WHERE tenant_id = $1::uuid AND history_retention_days > 0),"
+                        " old AS (SELECT s.session_id FROM context_sessions s, t"
+                        "  WHERE s.tenant_id = $1::uuid AND s.updated_at <"
+                        "  to_timestamp($2::int8 / 1000.0) - make_interval(days => t.d)"
+                        "  ORDER BY s.updated_at LIMIT $3::int FOR UPDATE SKIP LOCKED),"
+                        " gone AS (DELETE FROM context_sessions WHERE tenant_id = $1::uuid"
+                        "  AND session_id IN (SELECT session_id FROM old) RETURNING 1)"
+                        " SELECT count(*) FROM gone",
+                        3, values, 0, "tenant_id: no such tenant", &res, err);
+    if (rc == CG_OK)
+        *deleted = (int)cg__pg_parse_i64(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return rc;
+}

@@ -14,13 +14,13 @@
 #define TENANT_COLUMNS                                                                             \
     "tenant_id::text, name, time_zone, floor(extract(epoch FROM created_at) * 1000)::int8,"        \
     " (SELECT coalesce(bit_or(1 << t), 0) FROM unnest(pii_redact_types) AS t),"                    \
-    " pii_redact_artifacts, max_call_tokens"
+    " pii_redact_artifacts, max_call_tokens, history_retention_days"
 
 /* A tenant's settings (tenants aliased `alias`) as the audit trail shows them. */
 #define SETTINGS_JSON(alias)                                                                       \
     "jsonb_build_object('redact_types', to_jsonb(" alias ".pii_redact_types),"                     \
     " 'redact_artifacts', " alias ".pii_redact_artifacts, 'max_call_tokens', " alias               \
-    ".max_call_tokens)"
+    ".max_call_tokens, 'history_retention_days', " alias ".history_retention_days)"
 
 /* Ends a transaction of this file: commits after rc == CG_OK, else rolls back. */
 static cg_status end_tx(struct cg_pg *pg, cg_status rc, struct cg_err *err)
@@ -47,6 +47,7 @@ static void read_tenant(PGresult *res, int row, struct cg_tenant *out)
         (unsigned)cg__pg_parse_i64(PQgetvalue(res, row, 4)) & CG_TENANT_PII_TYPES_MASK;
     out->settings.redact_artifacts = strcmp(PQgetvalue(res, row, 5), "t") == 0;
     out->settings.max_call_tokens = cg__pg_parse_i64(PQgetvalue(res, row, 6));
+    out->settings.history_retention_days = (int)cg__pg_parse_i64(PQgetvalue(res, row, 7));
 }
 
 /* The setting as stored: 0 means the default. */
@@ -80,23 +81,26 @@ cg_status cg_pg_tenant_create(struct cg_pg *pg, const char *name, const char *ti
     max_call_text(settings, max_call, sizeof max_call);
     struct cg__pg_actor actor;
     cg__pg_actor(audit, &actor);
+    char days[16];
+    snprintf(days, sizeof days, "%d", settings->history_retention_days);
     const char *values[] = {
         name,     time_zone,    types,      settings->redact_artifacts ? "t" : "f",
-        max_call, actor.key_id, actor.role, actor.request_id};
+        max_call, actor.key_id, actor.role, actor.request_id,
+        days};
     PGresult *res = NULL;
     /* The audit row in the same statement: one statement commits or fails whole. */
     cg_status rc = cg__pg_run(
         pg, "tenant_create",
         "WITH made AS (INSERT INTO tenants (name, time_zone, pii_redact_types,"
-        "  pii_redact_artifacts, max_call_tokens)"
-        "  SELECT $1::text, $2::text, $3::smallint[], $4::boolean, $5::int8"
+        "  pii_redact_artifacts, max_call_tokens, history_retention_days)"
+        "  SELECT $1::text, $2::text, $3::smallint[], $4::boolean, $5::int8, $9::int"
         "  WHERE EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $2::text)"
         "  RETURNING *),"
         " audit AS (" AUDIT_INSERT " SELECT m.tenant_id, $6::text, $7::int2, 'tenant_created',"
         "  '', '', '', m.tenant_id::text, NULL, jsonb_build_object('name', m.name, 'time_zone',"
         "  m.time_zone) || " SETTINGS_JSON_MADE ", $8::text FROM made m)"
         " SELECT " TENANT_COLUMNS " FROM made",
-        8, values, NULL, NULL, 0, &res, err);
+        9, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23514") || strncmp(pg->sqlstate, "22", 2) == 0)
             rc = cg_err_set(err, CG_INVALID_ARGUMENT, "name or time_zone: invalid value");
@@ -133,14 +137,15 @@ cg_status cg_pg_tenant_settings_put(struct cg_pg *pg, const char *tenant_id,
                                     const struct cg_audit *audit, struct cg_tenant *out,
                                     struct cg_err *err)
 {
-    char types[32], max_call[24];
+    char types[32], max_call[24], days[16];
     types_text(settings->redact_types, types, sizeof types);
     max_call_text(settings, max_call, sizeof max_call);
+    snprintf(days, sizeof days, "%d", settings->history_retention_days);
     struct cg__pg_actor actor;
     cg__pg_actor(audit, &actor);
-    const char *values[] = {tenant_id,       types,        settings->redact_artifacts ? "t" : "f",
-                            max_call,        actor.key_id, actor.role,
-                            actor.request_id};
+    const char *values[] = {tenant_id,        types,        settings->redact_artifacts ? "t" : "f",
+                            max_call,         actor.key_id, actor.role,
+                            actor.request_id, days};
     static const char missing[] = "tenant_id: no such tenant";
     /* Two statements in a transaction rather than one: the row is locked first, so that the
      * snapshot of the second statement, whose `old` is the audit row's before, holds the
@@ -159,14 +164,15 @@ cg_status cg_pg_tenant_settings_put(struct cg_pg *pg, const char *tenant_id,
         rc = cg__pg_run_one(pg, "tenant_settings_put",
                             "WITH old AS (SELECT * FROM tenants WHERE tenant_id = $1::uuid),"
                             " changed AS (UPDATE tenants SET pii_redact_types = $2::smallint[],"
-                            "  pii_redact_artifacts = $3::boolean, max_call_tokens = $4::int8"
+                            "  pii_redact_artifacts = $3::boolean, max_call_tokens = $4::int8,"
+                            "  history_retention_days = $8::int"
                             "  WHERE tenant_id = $1::uuid RETURNING *),"
                             " audit AS (" AUDIT_INSERT " SELECT c.tenant_id, $5::text, $6::int2,"
                             "  'tenant_settings_updated', '', '', '', '', " SETTINGS_JSON_OLD
                             ", " SETTINGS_JSON_NEW
                             ", $7::text FROM changed c JOIN old o ON o.tenant_id = c.tenant_id)"
                             " SELECT " TENANT_COLUMNS " FROM changed",
-                            7, values, 0, missing, &res, err);
+                            8, values, 0, missing, &res, err);
     if (rc == CG_OK)
         read_tenant(res, 0, out);
     else if (cg__pg_sqlstate_is(pg, "23514"))

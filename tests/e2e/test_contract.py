@@ -18,7 +18,8 @@ IMPLEMENTED = {("BudgetService", m) for m in ("SetBudget", "GetBudget", "CheckBu
                                               "ResolveApproval", "GetApproval", "ListApprovals")}
 IMPLEMENTED |= {("ContextService", m) for m in ("CountTokens", "Summarize", "Compress",
                                                 "ValidateContext", "GetArtifact", "ListArtifacts",
-                                                "GetHistory", "GetCompressionStats")}
+                                                "GetHistory", "SearchHistory",
+                                                "DeleteSession", "GetCompressionStats")}
 
 
 def all_methods():

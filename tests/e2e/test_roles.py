@@ -56,6 +56,8 @@ EXPECTED = {
     "ContextService/GetArtifact": SPENDERS,
     "ContextService/ListArtifacts": SPENDERS,
     "ContextService/GetHistory": SPENDERS,
+    "ContextService/SearchHistory": SPENDERS,
+    "ContextService/DeleteSession": MANAGERS,
     "ContextService/ValidateContext": SPENDERS,
     "ContextService/GetCompressionStats": READERS,
 }

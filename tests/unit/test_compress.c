@@ -202,7 +202,7 @@ Test(compress, json_results_stay_valid_json_with_counts, .timeout = 10)
     snprintf(obj + n, cap - n, "}");
     char *out;
     size_t len;
-    cr_assert(cg_compress_tool_text(obj, strlen(obj), 8000, &out, &len));
+    cr_assert(cg_compress_tool_text(obj, strlen(obj), 8000, NULL, &out, &len));
     cr_assert(cg_conv_json_is_valid(out, len, true), "%s", out);
     cr_assert_not_null(strstr(out, "\"key0\""));
     cr_assert_not_null(strstr(out, "\"key2\""));
@@ -216,17 +216,17 @@ Test(compress, json_results_stay_valid_json_with_counts, .timeout = 10)
         n +=
             (size_t)snprintf(obj + n, cap - n, "%s{\"id\":%d,\"v\":\"abcdefgh\"}", i ? "," : "", i);
     snprintf(obj + n, cap - n, "]");
-    cr_assert(cg_compress_tool_text(obj, strlen(obj), 8000, &out, &len));
+    cr_assert(cg_compress_tool_text(obj, strlen(obj), 8000, NULL, &out, &len));
     cr_assert(cg_conv_json_is_valid(out, len, false), "%s", out);
     cr_assert_not_null(strstr(out, "of 2000 elements"), "%s", out);
     free(out);
     /* Plain text: the head and a size marker. */
     char *text = repeat("line of log output\n", 2000);
-    cr_assert(cg_compress_tool_text(text, strlen(text), 8000, &out, &len));
+    cr_assert(cg_compress_tool_text(text, strlen(text), 8000, NULL, &out, &len));
     cr_assert_eq(strncmp(out, text, 8000), 0);
     cr_assert_not_null(strstr(out, "truncated, 8000 of 38000 bytes shown"), "%s", out + 8000);
     free(out);
-    cr_assert_not(cg_compress_tool_text("short", 5, 8000, &out, &len));
+    cr_assert_not(cg_compress_tool_text("short", 5, 8000, NULL, &out, &len));
     free(text);
     free(obj);
 }
@@ -338,8 +338,12 @@ Test(compress, trim_boundary_is_monotonic_with_hysteresis, .timeout = 30)
             const struct cg_message *m = &r.conv->messages[i];
             if (r.source_indexes[i] < 0 || r.source_indexes[i] >= r.boundary_after)
                 continue;
-            if (m->role == CG_ROLE_TOOL)
-                cr_assert_str_eq(m->parts[0].u.tool_result.content.ptr, CG_COMPRESS_TRIMMED);
+            if (m->role == CG_ROLE_TOOL) {
+                char want[48];
+                snprintf(want, sizeof want, "[trimmed: input %lld]",
+                         (long long)r.source_indexes[i]);
+                cr_assert_str_eq(m->parts[0].u.tool_result.content.ptr, want);
+            }
             if (m->role == CG_ROLE_USER)
                 cr_assert_eq(strncmp(m->parts[0].u.text.ptr, "question", 8), 0);
         }
@@ -351,31 +355,6 @@ Test(compress, trim_boundary_is_monotonic_with_hysteresis, .timeout = 30)
     }
     cr_assert_gt(moves, 0);
     cr_assert_lt(moves * 3, calls, "%lld moves in %lld calls", (long long)moves, (long long)calls);
-}
-
-Test(compress, window_drops_whole_turns_and_keeps_primers_and_recents, .timeout = 20)
-{
-    char *j = session(30, 1000, "read_file");
-    struct cg_conv *c = openai(j);
-    struct fixture f;
-    setup(&f, c, 8000);
-    f.p.keep_last_assistant = 1000; /* no trimming: the window must do it */
-    f.p.max_escalation_passes = 0;
-    struct cg_compress_result r;
-    struct cg_err err = {0};
-    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
-    const struct cg_compress_layer_result *w = layer(&r, CG_LAYER_WINDOW);
-    cr_assert_eq(w->outcome, CG_OUTCOME_APPLIED, "%s", w->detail);
-    cr_assert(r.target_reached, "%lld > %lld", (long long)r.tokens_after,
-              (long long)r.target_tokens);
-    /* System and the first turn (primers 2 reach to the next turn start) stay. */
-    cr_assert_eq(r.source_indexes[0], 0);
-    cr_assert_eq(r.source_indexes[1], 1);
-    cr_assert_eq(r.source_indexes[r.messages_after - 1], 120);
-    cr_assert_eq(layer(&r, CG_LAYER_SUMMARIZE)->outcome, CG_OUTCOME_NOT_NEEDED);
-    cg_compress_result_free(&r);
-    cg_conv_free(c);
-    free(j);
 }
 
 struct fake_summary {
@@ -401,6 +380,54 @@ static cg_status fake_summarize(void *ctx, const struct cg_conv *conv, size_t fr
     return CG_OK;
 }
 
+Test(compress, window_replaces_whole_turns_by_a_summary_naming_them, .timeout = 20)
+{
+    char *j = session(30, 1000, "read_file");
+    struct cg_conv *c = openai(j);
+    struct fixture f;
+    setup(&f, c, 8000);
+    f.p.keep_last_assistant = 1000; /* no trimming: the window must do it */
+    f.p.max_escalation_passes = 0;
+    struct cg_compress_result r;
+    struct cg_err err = {0};
+    /* Without a summarizer no turn goes: the window is SKIPPED, every message stays. */
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
+    cr_assert_eq(layer(&r, CG_LAYER_WINDOW)->outcome, CG_OUTCOME_SKIPPED);
+    cr_assert_eq(r.messages_after, r.messages_before);
+    cg_compress_result_free(&r);
+
+    struct fake_summary fs = {.text = "the user asked questions; files were read"};
+    f.in.summarize = fake_summarize;
+    f.in.summarize_ctx = &fs;
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
+    const struct cg_compress_layer_result *w = layer(&r, CG_LAYER_WINDOW);
+    cr_assert_eq(w->outcome, CG_OUTCOME_APPLIED, "%s", w->detail);
+    cr_assert(r.target_reached, "%lld > %lld", (long long)r.tokens_after,
+              (long long)r.target_tokens);
+    cr_assert_eq(fs.calls, 1);
+    /* System and the first turn (primers 2 reach to the next turn start) stay; the summary
+     * rides on the first kept user message after them and names what it replaced. */
+    cr_assert_eq(r.source_indexes[0], 0);
+    cr_assert_eq(r.source_indexes[1], 1);
+    cr_assert_eq(r.source_indexes[r.messages_after - 1], 120);
+    cr_assert(r.has_summary);
+    cr_assert_eq(r.summary_first, 5);
+    cr_assert_eq(r.summary_output_index, 5);
+    cr_assert_eq(r.source_indexes[5], r.summary_last + 1);
+    char head[96];
+    snprintf(head, sizeof head, "[ctxguard summary of input messages 5-%lld]\n",
+             (long long)r.summary_last);
+    const struct cg_message *m = &r.conv->messages[r.summary_output_index];
+    cr_assert_eq(m->role, CG_ROLE_USER);
+    cr_assert_eq(strncmp(m->parts[0].u.text.ptr, head, strlen(head)), 0, "%s",
+                 m->parts[0].u.text.ptr);
+    cr_assert_not_null(strstr(m->parts[0].u.text.ptr, fs.text));
+    cr_assert_eq(layer(&r, CG_LAYER_SUMMARIZE)->outcome, CG_OUTCOME_NOT_NEEDED);
+    cg_compress_result_free(&r);
+    cg_conv_free(c);
+    free(j);
+}
+
 Test(compress, summary_layer_skipped_without_a_summarizer_and_transactional, .timeout = 20)
 {
     char *j = session(30, 1000, "read_file");
@@ -410,6 +437,7 @@ Test(compress, summary_layer_skipped_without_a_summarizer_and_transactional, .ti
     f.p.keep_last_assistant = 1000;
     f.p.recents = 100; /* the window cannot reach the target */
     f.p.max_escalation_passes = 0;
+    f.p.disabled_layers = 1u << CG_LAYER_WINDOW; /* L5 on its own */
     struct cg_compress_result r;
     cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, NULL), CG_OK);
     cr_assert_eq(layer(&r, CG_LAYER_SUMMARIZE)->outcome, CG_OUTCOME_SKIPPED);

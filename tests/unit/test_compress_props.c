@@ -537,3 +537,92 @@ Test(compress_props, pinned_messages_are_kept_verbatim, .timeout = 240)
                 pinned_total, pressed, unreachable_said);
     cr_assert_gt(pressed, N / 2, "the generator must press the pins");
 }
+
+/* The span [*first, *last] a summary part names in its head, when s is one. */
+static bool summary_span(const struct cg_str *s, long long *first, long long *last)
+{
+    static const char head[] = "[ctxguard summary of ";
+    if (s->len < sizeof head || memcmp(s->ptr, head, sizeof head - 1) != 0)
+        return false;
+    const char *p = strstr(s->ptr, "messages ");
+    return p != NULL && sscanf(p, "messages %lld-%lld", first, last) == 2;
+}
+
+/* Issue 16, item 2: whatever the strategy, window, pins or escalation, every user text of the
+ * input is in the output verbatim or inside the span a summary message names; with no
+ * summarizer none goes at all. */
+Test(compress_props, user_turns_go_only_under_a_summary_naming_them, .timeout = 240)
+{
+    const int N = 1500;
+    int summarized = 0, pressed = 0, trimming_pressed = 0;
+    for (uint64_t seed = 1; seed <= (uint64_t)N; seed++) {
+        struct rng r = {seed * 0x94D049BB133111EBull + 3};
+        struct cg_conv *c = generate(&r, 2 + (int)pick(&r, 40), pick(&r, 4) == 0);
+        for (size_t i = 0; i < c->n_messages; i++)
+            if (!cg_conv_role_is_system(c->messages[i].role) && pick(&r, 12) == 0)
+                c->messages[i].pinned = true;
+        struct setup s;
+        make_setup(&s, &r, c, NULL);
+        s.in.context_window = 800 + pick(&r, 12000);
+        bool with_summary = pick(&r, 3) != 0;
+        if (with_summary)
+            s.in.summarize = short_summary;
+        s.in.history_positions = pick(&r, 2);
+        s.in.force = pick(&r, 4) == 0;
+        s.p.max_escalation_passes = pick(&r, 4);
+        struct cg_compress_result a;
+        struct cg_err err = {0};
+        cr_assert_eq(cg_compress_run(&s.in, &s.p, &a, &err), CG_OK, "seed %llu: %s",
+                     (unsigned long long)seed, err.msg);
+        if (a.triggered) {
+            pressed++;
+            trimming_pressed += s.p.strategy == CG_STRATEGY_TRIMMING;
+        }
+        long long first = -1, last = -2;
+        int summaries = 0;
+        for (size_t o = 0; o < a.conv->n_messages; o++) {
+            const struct cg_message *m = &a.conv->messages[o];
+            for (size_t k = 0; k < m->n_parts; k++)
+                if (m->role == CG_ROLE_USER && m->parts[k].kind == CG_PART_TEXT &&
+                    summary_span(&m->parts[k].u.text, &first, &last))
+                    summaries++;
+        }
+        cr_assert_leq(summaries, 1, "seed %llu: one summary per call", (unsigned long long)seed);
+        cr_assert_eq(summaries, a.has_summary, "seed %llu", (unsigned long long)seed);
+        if (a.has_summary) {
+            summarized++;
+            cr_assert(first == a.summary_first && last == a.summary_last,
+                      "seed %llu: the head names %lld-%lld, the report %lld-%lld",
+                      (unsigned long long)seed, first, last, (long long)a.summary_first,
+                      (long long)a.summary_last);
+        }
+        for (size_t src = 0; src < c->n_messages; src++) {
+            const struct cg_message *im = &c->messages[src];
+            if (im->role != CG_ROLE_USER)
+                continue;
+            for (size_t k = 0; k < im->n_parts; k++) {
+                if (im->parts[k].kind != CG_PART_TEXT)
+                    continue;
+                const struct cg_str *want = &im->parts[k].u.text;
+                bool kept = false;
+                for (size_t o = 0; o < a.conv->n_messages && !kept; o++) {
+                    const struct cg_message *om = &a.conv->messages[o];
+                    for (size_t q = 0; q < om->n_parts && !kept; q++)
+                        kept = om->role == CG_ROLE_USER && om->parts[q].kind == CG_PART_TEXT &&
+                               same_str(&om->parts[q].u.text, want);
+                }
+                bool covered = (long long)src >= first && (long long)src <= last;
+                cr_assert(kept || (with_summary && covered),
+                          "seed %llu: user message %zu is neither kept nor under a summary "
+                          "(summary %lld-%lld)",
+                          (unsigned long long)seed, src, first, last);
+            }
+        }
+        cg_compress_result_free(&a);
+        cg_conv_free(c);
+    }
+    cr_log_info("%d conversations, %d triggered (%d trimming), %d summarized", N, pressed,
+                trimming_pressed, summarized);
+    cr_assert_gt(summarized, N / 5, "the generator must make the window summarize");
+    cr_assert_gt(trimming_pressed, N / 20);
+}

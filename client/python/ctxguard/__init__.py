@@ -20,6 +20,7 @@ from .errors import (ApprovalNotFound, ApprovalRequired, BudgetExhausted, Confli
                      ReservationExpired, ReservationNotFound, ScopeNotFound, Unauthenticated,
                      Unavailable, from_rpc_error)
 from .guard import Guard, GuardHandle
+from .recall import RECALL_TOOL_NAME, recall_tool
 from .scope import TENANT, Scope, ScopeLike, parse_scope
 from .usage import Usage, usage_from_anthropic, usage_from_openai, usage_from_response
 
@@ -33,7 +34,7 @@ __all__ = [
     "ApprovalRequired", "Unavailable", "DeadlineExceeded", "Unauthenticated",
     "PermissionDenied", "FailedPrecondition", "ReservationExpired", "MessageTooLarge",
     "Conflict", "Internal", "from_rpc_error", "admin_pb2", "budget_pb2", "common_pb2",
-    "context_pb2", "guard",
+    "context_pb2", "guard", "RECALL_TOOL_NAME", "recall_tool",
 ]
 
 

@@ -31,7 +31,8 @@ for _svc, _mod, _names in (
                                 "Release", "RecordUsage", "CloseScope", "GetUsage", "ListScopes",
                                 "WatchUsage", "ResolveApproval", "GetApproval", "ListApprovals")),
         ("context", context_pb2, ("CountTokens", "Compress", "Summarize", "GetArtifact",
-                                  "ListArtifacts", "GetHistory", "ValidateContext",
+                                  "ListArtifacts", "GetHistory", "SearchHistory",
+                                  "DeleteSession", "ValidateContext",
                                   "GetCompressionStats")),
         ("admin", admin_pb2, ("CreateTenant", "GetTenant", "ListTenants", "CreateApiKey",
                               "ListApiKeys", "RevokeApiKey", "WhoAmI", "UpdateTenantSettings",
@@ -46,7 +47,7 @@ for _svc, _mod, _names in (
 ALWAYS_RETRY = frozenset({
     "GetBudget", "CheckBudget", "GetUsage", "ListScopes", "GetApproval", "ListApprovals",
     "CountTokens", "ValidateContext", "GetArtifact", "ListArtifacts", "GetHistory",
-    "GetCompressionStats", "WhoAmI", "GetTenant", "ListTenants", "ListApiKeys", "Ping",
+    "SearchHistory", "GetCompressionStats", "WhoAmI", "GetTenant", "ListTenants", "ListApiKeys", "Ping",
     "Commit", "Release", "CloseScope", "ResolveApproval", "UpdateTenantSettings"})
 
 

@@ -8,6 +8,7 @@ import grpc
 import grpc.aio
 
 from . import _common
+from . import recall as _recall
 from ._common import CompressResult, RetryPolicy, TokenCount
 from ._stubs import admin_pb2, budget_pb2, context_pb2
 from .errors import from_rpc_error
@@ -293,6 +294,23 @@ class AsyncClient:
                     **fields: Any) -> "context_pb2.GetHistoryResponse":
         return await self._unary("GetHistory", _common.request(
             "GetHistory", session_id=session_id, **fields), timeout)
+
+    async def search_history(self, session_id: str, query: str, *,
+                             timeout: Optional[float] = None,
+                             **fields: Any) -> "context_pb2.SearchHistoryResponse":
+        return await self._unary("SearchHistory", _common.request(
+            "SearchHistory", session_id=session_id, query=query, **fields), timeout)
+
+    async def delete_session(self, session_id: str, *, timeout: Optional[float] = None
+                             ) -> "context_pb2.DeleteSessionResponse":
+        """Deletes a session whole (an operator or admin key)."""
+        return await self._unary("DeleteSession", _common.request(
+            "DeleteSession", session_id=session_id), timeout)
+
+    async def recall(self, session_id: str, arguments: Any, *,
+                     timeout: Optional[float] = None) -> str:
+        """Runs the ctxguard_recall tool (see ctxguard.recall) for this session."""
+        return await _recall.run_async(self, session_id, arguments, timeout=timeout)
 
     async def get_compression_stats(self, session_id: str = "", *, timeout: Optional[float] = None,
                               **fields: Any) -> "context_pb2.GetCompressionStatsResponse":

@@ -6,6 +6,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import grpc
 
 from . import _common
+from . import recall as _recall
 from ._common import CompressResult, RetryPolicy, TokenCount
 from ._stubs import admin_pb2, budget_pb2, context_pb2
 from .errors import from_rpc_error
@@ -300,6 +301,22 @@ class Client:
                     **fields: Any) -> "context_pb2.GetHistoryResponse":
         return self._unary("GetHistory", _common.request(
             "GetHistory", session_id=session_id, **fields), timeout)
+
+    def search_history(self, session_id: str, query: str, *, timeout: Optional[float] = None,
+                       **fields: Any) -> "context_pb2.SearchHistoryResponse":
+        return self._unary("SearchHistory", _common.request(
+            "SearchHistory", session_id=session_id, query=query, **fields), timeout)
+
+    def delete_session(self, session_id: str, *, timeout: Optional[float] = None
+                       ) -> "context_pb2.DeleteSessionResponse":
+        """Deletes a session whole (an operator or admin key)."""
+        return self._unary("DeleteSession", _common.request(
+            "DeleteSession", session_id=session_id), timeout)
+
+    def recall(self, session_id: str, arguments: Any, *,
+               timeout: Optional[float] = None) -> str:
+        """Runs the ctxguard_recall tool (see ctxguard.recall) for this session."""
+        return _recall.run(self, session_id, arguments, timeout=timeout)
 
     def get_compression_stats(self, session_id: str = "", *, timeout: Optional[float] = None,
                               **fields: Any) -> "context_pb2.GetCompressionStatsResponse":

@@ -4,6 +4,7 @@ backpressure, approvals, watch, CountTokens/Compress on OpenAI dicts, AsyncClien
 import asyncio
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -305,6 +306,72 @@ class ContextTest(sdkenv.ServerCase):
         after = self.client.count_tokens(r.messages, model="gpt-4o").total_tokens
         self.assertEqual(after, r.tokens_after)
         self.assertLess(after, before)
+
+
+class RecallTest(sdkenv.ServerCase):
+    """Issue 16 item 3: whatever Compress trimmed or summarized in a session, the pointer it
+    left leads back to the original through the ctxguard_recall tool (GetHistory), and a
+    search of the history finds it (SearchHistory)."""
+
+    def test_every_planted_fact_is_in_the_output_or_behind_its_pointer(self):
+        msgs = [{"role": "system", "content": "You are a build assistant."}]
+        facts = []
+        for i in range(40):
+            code, path = f"K{i * 37 + 5}Z", f"/srv/build/job{i}.txt"
+            msgs.append({"role": "user", "content": f"Turn {i}: the access code is {code}. "
+                         + "Please keep going with the plan. " * 30})
+            msgs.append({"role": "assistant", "content": f"Noted; I wrote it to {path}. "
+                         + "Working on the next step now. " * 30})
+            facts += [(len(msgs) - 2, code), (len(msgs) - 1, path)]
+        before = self.client.count_tokens(msgs, model="gpt-4o").total_tokens
+        sid = "recall-" + uuid.uuid4().hex[:10]
+        r = self.client.compress_messages(msgs, "gpt-4o", context_window_tokens=before // 3,
+                                          session_id=sid, policy={"reserved_output_tokens": 0})
+        self.assertTrue(r.report.triggered)
+        out = json.dumps(r.messages)
+        trimmed = {int(n) for n in re.findall(r"\[trimmed: history (\d+)\]", out)}
+        spans = [(int(a), int(b)) for a, b in
+                 re.findall(r"\[ctxguard summary of messages (\d+)-(\d+)", out)]
+        self.assertTrue(trimmed or spans, "the call reduced something")
+        followed = 0
+        for idx, fact in facts:
+            if fact in out:
+                continue
+            span = next(((a, b) for a, b in spans if a <= idx <= b), None)
+            if span is None:
+                self.assertIn(idx, trimmed, f"message {idx} ({fact}) went without a pointer")
+                span = (idx, idx)
+            text = self.client.recall(sid, json.dumps({"from_position": idx,
+                                                       "to_position": idx}))
+            self.assertIn(fact, text, f"ctxguard_recall({idx}) from pointer {span}")
+            followed += 1
+        self.assertGreater(followed, 10)
+        # Search finds a fact by what was said, with its position.
+        code = facts[2][1]
+        found = self.client.recall(sid, {"query": code.lower()})
+        self.assertIn(f"history position {facts[2][0]} (user, text)", found)
+        hits = self.client.search_history(sid, r"job[0-9]+\.txt", regex=True, page_size=7)
+        seen = [m.position for m in hits.matches]
+        while hits.next_page_token:
+            hits = self.client.search_history(sid, r"job[0-9]+\.txt", regex=True,
+                                              page_size=7, page_token=hits.next_page_token)
+            seen += [m.position for m in hits.matches]
+        self.assertEqual(seen, [i for i, f in facts if f.startswith("/srv/")])
+
+    def test_the_tool_definition_and_bad_calls(self):
+        tool = ctxguard.recall_tool("openai")
+        self.assertEqual(tool["function"]["name"], ctxguard.RECALL_TOOL_NAME)
+        self.assertEqual(ctxguard.recall_tool("anthropic")["input_schema"]["type"], "object")
+        json.dumps(tool)  # plain JSON, as a provider takes it
+        sid = "recall-" + uuid.uuid4().hex[:10]
+        self.client.compress_messages([{"role": "user", "content": "hello"}], "gpt-4o",
+                                      session_id=sid)
+        self.assertIn("exactly one", self.client.recall(sid, {"from_position": 0, "query": "x"}))
+        self.assertIn("query", self.client.recall(sid, {"query": "a(b", "regex": True}))
+        self.assertIn("not JSON", self.client.recall(sid, "{"))
+        self.assertIn("hello", self.client.recall(sid, {"from_position": 0}))
+        self.assertIn("no match", self.client.recall(sid, {"query": "absent"}))
+        self.assertIn("session_id", self.client.recall("nope-" + sid, {"query": "x"}))
 
 
 class WatchTest(sdkenv.ServerCase):

@@ -330,6 +330,14 @@ export class Client {
   getHistory(req: Req<context.GetHistoryRequest>, o?: CallOpts): Promise<context.GetHistoryResponse> {
     return this.c("getHistory", context.GetHistoryRequest, withScopes(req), true, o);
   }
+  /** Deletes a session whole: history, artifacts, boundary, compaction records (operator or admin key). */
+  deleteSession(req: Req<context.DeleteSessionRequest>, o?: CallOpts): Promise<context.DeleteSessionResponse> {
+    return this.c("deleteSession", context.DeleteSessionRequest, withScopes(req), false, o);
+  }
+  /** Finds text (or a POSIX extended regular expression) in a session's stored history. */
+  searchHistory(req: Req<context.SearchHistoryRequest>, o?: CallOpts): Promise<context.SearchHistoryResponse> {
+    return this.c("searchHistory", context.SearchHistoryRequest, withScopes(req), true, o);
+  }
   validateContext(req: Req<context.ValidateContextRequest>, o?: CallOpts): Promise<context.ValidateContextResponse> {
     return this.c("validateContext", context.ValidateContextRequest, withScopes(req), true, o);
   }

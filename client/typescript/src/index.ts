@@ -28,6 +28,7 @@ export {
 } from "./errors.js";
 export { GuardHandle, guard, reserveFor, settle, type GuardOptions } from "./guard.js";
 export { CtxguardCallbackHandler, usageFromLLMResult, type CallbackHandlerOptions } from "./langchain.js";
+export { RECALL_DESCRIPTION, RECALL_PARAMETERS, RECALL_TOOL_NAME, recall, recallTool } from "./recall.js";
 export { scopePath, TENANT, toScope, type ScopeLike } from "./scope.js";
 export { addUsage, usageFromAnthropic, usageFromOpenAI, usageFromResponse, usageTotal, type Usage } from "./usage.js";
 export { GuardedStream, wrapAnthropic, wrapOpenAI, type StreamOutcome, type WrapOptions } from "./wrap.js";

@@ -23,6 +23,9 @@ test("named exports", () => {
     "BudgetMode",
     "Decision",
     "DelayMode",
+    "recall",
+    "recallTool",
+    "RECALL_TOOL_NAME",
   ]) {
     assert.ok(name in pkg, `missing export ${name}`);
   }

@@ -3,6 +3,8 @@
 // SSE streams, with usage that includes cache tokens. Each answer's usage is distinct
 // (taken from a counter) so that a test can check exactly what was committed.
 // Model names steer failures: "fail-400" answers 400; "fail-midstream" cuts the stream.
+// "call-recall" answers (plain JSON) a call of the ctxguard_recall tool when the request
+// offers it, searching for the last user message's text.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -105,12 +107,30 @@ export class FakeProvider {
     res.end(JSON.stringify({ error: { message: `no route ${req.method} ${req.url}` } }));
   }
 
+  /** A tool call of ctxguard_recall (when offered) with {"query": <the last user text>}. */
+  private recallCall(body: Record<string, unknown>): { message: Record<string, unknown>; finish: string } {
+    const tools = (body["tools"] ?? []) as { function?: { name?: string } }[];
+    const messages = (body["messages"] ?? []) as { role: string; content: unknown }[];
+    const last = [...messages].reverse().find((m) => m.role === "user");
+    if (!tools.some((t) => t.function?.name === "ctxguard_recall"))
+      return { message: { role: "assistant", content: "no recall tool offered", refusal: null }, finish: "stop" };
+    const call = { name: "ctxguard_recall", arguments: JSON.stringify({ query: String(last?.content ?? "") }) };
+    return {
+      message: { role: "assistant", content: null, refusal: null, tool_calls: [{ id: "call_recall_1", type: "function", function: call }] },
+      finish: "tool_calls",
+    };
+  }
+
   private openai(res: ServerResponse, body: Record<string, unknown>, model: string): void {
     const id = `chatcmpl-${this.n + 1}`;
     const created = Math.floor(Date.now() / 1000);
     const text = "Hello from the fake provider.";
     if (!body["stream"]) {
       const usage = this.nextOpenAI();
+      const { message, finish } =
+        model === "call-recall"
+          ? this.recallCall(body)
+          : { message: { role: "assistant", content: text, refusal: null }, finish: "stop" };
       res.writeHead(200, { "content-type": "application/json" });
       res.end(
         JSON.stringify({
@@ -118,7 +138,7 @@ export class FakeProvider {
           object: "chat.completion",
           created,
           model,
-          choices: [{ index: 0, message: { role: "assistant", content: text, refusal: null }, finish_reason: "stop", logprobs: null }],
+          choices: [{ index: 0, message, finish_reason: finish, logprobs: null }],
           usage,
         }),
       );

@@ -15,6 +15,9 @@ import {
   BudgetExhausted,
   Client,
   CtxguardCallbackHandler,
+  RECALL_TOOL_NAME,
+  recall,
+  recallTool,
   TokenCountMethod,
   TokenEncoding,
   wrapAnthropic,
@@ -334,5 +337,42 @@ describe("context", () => {
     assert.equal(conv.messages, r.messages);
     assert.equal(r.messages.length, r.report.messagesAfter - 1, "the system prompt is counted as a message by the report");
     assert.ok(conv.messages.every((m) => m.role === "user" || m.role === "assistant"));
+  });
+});
+
+describe("ctxguard_recall", () => {
+  test("the real openai SDK sends the tool; the model's call is answered from the session's history", async () => {
+    // A session whose history holds a fact the compressed context no longer shows verbatim.
+    const sessionId = `recall-${sid()}`;
+    const msgs: { role: "system" | "user" | "assistant"; content: string }[] = [{ role: "system", content: "You are a build assistant." }];
+    for (let i = 0; i < 30; i++) {
+      msgs.push({ role: "user", content: `Turn ${i}: the access code is Q${i * 41 + 3}X. ${"Keep going with the plan. ".repeat(30)}` });
+      msgs.push({ role: "assistant", content: `Noted; the log is at /var/log/job${i}.log. ${"Working on it now. ".repeat(30)}` });
+    }
+    const r = await client.compressMessages(msgs, { model: "gpt-4o", contextWindowTokens: 4000, sessionId });
+    const out = JSON.stringify(r.messages);
+    const gone = [...Array(30).keys()].find((k) => !out.includes(`/var/log/job${k}.log`));
+    assert.ok(gone !== undefined, "some fact was reduced away");
+    const position = 2 + 2 * gone;
+    assert.match(out, /\[trimmed: history \d+\]|\[ctxguard summary of messages \d+-\d+/);
+    const oa = openai();
+    const reply = await oa.chat.completions.create({
+      model: "call-recall",
+      messages: [...(r.messages as OpenAI.Chat.ChatCompletionMessageParam[]), { role: "user", content: `job${gone}.log` }],
+      tools: [recallTool("openai") as unknown as OpenAI.Chat.ChatCompletionTool],
+    });
+    const sent = fake.seen.at(-1)!.body["tools"] as { function: { name: string; parameters: unknown } }[];
+    const offered = sent[0]!;
+    assert.equal(offered.function.name, RECALL_TOOL_NAME);
+    assert.deepEqual(offered.function.parameters, (recallTool("schema") as { parameters: unknown }).parameters);
+    const call = reply.choices[0]!.message.tool_calls?.[0];
+    assert.ok(call && call.type === "function" && call.function.name === RECALL_TOOL_NAME);
+    const found = await recall(client, sessionId, call.function.arguments);
+    assert.ok(found.includes(`history position ${position} (assistant, text): `), found.slice(0, 300));
+    assert.ok(found.includes(`/var/log/job${gone}.log`), found.slice(0, 300));
+    // And the position the pointer names reads the original back.
+    const original = await recall(client, sessionId, { from_position: position });
+    assert.ok(original.includes(`Noted; the log is at /var/log/job${gone}.log.`), original.slice(0, 200));
+    assert.match(await recall(client, sessionId, { from_position: 1, query: "x" }), /exactly one/);
   });
 });
