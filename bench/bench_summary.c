@@ -141,7 +141,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 struct tally {
-    int said, said_kept, tool, tool_kept, convs, over;
+    int said, said_kept, user, user_kept, tool, tool_kept, convs, over;
 };
 
 int main(int argc, char **argv)
@@ -182,7 +182,8 @@ int main(int argc, char **argv)
     struct tally sample = {0}, held = {0};
     size_t largest = SIZE_MAX;
     struct cg_conv *largest_conv = NULL;
-    printf("%-40s %5s %4s %8s %8s %6s\n", "file", "lang", "msgs", "said", "tool", "tokens");
+    printf("%-40s %5s %4s %8s %8s %8s %6s\n", "file", "lang", "msgs", "said", "user", "tool",
+           "tokens");
     for (size_t f = 0; f < n_files; f++) {
         struct cg_conv *conv = NULL;
         if (cg_conv_json_read(CG_CONV_JSON_OPENAI, files[f].json, files[f].len, NULL, &conv,
@@ -206,7 +207,7 @@ int main(int argc, char **argv)
         t->convs++;
         if (sum.tokens > target)
             t->over++;
-        int said = 0, said_kept = 0, tool = 0, tool_kept = 0;
+        int said = 0, said_kept = 0, user = 0, user_kept = 0, tool = 0, tool_kept = 0;
         size_t i;
         json_t *nd;
         json_array_foreach(needles, i, nd)
@@ -222,15 +223,20 @@ int main(int argc, char **argv)
             } else {
                 said++;
                 said_kept += kept;
+                if (strcmp(where, "user") == 0) {
+                    user++;
+                    user_kept += kept;
+                }
             }
             if (verbose && !kept)
                 printf("    lost (%s): %s\n", where, fact);
         }
         t->said += said, t->said_kept += said_kept, t->tool += tool, t->tool_kept += tool_kept;
+        t->user += user, t->user_kept += user_kept;
         const char *base = strrchr(files[f].path, '/');
-        printf("%-40s %5s %4zu %3d/%-4d %3d/%-4d %6lld\n", base ? base + 1 : files[f].path,
-               sum.language, conv->n_messages, said_kept, said, tool_kept, tool,
-               (long long)sum.tokens);
+        printf("%-40s %5s %4zu %3d/%-4d %3d/%-4d %3d/%-4d %6lld\n",
+               base ? base + 1 : files[f].path, sum.language, conv->n_messages, said_kept, said,
+               user_kept, user, tool_kept, tool, (long long)sum.tokens);
         if (verbose)
             printf("%s\n\n", sum.text);
         if (!is_held && (largest == SIZE_MAX || files[f].len > files[largest].len)) {
@@ -243,15 +249,18 @@ int main(int argc, char **argv)
         json_decref(root);
         cg_conv_free(conv);
     }
-    printf("\nsample conversations (%d): facts said by user/assistant kept %d/%d = %.1f %%; "
-           "facts only in tool output kept %d/%d = %.1f %%; over target: %d\n",
-           sample.convs, sample.said_kept, sample.said,
+    printf("\nsample conversations (%d): facts said by users kept %d/%d = %.1f %%; by users or "
+           "assistants %d/%d = %.1f %%; facts only in tool output kept %d/%d = %.1f %%; over "
+           "target: %d\n",
+           sample.convs, sample.user_kept, sample.user,
+           sample.user ? 100.0 * sample.user_kept / sample.user : 0, sample.said_kept, sample.said,
            sample.said ? 100.0 * sample.said_kept / sample.said : 0, sample.tool_kept, sample.tool,
            sample.tool ? 100.0 * sample.tool_kept / sample.tool : 0, sample.over);
     if (held.convs > 0)
-        printf("held-out conversations (%d): facts said kept %d/%d = %.1f %%; tool %d/%d = "
-               "%.1f %%; over target: %d\n",
-               held.convs, held.said_kept, held.said,
+        printf("held-out conversations (%d): user facts kept %d/%d = %.1f %%; facts said kept "
+               "%d/%d = %.1f %%; tool %d/%d = %.1f %%; over target: %d\n",
+               held.convs, held.user_kept, held.user,
+               held.user ? 100.0 * held.user_kept / held.user : 0, held.said_kept, held.said,
                held.said ? 100.0 * held.said_kept / held.said : 0, held.tool_kept, held.tool,
                held.tool ? 100.0 * held.tool_kept / held.tool : 0, held.over);
 

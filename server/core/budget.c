@@ -205,6 +205,22 @@ void cg_budget_decide(const struct cg_budget_level *levels, int n, int64_t token
         out->delay_ms = out->levels[out->tightest].delay_ms;
 }
 
+int64_t cg_budget_compress_to(const struct cg_budget_result *r, int n, int64_t tokens,
+                              int64_t output_tokens)
+{
+    if (r == NULL || r->decision != CG_DECISION_DENY || tokens <= r->available_tokens || n < 1 ||
+        n > CG_PATH_MAX)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        const struct cg_level_verdict *v = &r->levels[i];
+        if (v->decision == CG_DECISION_DENY &&
+            (!(v->reasons & CG_REASON_TOKEN_LIMIT) || (v->reasons & CG_REASON_CLOSED)))
+            return 0;
+    }
+    int64_t fit = r->available_tokens - non_negative(output_tokens);
+    return fit > 0 ? fit : 0;
+}
+
 cg_status cg_budget_check_settings(const struct cg_budget_level *settings, struct cg_err *err)
 {
     const struct cg_budget_level *s = settings;

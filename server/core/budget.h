@@ -137,6 +137,13 @@ int64_t cg_budget_share(const struct cg_budget_level *level);
 void cg_budget_decide(const struct cg_budget_level *levels, int n, int64_t tokens,
                       int64_t cost_micros, struct cg_budget_result *out);
 
+/* The prompt a request refused by HARD token limits alone would fit at, once compressed:
+ * r's available tokens less the expected output tokens; 0 when a cost limit or a closed
+ * scope refused it too, when it was not refused, or when nothing would fit. r decided a
+ * path of n levels for `tokens`. Thread-safe. */
+int64_t cg_budget_compress_to(const struct cg_budget_result *r, int n, int64_t tokens,
+                              int64_t output_tokens);
+
 /* Checks one level's settings: limits in 1..CG_LIMIT_MAX (cost may be 0), a known mode,
  * 0 < warning_ratio <= 1, tiers ascending, each ratio in (0, 10], delay <= 60000 ms, at
  * most CG_TIERS_MAX. On error err names the field ("limit_tokens", "backpressure_tiers[2]

@@ -1608,6 +1608,12 @@ static void set_window(struct run *r, const struct list *l)
     out->trigger_tokens = (int64_t)((double)eff * trigger);
     out->target_tokens = (int64_t)((double)eff * p->target_ratio);
     out->ceiling_tokens = (int64_t)((double)eff * p->ceiling_ratio);
+    /* An absolute target (a budget's room, CheckBudget's compress_to_tokens): the layers aim
+     * at it and the cascade runs whenever the count is over it. */
+    if (p->target_tokens > 0 && p->target_tokens < out->target_tokens)
+        out->target_tokens = p->target_tokens;
+    if (p->target_tokens > 0 && p->target_tokens < out->trigger_tokens)
+        out->trigger_tokens = p->target_tokens;
 }
 
 /* L0-L2, the per-message layers: in TRIMMING on every triggered call (prefix stability),

@@ -134,6 +134,7 @@ struct cg_compress_policy {
     size_t n_write_tool_names;                                 /* write_file, edit_file */
     double summarize_ratio;                                    /* 0.30 */
     int64_t summary_max_tokens;                                /* 400 */
+    int64_t target_tokens; /* an absolute target (0: none); the trigger follows it down */
     bool prompt_cache_hint;
     uint32_t max_escalation_passes; /* 2 */
     uint32_t time_budget_ms;        /* 30,000 */

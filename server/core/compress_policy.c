@@ -98,6 +98,8 @@ cg_status cg_compress_policy_check(const struct cg_compress_policy *p, struct cg
         return bad(err, "summary_max_tokens", "must be 64..2,000");
     if (p->max_escalation_passes > 10)
         return bad(err, "max_escalation_passes", "must be 0..10");
+    if (p->target_tokens < 0 || p->target_tokens > 100000000)
+        return bad(err, "target_tokens", "must be 0..100,000,000");
     if (p->time_budget_ms < 100 || p->time_budget_ms > 300000)
         return bad(err, "time_budget_ms", "must be 100..300,000");
     if (p->disabled_layers & (1u << CG_LAYER_NORMALIZE))

@@ -2,6 +2,7 @@
  * into the six sections within the target tokens (see summary.h for what it does and why). */
 #include "core/summary.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ struct sent {
     uint32_t freq; /* occurrences of the same text (on the representative) */
     bool repeat;   /* not the first occurrence */
     double spec;
+    unsigned focus_hits; /* terms of the caller's focus it names */
     struct cg__summary_words w;
     double score;
     int section;
@@ -446,6 +448,58 @@ static bool has_term(const char *lc, size_t n, const char *term)
     return false;
 }
 
+/* Whether a sentence is prose someone wrote rather than a pasted line of output: it starts
+ * with a word (not a timestamp, a bracket or a quote), names no log level, and has words of
+ * lower-case letters (or, in scripts without them, letters past ASCII). */
+static bool prose(const struct sent *s)
+{
+    static const char *const levels[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE", "FATAL"};
+    unsigned char c0 = s->len > 0 ? (unsigned char)s->p[0] : 0;
+    if (c0 == 0 || (c0 >= '0' && c0 <= '9') || strchr("[{<(\"'|#>$", c0) != NULL)
+        return false;
+    size_t words = 0, high = 0;
+    for (size_t i = 0; i < s->len; i++) {
+        unsigned char c = (unsigned char)s->p[i];
+        high += c >= 0x80;
+        bool start = i == 0 || s->p[i - 1] == ' ';
+        if (start && c >= 'a' && c <= 'z' && i + 1 < s->len && s->p[i + 1] >= 'a' &&
+            s->p[i + 1] <= 'z')
+            words++;
+        if (start && c >= 'A' && c <= 'Z')
+            for (size_t k = 0; k < sizeof levels / sizeof levels[0]; k++) {
+                size_t n = strlen(levels[k]);
+                if (i + n <= s->len && memcmp(s->p + i, levels[k], n) == 0 &&
+                    (i + n == s->len || s->p[i + n] == ' ' || s->p[i + n] == ']' ||
+                     s->p[i + n] == ':'))
+                    return false;
+            }
+    }
+    return words >= 3 || high >= 6;
+}
+
+/* Whether a sentence names something: a capitalized word past its first (a person, a
+ * product) or a hyphenated name ("geo-lookup"). */
+static bool names_something(const struct sent *s)
+{
+    for (size_t i = 1; i + 2 < s->len; i++) {
+        unsigned char c = (unsigned char)s->p[i], n = (unsigned char)s->p[i + 1];
+        bool start = s->p[i - 1] == ' ' && !(i >= 2 && strchr(".!?", s->p[i - 2]) != NULL);
+        if (start && c >= 'A' && c <= 'Z' && n >= 'a' && n <= 'z')
+            return true;
+        if (c == '-' && isalpha((unsigned char)s->p[i - 1]) && isalpha(n))
+            return true;
+    }
+    return false;
+}
+
+/* A user's sentence of prose with specifics (names, numbers, paths, versions) or a
+ * decision: what the user told the agent, which no later turn may repeat. */
+static bool user_fact(const struct sent *s)
+{
+    return s->role == CG_ROLE_USER && !s->from_tool && !s->repeat &&
+           (s->spec >= 2 || s->w.decision || names_something(s)) && prose(s);
+}
+
 static void score(struct st *st)
 {
     char lc[512];
@@ -465,12 +519,13 @@ static void score(struct st *st)
         if (s->w.next)
             v += 1;
         if (s->role == CG_ROLE_USER)
-            v += 1;
+            v += names_something(s) ? 3 : 1; /* a user naming someone or something */
         unsigned hits = 0;
         for (size_t f = 0; f < st->n_focus && hits < 3; f++)
             if (has_term(lc, n, st->focus[f]))
                 hits++;
         v += 4.0 * hits;
+        s->focus_hits = hits;
         v += (double)s->order / total; /* later wins a tie: it is closer to now */
         if (s->from_tool) {
             if (s->w.error)
@@ -493,6 +548,8 @@ static void score(struct st *st)
             s->section = CG_SUMMARY_DETAILS;
         else if (content)
             s->section = s->from_tool ? CG_SUMMARY_DETAILS : CG_SUMMARY_PROGRESS;
+        else if (user_fact(s))
+            s->section = CG_SUMMARY_DETAILS; /* a name said by the user is a detail */
     }
 }
 
@@ -639,10 +696,15 @@ static struct sent *pending_request(struct st *st)
     return last;
 }
 
-/* What people said comes before what tools printed (errors first); then by score. */
+/* What the caller's focus names comes first, then what users stated, then what people said
+ * before what tools printed (errors first); then by score. */
 static int by_score_desc(const void *a, const void *b)
 {
     const struct sent *x = *(const struct sent *const *)a, *y = *(const struct sent *const *)b;
+    if ((x->focus_hits > 0) != (y->focus_hits > 0))
+        return x->focus_hits > 0 ? -1 : 1;
+    if (user_fact(x) != user_fact(y))
+        return user_fact(x) ? -1 : 1;
     if (x->from_tool != y->from_tool)
         return x->from_tool ? 1 : -1;
     if (x->from_tool && x->w.error != y->w.error)
@@ -759,6 +821,40 @@ static cg_status shrink_skeleton(struct st *st, struct sent **pool, size_t n_cho
         rc = build(st, pool, n_chosen, tools, *with_tools, out, err);
         if (rc != CG_OK)
             return rc;
+    }
+    return rc;
+}
+
+/* Users' facts come first (by_score_desc): when they would not all fit beside the
+ * skeleton, the tool line goes, then the pending request, then the current state, while
+ * that makes room (the intent stays). */
+static cg_status room_for_user_facts(struct st *st, struct sent **pool, size_t n_chosen,
+                                     const char *tools, bool *with_tools,
+                                     struct sent *const must[3], struct cg_summary *out,
+                                     struct cg_err *err)
+{
+    int64_t need = 0;
+    for (size_t i = 0; i < st->n; i++) {
+        struct sent *s = &st->s[i];
+        if (s->chosen || s->mandatory || s->section < 0 || !user_fact(s))
+            continue;
+        if (!set_item(st, s, ITEM_MAX))
+            return cg_err_set(err, CG_NOMEM, "out of memory summarizing");
+        need += s->cost;
+    }
+    int64_t room = st->target - st->target / 50 - 2;
+    struct sent *state = must[1], *request = must[2];
+    cg_status rc = CG_OK;
+    while (rc == CG_OK && out->tokens + need > room) {
+        if (*with_tools)
+            *with_tools = false;
+        else if (request != NULL && request->chosen && request != must[0])
+            request->chosen = false;
+        else if (state != NULL && state->chosen && state != must[0])
+            state->chosen = false;
+        else
+            break;
+        rc = build(st, pool, n_chosen, tools, *with_tools, out, err);
     }
     return rc;
 }
@@ -885,6 +981,8 @@ cg_status cg_summary_extract(const struct cg_conv *conv, const struct cg_summary
     if (rc != CG_OK)
         goto out;
     rc = shrink_skeleton(&st, pool, n_chosen, tools, &with_tools, must, out, err);
+    if (rc == CG_OK)
+        rc = room_for_user_facts(&st, pool, n_chosen, tools, &with_tools, must, out, err);
     if (rc != CG_OK)
         goto out;
     rc = fill_by_score(&st, pool, n_chosen, tools, with_tools, out, err);

@@ -432,6 +432,9 @@ cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env 
         resp->tightest_ratio = r->tightest_ratio;
     }
     resp->available_tokens = r->available_tokens;
+    if (res.source != CG_BUDGET_SOURCE_STORE_FAILURE_POLICY)
+        resp->compress_to_tokens =
+            cg_budget_compress_to(r, res.n, req->estimated_tokens, req->estimated_output_tokens);
     resp->source = (Ctxguard__V1__BudgetSource)res.source;
     resp->evaluated_at_unix_ms = cg_wall_ms();
     *response = &resp->base;

@@ -95,6 +95,9 @@ static cg_status policy_ratios(struct cg_rpc_call *call, const Ctxguard__V1__Com
         p->target_ratio = p->trigger_ratio * p->hysteresis_ratio;
     if ((st = ratio(call, "target_ratio", rp->target_ratio, &p->target_ratio)) != CG_OK)
         return st;
+    if ((st = check_range(call, "policy.target_tokens", rp->target_tokens, 0, 100000000)) != CG_OK)
+        return st;
+    p->target_tokens = rp->target_tokens;
     return CG_OK;
 }
 
@@ -262,6 +265,7 @@ static Ctxguard__V1__CompressionPolicy *policy_out(struct cg_rpc_call *call,
     o->trigger_ratio = p->trigger_ratio;
     o->target_ratio = p->target_ratio;
     o->ceiling_ratio = p->ceiling_ratio;
+    o->target_tokens = p->target_tokens;
     o->reserved_output_tokens_opt_case =
         CTXGUARD__V1__COMPRESSION_POLICY__RESERVED_OUTPUT_TOKENS_OPT_RESERVED_OUTPUT_TOKENS;
     o->reserved_output_tokens = p->reserved_output_tokens;

@@ -579,7 +579,8 @@ static void answer(struct batch *b, int i, int64_t now_ms)
     union answer out;
     cg_status st = CG_OK;
     if (b->state[i] == ITEM_DENIED) {
-        st = cg_budget_deny(it->op.err, it->after, it->n, &it->decided, it->reserve.tokens);
+        st = cg_budget_deny(it->op.err, it->after, it->n, &it->decided, it->reserve.tokens,
+                            it->reserve.estimated_output_tokens);
     } else if (it->kind == CG_BATCH_RESERVE) {
         reserve_answer(it, &b->new_res[it->new_index], &out.reserve);
         a.reserve = &out.reserve;

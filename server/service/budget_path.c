@@ -62,8 +62,21 @@ void cg_budget_deny_facts(struct cg_err *err, const struct cg_budget_row *row, i
 
 /* A RESOURCE_EXHAUSTED message naming the level that refused (BUDGET_EXHAUSTED, with its
  * figures), or FAILED_PRECONDITION for a closed scope (SCOPE_CLOSED). */
+static cg_status deny(struct cg_err *err, const struct cg_budget_row *rows, int n,
+                      const struct cg_budget_result *r, int64_t tokens);
+
 cg_status cg_budget_deny(struct cg_err *err, const struct cg_budget_row *rows, int n,
-                         const struct cg_budget_result *r, int64_t tokens)
+                         const struct cg_budget_result *r, int64_t tokens, int64_t output_tokens)
+{
+    cg_status st = deny(err, rows, n, r, tokens);
+    int64_t fit = cg_budget_compress_to(r, n, tokens, output_tokens);
+    if (st == CG_RESOURCE_EXHAUSTED && fit > 0)
+        cg_err_meta_i64(err, "compress_to_tokens", (long long)fit);
+    return st;
+}
+
+static cg_status deny(struct cg_err *err, const struct cg_budget_row *rows, int n,
+                      const struct cg_budget_result *r, int64_t tokens)
 {
     for (int i = n - 1; i >= 0; i--) {
         const struct cg_level_verdict *v = &r->levels[i];

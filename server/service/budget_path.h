@@ -26,10 +26,11 @@ void cg_budget_path_decide(const struct cg_budget_row *rows, int n, int64_t toke
 void cg_budget_deny_facts(struct cg_err *err, const struct cg_budget_row *row, int64_t requested);
 
 /* Into err: RESOURCE_EXHAUSTED (reason BUDGET_EXHAUSTED) naming the level of rows[0..n)
- * that refused tokens in r (a HARD DENY) with its figures, or FAILED_PRECONDITION
- * (SCOPE_CLOSED) for a closed scope. Returns the status. */
+ * that refused tokens in r (a HARD DENY) with its figures (and compress_to_tokens when a
+ * smaller prompt would fit: cg_budget_compress_to with output_tokens), or
+ * FAILED_PRECONDITION (SCOPE_CLOSED) for a closed scope. Returns the status. */
 cg_status cg_budget_deny(struct cg_err *err, const struct cg_budget_row *rows, int n,
-                         const struct cg_budget_result *r, int64_t tokens);
+                         const struct cg_budget_result *r, int64_t tokens, int64_t output_tokens);
 
 /* The steps of a transaction on env->store: tx_begin and tx_commit copy a store error into
  * op->err (tx_commit rolls back first); tx_fail rolls back and does the same. serr is the

@@ -134,7 +134,8 @@ static cg_status reserve_approval(const struct cg_svc_env *env, const struct cg_
         return CG_RESOURCE_EXHAUSTED;
     }
     if (r->decision == CG_DECISION_DENY)
-        return cg_budget_deny(op->err, out->path, out->n, r, req->tokens);
+        return cg_budget_deny(op->err, out->path, out->n, r, req->tokens,
+                              req->estimated_output_tokens);
     if (!gate->involved)
         return cg_err_set(op->err, CG_ABORTED,
                           "the budget changed while this Reserve was decided; retry");
@@ -199,7 +200,8 @@ cg_status cg_budget_reserve(const struct cg_svc_env *env, const struct cg_op *op
     }
     if (out->decision.decision == CG_DECISION_DENY) {
         cg_store_rollback(env->store);
-        return cg_budget_deny(op->err, path, n, &out->decision, req->tokens);
+        return cg_budget_deny(op->err, path, n, &out->decision, req->tokens,
+                              req->estimated_output_tokens);
     }
     st = cg_store_path_add(env->store, tenant, path, n, 0, req->tokens, 0, hold_cost, &serr);
     if (st == CG_OK)

@@ -7,6 +7,7 @@ The google.rpc messages are read with plain grpcio + protobuf, not with anything
 a descriptor set of the Debian package's google/rpc/status.proto and error_details.proto,
 made by the system protoc and loaded into a private pool (cgtest.DynamicPool)."""
 
+import json
 import os
 import subprocess
 import tempfile
@@ -140,9 +141,53 @@ class ErrorDetails(cgtest.TestCase):
                          timeout=10, reason="BUDGET_EXHAUSTED",
                          info={"scope": s, "level": "session", "limit_tokens": 1000,
                                    "used_tokens": 300, "reserved_tokens": 200,
-                                   "requested_tokens": 600},
+                                   "requested_tokens": 600, "compress_to_tokens": 500},
                          contains=("HARD token limit",))
         self.assertNotIn("field", d.info.metadata)
+        # With 100 of the request's tokens its expected output, the prompt must fit in 400.
+        d = self.details(grpc.StatusCode.RESOURCE_EXHAUSTED, self.budget.Reserve,
+                         B.ReserveRequest(scope=scope(s), tokens=600,
+                                          estimated_output_tokens=100),
+                         metadata=self.md, timeout=10, reason="BUDGET_EXHAUSTED",
+                         info={"compress_to_tokens": 400})
+
+    def test_a_refused_request_learns_what_to_compress_to(self):
+        """Issue 16 item 6, as an orchestrator uses it: CheckBudget refuses a prompt a HARD
+        limit cannot take and says the size that fits; Compress with that target_tokens
+        makes it fit; the second CheckBudget allows it and Reserve holds it."""
+        s = self.new_session(3000)
+        msgs = [{"role": "system", "content": "You are a build assistant."}]
+        for i in range(30):
+            msgs.append({"role": "user", "content": f"Step {i}: " + "check the logs. " * 20})
+            msgs.append({"role": "assistant", "content": f"Done {i}: " + "all fine here. " * 20})
+        conv = common_pb2.Conversation(openai_json=json.dumps({"messages": msgs}))
+        count = self.context.CountTokens(C.CountTokensRequest(conversation=conv, model="gpt-4o"),
+                                         metadata=self.md, timeout=10).total_tokens
+        self.assertGreater(count, 3000)
+        ask = B.CheckBudgetRequest(scope=scope(s), estimated_tokens=count + 500,
+                                   estimated_output_tokens=500, model="gpt-4o")
+        r = self.budget.CheckBudget(ask, metadata=self.md, timeout=10)
+        self.assertEqual(r.decision, B.DECISION_DENY)
+        self.assertEqual(r.compress_to_tokens, 3000 - 500)
+        done = self.context.Compress(C.CompressRequest(
+            conversation=conv, model="gpt-4o",
+            policy=C.CompressionPolicy(target_tokens=r.compress_to_tokens)),
+            metadata=self.md, timeout=60)
+        self.assertTrue(done.report.triggered)
+        self.assertLessEqual(done.report.tokens_after, r.compress_to_tokens)
+        self.assertEqual(done.report.effective_policy.target_tokens, r.compress_to_tokens)
+        again = self.budget.CheckBudget(B.CheckBudgetRequest(
+            scope=scope(s), estimated_tokens=done.report.tokens_after + 500,
+            estimated_output_tokens=500, model="gpt-4o"), metadata=self.md, timeout=10)
+        self.assertNotEqual(again.decision, B.DECISION_DENY)
+        self.assertEqual(again.compress_to_tokens, 0)
+        self.budget.Reserve(B.ReserveRequest(scope=scope(s),
+                                             tokens=done.report.tokens_after + 500),
+                            metadata=self.md, timeout=10)
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.context.Compress,
+                            C.CompressRequest(conversation=conv, model="gpt-4o",
+                                              policy=C.CompressionPolicy(target_tokens=-5)),
+                            metadata=self.md, timeout=10, contains=("policy.target_tokens",))
 
     def test_hard_refusal_at_an_agent_names_its_path(self):
         s = self.new_session(1000)

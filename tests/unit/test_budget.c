@@ -1256,3 +1256,41 @@ Test(budget, random_paths_obey_the_rules, .timeout = 30)
     cr_assert_gt(allowed, 1000);
     cr_assert_gt(delayed, 1000);
 }
+
+/* ------------------------------------------------------------- the compression hint --- */
+
+/* Issue 16, item 6: a request a HARD token limit refuses gets the prompt size that would fit
+ * (available tokens less its expected output); a cost limit, a closed scope, an allowed
+ * request or no room get none. */
+Test(budget, a_refused_request_learns_the_prompt_that_would_fit, .timeout = 10)
+{
+    struct cg_budget_level path[2] = {
+        budget(CG_LEVEL_TENANT, CG_MODE_HARD, 100000, 1000, 0),
+        budget(CG_LEVEL_SESSION, CG_MODE_HARD, 1000, 700, 100),
+    };
+    struct cg_budget_result r;
+    cg_budget_decide(path, 2, 500, 0, &r);
+    cr_assert_eq(r.decision, CG_DECISION_DENY);
+    cr_assert_eq(r.available_tokens, 200);
+    cr_assert_eq(cg_budget_compress_to(&r, 2, 500, 50), 150);
+    cr_assert_eq(cg_budget_compress_to(&r, 2, 500, 0), 200);
+    cr_assert_eq(cg_budget_compress_to(&r, 2, 500, 200), 0, "no room for the prompt");
+    cg_budget_decide(path, 2, 150, 0, &r);
+    cr_assert_eq(r.decision, CG_DECISION_WARNING);
+    cr_assert_eq(cg_budget_compress_to(&r, 2, 150, 50), 0, "allowed: no hint");
+    /* A closed scope or a cost limit refuses whatever the size. */
+    path[1].closed = true;
+    cg_budget_decide(path, 2, 500, 0, &r);
+    cr_assert_eq(cg_budget_compress_to(&r, 2, 500, 50), 0);
+    path[1].closed = false;
+    path[1].limit_cost_micros = 10;
+    path[1].used_cost_micros = 10;
+    cg_budget_decide(path, 2, 100, 5, &r);
+    cr_assert_eq(r.decision, CG_DECISION_DENY);
+    cr_assert_eq(cg_budget_compress_to(&r, 2, 100, 0), 0);
+    /* A SOFT level over its limit does not refuse: no hint. */
+    path[1] = budget(CG_LEVEL_SESSION, CG_MODE_SOFT, 1000, 900, 0);
+    cg_budget_decide(path, 2, 500, 0, &r);
+    cr_assert_neq(r.decision, CG_DECISION_DENY);
+    cr_assert_eq(cg_budget_compress_to(&r, 2, 500, 0), 0);
+}

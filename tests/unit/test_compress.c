@@ -616,3 +616,35 @@ Test(compress, boundary_move_reports_the_cache_tokens_after_the_first_change, .t
     cg_conv_free(c);
     free(j);
 }
+
+/* policy.target_tokens (issue 16, item 6: CheckBudget's compress_to_tokens): the cascade runs
+ * whenever the count is over it, however large the window, and aims at it. */
+Test(compress, an_absolute_target_runs_the_cascade_down_to_it, .timeout = 20)
+{
+    char *j = session(30, 1000, "read_file");
+    struct cg_conv *c = openai(j);
+    struct fixture f;
+    setup(&f, c, 1000000); /* far under any ratio of this window */
+    struct fake_summary fs = {.text = "the user asked questions; files were read"};
+    f.in.summarize = fake_summarize;
+    f.in.summarize_ctx = &fs;
+    struct cg_compress_result r;
+    struct cg_err err = {0};
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
+    cr_assert_not(r.triggered);
+    int64_t before = r.tokens_before;
+    cg_compress_result_free(&r);
+    f.p.target_tokens = before / 3;
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_OK, "%s", err.msg);
+    cr_assert(r.triggered);
+    cr_assert_eq(r.target_tokens, before / 3);
+    cr_assert_leq(r.tokens_after, before / 3, "%lld > %lld", (long long)r.tokens_after,
+                  (long long)(before / 3));
+    cr_assert(r.target_reached);
+    cg_compress_result_free(&r);
+    f.p.target_tokens = -1;
+    cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, &err), CG_INVALID_ARGUMENT);
+    cr_assert_not_null(strstr(err.msg, "policy.target_tokens"), "%s", err.msg);
+    cg_conv_free(c);
+    free(j);
+}
