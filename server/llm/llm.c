@@ -373,6 +373,8 @@ const char *cg_llm_result_name(cg_llm_result result)
         return "INVALID_OUTPUT";
     case CG_LLM_DEADLINE:
         return "DEADLINE";
+    case CG_LLM_BUDGET:
+        return "BUDGET_EXHAUSTED";
     }
     return "UNKNOWN";
 }

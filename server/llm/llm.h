@@ -44,6 +44,8 @@ typedef enum {
     CG_LLM_CIRCUIT_OPEN = 5,   /* the breaker refused: nothing was sent */
     CG_LLM_INVALID_OUTPUT = 6, /* 2xx but unparseable, no choices, empty content, too big */
     CG_LLM_DEADLINE = 8,       /* too little of the caller's deadline left: nothing was sent */
+    CG_LLM_BUDGET = 10,        /* a budget the call is charged to refused it: nothing was sent (the
+                                * caller's wrapper answers it; cg_llm_chat never does) */
 } cg_llm_result;
 
 /* Client settings. Strings are copied by cg_llm_new. */

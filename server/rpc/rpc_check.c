@@ -60,12 +60,14 @@ static cg_status check_id(struct cg_rpc_call *call, const char *field, const cha
 }
 
 /* scope.tenant names the tenant level, so it cannot come with an id. */
-static cg_status check_tenant_flag(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope)
+static cg_status check_tenant_flag(struct cg_rpc_call *call, const char *name,
+                                   const Ctxguard__V1__Scope *scope)
 {
     if (scope->tenant && (scope->session_id[0] || scope->task_id[0] || scope->agent_id[0]))
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'scope.tenant' names the whole tenant: leave scope.session_id, "
-                          "scope.task_id and scope.agent_id empty with it");
+                          "field '%s.tenant' names the whole tenant: leave %s.session_id, "
+                          "%s.task_id and %s.agent_id empty with it",
+                          name, name, name, name);
     return CG_OK;
 }
 
@@ -82,35 +84,67 @@ cg_status cg_rpc_scope_required(struct cg_rpc_call *call, const Ctxguard__V1__Sc
     return CG_INVALID_ARGUMENT;
 }
 
-/* Reads a Scope into ids and its level. A NULL scope is the tenant. */
-cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
-                          struct cg_scope_ids *ids, int *level)
+/* Reads a Scope (the request's field `name`) into ids and its level. A NULL scope is the
+ * tenant. */
+cg_status cg_rpc_scope_in_field(struct cg_rpc_call *call, const char *name,
+                                const Ctxguard__V1__Scope *scope, struct cg_scope_ids *ids,
+                                int *level)
 {
     memset(ids, 0, sizeof *ids);
     *level = CG_LEVEL_TENANT;
     if (scope == NULL)
         return cg_rpc_scope_check(call, "", "");
-    cg_status st = check_tenant_flag(call, scope);
+    char f_session[48], f_task[48], f_agent[48];
+    snprintf(f_session, sizeof f_session, "%s.session_id", name);
+    snprintf(f_task, sizeof f_task, "%s.task_id", name);
+    snprintf(f_agent, sizeof f_agent, "%s.agent_id", name);
+    cg_status st = check_tenant_flag(call, name, scope);
     if (st == CG_OK)
-        st = check_id(call, "scope.session_id", scope->session_id);
+        st = check_id(call, f_session, scope->session_id);
     if (st == CG_OK)
-        st = check_id(call, "scope.task_id", scope->task_id);
+        st = check_id(call, f_task, scope->task_id);
     if (st == CG_OK)
-        st = check_id(call, "scope.agent_id", scope->agent_id);
+        st = check_id(call, f_agent, scope->agent_id);
     if (st != CG_OK)
         return st;
     bool s = scope->session_id[0], t = scope->task_id[0], a = scope->agent_id[0];
     if (t && !s)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'scope.session_id' is required with scope.task_id");
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is required with %s",
+                          f_session, f_task);
     if (a && !t)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                          "field 'scope.task_id' is required with scope.agent_id");
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is required with %s", f_task,
+                          f_agent);
     cg_scope_ids_set(ids, scope->session_id, scope->task_id, scope->agent_id);
     *level = cg_scope_level(ids);
     /* A scope-bound key sees only its subtree: anything else, the tenant level included, is
      * NOT_FOUND as a scope that does not exist (README "Scope-bound keys"). */
     return cg_rpc_scope_check(call, ids->session_id, ids->task_id);
+}
+
+cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
+                          struct cg_scope_ids *ids, int *level)
+{
+    return cg_rpc_scope_in_field(call, "scope", scope, ids, level);
+}
+
+cg_status cg_rpc_charge_scope(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
+                              struct cg_scope_ids *ids, const struct cg_scope_ids **out)
+{
+    *out = NULL;
+    if (scope == NULL)
+        return CG_OK;
+    if (!scope->tenant && !scope->session_id[0] && !scope->task_id[0] && !scope->agent_id[0]) {
+        cg_err_setr(&call->err, CG_INVALID_ARGUMENT, CG_ERR_SCOPE_REQUIRED,
+                    "field 'charge_scope' names no scope: set charge_scope.session_id, or "
+                    "charge_scope.tenant = true to charge the whole tenant");
+        cg_err_meta(&call->err, "field", "charge_scope");
+        return CG_INVALID_ARGUMENT;
+    }
+    int level;
+    cg_status st = cg_rpc_scope_in_field(call, "charge_scope", scope, ids, &level);
+    if (st == CG_OK)
+        *out = ids;
+    return st;
 }
 
 cg_status cg_rpc_check_count(struct cg_rpc_call *call, const char *field, int64_t v, int64_t max)

@@ -29,6 +29,18 @@ cg_status cg_rpc_check_uuid(struct cg_rpc_call *call, const char *field,
 cg_status cg_rpc_scope_in(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
                           struct cg_scope_ids *ids, int *level) CG_MUST_CHECK;
 
+/* Compress's and Summarize's charge_scope: absent, *out NULL; else it must name a scope (or
+ * set tenant), read into *ids with *out = ids; errors name charge_scope. */
+cg_status cg_rpc_charge_scope(struct cg_rpc_call *call, const Ctxguard__V1__Scope *scope,
+                              struct cg_scope_ids *ids,
+                              const struct cg_scope_ids **out) CG_MUST_CHECK;
+
+/* cg_rpc_scope_in for a Scope in the request's field `name` ("charge_scope"): errors name
+ * name.session_id and so on. */
+cg_status cg_rpc_scope_in_field(struct cg_rpc_call *call, const char *name,
+                                const Ctxguard__V1__Scope *scope, struct cg_scope_ids *ids,
+                                int *level) CG_MUST_CHECK;
+
 /* CheckBudget, Reserve and RecordUsage: INVALID_ARGUMENT (reason SCOPE_REQUIRED, naming
  * `scope`) unless the scope names an id or sets scope.tenant, so that a forgotten scope never
  * spends on the whole tenant. Called before cg_rpc_scope_in, which checks the rest. */

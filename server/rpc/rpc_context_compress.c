@@ -562,9 +562,12 @@ cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_
     struct cg_model_info model;
     struct cg_conv *conv = NULL;
     struct cg_ctx_compress_req creq;
+    struct cg_scope_ids charge;
     cg_status st = compress_in(call, env, req, &policy, &model, &conv, &creq);
     if (st == CG_OK && req->session_id[0] != '\0')
         st = cg_rpc_ctx_check_session_id(call, req->session_id);
+    if (st == CG_OK)
+        st = cg_rpc_charge_scope(call, req->charge_scope, &charge, &creq.charge);
     if (st != CG_OK) {
         cg_conv_free(conv);
         return st;
@@ -580,6 +583,10 @@ cg_status cg_rpc_context_compress(struct cg_rpc_call *call, const struct cg_rpc_
     st = cg_ctx_compress(&env->svc, &op, &creq, &out);
     if (st == CG_OK && (st = compress_out(call, env, req, &policy, &creq, &out, &resp)) == CG_OK) {
         resp->report->duration_ms = cg_mono_ms() - started;
+        if (resp->report->summary != NULL) {
+            resp->report->summary->charged_input_tokens = out.charged_input_tokens;
+            resp->report->summary->charged_output_tokens = out.charged_output_tokens;
+        }
         *response = &resp->base;
     }
     cg_ctx_compress_out_free(&out);

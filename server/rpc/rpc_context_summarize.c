@@ -190,6 +190,10 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
                            "field 'summarizer': LLM asked for but no LLM is configured "
                            "(llm_base_url)");
 
+    struct cg_scope_ids charge_ids;
+    const struct cg_scope_ids *charge = NULL;
+    if ((st = cg_rpc_charge_scope(call, req->charge_scope, &charge_ids, &charge)) != CG_OK)
+        return st;
     struct cg_conv *conv = NULL;
     struct cg_redact_counts counts = {0};
     struct cg_summarize_result res;
@@ -211,7 +215,8 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
                                     .kind = kind,
                                     .target_tokens = target,
                                     .focus = req->focus,
-                                    .language = req->language};
+                                    .language = req->language,
+                                    .charge = charge};
     struct cg_op op = cg_rpc_op(call);
     if ((st = cg_summarize_request(&env->svc, &op, &sreq, &counts, &res)) != CG_OK)
         goto out;
@@ -230,6 +235,8 @@ cg_status cg_rpc_context_summarize(struct cg_rpc_call *call, const struct cg_rpc
         call->arena,
         res.llm_attempts > 0 || res.used == CG_SUMMARIZER_LLM ? env->svc.config->llm_model : "");
     resp->llm_attempts = res.llm_attempts;
+    resp->charged_input_tokens = res.charged_input_tokens;
+    resp->charged_output_tokens = res.charged_output_tokens;
     resp->chunks = res.chunks;
     resp->summary = cg_arena_strdup(call->arena, sum->text);
     resp->input_tokens = res.input_tokens;

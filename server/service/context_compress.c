@@ -32,6 +32,8 @@ struct summary_ctx {
     int kind;                          /* AUTO, LLM or EXTRACTIVE */
     unsigned types;                    /* the PII types to redact (the tenant's settings) */
     struct cg_redact_counts counts;    /* of the summaries that succeeded */
+    const struct cg_scope_ids *charge; /* the LLM's tokens go to it; NULL: none */
+    int64_t charged_in, charged_out;   /* of every summary made, inserted or not */
 };
 
 /* cg_compress_summarize_cb: the messages [from, to) redacted, then summarized. A failure (the
@@ -54,10 +56,13 @@ static cg_status summarize_range(void *ctx, const struct cg_conv *conv, size_t f
         .to = to,
         .profile = sc->profile,
         .enc = sc->enc,
+        .charge = sc->charge,
     };
     struct cg_summarize_result out;
     cg_status st = cg_summarize_redacted(sc->env, sc->op, sc->session_id, sc->types, conv, &opts,
                                          &counts, &out);
+    sc->charged_in += out.charged_input_tokens;
+    sc->charged_out += out.charged_output_tokens;
     if (st == CG_OK && (*summary_out = strdup(out.summary.text ? out.summary.text : "")) == NULL)
         st = cg_err_set(sc->op->err, CG_NOMEM, "out of memory");
     /* The last summary made is the one inserted (escalation replaces earlier ones). */
@@ -405,7 +410,8 @@ cg_status cg_ctx_compress(const struct cg_svc_env *env, const struct cg_op *op,
                                   .profile = req->model->profile,
                                   .enc = c.cs.enc,
                                   .kind = req->summarizer,
-                                  .types = CG_PII_ALL};
+                                  .types = CG_PII_ALL,
+                                  .charge = req->charge};
     /* The tenant's redaction settings. A session needs the store anyway, so failing to read
      * them fails the call; stateless, every type is redacted (the safe side). */
     if (cg_summarize_tenant_redaction(env, op, &c.sctx.types, &c.redact_artifacts) != CG_OK &&
@@ -415,8 +421,13 @@ cg_status cg_ctx_compress(const struct cg_svc_env *env, const struct cg_op *op,
         c.in.summarize = summarize_range;
         c.in.summarize_ctx = &c.sctx;
     }
-    if (!stateful)
-        return run_cascade(&c, NULL, req->conv, &out->result);
+    cg_status st;
+    if (!stateful) {
+        st = run_cascade(&c, NULL, req->conv, &out->result);
+        out->charged_input_tokens = c.sctx.charged_in;
+        out->charged_output_tokens = c.sctx.charged_out;
+        return st;
+    }
     out->stateful = true;
     struct cg_ctx_session_req sreq = {
         .session_id = req->session_id,
@@ -427,7 +438,10 @@ cg_status cg_ctx_compress(const struct cg_svc_env *env, const struct cg_op *op,
         .count_state = &c.cs,
         .strategy = (int)req->policy->strategy,
     };
-    return cg_ctx_session_run(env, op, &sreq, session_work, &c, &out->session, &out->result);
+    st = cg_ctx_session_run(env, op, &sreq, session_work, &c, &out->session, &out->result);
+    out->charged_input_tokens = c.sctx.charged_in;
+    out->charged_output_tokens = c.sctx.charged_out;
+    return st;
 }
 
 void cg_ctx_compress_out_free(struct cg_ctx_compress_out *out)

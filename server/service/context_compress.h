@@ -46,7 +46,8 @@ struct cg_ctx_compress_req {
     bool append;            /* SESSION_SYNC_APPEND */
     bool dry_run;           /* with a session: nothing is stored */
     const struct cg_ctx_history_codec *codec; /* with a session: how history is stored */
-    int64_t started_ms; /* cg_mono_ms at the start of the call (the time budget) */
+    int64_t started_ms;                /* cg_mono_ms at the start of the call (the time budget) */
+    const struct cg_scope_ids *charge; /* the summary LLM's tokens go to it; NULL: none */
 };
 
 struct cg_ctx_compress_out {
@@ -57,7 +58,8 @@ struct cg_ctx_compress_out {
     cg_ctx_format format;                /* resolved: STRUCTURED, OPENAI or ANTHROPIC */
     char *json;                          /* the output in the JSON formats (owned) */
     size_t json_len;
-    struct cg_redact_counts summary_counts; /* of the summary inserted */
+    struct cg_redact_counts summary_counts;              /* of the summary inserted */
+    int64_t charged_input_tokens, charged_output_tokens; /* of every LLM summary, to charge */
 };
 
 /* Runs one Compress on a pool thread (env->store, env->llm). On success *out holds the result

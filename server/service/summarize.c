@@ -412,6 +412,9 @@ cg_status cg_summarize(const struct cg_op *op, const struct cg_summarizer *llm,
             return CG_OK;
         }
         free(text);
+        if (opts->kind == CG_SUMMARIZER_LLM && run.reason == CG_LLM_BUDGET)
+            return cg_err_setr(op->err, CG_RESOURCE_EXHAUSTED, CG_ERR_BUDGET_EXHAUSTED,
+                               "the LLM summarizer was not asked: %s", run.detail);
         if (opts->kind == CG_SUMMARIZER_LLM)
             return cg_err_setr(op->err, CG_UNAVAILABLE, CG_ERR_LLM_UNAVAILABLE,
                                "the LLM summarizer failed: %s", run.detail);
@@ -447,9 +450,20 @@ cg_status cg_summarize_redacted(const struct cg_svc_env *env, const struct cg_op
     struct cg_conv *redacted = NULL;
     cg_status st = cg_summarize_redact_conv(env, op, session_id, types, conv, &redacted, counts);
     if (st == CG_OK) {
-        struct cg_summarizer llm;
+        struct cg_summarizer llm, charged;
+        struct cg_summarize_charge charge;
         bool have_llm = cg_summarize_llm(env, &llm);
-        st = cg_summarize(op, have_llm ? &llm : NULL, redacted, opts, out);
+        if (have_llm && opts->charge != NULL)
+            cg_summarize_charge_wrap(&charge, env, op, &llm, opts->charge, &charged);
+        st = cg_summarize(op,
+                          !have_llm              ? NULL
+                          : opts->charge != NULL ? &charged
+                                                 : &llm,
+                          redacted, opts, out);
+        if (have_llm && opts->charge != NULL) {
+            out->charged_input_tokens = charge.input_tokens;
+            out->charged_output_tokens = charge.output_tokens;
+        }
     }
     cg_conv_free(redacted);
     return st;
@@ -484,7 +498,8 @@ cg_status cg_summarize_request(const struct cg_svc_env *env, const struct cg_op 
                                      .focus = req->focus,
                                      .language = req->language,
                                      .profile = info.profile,
-                                     .enc = cg_tokenizer(env->tokenizers, info.encoding)};
+                                     .enc = cg_tokenizer(env->tokenizers, info.encoding),
+                                     .charge = req->charge};
     /* The tenant's settings choose the types; when they cannot be read every type is
      * redacted (the safe side). */
     unsigned types;

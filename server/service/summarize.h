@@ -28,6 +28,7 @@
 #define CG_SUMMARY_FALLBACK_NONE 0
 #define CG_SUMMARY_FALLBACK_NOT_SMALLER 7
 #define CG_SUMMARY_FALLBACK_REQUESTED 9
+#define CG_SUMMARY_FALLBACK_BUDGET 10 /* = CG_LLM_BUDGET */
 
 /* An LLM as a summarizer sees it: one chat completion with cg_llm_chat's contract (llm.h). */
 struct cg_summarizer {
@@ -77,6 +78,8 @@ struct cg_summarize_opts {
     const char *language;              /* a table language ("de"); "" or NULL: detected */
     cg_profile profile;                /* the estimator profile tokens are counted with, */
     const struct cg_tok_encoding *enc; /* unless this exact encoding is given */
+    /* The scope the LLM's tokens are charged to (cg_summarize_charge_wrap); NULL: none. */
+    const struct cg_scope_ids *charge;
 };
 
 struct cg_summarize_result {
@@ -87,7 +90,28 @@ struct cg_summarize_result {
     int64_t input_tokens;      /* of the messages summarized */
     uint32_t llm_attempts;     /* HTTP requests made */
     uint32_t chunks;           /* of a hierarchical LLM summary; 0 when in one piece */
+    int64_t charged_input_tokens, charged_output_tokens; /* to opts->charge */
 };
+
+/* An LLM summarizer charged to a scope: what cg_summarize_charge_wrap keeps. */
+struct cg_summarize_charge {
+    const struct cg_svc_env *env;
+    const struct cg_op *op;
+    struct cg_summarizer inner;
+    struct cg_scope_ids ids;
+    int64_t input_tokens, output_tokens; /* committed so far */
+};
+
+/* *out: inner with every call charged to ids through Reserve and Commit (service/budget_
+ * reserve.h) on env's store for op's caller: the request's estimate is reserved first; a
+ * refusal (a HARD limit: RESOURCE_EXHAUSTED, an approval it would need, a closed or unknown
+ * scope) answers CG_LLM_BUDGET without asking the LLM, a store error CG_LLM_ERROR; a
+ * backpressure delay is waited out (within the request's deadline); the usage the LLM
+ * reports is committed, the hold released when the call fails. c holds the state and the
+ * totals committed (it must outlive *out). op->err is left as it was. */
+void cg_summarize_charge_wrap(struct cg_summarize_charge *c, const struct cg_svc_env *env,
+                              const struct cg_op *op, const struct cg_summarizer *inner,
+                              const struct cg_scope_ids *ids, struct cg_summarizer *out);
 
 /* Summarizes the messages [from, to) of conv, which must be redacted already
  * (cg_summarize_redact_conv), with llm (NULL: no LLM configured). LLM: its summary
@@ -120,7 +144,8 @@ struct cg_summarize_req {
     const char *model; /* counted with its estimator and encoding; "": the conversation's */
     int kind;          /* CG_SUMMARIZER_AUTO, _LLM or _EXTRACTIVE */
     int64_t target_tokens;
-    const char *focus, *language; /* "" for none / detected */
+    const char *focus, *language;      /* "" for none / detected */
+    const struct cg_scope_ids *charge; /* the LLM's tokens are charged to it; NULL: none */
 };
 
 #define CG_SUMMARIZE_HISTORY_MAX 20000 /* messages of a session's history in one Summarize */

@@ -16,7 +16,7 @@ import uuid
 import grpc
 
 import cgtest
-from cgtest import common_pb2, context_pb2, context_pb2_grpc
+from cgtest import budget_pb2, budget_pb2_grpc, common_pb2, context_pb2, context_pb2_grpc
 
 C = context_pb2
 K = C.SummarizerKind
@@ -362,6 +362,69 @@ class SummarizeWithLLM(cgtest.TestCase):
         self.assertIn("The export job fails every night", user)
         self.assertIn("Step 0:", user)
         self.assertIn("docs/runbook.md", user)
+
+    def test_the_llms_tokens_are_charged_to_a_scope(self):
+        """Issue 16 item 6: with charge_scope the summarizer's LLM call is reserved and then
+        committed with the usage the LLM reported (the fake's prompt and completion
+        counts); a HARD limit too small for it means the LLM is not asked (AUTO falls back
+        with BUDGET_EXHAUSTED, LLM gets RESOURCE_EXHAUSTED); Compress's summary layer too."""
+        budget = budget_pb2_grpc.BudgetServiceStub(self.srv.channel())
+        s = "charge-" + uuid.uuid4().hex[:8]
+        budget.SetBudget(budget_pb2.SetBudgetRequest(
+            scope=common_pb2.Scope(session_id=s), settings=budget_pb2.BudgetSettings(
+                limit_tokens=1_000_000, mode=budget_pb2.BUDGET_MODE_HARD)),
+            metadata=self.c.md, timeout=10)
+        r = self.c.summarize(work_conversation(), charge_scope=common_pb2.Scope(session_id=s))
+        self.assertEqual(r.summarizer_used, LLM)
+        body = self.new_requests()[-1]["body"]
+        # The fake's usage: a token per four characters of the messages and of the answer.
+        self.assertEqual(r.charged_input_tokens,
+                         max(1, sum(len(m["content"]) for m in body["messages"]) // 4))
+        self.assertGreater(r.charged_output_tokens, 0)
+        got = budget.GetUsage(budget_pb2.GetUsageRequest(scope=common_pb2.Scope(session_id=s)),
+                              metadata=self.c.md, timeout=10).root
+        self.assertEqual(got.used_tokens, r.charged_input_tokens + r.charged_output_tokens)
+        self.assertEqual(got.reserved_tokens, 0, "the hold was settled")
+        # Compress's summary layer charges the same way.
+        pol = C.CompressionPolicy(target_ratio=0.2, reserved_output_tokens=0,
+                                  disabled_layers=[C.COMPRESSION_LAYER_SLIDING_WINDOW])
+        before = got.used_tokens
+        done = self.c.stub.Compress(C.CompressRequest(
+            conversation=common_pb2.Conversation(openai_json=json.dumps(
+                {"messages": [{"role": "user", "content": f"Step {i}: " + "look again. " * 30}
+                              if i % 2 == 0 else
+                              {"role": "assistant", "content": "Looked. " * 30}
+                              for i in range(40)]})),
+            model="gpt-4o", context_window_tokens=6000, policy=pol, force=True,
+            summarizer=LLM, charge_scope=common_pb2.Scope(session_id=s)),
+            metadata=self.c.md, timeout=30)
+        self.assertTrue(done.report.HasField("summary"), done.report.layers)
+        charged = done.report.summary.charged_input_tokens + \
+            done.report.summary.charged_output_tokens
+        self.assertGreater(charged, 0)
+        got = budget.GetUsage(budget_pb2.GetUsageRequest(scope=common_pb2.Scope(session_id=s)),
+                              metadata=self.c.md, timeout=10).root
+        self.assertEqual(got.used_tokens - before, charged)
+        # A limit the call cannot fit: the LLM is not asked.
+        tight = "tight-" + uuid.uuid4().hex[:8]
+        budget.SetBudget(budget_pb2.SetBudgetRequest(
+            scope=common_pb2.Scope(session_id=tight), settings=budget_pb2.BudgetSettings(
+                limit_tokens=50, mode=budget_pb2.BUDGET_MODE_HARD)),
+            metadata=self.c.md, timeout=10)
+        asked = len(self.llm.requests())
+        r = self.c.summarize(work_conversation(), charge_scope=common_pb2.Scope(session_id=tight))
+        self.assertEqual(r.summarizer_used, EXTRACTIVE)
+        self.assertEqual(r.fallback_reason, R.SUMMARY_FALLBACK_REASON_BUDGET_EXHAUSTED)
+        self.assertIn("charge_scope", r.fallback_detail)
+        self.assertEqual(len(self.llm.requests()), asked, "the LLM was asked anyway")
+        self.assertRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, self.c.summarize,
+                            work_conversation(), summarizer=LLM,
+                            charge_scope=common_pb2.Scope(session_id=tight),
+                            contains=("not asked",))
+        self.assertEqual(len(self.llm.requests()), asked)
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, self.c.summarize,
+                            work_conversation(), charge_scope=common_pb2.Scope(),
+                            contains=("charge_scope",))
 
     def test_german_conversation_prompt_asks_for_german_headings(self):
         conv = conversation([msg(U, "Bitte prüfe, warum der Build seit gestern so langsam ist "
