@@ -65,6 +65,7 @@ struct tally {
 struct exact {
     struct cg_rpc_call *call;
     const struct cg_tok_encoding *enc;
+    struct cg_tok_cache *memo; /* a large request's: repeated words are counted once */
     bool allow_special;
     bool failed; /* a count ran out of memory */
 };
@@ -73,7 +74,7 @@ static int64_t tok(struct exact *x, const char *s, size_t len)
 {
     if (len == 0)
         return 0;
-    int64_t n = cg_tok_count(x->enc, s, len, x->allow_special);
+    int64_t n = cg_tok_count_cached(x->enc, x->memo, s, len, x->allow_special);
     if (n < 0) {
         x->failed = true;
         return 0;
@@ -275,20 +276,26 @@ static void tally_out(Ctxguard__V1__CountTokensResponse *resp, const struct tall
 
 static cg_status count_exact(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                              const Ctxguard__V1__CountTokensRequest *req, cg_encoding encoding,
-                             const struct cg_conv *conv, Ctxguard__V1__CountTokensResponse *resp)
+                             const struct cg_conv *conv, bool large,
+                             Ctxguard__V1__CountTokensResponse *resp)
 {
     const struct cg_tok_encoding *enc = cg_tokenizer(env->svc.tokenizers, encoding);
     if (enc == NULL)
         return cg_err_setr(&call->err, CG_UNAVAILABLE, CG_ERR_TOKENIZER_NOT_LOADED,
                            "the %s tokenizer is not loaded", cg_models_encoding_name(encoding));
     struct exact x = {.call = call, .enc = enc, .allow_special = req->allow_special_tokens};
+    /* A large request (on the pool) counts through a memo of its own (~160 KB): the words
+     * of a conversation repeat, and each is then tokenized once. A small one would spend
+     * more making the memo than it saves. */
+    if (large)
+        x.memo = cg_tok_cache_new();
     struct tally t = {0};
-    if (conv != NULL) {
-        cg_status st = exact_conv(&x, conv, resp->message_tokens, &t);
-        if (st != CG_OK)
-            return st;
-    }
-    t.text = tok(&x, req->text, strlen(req->text));
+    cg_status st = conv != NULL ? exact_conv(&x, conv, resp->message_tokens, &t) : CG_OK;
+    if (st == CG_OK)
+        t.text = tok(&x, req->text, strlen(req->text));
+    cg_tok_cache_free(x.memo);
+    if (st != CG_OK)
+        return st;
     if (x.failed)
         return cg_err_set(&call->err, CG_RESOURCE_EXHAUSTED, "out of memory while counting tokens");
     tally_out(resp, &t);
@@ -387,9 +394,8 @@ cg_status cg_rpc_context_count_tokens(struct cg_rpc_call *call, const struct cg_
     lookup_model(call, env, req->model, &info);
     cg_encoding encoding = req->encoding != 0 ? (cg_encoding)req->encoding : info.encoding;
     /* On the completion-queue thread: only small exact counts (see INLINE_REQUEST_MAX). */
-    if (env->svc.store == NULL &&
-        (encoding == CG_ENCODING_NONE ||
-         protobuf_c_message_get_packed_size(request) > INLINE_REQUEST_MAX)) {
+    bool large = protobuf_c_message_get_packed_size(request) > INLINE_REQUEST_MAX;
+    if (env->svc.store == NULL && (encoding == CG_ENCODING_NONE || large)) {
         *fate = CG_OP_NEEDS_STORE;
         return CG_OK;
     }
@@ -403,7 +409,7 @@ cg_status cg_rpc_context_count_tokens(struct cg_rpc_call *call, const struct cg_
     if (resp == NULL)
         st = OOM(call);
     else if (encoding != CG_ENCODING_NONE)
-        st = count_exact(call, env, req, encoding, conv, resp);
+        st = count_exact(call, env, req, encoding, conv, large, resp);
     else
         st = count_estimated(call, env, req, info.profile, conv, resp);
     cg_conv_free(conv);
