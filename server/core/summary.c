@@ -37,6 +37,7 @@ struct sent {
     bool repeat;   /* not the first occurrence */
     double spec;
     unsigned focus_hits; /* terms of the caller's focus it names */
+    bool fact;           /* a user's fact (user_fact), decided once by score() */
     struct cg__summary_words w;
     double score;
     int section;
@@ -493,7 +494,8 @@ static bool names_something(const struct sent *s)
 }
 
 /* A user's sentence of prose with specifics (names, numbers, paths, versions) or a
- * decision: what the user told the agent, which no later turn may repeat. */
+ * decision: what the user told the agent, which no later turn may repeat. score() decides it
+ * once per sentence (s->fact); sorting reads the flag. */
 static bool user_fact(const struct sent *s)
 {
     return s->role == CG_ROLE_USER && !s->from_tool && !s->repeat &&
@@ -520,6 +522,7 @@ static void score(struct st *st)
             v += 1;
         if (s->role == CG_ROLE_USER)
             v += names_something(s) ? 3 : 1; /* a user naming someone or something */
+        s->fact = user_fact(s);
         unsigned hits = 0;
         for (size_t f = 0; f < st->n_focus && hits < 3; f++)
             if (has_term(lc, n, st->focus[f]))
@@ -548,7 +551,7 @@ static void score(struct st *st)
             s->section = CG_SUMMARY_DETAILS;
         else if (content)
             s->section = s->from_tool ? CG_SUMMARY_DETAILS : CG_SUMMARY_PROGRESS;
-        else if (user_fact(s))
+        else if (s->fact)
             s->section = CG_SUMMARY_DETAILS; /* a name said by the user is a detail */
     }
 }
@@ -703,8 +706,8 @@ static int by_score_desc(const void *a, const void *b)
     const struct sent *x = *(const struct sent *const *)a, *y = *(const struct sent *const *)b;
     if ((x->focus_hits > 0) != (y->focus_hits > 0))
         return x->focus_hits > 0 ? -1 : 1;
-    if (user_fact(x) != user_fact(y))
-        return user_fact(x) ? -1 : 1;
+    if (x->fact != y->fact)
+        return x->fact ? -1 : 1;
     if (x->from_tool != y->from_tool)
         return x->from_tool ? 1 : -1;
     if (x->from_tool && x->w.error != y->w.error)
@@ -836,7 +839,7 @@ static cg_status room_for_user_facts(struct st *st, struct sent **pool, size_t n
     int64_t need = 0;
     for (size_t i = 0; i < st->n; i++) {
         struct sent *s = &st->s[i];
-        if (s->chosen || s->mandatory || s->section < 0 || !user_fact(s))
+        if (s->chosen || s->mandatory || s->section < 0 || !s->fact)
             continue;
         if (!set_item(st, s, ITEM_MAX))
             return cg_err_set(err, CG_NOMEM, "out of memory summarizing");
