@@ -160,7 +160,7 @@ static cg_status search_history(struct search *s, const struct cg_rpc_env *env,
             }
             st = search_message(s, m);
             protobuf_c_message_free_unpacked(&m->base, NULL);
-            if (s->full)
+            if (st != CG_OK || s->full)
                 break;
             searched++;
             s->at = (struct resume){.position = row->position + 1};
