@@ -6,10 +6,13 @@
 #                                   CONV_DIR=...), 3 interleaved rounds (COMPRESS_ROUNDS=...)
 #
 # Installs the peers (bench/peers/package.json, pinned: @langchain/core, @strands-agents/sdk,
-# @mastra/core, gpt-tokenizer) into bench/out/peers once, then bench/peers/compress_peers.mjs
-# runs, each round, bench_compress (which writes the synthetic input and ctxguard's outputs to
-# bench/out/compress) and the peers on the same inputs, scores every output alike and prints
-# the table: p50 times, target met, invalid outputs, facts kept, the speed ratio. Per
+# @mastra/core, gpt-tokenizer, and @grpc/grpc-js with @grpc/proto-loader) into bench/out/peers
+# once, starts a server (bench/server.sh: throwaway PostgreSQL and Redis in .run/bench-compress),
+# then bench/peers/compress_peers.mjs runs, each round, bench_compress (which writes the
+# synthetic input and ctxguard's in-process outputs to bench/out/compress), the peers, and
+# ctxguard's Compress through gRPC (the round trip), on the same inputs and to the same target
+# per conversation (37.5 % of its exact count, capped at 48,000), scores every output alike and
+# prints the table: p50 times, target met, invalid outputs, facts kept, the speed ratio. Per
 # conversation lines and ctxguard's own report go to bench/out/compress.txt. See bench/README.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -28,7 +31,15 @@ if ! cmp -s bench/peers/package.json "$OUT/peers/package.json" ||
     cp bench/peers/package.json "$OUT/peers/package.json"
     (cd "$OUT/peers" && npm install --silent --no-package-lock --no-audit --no-fund >/dev/null)
 fi
+# A server for the round-trip rows (its own throwaway PostgreSQL and Redis, no LLM).
+DIR=.run/bench-compress
+# shellcheck source=bench/server.sh
+source bench/server.sh
+trap bench_server_stop EXIT
+CTXGUARD_LLM_BASE_URL='' bench_server_start || exit 1
 echo "compress: ctxguard and peers (node $(node --version)), ${COMPRESS_ROUNDS:-3} rounds..." >&2
-node bench/peers/compress_peers.mjs "$OUT/peers/node_modules" "$CONV_DIR" "$OUT/compress" \
+CG_BENCH_TARGET=127.0.0.1:$PORT CG_BENCH_KEY=$KEY CG_PROTO_DIRS=proto:/usr/include \
+    node bench/peers/compress_peers.mjs "$OUT/peers/node_modules" "$CONV_DIR" "$OUT/compress" \
     "$BUILD/bin/bench_compress" "${COMPRESS_ROUNDS:-3}" >"$OUT/compress.txt"
+echo "compress: server CPU $(server_cpu_ms) ms in all" >&2
 sed -n '/^Compress to/,$p' "$OUT/compress.txt"

@@ -33,41 +33,11 @@ mkdir -p "$OUT"
 command -v h2load >/dev/null || { echo "bench: h2load missing (apt-get install nghttp2-client)" >&2; exit 1; }
 [[ -x $BUILD/bin/ctxguard ]] || { echo "bench: build first (make build)" >&2; exit 1; }
 
-scripts/services.sh start --fast "$DIR" >/dev/null
-# shellcheck disable=SC1090
-source "$DIR/env"
-ADMIN_KEY=bench-admin-key-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
-LOG=$OUT/server.log
-: >"$LOG"
-CTXGUARD_LISTEN=127.0.0.1:0 CTXGUARD_ADMIN_KEY=$ADMIN_KEY CTXGUARD_LOG_LEVEL=info \
-    "$BUILD/bin/ctxguard" >"$LOG" 2>&1 &
-SERVER_PID=$!
-cleanup() { kill -TERM "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
-# The server's CPU time so far (all threads: utime + stime), in ms.
-server_cpu_ms() {
-    awk -v t="$((1000 / $(getconf CLK_TCK)))" '{ sub(/^.*\) /, ""); print ($12 + $13) * t }' \
-        "/proc/$SERVER_PID/stat"
-}
+# shellcheck source=bench/server.sh
+source bench/server.sh
+cleanup() { bench_server_stop; }
 trap cleanup EXIT
-
-# The server picks a free port and logs it; wait (bounded) for that line, then SERVING.
-wait_log() {
-    for _ in $(seq 1 400); do
-        grep -q "$1" "$LOG" && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || return 1
-        sleep 0.05
-    done
-    return 1
-}
-wait_log 'msg=listening' && wait_log 'reachable: SERVING' ||
-    { echo "bench: server did not start; log:" >&2; cat "$LOG" >&2; exit 1; }
-PORT=$(grep -m1 -o 'msg=listening.* port=[0-9]*' "$LOG" | sed 's/.*port=//')
-CTL=("$BUILD/bin/ctxguardctl" --target "127.0.0.1:$PORT")
-"${CTL[@]}" health >/dev/null
-TENANT=$(CTXGUARD_ADMIN_KEY=$ADMIN_KEY "${CTL[@]}" --json tenant create bench |
-         /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("tenant_id") or d["tenant"]["tenant_id"])')
-KEY=$(CTXGUARD_ADMIN_KEY=$ADMIN_KEY "${CTL[@]}" --json key create "$TENANT" --name bench --role admin |
-      /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')
+bench_server_start || exit 1
 
 # Every request here is an empty protobuf message: a 5-byte gRPC frame of zeros.
 BODY=$OUT/empty.grpc

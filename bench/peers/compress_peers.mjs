@@ -12,9 +12,11 @@
 // the trimming, its token counting included. Every output (ctxguard's too) is then converted
 // to OpenAI chat messages and scored the same way: exact o200k count (gpt-tokenizer, OpenAI
 // chat framing as ctxguard counts it: 3 per message + the role, 3 per tool call or result +
-// its id (+ name), 3 of reply priming; tool definitions not counted), against TARGET; invalid
-// for a provider (empty, first non-system message not user, orphan tool result, dangling tool
-// call); planted `needles` facts present verbatim in the output's text, by where planted.
+// its id (+ name), 3 of reply priming; tool definitions not counted), against the
+// conversation's target (37.5 % of its count, capped at 48,000, the same for every tool);
+// invalid for a provider (empty, first non-system message not user, orphan tool result,
+// dangling tool call); planted `needles` facts present verbatim in the output's text, by where
+// planted. With a server (CG_BENCH_TARGET), ctxguard's Compress is also timed through gRPC.
 import { createRequire } from "node:module";
 import { readFileSync, readdirSync, existsSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -40,7 +42,10 @@ try {
 }
 
 const WINDOW = 128000;
-const TARGET = Math.floor(WINDOW * 0.375); // 48000: the same 37.5 % ctxguard compresses to
+const CAP = Math.floor(WINDOW * 0.375); // 48000: 37.5 % of a 128k window
+// Every tool gets the same target per conversation: 37.5 % of its own exact count, capped at
+// 48,000 (a conversation under the cap still has to shrink, as the peers are asked to).
+const targetOf = (msgs) => Math.min(CAP, Math.floor(0.375 * countAll(msgs)));
 const RUNS = 5;
 
 // ---- the exact o200k counter, OpenAI chat framing (what the peers are given, and the scorer)
@@ -93,7 +98,7 @@ function langchainToOpenAI(m) {
     }));
   return o;
 }
-async function runLangchain(text) {
+async function runLangchain(text, target) {
   const msgs = toLangchain(JSON.parse(text).messages);
   const cache = new WeakMap(); // per message: a counter as fast as a careful user would write
   const count = (m) => {
@@ -102,7 +107,7 @@ async function runLangchain(text) {
     return n;
   };
   const out = await lc.trimMessages(msgs, {
-    maxTokens: TARGET,
+    maxTokens: target,
     strategy: "last",
     startOn: "human",
     includeSystem: true,
@@ -163,7 +168,7 @@ function strandsToOpenAI(m) {
   }
   return out;
 }
-function runStrands(text) {
+function runStrands(text, target) {
   const { system, messages } = toStrands(JSON.parse(text).messages);
   const cache = new WeakMap();
   const count = (m) => {
@@ -177,7 +182,7 @@ function runStrands(text) {
   // of tool results (that is its reactive overflow path, taken only with a provider error).
   const mgr = new strands.SlidingWindowConversationManager({ windowSize: 1 << 30 });
   const agent = { messages };
-  while (messages.reduce((a, m) => a + count(m), 3 + sys) > TARGET)
+  while (messages.reduce((a, m) => a + count(m), 3 + sys) > target)
     if (!mgr.reduce({ agent })) break;
   const out = system ? [{ role: "system", content: system }] : [];
   for (const m of messages) out.push(...strandsToOpenAI(m));
@@ -234,11 +239,48 @@ function mastraToOpenAI(m) {
     }));
   return [o];
 }
-async function runMastra(text) {
+async function runMastra(text, target) {
   const prompt = toMastraPrompt(JSON.parse(text).messages);
-  const lim = new mastra.TokenLimiterProcessor({ limit: TARGET }); // its own counter (o200k)
+  const lim = new mastra.TokenLimiterProcessor({ limit: target }); // its own counter (o200k)
   const r = await lim.processLLMRequest({ prompt });
   return (r?.prompt ?? prompt).flatMap(mastraToOpenAI);
+}
+
+// ---- (d) ctxguard's Compress through gRPC, the round trip an orchestrator pays: the request
+// built from the conversation's JSON text, sent, answered, the answer's JSON parsed. Only when
+// bench/compress.sh started a server (CG_BENCH_TARGET, CG_BENCH_KEY, CG_PROTO_DIRS).
+let rpc = null;
+if (process.env.CG_BENCH_TARGET) {
+  const grpc = require("@grpc/grpc-js");
+  const loader = require("@grpc/proto-loader");
+  const def = loader.loadSync("ctxguard/v1/context.proto", {
+    includeDirs: process.env.CG_PROTO_DIRS.split(":"),
+    keepCase: true,
+    longs: Number,
+    enums: String,
+  });
+  const Service = grpc.loadPackageDefinition(def).ctxguard.v1.ContextService;
+  const client = new Service(process.env.CG_BENCH_TARGET, grpc.credentials.createInsecure(), {
+    "grpc.max_send_message_length": 64 << 20,
+    "grpc.max_receive_message_length": 64 << 20,
+  });
+  const md = new grpc.Metadata();
+  md.set("authorization", "Bearer " + process.env.CG_BENCH_KEY);
+  rpc = (req) =>
+    new Promise((ok, fail) =>
+      client.Compress(req, md, { deadline: Date.now() + 60000 }, (e, r) => (e ? fail(e) : ok(r))),
+    );
+}
+async function runCtxguardRpc(text, target, model) {
+  const r = await rpc({
+    conversation: { openai_json: text },
+    model,
+    context_window_tokens: WINDOW,
+    force: true,
+    summarizer: "SUMMARIZER_KIND_EXTRACTIVE",
+    policy: { target_tokens: target, reserved_output_tokens: 0 },
+  });
+  return JSON.parse(r.conversation.openai_json).messages;
 }
 
 // ---- scoring
@@ -279,7 +321,14 @@ const inputs = readdirSync(convDir)
     const d = JSON.parse(readFileSync(join(convDir, f), "utf8"));
     const body = { messages: d.messages };
     if (d.tools) body.tools = d.tools;
-    return { name: f, text: JSON.stringify(body), needles: d.needles ?? [], out: join(outDir, "out-" + f) };
+    return {
+      name: f,
+      text: JSON.stringify(body),
+      needles: d.needles ?? [],
+      out: join(outDir, "out-" + f),
+      target: targetOf(d.messages),
+      model: typeof d.model === "string" && d.model ? d.model : "gpt-4o",
+    };
   });
 const synPath = join(outDir, "synthetic-1000.json");
 function runCtxguard() {
@@ -293,19 +342,29 @@ if (!existsSync(synPath)) {
   console.error(`compress_peers: ${synPath} missing`);
   process.exit(1);
 }
-inputs.push({ name: "synthetic-1000", text: readFileSync(synPath, "utf8"), needles: [], out: join(outDir, "out-synthetic-1000"), synthetic: true });
+{
+  const text = readFileSync(synPath, "utf8");
+  const msgs = JSON.parse(text).messages;
+  inputs.push({ name: "synthetic-1000", text, needles: [], out: join(outDir, "out-synthetic-1000"), synthetic: true, target: targetOf(msgs), model: "gpt-4o" });
+}
 
 // gpt-tokenizer keeps a merge cache across calls (its default): the plain rows keep it warm
 // over the RUNS of one conversation (an agent resending its history), the "cold" rows clear it
 // before each run (a history it has not seen, like ctxguard, which has no such cache).
 const tools = [
-  { name: "ctxguard", run: null },
+  { name: "ctxguard in-process (48k, file's model)", run: null, noScore: true },
   { name: "langchain trimMessages", run: runLangchain },
   { name: "strands sliding window", run: runStrands },
   { name: "langchain (cold cache)", run: runLangchain, before: clearMergeCache, timeOnly: true },
   { name: "strands (cold cache)", run: runStrands, before: clearMergeCache, timeOnly: true },
 ];
 if (mastra) tools.push({ name: "mastra TokenLimiter", run: runMastra });
+if (rpc) {
+  // Exact counting on both sides: gpt-4o's o200k, as the peers count.
+  tools.push({ name: "ctxguard gRPC (exact)", run: (text, target) => runCtxguardRpc(text, target, "gpt-4o"), ours: true });
+  // The file's own model: estimated counts for Claude and Gemini conversations.
+  tools.push({ name: "ctxguard gRPC (file's model)", run: (text, target, inp) => runCtxguardRpc(text, target, inp.model), ours: true, estimated: true });
+}
 
 const WH = ["user", "assistant", "tool"];
 const detail = [];
@@ -330,11 +389,11 @@ function score(t, inp, out) {
     if (text.includes(nd.fact)) (t.kept[w]++, kept++);
   }
   t.n++;
-  t.met += tokens <= TARGET;
+  t.met += tokens <= inp.target;
   if (why) (t.invalid++, (t.why[why] = (t.why[why] ?? 0) + 1));
   detail.push(
     `${t.name.padEnd(24)} ${inp.name.padEnd(16)} ${String(out.length).padStart(5)} msgs ` +
-      `${String(tokens).padStart(7)} / ${TARGET} ${why ? "INVALID (" + why + ")" : "valid"} ` +
+      `${String(tokens).padStart(7)} / ${inp.target} ${why ? "INVALID (" + why + ")" : "valid"} ` +
       `facts ${kept}/${inp.needles.length}`,
   );
 }
@@ -343,7 +402,6 @@ for (let round = 0; round < ROUNDS; round++) {
   console.error(`compress_peers: round ${round + 1}/${ROUNDS}: ctxguard ${cgRounds[round].samples} ms / ${cgRounds[round].syn} ms`);
   for (const t of tools) {
     if (!t.run) {
-      if (round === 0) for (const inp of inputs) score(t, inp, JSON.parse(readFileSync(inp.out, "utf8")).messages);
       t.roundS.push(cgRounds[round].samples);
       t.roundY.push(cgRounds[round].syn);
       continue;
@@ -356,7 +414,7 @@ for (let round = 0; round < ROUNDS; round++) {
         for (let i = 0; i < RUNS; i++) {
           if (t.before) t.before();
           const t0 = performance.now();
-          out = await t.run(inp.text);
+          out = await t.run(inp.text, inp.target, inp);
           times.push(performance.now() - t0);
         }
       } catch (e) {
@@ -387,13 +445,15 @@ for (const l of detail) console.log("  " + l);
 console.log("\nctxguard's own report (last round):\n" + cgRounds.at(-1).text.trimEnd());
 const pct = (k, p) => (p ? ((100 * k) / p).toFixed(0) + "%" : "-");
 console.log(
-  `\nCompress to 37.5 % of a ${WINDOW} window: target ${TARGET} tokens (exact o200k, messages + ` +
-    `framing) for every tool; ${inputs.length - 1} samples + synthetic 1,000 messages; p50 of ${RUNS} runs, median of ${ROUNDS} rounds`,
+  `\nCompress to 37.5 % of each conversation, capped at ${CAP} tokens (exact o200k, messages + ` +
+    `framing), the same target for every tool; ${inputs.length - 1} samples + synthetic 1,000 messages; p50 of ${RUNS} runs, median of ${ROUNDS} rounds`,
 );
 const hdr = ["tool", "p50 ms (samples)", "p50 ms (synthetic)", "target met", "invalid", "facts kept u/a/t (all)"];
 const rows = tools.map((t) => {
   if (t.timeOnly)
     return [t.name, t.p50.toFixed(2), t.syn.toFixed(2), "same", "same", "same outputs as above"];
+  if (t.noScore)
+    return [t.name, t.p50.toFixed(2), t.syn.toFixed(2), "-", "-", "(another target: time only)"];
   const kp = t.kept.reduce((a, b) => a + b, 0), pl = t.planted.reduce((a, b) => a + b, 0);
   return [
     t.name,
@@ -409,11 +469,14 @@ const line = (r) => r.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(
 console.log(line(hdr));
 for (const r of rows) console.log(line(r));
 for (const t of tools) if (Object.keys(t.why).length) console.log(`  ${t.name} invalid: ${JSON.stringify(t.why)}`);
+const ours = tools.find((t) => t.ours && !t.estimated) ?? tools[0];
 for (const cold of [false, true]) {
-  const raced = tools.filter((t) => t.run && !t.name.startsWith("mastra") && !!t.timeOnly === cold);
+  const raced = tools.filter(
+    (t) => t.run && !t.ours && !t.name.startsWith("mastra") && !!t.timeOnly === cold,
+  );
   const fastS = Math.min(...raced.map((t) => t.p50)), fastY = Math.min(...raced.map((t) => t.syn));
   console.log(
-    `speed ctxguard vs the faster of trimMessages / strands (${cold ? "cold" : "warm"} tokenizer cache): ` +
-      `samples ${(fastS / tools[0].p50).toFixed(1)}x, synthetic ${(fastY / tools[0].syn).toFixed(1)}x (target >= 5x)`,
+    `speed ${ours.name} vs the faster of trimMessages / strands (${cold ? "cold" : "warm"} tokenizer cache): ` +
+      `samples ${(fastS / ours.p50).toFixed(1)}x, synthetic ${(fastY / ours.syn).toFixed(1)}x (target >= 5x)`,
   );
 }

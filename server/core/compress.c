@@ -1072,9 +1072,9 @@ static void drop_range(struct run *r, struct list *l, size_t from, size_t to, in
     l->n -= to - from;
 }
 
-/* The summarizer's text of the messages [a, c) of l (it reads them as they are now) into
- * *text (the caller frees it). *failed when the summarizer failed (lr->detail says why; not
- * an error of the run). */
+/* The summarizer's text of the messages [a, c) of l (it reads them as they are now, given
+ * alone) into *text (the caller frees it). *failed when the summarizer failed (lr->detail says why;
+ * not an error of the run). */
 static cg_status run_summarizer(struct run *r, const struct list *l, size_t a, size_t c,
                                 struct cg_compress_layer_result *lr, char **text, bool *failed)
 {
@@ -1082,12 +1082,14 @@ static cg_status run_summarizer(struct run *r, const struct list *l, size_t a, s
     struct cg_conv *view = cg_conv_new(NULL);
     if (view == NULL)
         return nomem(r->err);
+    /* The span alone: the summarizer reads nothing else, and what it is given is copied (and
+     * redacted, by the service's callback) whole. */
     cg_status st = CG_OK;
-    for (size_t i = 0; i < l->n && st == CG_OK; i++)
+    for (size_t i = a; i < c && st == CG_OK; i++)
         st = cg_conv_copy_message(view, msg_of(r, &l->e[i]), r->err);
     struct cg_err serr = {0};
-    if (st == CG_OK && r->in->summarize(r->in->summarize_ctx, view, a, c, r->p->summary_max_tokens,
-                                        text, &serr) != CG_OK) {
+    if (st == CG_OK && r->in->summarize(r->in->summarize_ctx, view, 0, c - a,
+                                        r->p->summary_max_tokens, text, &serr) != CG_OK) {
         snprintf(lr->detail, sizeof lr->detail, "summarizer: %.140s",
                  serr.msg[0] ? serr.msg : "failed");
         *failed = true;
