@@ -23,6 +23,8 @@ import { join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { execFileSync } from "node:child_process";
 
+import { connect } from "./rpc_client.mjs";
+
 const [nm, convDir, outDir, benchBin, roundsArg] = process.argv.slice(2);
 const nodeModules = nm && resolve(nm);
 const ROUNDS = Math.max(1, Number(roundsArg ?? 3) | 0);
@@ -249,30 +251,9 @@ async function runMastra(text, target) {
 // ---- (d) ctxguard's Compress through gRPC, the round trip an orchestrator pays: the request
 // built from the conversation's JSON text, sent, answered, the answer's JSON parsed. Only when
 // bench/compress.sh started a server (CG_BENCH_TARGET, CG_BENCH_KEY, CG_PROTO_DIRS).
-let rpc = null;
-if (process.env.CG_BENCH_TARGET) {
-  const grpc = require("@grpc/grpc-js");
-  const loader = require("@grpc/proto-loader");
-  const def = loader.loadSync("ctxguard/v1/context.proto", {
-    includeDirs: process.env.CG_PROTO_DIRS.split(":"),
-    keepCase: true,
-    longs: Number,
-    enums: String,
-  });
-  const Service = grpc.loadPackageDefinition(def).ctxguard.v1.ContextService;
-  const client = new Service(process.env.CG_BENCH_TARGET, grpc.credentials.createInsecure(), {
-    "grpc.max_send_message_length": 64 << 20,
-    "grpc.max_receive_message_length": 64 << 20,
-  });
-  const md = new grpc.Metadata();
-  md.set("authorization", "Bearer " + process.env.CG_BENCH_KEY);
-  rpc = (req) =>
-    new Promise((ok, fail) =>
-      client.Compress(req, md, { deadline: Date.now() + 60000 }, (e, r) => (e ? fail(e) : ok(r))),
-    );
-}
+const rpc = process.env.CG_BENCH_TARGET ? connect(nodeModules) : null;
 async function runCtxguardRpc(text, target, model) {
-  const r = await rpc({
+  const r = await rpc("Compress", {
     conversation: { openai_json: text },
     model,
     context_window_tokens: WINDOW,
