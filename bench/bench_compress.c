@@ -1,6 +1,9 @@
 /* bench_compress.c - Compress (no LLM) on every sample conversation and on a synthetic
- * 1,000-message / ~250k-token one, at 37.5 % of a 128k window, as the server runs it: JSON
- * read, exact o200k counts for OpenAI models (estimates otherwise), the cascade, validation.
+ * 1,000-message / ~250k-token one, as the server runs it in-process: JSON read, exact o200k
+ * counts (gpt-4o, as the peers count), the cascade with the extractive summarizer (no PII
+ * redaction, which the server adds before it), validation. The target is the peers' in
+ * bench/compress.sh: 37.5 % of the conversation's own count, capped at 48,000 (37.5 % of a
+ * 128k window), given as policy.target_tokens with `force`.
  *
  *   bench_compress [--out ODIR] [DIR]
  *     DIR: OpenAI JSON conversations with `needles` (default: the ones generated at build time,
@@ -26,11 +29,14 @@
 #include "base/tokdata.h"
 #include "core/compress.h"
 #include "core/conv_json.h"
+#include "core/summary.h"
 #include "core/tok.h"
 #include "core/validate.h"
 
 #define RUNS 5
 #define WINDOW 128000
+#define CAP 48000 /* 37.5 % of WINDOW */
+#define MODEL "gpt-4o"
 
 static double now_ms(void)
 {
@@ -57,8 +63,39 @@ struct outcome {
     struct cg_conv *conv;
 };
 
+/* cg_compress_summarize_cb: core's extractive summarizer. */
+static cg_status extractive(void *ctx, const struct cg_conv *conv, size_t from, size_t to,
+                            int64_t target, char **out, struct cg_err *err)
+{
+    (void)ctx;
+    struct cg_summary_opts opts = {.target_tokens = target, .from = from, .to = to};
+    struct cg_summary s;
+    cg_status st = cg_summary_extract(conv, &opts, &s, err);
+    if (st == CG_OK && (*out = strdup(s.text != NULL ? s.text : "")) == NULL)
+        st = CG_NOMEM;
+    cg_summary_cleanup(&s);
+    return st;
+}
+
+/* The peers' target for a conversation: 37.5 % of its exact count, at most CAP. */
+static int64_t target_of(const char *json, size_t len, const struct cg_tok_encoding *o200k)
+{
+    struct cg_err err = {0};
+    struct cg_conv *conv = NULL;
+    if (cg_conv_json_read(CG_CONV_JSON_OPENAI, json, len, NULL, &conv, &err) != CG_OK)
+        return CAP;
+    struct cg_compress_count_state cs = {.enc = o200k, .profile = CG_PROFILE_OPENAI};
+    struct cg_compress_counter counter;
+    cg_compress_counter_init(&counter, &cs, conv);
+    int64_t total = counter.fixed_tokens;
+    for (size_t i = 0; i < conv->n_messages; i++)
+        total += counter.count_message(counter.ctx, &conv->messages[i]);
+    cg_conv_free(conv);
+    return total * 3 / 8 < CAP ? total * 3 / 8 : CAP;
+}
+
 /* JSON read + cascade + validation, as the server does it. */
-static int compress_once(const char *json, size_t len, const char *model_name,
+static int compress_once(const char *json, size_t len, int64_t target,
                          const struct cg_tok_encoding *o200k, struct outcome *o)
 {
     struct cg_err err = {0};
@@ -68,18 +105,19 @@ static int compress_once(const char *json, size_t len, const char *model_name,
         return -1;
     }
     struct cg_model_info model;
-    cg_models_lookup(model_name, &model);
-    struct cg_compress_count_state cs = {
-        .enc = model.encoding == CG_ENCODING_O200K_BASE ? o200k : NULL, .profile = model.profile};
+    cg_models_lookup(MODEL, &model);
+    struct cg_compress_count_state cs = {.enc = o200k, .profile = model.profile};
     struct cg_compress_input in = {.conv = conv,
                                    .model = &model,
                                    .dialect = cg_validate_dialect(0, conv->origin, &model),
                                    .context_window = WINDOW,
-                                   .force = true};
+                                   .force = true,
+                                   .summarize = extractive};
     cg_compress_counter_init(&in.counter, &cs, conv);
     struct cg_compress_policy p;
     cg_compress_policy_defaults(&p, CG_STRATEGY_SUMMARIZING, NULL);
     p.reserved_output_tokens = 0;
+    p.target_tokens = target;
     struct cg_compress_result r;
     cg_status st = cg_compress_run(&in, &p, &r, &err);
     if (st != CG_OK) {
@@ -211,17 +249,18 @@ static void write_out(const char *prefix, const char *name, const char *text, si
         fprintf(stderr, "bench_compress: cannot write %s\n", path);
 }
 
-static void run_one(const char *name, const char *json, size_t len, const char *model,
-                    json_t *needles, const struct cg_tok_encoding *o200k, double *all_p50,
-                    int *n_p50, struct row_totals *tot, int *invalid, int *unreached)
+static void run_one(const char *name, const char *json, size_t len, json_t *needles,
+                    const struct cg_tok_encoding *o200k, double *all_p50, int *n_p50,
+                    struct row_totals *tot, int *invalid, int *unreached)
 {
     double times[RUNS];
     struct outcome o = {0};
+    int64_t target = target_of(json, len, o200k);
     for (int i = 0; i < RUNS; i++) {
         if (o.conv != NULL)
             cg_conv_free(o.conv);
         double t0 = now_ms();
-        if (compress_once(json, len, model, o200k, &o) != 0) {
+        if (compress_once(json, len, target, o200k, &o) != 0) {
             printf("%-14s failed\n", name);
             return;
         }
@@ -285,7 +324,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_compress: no conversations in %s\n", dir);
         return 1;
     }
-    printf("Compress (no LLM), SUMMARIZING, target 37.5%% of a %d window, reserved 0\n", WINDOW);
+    printf("Compress (no LLM, extractive summaries), SUMMARIZING, exact o200k (%s), target 37.5%% "
+           "of each conversation capped at %d, reserved 0\n",
+           MODEL, CAP);
     printf("%-14s %6s %9s %19s %-5s %7s %9s %9s\n", "conversation", "msgs", "before",
            "after / target", "valid", "facts", "p50 ms", "/count");
     double all[512];
@@ -301,8 +342,8 @@ int main(int argc, char **argv)
             json_object_set(body, "tools", json_object_get(d, "tools"));
         char *json = json_dumps(body, JSON_COMPACT);
         const char *name = strrchr(g.gl_pathv[i], '/') + 1;
-        run_one(name, json, strlen(json), json_string_value(json_object_get(d, "model")),
-                json_object_get(d, "needles"), o200k, all, &n_all, &tot, &invalid, &unreached);
+        run_one(name, json, strlen(json), json_object_get(d, "needles"), o200k, all, &n_all, &tot,
+                &invalid, &unreached);
         free(json);
         json_decref(body);
         json_decref(d);
@@ -314,7 +355,7 @@ int main(int argc, char **argv)
     write_out("", "synthetic-1000.json", syn, slen);
     double syn_times[1];
     int n_syn = 0;
-    run_one("synthetic-1000", syn, slen, "gpt-4o", NULL, o200k, syn_times, &n_syn, &tot, &invalid,
+    run_one("synthetic-1000", syn, slen, NULL, o200k, syn_times, &n_syn, &tot, &invalid,
             &unreached);
     free(syn);
     printf("\nfacts kept in the output itself, by where planted:\n");
