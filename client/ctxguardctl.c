@@ -2177,10 +2177,51 @@ static bool json_string_is(const char *s, const char *word, const char **end)
     return (size_t)(p - s) == n && memcmp(s, word, n) == 0;
 }
 
-/* Anthropic Messages JSON or OpenAI Chat JSON? Anthropic's marks: a top-level "system",
- * "input_schema" in a tool, a block of type tool_use / tool_result. Everything else is read
- * as OpenAI's (the two agree on plain text messages, so the count is the same). */
-static bool looks_anthropic(const char *json)
+/* Which format a key (at depth, 1 = top level) or a "type" value marks, or NULL. */
+static const char *format_mark(const char *s, bool is_key, bool after_type_key, int depth)
+{
+    static const struct {
+        const char *word;
+        const char *format;
+        int top_only; /* 1: a top-level key; 0: a key anywhere; -1: a "type" value */
+    } marks[] = {
+        {"system", "anthropic", 1},
+        {"input_schema", "anthropic", 0},
+        {"tool_use", "anthropic", -1},
+        {"tool_result", "anthropic", -1},
+        {"contents", "gemini", 1},
+        {"systemInstruction", "gemini", 1},
+        {"system_instruction", "gemini", 1},
+        {"parts", "gemini", 0},
+        {"functionCall", "gemini", 0},
+        {"functionResponse", "gemini", 0},
+        {"function_response", "gemini", 0},
+        {"inlineData", "gemini", 0},
+        {"inline_data", "gemini", 0},
+        {"input", "responses", 1},
+        {"instructions", "responses", 1},
+        {"function_call", "responses", -1},
+        {"function_call_output", "responses", -1},
+        {"input_text", "responses", -1},
+        {"output_text", "responses", -1},
+        {"input_image", "responses", -1},
+    };
+    const char *end;
+    for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+        bool applies = marks[i].top_only < 0 ? !is_key && after_type_key
+                                             : is_key && (marks[i].top_only == 0 || depth == 1);
+        if (applies && json_string_is(s, marks[i].word, &end))
+            return marks[i].format;
+    }
+    return NULL;
+}
+
+/* The JSON format of a conversation file: "anthropic", "gemini", "responses" or "openai", by
+ * the first mark met (Anthropic: a top-level "system", "input_schema", a tool_use/tool_result
+ * block; Gemini: "contents", "parts", "functionCall"...; Responses: a top-level "input" or
+ * "instructions", items of type function_call, input_text...). Everything else is read as
+ * OpenAI chat (the formats agree on plain text messages, so the count is the same). */
+static const char *json_format_of(const char *json)
 {
     int depth = 0;
     bool after_type_key = false;
@@ -2193,29 +2234,59 @@ static bool looks_anthropic(const char *json)
             depth--;
             p++;
         } else if (c == '"') {
-            const char *end;
-            bool is_system = json_string_is(p + 1, "system", &end);
+            const char *end, *dummy;
+            json_string_is(p + 1, "", &end);
             const char *q = end;
             while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
                 q++;
             bool is_key = *q == ':';
-            const char *dummy;
-            if (is_key) {
-                if ((is_system && depth == 1) || json_string_is(p + 1, "input_schema", &dummy))
-                    return true;
-                after_type_key = json_string_is(p + 1, "type", &dummy);
-            } else {
-                if (after_type_key && (json_string_is(p + 1, "tool_use", &dummy) ||
-                                       json_string_is(p + 1, "tool_result", &dummy)))
-                    return true;
-                after_type_key = false;
-            }
+            const char *f = format_mark(p + 1, is_key, after_type_key, depth);
+            if (f != NULL)
+                return f;
+            after_type_key = is_key && json_string_is(p + 1, "type", &dummy);
             p = end;
         } else {
             p++;
         }
     }
-    return false;
+    return "openai";
+}
+
+/* Puts json in conv's field for format ("openai", "anthropic", "responses", "gemini"). */
+static void conversation_set(Ctxguard__V1__Conversation *conv, const char *format, char *json)
+{
+    if (strcmp(format, "anthropic") == 0) {
+        conv->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
+        conv->anthropic_json = json;
+    } else if (strcmp(format, "responses") == 0) {
+        conv->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_RESPONSES_JSON;
+        conv->responses_json = json;
+    } else if (strcmp(format, "gemini") == 0) {
+        conv->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_GEMINI_JSON;
+        conv->gemini_json = json;
+    } else {
+        conv->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON;
+        conv->openai_json = json;
+    }
+}
+
+/* The JSON text of a Conversation in any JSON format; "" for structured messages. */
+static const char *conversation_json(const Ctxguard__V1__Conversation *c)
+{
+    if (c == NULL)
+        return "";
+    switch (c->content_case) {
+    case CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON:
+        return c->openai_json;
+    case CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON:
+        return c->anthropic_json;
+    case CTXGUARD__V1__CONVERSATION__CONTENT_RESPONSES_JSON:
+        return c->responses_json;
+    case CTXGUARD__V1__CONVERSATION__CONTENT_GEMINI_JSON:
+        return c->gemini_json;
+    default:
+        return "";
+    }
 }
 
 static const char *count_method_name(Ctxguard__V1__TokenCountMethod m)
@@ -2269,15 +2340,8 @@ static int cmd_count(struct ctl *ctl, const struct command *cmd, const struct cm
             return usage_error("%s is not a JSON conversation (use --text for plain text)",
                                args->positional[0]);
         }
-        if (looks_anthropic(data)) {
-            conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
-            conv.anthropic_json = data;
-            format = "anthropic";
-        } else {
-            conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON;
-            conv.openai_json = data;
-            format = "openai";
-        }
+        format = json_format_of(data);
+        conversation_set(&conv, format, data);
         req.conversation = &conv;
     }
     rc = call(ctl, CONTEXT_METHOD("CountTokens"), &req.base,
@@ -2361,8 +2425,10 @@ static int cmd_summarize(struct ctl *ctl, const struct command *cmd, const struc
         return usage_error("--summarizer must be auto, llm or extractive, not '%s'", kind);
     /* Without --format the file's shape decides, as for count and compress (an Anthropic
      * file read as OpenAI JSON would lose its top-level system prompt). */
-    if (format != NULL && strcmp(format, "anthropic") != 0 && strcmp(format, "openai") != 0)
-        return usage_error("--format must be openai or anthropic, not '%s'", format);
+    if (format != NULL && strcmp(format, "anthropic") != 0 && strcmp(format, "openai") != 0 &&
+        strcmp(format, "responses") != 0 && strcmp(format, "gemini") != 0)
+        return usage_error("--format must be openai, anthropic, responses or gemini, not '%s'",
+                           format);
     const char *focus = option_value(cmd, args, "--focus");
     const char *language = option_value(cmd, args, "--language");
     const char *model = option_value(cmd, args, "--model");
@@ -2380,14 +2446,7 @@ static int cmd_summarize(struct ctl *ctl, const struct command *cmd, const struc
                 args->positional[0]);
         return EXIT_FAIL;
     }
-    bool anthropic = format != NULL ? strcmp(format, "anthropic") == 0 : looks_anthropic(json);
-    if (anthropic) {
-        conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
-        conv.anthropic_json = json;
-    } else {
-        conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON;
-        conv.openai_json = json;
-    }
+    conversation_set(&conv, format != NULL ? format : json_format_of(json), json);
     req.conversation = &conv;
     if (!ctl->timeout_given)
         ctl->timeout_ms = SUMMARIZE_TIMEOUT_MS;
@@ -2494,13 +2553,7 @@ static int cmd_compress(struct ctl *ctl, const struct command *cmd, const struct
     char *data = read_file(args->positional[0], &len);
     if (data == NULL)
         return EXIT_FAIL;
-    if (looks_anthropic(data)) {
-        conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
-        conv.anthropic_json = data;
-    } else {
-        conv.content_case = CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON;
-        conv.openai_json = data;
-    }
+    conversation_set(&conv, json_format_of(data), data);
     req.conversation = &conv;
     if (!ctl->timeout_given)
         ctl->timeout_ms = SUMMARIZE_TIMEOUT_MS; /* a summary layer may call the LLM */
@@ -2511,11 +2564,7 @@ static int cmd_compress(struct ctl *ctl, const struct command *cmd, const struct
         goto out;
     const Ctxguard__V1__CompressResponse *resp = (const void *)msg;
     const Ctxguard__V1__Conversation *c = resp->conversation;
-    const char *json =
-        c == NULL                                                               ? ""
-        : c->content_case == CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON ? c->anthropic_json
-        : c->content_case == CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON    ? c->openai_json
-                                                                                : "";
+    const char *json = conversation_json(c);
     if (out_path != NULL && (rc = write_text(out_path, json)) != 0)
         goto out;
     if (ctl->json) {
@@ -2776,8 +2825,9 @@ static const struct command commands[] = {
      .run = cmd_session_delete},
     {.words = "count",
      .arg_usage = "FILE",
-     .summary = "tokens of FILE (- for stdin): an OpenAI or Anthropic JSON conversation (told "
-                "apart by its content), or plain text with --text; total, method, per message",
+     .summary = "tokens of FILE (- for stdin): a JSON conversation (OpenAI chat or Responses, "
+                "Anthropic, Gemini: told apart by its content), or plain text with --text; total, "
+                "method, per message",
      .key = KEY_TENANT,
      .min_positional = 1,
      .max_positional = 1,
@@ -2788,8 +2838,9 @@ static const struct command commands[] = {
      .run = cmd_count},
     {.words = "summarize",
      .arg_usage = "FILE",
-     .summary = "a structured summary of the conversation in FILE (OpenAI or Anthropic JSON, told"
-                " apart by its content; - for stdin), PII redacted first",
+     .summary = "a structured summary of the conversation in FILE (OpenAI chat or Responses, "
+                "Anthropic or Gemini JSON, told apart by its content; - for stdin), PII redacted "
+                "first",
      .key = KEY_TENANT,
      .min_positional = 1,
      .max_positional = 1,
@@ -2798,12 +2849,14 @@ static const struct command commands[] = {
                  {"--focus", "TEXT", "what to emphasise"},
                  {"--language", "TAG", "language to write in (default: the conversation's)"},
                  {"--model", "NAME", "the conversation's model, for token counts"},
-                 {"--format", "FORMAT", "openai or anthropic JSON (default: from the file)"}},
+                 {"--format", "FORMAT",
+                  "openai, anthropic, responses or gemini JSON (default: from the file)"}},
      .run = cmd_summarize},
     {.words = "compress",
      .arg_usage = "FILE",
-     .summary = "shrink the conversation in FILE (OpenAI or Anthropic JSON; - for stdin) with "
-                "the cascade; prints the report and the result (or writes it with --out)",
+     .summary = "shrink the conversation in FILE (OpenAI chat or Responses, Anthropic or Gemini "
+                "JSON; - for stdin) with the cascade; prints the report and the result (or writes "
+                "it with --out)",
      .key = KEY_TENANT,
      .min_positional = 1,
      .max_positional = 1,

@@ -1470,6 +1470,7 @@ static cg_status build_output(struct run *r, const struct list *l)
     conv->has_tools_key = in->has_tools_key;
     conv->tools_external = in->tools_external;
     conv->system_form = in->system_form;
+    conv->snake_keys = in->snake_keys;
     r->out->conv = conv;
     return CG_OK;
 }

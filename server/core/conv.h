@@ -46,6 +46,8 @@ typedef enum {
     CG_CONV_ORIGIN_STRUCTURED = 0,
     CG_CONV_ORIGIN_OPENAI = 1,
     CG_CONV_ORIGIN_ANTHROPIC = 2,
+    CG_CONV_ORIGIN_RESPONSES = 3, /* OpenAI Responses API input items */
+    CG_CONV_ORIGIN_GEMINI = 4,    /* Google Gemini `contents` */
 } cg_conv_origin;
 
 /* How a message's content (or a tool result's content) was written, so that a round trip in
@@ -167,7 +169,11 @@ struct cg_conv {
      * owns (messages, tools, model, system) still appear with null values, so that writing back
      * in the same format keeps the key order. Empty for arrays. */
     struct cg_str top_extra;
-    cg_content_form system_form; /* Anthropic `system`: string or blocks */
+    /* The top-level system prompt the leading system message was read from, so that it is
+     * written back there: Anthropic `system` (STRING or PARTS), Responses `instructions`
+     * (STRING), Gemini `systemInstruction` (PARTS); DEFAULT when none. */
+    cg_content_form system_form;
+    bool snake_keys; /* Gemini JSON read with snake_case keys (`inline_data`): written so */
     struct cg_conv_limits limits;
     struct cg__conv_mem *mem; /* private */
 };

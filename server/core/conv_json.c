@@ -1,6 +1,7 @@
 /* conv_json.c - the JSON conversions' dispatcher (see conv_json.h): the depth pre-scan and the
  * two entry points, which hand each message to its format (conv_json_openai.c,
- * conv_json_anthropic.c). The helpers all of them share are in conv_json_common.c. */
+ * conv_json_anthropic.c) or the whole document to it (conv_json_responses.c,
+ * conv_json_gemini.c). The helpers all of them share are in conv_json_common.c. */
 #include "core/conv_json_internal.h"
 #include "core/json_fast.h"
 
@@ -150,25 +151,20 @@ bool cg_conv_json_is_valid(const char *text, size_t len, bool need_object)
 /* ------------------------------------------------------------------ read: top --------- */
 
 /* The request's tools array (c->format's dialect), at path ".tools". */
+static cg_status read_tool(void *arg, json_t *tool)
+{
+    struct ctx *c = arg;
+    return c->format == CG_CONV_JSON_OPENAI ? cg__cj_openai_tool(c, tool)
+                                            : cg__cj_anthropic_tool(c, tool);
+}
+
 static cg_status read_tools(struct ctx *c, json_t *tools)
 {
     size_t saved = cg__cj_path_push(c, ".tools");
-    if (!json_is_array(tools))
-        return cg__cj_fail(c, CG_INVALID_ARGUMENT, "expected an array, got %s",
-                           cg__cj_type_name(tools));
-    size_t i;
-    json_t *tool;
-    json_array_foreach(tools, i, tool)
-    {
-        size_t s2 = cg__cj_path_push(c, "[%zu]", i);
-        cg_status st = c->format == CG_CONV_JSON_OPENAI ? cg__cj_openai_tool(c, tool)
-                                                        : cg__cj_anthropic_tool(c, tool);
-        cg__cj_path_pop(c, s2);
-        if (st != CG_OK)
-            return st;
-    }
-    cg__cj_path_pop(c, saved);
-    return CG_OK;
+    cg_status st = cg__cj_each(c, tools, read_tool, c);
+    if (st == CG_OK)
+        cg__cj_path_pop(c, saved);
+    return st;
 }
 
 /* A request object (not a bare messages array): its model, Anthropic's system, its tools,
@@ -219,7 +215,7 @@ cg_status cg_conv_json_read(cg_conv_json_format format, const char *json, size_t
     c.conv = cg_conv_new(limits);
     if (c.conv == NULL)
         return cg__cj_fail(&c, CG_RESOURCE_EXHAUSTED, "out of memory");
-    if (format != CG_CONV_JSON_OPENAI && format != CG_CONV_JSON_ANTHROPIC) {
+    if (cg_conv_json_origin(format) == CG_CONV_ORIGIN_STRUCTURED) {
         st = cg__cj_fail(&c, CG_INVALID_ARGUMENT, "unknown conversation format %d", (int)format);
         goto out;
     }
@@ -235,8 +231,12 @@ cg_status cg_conv_json_read(cg_conv_json_format format, const char *json, size_t
     }
     cg__cj_path_pop(&c, 0);
     cg__cj_path_push(&c, "$");
-    c.conv->origin =
-        format == CG_CONV_JSON_OPENAI ? CG_CONV_ORIGIN_OPENAI : CG_CONV_ORIGIN_ANTHROPIC;
+    c.conv->origin = cg_conv_json_origin(format);
+    if (format == CG_CONV_JSON_RESPONSES || format == CG_CONV_JSON_GEMINI) {
+        st = format == CG_CONV_JSON_RESPONSES ? cg__cj_responses_read(&c, root)
+                                              : cg__cj_gemini_read(&c, root);
+        goto out;
+    }
     json_t *messages = root;
     if (json_is_object(root) && (st = read_top_object(&c, root, &messages)) != CG_OK)
         goto out;
@@ -268,18 +268,56 @@ out:
     return CG_OK;
 }
 
+cg_conv_origin cg_conv_json_origin(cg_conv_json_format format)
+{
+    switch (format) {
+    case CG_CONV_JSON_OPENAI:
+        return CG_CONV_ORIGIN_OPENAI;
+    case CG_CONV_JSON_ANTHROPIC:
+        return CG_CONV_ORIGIN_ANTHROPIC;
+    case CG_CONV_JSON_RESPONSES:
+        return CG_CONV_ORIGIN_RESPONSES;
+    case CG_CONV_JSON_GEMINI:
+        return CG_CONV_ORIGIN_GEMINI;
+    }
+    return CG_CONV_ORIGIN_STRUCTURED;
+}
+
+/* root as compact JSON text into *out / *out_len (malloc'd, NUL-terminated). */
+static cg_status dump(struct wctx *w, json_t *root, char **out, size_t *out_len)
+{
+    size_t n = json_dumpb(root, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *buf = n > 0 ? malloc(n + 1) : NULL;
+    if (buf == NULL)
+        return WOOM(w);
+    json_dumpb(root, buf, n, JSON_COMPACT | JSON_ENCODE_ANY);
+    buf[n] = '\0';
+    *out = buf;
+    *out_len = n;
+    return CG_OK;
+}
+
 cg_status cg_conv_json_write(const struct cg_conv *conv, cg_conv_json_format format, char **out,
                              size_t *out_len, struct cg_err *err)
 {
     *out = NULL;
     *out_len = 0;
-    cg_conv_origin want =
-        format == CG_CONV_JSON_OPENAI ? CG_CONV_ORIGIN_OPENAI : CG_CONV_ORIGIN_ANTHROPIC;
+    cg_conv_origin want = cg_conv_json_origin(format);
     struct wctx w = {.conv = conv, .err = err, .same_origin = conv->origin == want};
-    if (format != CG_CONV_JSON_OPENAI && format != CG_CONV_JSON_ANTHROPIC)
+    if (want == CG_CONV_ORIGIN_STRUCTURED)
         return cg__cj_wfail(&w, CG_INVALID_ARGUMENT, "unknown conversation format %d", (int)format);
-    json_t *messages = json_array(), *tools = NULL, *system = NULL, *root = NULL;
-    cg_status st = messages != NULL ? CG_OK : WOOM(&w);
+    json_t *messages = NULL, *tools = NULL, *system = NULL, *root = NULL;
+    cg_status st;
+    if (format == CG_CONV_JSON_RESPONSES || format == CG_CONV_JSON_GEMINI) {
+        st = format == CG_CONV_JSON_RESPONSES ? cg__cj_responses_write(&w, &root)
+                                              : cg__cj_gemini_write(&w, &root);
+        if (st == CG_OK)
+            st = dump(&w, root, out, out_len);
+        json_decref(root);
+        return st;
+    }
+    messages = json_array();
+    st = messages != NULL ? CG_OK : WOOM(&w);
     size_t first = 0;
     if (st == CG_OK && format == CG_CONV_JSON_ANTHROPIC)
         st = cg__cj_anthropic_system_out(&w, &first, &system);
@@ -325,16 +363,7 @@ cg_status cg_conv_json_write(const struct cg_conv *conv, cg_conv_json_format for
         else
             json_object_del(root, "tools");
     }
-    size_t n = json_dumpb(root, NULL, 0, JSON_COMPACT);
-    char *buf = n > 0 ? malloc(n + 1) : NULL;
-    if (buf == NULL) {
-        st = WOOM(&w);
-        goto out;
-    }
-    json_dumpb(root, buf, n, JSON_COMPACT);
-    buf[n] = '\0';
-    *out = buf;
-    *out_len = n;
+    st = dump(&w, root, out, out_len);
 out:
     json_decref(root);
     json_decref(messages);

@@ -1,11 +1,15 @@
-/* conv_json.h - conversations as OpenAI Chat Completions JSON and Anthropic Messages JSON, both
- * directions, with jansson (a pure parser: no I/O).
+/* conv_json.h - conversations as OpenAI Chat Completions JSON, Anthropic Messages JSON, OpenAI
+ * Responses API input items and Google Gemini contents, both directions, with jansson (a pure
+ * parser: no I/O).
  *
- * Input: a bare array of messages, or an object with "messages" (and "tools", "model"; for
- * Anthropic "system", a string or text blocks that becomes a leading system message). Other
- * keys of the object, of each message and of each content block are kept as JSON text
- * (cg_conv `top_extra`, message/part `extra`) and written back when the output format is the
- * input's. Errors name the JSON path and the problem, e.g.
+ * Input: a bare array of messages (items, contents), or an object with "messages" (Responses
+ * "input", which may also be a string; Gemini "contents") and "tools", "model", and the
+ * top-level system prompt that becomes a leading system message (Anthropic "system", a string
+ * or text blocks; Responses "instructions"; Gemini "systemInstruction"). A Responses document
+ * may also be a bare string (one user message). Other keys of the object, of each message and
+ * of each content block are kept as JSON text (cg_conv `top_extra`, message/part `extra`) and
+ * written back when the output format is the input's. Errors name the JSON path and the
+ * problem, e.g.
  *     $.messages[3].tool_calls[0].function.arguments: expected a string
  *     $.messages[2].content: invalid UTF-8 (unable to decode byte 0xff near '"')
  * Limits: the input's bytes (limits.max_bytes, RESOURCE_EXHAUSTED), nesting depth
@@ -27,6 +31,34 @@
  *   become Anthropic `system`; reasoning becomes `reasoning_content` for OpenAI (signatures and
  *   redacted blocks are not written there); unknown keys are not carried across formats. A
  *   bare array that must carry a system prompt or tools as Anthropic JSON becomes an object.
+ * - Responses: consecutive reasoning, function_call and assistant message items make one
+ *   assistant message (parts in order); function_call_output items are tool messages; other
+ *   item types (web_search_call, item_reference, ...) are refused naming them. A
+ *   function_call_output's array output has its input_text parts joined with "\n" (written
+ *   back as one input_text part, then the images); null "model", "instructions" and "tools"
+ *   are dropped; a reasoning part (summary texts joined, encrypted_content as its signature)
+ *   whose text a layer changed is written as one summary_text, and kept output_text
+ *   annotations that fall outside a changed text become [].
+ * - Into Responses from other formats: messages become role + content items (one text as a
+ *   string; an assistant message with neither content nor calls has no item), output_text
+ *   gets "annotations": [] and images "detail": "auto", function tools are flat with
+ *   "strict": false unless the source said true; message names, is_error and reasoning
+ *   (which needs the provider's own item id) are dropped; built-in tools of another format
+ *   are refused. The leading system message goes back to "instructions" only when it
+ *   was read from there.
+ * - Gemini: a content with no role (or the legacy "function"/"tool") is a user message; text
+ *   with "thought": true is reasoning (its thoughtSignature is the signature; on other parts
+ *   it stays in `extra`); inlineData of any mime type is an image part of decoded bytes,
+ *   fileData an image by URL; functionCall args are kept as compact JSON; a call or response
+ *   without an id gets "ctxguard-gemini-<message>-<part>" (a response: the earliest
+ *   unanswered call of its name), never written back (and refused in input); a response
+ *   {"output"|"error": text} is read as that text (is_error), any other as its JSON text.
+ *   Both key spellings (camelCase, snake_case) are read; the document is written in the first
+ *   one it used. Code execution parts are refused.
+ * - To Gemini: tool messages and the user message after them become one user content of
+ *   functionResponse parts, text results {"output": text}, result images parts after them;
+ *   schemas go under parametersJsonSchema; other formats' signatures, redacted reasoning,
+ *   message names and image detail are dropped; their built-in tools are an error.
  * Thread-safe (jansson is, for distinct values).
  */
 #ifndef CG_CORE_CONV_JSON_H
@@ -43,7 +75,12 @@
 typedef enum {
     CG_CONV_JSON_OPENAI = 1,
     CG_CONV_JSON_ANTHROPIC = 2,
+    CG_CONV_JSON_RESPONSES = 3, /* OpenAI Responses API input items */
+    CG_CONV_JSON_GEMINI = 4,    /* Google Gemini contents */
 } cg_conv_json_format;
+
+/* The origin a conversation read in `format` gets (STRUCTURED for an unknown format). */
+cg_conv_origin cg_conv_json_origin(cg_conv_json_format format);
 
 /* Reads json[0..len) in the given format into a new conversation (*out, the caller frees it
  * with cg_conv_free). limits may be NULL (the defaults). On error returns INVALID_ARGUMENT

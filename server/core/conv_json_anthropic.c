@@ -335,15 +335,13 @@ static json_t *anthropic_image_block(const struct cg_image *im)
         free(b64);
     } else if (im->source == CG_IMAGE_SOURCE_URL && im->url.len > 5 &&
                strncmp(im->url.ptr, "data:", 5) == 0) {
-        /* A data: URL becomes a base64 source without decoding it. */
-        const char *comma = memchr(im->url.ptr, ',', im->url.len);
-        if (comma == NULL || comma - im->url.ptr < 12 || memcmp(comma - 7, ";base64", 7) != 0)
+        /* A data: URL becomes a base64 source without decoding it; one that is not base64
+         * cannot be carried (NULL). */
+        struct cg_str mt, payload;
+        if (!cg__cj_data_url_base64(&im->url, &mt, &payload))
             return NULL;
-        const char *mt = im->url.ptr + 5;
-        const char *semi = memchr(mt, ';', (size_t)(comma - mt));
-        src =
-            json_pack("{s:s, s:s%, s:s%}", "type", "base64", "media_type", mt, (size_t)(semi - mt),
-                      "data", comma + 1, im->url.len - (size_t)(comma + 1 - im->url.ptr));
+        src = json_pack("{s:s, s:s%, s:s%}", "type", "base64", "media_type", mt.ptr, mt.len, "data",
+                        payload.ptr, payload.len);
     } else if (im->source == CG_IMAGE_SOURCE_URL) {
         src = json_pack("{s:s, s:o}", "type", "url", "url", cg__cj_jstr(&im->url));
     }

@@ -281,6 +281,26 @@ size_t cg__cj_b64_decode(const char *in, size_t len, unsigned char *out, size_t 
     return n;
 }
 
+bool cg__cj_data_url_base64(const struct cg_str *url, struct cg_str *media_type,
+                            struct cg_str *payload)
+{
+    const char *u = url->ptr;
+    const char *comma =
+        url->len > 5 && strncmp(u, "data:", 5) == 0 ? memchr(u, ',', url->len) : NULL;
+    if (comma == NULL || comma - u < 12 || memcmp(comma - 7, ";base64", 7) != 0)
+        return false;
+    const char *semi = memchr(u + 5, ';', (size_t)(comma - u - 5));
+    *media_type = (struct cg_str){u + 5, (size_t)(semi - u - 5)};
+    *payload = (struct cg_str){comma + 1, url->len - (size_t)(comma + 1 - u)};
+    /* What cg__cj_b64_decode takes, so that a reader of the written bytes takes them too. */
+    for (size_t i = 0; i < payload->len; i++) {
+        unsigned char ch = (unsigned char)payload->ptr[i];
+        if (b64_value(ch) < 0 && ch != '=' && ch != '\n' && ch != '\r' && ch != ' ')
+            return false;
+    }
+    return true;
+}
+
 char *cg__cj_b64_encode(const unsigned char *in, size_t len, size_t *out_len)
 {
     static const char alphabet[] =
@@ -390,4 +410,46 @@ cg_status cg__cj_bad_utf8(struct wctx *w, size_t mi, size_t pi, const char *fiel
 {
     return cg__cj_wfail(w, CG_INVALID_ARGUMENT, "messages[%zu].parts[%zu].%s: invalid UTF-8", mi,
                         pi, field);
+}
+
+/* An image as OpenAI's image_url value: its URL, or a base64 data: URL of its bytes. */
+json_t *cg__cj_image_url(const struct cg_image *im)
+{
+    if (im->source == CG_IMAGE_SOURCE_URL)
+        return cg__cj_jstr(&im->url);
+    if (im->source != CG_IMAGE_SOURCE_DATA)
+        return NULL;
+    size_t b64len;
+    char *b64 = cg__cj_b64_encode((const unsigned char *)im->data.ptr, im->data.len, &b64len);
+    if (b64 == NULL)
+        return NULL;
+    const char *mt = im->media_type.len > 0 ? im->media_type.ptr : "application/octet-stream";
+    size_t need = strlen(mt) + b64len + 16;
+    char *url = malloc(need);
+    json_t *v = NULL;
+    if (url != NULL) {
+        int n = snprintf(url, need, "data:%s;base64,%s", mt, b64);
+        v = n > 0 ? json_stringn(url, (size_t)n) : NULL;
+    }
+    free(url);
+    free(b64);
+    return v;
+}
+
+cg_status cg__cj_each(struct ctx *c, json_t *arr, cg_status (*fn)(void *arg, json_t *v), void *arg)
+{
+    if (!json_is_array(arr))
+        return cg__cj_fail(c, CG_INVALID_ARGUMENT, "expected an array, got %s",
+                           cg__cj_type_name(arr));
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v)
+    {
+        size_t saved = cg__cj_path_push(c, "[%zu]", i);
+        cg_status st = fn(arg, v);
+        cg__cj_path_pop(c, saved);
+        if (st != CG_OK)
+            return st;
+    }
+    return CG_OK;
 }

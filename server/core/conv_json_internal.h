@@ -1,8 +1,8 @@
 /* conv_json_internal.h - what the files of the JSON conversions share (conv_json_common.c:
  * paths, errors, reading and writing helpers, base64; conv_json.c: the pre-scan and the two
- * entry points; conv_json_openai.c; conv_json_anthropic.c). Calls go one way: conv_json.c ->
- * the formats -> conv_json_common.c. Internal to core/conv_json*.c; see conv_json.h for the
- * contract.
+ * entry points; conv_json_openai.c; conv_json_anthropic.c; conv_json_responses.c;
+ * conv_json_gemini.c). Calls go one way: conv_json.c -> the formats -> conv_json_common.c. Internal
+ * to core/conv_json*.c; see conv_json.h for the contract.
  */
 #ifndef CG_CORE_CONV_JSON_INTERNAL_H
 #define CG_CORE_CONV_JSON_INTERNAL_H
@@ -63,6 +63,10 @@ cg_status cg__cj_keep_extra(struct ctx *c, json_t *obj, const char *const *known
 cg_status cg__cj_expect_object(struct ctx *c, json_t *v);
 cg_status cg__cj_parse_role(struct ctx *c, json_t *msg, bool anthropic, cg_role *role);
 
+/* Calls fn(arg, element) for each element of arr with "[i]" on the path, stopping at the
+ * first error; INVALID_ARGUMENT naming the path when arr is not an array. */
+cg_status cg__cj_each(struct ctx *c, json_t *arr, cg_status (*fn)(void *arg, json_t *v), void *arg);
+
 /* Appends a part to m, naming the path when a cap is reached. */
 cg_status cg__cj_add_part(struct ctx *c, struct cg_message *m, cg_part_kind kind,
                           struct cg_part **out);
@@ -76,6 +80,15 @@ json_t *cg__cj_parse_object_or_empty(const struct cg_str *s);
 size_t cg__cj_b64_decode(const char *in, size_t len, unsigned char *out, size_t max_out);
 char *cg__cj_b64_encode(const unsigned char *in, size_t len, size_t *out_len);
 void cg__cj_describe_data_url(struct cg_image *im);
+
+/* Whether url is a "data:<media type>;base64,<payload>" URL whose payload is base64 (what
+ * cg__cj_b64_decode takes); then *media_type and *payload point into it. */
+bool cg__cj_data_url_base64(const struct cg_str *url, struct cg_str *media_type,
+                            struct cg_str *payload);
+
+/* An image as OpenAI's "image_url" value (chat and Responses): its URL, or a base64 data: URL
+ * of its bytes; NULL when it has neither or out of memory. */
+json_t *cg__cj_image_url(const struct cg_image *im);
 
 /* Writing values: a string (NULL when not UTF-8); obj[key] = string (false when not UTF-8);
  * the unknown keys of a part or message merged back (same format only); the error for text
@@ -103,5 +116,14 @@ cg_status cg__cj_anthropic_tool(struct ctx *c, json_t *tool);
 cg_status cg__cj_anthropic_system_out(struct wctx *w, size_t *first, json_t **out);
 cg_status cg__cj_anthropic_messages_out(struct wctx *w, size_t first, json_t *arr);
 cg_status cg__cj_anthropic_tools_out(struct wctx *w, json_t **out);
+
+/* conv_json_responses.c and conv_json_gemini.c: the whole document (root as parsed: for
+ * Responses an array of items, a string, or an object with "input"; for Gemini an array of
+ * contents or an object with "contents") read into c->conv, top-level keys included; and the
+ * conversation written as a whole document (*out: the root value, a new reference). */
+cg_status cg__cj_responses_read(struct ctx *c, json_t *root);
+cg_status cg__cj_responses_write(struct wctx *w, json_t **out);
+cg_status cg__cj_gemini_read(struct ctx *c, json_t *root);
+cg_status cg__cj_gemini_write(struct wctx *w, json_t **out);
 
 #endif

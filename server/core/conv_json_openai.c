@@ -301,32 +301,9 @@ cg_status cg__cj_openai_tool(struct ctx *c, json_t *tool)
 
 /* ---- OpenAI ---- */
 
-static json_t *image_url_for(const struct cg_image *im)
-{
-    if (im->source == CG_IMAGE_SOURCE_URL)
-        return cg__cj_jstr(&im->url);
-    if (im->source != CG_IMAGE_SOURCE_DATA)
-        return NULL;
-    size_t b64len;
-    char *b64 = cg__cj_b64_encode((const unsigned char *)im->data.ptr, im->data.len, &b64len);
-    if (b64 == NULL)
-        return NULL;
-    const char *mt = im->media_type.len > 0 ? im->media_type.ptr : "application/octet-stream";
-    size_t need = strlen(mt) + b64len + 16;
-    char *url = malloc(need);
-    json_t *v = NULL;
-    if (url != NULL) {
-        int n = snprintf(url, need, "data:%s;base64,%s", mt, b64);
-        v = n > 0 ? json_stringn(url, (size_t)n) : NULL;
-    }
-    free(url);
-    free(b64);
-    return v;
-}
-
 static json_t *openai_image_block(const struct cg_image *im)
 {
-    json_t *url = image_url_for(im);
+    json_t *url = cg__cj_image_url(im);
     if (url == NULL)
         return NULL;
     json_t *iu = json_object();

@@ -512,10 +512,12 @@ cg_dialect cg_validate_dialect(cg_dialect requested, cg_conv_origin origin,
 {
     if (requested != CG_DIALECT_UNSPECIFIED)
         return requested;
-    if (origin == CG_CONV_ORIGIN_OPENAI)
+    if (origin == CG_CONV_ORIGIN_OPENAI || origin == CG_CONV_ORIGIN_RESPONSES)
         return CG_DIALECT_OPENAI;
     if (origin == CG_CONV_ORIGIN_ANTHROPIC)
         return CG_DIALECT_ANTHROPIC;
+    if (origin == CG_CONV_ORIGIN_GEMINI)
+        return CG_DIALECT_GOOGLE;
     if (model != NULL && model->known && model->dialect != CG_DIALECT_UNSPECIFIED)
         return model->dialect;
     return CG_DIALECT_GENERIC;

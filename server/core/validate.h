@@ -102,8 +102,9 @@ const struct cg_issue *cg_validate_first_error(const struct cg_validate_result *
 /* Frees the issues of r and empties it. NULL is a no-op. */
 void cg_validate_result_free(struct cg_validate_result *r);
 
-/* The dialect to apply: the requested one; else the conversation's JSON format; else the
- * model's provider; else GENERIC. */
+/* The dialect to apply: the requested one; else the conversation's JSON format (OpenAI chat
+ * and Responses: OPENAI, Anthropic: ANTHROPIC, Gemini: GOOGLE); else the model's provider;
+ * else GENERIC. */
 cg_dialect cg_validate_dialect(cg_dialect requested, cg_conv_origin origin,
                                const struct cg_model_info *model);
 

@@ -453,8 +453,12 @@ static cg_status compress_out(struct cg_rpc_call *call, const struct cg_rpc_env 
                                          : cg_preset_by_name(env->svc.config->default_preset);
     if (resp == NULL)
         return OOM(call);
-    cg_status st = cg_rpc_conv_out_rendered(call, res->conv, (int)out->format, out->json,
-                                            out->json_len, &resp->conversation);
+    cg_status st = CG_OK;
+    if (out->verbatim) /* nothing changed: the request's own text (it lives as long as call) */
+        resp->conversation = req->conversation;
+    else
+        st = cg_rpc_conv_out_rendered(call, res->conv, (int)out->format, out->json, out->json_len,
+                                      &resp->conversation);
     if (st != CG_OK)
         return st;
     resp->report = report_out(call, res, creq->context_window, out->exact, creq->dialect,
@@ -514,7 +518,8 @@ static cg_status compress_in(struct cg_rpc_call *call, const struct cg_rpc_env *
                           TOKENS_MAX)) != CG_OK ||
         (st = check_range(call, "trim_boundary", req->trim_boundary, 0, INT64_MAX)) != CG_OK ||
         (st = check_enum(call, "session_sync", (int)req->session_sync, 2)) != CG_OK ||
-        (st = check_enum(call, "response_format", (int)req->response_format, 3)) != CG_OK ||
+        (st = check_enum(call, "response_format", (int)req->response_format,
+                         CG_RPC_CONV_FORMAT_MAX)) != CG_OK ||
         (st = check_enum(call, "summarizer", (int)req->summarizer, 4)) != CG_OK ||
         (st = check_enum(call, "provider", (int)req->provider, 4)) != CG_OK)
         return st;

@@ -391,7 +391,7 @@ cg_status cg_rpc_context_get_history(struct cg_rpc_call *call, const struct cg_r
         (st = page_size(call, req->page_size, &limit)) != CG_OK ||
         (st = parse_token(call, req->page_token, 'p', &from)) != CG_OK)
         return st;
-    if ((int)req->response_format < 0 || (int)req->response_format > 3)
+    if ((int)req->response_format < 0 || (int)req->response_format > CG_RPC_CONV_FORMAT_MAX)
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
                           "field 'response_format' has an unknown value %d",
                           (int)req->response_format);
@@ -512,6 +512,13 @@ cg_status cg_rpc_context_get_stats(struct cg_rpc_call *call, const struct cg_rpc
     }
     resp->trim_boundary = sess.trim_boundary;
     resp->history_messages = sess.history_messages;
+    resp->current_tokens = t.latest_tokens;
+    resp->context_window_tokens = t.latest_context_window;
+    resp->effective_window_tokens = t.latest_effective_window;
+    resp->window_utilization = t.latest_effective_window > 0
+                                   ? (double)t.latest_tokens / (double)t.latest_effective_window
+                                   : 0.0;
+    resp->current_at_unix_ms = t.latest_ms;
     *response = &resp->base;
     return CG_OK;
 }

@@ -311,9 +311,18 @@ cg_status cg_rpc_conv_in(struct cg_rpc_call *call, const char *field,
         st = json_in(call, &p, ".anthropic_json", CG_CONV_JSON_ANTHROPIC, in->anthropic_json,
                      &limits, &conv);
         break;
+    case CTXGUARD__V1__CONVERSATION__CONTENT_RESPONSES_JSON:
+        st = json_in(call, &p, ".responses_json", CG_CONV_JSON_RESPONSES, in->responses_json,
+                     &limits, &conv);
+        break;
+    case CTXGUARD__V1__CONVERSATION__CONTENT_GEMINI_JSON:
+        st =
+            json_in(call, &p, ".gemini_json", CG_CONV_JSON_GEMINI, in->gemini_json, &limits, &conv);
+        break;
     default:
         return bad(call, &p, "",
-                   "exactly one of messages, openai_json, anthropic_json must be set");
+                   "exactly one of messages, openai_json, anthropic_json, responses_json, "
+                   "gemini_json must be set");
     }
     if (st == CG_OK && in->n_tools > 0) {
         if (conv->n_tools > 0)
@@ -524,36 +533,78 @@ cg_status cg_rpc_conv_out(struct cg_rpc_call *call, const struct cg_conv *conv, 
     return cg_rpc_conv_out_rendered(call, conv, format, NULL, 0, out);
 }
 
+/* The ConversationFormat a conversation read from origin answers in by default. */
+static int format_of_origin(cg_conv_origin origin)
+{
+    switch (origin) {
+    case CG_CONV_ORIGIN_OPENAI:
+        return CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_OPENAI_CHAT;
+    case CG_CONV_ORIGIN_ANTHROPIC:
+        return CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_ANTHROPIC_MESSAGES;
+    case CG_CONV_ORIGIN_RESPONSES:
+        return CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_OPENAI_RESPONSES;
+    case CG_CONV_ORIGIN_GEMINI:
+        return CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_GEMINI_CONTENTS;
+    case CG_CONV_ORIGIN_STRUCTURED:
+        break;
+    }
+    return CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_STRUCTURED;
+}
+
+/* A JSON ConversationFormat's core format and where its text goes in o; false for the others. */
+static bool json_slot(Ctxguard__V1__Conversation *o, int format, cg_conv_json_format *jf,
+                      char ***slot)
+{
+    switch (format) {
+    case CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_OPENAI_CHAT:
+        *jf = CG_CONV_JSON_OPENAI;
+        o->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON;
+        *slot = &o->openai_json;
+        return true;
+    case CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_ANTHROPIC_MESSAGES:
+        *jf = CG_CONV_JSON_ANTHROPIC;
+        o->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
+        *slot = &o->anthropic_json;
+        return true;
+    case CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_OPENAI_RESPONSES:
+        *jf = CG_CONV_JSON_RESPONSES;
+        o->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_RESPONSES_JSON;
+        *slot = &o->responses_json;
+        return true;
+    case CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_GEMINI_CONTENTS:
+        *jf = CG_CONV_JSON_GEMINI;
+        o->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_GEMINI_JSON;
+        *slot = &o->gemini_json;
+        return true;
+    default:
+        return false;
+    }
+}
+
 cg_status cg_rpc_conv_out_rendered(struct cg_rpc_call *call, const struct cg_conv *conv, int format,
                                    const char *rendered, size_t rendered_len,
                                    Ctxguard__V1__Conversation **out)
 {
     *out = NULL;
     if (format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_UNSPECIFIED)
-        format = conv->origin == CG_CONV_ORIGIN_OPENAI
-                     ? CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_OPENAI_CHAT
-                 : conv->origin == CG_CONV_ORIGIN_ANTHROPIC
-                     ? CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_ANTHROPIC_MESSAGES
-                     : CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_STRUCTURED;
+        format = format_of_origin(conv->origin);
     Ctxguard__V1__Conversation *o = cg_arena_alloc(call->arena, sizeof *o);
     if (o == NULL)
         return OOM(call);
     ctxguard__v1__conversation__init(o);
     bool oom = false, tools_beside = true;
+    cg_conv_json_format jf;
+    char **slot;
     if (format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_STRUCTURED) {
         o->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_MESSAGES;
         if ((o->messages = cg_rpc_conv_messages_out(call, conv)) == NULL)
             return OOM(call);
-    } else if (format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_OPENAI_CHAT ||
-               format ==
-                   CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_ANTHROPIC_MESSAGES) {
-        bool openai = format == CTXGUARD__V1__CONVERSATION_FORMAT__CONVERSATION_FORMAT_OPENAI_CHAT;
+    } else if (json_slot(o, format, &jf, &slot)) {
         char *json = (char *)rendered;
         size_t len = rendered_len;
         if (rendered == NULL) {
             struct cg_err err = {0};
-            cg_status st = cg_conv_json_write(
-                conv, openai ? CG_CONV_JSON_OPENAI : CG_CONV_JSON_ANTHROPIC, &json, &len, &err);
+            cg_status st = cg_conv_json_write(conv, jf, &json, &len, &err);
             if (st != CG_OK)
                 return cg_err_set(&call->err, st, "conversation: %s", err.msg);
         }
@@ -562,13 +613,7 @@ cg_status cg_rpc_conv_out_rendered(struct cg_rpc_call *call, const struct cg_con
             free(json);
         if (copy == NULL)
             return OOM(call);
-        if (openai) {
-            o->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_OPENAI_JSON;
-            o->openai_json = copy;
-        } else {
-            o->content_case = CTXGUARD__V1__CONVERSATION__CONTENT_ANTHROPIC_JSON;
-            o->anthropic_json = copy;
-        }
+        *slot = copy;
         tools_beside = conv->tools_external;
     } else {
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT,

@@ -1,8 +1,9 @@
 /* rpc_conv.h - ctxguard.v1 Conversation <-> the core conversation model (core/conv.h), for
  * every ContextService method that takes or returns a conversation.
  *
- * In: exactly one of messages / openai_json / anthropic_json, plus `tools`. Every limit of
- * common.proto is checked and an error names the field the way a client wrote it:
+ * In: exactly one of messages / openai_json / anthropic_json / responses_json / gemini_json,
+ * plus `tools`. Every limit of common.proto is checked and an error names the field the way a
+ * client wrote it:
  *     conversation.messages[2].parts[0].tool_call.id: required (1..256 characters)
  *     conversation.openai_json: $.messages[3].role: unknown role "bot"
  * Strings are UTF-8 already (the decoder checks every string field). Internal to rpc/.
@@ -18,6 +19,8 @@
 #define CG_RPC_CONV_MEDIA_TYPE_MAX 100
 #define CG_RPC_CONV_PIXELS_MAX 100000
 #define CG_RPC_CONV_DESCRIPTION_MAX 65536
+/* The largest ctxguard.v1.ConversationFormat value. */
+#define CG_RPC_CONV_FORMAT_MAX 5
 
 /* Reads `in` (NULL: INVALID_ARGUMENT naming `field`) into a new conversation in *out, which
  * the caller frees with cg_conv_free. field is the name the request gives the conversation

@@ -288,24 +288,65 @@ struct cascade {
     struct cg_ctx_compress_out *out;
 };
 
-/* The output in the JSON format asked (or the one it came in) into out->json. */
+/* The output format asked for, or the one the conversation came in. */
+static cg_ctx_format resolved_format(cg_ctx_format asked, cg_conv_origin origin)
+{
+    if (asked != CG_CTX_FORMAT_AS_READ)
+        return asked;
+    switch (origin) {
+    case CG_CONV_ORIGIN_OPENAI:
+        return CG_CTX_FORMAT_OPENAI;
+    case CG_CONV_ORIGIN_ANTHROPIC:
+        return CG_CTX_FORMAT_ANTHROPIC;
+    case CG_CONV_ORIGIN_RESPONSES:
+        return CG_CTX_FORMAT_RESPONSES;
+    case CG_CONV_ORIGIN_GEMINI:
+        return CG_CTX_FORMAT_GEMINI;
+    case CG_CONV_ORIGIN_STRUCTURED:
+        break;
+    }
+    return CG_CTX_FORMAT_STRUCTURED;
+}
+
+static cg_conv_json_format json_format(cg_ctx_format f)
+{
+    return f == CG_CTX_FORMAT_OPENAI      ? CG_CONV_JSON_OPENAI
+           : f == CG_CTX_FORMAT_ANTHROPIC ? CG_CONV_JSON_ANTHROPIC
+           : f == CG_CTX_FORMAT_RESPONSES ? CG_CONV_JSON_RESPONSES
+                                          : CG_CONV_JSON_GEMINI;
+}
+
+/* Whether the output is the request's conversation untouched: every message kept in place by
+ * no layer, nothing inserted (the request's text can then be the answer, byte for byte). */
+static bool unchanged(const struct cg_compress_result *res, const struct cg_conv *request)
+{
+    if (res->n_changes != 0 || res->messages_after != res->messages_before ||
+        res->messages_before != (int64_t)request->n_messages)
+        return false;
+    for (int64_t i = 0; i < res->messages_after; i++)
+        if (res->source_indexes[i] != i)
+            return false;
+    return true;
+}
+
+/* The output in the JSON format asked (or the one it came in) into out->json; nothing when
+ * the answer can be the request's own text (out->verbatim). */
 static cg_status render(struct cascade *c, const struct cg_compress_result *res)
 {
     struct cg_ctx_compress_out *out = c->out;
     free(out->json);
     out->json = NULL;
-    out->format = c->req->format;
-    if (out->format == CG_CTX_FORMAT_AS_READ)
-        out->format = res->conv->origin == CG_CONV_ORIGIN_OPENAI      ? CG_CTX_FORMAT_OPENAI
-                      : res->conv->origin == CG_CONV_ORIGIN_ANTHROPIC ? CG_CTX_FORMAT_ANTHROPIC
-                                                                      : CG_CTX_FORMAT_STRUCTURED;
+    out->format = resolved_format(c->req->format, res->conv->origin);
+    out->verbatim = false;
     if (out->format == CG_CTX_FORMAT_STRUCTURED)
         return CG_OK;
+    cg_conv_json_format jf = json_format(out->format);
+    if (c->req->conv->origin == cg_conv_json_origin(jf) && unchanged(res, c->req->conv)) {
+        out->verbatim = true;
+        return CG_OK;
+    }
     struct cg_err err = {0};
-    cg_status st = cg_conv_json_write(res->conv,
-                                      out->format == CG_CTX_FORMAT_OPENAI ? CG_CONV_JSON_OPENAI
-                                                                          : CG_CONV_JSON_ANTHROPIC,
-                                      &out->json, &out->json_len, &err);
+    cg_status st = cg_conv_json_write(res->conv, jf, &out->json, &out->json_len, &err);
     if (st != CG_OK)
         return cg_err_set(c->op->err, st, "conversation: %s", err.msg);
     return CG_OK;
@@ -437,6 +478,7 @@ cg_status cg_ctx_compress(const struct cg_svc_env *env, const struct cg_op *op,
         .codec = req->codec,
         .count_state = &c.cs,
         .strategy = (int)req->policy->strategy,
+        .context_window = req->context_window,
     };
     st = cg_ctx_session_run(env, op, &sreq, session_work, &c, &out->session, &out->result);
     out->charged_input_tokens = c.sctx.charged_in;

@@ -27,6 +27,8 @@ typedef enum {
     CG_CTX_FORMAT_STRUCTURED = 1,
     CG_CTX_FORMAT_OPENAI = 2,
     CG_CTX_FORMAT_ANTHROPIC = 3,
+    CG_CTX_FORMAT_RESPONSES = 4,
+    CG_CTX_FORMAT_GEMINI = 5,
 } cg_ctx_format;
 
 /* One Compress, checked by the caller (every pointer borrowed for the call). */
@@ -55,9 +57,12 @@ struct cg_ctx_compress_out {
     bool stateful;
     struct cg_ctx_session_state session; /* stateful: what was saved (dry run: would be) */
     bool exact;                          /* counted with the model's exact encoding */
-    cg_ctx_format format;                /* resolved: STRUCTURED, OPENAI or ANTHROPIC */
+    cg_ctx_format format;                /* resolved: never AS_READ */
     char *json;                          /* the output in the JSON formats (owned) */
     size_t json_len;
+    /* Nothing changed and the answer is in the JSON format the request came in: json is NULL
+     * and the caller answers with the request's own text, byte for byte. */
+    bool verbatim;
     struct cg_redact_counts summary_counts;              /* of the summary inserted */
     int64_t charged_input_tokens, charged_output_tokens; /* of every LLM summary, to charge */
 };

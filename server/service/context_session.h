@@ -51,7 +51,8 @@ struct cg_ctx_session_req {
     const struct cg_ctx_history_codec *codec;
     /* How tokens are counted for the history rows (the cascade's own count state). */
     const struct cg_compress_count_state *count_state;
-    int strategy; /* the policy's, for the compaction record */
+    int strategy;           /* the policy's, for the compaction record */
+    int64_t context_window; /* the model's window the call worked in, for that record too */
 };
 
 /* What one attempt carries from the load to the save. */

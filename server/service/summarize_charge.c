@@ -28,7 +28,10 @@ static int64_t request_tokens(const struct cg_llm_request *req)
     return n;
 }
 
-/* Sleeps ms milliseconds, at most until deadline_ms (cg_mono_ms; 0: none). */
+/* Sleeps ms milliseconds, at most until deadline_ms (cg_mono_ms; 0: none). This is the
+ * backpressure delay the budget asked for, not a wait for some other event: it runs on the
+ * pool thread that is about to block on the LLM call for seconds anyway (the LLM client is
+ * synchronous, one per pool thread), so it costs no thread the call did not already hold. */
 static void wait_out(uint32_t ms, int64_t deadline_ms)
 {
     int64_t now = cg_mono_ms();

@@ -123,6 +123,7 @@ struct cg_ctx_compaction {
     int strategy;
     bool triggered, boundary_moved;
     int64_t tokens_before, tokens_after, cache_tokens_invalidated;
+    int64_t context_window, effective_window; /* the window the call worked in */
     int artifacts;
     int64_t artifact_bytes;
     size_t n_layers;
@@ -147,10 +148,13 @@ struct cg_ctx_stats {
     struct {
         int64_t calls, triggered, saved;
     } strategy[CG_CTX_STATS_STRATEGIES]; /* by strategy value */
+    /* A session's latest compaction whatever the range (latest_ms 0: none): its output's
+     * tokens and the window it worked in (0 when recorded before the window was kept). */
+    int64_t latest_tokens, latest_context_window, latest_effective_window, latest_ms;
 };
 
 /* Totals of the tenant's compactions (of one session when session_id is not "") created in
- * [since_ms, until_ms) (0: unbounded). */
+ * [since_ms, until_ms) (0: unbounded), and for a session its latest compaction. */
 cg_status cg_store_ctx_stats(struct cg_store *store, const char *tenant_id, const char *session_id,
                              int64_t since_ms, int64_t until_ms, struct cg_ctx_stats *out,
                              struct cg_err *err) CG_MUST_CHECK;

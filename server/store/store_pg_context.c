@@ -420,6 +420,9 @@ cg_status cg_store_ctx_compaction_put(struct cg_store *store, const char *tenant
     snprintf(ci, sizeof ci, "%lld", (long long)c->cache_tokens_invalidated);
     snprintf(na, sizeof na, "%d", c->artifacts);
     snprintf(ab, sizeof ab, "%lld", (long long)c->artifact_bytes);
+    char cw[24], ew[24];
+    snprintf(cw, sizeof cw, "%lld", (long long)c->context_window);
+    snprintf(ew, sizeof ew, "%lld", (long long)c->effective_window);
     const char *values[] = {id,
                             c->session_id,
                             c->compaction_id,
@@ -435,16 +438,19 @@ cg_status cg_store_ctx_compaction_put(struct cg_store *store, const char *tenant
                             arrays[1],
                             arrays[2],
                             arrays[3],
-                            arrays[4]};
+                            arrays[4],
+                            cw,
+                            ew};
     PGresult *res = NULL;
     rc = cg__pg_run(store->pg, "ctx_compaction_put",
                     "INSERT INTO context_compactions (tenant_id, session_id, compaction_id,"
                     " strategy, triggered, tokens_before, tokens_after, boundary_moved,"
                     " cache_tokens_invalidated, artifacts, artifact_bytes, layer, layer_outcome,"
-                    " layer_saved, layer_affected, layer_ms) VALUES ($1::uuid, $2, $3,"
-                    " $4::int2, $5::bool, $6::int8, $7::int8, $8::bool, $9::int8, $10::int,"
-                    " $11::int8, $12::int[], $13::int[], $14::int8[], $15::int8[], $16::int8[])",
-                    16, values, NULL, NULL, RUN_PINNED, &res, err);
+                    " layer_saved, layer_affected, layer_ms, context_window, effective_window)"
+                    " VALUES ($1::uuid, $2, $3, $4::int2, $5::bool, $6::int8, $7::int8, $8::bool,"
+                    " $9::int8, $10::int, $11::int8, $12::int[], $13::int[], $14::int8[],"
+                    " $15::int8[], $16::int8[], $17::int8, $18::int8)",
+                    18, values, NULL, NULL, RUN_PINNED, &res, err);
     PQclear(res);
     return rc;
 }
@@ -453,6 +459,31 @@ cg_status cg_store_ctx_compaction_put(struct cg_store *store, const char *tenant
     " WHERE tenant_id = $1::uuid AND ($2 = '' OR session_id = $2)"                                 \
     " AND ($3::int8 = 0 OR created_at >= to_timestamp($3::int8 / 1000.0))"                         \
     " AND ($4::int8 = 0 OR created_at < to_timestamp($4::int8 / 1000.0))"
+
+/* A session's latest compaction record (the session index, newest first), into out->latest_*. */
+static cg_status ctx_stats_latest(struct cg_store *store, const char *tenant_uuid,
+                                  const char *session_id, struct cg_ctx_stats *out,
+                                  struct cg_err *err)
+{
+    const char *values[] = {tenant_uuid, session_id};
+    PGresult *res = NULL;
+    cg_status rc = cg__pg_run(store->pg, "ctx_stats_latest",
+                              "SELECT tokens_after, context_window, effective_window,"
+                              " floor(extract(epoch FROM created_at) * 1000)::int8"
+                              " FROM context_compactions WHERE tenant_id = $1::uuid"
+                              " AND session_id = $2 ORDER BY created_at DESC LIMIT 1",
+                              2, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc != CG_OK)
+        return rc;
+    if (PQntuples(res) == 1) {
+        out->latest_tokens = cg__pg_parse_i64(PQgetvalue(res, 0, 0));
+        out->latest_context_window = cg__pg_parse_i64(PQgetvalue(res, 0, 1));
+        out->latest_effective_window = cg__pg_parse_i64(PQgetvalue(res, 0, 2));
+        out->latest_ms = cg__pg_parse_i64(PQgetvalue(res, 0, 3));
+    }
+    PQclear(res);
+    return CG_OK;
+}
 
 cg_status cg_store_ctx_stats(struct cg_store *store, const char *tenant_id, const char *session_id,
                              int64_t since_ms, int64_t until_ms, struct cg_ctx_stats *out,
@@ -526,7 +557,7 @@ cg_status cg_store_ctx_stats(struct cg_store *store, const char *tenant_id, cons
         out->strategy[s].saved = cg__pg_parse_i64(PQgetvalue(res, i, 3));
     }
     PQclear(res);
-    return CG_OK;
+    return session_id[0] != '\0' ? ctx_stats_latest(store, id, session_id, out, err) : CG_OK;
 }
 
 /* ------------------------------------------------------------------ retention --------- */

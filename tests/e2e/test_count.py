@@ -528,6 +528,26 @@ class CtlCount(cgtest.TestCase):
         self.assertRegex(out, rf"total:\s+{r.total_tokens}\n")
         self.assertEqual(len(r.message_tokens), 4, "system + 3")
 
+    def test_responses_and_gemini_files_are_detected(self):
+        responses = {"instructions": "Be brief.", "input": [
+            {"role": "user", "content": "Weather in Oslo?"},
+            {"type": "function_call", "call_id": "t1", "name": "w", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "t1", "output": "rain"}]}
+        gemini = [{"role": "user", "parts": [{"text": "Weather in Oslo?"}]},
+                  {"role": "model", "parts": [{"functionCall": {"name": "w", "args": {}}}]},
+                  {"role": "user", "parts": [{"functionResponse": {
+                      "name": "w", "response": {"output": "rain"}}}]}]
+        ctx = context_pb2_grpc.ContextServiceStub(self.srv.channel())
+        for fmt, field, conv in (("responses", "responses_json", responses),
+                                 ("gemini", "gemini_json", gemini)):
+            with self.subTest(format=fmt):
+                out = self.ctl("count", self.file(json.dumps(conv)), "--model", "gpt-4o").stdout
+                self.assertIn(f"format:      {fmt}", out)
+                r = ctx.CountTokens(C.CountTokensRequest(conversation=common_pb2.Conversation(
+                    **{field: json.dumps(conv)}), model="gpt-4o"),
+                    metadata=cgtest.bearer(self.key), timeout=10)
+                self.assertRegex(out, rf"total:\s+{r.total_tokens}\n")
+
     def test_text_and_estimates(self):
         text = "Grüße aus Köln — 12345 tokens?\n" * 50
         path = self.file(text)

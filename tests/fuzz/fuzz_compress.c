@@ -1,10 +1,10 @@
 /* fuzz_compress.c - the JSON conversion followed by the whole cascade. Byte 0 picks the input
- * format, the dialect, the strategy and offload; byte 1 the window (small, so that every layer
- * runs); the rest is the JSON. Properties: a read conversation compresses with OK or a caller
- * status (never another); an OK output passes cg_validate for the dialect, is at most as
- * large as the input's normalized form allows, writes as JSON, and a second run gives the
- * identical output. With gpt-4o (byte 0 bit 3) counts are exact with the build's o200k data,
- * through the run's count memo. */
+ * format (with byte 1's top bit), the dialect, the strategy and offload; byte 1 the window
+ * (small, so that every layer runs); the rest is the JSON. Properties: a read conversation
+ * compresses with OK or a caller status (never another); an OK output passes cg_validate for
+ * the dialect, is at most as large as the input's normalized form allows, writes as JSON in
+ * the input's format, and a second run gives the identical output. With gpt-4o (byte 0 bit
+ * 3) counts are exact with the build's o200k data, through the run's count memo. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,7 +68,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 2)
         return 0;
     uint8_t mode = data[0], scale = data[1];
-    cg_conv_json_format fmt = (mode & 1) ? CG_CONV_JSON_ANTHROPIC : CG_CONV_JSON_OPENAI;
+    /* Bit 0 and the top bit of scale pick one of the four formats. */
+    cg_conv_json_format fmt =
+        (cg_conv_json_format)(CG_CONV_JSON_OPENAI + (mode & 1) + ((scale >> 6) & 2));
     const cg_dialect dialects[4] = {CG_DIALECT_OPENAI, CG_DIALECT_ANTHROPIC, CG_DIALECT_GOOGLE,
                                     CG_DIALECT_GENERIC};
     struct cg_conv_limits limits = {.max_bytes = 8u << 20, .max_messages = 5000};
@@ -119,6 +121,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FAIL("report does not match the output");
     if (cg_compress_run(&in, &p, &b, &err) != CG_OK)
         FAIL("second run failed");
+    /* Compress answers in the format the conversation came in: that must always write. */
+    char *native = NULL;
+    size_t native_len;
+    if (cg_conv_json_write(a.conv, fmt, &native, &native_len, &err) != CG_OK)
+        FAIL("the output writes in the input's format");
+    free(native);
     char *ja = write_json(a.conv), *jb = write_json(b.conv);
     if ((ja == NULL) != (jb == NULL) || (ja != NULL && strcmp(ja, jb) != 0))
         FAIL("two runs differ");

@@ -1,7 +1,9 @@
-/* fuzz_conv_json.c - both JSON readers, both writers, the round trip, ValidateContext in every
- * dialect, the estimator, and the conversation to proto messages. The first byte picks the
- * input format; the rest is the JSON. Anything that reads must write back in its own format,
- * and that output must read again and write identically. */
+/* fuzz_conv_json.c - the four JSON readers (OpenAI chat, Anthropic, Responses, Gemini), the
+ * writers, the round trip, ValidateContext in every dialect, the estimator, and the
+ * conversation to proto messages. The first byte picks the input format (its low two bits);
+ * the rest is the JSON. Anything that reads must write back in its own format, and that output
+ * must read again and write identically; writing in each other format either fails cleanly or
+ * gives JSON that format reads. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -63,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    cg_conv_json_format format = data[0] & 1 ? CG_CONV_JSON_ANTHROPIC : CG_CONV_JSON_OPENAI;
+    cg_conv_json_format format = (cg_conv_json_format)(CG_CONV_JSON_OPENAI + (data[0] & 3));
     const char *json = (const char *)data + 1;
     size_t len = size - 1;
     struct cg_conv_limits limits = {.max_bytes = 16u << 20};
@@ -84,18 +86,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (cg_conv_json_write(again, format, &out2, &out2_len, &err) != CG_OK || out_len != out2_len ||
         memcmp(out, out2, out_len) != 0)
         FAIL("the round trip is a fixed point");
-    cg_conv_json_format other =
-        format == CG_CONV_JSON_OPENAI ? CG_CONV_JSON_ANTHROPIC : CG_CONV_JSON_OPENAI;
-    char *cross = NULL;
-    size_t cross_len;
-    if (cg_conv_json_write(conv, other, &cross, &cross_len, &err) == CG_OK) {
+    for (int f = CG_CONV_JSON_OPENAI; f <= CG_CONV_JSON_GEMINI; f++) {
+        cg_conv_json_format other = (cg_conv_json_format)f;
+        char *cross = NULL;
+        size_t cross_len;
+        if (other == format || cg_conv_json_write(conv, other, &cross, &cross_len, &err) != CG_OK)
+            continue;
         struct cg_conv *c2 = NULL;
-        if (cg_conv_json_read(other, cross, cross_len, &limits, &c2, &err) == CG_OK)
-            check_conv(c2);
+        if (cg_conv_json_read(other, cross, cross_len, &limits, &c2, &err) != CG_OK)
+            FAIL("what a format writes, it reads");
+        check_conv(c2);
         cg_conv_free(c2);
+        free(cross);
     }
     check_conv(conv);
-    free(cross);
     free(out);
     free(out2);
     cg_conv_free(again);

@@ -11,69 +11,7 @@
 #include <string.h>
 
 #include "core/conv_json.h"
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)n + 1);
-    cr_assert_not_null(b);
-    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
-/* tests/data/conv/NAME, found next to this file. */
-static char *fixture(const char *name, size_t *len)
-{
-    char path[1024];
-    const char *slash = strrchr(__FILE__, '/');
-    snprintf(path, sizeof path, "%.*s/../data/conv/%s", (int)(slash - __FILE__), __FILE__, name);
-    char *b = slurp(path, len);
-    cr_assert_not_null(b, "fixture %s", path);
-    return b;
-}
-
-static struct cg_conv *read_ok(cg_conv_json_format f, const char *json, size_t len)
-{
-    struct cg_conv *conv = NULL;
-    struct cg_err err = {0};
-    cg_status st = cg_conv_json_read(f, json, len, NULL, &conv, &err);
-    cr_assert_eq(st, CG_OK, "read: %s", err.msg);
-    cr_assert_not_null(conv);
-    return conv;
-}
-
-static json_t *write_json(const struct cg_conv *conv, cg_conv_json_format f)
-{
-    char *out;
-    size_t len;
-    struct cg_err err = {0};
-    cr_assert_eq(cg_conv_json_write(conv, f, &out, &len, &err), CG_OK, "write: %s", err.msg);
-    cr_assert_eq(strlen(out), len);
-    json_t *v = json_loadb(out, len, JSON_ALLOW_NUL, NULL);
-    cr_assert_not_null(v, "the writer's output parses");
-    free(out);
-    return v;
-}
-
-/* Reads json[0..len) and expects failure with code and a message containing want. */
-static void expect_error(cg_conv_json_format f, const char *json, size_t len, cg_status code,
-                         const char *want)
-{
-    struct cg_conv *conv = (struct cg_conv *)1;
-    struct cg_err err = {0};
-    cg_status st = cg_conv_json_read(f, json, len, NULL, &conv, &err);
-    cr_assert_eq(st, code, "status %d (%s) for %.80s", st, err.msg, json);
-    cr_assert_null(conv);
-    cr_assert(strstr(err.msg, want) != NULL, "error '%s' should contain '%s'", err.msg, want);
-}
+#include "conv_json_fixtures.h"
 
 Test(conv_json, openai_fixture_round_trips_unchanged, .timeout = 10)
 {
@@ -195,48 +133,48 @@ Test(conv_json, errors_name_the_json_path, .timeout = 10)
     const char *bad_role =
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"bot\","
         "\"content\":\"x\"}]}";
-    expect_error(CG_CONV_JSON_OPENAI, bad_role, strlen(bad_role), CG_INVALID_ARGUMENT,
-                 "$.messages[1].role: unknown role \"bot\"");
+    expect_read_error(CG_CONV_JSON_OPENAI, bad_role, strlen(bad_role), CG_INVALID_ARGUMENT,
+                      "$.messages[1].role: unknown role \"bot\"");
     const char *bad_args = "[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"tool_"
                            "calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":"
                            "\"f\",\"arguments\":42}}]}]";
-    expect_error(CG_CONV_JSON_OPENAI, bad_args, strlen(bad_args), CG_INVALID_ARGUMENT,
-                 "$[1].tool_calls[0].function.arguments: expected a string, got a number");
+    expect_read_error(CG_CONV_JSON_OPENAI, bad_args, strlen(bad_args), CG_INVALID_ARGUMENT,
+                      "$[1].tool_calls[0].function.arguments: expected a string, got a number");
     const char *no_id = "[{\"role\":\"tool\",\"content\":\"x\"}]";
-    expect_error(CG_CONV_JSON_OPENAI, no_id, strlen(no_id), CG_INVALID_ARGUMENT,
-                 "$[0].tool_call_id: required");
+    expect_read_error(CG_CONV_JSON_OPENAI, no_id, strlen(no_id), CG_INVALID_ARGUMENT,
+                      "$[0].tool_call_id: required");
     const char *block = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
                         "\"text\":\"a\"},{\"type\":\"audio\"}]}]}";
-    expect_error(CG_CONV_JSON_ANTHROPIC, block, strlen(block), CG_INVALID_ARGUMENT,
-                 "$.messages[0].content[1].type: unknown block type \"audio\"");
+    expect_read_error(CG_CONV_JSON_ANTHROPIC, block, strlen(block), CG_INVALID_ARGUMENT,
+                      "$.messages[0].content[1].type: unknown block type \"audio\"");
     const char *sys_role = "[{\"role\":\"system\",\"content\":\"a\"}]";
-    expect_error(CG_CONV_JSON_ANTHROPIC, sys_role, strlen(sys_role), CG_INVALID_ARGUMENT,
-                 "$[0].role: unknown role \"system\"");
+    expect_read_error(CG_CONV_JSON_ANTHROPIC, sys_role, strlen(sys_role), CG_INVALID_ARGUMENT,
+                      "$[0].role: unknown role \"system\"");
     const char *input = "[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\","
                         "\"name\":\"f\",\"input\":[1]}]}]";
-    expect_error(CG_CONV_JSON_ANTHROPIC, input, strlen(input), CG_INVALID_ARGUMENT,
-                 "$[0].content[0].input: expected an object, got an array");
-    expect_error(CG_CONV_JSON_OPENAI, "{\"model\":\"x\"}", 13, CG_INVALID_ARGUMENT,
-                 "needs a \"messages\" array");
-    expect_error(CG_CONV_JSON_OPENAI, "\"just a string\"", 15, CG_INVALID_ARGUMENT,
-                 "expected an array of messages");
+    expect_read_error(CG_CONV_JSON_ANTHROPIC, input, strlen(input), CG_INVALID_ARGUMENT,
+                      "$[0].content[0].input: expected an object, got an array");
+    expect_read_error(CG_CONV_JSON_OPENAI, "{\"model\":\"x\"}", 13, CG_INVALID_ARGUMENT,
+                      "needs a \"messages\" array");
+    expect_read_error(CG_CONV_JSON_OPENAI, "\"just a string\"", 15, CG_INVALID_ARGUMENT,
+                      "expected an array of messages");
 }
 
 Test(conv_json, malformed_json_says_where, .timeout = 10)
 {
     const char *trunc = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":";
-    expect_error(CG_CONV_JSON_OPENAI, trunc, strlen(trunc), CG_INVALID_ARGUMENT,
-                 "$.messages[1].role: malformed JSON");
-    expect_error(CG_CONV_JSON_OPENAI, "", 0, CG_INVALID_ARGUMENT, "malformed JSON");
-    expect_error(CG_CONV_JSON_OPENAI, "[1,]", 4, CG_INVALID_ARGUMENT, "malformed JSON");
+    expect_read_error(CG_CONV_JSON_OPENAI, trunc, strlen(trunc), CG_INVALID_ARGUMENT,
+                      "$.messages[1].role: malformed JSON");
+    expect_read_error(CG_CONV_JSON_OPENAI, "", 0, CG_INVALID_ARGUMENT, "malformed JSON");
+    expect_read_error(CG_CONV_JSON_OPENAI, "[1,]", 4, CG_INVALID_ARGUMENT, "malformed JSON");
 }
 
 Test(conv_json, invalid_utf8_is_rejected_with_its_path, .timeout = 10)
 {
     const char bad[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"ok\"},{\"role\":\"user\","
                        "\"content\":\"caf\xc3\x28\"}]}";
-    expect_error(CG_CONV_JSON_OPENAI, bad, sizeof bad - 1, CG_INVALID_ARGUMENT,
-                 "$.messages[1].content: invalid UTF-8");
+    expect_read_error(CG_CONV_JSON_OPENAI, bad, sizeof bad - 1, CG_INVALID_ARGUMENT,
+                      "$.messages[1].content: invalid UTF-8");
 }
 
 Test(conv_json, deep_nesting_is_refused_before_parsing, .timeout = 10)
@@ -250,8 +188,8 @@ Test(conv_json, deep_nesting_is_refused_before_parsing, .timeout = 10)
     for (size_t i = 0; i < depth; i++)
         s[n++] = ']';
     n += (size_t)snprintf(s + n, 8, "}]}");
-    expect_error(CG_CONV_JSON_OPENAI, s, n, CG_INVALID_ARGUMENT, "nested deeper than 100");
-    expect_error(CG_CONV_JSON_OPENAI, s, n, CG_INVALID_ARGUMENT, "$.messages[0].k");
+    expect_read_error(CG_CONV_JSON_OPENAI, s, n, CG_INVALID_ARGUMENT, "nested deeper than 100");
+    expect_read_error(CG_CONV_JSON_OPENAI, s, n, CG_INVALID_ARGUMENT, "$.messages[0].k");
     cr_assert_not(cg_conv_json_is_valid(s + 40, 2 * depth, false));
     free(s);
 }
@@ -326,65 +264,48 @@ static json_t *normalized_messages(json_t *root)
     return msgs;
 }
 
-static bool is_json_name(const char *name)
+/* One conversation file: OpenAI and Anthropic round trips, and OpenAI -> Anthropic -> OpenAI. */
+static void round_trip_one(const char *path)
 {
-    size_t n = strlen(name);
-    return n > 5 && strcmp(name + n - 5, ".json") == 0;
-}
-
-/* Round trips of every *.json conversation of dir; returns how many there are. */
-static int round_trip_all(const char *dir)
-{
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d, "no conversations at %s", dir);
-    struct dirent *e;
-    int done = 0;
-    while ((e = readdir(d)) != NULL) {
-        if (!is_json_name(e->d_name))
-            continue;
-        char path[2048];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        size_t len;
-        char *json = slurp(path, &len);
-        cr_assert_not_null(json, "%s", path);
-        struct cg_conv *conv = read_ok(CG_CONV_JSON_OPENAI, json, len);
-        json_t *orig = json_loadb(json, len, 0, NULL);
-        json_t *o = write_json(conv, CG_CONV_JSON_OPENAI);
-        cr_assert(json_equal(orig, o), "%s: OpenAI round trip", path);
-        /* OpenAI -> Anthropic -> OpenAI: the same messages and tools. */
-        json_t *a = write_json(conv, CG_CONV_JSON_ANTHROPIC);
-        char *atext = json_dumps(a, JSON_COMPACT);
-        struct cg_conv *from_a = read_ok(CG_CONV_JSON_ANTHROPIC, atext, strlen(atext));
-        json_t *o2 = write_json(from_a, CG_CONV_JSON_OPENAI);
-        json_t *m1 = normalized_messages(orig), *m2 = normalized_messages(o2);
-        cr_assert(json_equal(m1, m2), "%s: OpenAI -> Anthropic -> OpenAI", path);
-        cr_assert(json_equal(json_object_get(orig, "tools"), json_object_get(o2, "tools")));
-        json_t *a2 = write_json(from_a, CG_CONV_JSON_ANTHROPIC);
-        cr_assert(json_equal(a, a2), "%s: Anthropic round trip", path);
-        json_decref(m1);
-        json_decref(m2);
-        json_decref(a2);
-        json_decref(o2);
-        cg_conv_free(from_a);
-        free(atext);
-        json_decref(a);
-        json_decref(o);
-        json_decref(orig);
-        cg_conv_free(conv);
-        free(json);
-        done++;
-    }
-    closedir(d);
-    return done;
+    size_t len;
+    char *json = slurp(path, &len);
+    cr_assert_not_null(json, "%s", path);
+    struct cg_conv *conv = read_ok(CG_CONV_JSON_OPENAI, json, len);
+    json_t *orig = json_loadb(json, len, 0, NULL);
+    json_t *o = write_json(conv, CG_CONV_JSON_OPENAI);
+    cr_assert(json_equal(orig, o), "%s: OpenAI round trip", path);
+    /* OpenAI -> Anthropic -> OpenAI: the same messages and tools. */
+    json_t *a = write_json(conv, CG_CONV_JSON_ANTHROPIC);
+    char *atext = json_dumps(a, JSON_COMPACT);
+    struct cg_conv *from_a = read_ok(CG_CONV_JSON_ANTHROPIC, atext, strlen(atext));
+    json_t *o2 = write_json(from_a, CG_CONV_JSON_OPENAI);
+    json_t *m1 = normalized_messages(orig), *m2 = normalized_messages(o2);
+    cr_assert(json_equal(m1, m2), "%s: OpenAI -> Anthropic -> OpenAI", path);
+    cr_assert(json_equal(json_object_get(orig, "tools"), json_object_get(o2, "tools")));
+    json_t *a2 = write_json(from_a, CG_CONV_JSON_ANTHROPIC);
+    cr_assert(json_equal(a, a2), "%s: Anthropic round trip", path);
+    json_decref(m1);
+    json_decref(m2);
+    json_decref(a2);
+    json_decref(o2);
+    cg_conv_free(from_a);
+    free(atext);
+    json_decref(a);
+    json_decref(o);
+    json_decref(orig);
+    cg_conv_free(conv);
+    free(json);
 }
 
 Test(conv_json, sample_conversations_round_trip_in_both_formats, .timeout = 120)
 {
     /* Written at build time (cmake/testdata.cmake): 24 conversations, 3 to ~280 messages. */
-    cr_assert_geq(round_trip_all(CG_TESTDATA_CONVERSATIONS), 20, "%s", CG_TESTDATA_CONVERSATIONS);
+    cr_assert_geq(each_conversation(CG_TESTDATA_CONVERSATIONS, round_trip_one), 20, "%s",
+                  CG_TESTDATA_CONVERSATIONS);
     const char *extra = getenv("CG_EXTRA_CONVERSATIONS");
     if (extra != NULL && extra[0] != '\0')
-        cr_assert_gt(round_trip_all(extra), 0, "CG_EXTRA_CONVERSATIONS=%s", extra);
+        cr_assert_gt(each_conversation(extra, round_trip_one), 0, "CG_EXTRA_CONVERSATIONS=%s",
+                     extra);
 }
 
 Test(conv_json, garbage_never_crashes, .timeout = 30)
@@ -405,4 +326,20 @@ Test(conv_json, garbage_never_crashes, .timeout = 30)
             cg_conv_free(conv);
         }
     }
+}
+
+Test(conv_json, a_data_url_that_is_not_base64_is_not_written_as_bytes, .timeout = 10)
+{
+    /* Found by fuzz_conv_json: such a URL became an Anthropic base64 source that the reader
+     * then refused. Now the writers that carry bytes refuse it (Anthropic) or keep it a URL
+     * (Gemini fileData). */
+    const char *chat = "[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                       "{\"url\":\"data:image/png;base64,iVBO`Rw0K\"}}]}]";
+    struct cg_conv *conv = read_ok(CG_CONV_JSON_OPENAI, chat, strlen(chat));
+    expect_write_error(CG_CONV_JSON_ANTHROPIC, conv, "messages[0].parts[0].image");
+    json_t *g = write_json(conv, CG_CONV_JSON_GEMINI);
+    json_t *part = json_array_get(json_object_get(json_array_get(g, 0), "parts"), 0);
+    cr_assert_not_null(json_object_get(part, "fileData"), "kept as a URL, not as bytes");
+    json_decref(g);
+    cg_conv_free(conv);
 }

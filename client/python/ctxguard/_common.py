@@ -220,30 +220,45 @@ def budget_settings(limit_tokens: int = 0, **settings: Any) -> "budget_pb2.Budge
 
 # ------------------------------------------------------------- conversations -------
 
+# Each JSON format: the Conversation field, the request body's key for the messages and the
+# key of its top-level system prompt (None: the format keeps it in a message).
+_FORMATS = {
+    "openai": ("openai_json", "messages", None),
+    "anthropic": ("anthropic_json", "messages", "system"),
+    "responses": ("responses_json", "input", "instructions"),
+    "gemini": ("gemini_json", "contents", "systemInstruction"),
+}
+
+
 def conversation(messages: Union[Sequence[Mapping[str, Any]], str], *, format: str = "openai",
                  system: Any = None, tools: Optional[Sequence[Any]] = None,
                  extra: Optional[Mapping[str, Any]] = None) -> "common_pb2.Conversation":
-    """A Conversation from OpenAI (or, with format="anthropic", Anthropic) message dicts:
-    sent as openai_json / anthropic_json, an object {"messages": [...], "tools": ...,
-    "system": ...} (the server answers in the same shape). A str is sent as it is."""
+    """A Conversation from message dicts in a provider's format: "openai" (Chat Completions
+    messages), "anthropic" (Messages), "responses" (Responses API input items) or "gemini"
+    (contents). Sent as a request body ({"messages": [...]}, {"input": [...]} or
+    {"contents": [...]} with "tools" and the system prompt: Anthropic "system", Responses
+    "instructions", Gemini "systemInstruction", a str given there being made its one text
+    part); the server answers in the same shape. A str is sent as it is."""
     fmt = format.lower()
-    if fmt not in ("openai", "anthropic"):
-        raise ValueError(f"format must be 'openai' or 'anthropic', not {format!r}")
-    if system is not None and fmt != "anthropic":
-        raise ValueError("system= is for format='anthropic' (OpenAI puts it in a message)")
+    if fmt not in _FORMATS:
+        raise ValueError(f"format must be one of {', '.join(_FORMATS)}, not {format!r}")
+    field_name, key, system_key = _FORMATS[fmt]
+    if system is not None and system_key is None:
+        raise ValueError("system= is not for format='openai' (it puts the system prompt in a "
+                         "message)")
     if isinstance(messages, str):
         text = messages
     else:
         obj: Dict[str, Any] = dict(extra or {})
-        obj["messages"] = list(messages)
+        obj[key] = list(messages)
         if system is not None:
-            obj["system"] = system
+            if fmt == "gemini" and isinstance(system, str):
+                system = {"parts": [{"text": system}]}
+            obj[system_key] = system
         if tools:
             obj["tools"] = [t if isinstance(t, Mapping) else _tool_dict(t) for t in tools]
         text = json.dumps(obj, ensure_ascii=False)
-    if fmt == "openai":
-        return common_pb2.Conversation(openai_json=text)
-    return common_pb2.Conversation(anthropic_json=text)
+    return common_pb2.Conversation(**{field_name: text})
 
 
 def _tool_dict(t: Any) -> Dict[str, Any]:
@@ -276,8 +291,10 @@ def token_count(r: "context_pb2.CountTokensResponse") -> TokenCount:
 
 @dataclass
 class CompressResult:
-    """Compress's answer: the messages as dicts in the format they were sent in, the system
-    (Anthropic, when the answer has one), the report (CompressionReport) and the raw answer."""
+    """Compress's answer: the messages as dicts in the format they were sent in (Responses:
+    the input items; Gemini: the contents), the system prompt when the answer has one apart
+    (Anthropic system, Responses instructions, Gemini systemInstruction), the report
+    (CompressionReport) and the raw answer."""
 
     messages: List[Dict[str, Any]]
     report: Any
@@ -290,16 +307,20 @@ class CompressResult:
 
 def compress_result(r: "context_pb2.CompressResponse") -> CompressResult:
     which = r.conversation.WhichOneof("content")
-    if which == "openai_json":
-        data = json.loads(r.conversation.openai_json)
-    elif which == "anthropic_json":
-        data = json.loads(r.conversation.anthropic_json)
-    else:
+    fmt = next((f for f, spec in _FORMATS.items() if spec[0] == which), None)
+    if fmt is None:
         raise ValueError(f"Compress answered a {which or 'empty'} conversation, not JSON")
+    _, key, system_key = _FORMATS[fmt]
+    data = json.loads(getattr(r.conversation, which))
     system = None
-    if isinstance(data, dict):
-        system = data.get("system")
-        data = data.get("messages", [])
+    if isinstance(data, str):  # a Responses input given as one string
+        data = [{"role": "user", "content": data}]
+    elif isinstance(data, dict):
+        if system_key is not None:
+            system = data.get(system_key)
+            if system is None and fmt == "gemini":
+                system = data.get("system_instruction")
+        data = data.get(key, [])
     return CompressResult(messages=data, report=r.report, system=system,
                           tokens_before=r.report.tokens_before,
                           tokens_after=r.report.tokens_after, trim_boundary=r.trim_boundary,

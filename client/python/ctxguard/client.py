@@ -245,8 +245,9 @@ class Client:
                      tools: Optional[Sequence[Any]] = None, format: str = "openai",
                      system: Any = None, text: str = "", timeout: Optional[float] = None,
                      **fields: Any) -> TokenCount:
-        """Counts OpenAI-format message dicts (or Anthropic ones with format="anthropic" and
-        system=) with the model's tokenizer; text is counted bare and added."""
+        """Counts message dicts (OpenAI chat by default; format="anthropic", "responses" or
+        "gemini", with system= for their top-level system prompt) with the model's tokenizer;
+        text is counted bare and added."""
         req = _common.count_request(messages, model, format=format, system=system,
                                     tools=tools, text=text, fields=fields)
         return _common.token_count(self._unary("CountTokens", req, timeout))

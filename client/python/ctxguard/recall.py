@@ -63,7 +63,8 @@ TEXT_MAX = 20000  # characters of tool result returned
 
 def recall_tool(format: str = "openai") -> Dict[str, Any]:
     """The tool definition: "openai" (chat completions), "anthropic" (messages API),
-    "responses" (OpenAI Responses API) or "schema" (name, description, parameters)."""
+    "responses" (OpenAI Responses API), "gemini" (a function declaration, to put in
+    tools=[{"functionDeclarations": [...]}]) or "schema" (name, description, parameters)."""
     if format == "openai":
         return {"type": "function", "function": {"name": RECALL_TOOL_NAME,
                                                  "description": RECALL_DESCRIPTION,
@@ -74,10 +75,13 @@ def recall_tool(format: str = "openai") -> Dict[str, Any]:
     if format == "responses":
         return {"type": "function", "name": RECALL_TOOL_NAME,
                 "description": RECALL_DESCRIPTION, "parameters": RECALL_PARAMETERS}
+    if format == "gemini":
+        return {"name": RECALL_TOOL_NAME, "description": RECALL_DESCRIPTION,
+                "parametersJsonSchema": RECALL_PARAMETERS}
     if format == "schema":
         return {"name": RECALL_TOOL_NAME, "description": RECALL_DESCRIPTION,
                 "parameters": RECALL_PARAMETERS}
-    raise ValueError(f"format {format!r}: one of openai, anthropic, responses, schema")
+    raise ValueError(f"format {format!r}: one of openai, anthropic, responses, gemini, schema")
 
 
 class _Bad(ValueError):

@@ -308,6 +308,56 @@ class ContextTest(sdkenv.ServerCase):
         self.assertLess(after, before)
 
 
+    def test_compress_messages_in_responses_and_gemini_formats(self):
+        """Responses input items and Gemini contents go in with their system prompt and come
+        back in the same format: items/contents as dicts, the prompt apart."""
+        items, contents = [], []
+        for i in range(30):
+            q, a = f"Question {i}: " + "tell me more " * 40, f"Answer {i}: " + "here it is " * 40
+            items += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+            contents += [{"role": "user", "parts": [{"text": q}]},
+                         {"role": "model", "parts": [{"text": a}]}]
+        for fmt, msgs in (("responses", items), ("gemini", contents)):
+            with self.subTest(format=fmt):
+                before = self.client.count_tokens(msgs, model="gpt-4o", format=fmt,
+                                                  system="Be brief.").total_tokens
+                r = self.client.compress_messages(msgs, "gpt-4o", format=fmt, system="Be brief.",
+                                                  context_window_tokens=before // 2,
+                                                  summarizer="EXTRACTIVE")
+                self.assertTrue(r.report.triggered)
+                self.assertLess(len(r.messages), len(msgs))
+                if fmt == "responses":
+                    self.assertEqual(r.system, "Be brief.")
+                    self.assertTrue(all(m["role"] in ("user", "assistant") for m in r.messages))
+                else:
+                    self.assertEqual(r.system, {"parts": [{"text": "Be brief."}]})
+                    self.assertTrue(all(m["role"] in ("user", "model") for m in r.messages))
+                # The newest user text as it was (assistant text may be trimmed; the summary,
+                # a user message, may share a message with it).
+                newest = msgs[-2]["content"] if fmt == "responses" else msgs[-2]["parts"][0]["text"]
+                self.assertIn(json.dumps(newest), json.dumps(r.messages))
+                after = self.client.count_tokens(r.messages, model="gpt-4o", format=fmt,
+                                                 system=r.system).total_tokens
+                self.assertEqual(after, r.tokens_after)
+
+    def test_conversation_formats(self):
+        from ctxguard import _common
+        c = _common.conversation([{"role": "user", "parts": [{"text": "hi"}]}], format="gemini",
+                                 system="sys")
+        self.assertEqual(c.WhichOneof("content"), "gemini_json")
+        self.assertEqual(json.loads(c.gemini_json),
+                         {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                          "systemInstruction": {"parts": [{"text": "sys"}]}})
+        c = _common.conversation([{"role": "user", "content": "hi"}], format="responses",
+                                 system="sys")
+        self.assertEqual(json.loads(c.responses_json),
+                         {"input": [{"role": "user", "content": "hi"}], "instructions": "sys"})
+        with self.assertRaises(ValueError):
+            _common.conversation([], format="openai", system="sys")
+        with self.assertRaises(ValueError):
+            _common.conversation([], format="bard")
+
+
 class RecallTest(sdkenv.ServerCase):
     """Issue 16 item 3: whatever Compress trimmed or summarized in a session, the pointer it
     left leads back to the original through the ctxguard_recall tool (GetHistory), and a

@@ -349,8 +349,8 @@ export class Client {
   }
 
   /**
-   * Counts an OpenAI (default) or Anthropic (`format: "anthropic"`) message array the way
-   * the model sees it. Returns the server's CountTokensResponse (`totalTokens`,
+   * Counts a message array (OpenAI chat by default; `format: "anthropic"`, `"responses"` or
+   * `"gemini"`) the way the model sees it. Returns the server's CountTokensResponse (`totalTokens`,
    * `messageTokens`, `method`, `estimateId`, ...).
    */
   countTokens(messages: unknown[] | ConversationInput, opts: CountOptions = {}, o?: CallOpts): Promise<context.CountTokensResponse> {
@@ -378,15 +378,13 @@ export class Client {
       { ...rest, conversation: conversation(messages, { format, tools, system }), responseFormat: 0 },
       o,
     );
-    const json = res.conversation?.openaiJson ?? res.conversation?.anthropicJson;
-    if (json === undefined) {
+    const got = messagesOf(res.conversation);
+    if (got === undefined) {
       throw new CtxguardError("Compress answered without a JSON conversation", { code: 13, reason: "INTERNAL" });
     }
-    const parsed = JSON.parse(json) as unknown;
-    const out = Array.isArray(parsed) ? parsed : ((parsed as { messages?: unknown[] }).messages ?? []);
     return {
-      messages: out,
-      conversation: parsed,
+      messages: got.messages,
+      conversation: got.parsed,
       report: res.report!,
       trimBoundary: res.trimBoundary,
       response: res,
@@ -394,15 +392,18 @@ export class Client {
   }
 }
 
-/** An object conversation: `{messages, tools?, system?, model?, ...}` as the provider takes it. */
-export type ConversationInput = { messages: unknown[]; [k: string]: unknown };
+/** An object conversation as the provider takes it: `{messages, tools?, system?, model?, ...}`
+ * (Responses: `{input, instructions?, ...}`; Gemini: `{contents, systemInstruction?, ...}`). */
+export type ConversationInput = { [k: string]: unknown };
 
 export interface ConversationOptions {
-  /** "openai" (default) or "anthropic". */
-  format?: "openai" | "anthropic";
+  /** "openai" (chat completions, default), "anthropic", "responses" (Responses API input
+   * items) or "gemini" (contents). */
+  format?: "openai" | "anthropic" | "responses" | "gemini";
   /** Tool definitions in the provider's format. */
   tools?: unknown[];
-  /** Anthropic system prompt (a string or text blocks). */
+  /** The top-level system prompt: Anthropic `system`, Responses `instructions`, Gemini
+   * `systemInstruction` (a string becomes its one text part). */
   system?: unknown;
 }
 
@@ -416,7 +417,7 @@ export interface CountOptions extends ConversationOptions {
 export type CompressOptions = ConversationOptions & Omit<Req<context.CompressRequest>, "conversation" | "responseFormat">;
 
 export interface CompressResult {
-  /** The compressed messages, in the format given. */
+  /** The compressed messages (Responses: input items; Gemini: contents), in the format given. */
   messages: unknown[];
   /** The whole answer: an array, or the object given with its messages replaced. */
   conversation: unknown;
@@ -426,17 +427,44 @@ export interface CompressResult {
   response: context.CompressResponse;
 }
 
+/** Each JSON format: the Conversation field, the request body's key for the messages and its
+ * top-level system prompt's key (undefined: the format keeps it in a message). */
+const FORMATS = {
+  openai: { field: "openaiJson", key: "messages", system: undefined },
+  anthropic: { field: "anthropicJson", key: "messages", system: "system" },
+  responses: { field: "responsesJson", key: "input", system: "instructions" },
+  gemini: { field: "geminiJson", key: "contents", system: "systemInstruction" },
+} as const;
+
 /** The wire Conversation for a message array (or object) in a provider's JSON format. */
 export function conversation(messages: unknown[] | ConversationInput, opts: ConversationOptions = {}): DeepPartial<common.Conversation> {
+  const spec = FORMATS[opts.format ?? "openai"];
+  if (spec === undefined) throw new Error(`format ${String(opts.format)}: one of ${Object.keys(FORMATS).join(", ")}`);
   let body: unknown = messages;
   const extra: Record<string, unknown> = {};
   if (opts.tools !== undefined && opts.tools.length > 0) extra["tools"] = opts.tools;
-  if (opts.system !== undefined && opts.system !== null && opts.system !== "") extra["system"] = opts.system;
-  if (Object.keys(extra).length > 0) {
-    body = Array.isArray(messages) ? { messages, ...extra } : { ...messages, ...extra };
+  if (opts.system !== undefined && opts.system !== null && opts.system !== "") {
+    if (spec.system === undefined) throw new Error("system is not for format openai (it puts the system prompt in a message)");
+    extra[spec.system] =
+      spec.system === "systemInstruction" && typeof opts.system === "string" ? { parts: [{ text: opts.system }] } : opts.system;
   }
-  const json = JSON.stringify(body);
-  return opts.format === "anthropic" ? { anthropicJson: json } : { openaiJson: json };
+  if (Object.keys(extra).length > 0) {
+    body = Array.isArray(messages) ? { [spec.key]: messages, ...extra } : { ...messages, ...extra };
+  }
+  return { [spec.field]: JSON.stringify(body) };
+}
+
+/** The messages of a JSON answer in any format, and its top-level system prompt if any. */
+function messagesOf(conv: common.Conversation | undefined): { parsed: unknown; messages: unknown[] } | undefined {
+  for (const spec of Object.values(FORMATS)) {
+    const json = conv?.[spec.field];
+    if (json === undefined || json === "") continue;
+    const parsed = JSON.parse(json) as unknown;
+    if (typeof parsed === "string") return { parsed, messages: [{ role: "user", content: parsed }] };
+    const messages = Array.isArray(parsed) ? parsed : (((parsed as Record<string, unknown>)[spec.key] as unknown[]) ?? []);
+    return { parsed, messages };
+  }
+  return undefined;
 }
 
 /** A WatchUsage stream: async-iterable events; cancel() or leaving the loop ends it. */

@@ -51,8 +51,11 @@ export const RECALL_PARAMETERS = {
 const RANGE_MAX = 50;
 const TEXT_MAX = 20000;
 
-/** The tool definition for "openai" (chat completions), "anthropic", "responses" or "schema". */
-export function recallTool(format: "openai" | "anthropic" | "responses" | "schema" = "openai"): Record<string, unknown> {
+/** The tool definition for "openai" (chat completions), "anthropic", "responses", "gemini" (a
+ * function declaration, for `tools: [{ functionDeclarations: [...] }]`) or "schema". */
+export function recallTool(
+  format: "openai" | "anthropic" | "responses" | "gemini" | "schema" = "openai",
+): Record<string, unknown> {
   switch (format) {
     case "openai":
       return {
@@ -63,10 +66,12 @@ export function recallTool(format: "openai" | "anthropic" | "responses" | "schem
       return { name: RECALL_TOOL_NAME, description: RECALL_DESCRIPTION, input_schema: RECALL_PARAMETERS };
     case "responses":
       return { type: "function", name: RECALL_TOOL_NAME, description: RECALL_DESCRIPTION, parameters: RECALL_PARAMETERS };
+    case "gemini":
+      return { name: RECALL_TOOL_NAME, description: RECALL_DESCRIPTION, parametersJsonSchema: RECALL_PARAMETERS };
     case "schema":
       return { name: RECALL_TOOL_NAME, description: RECALL_DESCRIPTION, parameters: RECALL_PARAMETERS };
   }
-  throw new Error(`format ${String(format)}: one of openai, anthropic, responses, schema`);
+  throw new Error(`format ${String(format)}: one of openai, anthropic, responses, gemini, schema`);
 }
 
 function nonNegative(args: Record<string, unknown>, key: string, dflt: number): number {

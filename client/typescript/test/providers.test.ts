@@ -14,6 +14,7 @@ import OpenAI from "openai";
 import {
   BudgetExhausted,
   Client,
+  conversation,
   CtxguardCallbackHandler,
   RECALL_TOOL_NAME,
   recall,
@@ -337,6 +338,52 @@ describe("context", () => {
     assert.equal(conv.messages, r.messages);
     assert.equal(r.messages.length, r.report.messagesAfter - 1, "the system prompt is counted as a message by the report");
     assert.ok(conv.messages.every((m) => m.role === "user" || m.role === "assistant"));
+  });
+});
+
+describe("the Responses and Gemini formats", () => {
+  test("compressMessages keeps each format and its system prompt", async () => {
+    const items: unknown[] = [];
+    const contents: unknown[] = [];
+    for (let i = 0; i < 30; i++) {
+      const q = `Step ${i}: ` + "describe the next part of the plan please ".repeat(10);
+      const a = `Part ${i}: ` + "the plan continues with this part ".repeat(10);
+      items.push({ role: "user", content: q }, { role: "assistant", content: a });
+      contents.push({ role: "user", parts: [{ text: q }] }, { role: "model", parts: [{ text: a }] });
+    }
+    const cases = [
+      { format: "responses" as const, messages: items, key: "instructions", roles: ["user", "assistant"] },
+      { format: "gemini" as const, messages: contents, key: "systemInstruction", roles: ["user", "model"] },
+    ];
+    for (const c of cases) {
+      const r = await client.compressMessages(c.messages, {
+        format: c.format,
+        system: "You plan things.",
+        model: "gpt-4o",
+        contextWindowTokens: 6_000,
+        summarizer: 3,
+      });
+      assert.ok(r.report.tokensAfter < r.report.tokensBefore, c.format);
+      const conv = r.conversation as Record<string, unknown>;
+      assert.ok(conv[c.key] !== undefined, `${c.format} keeps ${c.key}`);
+      // The newest user text as it was (assistant text may be trimmed; the summary, a user
+      // message, may share a message with it).
+      const newest = JSON.stringify(JSON.stringify(c.messages[c.messages.length - 2]).match(/Step 29[^"]*/)![0]);
+      assert.ok(JSON.stringify(r.messages).includes(newest), `${c.format}: the newest user text is kept`);
+      assert.ok((r.messages as { role: string }[]).every((m) => c.roles.includes(m.role)), c.format);
+      const recount = await client.countTokens(r.messages, { format: c.format, model: "gpt-4o", system: "You plan things." });
+      assert.equal(recount.totalTokens, r.report.tokensAfter, c.format);
+    }
+  });
+
+  test("conversation() writes each format's request body", () => {
+    assert.deepEqual(conversation([{ role: "user", parts: [{ text: "hi" }] }], { format: "gemini", system: "sys" }), {
+      geminiJson: JSON.stringify({ contents: [{ role: "user", parts: [{ text: "hi" }] }], systemInstruction: { parts: [{ text: "sys" }] } }),
+    });
+    assert.deepEqual(conversation([{ role: "user", content: "hi" }], { format: "responses", system: "sys" }), {
+      responsesJson: JSON.stringify({ input: [{ role: "user", content: "hi" }], instructions: "sys" }),
+    });
+    assert.throws(() => conversation([], { format: "openai", system: "sys" }));
   });
 });
 
