@@ -215,6 +215,27 @@ static void split_sentences(struct st *st, const char *s, size_t len, size_t msg
         add_sentence(st, s + start, len - start, msg, role, false);
 }
 
+/* An earlier ctxguard summary that a later one takes in (Compress puts it, under a head that
+ * names its span, first in the user message after the span). */
+#define PRIOR_HEAD "[ctxguard summary of "
+
+/* The lines of an earlier summary as sentences, without its head and its section headings
+ * (those are the summarizer's own words, not anything said: taken as sentences, the head
+ * became the next summary's intent). Its items keep their order, so its intent stays first. */
+static void split_prior_summary(struct st *st, const char *s, size_t len, size_t msg, cg_role role)
+{
+    const char *nl = memchr(s, '\n', len);
+    size_t at = nl != NULL ? (size_t)(nl - s) + 1 : len; /* past the head line */
+    while (at < len) {
+        const char *line = s + at;
+        const char *end = memchr(line, '\n', len - at);
+        size_t n = end != NULL ? (size_t)(end - line) : len - at;
+        if (n > 0 && line[0] != '#')
+            split_sentences(st, line, n, msg, role);
+        at += n + 1;
+    }
+}
+
 /* Lines of a tool result that read like statements carrying details (or errors) become
  * low-weight candidates. */
 static void mine_tool_result(struct st *st, const char *s, size_t len, size_t msg)
@@ -353,6 +374,9 @@ static void collect(struct st *st)
             case CG_PART_TEXT:
                 if (msg->role == CG_ROLE_TOOL)
                     mine_tool_result(st, part->u.text.ptr, part->u.text.len, m);
+                else if (part->u.text.len >= strlen(PRIOR_HEAD) &&
+                         memcmp(part->u.text.ptr, PRIOR_HEAD, strlen(PRIOR_HEAD)) == 0)
+                    split_prior_summary(st, part->u.text.ptr, part->u.text.len, m, msg->role);
                 else
                     split_sentences(st, part->u.text.ptr, part->u.text.len, m, msg->role);
                 break;

@@ -589,3 +589,26 @@ Test(summary, user_facts_come_first)
     cr_assert_gt(facts, 100);
     cr_assert_geq(kept * 100, facts * 95, "user facts kept: %d of %d", kept, facts);
 }
+
+Test(summary, an_earlier_summary_is_taken_in_without_its_head)
+{
+    /* Compress's later pass summarizes a span that starts with its earlier summary (head,
+     * headings, items): the head and headings are not content, the items are. */
+    const char *json =
+        "[{\"role\":\"user\",\"content\":\"[ctxguard summary of input messages 3-54]\\n"
+        "## Session intent\\nPort the billing importer to Rust for ACME.\\n\\n## Progress\\n-\\n"
+        "\\n## Key decisions\\n- We chose serde for the CSV rows.\\n\"},"
+        "{\"role\":\"assistant\",\"content\":\"The parser now handles quoted fields.\"},"
+        "{\"role\":\"user\",\"content\":\"Good. Keep the 64 MB memory cap.\"},"
+        "{\"role\":\"assistant\",\"content\":\"Noted: the cap stays at 64 MB.\"}]";
+    struct cg_conv *conv = read_conv(json);
+    struct cg_summary s;
+    summarize(conv, 400, NULL, &s);
+    cr_assert_eq(s.sections[CG_SUMMARY_INTENT].n, 1, "%s", s.text);
+    cr_assert_str_eq(s.sections[CG_SUMMARY_INTENT].items[0],
+                     "Port the billing importer to Rust for ACME.");
+    cr_assert_null(strstr(s.text, "[ctxguard summary"), "%s", s.text);
+    cr_assert_not_null(strstr(s.text, "serde"), "the earlier decision is kept: %s", s.text);
+    cg_summary_cleanup(&s);
+    cg_conv_free(conv);
+}
