@@ -161,6 +161,7 @@ static struct cg_message *derive(struct run *r, struct entry *e, bool with_parts
         return NULL;
     m->name = src.name;
     m->pinned = src.pinned;
+    m->lost_reasoning = src.lost_reasoning;
     m->form = src.form;
     m->extra = src.extra;
     for (size_t i = 0; with_parts && i < src.n_parts; i++) {
@@ -595,6 +596,7 @@ static cg_status clean_message(struct run *r, struct entry *e, bool drop_reasoni
         struct cg_str *s = NULL;
         if (p->kind == CG_PART_REASONING && drop_reasoning) {
             remove_part(dm, k);
+            dm->lost_reasoning = true;
             continue;
         }
         if (dm->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TEXT)
@@ -944,6 +946,8 @@ static cg_status trim_entry(struct run *r, struct entry *e)
             (p->kind == CG_PART_TEXT || p->kind == CG_PART_REASONING)) {
             if (p->kind == CG_PART_TEXT)
                 had_text = true;
+            else
+                dm->lost_reasoning = true;
             remove_part(dm, k);
         } else if (dm->role == CG_ROLE_ASSISTANT && p->kind == CG_PART_TOOL_CALL) {
             const struct cg_str *a = &p->u.tool_call.arguments;

@@ -244,6 +244,7 @@ cg_status cg_conv_copy_message(struct cg_conv *dst, const struct cg_message *src
     if (st != CG_OK)
         return st;
     m->pinned = src->pinned;
+    m->lost_reasoning = src->lost_reasoning;
     m->form = src->form;
     m->name = src->name;
     m->extra = src->extra;

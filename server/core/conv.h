@@ -122,6 +122,9 @@ struct cg_message {
     cg_role role;
     struct cg_str name; /* optional participant name; empty when absent */
     bool pinned;
+    /* A layer removed this turn's reasoning: provider item ids that point at it no longer
+     * stand (the Responses writer leaves out the ids of the turn's items). */
+    bool lost_reasoning;
     cg_content_form form;
     struct cg_part *parts; /* owned; n_parts of them */
     size_t n_parts;

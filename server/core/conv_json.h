@@ -38,7 +38,9 @@
  *   back as one input_text part, then the images); null "model", "instructions" and "tools"
  *   are dropped; a reasoning part (summary texts joined, encrypted_content as its signature)
  *   whose text a layer changed is written as one summary_text, and kept output_text
- *   annotations that fall outside a changed text become [].
+ *   annotations that fall outside a changed text become []; the items of a turn whose
+ *   reasoning a layer removed go without their ids (the API refuses an id whose reasoning
+ *   item is missing).
  * - Into Responses from other formats: messages become role + content items (one text as a
  *   string; an assistant message with neither content nor calls has no item), output_text
  *   gets "annotations": [] and images "detail": "auto", function tools are flat with

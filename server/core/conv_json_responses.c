@@ -898,7 +898,8 @@ static cg_status reasoning_out(struct wctx *w, const struct cg_part *p, size_t m
 
 /* An assistant message: runs of text parts as message items, each tool call a function_call
  * item, each reasoning part a reasoning item, in the parts' order. */
-static cg_status assistant_out(struct wctx *w, const struct cg_message *m, size_t mi, json_t *items)
+static cg_status assistant_items(struct wctx *w, const struct cg_message *m, size_t mi,
+                                 json_t *items)
 {
     size_t first_item = json_array_size(items), run = SIZE_MAX;
     bool keys_used = false;
@@ -939,6 +940,18 @@ static cg_status assistant_out(struct wctx *w, const struct cg_message *m, size_
     int rc = json_array_insert(items, first_item, json_array_get(tail, 0));
     json_decref(tail);
     return rc == 0 ? CG_OK : WOOM(w);
+}
+
+/* assistant_items, less the item ids when a layer removed the turn's reasoning: the API
+ * refuses an item whose id says a reasoning item came with it when that item is not sent
+ * ("provided without its required 'reasoning' item"); without an id it is taken as is. */
+static cg_status assistant_out(struct wctx *w, const struct cg_message *m, size_t mi, json_t *items)
+{
+    size_t from = json_array_size(items);
+    cg_status st = assistant_items(w, m, mi, items);
+    for (size_t i = from; st == CG_OK && m->lost_reasoning && i < json_array_size(items); i++)
+        json_object_del(json_array_get(items, i), "id");
+    return st;
 }
 
 /* A function_call_output's output: a string, or an input_text part and the images. */

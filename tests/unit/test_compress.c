@@ -191,6 +191,43 @@ Test(compress, reasoning_dropped_only_for_models_that_do_not_take_it, .timeout =
     cg_conv_free(c);
 }
 
+Test(compress, responses_items_lose_their_ids_with_their_reasoning, .timeout = 10)
+{
+    /* OpenAI refuses a function_call or message item whose id says a reasoning item came with
+     * it when that reasoning item is not sent: when a layer removes the reasoning, the turn's
+     * items go without ids; a turn that keeps its reasoning keeps them. */
+    const char *j =
+        "[{\"role\":\"user\",\"content\":\"q\"},"
+        "{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[{\"type\":\"summary_text\","
+        "\"text\":\"secret thoughts\"}]},"
+        "{\"type\":\"function_call\",\"id\":\"fc_1\",\"call_id\":\"c1\",\"name\":\"f\","
+        "\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"ok\"}]";
+    struct cg_conv *c = NULL;
+    cr_assert_eq(cg_conv_json_read(CG_CONV_JSON_RESPONSES, j, strlen(j), NULL, &c, NULL), CG_OK);
+    struct fixture f;
+    setup(&f, c, 100000);
+    for (int takes = 0; takes <= 1; takes++) {
+        f.model.takes_reasoning = takes == 1;
+        struct cg_compress_result r;
+        cr_assert_eq(cg_compress_run(&f.in, &f.p, &r, NULL), CG_OK);
+        char *out;
+        size_t len;
+        cr_assert_eq(cg_conv_json_write(r.conv, CG_CONV_JSON_RESPONSES, &out, &len, NULL), CG_OK);
+        if (takes) {
+            cr_assert_not_null(strstr(out, "\"id\":\"fc_1\""), "%s", out);
+            cr_assert_not_null(strstr(out, "\"id\":\"rs_1\""), "%s", out);
+        } else {
+            cr_assert_null(strstr(out, "secret thoughts"), "%s", out);
+            cr_assert_null(strstr(out, "fc_1"), "the id is gone with the reasoning: %s", out);
+            cr_assert_not_null(strstr(out, "\"call_id\":\"c1\""), "the call stays: %s", out);
+        }
+        free(out);
+        cg_compress_result_free(&r);
+    }
+    cg_conv_free(c);
+}
+
 Test(compress, json_results_stay_valid_json_with_counts, .timeout = 10)
 {
     /* An object of 500 keys and an array of 2,000 elements. */
