@@ -60,7 +60,9 @@
  * - To Gemini: tool messages and the user message after them become one user content of
  *   functionResponse parts, text results {"output": text}, result images parts after them;
  *   schemas go under parametersJsonSchema; other formats' signatures, redacted reasoning,
- *   message names and image detail are dropped; their built-in tools are an error.
+ *   message names and image detail are dropped; their built-in tools are an error; the first
+ *   function call of each model content of the current turn gets Google's documented
+ *   "skip_thought_signature_validator" signature (Gemini 3 refuses it without one).
  * Thread-safe (jansson is, for distinct values).
  */
 #ifndef CG_CORE_CONV_JSON_H

@@ -34,7 +34,9 @@
  * leading system/developer messages become systemInstruction (a later one is an error); message
  * names, image detail, cache breakpoints, Anthropic signatures and redacted reasoning are
  * dropped, and so is a content left with no parts; schemas go under parametersJsonSchema
- * (JSON Schema, which "parameters" is not); built-in tools of other formats are an error.
+ * (JSON Schema, which "parameters" is not); built-in tools of other formats are an error; the
+ * first function call of each model content of the current turn carries Google's documented
+ * sentinel signature, without which Gemini 3 refuses it.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -1384,6 +1386,58 @@ static json_t *top_object(const struct gwrite *gw, json_t *system, json_t *conte
     return root;
 }
 
+/* The sentinel Google documents for a function call whose thought signature is not known (a
+ * conversation that comes from another model or format): Gemini 3 refuses a function call of
+ * the current turn without a signature (400 "missing a thought_signature"). */
+#define SIGNATURE_SENTINEL "skip_thought_signature_validator"
+
+/* Whether a user content starts a turn: it holds something besides function responses. */
+static bool starts_turn(const struct gwrite *gw, json_t *content)
+{
+    const char *role = json_string_value(json_object_get(content, "role"));
+    if (role == NULL || strcmp(role, "user") != 0)
+        return false;
+    size_t i;
+    json_t *part;
+    json_array_foreach(json_object_get(content, "parts"), i, part)
+    {
+        if (json_object_get(part, key_of(gw, "functionResponse", "function_response")) == NULL)
+            return true;
+    }
+    return false;
+}
+
+/* For conversations of another format: the first function call of each model content of the
+ * current turn (after the last user content that starts one) gets the sentinel signature. */
+static void sign_current_turn(const struct gwrite *gw, json_t *contents)
+{
+    size_t from = 0, i;
+    json_t *content;
+    json_array_foreach(contents, i, content)
+    {
+        if (starts_turn(gw, content))
+            from = i + 1;
+    }
+    const char *call_key = key_of(gw, "functionCall", "function_call");
+    const char *sig_key = key_of(gw, "thoughtSignature", "thought_signature");
+    for (i = from; i < json_array_size(contents); i++) {
+        content = json_array_get(contents, i);
+        const char *role = json_string_value(json_object_get(content, "role"));
+        if (role == NULL || strcmp(role, "model") != 0)
+            continue;
+        size_t k;
+        json_t *part;
+        json_array_foreach(json_object_get(content, "parts"), k, part)
+        {
+            if (json_object_get(part, call_key) == NULL)
+                continue;
+            if (json_object_get(part, sig_key) == NULL)
+                json_object_set_new(part, sig_key, json_string(SIGNATURE_SENTINEL));
+            break;
+        }
+    }
+}
+
 cg_status cg__cj_gemini_write(struct wctx *w, json_t **out)
 {
     const struct cg_conv *conv = w->conv;
@@ -1394,6 +1448,8 @@ cg_status cg__cj_gemini_write(struct wctx *w, json_t **out)
     cg_status st = contents != NULL ? system_out(&gw, &first, &system) : WOOM(w);
     if (st == CG_OK)
         st = contents_out(&gw, first, contents);
+    if (st == CG_OK && !w->same_origin)
+        sign_current_turn(&gw, contents);
     bool want_tools =
         !conv->tools_external && (conv->n_tools > 0 || (conv->has_tools_key && w->same_origin));
     if (st == CG_OK && want_tools)

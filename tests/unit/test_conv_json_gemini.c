@@ -597,3 +597,42 @@ Test(conv_json_gemini, hostile_input_never_crashes, .timeout = 60)
     free(buf);
     free(json);
 }
+
+Test(conv_json_gemini, calls_of_the_current_turn_from_another_format_get_the_sentinel,
+     .timeout = 10)
+{
+    /* Gemini 3 refuses a function call of the current turn without a thought signature;
+     * Google documents a sentinel for history that comes from elsewhere. Earlier turns need
+     * none, and a Gemini document's own calls are left as they came. */
+    const char *chat =
+        "[{\"role\":\"user\",\"content\":\"one\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"a\",\"type\":"
+        "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"x\"},"
+        "{\"role\":\"user\",\"content\":\"two\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"b\",\"type\":"
+        "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}},{\"id\":\"c\",\"type\":"
+        "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"y\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"z\"}]";
+    struct cg_conv *conv = read_ok(CG_CONV_JSON_OPENAI, chat, strlen(chat));
+    json_t *g = write_json(conv, CG_CONV_JSON_GEMINI);
+    json_t *old = json_object_get(json_array_get(g, 1), "parts");
+    /* Tool results and the next user text share a user content: the calls of now are at 3. */
+    json_t *now = json_object_get(json_array_get(g, 3), "parts");
+    cr_assert_null(json_object_get(json_array_get(old, 0), "thoughtSignature"), "an earlier turn");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(now, 0), "thoughtSignature")),
+                     "skip_thought_signature_validator");
+    cr_assert_null(json_object_get(json_array_get(now, 1), "thoughtSignature"),
+                   "only the first call of a step carries it");
+    /* Read back as Gemini and written again: the same document (no second sentinel). */
+    char *text = json_dumps(g, JSON_COMPACT);
+    struct cg_conv *back = read_ok(CG_CONV_JSON_GEMINI, text, strlen(text));
+    json_t *again = write_json(back, CG_CONV_JSON_GEMINI);
+    cr_assert(json_equal(g, again));
+    json_decref(again);
+    cg_conv_free(back);
+    free(text);
+    json_decref(g);
+    cg_conv_free(conv);
+}
