@@ -146,6 +146,7 @@ struct cg_conv_limits {
     size_t max_parts;    /* per message, CG_CONV_MAX_PARTS */
     size_t max_tools;    /* CG_CONV_MAX_TOOLS */
     size_t max_bytes;    /* everything the conversation allocates, CG_CONV_MAX_BYTES */
+    bool utf8_checked;   /* not a cap: the JSON readers' input is known to be valid UTF-8 */
 };
 
 #define CG_CONV_MAX_MESSAGES 200000

@@ -104,8 +104,9 @@ out:;
 static json_t *load(struct ctx *c, const char *text, size_t len)
 {
     /* Text the fast reader takes within the depth cap passes the pre-scan: skip it. */
-    json_t *fast =
-        cg_json_fast_load(text, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, CG_CONV_JSON_DEPTH_MAX);
+    size_t checked = c->conv->limits.utf8_checked ? CG_JSON_FAST_UTF8_CHECKED : 0;
+    json_t *fast = cg_json_fast_load(text, len, JSON_ALLOW_NUL | JSON_DECODE_ANY | checked,
+                                     CG_CONV_JSON_DEPTH_MAX);
     if (fast != NULL) {
         c->path_len = 0;
         c->path[0] = '\0';

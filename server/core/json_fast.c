@@ -38,6 +38,7 @@ struct builder {
     size_t last;    /* input offset just after the token of the previous callback */
     bool finishing; /* in yajl_complete_parse, whose offsets are not into the input */
     bool build, allow_nul;
+    bool utf8_checked; /* CG_JSON_FAST_UTF8_CHECKED */
     int depth, max_depth;
     json_t *root;
     bool root_is_object;
@@ -178,6 +179,8 @@ static bool string_ok(const struct builder *b, const unsigned char *s, size_t le
     bool raw = cs >= b->text && cs + len <= b->text + b->len; /* no escape: yajl's pointer
                                                                  is into the input */
     *nul = !raw && memchr(s, '\0', len) != NULL;
+    if (raw && b->utf8_checked)
+        return true; /* a piece of checked UTF-8 cut at ASCII quotes */
     if (!cg_utf8_valid(cs, len, NULL))
         return false;
     return raw || escapes_ok(b);
@@ -290,7 +293,8 @@ static bool first_token_refused(const unsigned char *p, const unsigned char *end
  * building, and must be dropped by the caller on false too). */
 static bool run(struct builder *b, const char *text, size_t len, size_t flags, int max_depth)
 {
-    if (text == NULL || (flags & ~(size_t)(JSON_DECODE_ANY | JSON_ALLOW_NUL)))
+    if (text == NULL ||
+        (flags & ~(size_t)(JSON_DECODE_ANY | JSON_ALLOW_NUL | CG_JSON_FAST_UTF8_CHECKED)))
         return false;
     const unsigned char *u = (const unsigned char *)text;
     if (first_token_refused(u, u + len, flags))
@@ -300,6 +304,7 @@ static bool run(struct builder *b, const char *text, size_t len, size_t flags, i
     b->text = text;
     b->len = len;
     b->allow_nul = (flags & JSON_ALLOW_NUL) != 0;
+    b->utf8_checked = (flags & CG_JSON_FAST_UTF8_CHECKED) != 0;
     b->max_depth = max_depth > 0 && max_depth < DEPTH_MAX ? max_depth : DEPTH_MAX;
     b->h = yajl_alloc(&callbacks, NULL, b);
     if (b->h == NULL)
@@ -356,5 +361,5 @@ int cg_json_fast_check(const char *text, size_t len, size_t flags, bool need_obj
 json_t *cg_json_load(const char *text, size_t len, size_t flags, json_error_t *error)
 {
     json_t *v = cg_json_fast_load(text, len, flags, 0);
-    return v != NULL ? v : json_loadb(text, len, flags, error);
+    return v != NULL ? v : json_loadb(text, len, flags & ~CG_JSON_FAST_UTF8_CHECKED, error);
 }

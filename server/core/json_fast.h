@@ -23,10 +23,15 @@
 
 #include <jansson.h>
 
-/* The value json_loadb(text, len, flags) would return, flags among JSON_DECODE_ANY and
- * JSON_ALLOW_NUL (others: NULL); NULL when this reader gives up (see above), which it also
- * does when objects and arrays nest more than max_depth deep (the top one is depth 1;
- * max_depth <= 0 or over 512: 512). */
+/* A flag of this reader only (never passed on to jansson): the caller has checked that the
+ * whole text is valid UTF-8 (a protobuf string field, say), so strings without escapes, which
+ * are pieces of it cut at quotes, are not checked again. */
+#define CG_JSON_FAST_UTF8_CHECKED ((size_t)1 << 24)
+
+/* The value json_loadb(text, len, flags) would return, flags among JSON_DECODE_ANY,
+ * JSON_ALLOW_NUL and CG_JSON_FAST_UTF8_CHECKED (others: NULL); NULL when this reader gives up
+ * (see above), which it also does when objects and arrays nest more than max_depth deep (the
+ * top one is depth 1; max_depth <= 0 or over 512: 512). */
 json_t *cg_json_fast_load(const char *text, size_t len, size_t flags, int max_depth);
 
 /* Whether json_loadb(text, len, flags) would succeed (and give an object when need_object),

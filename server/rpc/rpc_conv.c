@@ -292,7 +292,9 @@ cg_status cg_rpc_conv_in(struct cg_rpc_call *call, const char *field,
     push(&p, "%s", field);
     if (in == NULL)
         return bad(call, &p, "", "required");
-    struct cg_conv_limits limits = {0};
+    /* The request's decoder checked every string field as UTF-8 (rpc.c): the JSON readers
+     * need not check it again. */
+    struct cg_conv_limits limits = {.utf8_checked = true};
     if (call->max_message_bytes > 0)
         limits.max_bytes = 4 * call->max_message_bytes;
     struct cg_conv *conv = NULL;

@@ -1,11 +1,13 @@
 /* fuzz_json_fast.c - the fast JSON reader against jansson: for every input, with and without
  * JSON_ALLOW_NUL, the fast reader either gives up or returns exactly jansson's value (same
- * compact dump, keys in the same order), and its check agrees with it. */
+ * compact dump, keys in the same order), and its check agrees with it; for valid UTF-8 input,
+ * told so (CG_JSON_FAST_UTF8_CHECKED), it returns the same value. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/json_fast.h"
+#include "core/utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -29,6 +31,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *b = json_dumps(fast, JSON_COMPACT | JSON_ENCODE_ANY);
         if (a == NULL || b == NULL || strcmp(a, b) != 0 || !json_equal(slow, fast))
             __builtin_trap();
+        if (cg_utf8_valid(text, size, NULL)) { /* told it is UTF-8: the same value */
+            json_t *told = cg_json_fast_load(text, size, flags | CG_JSON_FAST_UTF8_CHECKED, 0);
+            if (told == NULL || !json_equal(told, fast))
+                __builtin_trap();
+            json_decref(told);
+        }
         free(a);
         free(b);
         json_decref(slow);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/json_fast.h"
+#include "core/utf8.h"
 
 /* Both readers on text: fast must equal jansson when it answers, give up when jansson fails,
  * and the check must agree. Returns whether the fast reader answered. */
@@ -19,6 +20,14 @@ static bool same(const char *text, size_t len, size_t flags)
     json_t *fast = cg_json_fast_load(text, len, flags, 0);
     int checked = cg_json_fast_check(text, len, flags, false, 0);
     cr_assert_eq(checked == 1, fast != NULL, "check and load disagree on %.*s", (int)len, text);
+    if (cg_utf8_valid(text, len, NULL)) {
+        /* Told the text is UTF-8, the reader skips its check of raw strings, nothing else. */
+        json_t *told = cg_json_fast_load(text, len, flags | CG_JSON_FAST_UTF8_CHECKED, 0);
+        cr_assert_eq(told != NULL, fast != NULL, "CG_JSON_FAST_UTF8_CHECKED changes %.*s",
+                     (int)len, text);
+        cr_assert(told == NULL || json_equal(told, fast));
+        json_decref(told);
+    }
     if (checked == -1)
         cr_assert_null(slow, "a sure no for what jansson reads: %.*s", (int)len, text);
     if (fast != NULL) {
