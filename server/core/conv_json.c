@@ -151,7 +151,7 @@ bool cg_conv_json_is_valid(const char *text, size_t len, bool need_object)
 
 /* ------------------------------------------------------------------ read: top --------- */
 
-/* The request's tools array (c->format's dialect), at path ".tools". */
+/* One tool definition in c->format's dialect. */
 static cg_status read_tool(void *arg, json_t *tool)
 {
     struct ctx *c = arg;
@@ -159,6 +159,7 @@ static cg_status read_tool(void *arg, json_t *tool)
                                             : cg__cj_anthropic_tool(c, tool);
 }
 
+/* The request's tools array, at path ".tools". */
 static cg_status read_tools(struct ctx *c, json_t *tools)
 {
     size_t saved = cg__cj_path_push(c, ".tools");
