@@ -179,8 +179,11 @@ static bool string_ok(const struct builder *b, const unsigned char *s, size_t le
     bool raw = cs >= b->text && cs + len <= b->text + b->len; /* no escape: yajl's pointer
                                                                  is into the input */
     *nul = !raw && memchr(s, '\0', len) != NULL;
-    if (raw && b->utf8_checked)
-        return true; /* a piece of checked UTF-8 cut at ASCII quotes */
+    /* Input known to be UTF-8: a raw string is a piece of it cut at ASCII quotes, and an
+     * unescaped one is too but for what its escapes stand for, which is UTF-8 once
+     * escapes_ok has refused lone surrogates (yajl writes the others as UTF-8). */
+    if (b->utf8_checked)
+        return raw || escapes_ok(b);
     if (!cg_utf8_valid(cs, len, NULL))
         return false;
     return raw || escapes_ok(b);

@@ -24,8 +24,8 @@
 #include <jansson.h>
 
 /* A flag of this reader only (never passed on to jansson): the caller has checked that the
- * whole text is valid UTF-8 (a protobuf string field, say), so strings without escapes, which
- * are pieces of it cut at quotes, are not checked again. */
+ * whole text is valid UTF-8 (a protobuf string field, say), so strings are not checked again
+ * but for their \u escapes (pieces of it cut at quotes, with escapes replaced). */
 #define CG_JSON_FAST_UTF8_CHECKED ((size_t)1 << 24)
 
 /* The value json_loadb(text, len, flags) would return, flags among JSON_DECODE_ANY,
