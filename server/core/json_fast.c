@@ -148,8 +148,9 @@ static bool escapes_ok(const struct builder *b)
         return false;
     const char *stop = b->text + end - 1;
     for (p++; p < stop; p++) {
-        if (*p != '\\')
-            continue;
+        p = memchr(p, '\\', (size_t)(stop - p)); /* from escape to escape */
+        if (p == NULL)
+            break;
         p++;
         if (*p != 'u')
             continue;
