@@ -17,24 +17,27 @@ set -euo pipefail
 
 # Building, running and testing: the compiler and CMake, gRPC C core and protobuf-c with the
 # .proto files they compile (libprotobuf-dev ships google/protobuf/descriptor.proto, which
-# protobuf-compiler only recommends), the store, crypto, JSON and HTTP libraries, the
-# throwaway PostgreSQL and Redis, python3 (run.sh reads the CLI's JSON with it;
-# fetch_tokens.sh converts the rank data) with python3-protobuf (cmake/gen_methods.py writes
-# the method table from the compiled protos), the CA certificates npm's HTTPS needs, iproute2
-# (ss: which ports are free); for the tests Criterion, Python grpcio and protobuf (stubs from
-# the system protoc and grpc_tools), tzdata (zoneinfo in the reset tests) and the openssl
-# CLI (the TLS tests make their certificates); for the SDKs the google/rpc status protos
-# (golang-github-gogo-googleapis-dev ships the standard status.proto and
-# error_details.proto), pip, venv, hatchling and build (the Python package installs and
-# builds offline). Node.js and npm are handled below.
+# protobuf-compiler only recommends), the store, crypto, JSON and HTTP libraries
+# (libmicrohttpd: the listener of /metrics and the probes), the throwaway PostgreSQL and
+# Redis, python3 (run.sh reads the CLI's JSON with it; fetch_tokens.sh converts the rank data)
+# with python3-protobuf (cmake/gen_methods.py writes the method table from the compiled
+# protos), the CA certificates npm's HTTPS needs, iproute2 (ss: which ports are free); for the
+# tests Criterion, Python grpcio and protobuf (stubs from the system protoc and grpc_tools),
+# tzdata (zoneinfo in the reset tests), the openssl CLI (the TLS tests make their
+# certificates) and prometheus (promtool checks /metrics; tests/e2e/test_http.py has a real
+# Prometheus scrape the server); for the SDKs the google/rpc status protos
+# (golang-github-gogo-googleapis-dev ships the standard status.proto and error_details.proto),
+# pip, venv, hatchling and build (the Python package installs and builds offline). Node.js
+# and npm are handled below.
 BUILD_PACKAGES=(
     build-essential cmake pkg-config
     libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
     grpc-proto golang-github-gogo-googleapis-dev
     libpq-dev libhiredis-dev libssl-dev libjansson-dev libyajl-dev libcurl4-openssl-dev
+    libmicrohttpd-dev
     postgresql redis-server
     python3 ca-certificates iproute2
-    libcriterion-dev python3-grpcio python3-grpc-tools python3-protobuf tzdata openssl
+    libcriterion-dev python3-grpcio python3-grpc-tools python3-protobuf tzdata openssl prometheus
     python3-pip python3-venv python3-hatchling python3-build golang-github-gogo-googleapis-dev
 )
 # Fuzz and sanitizer builds, `make format`, the load generator of the benchmarks.

@@ -3,6 +3,9 @@
 #include "app/app.h"
 
 #include <string.h>
+#include <unistd.h>
+
+#include "base/metrics.h"
 
 #include "llm/llm.h"
 #include "rpc/reflection.h"
@@ -13,6 +16,9 @@
 #include "service/watch.h"
 
 #define PSEUDONYM_SESSIONS 64 /* sessions whose redaction labels are remembered (~130 KB each) */
+/* Metrics slots beyond the server's thread counts: the health prober, the sweeper, the
+ * events thread, the HTTP listener, and room for a thread added later. */
+#define METRICS_SPARE_SLOTS 8
 
 cg_status cg_app_init(struct cg_app *app, const struct cg_config *cfg, const char **setting,
                       struct cg_err *err)
@@ -42,6 +48,30 @@ cg_status cg_app_init(struct cg_app *app, const struct cg_config *cfg, const cha
         .key_cache_ttl_s = (int)cfg->key_cache_ttl_s,
         .outages = &app->outages,
     };
+    return CG_OK;
+}
+
+/* The registry with a slot for every thread that may count (metrics.h "Shards"), and the
+ * build's identity as ctxguard_build_info{version} 1. */
+static cg_status start_metrics(struct cg_app *app, struct cg_err *err)
+{
+    const struct cg_config *cfg = app->config;
+    long workers = cfg->workers;
+    if (workers == 0) { /* as the transport resolves it: one per CPU */
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        workers = n > 0 ? (n > 64 ? 64 : n) : 1;
+    }
+    long slots = workers + cfg->io_threads + cfg->stream_open_threads + METRICS_SPARE_SLOTS;
+    if ((app->metrics = cg_metrics_new((unsigned)slots)) == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory for the metrics");
+    struct cg_metric_family *info = cg_metrics_gauge_family(
+        app->metrics, "ctxguard_build_info",
+        "The running build: always 1, its labels say which (version, C compiler version).",
+        CG_LABELS("version", "compiler"), 1, err);
+    struct cg_metric *build = cg_metric_get(info, CG_LABELS(CG_VERSION, __VERSION__));
+    if (build == NULL)
+        return info == NULL ? err->code : cg_err_set(err, CG_NOMEM, "out of memory");
+    cg_metric_set(build, 1);
     return CG_OK;
 }
 
@@ -86,11 +116,12 @@ cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *
         return cg_err_set(err, CG_NOMEM, "out of memory for the LLM breaker");
     if ((app->watch_hub = cg_watch_hub_new()) == NULL)
         return cg_err_set(err, CG_NOMEM, "out of memory for the watch hub");
-    return CG_OK;
+    return start_metrics(app, err);
 }
 
 void cg_app_cleanup(struct cg_app *app)
 {
+    cg_metrics_free(app->metrics); /* after the transport, whose families are in it */
     cg_watch_hub_free(app->watch_hub);
     cg_pseudonyms_free(app->pseudonyms);
     cg_llm_breaker_free(app->llm_breaker);

@@ -4,10 +4,10 @@
  * It holds the configuration (borrowed), the settings parsed into tables (prices, model
  * map), the health state, the exact tokenizers, the reflection index, and the shared
  * objects every thread uses: the process cache, the write batcher, the LLM breaker, the
- * redaction pseudonyms, WatchUsage's fan-out (the watch hub) and the outage log of the
- * stores. The transport makes only per-thread things, through the factories below (a
- * store, an LLM client, the LISTEN connection), and fills each thread's cg_rpc_env from
- * cg_app_env: what the process is made of is decided here, not in the transport.
+ * redaction pseudonyms, WatchUsage's fan-out (the watch hub), the outage log of the
+ * stores and the metrics registry. The transport makes only per-thread things, through the
+ * factories below (a store, an LLM client, the LISTEN connection), and fills each thread's
+ * cg_rpc_env from cg_app_env: what the process is made of is decided here, not in the transport.
  *
  * Life: cg_app_init (checks and parses settings; nothing to free on error), cg_app_start
  * (builds the shared objects), then the server runs; cg_app_cleanup after the server and
@@ -26,6 +26,7 @@
 
 struct cg_llm;
 struct cg_llm_breaker;
+struct cg_metrics;
 struct cg_reflection;
 
 /* Every thread reads the members; the objects behind the pointers are thread-safe (each
@@ -47,6 +48,10 @@ struct cg_app {
     struct cg_llm_breaker *llm_breaker; /* shared by every thread's LLM client */
     struct cg_pseudonyms *pseudonyms;   /* Summarize's per-session redaction labels */
     struct cg_watch_hub *watch_hub;     /* WatchUsage's fan-out */
+    /* The metrics registry (base/metrics.h) that /metrics renders: one slot per thread the
+     * server may start (completion-queue, pool and open-lane threads) and a few more;
+     * ctxguard_build_info registered. The transport registers its own families. */
+    struct cg_metrics *metrics;
     bool started; /* cg_app_start ran: cleanup also ends the LLM library's global state */
 };
 
@@ -60,7 +65,8 @@ cg_status cg_app_init(struct cg_app *app, const struct cg_config *cfg, const cha
 
 /* Builds what serving needs: loads the tokenizers from token_data_dir (CG_CONFIG or CG_NOMEM,
  * *setting naming the key and err the file), the reflection index, the health state, the
- * cache, the batcher, the LLM breaker, the pseudonyms and the watch hub (CG_NOMEM). *setting
+ * cache, the batcher, the LLM breaker, the pseudonyms, the watch hub and the metrics registry
+ * (CG_NOMEM). *setting
  * is NULL unless a setting or part is to blame. On error what was built stays in app for
  * cg_app_cleanup. Call once, before any thread uses app. */
 cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *err) CG_MUST_CHECK;

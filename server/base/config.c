@@ -430,6 +430,30 @@ cg_status cg_config_load(struct cg_config *cfg, struct cg_config_cli *cli, int a
     return cg_config_validate(cfg, err);
 }
 
+/* The HTTP listener's keys: an address with a port (no unix: socket), TLS files in pairs. */
+static cg_status validate_http(const struct cg_config *cfg, struct cg_err *err)
+{
+    const char *listen = cfg->http_listen;
+    const char *colon = strrchr(listen, ':');
+    if (listen[0] != '\0' &&
+        (strncmp(listen, "unix:", 5) == 0 || colon == NULL || colon[1] == '\0' ||
+         strspn(colon + 1, "0123456789") != strlen(colon + 1) || strlen(colon + 1) > 5 ||
+         strtol(colon + 1, NULL, 10) > 65535 ||
+         (listen[0] == '[' && (colon == listen || colon[-1] != ']'))))
+        return cg_err_set(err, CG_CONFIG,
+                          "config key 'http_listen' (CTXGUARD_HTTP_LISTEN): '%.60s' is not "
+                          "host:port or [ipv6]:port",
+                          listen);
+    if ((cfg->http_tls_cert[0] != '\0') != (cfg->http_tls_key[0] != '\0'))
+        return cg_err_set(err, CG_CONFIG,
+                          "config keys 'http_tls_cert' and 'http_tls_key' (CTXGUARD_HTTP_TLS_CERT, "
+                          "CTXGUARD_HTTP_TLS_KEY): set both or neither");
+    if (cfg->http_tls_cert[0] != '\0' && listen[0] == '\0')
+        return cg_err_set(err, CG_CONFIG,
+                          "config key 'http_tls_cert' (CTXGUARD_HTTP_TLS_CERT): needs http_listen");
+    return CG_OK;
+}
+
 cg_status cg_config_validate(const struct cg_config *cfg, struct cg_err *err)
 {
     if (cfg->listen[0] == '\0')
@@ -455,6 +479,9 @@ cg_status cg_config_validate(const struct cg_config *cfg, struct cg_err *err)
                           "config keys 'tls_cert' and 'tls_key': set both or neither");
     if (cfg->tls_client_ca[0] != '\0' && cfg->tls_cert[0] == '\0')
         return cg_err_set(err, CG_CONFIG, "config key 'tls_client_ca': needs tls_cert and tls_key");
+    cg_status st = validate_http(cfg, err);
+    if (st != CG_OK)
+        return st;
     if (cfg->llm_base_url[0] != '\0' && strncmp(cfg->llm_base_url, "http://", 7) != 0 &&
         strncmp(cfg->llm_base_url, "https://", 8) != 0)
         return cg_err_set(err, CG_CONFIG,

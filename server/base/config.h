@@ -101,6 +101,13 @@
     XX(tls_key, STR, "", 0, 0, NULL, "PEM private key file for tls_cert")                          \
     XX(tls_client_ca, STR, "", 0, 0, NULL,                                                         \
        "PEM CA bundle; when set, clients must present a certificate it signed")                    \
+    XX(http_listen, STR, "", 0, 0, NULL,                                                           \
+       "HTTP listener for /metrics, /healthz and /readyz: host:port or [ipv6]:port; empty: off")   \
+    XX(http_tls_cert, STR, "", 0, 0, NULL,                                                         \
+       "PEM certificate chain file of the HTTP listener; with http_tls_key serves HTTPS only")     \
+    XX(http_tls_key, STR, "", 0, 0, NULL, "PEM private key file for http_tls_cert")                \
+    XX(http_max_connections, INT, "64", 1, 10000, NULL,                                            \
+       "connections the HTTP listener keeps open at once; more are refused")                       \
     XX(llm_base_url, STR, "", 0, 0, NULL,                                                          \
        "OpenAI-compatible API base URL (http:// or https://, e.g. https://api.openai.com/v1); "    \
        "empty: no LLM, summaries are extractive")                                                  \
@@ -125,9 +132,9 @@ struct cg_config {
 #undef CG_CFG_FIELD
     /* Where each key's value came from ("default", "file:PATH:LINE", "env", "flag"),
      * in table order. */
-    const char *origin[48];
+    const char *origin[64];
     /* The origins that name a config file line, owned (freed by cg_config_cleanup). */
-    char *origin_owned[48];
+    char *origin_owned[64];
 };
 
 /* What the command line asked for besides configuration values. */

@@ -28,6 +28,7 @@
 #include "base/clock.h"
 #include "base/crypto.h"
 #include "base/log.h"
+#include "base/metrics.h"
 #include "base/pool.h"
 #include "base/timerheap.h"
 #include "llm/llm.h"
@@ -35,6 +36,7 @@
 #include "service/health.h"
 #include "service/watch.h"
 #include "store/store.h"
+#include "transport/http.h"
 #include "transport/status_details.h"
 
 #define GENERIC_SLOTS 8
@@ -69,10 +71,23 @@ struct slot {
 struct worker {
     struct cg_server *srv;
     int index;
+    uint32_t metrics_slot; /* this thread's own (base/metrics.h "Shards") */
     pthread_t thread;
     grpc_completion_queue *cq;
     struct cg_timer_heap timers;
     struct cg_rpc_env env; /* no store on these threads */
+};
+
+#define GRPC_CODES 17
+
+/* One method's handles of the gRPC server families (as the Go and Java interceptors name
+ * them): started made at start, the others on the first call that needs them, then kept. */
+struct method_metrics {
+    struct cg_metric *started;
+    _Atomic(struct cg_metric *) seconds;
+    _Atomic(struct cg_metric *) handled[GRPC_CODES];
+    const char *type; /* grpc_type: "unary", "server_stream", "bidi_stream" */
+    const char *name; /* grpc_method: the path's last part */
 };
 
 struct cg_server {
@@ -86,6 +101,9 @@ struct cg_server {
     const struct cg_rpc_method *methods;
     size_t nmethods;
     void **handles;
+    struct method_metrics *metrics; /* one per method, in the table's order */
+    struct cg_metric_family *started_family, *handled_family, *seconds_family;
+    struct cg_http *http; /* the HTTP listener; NULL when http_listen is empty */
     struct cg_pool *pool;
     /* The open lane: the opens of blocking server streams (WatchUsage), on threads and
      * stores of their own, so that an open never queues behind the pool's blocking work. */
@@ -133,6 +151,8 @@ struct call {
     bool sending;
     bool finish_after_send; /* poll said this message is the stream's last */
     bool replied;           /* the final status went out */
+    bool metered;           /* grpc_server_started_total has it: handled_total will too */
+    bool counted;           /* grpc_server_handled_total has it */
     const char *detail;     /* the status message, for the log line (static or in rc.err) */
 
     struct tag close_tag, status_tag, pool_tag, msg_tag, recv_tag, wake_tag;
@@ -223,11 +243,87 @@ static bool wait_idle(struct cg_server *srv, const struct timespec *until)
     return idle;
 }
 
+/* ---------------------------------------------------------------- metrics --------- */
+
+/* The three gRPC server families and every method's started counter. */
+static cg_status make_metrics(struct cg_server *srv, struct cg_err *err)
+{
+    struct cg_metrics *reg = srv->app->metrics;
+    /* Cap: every method with every code, of the method table (unknown methods are not
+     * counted: their names come from the caller). */
+    uint32_t cap = (uint32_t)srv->nmethods * GRPC_CODES;
+    const char *const *labels = CG_LABELS("grpc_type", "grpc_service", "grpc_method");
+    srv->started_family =
+        cg_metrics_counter_family(reg, "grpc_server_started_total",
+                                  "Total number of RPCs started on the server.", labels, cap, err);
+    srv->handled_family = cg_metrics_counter_family(
+        reg, "grpc_server_handled_total",
+        "Total number of RPCs completed on the server, regardless of success or failure.",
+        CG_LABELS("grpc_type", "grpc_service", "grpc_method", "grpc_code"), cap, err);
+    srv->seconds_family = cg_metrics_histogram_family(
+        reg, "grpc_server_handling_seconds",
+        "Histogram of response latency (seconds) of gRPC that had been application-level "
+        "handled by the server.",
+        labels, CG_METRICS_GRPC_BUCKETS, CG_METRICS_GRPC_NBUCKETS, cap, err);
+    if (srv->started_family == NULL || srv->handled_family == NULL || srv->seconds_family == NULL)
+        return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;
+    srv->metrics = calloc(srv->nmethods, sizeof *srv->metrics);
+    if (srv->metrics == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory");
+    for (size_t i = 0; i < srv->nmethods; i++) {
+        const struct cg_rpc_method *m = &srv->methods[i];
+        struct method_metrics *mm = &srv->metrics[i];
+        const char *slash = strrchr(m->path, '/');
+        mm->name = slash ? slash + 1 : m->path;
+        mm->type = m->kind == CG_RPC_UNARY           ? "unary"
+                   : m->kind == CG_RPC_SERVER_STREAM ? "server_stream"
+                                                     : "bidi_stream";
+        mm->started = cg_metric_get(srv->started_family, CG_LABELS(mm->type, m->service, mm->name));
+    }
+    return CG_OK;
+}
+
+/* A lazily made handle: resolved once (two threads racing get the same one). */
+static struct cg_metric *lazy_metric(_Atomic(struct cg_metric *) *cached,
+                                     struct cg_metric_family *f, const char *const *values)
+{
+    struct cg_metric *h = atomic_load_explicit(cached, memory_order_acquire);
+    if (h == NULL && (h = cg_metric_get(f, values)) != NULL)
+        atomic_store_explicit(cached, h, memory_order_release);
+    return h;
+}
+
+static struct method_metrics *call_metrics(struct call *c)
+{
+    return c->method != NULL ? &c->w->srv->metrics[c->method - c->w->srv->methods] : NULL;
+}
+
+/* The call ended with grpc code `code`: handled_total and handling_seconds, once. */
+static void count_handled(struct call *c, int code)
+{
+    struct method_metrics *mm = call_metrics(c);
+    if (mm == NULL || !c->metered || c->counted)
+        return;
+    c->counted = true;
+    struct cg_server *srv = c->w->srv;
+    if (code < 0 || code >= GRPC_CODES)
+        code = 2; /* UNKNOWN */
+    const char *service = c->method->service;
+    struct cg_metric *handled =
+        lazy_metric(&mm->handled[code], srv->handled_family,
+                    CG_LABELS(mm->type, service, mm->name, cg_grpc_code_name(code)));
+    struct cg_metric *seconds =
+        lazy_metric(&mm->seconds, srv->seconds_family, CG_LABELS(mm->type, service, mm->name));
+    cg_metric_inc(handled, c->w->metrics_slot);
+    cg_metric_observe(seconds, c->w->metrics_slot, (double)(now_ns() - c->start_ns) / 1e9);
+}
+
 /* ---------------------------------------------------------------- call basics ----- */
 
 static void call_free(struct call *c)
 {
     struct cg_server *srv = c->w->srv;
+    count_handled(c, 1); /* never answered: CANCELLED (a no-op for an answered call) */
     /* One line per call: debug, or warn when the server itself failed it. */
     bool server_fault = c->st == CG_INTERNAL || c->st == CG_UNKNOWN || c->st == CG_DATA_LOSS ||
                         c->st == CG_NOMEM || c->st == CG_IO;
@@ -368,6 +464,7 @@ static void send_final(struct call *c, cg_status st, const char *message)
     n++;
     c->phase = PHASE_DONE;
     c->replied = true;
+    count_handled(c, cg_status_grpc_code(st));
     if (!start_batch(c, ops, n, &c->status_tag))
         grpc_call_cancel(c->gcall, NULL);
 }
@@ -938,6 +1035,8 @@ static void start_call(struct worker *w, struct call *c, grpc_byte_buffer *paylo
         reply_error(c);
         return;
     }
+    cg_metric_inc(call_metrics(c)->started, w->metrics_slot);
+    c->metered = true;
     if (c->rc.deadline_ms <= cg_mono_ms()) {
         c->st = cg_err_set(&c->rc.err, CG_DEADLINE_EXCEEDED, "deadline passed on arrival");
         reply_error(c);
@@ -1412,6 +1511,7 @@ static cg_status make_workers(struct cg_server *srv, struct cg_err *err)
         struct worker *w = &srv->workers[i];
         w->srv = srv;
         w->index = i;
+        w->metrics_slot = cg_metrics_slot_claim(srv->app->metrics);
         w->cq = grpc_completion_queue_create_for_next(NULL);
         /* No store here; Reserve and Commit join a running batch from here through the
          * app's batcher (rpc_budget_batch.c). */
@@ -1509,6 +1609,31 @@ static cg_status make_pools(struct cg_server *srv, struct cg_err *err)
     return CG_OK;
 }
 
+/* The HTTP listener (transport/http.h) when http_listen is set, with its address logged
+ * like gRPC's ("http listening", its port: tests find an ephemeral one there). */
+static cg_status start_http(struct cg_server *srv, struct cg_err *err)
+{
+    const struct cg_config *cfg = srv->cfg;
+    if (cfg->http_listen[0] == '\0')
+        return CG_OK;
+    struct cg_http_opts opts = {
+        .listen = cfg->http_listen,
+        .tls_cert = cfg->http_tls_cert,
+        .tls_key = cfg->http_tls_key,
+        .max_connections = (unsigned)cfg->http_max_connections,
+        .metrics = srv->app->metrics,
+        .health = srv->health,
+    };
+    if ((srv->http = cg_http_start(&opts, err)) == NULL)
+        return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cg_http_port(srv->http));
+    struct cg_kv kv[] = {
+        {"addr", cfg->http_listen}, {"port", port}, {"tls", cfg->http_tls_cert[0] ? "on" : "off"}};
+    cg_log_kv(CG_LOG_INFO, "transport", NULL, "http listening", kv, 3);
+    return CG_OK;
+}
+
 /* Undoes a start that failed before grpc_server_start: the server, the queues (drained),
  * the pool, the server object; then grpc_shutdown. */
 static void free_unstarted(struct cg_server *srv)
@@ -1534,6 +1659,7 @@ static void free_unstarted(struct cg_server *srv)
     cg_pool_free(srv->open_pool);
     srv->open_pool = NULL;
     free(srv->handles);
+    free(srv->metrics);
     free(srv);
     grpc_shutdown();
 }
@@ -1556,13 +1682,15 @@ struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
     }
 
     if (make_pools(srv, err) != CG_OK || create_grpc_server(srv, err) != CG_OK ||
-        make_workers(srv, err) != CG_OK || listen_on(srv, err) != CG_OK) {
+        make_metrics(srv, err) != CG_OK || make_workers(srv, err) != CG_OK ||
+        listen_on(srv, err) != CG_OK) {
         free_unstarted(srv);
         return NULL;
     }
     grpc_server_start(srv->server);
 
-    if (post_slots(srv, err) != CG_OK || start_threads(srv, err) != CG_OK) {
+    if (post_slots(srv, err) != CG_OK || start_threads(srv, err) != CG_OK ||
+        start_http(srv, err) != CG_OK) {
         cg_server_shutdown(srv);
         cg_server_free(srv);
         return NULL;
@@ -1635,6 +1763,9 @@ void cg_server_shutdown(struct cg_server *srv)
         pthread_join(srv->events, NULL);
         srv->events_started = false;
     }
+    /* Up through the drain, so that /readyz says 503 while it lasts; gone before the pools. */
+    cg_http_stop(srv->http);
+    srv->http = NULL;
     cg_pool_stop(srv->pool);
     cg_pool_stop(srv->open_pool);
     for (int i = 0; i < srv->nworkers; i++)
@@ -1666,6 +1797,8 @@ void cg_server_free(struct cg_server *srv)
     cg_pool_free(srv->pool); /* the pool threads' stores and LLM clients */
     cg_pool_free(srv->open_pool);
     free(srv->handles);
+    cg_http_stop(srv->http); /* NULL unless the start failed before shutdown */
+    free(srv->metrics);
     pthread_mutex_destroy(&srv->live_lock);
     pthread_cond_destroy(&srv->live_zero);
     pthread_mutex_destroy(&srv->streams_lock);

@@ -6,6 +6,13 @@
  * there without locks. Handlers that need storage run on the worker pool, whose threads
  * own their PostgreSQL and Redis connections; the pool wakes the call's queue when done.
  * Replies held for backpressure wait on the thread's timer heap, never on a sleeping thread.
+ *
+ * Every call of a method of the table counts in the app's metrics registry as the Go and
+ * Java gRPC interceptors name it: grpc_server_started_total where it starts,
+ * grpc_server_handled_total{grpc_code} and grpc_server_handling_seconds where its final
+ * status is sent (CANCELLED when it never was), each completion-queue thread in its own
+ * metrics slot. With http_listen set, the HTTP listener (transport/http.h: /metrics,
+ * /healthz, /readyz) runs from the start to the end of the drain.
  */
 #ifndef CG_TRANSPORT_SERVER_H
 #define CG_TRANSPORT_SERVER_H
@@ -16,12 +23,13 @@ struct cg_server;
 struct cg_app;
 
 /* Builds the server from app (app/app.h, started: its config gives the listen address,
- * TLS, sizes and threads), starts its threads and starts serving. Each thread's cg_rpc_env
+ * TLS, sizes and threads), starts its threads and starts serving, and the HTTP listener
+ * when http_listen is set (logged as msg="http listening" with its port). Each thread's cg_rpc_env
  * is app's (cg_app_env) plus what the thread makes from app's factories: a store for the
  * pool threads and the health monitor, an LLM client for the pool threads, the LISTEN
  * connection for the events thread. app is borrowed and must outlive the server.
- * NULL with err filled when the address cannot be bound, TLS files cannot be read, or
- * threads cannot start. */
+ * NULL with err filled when the address (or the HTTP one) cannot be bound, TLS files cannot
+ * be read, threads cannot start, or the metrics cannot be registered. */
 struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err);
 
 /* The port actually bound (useful with port 0). */

@@ -23,8 +23,8 @@ static bool same(const char *text, size_t len, size_t flags)
     if (cg_utf8_valid(text, len, NULL)) {
         /* Told the text is UTF-8, the reader skips its check of raw strings, nothing else. */
         json_t *told = cg_json_fast_load(text, len, flags | CG_JSON_FAST_UTF8_CHECKED, 0);
-        cr_assert_eq(told != NULL, fast != NULL, "CG_JSON_FAST_UTF8_CHECKED changes %.*s",
-                     (int)len, text);
+        cr_assert_eq(told != NULL, fast != NULL, "CG_JSON_FAST_UTF8_CHECKED changes %.*s", (int)len,
+                     text);
         cr_assert(told == NULL || json_equal(told, fast));
         json_decref(told);
     }
