@@ -54,7 +54,12 @@ struct cg_rpc_call {
     /* outputs */
     struct cg_principal principal;
     uint32_t reply_delay_ms; /* hold the (successful) reply this long on a timer */
-    struct cg_err err;       /* what the client sees when the status is not OK */
+    /* The budget decision the answer carries (a ctxguard.v1.Decision; 0: none, e.g. a
+     * replayed Reserve) and the backpressure delay decided with it, held or not: the
+     * transport counts them (ctxguard_budget_decisions_total, ..._backpressure_delay_...). */
+    int decision;
+    uint32_t decision_delay_ms;
+    struct cg_err err; /* what the client sees when the status is not OK */
     /* The decoded request (in arena), NULL before decoding: its identifiers join err's
      * metadata when the call fails (reservation_id, approval_id, artifact_id, session_id). */
     const ProtobufCMessage *request;

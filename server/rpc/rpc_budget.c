@@ -370,10 +370,13 @@ static cg_status decision_reply(struct cg_rpc_call *call, int delay_mode,
     if ((st = cg_rpc_reasons_out(call, res->path, res->n, r, &resp->reasons, &resp->n_reasons)) !=
         CG_OK)
         return st;
+    call->decision = (int)resp->decision;
+    call->decision_delay_ms = r->delay_ms;
     if (!res->gate.involved)
         return CG_OK;
     if (res->gate.outcome == CG_APPROVAL_WAS_DENIED)
         resp->decision = CTXGUARD__V1__DECISION__DECISION_DENY;
+    call->decision = (int)resp->decision;
     resp->approval_id = cg_arena_strdup(call->arena, res->gate.approval.approval_id);
     resp->approval_state = (Ctxguard__V1__ApprovalState)res->gate.approval.state;
     if (resp->approval_id == NULL)
@@ -426,6 +429,7 @@ cg_status cg_rpc_budget_check(struct cg_rpc_call *call, const struct cg_rpc_env 
              : decision_reply(call, req->delay_mode, &res, resp);
     if (st != CG_OK)
         return st;
+    call->decision = (int)resp->decision;
     const struct cg_budget_result *r = &res.decision;
     if (r->tightest >= 0) {
         resp->tightest_level = (Ctxguard__V1__ScopeLevel)res.path[r->tightest].level;

@@ -355,6 +355,8 @@ cg_status cg_rpc_reserve_reply(struct cg_rpc_call *call, int delay_mode,
     resp->decision = (Ctxguard__V1__Decision)decided->decision;
     resp->backpressure_delay_ms = decided->delay_ms;
     resp->delay_held_ms = cg_rpc_hold(call, delay_mode, decided->delay_ms);
+    call->decision = (int)resp->decision;
+    call->decision_delay_ms = decided->delay_ms;
     if ((st = cg_rpc_reasons_out(call, path, n, decided, &resp->reasons, &resp->n_reasons)) !=
         CG_OK)
         return st;

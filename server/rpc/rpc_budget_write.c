@@ -28,6 +28,7 @@ static cg_status reserve_unheld_reply(struct cg_rpc_call *call,
     } else {
         const struct cg_budget_approval_gate *gate = &out->gate;
         resp->decision = CTXGUARD__V1__DECISION__DECISION_REQUIRE_APPROVAL;
+        call->decision = (int)resp->decision;
         resp->approval_state = (Ctxguard__V1__ApprovalState)gate->approval.state;
         if ((resp->approval_id = cg_arena_strdup(call->arena, gate->approval.approval_id)) == NULL)
             return OOM(call);

@@ -82,10 +82,14 @@ struct worker {
 
 /* One method's handles of the gRPC server families (as the Go and Java interceptors name
  * them): started made at start, the others on the first call that needs them, then kept. */
+#define DECISIONS 5 /* ctxguard.v1.Decision values */
+
 struct method_metrics {
     struct cg_metric *started;
     _Atomic(struct cg_metric *) seconds;
     _Atomic(struct cg_metric *) handled[GRPC_CODES];
+    _Atomic(struct cg_metric *) decisions[DECISIONS]; /* ctxguard_budget_decisions_total */
+    _Atomic(struct cg_metric *) delay;                /* ctxguard_backpressure_delay_seconds */
     const char *type; /* grpc_type: "unary", "server_stream", "bidi_stream" */
     const char *name; /* grpc_method: the path's last part */
 };
@@ -103,6 +107,7 @@ struct cg_server {
     void **handles;
     struct method_metrics *metrics; /* one per method, in the table's order */
     struct cg_metric_family *started_family, *handled_family, *seconds_family;
+    struct cg_metric_family *decisions_family, *delay_family;
     struct cg_http *http; /* the HTTP listener; NULL when http_listen is empty */
     struct cg_pool *pool;
     /* The open lane: the opens of blocking server streams (WatchUsage), on threads and
@@ -265,7 +270,22 @@ static cg_status make_metrics(struct cg_server *srv, struct cg_err *err)
         "Histogram of response latency (seconds) of gRPC that had been application-level "
         "handled by the server.",
         labels, CG_METRICS_GRPC_BUCKETS, CG_METRICS_GRPC_NBUCKETS, cap, err);
-    if (srv->started_family == NULL || srv->handled_family == NULL || srv->seconds_family == NULL)
+    /* What the budget answers decided (a Reserve refused for its budget is a deny), and
+     * the backpressure delay each decision came with (0 included), in the buckets of the
+     * default tiers (50 ms ... 1.5 s). */
+    srv->decisions_family = cg_metrics_counter_family(
+        reg, "ctxguard_budget_decisions_total",
+        "Budget decisions answered, by method and decision (a call refused with reason "
+        "BUDGET_EXHAUSTED is a deny).",
+        CG_LABELS("grpc_method", "decision"), (uint32_t)srv->nmethods * DECISIONS, err);
+    srv->delay_family = cg_metrics_histogram_family(
+        reg, "ctxguard_backpressure_delay_seconds",
+        "The backpressure delay each budget decision came with (held by the server or returned "
+        "to the caller), 0 included.",
+        CG_LABELS("grpc_method"), (const double[]){0.001, 0.05, 0.1, 0.3, 0.75, 1.5, 3}, 7,
+        (uint32_t)srv->nmethods, err);
+    if (srv->started_family == NULL || srv->handled_family == NULL || srv->seconds_family == NULL ||
+        srv->decisions_family == NULL || srv->delay_family == NULL)
         return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;
     srv->metrics = calloc(srv->nmethods, sizeof *srv->metrics);
     if (srv->metrics == NULL)
@@ -298,6 +318,25 @@ static struct method_metrics *call_metrics(struct call *c)
     return c->method != NULL ? &c->w->srv->metrics[c->method - c->w->srv->methods] : NULL;
 }
 
+/* The budget decision the call answered (rpc.h cg_rpc_call.decision), if any: a call
+ * refused for its budget (RESOURCE_EXHAUSTED, reason BUDGET_EXHAUSTED) is a deny. */
+static void count_decision(struct call *c, struct method_metrics *mm, int code)
+{
+    static const char *const names[DECISIONS] = {"unspecified", "allow", "allow_with_warning",
+                                                 "require_approval", "deny"};
+    int d = c->rc.decision;
+    if (d == 0 && code == 8 /* RESOURCE_EXHAUSTED */ && c->rc.err.reason == CG_ERR_BUDGET_EXHAUSTED)
+        d = 4; /* DENY */
+    if (d <= 0 || d >= DECISIONS)
+        return;
+    struct cg_server *srv = c->w->srv;
+    struct cg_metric *n =
+        lazy_metric(&mm->decisions[d], srv->decisions_family, CG_LABELS(mm->name, names[d]));
+    struct cg_metric *delay = lazy_metric(&mm->delay, srv->delay_family, CG_LABELS(mm->name));
+    cg_metric_inc(n, c->w->metrics_slot);
+    cg_metric_observe(delay, c->w->metrics_slot, (double)c->rc.decision_delay_ms / 1000.0);
+}
+
 /* The call ended with grpc code `code`: handled_total and handling_seconds, once. */
 static void count_handled(struct call *c, int code)
 {
@@ -316,6 +355,7 @@ static void count_handled(struct call *c, int code)
         lazy_metric(&mm->seconds, srv->seconds_family, CG_LABELS(mm->type, service, mm->name));
     cg_metric_inc(handled, c->w->metrics_slot);
     cg_metric_observe(seconds, c->w->metrics_slot, (double)(now_ns() - c->start_ns) / 1e9);
+    count_decision(c, mm, code);
 }
 
 /* ---------------------------------------------------------------- call basics ----- */
@@ -597,6 +637,8 @@ static bool try_inline(struct call *c)
         return true;
     }
     c->rc.reply_delay_ms = 0;
+    c->rc.decision = 0;
+    c->rc.decision_delay_ms = 0;
     cg_err_clear(&c->rc.err);
     c->resp = NULL;
     c->resp_len = 0;

@@ -76,6 +76,17 @@ class HttpEndpoints(cgtest.TestCase):
         for _ in range(cls.good):
             stub.CheckBudget(B.CheckBudgetRequest(scope=sc, estimated_tokens=10), metadata=md,
                              timeout=10)
+        # Decisions: one with the 90 % tier's delay (returned, not held), one refused Reserve.
+        r = stub.CheckBudget(B.CheckBudgetRequest(scope=sc, estimated_tokens=900,
+                                                  delay_mode=B.DELAY_MODE_RETURN_ONLY),
+                             metadata=md, timeout=10)
+        cls.warned_delay_ms = r.backpressure_delay_ms
+        try:
+            stub.Reserve(B.ReserveRequest(scope=sc, tokens=5000), metadata=md, timeout=10)
+            raise AssertionError("a Reserve over the HARD limit was accepted")
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise AssertionError(f"expected RESOURCE_EXHAUSTED, got {e.code()}") from None
         for _ in range(cls.bad):
             try:  # no session: refused as INVALID_ARGUMENT
                 stub.CheckBudget(B.CheckBudgetRequest(scope=common_pb2.Scope(), estimated_tokens=1),
@@ -118,10 +129,12 @@ class HttpEndpoints(cgtest.TestCase):
         ok = sample(text, "grpc_server_handled_total", CHECK_LABELS + ',grpc_code="OK"')
         bad = sample(text, "grpc_server_handled_total",
                      CHECK_LABELS + ',grpc_code="INVALID_ARGUMENT"')
-        self.assertEqual((started, ok, bad), (self.good + self.bad, self.good, self.bad), text)
+        # The good ones, the warned one (OK too) and the refused ones.
+        oks = self.good + 1
+        self.assertEqual((started, ok, bad), (oks + self.bad, oks, self.bad), text)
         count = sample(text, "grpc_server_handling_seconds_count", CHECK_LABELS)
         inf = sample(text, "grpc_server_handling_seconds_bucket", CHECK_LABELS + ',le="+Inf"')
-        self.assertEqual((count, inf), (self.good + self.bad,) * 2)
+        self.assertEqual((count, inf), (oks + self.bad,) * 2)
         for le in ("0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10"):
             self.assertIsNotNone(sample(text, "grpc_server_handling_seconds_bucket",
                                         CHECK_LABELS + f',le="{le}"'), le)
@@ -132,6 +145,29 @@ class HttpEndpoints(cgtest.TestCase):
                                 'BudgetService",grpc_method="WatchUsage"'), 0)
         self.assertIsNone(sample(text, "grpc_server_handled_total",
                                  CHECK_LABELS + ',grpc_code="NOT_FOUND"'))
+
+    def test_metrics_count_budget_decisions_and_their_delays(self):
+        _, text = self.metrics()
+        decided = 'grpc_method="CheckBudget",decision='
+        self.assertEqual(sample(text, "ctxguard_budget_decisions_total", decided + '"allow"'),
+                         self.good, text)
+        self.assertEqual(sample(text, "ctxguard_budget_decisions_total",
+                                decided + '"allow_with_warning"'), 1)
+        self.assertEqual(sample(text, "ctxguard_budget_decisions_total",
+                                'grpc_method="Reserve",decision="deny"'), 1)
+        # The refused CheckBudget calls (bad input) decided nothing.
+        self.assertIsNone(sample(text, "ctxguard_budget_decisions_total", decided + '"deny"'))
+        delay = 'grpc_method="CheckBudget"'
+        self.assertEqual(self.warned_delay_ms, 750)
+        self.assertEqual(sample(text, "ctxguard_backpressure_delay_seconds_count", delay),
+                         self.good + 1)
+        self.assertEqual(sample(text, "ctxguard_backpressure_delay_seconds_bucket",
+                                delay + ',le="0.001"'), self.good, "the undelayed ones")
+        self.assertEqual(sample(text, "ctxguard_backpressure_delay_seconds_bucket",
+                                delay + ',le="0.3"'), self.good)
+        self.assertEqual(sample(text, "ctxguard_backpressure_delay_seconds_bucket",
+                                delay + ',le="0.75"'), self.good + 1)
+        self.assertAlmostEqual(sample(text, "ctxguard_backpressure_delay_seconds_sum", delay), 0.75)
 
     def test_metrics_have_build_info_and_process_figures(self):
         _, text = self.metrics()
