@@ -112,6 +112,14 @@ cg_status cg_pool_submit(struct cg_pool *p, struct cg_job *job)
     return CG_OK;
 }
 
+size_t cg_pool_queued(struct cg_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t n = p->queued;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
 void cg_pool_stop(struct cg_pool *p)
 {
     pthread_mutex_lock(&p->lock);

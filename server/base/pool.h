@@ -37,6 +37,9 @@ struct cg_pool *cg_pool_new(const struct cg_pool_opts *opts, struct cg_err *err)
  * then never runs. */
 cg_status cg_pool_submit(struct cg_pool *pool, struct cg_job *job) CG_MUST_CHECK;
 
+/* Jobs waiting in the queue now (not those running). Thread-safe. */
+size_t cg_pool_queued(struct cg_pool *pool);
+
 /* Runs what is queued, then stops and joins the threads (cleaning their contexts).
  * Idempotent. */
 void cg_pool_stop(struct cg_pool *pool);

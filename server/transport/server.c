@@ -108,7 +108,8 @@ struct cg_server {
     struct method_metrics *metrics; /* one per method, in the table's order */
     struct cg_metric_family *started_family, *handled_family, *seconds_family;
     struct cg_metric_family *decisions_family, *delay_family;
-    struct cg_http *http; /* the HTTP listener; NULL when http_listen is empty */
+    atomic_long streams_open; /* server-stream calls from arrival until freed */
+    struct cg_http *http;     /* the HTTP listener; NULL when http_listen is empty */
     struct cg_pool *pool;
     /* The open lane: the opens of blocking server streams (WatchUsage), on threads and
      * stores of their own, so that an open never queues behind the pool's blocking work. */
@@ -158,6 +159,7 @@ struct call {
     bool replied;           /* the final status went out */
     bool metered;           /* grpc_server_started_total has it: handled_total will too */
     bool counted;           /* grpc_server_handled_total has it */
+    bool in_streams_open;   /* counted in srv->streams_open */
     const char *detail;     /* the status message, for the log line (static or in rc.err) */
 
     struct tag close_tag, status_tag, pool_tag, msg_tag, recv_tag, wake_tag;
@@ -250,6 +252,36 @@ static bool wait_idle(struct cg_server *srv, const struct timespec *until)
 
 /* ---------------------------------------------------------------- metrics --------- */
 
+static double read_pool_queued(void *ctx)
+{
+    return ctx != NULL ? (double)cg_pool_queued(ctx) : 0.0;
+}
+
+static double read_streams_open(void *ctx)
+{
+    struct cg_server *srv = ctx;
+    return (double)atomic_load_explicit(&srv->streams_open, memory_order_relaxed);
+}
+
+/* Figures read when scraped: the pools' queues and the open streams. */
+static cg_status gauge_metrics(struct cg_server *srv, struct cg_err *err)
+{
+    struct cg_metrics *reg = srv->app->metrics;
+    cg_status st = cg_metrics_callback(reg, "ctxguard_pool_queued_jobs",
+                                       "Jobs waiting for a thread of the worker pool (blocking "
+                                       "work: stores, LLM); past its bound calls are refused.",
+                                       CG_METRIC_GAUGE, read_pool_queued, srv->pool, err);
+    if (st == CG_OK)
+        st = cg_metrics_callback(reg, "ctxguard_open_lane_queued_jobs",
+                                 "WatchUsage opens waiting for a thread of the open lane.",
+                                 CG_METRIC_GAUGE, read_pool_queued, srv->open_pool, err);
+    if (st == CG_OK)
+        st = cg_metrics_callback(reg, "ctxguard_watch_streams_open",
+                                 "WatchUsage streams open (from their arrival until they end).",
+                                 CG_METRIC_GAUGE, read_streams_open, srv, err);
+    return st;
+}
+
 /* The three gRPC server families and every method's started counter. */
 static cg_status make_metrics(struct cg_server *srv, struct cg_err *err)
 {
@@ -287,6 +319,9 @@ static cg_status make_metrics(struct cg_server *srv, struct cg_err *err)
     if (srv->started_family == NULL || srv->handled_family == NULL || srv->seconds_family == NULL ||
         srv->decisions_family == NULL || srv->delay_family == NULL)
         return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;
+    cg_status st = gauge_metrics(srv, err);
+    if (st != CG_OK)
+        return st;
     srv->metrics = calloc(srv->nmethods, sizeof *srv->metrics);
     if (srv->metrics == NULL)
         return cg_err_set(err, CG_NOMEM, "out of memory");
@@ -364,6 +399,8 @@ static void call_free(struct call *c)
 {
     struct cg_server *srv = c->w->srv;
     count_handled(c, 1); /* never answered: CANCELLED (a no-op for an answered call) */
+    if (c->in_streams_open)
+        atomic_fetch_sub_explicit(&srv->streams_open, 1, memory_order_relaxed);
     /* One line per call: debug, or warn when the server itself failed it. */
     bool server_fault = c->st == CG_INTERNAL || c->st == CG_UNKNOWN || c->st == CG_DATA_LOSS ||
                         c->st == CG_NOMEM || c->st == CG_IO;
@@ -1079,6 +1116,10 @@ static void start_call(struct worker *w, struct call *c, grpc_byte_buffer *paylo
     }
     cg_metric_inc(call_metrics(c)->started, w->metrics_slot);
     c->metered = true;
+    if (c->method->kind == CG_RPC_SERVER_STREAM) {
+        atomic_fetch_add_explicit(&w->srv->streams_open, 1, memory_order_relaxed);
+        c->in_streams_open = true;
+    }
     if (c->rc.deadline_ms <= cg_mono_ms()) {
         c->st = cg_err_set(&c->rc.err, CG_DEADLINE_EXCEEDED, "deadline passed on arrival");
         reply_error(c);

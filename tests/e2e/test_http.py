@@ -169,6 +169,14 @@ class HttpEndpoints(cgtest.TestCase):
                                 delay + ',le="0.75"'), self.good + 1)
         self.assertAlmostEqual(sample(text, "ctxguard_backpressure_delay_seconds_sum", delay), 0.75)
 
+    def test_metrics_read_the_queues_and_streams_when_scraped(self):
+        _, text = self.metrics()
+        for name in ("ctxguard_pool_queued_jobs", "ctxguard_open_lane_queued_jobs",
+                     "ctxguard_watch_streams_open"):
+            m = re.search(r"(?m)^" + name + r" (\S+)$", text)
+            self.assertIsNotNone(m, name)
+            self.assertEqual(float(m.group(1)), 0, name)  # nothing waits, no stream is open
+
     def test_metrics_have_build_info_and_process_figures(self):
         _, text = self.metrics()
         self.assertRegex(text, r'(?m)^ctxguard_build_info\{version="[0-9.]+",compiler="[^"]+"\} 1$')
@@ -243,6 +251,36 @@ class HttpEndpoints(cgtest.TestCase):
         # The scrape itself was healthy.
         status, _, body = get(web, "/api/v1/query?query=" + urllib.parse.quote('up{job="ctxguard"}'))
         self.assertEqual(json.loads(body)["data"]["result"][0]["value"][1], "1")
+
+
+class StreamsGauge(cgtest.TestCase):
+    def test_an_open_watch_stream_shows_until_it_ends(self):
+        srv = cgtest.Server(env={"CTXGUARD_HTTP_LISTEN": "127.0.0.1:0"})
+        self.addCleanup(srv.close)
+        srv.start()
+        port = http_port(srv)
+        t = srv.create_tenant()
+        md = cgtest.bearer(srv.create_key(t.tenant_id).secret)
+        stub = budget_pb2_grpc.BudgetServiceStub(srv.channel())
+        sc = common_pb2.Scope(session_id="w-" + uuid.uuid4().hex[:8])
+        stub.SetBudget(B.SetBudgetRequest(scope=sc, settings=B.BudgetSettings(limit_tokens=100)),
+                       metadata=md, timeout=10)
+
+        def open_streams():
+            return sample_bare(get(port, "/metrics")[2], "ctxguard_watch_streams_open")
+
+        it = stub.WatchUsage(B.WatchUsageRequest(scope=sc, send_snapshot=True), metadata=md,
+                             timeout=60)
+        next(it)  # the snapshot: the stream is open
+        self.assertEqual(open_streams(), 1)
+        it.cancel()
+        cgtest.wait_until(lambda: open_streams() == 0, 10, "the cancelled stream is gone")
+
+
+def sample_bare(text, name):
+    """The value of the unlabelled sample `name`, or None."""
+    m = re.search(r"(?m)^" + re.escape(name) + r" (\S+)$", text)
+    return float(m.group(1)) if m else None
 
 
 class HttpOff(cgtest.TestCase):
