@@ -2,15 +2,16 @@
  * and the factories of the per-thread ones (app.h). */
 #include "app/app.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/metrics.h"
-
 #include "llm/llm.h"
 #include "rpc/reflection.h"
 #include "service/budget_batch.h"
 #include "service/cache.h"
+#include "service/meters.h"
 #include "service/pseudonyms.h"
 #include "service/tokenizers.h"
 #include "service/watch.h"
@@ -72,7 +73,9 @@ static cg_status start_metrics(struct cg_app *app, struct cg_err *err)
     if (build == NULL)
         return info == NULL ? err->code : cg_err_set(err, CG_NOMEM, "out of memory");
     cg_metric_set(build, 1);
-    return CG_OK;
+    if ((app->meters = calloc(1, sizeof *app->meters)) == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory for the metrics");
+    return cg_svc_meters_init(app->meters, app->metrics, err);
 }
 
 cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *err)
@@ -122,6 +125,7 @@ cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *
 void cg_app_cleanup(struct cg_app *app)
 {
     cg_metrics_free(app->metrics); /* after the transport, whose families are in it */
+    free(app->meters);
     cg_watch_hub_free(app->watch_hub);
     cg_pseudonyms_free(app->pseudonyms);
     cg_llm_breaker_free(app->llm_breaker);
@@ -146,6 +150,8 @@ void cg_app_env(struct cg_app *app, struct cg_rpc_env *env)
     env->svc.batcher = app->batcher;
     env->svc.pseudonyms = app->pseudonyms;
     env->svc.watch_hub = app->watch_hub;
+    env->svc.meters = app->meters;
+    env->svc.metrics_slot = CG_METRICS_SHARED_SLOT; /* the transport gives each thread its own */
 }
 
 struct cg_store *cg_app_store_new(struct cg_app *app)

@@ -52,6 +52,7 @@ struct cg_app {
      * server may start (completion-queue, pool and open-lane threads) and a few more;
      * ctxguard_build_info registered. The transport registers its own families. */
     struct cg_metrics *metrics;
+    struct cg_svc_meters *meters; /* the services' families in it (service/meters.h) */
     bool started; /* cg_app_start ran: cleanup also ends the LLM library's global state */
 };
 

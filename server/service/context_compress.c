@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "core/conv_json.h"
 #include "core/utf8.h"
+#include "service/meters.h"
 #include "service/summarize.h"
 #include "service/tokenizers.h"
 #include "service/op_err.h"
@@ -467,6 +468,8 @@ cg_status cg_ctx_compress(const struct cg_svc_env *env, const struct cg_op *op,
         st = run_cascade(&c, NULL, req->conv, &out->result);
         out->charged_input_tokens = c.sctx.charged_in;
         out->charged_output_tokens = c.sctx.charged_out;
+        if (st == CG_OK)
+            cg_svc_meters_compress(env->meters, env->metrics_slot, &out->result);
         return st;
     }
     out->stateful = true;
@@ -483,6 +486,8 @@ cg_status cg_ctx_compress(const struct cg_svc_env *env, const struct cg_op *op,
     st = cg_ctx_session_run(env, op, &sreq, session_work, &c, &out->session, &out->result);
     out->charged_input_tokens = c.sctx.charged_in;
     out->charged_output_tokens = c.sctx.charged_out;
+    if (st == CG_OK)
+        cg_svc_meters_compress(env->meters, env->metrics_slot, &out->result);
     return st;
 }
 

@@ -26,6 +26,7 @@ struct cg_llm;
 struct cg_budget_batcher;
 struct cg_pseudonyms;
 struct cg_watch_hub;
+struct cg_svc_meters;
 
 /* The exact tokenizers (core/tok.h), built once at start from the `token_data_dir` files
  * and shared read-only by every thread for the life of the server. */
@@ -77,6 +78,11 @@ struct cg_svc_env {
     struct cg_pseudonyms *pseudonyms; /* service/pseudonyms.h */
     /* WatchUsage's fan-out, fed by the events thread, read by the streams. NULL: none. */
     struct cg_watch_hub *watch_hub;
+    /* What the services count (service/meters.h), shared; NULL: nothing is counted. Counted
+     * into this thread's own slot (base/metrics.h "Shards"; CG_METRICS_SHARED_SLOT for a
+     * thread without one). */
+    const struct cg_svc_meters *meters;
+    uint32_t metrics_slot;
 };
 
 /* One operation as a service sees it: borrowed from the caller for the length of the

@@ -17,6 +17,7 @@
 #include "core/compress.h"
 #include "core/estimate.h"
 #include "core/redact_conv.h"
+#include "service/meters.h"
 #include "service/pseudonyms.h"
 #include "service/tokenizers.h"
 #include "service/op_err.h"
@@ -323,10 +324,14 @@ static size_t chunk_bytes_for(const char *model)
 
 /* ------------------------------------------------------------------ summarize ------- */
 
+/* The thread's LLM client (ctx: the thread's env), counted (service/meters.h). */
 static cg_llm_result llm_chat(void *ctx, const struct cg_llm_request *req,
                               struct cg_llm_reply *reply)
 {
-    return cg_llm_chat(ctx, req, reply);
+    const struct cg_svc_env *env = ctx;
+    cg_llm_result r = cg_llm_chat(env->llm, req, reply);
+    cg_svc_meters_llm(env->meters, env->metrics_slot, r, reply);
+    return r;
 }
 
 bool cg_summarize_llm(const struct cg_svc_env *env, struct cg_summarizer *out)
@@ -334,7 +339,7 @@ bool cg_summarize_llm(const struct cg_svc_env *env, struct cg_summarizer *out)
     if (env->llm == NULL || !cg_llm_is_configured(env->llm))
         return false;
     out->chat = llm_chat;
-    out->ctx = env->llm;
+    out->ctx = (void *)env; /* the thread's, for the length of the call */
     out->model = env->config->llm_model;
     return true;
 }

@@ -1288,6 +1288,7 @@ static void *pool_thread_init(void *arg, int index)
     cg_app_env(srv->app, &ctx->env);
     ctx->env.svc.wake_streams = wake_streams_cb;
     ctx->env.svc.wake_ctx = srv;
+    ctx->env.svc.metrics_slot = cg_metrics_slot_claim(srv->app->metrics); /* this thread's */
     ctx->env.svc.store = cg_app_store_new(srv->app);
     if (ctx->env.svc.store == NULL) {
         free(ctx);
@@ -1601,6 +1602,7 @@ static cg_status make_workers(struct cg_server *srv, struct cg_err *err)
         cg_app_env(srv->app, &w->env);
         w->env.svc.wake_streams = wake_streams_cb;
         w->env.svc.wake_ctx = srv;
+        w->env.svc.metrics_slot = w->metrics_slot;
         cg_timer_heap_init(&w->timers);
         grpc_server_register_completion_queue(srv->server, w->cq, NULL);
     }

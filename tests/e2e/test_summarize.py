@@ -16,6 +16,7 @@ import uuid
 import grpc
 
 import cgtest
+import test_http
 from cgtest import budget_pb2, budget_pb2_grpc, common_pb2, context_pb2, context_pb2_grpc
 
 C = context_pb2
@@ -329,8 +330,10 @@ class SummarizeWithLLM(cgtest.TestCase):
             "CTXGUARD_LLM_API_KEY": "test-key-123",
             "CTXGUARD_LLM_TIMEOUT_MS": "1500",
             "CTXGUARD_LLM_MAX_RETRIES": "2",
-            "CTXGUARD_LLM_BREAKER_FAILURES": "1000"})
+            "CTXGUARD_LLM_BREAKER_FAILURES": "1000",
+            "CTXGUARD_HTTP_LISTEN": "127.0.0.1:0"})
         cls.c = Client(cls.srv)
+        cls.http = test_http.http_port(cls.srv)
 
     def setUp(self):
         self.llm.control("")
@@ -362,6 +365,48 @@ class SummarizeWithLLM(cgtest.TestCase):
         self.assertIn("The export job fails every night", user)
         self.assertIn("Step 0:", user)
         self.assertIn("docs/runbook.md", user)
+
+    def metrics(self):
+        status, _, text = test_http.get(self.http, "/metrics")
+        self.assertEqual(status, 200)
+        return text
+
+    def test_metrics_count_the_llm_calls_and_what_compression_saved(self):
+        def figures():
+            text = self.metrics()
+            value = lambda name, labels=None: (  # noqa: E731
+                test_http.sample(text, name, labels) if labels is not None
+                else test_http.sample_bare(text, name)) or 0
+            return {"ok": value("ctxguard_llm_calls_total", 'result="OK"'),
+                    "seconds": value("ctxguard_llm_call_seconds_count"),
+                    "prompt": value("ctxguard_llm_tokens_total", 'kind="prompt"'),
+                    "completion": value("ctxguard_llm_tokens_total", 'kind="completion"'),
+                    "triggered": value("ctxguard_compress_calls_total", 'triggered="true"'),
+                    "saved": sum(value("ctxguard_compression_tokens_saved_total",
+                                       f'layer="{layer}"') for layer in
+                                 ("NORMALIZE", "OFFLOAD", "TOOL_RESULT_COMPRESSION",
+                                  "WRITE_COMPACTION", "STABLE_PREFIX_TRIM", "SLIDING_WINDOW",
+                                  "SUMMARIZE"))}
+        before = figures()
+        r = self.c.summarize(work_conversation())
+        self.assertEqual(r.summarizer_used, LLM)
+        after = figures()
+        self.assertEqual(after["ok"] - before["ok"], 1)
+        self.assertEqual(after["seconds"] - before["seconds"], 1)
+        self.assertGreater(after["prompt"], before["prompt"], "the fake LLM reports its usage")
+        self.assertGreater(after["completion"], before["completion"])
+        # A Compress over its trigger: counted, and what its layers saved.
+        body = {"messages": [{"role": "user", "content": f"Step {i}: " + "details here " * 60}
+                             for i in range(40)]}
+        resp = self.c.stub.Compress(C.CompressRequest(
+            conversation=common_pb2.Conversation(openai_json=json.dumps(body)), model="gpt-4o",
+            context_window_tokens=8000, summarizer=C.SUMMARIZER_KIND_EXTRACTIVE),
+            metadata=self.c.md, timeout=60)
+        self.assertTrue(resp.report.triggered)
+        final = figures()
+        self.assertEqual(final["triggered"] - after["triggered"], 1)
+        self.assertEqual(final["saved"] - after["saved"],
+                         resp.report.tokens_before - resp.report.tokens_after)
 
     def test_the_llms_tokens_are_charged_to_a_scope(self):
         """Issue 16 item 6: with charge_scope the summarizer's LLM call is reserved and then
