@@ -15,6 +15,7 @@
 #include "core/price.h"
 #include "service/budget_path.h"
 #include "service/cache.h"
+#include "service/meters.h"
 
 int64_t cg_budget_price_estimate(const struct cg_svc_env *env, const char *model, int64_t tokens,
                                  int64_t output)
@@ -63,29 +64,37 @@ static cg_status check_path(const struct cg_svc_env *env, const struct cg_op *op
     int64_t wall = cg_wall_ms();
     if (cg_cache_path_get(env->cache, tenant, ids, cg_mono_ms(), false, path, n, NULL) &&
         !reset_due(path, *n, wall)) {
+        cg_svc_meters_lookup(env->meters, env->metrics_slot, CG_SVC_CACHE_PROCESS,
+                             CG_SVC_LOOKUP_HIT);
         *source = CG_BUDGET_SOURCE_CACHE;
         return CG_OK;
     }
-    if (store_known_down(env))
-        return cg_err_set(op->err, CG_UNAVAILABLE, "storage unavailable");
-    if (env->store == NULL) {
-        *fate = CG_OP_NEEDS_STORE;
+    if (env->store == NULL && !store_known_down(env)) {
+        *fate = CG_OP_NEEDS_STORE; /* the miss is counted where the call runs again */
         return CG_OK;
     }
+    cg_svc_meters_lookup(env->meters, env->metrics_slot, CG_SVC_CACHE_PROCESS, CG_SVC_LOOKUP_MISS);
+    if (store_known_down(env))
+        return cg_err_set(op->err, CG_UNAVAILABLE, "storage unavailable");
     /* Taken before the reads: a write announced meanwhile refuses what they read. */
     uint64_t ticket = cg_cache_ticket(env->cache);
     int64_t gen = -1;
     /* Redis answers only when every row it gave is at least as new as what this process
      * knows (the process cache refuses older ones) and no write was announced meanwhile;
      * without a process cache, Redis alone answers. */
-    if (cg_store_cache_path_get(env->store, tenant, ids, path, n, &gen) &&
-        !reset_due(path, *n, wall) &&
-        (env->cache == NULL ||
-         cg_cache_rows_put(env->cache, tenant, path, *n, ticket, cg_mono_ms()) == *n)) {
+    bool redis = cg_store_cache_path_get(env->store, tenant, ids, path, n, &gen) &&
+                 !reset_due(path, *n, wall) &&
+                 (env->cache == NULL ||
+                  cg_cache_rows_put(env->cache, tenant, path, *n, ticket, cg_mono_ms()) == *n);
+    cg_svc_meters_lookup(env->meters, env->metrics_slot, CG_SVC_CACHE_REDIS,
+                         redis ? CG_SVC_LOOKUP_HIT : CG_SVC_LOOKUP_MISS);
+    if (redis) {
         *source = CG_BUDGET_SOURCE_CACHE;
         return CG_OK;
     }
     cg_status st = cg_budget_read_path(env, op, ids, path, n);
+    cg_svc_meters_lookup(env->meters, env->metrics_slot, CG_SVC_CACHE_POSTGRESQL,
+                         st == CG_OK ? CG_SVC_LOOKUP_HIT : CG_SVC_LOOKUP_ERROR);
     if (st == CG_UNAVAILABLE)
         cg_cache_store_state(env->cache, false);
     if (st != CG_OK)

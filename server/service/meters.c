@@ -1,6 +1,7 @@
 /* meters.c - the services' metric families (meters.h). */
 #include "service/meters.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -50,11 +51,41 @@ static cg_status compress_families(struct cg_svc_meters *m, struct cg_metrics *r
     return CG_OK;
 }
 
+static cg_status cache_family(struct cg_svc_meters *m, struct cg_metrics *reg, struct cg_err *err)
+{
+    struct cg_metric_family *f = cg_metrics_counter_family(
+        reg, "ctxguard_cache_lookups_total",
+        "Where the budget path reads found their rows: the process cache and Redis (hit, "
+        "miss), PostgreSQL (hit: read, error).",
+        CG_LABELS("layer", "result"), 9, err);
+    if (f == NULL)
+        return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;
+    static const char *const layers[3] = {"process", "redis", "postgresql"};
+    static const char *const results[3] = {"hit", "miss", "error"};
+    for (int l = 0; l < 3; l++) {
+        bool pg = l == CG_SVC_CACHE_POSTGRESQL; /* a read of the truth errs, never misses */
+        for (int r = 0; r < 3; r++)
+            if (r == CG_SVC_LOOKUP_HIT || r == (pg ? CG_SVC_LOOKUP_ERROR : CG_SVC_LOOKUP_MISS))
+                m->cache_lookups[l][r] = cg_metric_get(f, CG_LABELS(layers[l], results[r]));
+    }
+    return CG_OK;
+}
+
 cg_status cg_svc_meters_init(struct cg_svc_meters *m, struct cg_metrics *reg, struct cg_err *err)
 {
     *m = (struct cg_svc_meters){0};
     cg_status st = llm_families(m, reg, err);
-    return st == CG_OK ? compress_families(m, reg, err) : st;
+    if (st == CG_OK)
+        st = compress_families(m, reg, err);
+    return st == CG_OK ? cache_family(m, reg, err) : st;
+}
+
+void cg_svc_meters_lookup(const struct cg_svc_meters *m, uint32_t slot, cg_svc_cache_layer layer,
+                          cg_svc_lookup found)
+{
+    if (m != NULL && (int)layer >= 0 && layer <= CG_SVC_CACHE_POSTGRESQL && (int)found >= 0 &&
+        found <= CG_SVC_LOOKUP_ERROR)
+        cg_metric_inc(m->cache_lookups[layer][found], slot);
 }
 
 void cg_svc_meters_llm(const struct cg_svc_meters *m, uint32_t slot, cg_llm_result result,

@@ -169,6 +169,18 @@ class HttpEndpoints(cgtest.TestCase):
                                 delay + ',le="0.75"'), self.good + 1)
         self.assertAlmostEqual(sample(text, "ctxguard_backpressure_delay_seconds_sum", delay), 0.75)
 
+    def test_metrics_say_where_the_budget_reads_found_their_rows(self):
+        _, text = self.metrics()
+        look = lambda layer, result: sample(  # noqa: E731
+            text, "ctxguard_cache_lookups_total", f'layer="{layer}",result="{result}"') or 0
+        # Every decided CheckBudget looked in the process cache once (the 5 good ones and the
+        # warned one; the Reserve writes and reads its rows in its transaction instead).
+        self.assertEqual(look("process", "hit") + look("process", "miss"), self.good + 1, text)
+        self.assertGreater(look("process", "miss"), 0, "the first read of a new scope")
+        # What the process cache missed, Redis or PostgreSQL answered.
+        self.assertEqual(look("process", "miss"), look("redis", "hit") + look("postgresql", "hit"))
+        self.assertEqual(look("postgresql", "error"), 0)
+
     def test_metrics_read_the_queues_and_streams_when_scraped(self):
         _, text = self.metrics()
         for name in ("ctxguard_pool_queued_jobs", "ctxguard_open_lane_queued_jobs",
