@@ -52,8 +52,14 @@ cg_status cg_app_init(struct cg_app *app, const struct cg_config *cfg, const cha
     return CG_OK;
 }
 
-/* The registry with a slot for every thread that may count (metrics.h "Shards"), and the
- * build's identity as ctxguard_build_info{version} 1. */
+static double read_breaker_state(void *ctx)
+{
+    return ctx != NULL ? (double)cg_llm_breaker_state(ctx) : 0.0;
+}
+
+/* The registry with a slot for every thread that may count (metrics.h "Shards"), the
+ * build's identity as ctxguard_build_info{version} 1, the LLM breaker's state and the
+ * services' families (service/meters.h). */
 static cg_status start_metrics(struct cg_app *app, struct cg_err *err)
 {
     const struct cg_config *cfg = app->config;
@@ -73,6 +79,12 @@ static cg_status start_metrics(struct cg_app *app, struct cg_err *err)
     if (build == NULL)
         return info == NULL ? err->code : cg_err_set(err, CG_NOMEM, "out of memory");
     cg_metric_set(build, 1);
+    cg_status st = cg_metrics_callback(
+        app->metrics, "ctxguard_llm_breaker_state",
+        "The summarizer LLM's circuit breaker: 0 closed, 1 open (calls refused), 2 half-open.",
+        CG_METRIC_GAUGE, read_breaker_state, app->llm_breaker, err);
+    if (st != CG_OK)
+        return st;
     if ((app->meters = calloc(1, sizeof *app->meters)) == NULL)
         return cg_err_set(err, CG_NOMEM, "out of memory for the metrics");
     return cg_svc_meters_init(app->meters, app->metrics, err);

@@ -598,10 +598,17 @@ class SummarizeBreaker(cgtest.TestCase):
             "CTXGUARD_LLM_BASE_URL": cls.llm.url,
             "CTXGUARD_LLM_MAX_RETRIES": "0",
             "CTXGUARD_LLM_BREAKER_FAILURES": "2",
-            "CTXGUARD_LLM_BREAKER_COOLDOWN_MS": "1500"})
+            "CTXGUARD_LLM_BREAKER_COOLDOWN_MS": "1500",
+            "CTXGUARD_HTTP_LISTEN": "127.0.0.1:0"})
         cls.c = Client(cls.srv)
+        cls.http = test_http.http_port(cls.srv)
+
+    def breaker_state(self):
+        text = test_http.get(self.http, "/metrics")[2]
+        return test_http.sample_bare(text, "ctxguard_llm_breaker_state")
 
     def test_breaker_opens_and_closes(self):
+        self.assertEqual(self.breaker_state(), 0, "closed")
         self.llm.control("status:503:all")
         for _ in range(2):
             r = self.c.summarize(work_conversation())
@@ -618,6 +625,7 @@ class SummarizeBreaker(cgtest.TestCase):
         self.assertRpcError(grpc.StatusCode.UNAVAILABLE, self.c.summarize, work_conversation(),
                             summarizer=LLM, contains="CIRCUIT_OPEN")
         self.assertEqual(len(self.llm.requests()), before, "an open breaker sent requests")
+        self.assertIn(self.breaker_state(), (1, 2), "open (or half-open once the cool-down ends)")
         # The endpoint recovers; after the cool-down one probe goes through and closes it.
         self.llm.control("")
         deadline = time.monotonic() + 15
@@ -630,6 +638,7 @@ class SummarizeBreaker(cgtest.TestCase):
             time.sleep(0.1)  # polling the cool-down, not waiting out a race
         for _ in range(3):
             self.assertEqual(self.c.summarize(work_conversation()).summarizer_used, LLM)
+        self.assertEqual(self.breaker_state(), 0, "closed again")
 
 
 class SummarizeCtl(cgtest.TestCase):
