@@ -52,6 +52,32 @@ cg_status cg_app_init(struct cg_app *app, const struct cg_config *cfg, const cha
     return CG_OK;
 }
 
+/* The stores' families (store.h cg_store_meters), their handles put in the store options
+ * that every store of the process is made with. */
+static cg_status store_metrics(struct cg_app *app, struct cg_err *err)
+{
+    static const double buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                     0.1,    0.25,  0.5,    1,     2.5,  5};
+    struct cg_metric_family *seconds = cg_metrics_histogram_family(
+        app->metrics, "ctxguard_store_call_seconds",
+        "Time of each PostgreSQL statement and Redis command, answered or not.", CG_LABELS("store"),
+        buckets, sizeof buckets / sizeof buckets[0], 2, err);
+    struct cg_metric_family *errors = cg_metrics_counter_family(
+        app->metrics, "ctxguard_store_errors_total",
+        "PostgreSQL statements and Redis commands that failed for the store's sake "
+        "(unreachable, timed out, broken), not for the data's.",
+        CG_LABELS("store"), 2, err);
+    if (seconds == NULL || errors == NULL)
+        return err->code != CG_OK ? err->code : CG_NOMEM;
+    app->store_opts.meters = (struct cg_store_meters){
+        .pg_seconds = cg_metric_get(seconds, CG_LABELS("postgresql")),
+        .pg_errors = cg_metric_get(errors, CG_LABELS("postgresql")),
+        .redis_seconds = cg_metric_get(seconds, CG_LABELS("redis")),
+        .redis_errors = cg_metric_get(errors, CG_LABELS("redis")),
+    };
+    return CG_OK;
+}
+
 static double read_breaker_state(void *ctx)
 {
     return ctx != NULL ? (double)cg_llm_breaker_state(ctx) : 0.0;
@@ -87,7 +113,9 @@ static cg_status start_metrics(struct cg_app *app, struct cg_err *err)
         return st;
     if ((app->meters = calloc(1, sizeof *app->meters)) == NULL)
         return cg_err_set(err, CG_NOMEM, "out of memory for the metrics");
-    return cg_svc_meters_init(app->meters, app->metrics, err);
+    if ((st = cg_svc_meters_init(app->meters, app->metrics, err)) != CG_OK)
+        return st;
+    return store_metrics(app, err);
 }
 
 cg_status cg_app_start(struct cg_app *app, const char **setting, struct cg_err *err)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/metrics.h"
 #include "store/migrate.h"
 #include "store/store_pg.h"
 #include "store/store_redis.h"
@@ -170,15 +171,20 @@ struct cg_store *cg_store_new(const struct cg_store_opts *opts)
     int statement_ms = opts->pg_statement_timeout_ms > 0 ? opts->pg_statement_timeout_ms
                                                          : DEFAULT_STATEMENT_TIMEOUT_MS;
     int redis_ms = opts->redis_timeout_ms > 0 ? opts->redis_timeout_ms : DEFAULT_REDIS_TIMEOUT_MS;
+    store->meters = opts->meters;
     store->pg = cg_pg_new(opts->pg_dsn, connect_ms, statement_ms);
     if (store->pg == NULL)
         goto fail;
     cg_pg_set_outage_log(store->pg, opts->outages ? &opts->outages->pg : NULL);
+    cg_pg_set_meters(store->pg, opts->meters.pg_seconds, opts->meters.pg_errors,
+                     CG_METRICS_SHARED_SLOT);
     if (opts->redis_url != NULL && opts->redis_url[0] != '\0') {
         store->redis = cg_redis_new(opts->redis_url, redis_ms);
         if (store->redis == NULL)
             goto fail;
         cg_redis_set_outage_log(store->redis, opts->outages ? &opts->outages->redis : NULL);
+        cg_redis_set_meters(store->redis, opts->meters.redis_seconds, opts->meters.redis_errors,
+                            CG_METRICS_SHARED_SLOT);
         cg_redis_cluster_mode mode;
         if (!cg_redis_cluster_mode_parse(opts->redis_cluster, &mode))
             mode = CG_REDIS_CLUSTER_AUTO; /* the config table admits the three words only */
@@ -189,6 +195,14 @@ struct cg_store *cg_store_new(const struct cg_store_opts *opts)
 fail:
     cg_store_free(store);
     return NULL;
+}
+
+void cg_store_set_metrics_slot(struct cg_store *store, uint32_t slot)
+{
+    const struct cg_store_meters *m = &store->meters;
+    cg_pg_set_meters(store->pg, m->pg_seconds, m->pg_errors, slot);
+    if (store->redis != NULL)
+        cg_redis_set_meters(store->redis, m->redis_seconds, m->redis_errors, slot);
 }
 
 void cg_store_free(struct cg_store *store)

@@ -25,6 +25,8 @@
 #include "base/status.h"
 #include "core/scope.h"
 
+struct cg_metric; /* base/metrics.h */
+
 #define CG_UUID_LEN 36
 /* Requests of one batched transaction, at most (store.h "batches"). */
 #define CG_BATCH_MAX 128
@@ -58,6 +60,13 @@ struct cg_store_opts {
     const char *redis_cluster;        /* "auto" (NULL), "on" or "off": store_redis.h */
     int key_cache_ttl_s;              /* 0: do not cache key lookups */
     struct cg_store_outages *outages; /* borrowed, shared; NULL: the store logs on its own */
+    /* What every store counts (base/metrics.h handles, borrowed; NULL members: nothing):
+     * each PostgreSQL statement and Redis command's time, and those that failed for the
+     * store's sake (unreachable, timed out, broken). */
+    struct cg_store_meters {
+        struct cg_metric *pg_seconds, *pg_errors;
+        struct cg_metric *redis_seconds, *redis_errors;
+    } meters;
 };
 
 /* What a tenant's calls do with PII (admin.proto TenantSettings). */
@@ -116,6 +125,10 @@ struct cg_key_auth {
 
 /* A new store; connects lazily. opts' strings are copied. NULL when out of memory. */
 struct cg_store *cg_store_new(const struct cg_store_opts *opts);
+
+/* The metrics slot (base/metrics.h) the store's thread counts into: the thread's own (claimed
+ * by it), or CG_METRICS_SHARED_SLOT, the default. */
+void cg_store_set_metrics_slot(struct cg_store *store, uint32_t slot);
 
 /* Closes the connections and frees the store. NULL is a no-op. */
 void cg_store_free(struct cg_store *store);

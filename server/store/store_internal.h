@@ -15,6 +15,7 @@ struct cg_store {
     struct cg_redis *redis; /* NULL: cache disabled */
     int key_cache_ttl_s;
     int64_t deadline_mono_ms;
+    struct cg_store_meters meters; /* the handles the options gave (counted per slot) */
     /* Whole-tenant cg_rows announcements that failed, sent with the next one
      * (store_events.c): tenant ids separated by 0x1e. */
     char announce_pending[64 * (CG_UUID_LEN + 1) - 1];

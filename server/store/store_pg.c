@@ -25,6 +25,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/metrics.h"
 
 /* The session advisory lock that serializes migration runners ("ctxguard" in ASCII). */
 #define MIGRATION_LOCK_KEY "7166485292799586916"
@@ -743,9 +744,10 @@ static cg_status statement_failed(struct cg_pg *pg, const char *label, PGresult 
 /* Runs one statement (see the file comment). On CG_OK, *out is a successful result that
  * the caller PQclears; on error *out is NULL, err is filled and pg->sqlstate holds the
  * SQLSTATE when the server reported one. */
-cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int nparams,
-                     const char *const *values, const int *lengths, const int *formats, int flags,
-                     PGresult **out, struct cg_err *err)
+/* cg__pg_run without the counting. */
+static cg_status run_statement(struct cg_pg *pg, const char *label, const char *sql, int nparams,
+                               const char *const *values, const int *lengths, const int *formats,
+                               int flags, PGresult **out, struct cg_err *err)
 {
     *out = NULL;
     pg->sqlstate[0] = '\0';
@@ -826,6 +828,28 @@ cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int n
     }
 }
 
+/* Whether a statement's failure is the store's (not the data's: a missing row, a conflict). */
+static bool store_failure(cg_status st)
+{
+    return st == CG_UNAVAILABLE || st == CG_DEADLINE_EXCEEDED || st == CG_INTERNAL || st == CG_IO ||
+           st == CG_NOMEM;
+}
+
+cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int nparams,
+                     const char *const *values, const int *lengths, const int *formats, int flags,
+                     PGresult **out, struct cg_err *err)
+{
+    if (pg->seconds == NULL && pg->errors == NULL)
+        return run_statement(pg, label, sql, nparams, values, lengths, formats, flags, out, err);
+    int64_t started = cg_mono_ns();
+    cg_status st =
+        run_statement(pg, label, sql, nparams, values, lengths, formats, flags, out, err);
+    cg_metric_observe(pg->seconds, pg->metrics_slot, (double)(cg_mono_ns() - started) / 1e9);
+    if (store_failure(st))
+        cg_metric_inc(pg->errors, pg->metrics_slot);
+    return st;
+}
+
 /* ------------------------------------------------------------------ lifecycle --- */
 
 struct cg_pg *cg_pg_new(const char *dsn, int connect_timeout_ms, int statement_timeout_ms)
@@ -848,6 +872,14 @@ struct cg_pg *cg_pg_new(const char *dsn, int connect_timeout_ms, int statement_t
 void cg_pg_set_outage_log(struct cg_pg *pg, atomic_int *flag)
 {
     pg->outage_logged = flag != NULL ? flag : &pg->own_outage_logged;
+}
+
+void cg_pg_set_meters(struct cg_pg *pg, struct cg_metric *seconds, struct cg_metric *errors,
+                      uint32_t slot)
+{
+    pg->seconds = seconds;
+    pg->errors = errors;
+    pg->metrics_slot = slot;
 }
 
 void cg_pg_free(struct cg_pg *pg)

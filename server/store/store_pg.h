@@ -43,6 +43,12 @@ void cg_pg_free(struct cg_pg *pg);
  * process: an outage is logged as a warning once, by the first handle to see it. */
 void cg_pg_set_outage_log(struct cg_pg *pg, atomic_int *flag);
 
+/* Counts every statement's time into seconds and the failures that are the store's
+ * (unreachable, timed out, broken) into errors, in the given metrics slot (base/metrics.h;
+ * NULL handles: nothing). */
+void cg_pg_set_meters(struct cg_pg *pg, struct cg_metric *seconds, struct cg_metric *errors,
+                      uint32_t slot);
+
 /* Sets the monotonic deadline (cg_mono_ms) of the current call; 0 clears it. Sends
  * nothing: the statement timeout is adjusted before the next statement, and only when
  * it must change. */

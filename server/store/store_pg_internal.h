@@ -41,6 +41,8 @@ struct cg_pg {
      * (cg_store_outages.pg) or own_outage_logged. */
     atomic_int *outage_logged;
     atomic_int own_outage_logged;
+    struct cg_metric *seconds, *errors; /* cg_pg_set_meters; NULL: not counted */
+    uint32_t metrics_slot;
     /* A transaction is open (cg_pg_begin until commit or rollback). It stays set when the
      * connection is lost, so that later statements fail instead of running outside it. */
     bool in_tx;

@@ -210,6 +210,14 @@ void cg_redis_set_outage_log(struct cg_redis *redis, atomic_int *flag)
     redis->outage_logged = flag != NULL ? flag : &redis->own_outage_logged;
 }
 
+void cg_redis_set_meters(struct cg_redis *redis, struct cg_metric *seconds,
+                         struct cg_metric *errors, uint32_t slot)
+{
+    redis->seconds = seconds;
+    redis->errors = errors;
+    redis->metrics_slot = slot;
+}
+
 void cg_redis_free(struct cg_redis *redis)
 {
     if (redis == NULL)

@@ -85,6 +85,11 @@ void cg_redis_free(struct cg_redis *redis);
  * the process: an outage is logged as a warning once, by the first handle to see it. */
 void cg_redis_set_outage_log(struct cg_redis *redis, atomic_int *flag);
 
+/* Counts every command's time into seconds and the commands that got no answer into errors,
+ * in the given metrics slot (base/metrics.h; NULL handles: nothing). */
+void cg_redis_set_meters(struct cg_redis *redis, struct cg_metric *seconds,
+                         struct cg_metric *errors, uint32_t slot);
+
 /* Whether the last command got an answer (false before the first one). */
 bool cg_redis_ok(const struct cg_redis *redis);
 

@@ -52,6 +52,8 @@ struct cg_redis {
     /* One warning per outage: the process's flag (cg_store_outages.redis) or this own. */
     atomic_int *outage_logged;
     atomic_int own_outage_logged;
+    struct cg_metric *seconds, *errors; /* cg_redis_set_meters; NULL: not counted */
+    uint32_t metrics_slot;
     int failed_nodes; /* nodes of this handle whose last exchange failed */
 
     /* Standalone: the one connection. Cluster: where the map is read first, closed (or

@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/metrics.h"
 #include "store/store_redis_internal.h"
 
 #define MOD "store_redis"
@@ -89,9 +90,9 @@ void cg__redis_node_fail_reply(struct cg_redis *r, struct cg__redis_node *n, con
     cg__redis_node_fail(r, n, what, detail);
 }
 
-/* One command on a connected node; error replies are returned. NULL after a failure. */
-static redisReply *node_send(struct cg_redis *r, struct cg__redis_node *n, const char *what,
-                             int argc, const char **argv, const size_t *lens, bool asking)
+/* node_send without the counting. */
+static redisReply *exchange(struct cg_redis *r, struct cg__redis_node *n, const char *what,
+                            int argc, const char **argv, const size_t *lens, bool asking)
 {
     redisReply *reply = NULL;
     if (asking) {
@@ -116,6 +117,20 @@ static redisReply *node_send(struct cg_redis *r, struct cg__redis_node *n, const
         cg__redis_copy_str(detail, sizeof detail, n->ctx->errstr, strlen(n->ctx->errstr));
         cg__redis_node_fail(r, n, what, detail);
     }
+    return reply;
+}
+
+/* One command on a connected node, timed; error replies are returned. NULL after a failure
+ * (counted as an error of the store). */
+static redisReply *node_send(struct cg_redis *r, struct cg__redis_node *n, const char *what,
+                             int argc, const char **argv, const size_t *lens, bool asking)
+{
+    int64_t started = r->seconds != NULL ? cg_mono_ns() : 0;
+    redisReply *reply = exchange(r, n, what, argc, argv, lens, asking);
+    if (r->seconds != NULL)
+        cg_metric_observe(r->seconds, r->metrics_slot, (double)(cg_mono_ns() - started) / 1e9);
+    if (reply == NULL)
+        cg_metric_inc(r->errors, r->metrics_slot);
     return reply;
 }
 

@@ -1290,6 +1290,8 @@ static void *pool_thread_init(void *arg, int index)
     ctx->env.svc.wake_ctx = srv;
     ctx->env.svc.metrics_slot = cg_metrics_slot_claim(srv->app->metrics); /* this thread's */
     ctx->env.svc.store = cg_app_store_new(srv->app);
+    if (ctx->env.svc.store != NULL)
+        cg_store_set_metrics_slot(ctx->env.svc.store, ctx->env.svc.metrics_slot);
     if (ctx->env.svc.store == NULL) {
         free(ctx);
         return NULL;

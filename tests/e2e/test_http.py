@@ -181,6 +181,16 @@ class HttpEndpoints(cgtest.TestCase):
         self.assertEqual(look("process", "miss"), look("redis", "hit") + look("postgresql", "hit"))
         self.assertEqual(look("postgresql", "error"), 0)
 
+    def test_metrics_time_the_stores_calls(self):
+        _, text = self.metrics()
+        for store in ("postgresql", "redis"):
+            label = f'store="{store}"'
+            self.assertGreater(sample(text, "ctxguard_store_call_seconds_count", label), 0, store)
+            self.assertEqual(sample(text, "ctxguard_store_call_seconds_count", label),
+                             sample(text, "ctxguard_store_call_seconds_bucket",
+                                    label + ',le="+Inf"'))
+            self.assertEqual(sample(text, "ctxguard_store_errors_total", label), 0, store)
+
     def test_metrics_read_the_queues_and_streams_when_scraped(self):
         _, text = self.metrics()
         for name in ("ctxguard_pool_queued_jobs", "ctxguard_open_lane_queued_jobs",
@@ -327,6 +337,10 @@ class ReadyzFollowsHealth(cgtest.TestCase):
         status, _, body = get(hp, "/readyz")
         self.assertIn("not ready", body)
         self.assertEqual(get(hp, "/healthz")[0], 200, "the process still runs")
+        # The probes that failed are the store's errors.
+        errors = sample(get(hp, "/metrics")[2], "ctxguard_store_errors_total",
+                        'store="postgresql"')
+        self.assertGreater(errors, 0)
         proxy.restore()
         cgtest.wait_until(lambda: get(hp, "/readyz")[0] == 200, 15, "/readyz 200 again")
 
