@@ -80,10 +80,11 @@ struct worker {
 
 #define GRPC_CODES 17
 
-/* One method's handles of the gRPC server families (as the Go and Java interceptors name
- * them): started made at start, the others on the first call that needs them, then kept. */
 #define DECISIONS 5 /* ctxguard.v1.Decision values */
 
+/* One method's handles of the gRPC server families (as the Go and Java interceptors name
+ * them) and of the budget decisions: started made at start, the others on the first call
+ * that needs them, then kept. */
 struct method_metrics {
     struct cg_metric *started;
     _Atomic(struct cg_metric *) seconds;
