@@ -585,6 +585,12 @@ cg_status cg__cj_anthropic_tools_out(struct wctx *w, json_t **out)
             return WOOM(w);
         bool builtin = t->type.len > 0 && strcmp(t->type.ptr, "function") != 0 &&
                        strcmp(t->type.ptr, "custom") != 0;
+        /* Anthropic names every tool (its reader refuses one without): an unnamed tool of
+         * another format cannot be carried. */
+        if (t->name.len == 0 || t->name.len > CG_CONV_ID_MAX)
+            return cg__cj_wfail(w, CG_INVALID_ARGUMENT,
+                                "tools[%zu].name: Anthropic JSON needs a name of 1..%d bytes", i,
+                                CG_CONV_ID_MAX);
         if (t->type.len > 0 && (builtin || w->same_origin))
             cg__cj_set_str(o, "type", &t->type);
         if (!cg__cj_set_str(o, "name", &t->name))

@@ -343,3 +343,14 @@ Test(conv_json, a_data_url_that_is_not_base64_is_not_written_as_bytes, .timeout 
     json_decref(g);
     cg_conv_free(conv);
 }
+
+Test(conv_json, an_unnamed_tool_is_not_written_as_anthropic, .timeout = 10)
+{
+    /* Found by fuzz_conv_json: an OpenAI tool of an unknown type and no name became an
+     * Anthropic tool named "", which Anthropic's reader refuses. */
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                       "\"tools\":[{\"type\":\"fwnction\"}]}";
+    struct cg_conv *conv = read_ok(CG_CONV_JSON_OPENAI, chat, strlen(chat));
+    expect_write_error(CG_CONV_JSON_ANTHROPIC, conv, "tools[0].name");
+    cg_conv_free(conv);
+}
