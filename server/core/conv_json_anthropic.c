@@ -325,21 +325,19 @@ cg_status cg__cj_anthropic_tool(struct ctx *c, json_t *tool)
 static json_t *anthropic_image_block(const struct cg_image *im)
 {
     json_t *src = NULL;
+    struct cg_str mt, payload;
     if (im->source == CG_IMAGE_SOURCE_DATA) {
         size_t n;
         char *b64 = cg__cj_b64_encode((const unsigned char *)im->data.ptr, im->data.len, &n);
         if (b64 == NULL)
             return NULL;
-        json_t *mt = cg__cj_jstr(&im->media_type);
-        src = json_pack("{s:s, s:o, s:s%}", "type", "base64", "media_type", mt, "data", b64, n);
+        json_t *media = cg__cj_jstr(&im->media_type);
+        src = json_pack("{s:s, s:o, s:s%}", "type", "base64", "media_type", media, "data", b64, n);
         free(b64);
-    } else if (im->source == CG_IMAGE_SOURCE_URL && im->url.len > 5 &&
-               strncmp(im->url.ptr, "data:", 5) == 0) {
-        /* A data: URL becomes a base64 source without decoding it; one that is not base64
-         * cannot be carried (NULL). */
-        struct cg_str mt, payload;
-        if (!cg__cj_data_url_base64(&im->url, &mt, &payload))
-            return NULL;
+    } else if (im->source == CG_IMAGE_SOURCE_URL &&
+               cg__cj_data_url_base64(&im->url, &mt, &payload)) {
+        /* A base64 data: URL becomes a base64 source without decoding it (any other URL,
+         * a data: URL that is not base64 too, stays a URL, as Anthropic's reader takes it). */
         src = json_pack("{s:s, s:s%, s:s%}", "type", "base64", "media_type", mt.ptr, mt.len, "data",
                         payload.ptr, payload.len);
     } else if (im->source == CG_IMAGE_SOURCE_URL) {

@@ -519,12 +519,13 @@ static cg_status read_tool(struct ctx *c, json_t *tool)
         return st;
     if ((st = cg_conv_add_tool(c->conv, &t, c->err)) != CG_OK)
         return cg__cj_fail_from(c, st);
-    if ((st = cg__cj_get_string(c, tool, "type", true, &t->type)) != CG_OK)
+    /* A type and a name of 1..CG_CONV_ID_MAX bytes, as the writer needs them back. */
+    if ((st = cg__cj_get_id(c, tool, "type", &t->type)) != CG_OK)
         return st;
     if (strcmp(t->type.ptr, "function") != 0) {
         json_t *name = json_object_get(tool, "name");
         st = json_is_string(name)
-                 ? cg__cj_get_string(c, tool, "name", true, &t->name)
+                 ? cg__cj_get_id(c, tool, "name", &t->name)
                  : cg_conv_str(c->conv, t->type.ptr, t->type.len, &t->name, c->err);
         if (st != CG_OK)
             return json_is_string(name) ? st : cg__cj_fail_from(c, st);

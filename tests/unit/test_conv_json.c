@@ -331,12 +331,19 @@ Test(conv_json, garbage_never_crashes, .timeout = 30)
 Test(conv_json, a_data_url_that_is_not_base64_is_not_written_as_bytes, .timeout = 10)
 {
     /* Found by fuzz_conv_json: such a URL became an Anthropic base64 source that the reader
-     * then refused. Now the writers that carry bytes refuse it (Anthropic) or keep it a URL
-     * (Gemini fileData). */
+     * then refused. Now the writers that carry bytes keep it a URL (Anthropic url source,
+     * Gemini fileData), which their readers take. */
     const char *chat = "[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
                        "{\"url\":\"data:image/png;base64,iVBO`Rw0K\"}}]}]";
     struct cg_conv *conv = read_ok(CG_CONV_JSON_OPENAI, chat, strlen(chat));
-    expect_write_error(CG_CONV_JSON_ANTHROPIC, conv, "messages[0].parts[0].image");
+    json_t *a = write_json(conv, CG_CONV_JSON_ANTHROPIC);
+    json_t *block = json_array_get(json_object_get(json_array_get(a, 0), "content"), 0);
+    json_t *source = json_object_get(block, "source");
+    cr_assert_str_eq(json_string_value(json_object_get(source, "type")), "url");
+    char *text = json_dumps(a, JSON_COMPACT);
+    cg_conv_free(read_ok(CG_CONV_JSON_ANTHROPIC, text, strlen(text)));
+    free(text);
+    json_decref(a);
     json_t *g = write_json(conv, CG_CONV_JSON_GEMINI);
     json_t *part = json_array_get(json_object_get(json_array_get(g, 0), "parts"), 0);
     cr_assert_not_null(json_object_get(part, "fileData"), "kept as a URL, not as bytes");

@@ -176,6 +176,9 @@ Test(conv_json_responses, errors_name_the_json_path, .timeout = 10)
                  CG_INVALID_ARGUMENT, "$.input[1].call_id: required");
     expect_error("[{\"type\":\"function_call_output\",\"call_id\":\"\",\"output\":\"x\"}]",
                  CG_INVALID_ARGUMENT, "$[0].call_id: must be 1..256 bytes");
+    /* Found by fuzz_compress: a tool of type "" was read, and could not be written back. */
+    expect_error("{\"input\":\"hi\",\"tools\":[{\"type\":\"\",\"max_num_results\":5}]}",
+                 CG_INVALID_ARGUMENT, "$.tools[0].type: must be 1..256 bytes");
     expect_error("[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\",\"arguments\":"
                  "{\"a\":1}}]",
                  CG_INVALID_ARGUMENT, "$[0].arguments: expected a string, got an object");
