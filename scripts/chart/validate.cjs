@@ -68,9 +68,8 @@ function configTable(path) {
 }
 
 // Keys the chart sets itself; values.schema.json must refuse them in `config`.
-const CHART_OWNED = ["listen", "pg_dsn", "redis_url", "admin_key", "migrate_on_start", "llm_api_key", "tls_cert", "tls_key", "tls_client_ca"];
-// Keys of the server to come that the chart already sets (metrics.enabled).
-const FUTURE_KEYS = { http_listen: "the metrics listener's key, not in today's server (it refuses CTXGUARD_HTTP_LISTEN)" };
+// (http_listen: metrics.enabled and metrics.port.)
+const CHART_OWNED = ["listen", "pg_dsn", "redis_url", "admin_key", "migrate_on_start", "llm_api_key", "tls_cert", "tls_key", "tls_client_ca", "http_listen"];
 
 function checkConfigKeys(a) {
   const table = configTable(a["config-h"]);
@@ -273,9 +272,7 @@ function checkManifests(a) {
       for (const n of names.filter((n, i) => names.indexOf(n) !== i)) err(it, `container ${c.name}: env ${n} is set twice`);
       for (const n of names.filter((n) => n.startsWith("CTXGUARD_"))) {
         const key = n.slice("CTXGUARD_".length).toLowerCase();
-        if (table.has(key)) continue;
-        if (FUTURE_KEYS[key]) notes.push(`${it.obj.kind} ${it.obj.metadata.name}: ${n}: ${FUTURE_KEYS[key]}`);
-        else err(it, `container ${c.name}: ${n} is not a key of server/base/config.h (the server refuses to start)`);
+        if (!table.has(key)) err(it, `container ${c.name}: ${n} is not a key of server/base/config.h (the server refuses to start)`);
       }
     }
   };
