@@ -38,8 +38,8 @@
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 
-#define MAX_WORDS 2 /* "tenant create" */
-#define MAX_POSITIONAL 8
+#define MAX_WORDS 2        /* "tenant create" */
+#define MAX_POSITIONAL 128 /* `notify redrive` takes a list of delivery ids */
 #define MAX_CMD_OPTIONS 8
 #define MAX_ARGS 256 /* more command-line arguments than this is a mistake */
 #define MAX_TIMEOUT_MS 86400000L
@@ -558,6 +558,7 @@ out:
 #define SCOPE_ID_MAX 128
 #define USAGE_BAR_WIDTH 12
 #define USAGE_DEPTH_DEFAULT 3
+#define HISTORY_BAR_WIDTH 40
 
 /* A SCOPE argument: "session[/task[/agent]]"; "" or "-" is the tenant (scope.tenant set). ids holds
  * the copies the Scope points into. Returns false (after a usage message) when malformed. */
@@ -1366,6 +1367,99 @@ static int cmd_record(struct ctl *ctl, const struct command *cmd, const struct c
     return rc;
 }
 
+/* Every token of a usage, cache reads and writes included. */
+static int64_t usage_total_tokens(const Ctxguard__V1__TokenUsage *u)
+{
+    return u == NULL
+               ? 0
+               : u->input_tokens + u->output_tokens + u->cache_read_tokens + u->cache_write_tokens;
+}
+
+/* One step of a history: its start (UTC), a bar scaled to the largest step, its tokens,
+ * calls and cost. */
+static void print_history_step(const Ctxguard__V1__UsagePoint *p, int64_t most, bool days)
+{
+    char when[24];
+    struct tm tm;
+    time_t secs = (time_t)(p->start_unix_ms / 1000);
+    if (gmtime_r(&secs, &tm) == NULL ||
+        strftime(when, sizeof when, days ? "%Y-%m-%d" : "%Y-%m-%d %H:%M", &tm) == 0)
+        snprintf(when, sizeof when, "%" PRId64, p->start_unix_ms);
+    int64_t tokens = usage_total_tokens(p->usage);
+    char bar[HISTORY_BAR_WIDTH + 1];
+    int filled = most > 0 ? (int)((double)tokens / (double)most * HISTORY_BAR_WIDTH + 0.5) : 0;
+    if (tokens > 0 && filled == 0)
+        filled = 1;
+    for (int i = 0; i < HISTORY_BAR_WIDTH; i++)
+        bar[i] = i < filled ? '#' : ' ';
+    bar[HISTORY_BAR_WIDTH] = '\0';
+    printf("%-16s |%s| %12" PRId64 " tokens %6" PRId64 " calls", when, bar, tokens, p->entries);
+    if (p->usage != NULL && p->usage->cost_micros > 0)
+        printf("  $%.6f", (double)p->usage->cost_micros / 1e6);
+    printf("\n");
+}
+
+/* usage --history: GetUsageHistory over the last --since (default 1h) in steps of --step
+ * (default: the server's choice), drawn as a bar per step. */
+static int cmd_usage_history(struct ctl *ctl, const struct command *cmd,
+                             const struct cmd_args *args, Ctxguard__V1__Scope *scope)
+{
+    Ctxguard__V1__GetUsageHistoryRequest req = CTXGUARD__V1__GET_USAGE_HISTORY_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    const char *since = option_value(cmd, args, "--since");
+    const char *step = option_value(cmd, args, "--step");
+    int64_t since_ms = 3600 * 1000, step_ms = 0;
+    int rc;
+
+    if (since != NULL && !parse_duration_ms(since, &since_ms))
+        return usage_error("--since must be a duration like 30m, 6h or 7d (at most 365d), not '%s'",
+                           since);
+    if (step != NULL && (!parse_duration_ms(step, &step_ms) || step_ms % 60000 != 0))
+        return usage_error("--step must be a whole number of minutes like 60s, 5m, 1h or 1d, not "
+                           "'%s'",
+                           step);
+    int64_t now_ms = cg_wall_ms();
+    req.scope = scope;
+    req.to_unix_ms = now_ms;
+    req.from_unix_ms = now_ms - since_ms;
+    req.step_seconds = (uint32_t)(step_ms / 1000);
+    rc = call(ctl, BUDGET_METHOD("GetUsageHistory"), &req.base,
+              &ctxguard__v1__get_usage_history_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__GetUsageHistoryResponse *resp = (const void *)msg;
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    int64_t most = 0;
+    for (size_t i = 0; i < resp->n_points; i++)
+        if (usage_total_tokens(resp->points[i]->usage) > most)
+            most = usage_total_tokens(resp->points[i]->usage);
+    char from[40], to[40];
+    printf("%s .. %s, steps of %us\n", format_time(resp->from_unix_ms, from, sizeof from),
+           format_time(resp->to_unix_ms, to, sizeof to), resp->step_seconds);
+    bool days = resp->step_seconds % 86400 == 0;
+    for (size_t i = 0; i < resp->n_points; i++)
+        print_history_step(resp->points[i], most, days);
+    printf("total: %" PRId64 " tokens (input %" PRId64 ", output %" PRId64 ", cache read %" PRId64
+           ", cache write %" PRId64 "), %" PRId64 " calls",
+           usage_total_tokens(resp->total), resp->total ? resp->total->input_tokens : 0,
+           resp->total ? resp->total->output_tokens : 0,
+           resp->total ? resp->total->cache_read_tokens : 0,
+           resp->total ? resp->total->cache_write_tokens : 0, resp->total_entries);
+    if (resp->total != NULL && resp->total->cost_micros > 0)
+        printf(", $%.6f", (double)resp->total->cost_micros / 1e6);
+    printf("\n");
+    if (resp->retained_from_unix_ms > resp->from_unix_ms)
+        printf("note: buckets before %s are past the server's retention and read as 0\n",
+               format_time(resp->retained_from_unix_ms, from, sizeof from));
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
 static int cmd_usage(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
 {
     Ctxguard__V1__GetUsageRequest req = CTXGUARD__V1__GET_USAGE_REQUEST__INIT;
@@ -1377,6 +1471,10 @@ static int cmd_usage(struct ctl *ctl, const struct command *cmd, const struct cm
 
     if (!parse_scope(args->positional_count > 0 ? args->positional[0] : "", &sc))
         return EXIT_USAGE;
+    if (option_value(cmd, args, "--history") != NULL)
+        return cmd_usage_history(ctl, cmd, args, &sc.scope);
+    if (option_value(cmd, args, "--since") != NULL || option_value(cmd, args, "--step") != NULL)
+        return usage_error("--since and --step go with --history");
     if (depth_text != NULL && !parse_long(depth_text, 0, (long)UINT32_MAX, &depth))
         return usage_error("--depth must be a number of levels, not '%s'", depth_text);
     req.scope = &sc.scope;
@@ -2608,6 +2706,411 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------------ notify ------ */
+
+#define NOTIFY_EVENTS_MAX 32    /* the most event types a channel names (the server's cap) */
+#define NOTIFY_EVENTS_TEXT 1024 /* room for NOTIFY_EVENTS_MAX names and their commas */
+#define NOTIFY_PAGE_MAX 1000    /* ListNotificationDeliveries' largest page */
+#define NOTIFY_NAME_MAX 32      /* longer than any event type's name */
+
+/* enum_short in lower case ("NOTIFICATION_CHANNEL_KIND_WEBHOOK" -> "webhook") into buf. */
+static const char *enum_lower(const ProtobufCEnumDescriptor *d, int value, const char *prefix,
+                              char *buf, size_t len)
+{
+    const char *s = enum_short(d, value, prefix);
+    size_t i = 0;
+    for (; s[i] != '\0' && i + 1 < len; i++)
+        buf[i] = s[i] >= 'A' && s[i] <= 'Z' ? (char)(s[i] - 'A' + 'a') : s[i];
+    buf[i] = '\0';
+    return buf;
+}
+
+static const char *event_type_name(int type, char *buf, size_t len)
+{
+    return enum_lower(&ctxguard__v1__usage_event_type__descriptor, type, "USAGE_EVENT_TYPE_", buf,
+                      len);
+}
+
+static const char *channel_kind_name(int kind, char *buf, size_t len)
+{
+    return enum_lower(&ctxguard__v1__notification_channel_kind__descriptor, kind,
+                      "NOTIFICATION_CHANNEL_KIND_", buf, len);
+}
+
+static const char *delivery_state_name(int state, char *buf, size_t len)
+{
+    return enum_lower(&ctxguard__v1__notification_delivery_state__descriptor, state,
+                      "NOTIFICATION_DELIVERY_STATE_", buf, len);
+}
+
+/* Whether a channel may subscribe to an event type: all but the stream's own (SNAPSHOT,
+ * USAGE_CHANGED, HEARTBEAT), as the server decides. Taken from the enum rather than listed
+ * here so that a new event type needs no change of this client. */
+static bool notify_event_is_sendable(int type)
+{
+    switch (type) {
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_UNSPECIFIED:
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_SNAPSHOT:
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_USAGE_CHANGED:
+    case CTXGUARD__V1__USAGE_EVENT_TYPE__USAGE_EVENT_TYPE_HEARTBEAT:
+        return false;
+    default:
+        return true;
+    }
+}
+
+/* The usage error of an --events name that is no sendable event type; lists those. Returns
+ * EXIT_USAGE. */
+static int notify_event_unknown(const char *name, size_t len)
+{
+    const ProtobufCEnumDescriptor *d = &ctxguard__v1__usage_event_type__descriptor;
+    char known[1024] = "";
+    size_t used = 0;
+    for (unsigned i = 0; i < d->n_values && used < sizeof known; i++) {
+        char lower[NOTIFY_NAME_MAX];
+        if (!notify_event_is_sendable(d->values[i].value))
+            continue;
+        int n = snprintf(known + used, sizeof known - used, "%s%s", used > 0 ? ", " : "",
+                         event_type_name(d->values[i].value, lower, sizeof lower));
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+    return usage_error("--events: unknown event '%.*s' (known: %s)", (int)len, name, known);
+}
+
+/* "warning,exhausted" (any case) into types, at most NOTIFY_EVENTS_MAX. Returns EXIT_OK, or
+ * EXIT_USAGE after a message naming the name that is not a sendable event type. */
+static int parse_notify_events(const char *text, Ctxguard__V1__UsageEventType *types, size_t *n_out)
+{
+    const char *p = text;
+    *n_out = 0;
+    do {
+        size_t len = strcspn(p, ",");
+        char name[sizeof "USAGE_EVENT_TYPE_" + NOTIFY_NAME_MAX] = "USAGE_EVENT_TYPE_";
+        size_t at = strlen(name);
+        for (size_t i = 0; i < len && at + 1 < sizeof name; i++)
+            name[at++] = p[i] >= 'a' && p[i] <= 'z' ? (char)(p[i] - 'a' + 'A') : p[i];
+        name[at] = '\0';
+        const ProtobufCEnumValue *v = len < NOTIFY_NAME_MAX
+                                          ? protobuf_c_enum_descriptor_get_value_by_name(
+                                                &ctxguard__v1__usage_event_type__descriptor, name)
+                                          : NULL;
+        if (v == NULL || !notify_event_is_sendable(v->value))
+            return notify_event_unknown(p, len);
+        if (*n_out >= NOTIFY_EVENTS_MAX)
+            return usage_error("--events names at most %d event types", NOTIFY_EVENTS_MAX);
+        types[(*n_out)++] = (Ctxguard__V1__UsageEventType)v->value;
+        p += len;
+    } while (*p++ == ',');
+    return EXIT_OK;
+}
+
+/* A channel's event types as "warning,exhausted"; "default" for the default set. */
+static const char *notify_events_text(const Ctxguard__V1__NotificationChannel *c, char *buf,
+                                      size_t len)
+{
+    size_t used = 0;
+    snprintf(buf, len, "default");
+    for (size_t i = 0; i < c->n_event_types; i++) {
+        char name[NOTIFY_NAME_MAX];
+        int n = snprintf(buf + used, len - used, "%s%s", i > 0 ? "," : "",
+                         event_type_name(c->event_types[i], name, sizeof name));
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+    return buf;
+}
+
+/* A channel's scope prefix as "session[/task]"; "tenant" for the whole tenant. */
+static const char *notify_scope_text(const Ctxguard__V1__Scope *sc, char *buf, size_t len)
+{
+    if (sc == NULL || sc->session_id == NULL || sc->session_id[0] == '\0') {
+        snprintf(buf, len, "tenant");
+        return buf;
+    }
+    return key_scope_text(sc, buf, len);
+}
+
+static void print_notify_channel(const Ctxguard__V1__NotificationChannel *c)
+{
+    char kind[32], when[40];
+    char events[NOTIFY_EVENTS_TEXT];
+    char scope[2 * SCOPE_ID_MAX + 2];
+    print_field("channel_id:", c->channel_id);
+    print_field("kind:", channel_kind_name(c->kind, kind, sizeof kind));
+    print_field("url_hint:", c->url_hint);
+    print_field("events:", notify_events_text(c, events, sizeof events));
+    print_field("scope:", notify_scope_text(c->scope_prefix, scope, sizeof scope));
+    print_field("description:", c->description);
+    print_field("created_at:", format_time(c->created_at_unix_ms, when, sizeof when));
+}
+
+/* The request of `notify add` from its options. Returns EXIT_OK, or EXIT_USAGE after a
+ * message. types and sc hold what req points to. */
+static int notify_add_request(const struct command *cmd, const struct cmd_args *args,
+                              Ctxguard__V1__CreateNotificationChannelRequest *req,
+                              Ctxguard__V1__UsageEventType *types, struct scope_arg *sc)
+{
+    const char *webhook = option_value(cmd, args, "--webhook");
+    const char *slack = option_value(cmd, args, "--slack");
+    const char *events = option_value(cmd, args, "--events");
+    const char *scope_text = option_value(cmd, args, "--scope");
+    const char *description = option_value(cmd, args, "--description");
+    int rc;
+
+    if ((webhook == NULL) == (slack == NULL))
+        return usage_error("notify add needs one of --webhook URL or --slack URL (not both)");
+    req->kind = webhook != NULL
+                    ? CTXGUARD__V1__NOTIFICATION_CHANNEL_KIND__NOTIFICATION_CHANNEL_KIND_WEBHOOK
+                    : CTXGUARD__V1__NOTIFICATION_CHANNEL_KIND__NOTIFICATION_CHANNEL_KIND_SLACK;
+    req->url = (char *)(webhook != NULL ? webhook : slack);
+    if (events != NULL) {
+        if ((rc = parse_notify_events(events, types, &req->n_event_types)) != EXIT_OK)
+            return rc;
+        req->event_types = types;
+    }
+    if (scope_text != NULL) {
+        /* A channel watches a session or a task (and below): at most two ids. */
+        if (!parse_scope(scope_text, sc))
+            return EXIT_USAGE;
+        if (sc->scope.tenant || sc->ids[2][0] != '\0')
+            return usage_error("--scope must be SESSION or SESSION/TASK, not '%s'", scope_text);
+        req->scope_prefix = &sc->scope;
+    }
+    if (description != NULL)
+        req->description = (char *)description;
+    return EXIT_OK;
+}
+
+static int cmd_notify_add(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    Ctxguard__V1__CreateNotificationChannelRequest req =
+        CTXGUARD__V1__CREATE_NOTIFICATION_CHANNEL_REQUEST__INIT;
+    Ctxguard__V1__UsageEventType types[NOTIFY_EVENTS_MAX];
+    ProtobufCMessage *msg = NULL;
+    struct scope_arg sc;
+    int rc = notify_add_request(cmd, args, &req, types, &sc);
+
+    if (rc)
+        return rc;
+    rc = call(ctl, BUDGET_METHOD("CreateNotificationChannel"), &req.base,
+              &ctxguard__v1__create_notification_channel_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__CreateNotificationChannelResponse *resp = (const void *)msg;
+    bool webhook =
+        req.kind == CTXGUARD__V1__NOTIFICATION_CHANNEL_KIND__NOTIFICATION_CHANNEL_KIND_WEBHOOK;
+    if (resp->channel == NULL || (webhook && resp->signing_secret[0] == '\0')) {
+        rc = fail_answer(webhook ? "channel or signing secret" : "channel");
+        goto out;
+    }
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    print_notify_channel(resp->channel);
+    if (webhook) {
+        print_field("secret:", resp->signing_secret);
+        printf("\nThe signing secret above is shown only this once: store it now. Receivers\n"
+               "check the Ctxguard-Signature header with it; no command shows it again.\n");
+    }
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_notify_list(struct ctl *ctl, const struct command *cmd, const struct cmd_args *args)
+{
+    (void)cmd;
+    (void)args;
+    Ctxguard__V1__ListNotificationChannelsRequest req =
+        CTXGUARD__V1__LIST_NOTIFICATION_CHANNELS_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc = call(ctl, BUDGET_METHOD("ListNotificationChannels"), &req.base,
+                  &ctxguard__v1__list_notification_channels_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__ListNotificationChannelsResponse *resp = (const void *)msg;
+    printf("%-36s  %-7s  %-30s  %-24s  %-24s  %s\n", "CHANNEL_ID", "KIND", "URL", "EVENTS", "SCOPE",
+           "DESCRIPTION");
+    for (size_t i = 0; i < resp->n_channels; i++) {
+        const Ctxguard__V1__NotificationChannel *c = resp->channels[i];
+        char kind[32];
+        char events[NOTIFY_EVENTS_TEXT];
+        char scope[2 * SCOPE_ID_MAX + 2];
+        print_cell(c->channel_id, 36);
+        print_cell(channel_kind_name(c->kind, kind, sizeof kind), 7);
+        print_cell(c->url_hint, 30);
+        print_cell(notify_events_text(c, events, sizeof events), 24);
+        print_cell(notify_scope_text(c->scope_prefix, scope, sizeof scope), 24);
+        print_text(stdout, c->description);
+        fputc('\n', stdout);
+    }
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_notify_delete(struct ctl *ctl, const struct command *cmd,
+                             const struct cmd_args *args)
+{
+    (void)cmd;
+    Ctxguard__V1__DeleteNotificationChannelRequest req =
+        CTXGUARD__V1__DELETE_NOTIFICATION_CHANNEL_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+
+    req.channel_id = (char *)args->positional[0];
+    int rc = call(ctl, BUDGET_METHOD("DeleteNotificationChannel"), &req.base,
+                  &ctxguard__v1__delete_notification_channel_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    const Ctxguard__V1__DeleteNotificationChannelResponse *resp = (const void *)msg;
+    if (resp->channel == NULL) {
+        rc = fail_answer("channel");
+        goto out;
+    }
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    char kind[32];
+    printf("deleted %s channel ", channel_kind_name(resp->channel->kind, kind, sizeof kind));
+    print_text(stdout, resp->channel->channel_id);
+    printf(" (");
+    print_text(stdout, resp->channel->url_hint);
+    printf(")\ndropped %" PRId64 " undelivered (pending or dead) deliveries\n",
+           resp->dropped_deliveries);
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+/* One row of `notify deliveries`; the free text (the last error) comes last. */
+static void print_notify_delivery(const Ctxguard__V1__NotificationDelivery *d)
+{
+    char type[NOTIFY_NAME_MAX], state[NOTIFY_NAME_MAX], status[16], when[40];
+    snprintf(status, sizeof status, "%" PRIu32, d->last_status);
+    print_cell(d->delivery_id, 36);
+    print_cell(d->channel_id, 36);
+    print_cell(event_type_name(d->event_type, type, sizeof type), 19);
+    print_cell(delivery_state_name(d->state, state, sizeof state), 9);
+    printf("%8" PRIu32 "  ", d->attempts);
+    print_cell(d->last_status != 0 ? status : "-", 6);
+    print_cell(format_time(d->created_at_unix_ms, when, sizeof when), 24);
+    print_text(stdout, d->last_error[0] != '\0' ? d->last_error : "-");
+    fputc('\n', stdout);
+}
+
+/* The request of `notify deliveries` from its options. Returns EXIT_OK, or EXIT_USAGE
+ * after a message. */
+static int notify_deliveries_request(const struct command *cmd, const struct cmd_args *args,
+                                     Ctxguard__V1__ListNotificationDeliveriesRequest *req)
+{
+    const char *state = option_value(cmd, args, "--state");
+    const char *channel = option_value(cmd, args, "--channel");
+    const char *page_size = option_value(cmd, args, "--page-size");
+    const char *page_token = option_value(cmd, args, "--page-token");
+    long size = 0;
+
+    if (state != NULL) {
+        char name[NOTIFY_NAME_MAX];
+        for (int s = 1;
+             s <= CTXGUARD__V1__NOTIFICATION_DELIVERY_STATE__NOTIFICATION_DELIVERY_STATE_DEAD; s++)
+            if (strcmp(state, delivery_state_name(s, name, sizeof name)) == 0)
+                req->state = (Ctxguard__V1__NotificationDeliveryState)s;
+        if (req->state == 0)
+            return usage_error("--state must be pending, delivered or dead, not '%s'", state);
+    }
+    if (page_size != NULL && !parse_long(page_size, 1, NOTIFY_PAGE_MAX, &size))
+        return usage_error("--page-size must be 1..%d, not '%s'", NOTIFY_PAGE_MAX, page_size);
+    req->page_size = (uint32_t)size;
+    if (channel != NULL)
+        req->channel_id = (char *)channel;
+    if (page_token != NULL)
+        req->page_token = (char *)page_token;
+    return EXIT_OK;
+}
+
+static int cmd_notify_deliveries(struct ctl *ctl, const struct command *cmd,
+                                 const struct cmd_args *args)
+{
+    Ctxguard__V1__ListNotificationDeliveriesRequest req =
+        CTXGUARD__V1__LIST_NOTIFICATION_DELIVERIES_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc = notify_deliveries_request(cmd, args, &req);
+
+    if (rc)
+        return rc;
+    rc = call(ctl, BUDGET_METHOD("ListNotificationDeliveries"), &req.base,
+              &ctxguard__v1__list_notification_deliveries_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__ListNotificationDeliveriesResponse *resp = (const void *)msg;
+    printf("%-36s  %-36s  %-19s  %-9s  %8s  %-6s  %-24s  %s\n", "DELIVERY_ID", "CHANNEL_ID",
+           "EVENT", "STATE", "ATTEMPTS", "STATUS", "CREATED_AT", "LAST_ERROR");
+    for (size_t i = 0; i < resp->n_deliveries; i++)
+        print_notify_delivery(resp->deliveries[i]);
+    if (resp->next_page_token[0] != '\0') {
+        printf("\nnext page: --page-token ");
+        print_text(stdout, resp->next_page_token);
+        fputc('\n', stdout);
+    }
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+static int cmd_notify_redrive(struct ctl *ctl, const struct command *cmd,
+                              const struct cmd_args *args)
+{
+    Ctxguard__V1__RedriveNotificationDeliveriesRequest req =
+        CTXGUARD__V1__REDRIVE_NOTIFICATION_DELIVERIES_REQUEST__INIT;
+    const char *channel = option_value(cmd, args, "--channel");
+    bool all_dead = option_value(cmd, args, "--all-dead") != NULL;
+    ProtobufCMessage *msg = NULL;
+
+    if (args->positional_count == 0 && !all_dead)
+        return usage_error("notify redrive needs DELIVERY_ID... or --all-dead");
+    if (args->positional_count > 0 && all_dead)
+        return usage_error("notify redrive takes DELIVERY_ID... or --all-dead, not both");
+    /* Ids name their deliveries already: the server applies the channel to --all-dead only. */
+    if (channel != NULL && !all_dead)
+        return usage_error("--channel goes with --all-dead");
+    req.delivery_ids = (char **)args->positional;
+    req.n_delivery_ids = (size_t)args->positional_count;
+    req.all_dead = all_dead;
+    if (channel != NULL)
+        req.channel_id = (char *)channel;
+    int rc = call(ctl, BUDGET_METHOD("RedriveNotificationDeliveries"), &req.base,
+                  &ctxguard__v1__redrive_notification_deliveries_response__descriptor, &msg);
+    if (rc)
+        goto out;
+    if (ctl->json) {
+        rc = print_json(msg);
+        goto out;
+    }
+    const Ctxguard__V1__RedriveNotificationDeliveriesResponse *resp = (const void *)msg;
+    printf("%" PRId64 " dead deliveries made pending again\n", resp->redriven);
+out:
+    if (msg != NULL)
+        protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
 static const struct command commands[] = {
     {.words = "health",
      .arg_usage = "[SERVICE]",
@@ -2763,7 +3266,10 @@ static const struct command commands[] = {
      .key = KEY_TENANT,
      .max_positional = 1,
      .options = {{"--depth", "N", "levels below SCOPE, 0..3 (default 3)"},
-                 {"--closed", NULL, "include closed scopes"}},
+                 {"--closed", NULL, "include closed scopes"},
+                 {"--history", NULL, "spend over time instead: a bar per step"},
+                 {"--since", "DUR", "with --history: how far back, e.g. 30m, 6h, 7d (default 1h)"},
+                 {"--step", "DUR", "with --history: step length, whole minutes (default: chosen)"}},
      .run = cmd_usage},
     {.words = "watch",
      .arg_usage = "[SCOPE]",
@@ -2815,6 +3321,52 @@ static const struct command commands[] = {
      .max_positional = 1,
      .options = {{"--pending", NULL, "only pending ones"}},
      .run = cmd_approvals},
+    {.words = "notify add",
+     .arg_usage = "",
+     .summary = "add a notification channel: budget events POSTed to a signed webhook or to Slack;"
+                " prints a webhook's signing secret once (tenant admin key)",
+     .key = KEY_TENANT,
+     .options = {{"--webhook", "URL", "a webhook: each event as JSON, signed (Ctxguard-Signature)"},
+                 {"--slack", "URL", "a Slack incoming webhook: each event as a text message"},
+                 {"--events", "LIST",
+                  "comma-separated event types as named after USAGE_EVENT_TYPE_, in lower "
+                  "case: warning, exhausted, threshold_crossed, approval_requested, ... (a "
+                  "wrong name lists them all; default: the server's default set)"},
+                 {"--scope", "SESSION[/TASK]",
+                  "only the events of that session or task and below (default: the tenant)"},
+                 {"--description", "TEXT", "a label, at most 200 bytes"}},
+     .run = cmd_notify_add},
+    {.words = "notify list",
+     .arg_usage = "",
+     .summary = "the notification channels, oldest first: kind, host, events, scope (never the"
+                " signing secret)",
+     .key = KEY_TENANT,
+     .run = cmd_notify_list},
+    {.words = "notify delete",
+     .arg_usage = "CHANNEL_ID",
+     .summary = "delete a notification channel and its undelivered deliveries (tenant admin key)",
+     .key = KEY_TENANT,
+     .min_positional = 1,
+     .max_positional = 1,
+     .run = cmd_notify_delete},
+    {.words = "notify deliveries",
+     .arg_usage = "",
+     .summary = "one page of notification deliveries, newest first: event, state, attempts, last"
+                " HTTP status and error",
+     .key = KEY_TENANT,
+     .options = {{"--state", "STATE", "only pending, delivered or dead ones"},
+                 {"--channel", "ID", "only that channel's"},
+                 {"--page-size", "N", "1..1000 (default 100)"},
+                 {"--page-token", "T", "the page after the one that printed T"}},
+     .run = cmd_notify_deliveries},
+    {.words = "notify redrive",
+     .arg_usage = "[DELIVERY_ID...]",
+     .summary = "send dead deliveries again (the same delivery ids): those named, or --all-dead",
+     .key = KEY_TENANT,
+     .max_positional = MAX_POSITIONAL,
+     .options = {{"--all-dead", NULL, "every dead delivery"},
+                 {"--channel", "ID", "with --all-dead: only that channel's"}},
+     .run = cmd_notify_redrive},
     {.words = "session delete",
      .arg_usage = "SESSION_ID",
      .summary = "delete a compression session whole: history, artifacts, boundary, "

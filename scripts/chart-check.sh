@@ -12,7 +12,10 @@
 #      values.schema.json (ajv, draft-07), then the rendered objects against the
 #      Kubernetes API schemas (kubernetes-models, @kubernetes-models/prometheus-operator),
 #      unknown fields, and the chart's own rules (labels, probes, security context,
-#      migrations only in the hook Job, Services pointing at container ports, ...);
+#      migrations only in the hook Job, Services pointing at container ports, ...),
+#      then the monitoring objects (scripts/chart/monitoring.cjs): the PrometheusRule holds
+#      the rules of rules/ctxguard-alerts.yml bound to the release, its groups pass
+#      `promtool check rules`, the dashboard ConfigMap holds dashboards/ctxguard.json;
 #   5. negative checks: broken values and deliberately broken copies of the chart must
 #      each be rejected with the expected message, or this script fails.
 #
@@ -26,7 +29,7 @@ RELEASE=cg
 NAMESPACE=ctxguard
 START=$(date +%s%N)
 
-for tool in go node npm; do
+for tool in go node npm promtool; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "chart-check: $tool not found: run scripts/deps.sh chart (or make chart-check)" >&2
         exit 1
@@ -74,6 +77,24 @@ check_values() { # DIR VALUES_FILE...
         "${VALIDATE[@]}" values --schema "$CHART/values.schema.json" --values "$dir/values.json"
 }
 
+# The rendered PrometheusRule's spec.groups as rules files (DIR/rules/<name>.rules.yml),
+# each checked by promtool, and the monitoring objects against the chart's own rules file and
+# dashboard (scripts/chart/monitoring.cjs). Run after render_and_validate on DIR.
+check_monitoring() { # DIR CHART_DIR
+    local dir=$1 chart=$2 files f
+    files=$(node scripts/chart/monitoring.cjs --manifest "$dir/manifest.yaml" \
+        --values "$dir/values.json" --namespace "$NAMESPACE" \
+        --rules-file "$chart/rules/ctxguard-alerts.yml" \
+        --dashboard "$chart/dashboards/ctxguard.json" --out "$dir/rules") || return 1
+    for f in $files; do
+        if ! promtool check rules "$f" >"$f.log" 2>&1; then
+            cat "$f.log" >&2
+            return 1
+        fi
+        echo "    promtool check rules: $(grep -o 'SUCCESS: .*' "$f.log") (${f#"$dir"/})"
+    done
+}
+
 render_and_validate() { # DIR CHART_DIR VALUES_FILE [RENDER FLAGS...]
     local dir=$1 chart=$2 values=$3
     shift 3
@@ -96,7 +117,8 @@ for values in "${VALUES_FILES[@]}"; do
     dir=$OUTDIR/$name
     mkdir -p "$dir"
     echo "chart-check: ${values#"$CHART"/}"
-    if ! check_values "$dir" "$values" || ! render_and_validate "$dir" "$CHART" "$values"; then
+    if ! check_values "$dir" "$values" || ! render_and_validate "$dir" "$CHART" "$values" ||
+        ! check_monitoring "$dir" "$CHART"; then
         echo "chart-check: FAILED on ${values} (outputs in $dir)" >&2
         exit 1
     fi
@@ -128,19 +150,28 @@ expect_rejected() { # DESCRIPTION EXPECTED_MESSAGE COMMAND...
     NEGATIVE=$((NEGATIVE + 1))
 }
 
-# A copy of the chart with one template changed by sed; refuses a change that did not
-# apply (the check would then prove nothing).
-broken_chart() { # NAME TEMPLATE SED_EXPRESSION
+# A copy of the chart with one file (a path in the chart) changed by sed; refuses a change
+# that did not apply (the check would then prove nothing).
+broken_chart_file() { # NAME FILE SED_EXPRESSION
     local dir=$OUTDIR/broken-$1
     rm -rf "$dir"
     mkdir -p "$dir"
     cp -r "$CHART" "$dir/chart"
-    sed -i -e "$3" "$dir/chart/templates/$2"
-    if cmp -s "$CHART/templates/$2" "$dir/chart/templates/$2"; then
+    sed -i -e "$3" "$dir/chart/$2"
+    if cmp -s "$CHART/$2" "$dir/chart/$2"; then
         echo "chart-check: FAILED: the mutation '$3' of $2 changed nothing" >&2
         exit 1
     fi
     echo "$dir"
+}
+
+# The same for a template.
+broken_chart() { # NAME TEMPLATE SED_EXPRESSION
+    broken_chart_file "$1" "templates/$2" "$3"
+}
+
+render_and_check_monitoring() { # DIR CHART_DIR VALUES_FILE
+    render_and_validate "$1" "$2" "$3" && check_monitoring "$1" "$2"
 }
 
 echo "chart-check: negative checks"
@@ -180,6 +211,23 @@ expect_rejected "a Service name over 63 characters" "a Service name must be a DN
 b=$(broken_chart wrong-target-port service.yaml '0,/targetPort: grpc/s//targetPort: grcp/')
 expect_rejected "a Service port aimed at no container port" "targetPort grcp is not a port of the container" \
     render_and_validate "$b" "$b/chart" "$DEFAULTS"
+
+FULL=$CHART/ci/full-values.yaml
+b=$(broken_chart_file unbound-rule rules/ctxguard-alerts.yml 's/(ctxguard_pool_queued_jobs{job!=""})/(ctxguard_pool_queued_jobs)/')
+expect_rejected "an alert rule the chart cannot bind to the release" 'CtxguardPoolBacklog has no job!="" matcher' \
+    render_and_check_monitoring "$b" "$b/chart" "$FULL"
+b=$(broken_chart_file bad-promql rules/ctxguard-alerts.yml 's/(ctxguard_pool_queued_jobs{job!=""}) > 64/(ctxguard_pool_queued_jobs{job!=""}) > > 64/')
+expect_rejected "an alert rule that is not PromQL (promtool check rules)" "could not parse expression" \
+    render_and_check_monitoring "$b" "$b/chart" "$FULL"
+b=$(broken_chart rules-for-every-job prometheusrule.yaml 's/(replace `job!=""` $sel .expr)/.expr/')
+expect_rejected "default rules not bound to the release's job" 'expr still reads every job' \
+    render_and_check_monitoring "$b" "$b/chart" "$FULL"
+b=$(broken_chart stale-dashboard grafana-dashboard.yaml 's|\.Files\.Get "dashboards/ctxguard.json"|& \| replace "ctxguard_" "cg_"|')
+expect_rejected "a dashboard ConfigMap that is not the chart's dashboard" "dashboards/ctxguard.json byte for byte" \
+    render_and_check_monitoring "$b" "$b/chart" "$FULL"
+b=$(broken_chart_file ignored-dashboard .helmignore '$a dashboards/')
+expect_rejected "a dashboard that .helmignore leaves out of the chart" "dashboards/ctxguard.json is missing from the chart" \
+    render_and_check_monitoring "$b" "$b/chart" "$FULL"
 
 ELAPSED=$((($(date +%s%N) - START) / 1000000))
 printf 'chart-check: OK: %d values files, %d objects valid, %d negative checks rejected as expected (%d.%03d s)\n' \

@@ -25,7 +25,8 @@ set -euo pipefail
 # tests Criterion, Python grpcio and protobuf (stubs from the system protoc and grpc_tools),
 # tzdata (zoneinfo in the reset tests), the openssl CLI (the TLS tests make their
 # certificates) and prometheus (promtool checks /metrics; tests/e2e/test_http.py has a real
-# Prometheus scrape the server); for the SDKs the google/rpc status protos
+# Prometheus scrape the server; tests/unit/test_dashboard.py runs the dashboard's queries on
+# one) with python3-yaml (the tests read the alert rules); for the SDKs the google/rpc status protos
 # (golang-github-gogo-googleapis-dev ships the standard status.proto and error_details.proto),
 # pip, venv, hatchling and build (the Python package installs and builds offline). Node.js
 # and npm are handled below.
@@ -38,6 +39,7 @@ BUILD_PACKAGES=(
     postgresql redis-server
     python3 ca-certificates iproute2
     libcriterion-dev python3-grpcio python3-grpc-tools python3-protobuf tzdata openssl prometheus
+    python3-yaml
     python3-pip python3-venv python3-hatchling python3-build golang-github-gogo-googleapis-dev
 )
 # Fuzz and sanitizer builds, `make format`, the load generator of the benchmarks.
@@ -46,8 +48,9 @@ DEV_PACKAGES=(clang libclang-rt-14-dev clang-format nghttp2-client)
 # debian:bookworm-slim is not in local storage.
 IMAGE_PACKAGES=(buildah mmdebstrap uidmap python3)
 # `make chart-check`: Go's text/template with sprig (helm's template language) renders the
-# chart; the Kubernetes API schemas and their validator come from npm (pinned in a lockfile).
-CHART_PACKAGES=(golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev)
+# chart; the Kubernetes API schemas and their validator come from npm (pinned in a lockfile);
+# promtool (prometheus) checks the rendered PrometheusRule's rules.
+CHART_PACKAGES=(golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev prometheus)
 
 GROUPS_WANTED=()
 MODE=install

@@ -26,9 +26,12 @@
 // --values-out writes the final .Values as JSON (what values.schema.json is checked
 // against; helm checks it before rendering, so --values-only stops there).
 //
-// Not done (not used by this project's chart): subcharts and dependencies, .Files,
-// .helmignore, --set flags, toToml/fromToml, helm 4's duration functions,
-// .Capabilities.HelmVersion, lookup against a cluster.
+// The chart's files are loaded as helm loads them (files.go): .helmignore applies, and
+// the files outside templates/ are .Files (Get, GetBytes, Lines, AsConfig, AsSecrets).
+//
+// Not done (not used by this project's chart): subcharts and dependencies, .Files.Glob,
+// --set flags, toToml/fromToml, helm 4's duration functions, .Capabilities.HelmVersion,
+// lookup against a cluster.
 package main
 
 import (
@@ -252,8 +255,13 @@ func run(o *options) (string, error) {
 		}
 	}
 
+	loaded, err := loadChartFiles(o.chartDir)
+	if err != nil {
+		return "", err
+	}
 	top := map[string]interface{}{
 		"Values":       vals,
+		"Files":        loaded.files,
 		"Chart":        meta.asMap(),
 		"Capabilities": caps,
 		"Release": map[string]interface{}{
@@ -262,7 +270,7 @@ func run(o *options) (string, error) {
 		},
 		"Subcharts": map[string]interface{}{},
 	}
-	files, err := renderTemplates(o.chartDir, meta.Name, top)
+	files, err := renderTemplates(loaded.templates, meta.Name, top)
 	if err != nil {
 		return "", err
 	}
@@ -335,29 +343,13 @@ func capabilities(o *options) (*Capabilities, error) {
 	}, nil
 }
 
-// renderTemplates parses every file under templates/ into one template set (each named
-// CHART/templates/PATH, so that include can name any file) and executes all but the
-// partials, each with .Template set to its name.
-func renderTemplates(chartDir, chartName string, top map[string]interface{}) (map[string]string, error) {
-	tdir := filepath.Join(chartDir, "templates")
+// renderTemplates parses every file under templates/ (as loadChartFiles found them) into
+// one template set (each named CHART/templates/PATH, so that include can name any file)
+// and executes all but the partials, each with .Template set to its name.
+func renderTemplates(templates map[string]string, chartName string, top map[string]interface{}) (map[string]string, error) {
 	sources := map[string]string{}
-	err := filepath.WalkDir(tdir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, err := filepath.Rel(chartDir, p)
-		if err != nil {
-			return err
-		}
-		text, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sources[path.Join(chartName, filepath.ToSlash(rel))] = string(text)
-		return nil
-	})
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+	for rel, text := range templates {
+		sources[path.Join(chartName, rel)] = text
 	}
 
 	// Shallower paths first, then by name, as helm orders them.

@@ -27,9 +27,20 @@ cg_status cg_app_init(struct cg_app *app, const struct cg_config *cfg, const cha
     memset(app, 0, sizeof *app);
     app->config = cfg;
     *setting = NULL;
-    /* The price table is checked at start like every other setting and kept for the
-     * process's life (every thread borrows it). */
-    if (cg_price_parse(cfg->prices, &app->prices, err) != CG_OK) {
+    /* The price table: the built-in one (unless prices_builtin is off) with the `prices`
+     * setting over it, checked at start like every other setting and kept for the process's
+     * life (every thread borrows it). */
+    struct cg_price_table *given = malloc(sizeof *given);
+    if (given == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory");
+    app->prices.n = 0;
+    if (cfg->prices_builtin)
+        cg_price_builtin(&app->prices);
+    cg_status pst = cg_price_parse(cfg->prices, given, err);
+    if (pst == CG_OK)
+        pst = cg_price_merge(&app->prices, given, err);
+    free(given);
+    if (pst != CG_OK) {
         *setting = "config key 'prices' (CTXGUARD_PRICES)";
         return CG_CONFIG;
     }
@@ -74,6 +85,11 @@ static cg_status store_metrics(struct cg_app *app, struct cg_err *err)
         .pg_errors = cg_metric_get(errors, CG_LABELS("postgresql")),
         .redis_seconds = cg_metric_get(seconds, CG_LABELS("redis")),
         .redis_errors = cg_metric_get(errors, CG_LABELS("redis")),
+        /* ctxguard_approvals_total (service/meters.h): the stores see every change. */
+        .approvals_requested = app->meters->approvals[CG_APPROVAL_PENDING],
+        .approvals_approved = app->meters->approvals[CG_APPROVAL_APPROVED],
+        .approvals_denied = app->meters->approvals[CG_APPROVAL_DENIED],
+        .approvals_expired = app->meters->approvals[CG_APPROVAL_EXPIRED],
     };
     return CG_OK;
 }

@@ -66,6 +66,32 @@
        "PostgreSQL is seen within health_interval_ms + health_timeout_ms)")                        \
     XX(sweep_interval_ms, INT, "2000", 100, 600000, NULL,                                          \
        "how often expired reservations are returned and due budget resets applied")                \
+    XX(notify_interval_ms, INT, "500", 50, 60000, NULL,                                            \
+       "how often each replica's notifier looks for due webhook deliveries")                       \
+    XX(notify_timeout_ms, INT, "5000", 100, 60000, NULL,                                           \
+       "longest one webhook delivery may take, connection included")                               \
+    XX(notify_max_attempts, INT, "8", 1, 100, NULL,                                                \
+       "attempts of a webhook delivery before it is dead (listed, re-drivable)")                   \
+    XX(notify_backoff_base_ms, INT, "1000", 10, 3600000, NULL,                                     \
+       "wait before the first retry of a delivery; doubles per attempt, with jitter")              \
+    XX(notify_backoff_max_ms, INT, "300000", 10, 86400000, NULL,                                   \
+       "longest wait between two attempts of a delivery")                                          \
+    XX(notify_keep_days, INT, "7", 1, 3650, NULL,                                                  \
+       "days delivered and dead webhook deliveries are kept (then the sweeper deletes them)")      \
+    XX(notify_allow_private_addresses, BOOL, "false", 0, 0, NULL,                                  \
+       "let webhooks reach loopback, private and link-local addresses (else refused)")             \
+    XX(forecast_window_minutes, INT, "15", 1, 1440, NULL,                                          \
+       "minutes of recent spend a budget's forecast runs on (its rate: tokens per minute)")        \
+    XX(forecast_horizon_minutes, INT, "60", 0, 10080, NULL,                                        \
+       "a FORECAST_EXHAUSTION event when a budget would run out within this (0: no events)")       \
+    XX(forecast_interval_ms, INT, "15000", 200, 3600000, NULL,                                     \
+       "how often each replica looks for budgets whose forecast fell under the horizon")           \
+    XX(rollup_minute_days, INT, "2", 0, 36500, NULL,                                               \
+       "days spend history keeps its per-minute buckets (0: forever)")                             \
+    XX(rollup_hour_days, INT, "90", 0, 36500, NULL,                                                \
+       "days spend history keeps its per-hour buckets (0: forever)")                               \
+    XX(rollup_day_days, INT, "0", 0, 36500, NULL,                                                  \
+       "days spend history keeps its per-day buckets (0: forever)")                                \
     XX(key_cache_ttl_s, INT, "30", 0, 3600, NULL,                                                  \
        "seconds an API key lookup stays in the Redis cache (0: no caching)")                       \
     XX(default_preset, ENUM, "general", 0, 0, "general|debugging|long_running",                    \
@@ -93,7 +119,10 @@
        "directory of the tokenizer rank data (cl100k_base.cgtok, o200k_base.cgtok); empty: "       \
        "share/ctxguard beside the program's bin/ (the install's, or the build tree's)")            \
     XX(prices, STR, "", 0, 0, NULL,                                                                \
-       "price table: MODEL=IN/OUT[/CACHE_READ[/CACHE_WRITE]];... in USD per million tokens")       \
+       "prices over the built-in table: MODEL=IN/OUT[/CACHE_READ[/CACHE_WRITE]];... USD per "      \
+       "million tokens")                                                                           \
+    XX(prices_builtin, BOOL, "true", 0, 0, NULL,                                                   \
+       "start from the built-in price table of common models (false: only `prices`)")              \
     XX(log_level, ENUM, "info", 0, 0, "debug|info|warn|error",                                     \
        "lowest level logged; debug adds one line per call")                                        \
     XX(log_format, ENUM, "logfmt", 0, 0, "logfmt|json", "log line format")                         \
@@ -108,6 +137,9 @@
     XX(http_tls_key, STR, "", 0, 0, NULL, "PEM private key file for http_tls_cert")                \
     XX(http_max_connections, INT, "64", 1, 10000, NULL,                                            \
        "connections the HTTP listener keeps open at once; more are refused")                       \
+    XX(metrics_budget_top_n, INT, "20", 0, 500, NULL,                                              \
+       "budgets nearest their limit that /metrics shows as ctxguard_budget_used_ratio (the top "   \
+       "N tenant/level pairs by used/limit tokens); 0: none")                                      \
     XX(llm_base_url, STR, "", 0, 0, NULL,                                                          \
        "OpenAI-compatible API base URL (http:// or https://, e.g. https://api.openai.com/v1); "    \
        "empty: no LLM, summaries are extractive")                                                  \
@@ -132,9 +164,9 @@ struct cg_config {
 #undef CG_CFG_FIELD
     /* Where each key's value came from ("default", "file:PATH:LINE", "env", "flag"),
      * in table order. */
-    const char *origin[64];
+    const char *origin[96];
     /* The origins that name a config file line, owned (freed by cg_config_cleanup). */
-    char *origin_owned[64];
+    char *origin_owned[96];
 };
 
 /* What the command line asked for besides configuration values. */

@@ -9,6 +9,7 @@
 #include <openssl/pem.h>
 #include <openssl/sha.h>
 #include <openssl/x509.h>
+#include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
 #include <sys/random.h>
@@ -47,6 +48,33 @@ void cg_sha256(const void *data, size_t len, uint8_t out[CG_SHA256_LEN])
     if (sha256_md == NULL || EVP_Digest(data, len, out, &n, sha256_md, NULL) != 1 ||
         n != CG_SHA256_LEN)
         SHA256(data, len, out);
+}
+
+cg_status cg_hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
+                         uint8_t out[CG_SHA256_LEN])
+{
+    /* RFC 2104 over cg_sha256: H((K ^ opad) || H((K ^ ipad) || data)), K hashed first when
+     * longer than the block. The message is hashed through one buffer per call. */
+    enum { BLOCK = 64 };
+    uint8_t k[BLOCK] = {0};
+    if (key_len > BLOCK)
+        cg_sha256(key, key_len, k);
+    else if (key_len > 0)
+        memcpy(k, key, key_len);
+    uint8_t *inner = malloc(BLOCK + len);
+    uint8_t outer[BLOCK + CG_SHA256_LEN];
+    if (inner == NULL)
+        return CG_NOMEM;
+    for (int i = 0; i < BLOCK; i++) {
+        inner[i] = k[i] ^ 0x36;
+        outer[i] = k[i] ^ 0x5c;
+    }
+    if (len > 0)
+        memcpy(inner + BLOCK, data, len);
+    cg_sha256(inner, BLOCK + len, outer + BLOCK);
+    free(inner);
+    cg_sha256(outer, sizeof outer, out);
+    return CG_OK;
 }
 
 bool cg_equal_ct(const void *a, const void *b, size_t len)

@@ -18,6 +18,10 @@ cg_status cg_random_bytes(void *buf, size_t n) CG_MUST_CHECK;
 /* SHA-256 of data into out. */
 void cg_sha256(const void *data, size_t len, uint8_t out[CG_SHA256_LEN]);
 
+/* HMAC-SHA256 (RFC 2104) of data under key into out. CG_NOMEM when it cannot. */
+cg_status cg_hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
+                         uint8_t out[CG_SHA256_LEN]) CG_MUST_CHECK;
+
 /* Compares two buffers of the same length in time independent of their contents. */
 bool cg_equal_ct(const void *a, const void *b, size_t len);
 

@@ -12,6 +12,13 @@
  * label sets raised with release order; the exposition reads the count with acquire order
  * and so sees only complete label sets, without taking the family's lock. Label sets are
  * never removed, so their pointers stay valid until cg_metrics_free.
+ *
+ * Replaced families. A family made by cg_metrics_gauge_set_family has no label sets of the
+ * kind above: it holds one set of samples (struct sample_set), swapped whole under the
+ * family's lock by cg_metric_family_replace and rendered under that lock, so a render sees
+ * one set from its first sample to its last; the set swapped out is freed after the lock is
+ * let go. Replacements are rare (a periodic refresh) and renders short, so the lock is
+ * not contended in practice.
  */
 #include "base/metrics.h"
 
@@ -44,6 +51,16 @@ struct cg_metric {
     char *values[CG_METRICS_MAX_LABELS];
 };
 
+/* The samples of a replaced family, each with its copies of the label values. */
+struct sample_set {
+    size_t n;
+    struct set_sample {
+        char *values[CG_METRICS_MAX_LABELS];
+        uint64_t hash;
+        double value;
+    } samples[];
+};
+
 struct cg_metric_family {
     struct cg_metrics *registry;
     char *name;
@@ -57,6 +74,8 @@ struct cg_metric_family {
                               * buckets, +Inf, the sum's bits) for histograms, 0 for gauges */
     cg_metrics_read_cb read; /* callback families: one unlabelled sample */
     void *read_ctx;
+    bool replaced;          /* cg_metrics_gauge_set_family: samples in `set`, no label sets */
+    struct sample_set *set; /* replaced families: the current samples (NULL: none yet) */
     uint32_t max_series;
 
     pthread_mutex_t lock;      /* resolving and making label sets */
@@ -87,6 +106,16 @@ struct cg_metrics *cg_metrics_new(unsigned slots)
     return m;
 }
 
+static void sample_set_free(struct sample_set *set, size_t nlabels)
+{
+    if (set == NULL)
+        return;
+    for (size_t i = 0; i < set->n; i++)
+        for (size_t k = 0; k < nlabels; k++)
+            free(set->samples[i].values[k]);
+    free(set);
+}
+
 static void family_free(struct cg_metric_family *f)
 {
     uint32_t n = atomic_load(&f->nseries);
@@ -100,6 +129,7 @@ static void family_free(struct cg_metric_family *f)
             free(f->chunks[c]);
     free(f->chunks);
     free(f->series);
+    sample_set_free(f->set, f->nlabels);
     for (size_t k = 0; k < f->nlabels; k++)
         free(f->labels[k]);
     free(f->name);
@@ -197,13 +227,25 @@ static cg_status check_family(const char *name, const char *help, cg_metric_type
     return CG_OK;
 }
 
+/* What a registration asks for beyond name, help and labels. */
+struct family_kind {
+    cg_metric_type type;
+    const double *buckets; /* histograms */
+    size_t nbuckets;
+    cg_metrics_read_cb read; /* callback families */
+    void *read_ctx;
+    bool replaced; /* cg_metrics_gauge_set_family */
+};
+
 /* Whether f is what a second registration describes. */
-static bool same_family(const struct cg_metric_family *f, cg_metric_type type,
-                        const char *const *labels, const double *buckets, size_t nbuckets,
-                        cg_metrics_read_cb read, void *ctx)
+static bool same_family(const struct cg_metric_family *f, const char *const *labels,
+                        const struct family_kind *kind)
 {
-    if (f->type != type || f->nlabels != count_list(labels) || f->read != read ||
-        f->read_ctx != ctx)
+    cg_metric_type type = kind->type;
+    const double *buckets = kind->buckets;
+    size_t nbuckets = kind->nbuckets;
+    if (f->type != type || f->nlabels != count_list(labels) || f->read != kind->read ||
+        f->read_ctx != kind->read_ctx || f->replaced != kind->replaced)
         return false;
     for (size_t i = 0; i < f->nlabels; i++)
         if (strcmp(f->labels[i], labels[i]) != 0)
@@ -248,15 +290,18 @@ static struct cg_metric_family *family_new(const char *name, const char *help, c
 }
 
 /* Registers (or finds) a family; the common part of the public constructors. */
-static struct cg_metric_family *
-family_register(struct cg_metrics *m, const char *name, const char *help, cg_metric_type type,
-                const char *const *labels, const double *buckets, size_t nbuckets,
-                uint32_t max_series, cg_metrics_read_cb read, void *ctx, struct cg_err *err)
+static struct cg_metric_family *family_register(struct cg_metrics *m, const char *name,
+                                                const char *help, const char *const *labels,
+                                                const struct family_kind *kind, uint32_t max_series,
+                                                struct cg_err *err)
 {
     if (m == NULL) {
         cg_err_set(err, CG_INVALID_ARGUMENT, "no metrics registry");
         return NULL;
     }
+    cg_metric_type type = kind->type;
+    const double *buckets = kind->buckets;
+    size_t nbuckets = kind->nbuckets;
     if (check_family(name, help, type, labels, buckets, nbuckets, max_series, err) != CG_OK)
         return NULL;
     pthread_mutex_lock(&m->lock);
@@ -265,7 +310,7 @@ family_register(struct cg_metrics *m, const char *name, const char *help, cg_met
         if (strcmp(f->name, name) == 0)
             break;
     if (f != NULL) {
-        if (!same_family(f, type, labels, buckets, nbuckets, read, ctx)) {
+        if (!same_family(f, labels, kind)) {
             cg_err_set(err, CG_ALREADY_EXISTS, "metric %.60s: registered before, differently",
                        name);
             f = NULL;
@@ -274,8 +319,9 @@ family_register(struct cg_metrics *m, const char *name, const char *help, cg_met
         cg_err_set(err, CG_NOMEM, "out of memory");
     } else {
         f->registry = m;
-        f->read = read;
-        f->read_ctx = ctx;
+        f->read = kind->read;
+        f->read_ctx = kind->read_ctx;
+        f->replaced = kind->replaced;
         if (m->last != NULL)
             m->last->next = f;
         else
@@ -290,16 +336,24 @@ struct cg_metric_family *cg_metrics_counter_family(struct cg_metrics *m, const c
                                                    const char *help, const char *const *labels,
                                                    uint32_t max_series, struct cg_err *err)
 {
-    return family_register(m, name, help, CG_METRIC_COUNTER, labels, NULL, 0, max_series, NULL,
-                           NULL, err);
+    struct family_kind kind = {.type = CG_METRIC_COUNTER};
+    return family_register(m, name, help, labels, &kind, max_series, err);
 }
 
 struct cg_metric_family *cg_metrics_gauge_family(struct cg_metrics *m, const char *name,
                                                  const char *help, const char *const *labels,
                                                  uint32_t max_series, struct cg_err *err)
 {
-    return family_register(m, name, help, CG_METRIC_GAUGE, labels, NULL, 0, max_series, NULL, NULL,
-                           err);
+    struct family_kind kind = {.type = CG_METRIC_GAUGE};
+    return family_register(m, name, help, labels, &kind, max_series, err);
+}
+
+struct cg_metric_family *cg_metrics_gauge_set_family(struct cg_metrics *m, const char *name,
+                                                     const char *help, const char *const *labels,
+                                                     uint32_t max_series, struct cg_err *err)
+{
+    struct family_kind kind = {.type = CG_METRIC_GAUGE, .replaced = true};
+    return family_register(m, name, help, labels, &kind, max_series, err);
 }
 
 struct cg_metric_family *cg_metrics_histogram_family(struct cg_metrics *m, const char *name,
@@ -307,8 +361,9 @@ struct cg_metric_family *cg_metrics_histogram_family(struct cg_metrics *m, const
                                                      const double *buckets, size_t nbuckets,
                                                      uint32_t max_series, struct cg_err *err)
 {
-    return family_register(m, name, help, CG_METRIC_HISTOGRAM, labels, buckets, nbuckets,
-                           max_series, NULL, NULL, err);
+    struct family_kind kind = {
+        .type = CG_METRIC_HISTOGRAM, .buckets = buckets, .nbuckets = nbuckets};
+    return family_register(m, name, help, labels, &kind, max_series, err);
 }
 
 cg_status cg_metrics_callback(struct cg_metrics *m, const char *name, const char *help,
@@ -320,8 +375,8 @@ cg_status cg_metrics_callback(struct cg_metrics *m, const char *name, const char
                           "metric %.60s: a callback gives a counter or a gauge", name);
     struct cg_err local;
     cg_err_clear(&local);
-    struct cg_metric_family *f =
-        family_register(m, name, help, type, CG_NO_LABELS, NULL, 0, 1, read, ctx, &local);
+    struct family_kind kind = {.type = type, .read = read, .read_ctx = ctx};
+    struct cg_metric_family *f = family_register(m, name, help, CG_NO_LABELS, &kind, 1, &local);
     if (f == NULL) {
         if (err != NULL)
             *err = local;
@@ -411,7 +466,7 @@ struct cg_metric *cg_metric_get(struct cg_metric_family *f, const char *const *v
     if (f == NULL)
         return NULL;
     size_t n = count_list(values);
-    bool valid = n == f->nlabels;
+    bool valid = n == f->nlabels && !f->replaced;
     for (size_t k = 0; valid && k < n; k++)
         valid = strlen(values[k]) <= CG_METRICS_MAX_VALUE_BYTES;
     if (!valid) {
@@ -432,6 +487,81 @@ struct cg_metric *cg_metric_get(struct cg_metric_family *f, const char *const *v
 uint64_t cg_metric_family_refused(const struct cg_metric_family *f)
 {
     return f == NULL ? 0 : atomic_load(&f->refused);
+}
+
+/* ---------------------------------------------------------------- replaced families */
+
+/* Whether the first set->n samples hold the label set values (of hash). */
+static bool set_has(const struct sample_set *set, size_t nlabels, const char *const *values,
+                    uint64_t hash)
+{
+    for (size_t i = 0; i < set->n; i++) {
+        const struct set_sample *s = &set->samples[i];
+        if (s->hash != hash)
+            continue;
+        size_t k = 0;
+        while (k < nlabels && strcmp(s->values[k], values[k]) == 0)
+            k++;
+        if (k == nlabels)
+            return true;
+    }
+    return false;
+}
+
+/* Whether a sample's label values may be kept: each there and not too long. */
+static bool sample_valid(const struct cg_metric_sample *in, size_t nlabels)
+{
+    for (size_t k = 0; k < nlabels; k++)
+        if (in->values[k] == NULL || strlen(in->values[k]) > CG_METRICS_MAX_VALUE_BYTES)
+            return false;
+    return true;
+}
+
+cg_status cg_metric_family_replace(struct cg_metric_family *f,
+                                   const struct cg_metric_sample *samples, size_t n,
+                                   struct cg_err *err)
+{
+    if (f == NULL || !f->replaced)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "not a replaced metric family");
+    if (samples == NULL && n > 0)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "metric %.60s: no samples", f->name);
+    size_t cap = n < f->max_series ? n : f->max_series;
+    struct sample_set *set = malloc(sizeof *set + cap * sizeof set->samples[0]);
+    if (set == NULL)
+        return cg_err_set(err, CG_NOMEM, "out of memory");
+    set->n = 0;
+    uint64_t refused = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct cg_metric_sample *in = &samples[i];
+        uint64_t hash = sample_valid(in, f->nlabels) ? hash_values(in->values, f->nlabels) : 0;
+        if (set->n == f->max_series || !sample_valid(in, f->nlabels) ||
+            set_has(set, f->nlabels, in->values, hash)) {
+            refused++;
+            continue;
+        }
+        struct set_sample *s = &set->samples[set->n];
+        memset(s->values, 0, sizeof s->values);
+        bool ok = true;
+        for (size_t k = 0; k < f->nlabels; k++)
+            ok = (s->values[k] = strdup(in->values[k])) != NULL && ok;
+        if (!ok) {
+            for (size_t k = 0; k < f->nlabels; k++)
+                free(s->values[k]);
+            sample_set_free(set, f->nlabels);
+            return cg_err_set(err, CG_NOMEM, "out of memory");
+        }
+        s->hash = hash;
+        s->value = in->value;
+        set->n++;
+    }
+    pthread_mutex_lock(&f->lock);
+    struct sample_set *old = f->set;
+    f->set = set;
+    pthread_mutex_unlock(&f->lock);
+    if (refused > 0)
+        atomic_fetch_add(&f->refused, refused);
+    sample_set_free(old, f->nlabels);
+    return CG_OK;
 }
 
 /* ---------------------------------------------------------------- counting -------- */
@@ -643,8 +773,9 @@ static void put_u64(struct out *o, uint64_t v)
     puts_(o, num);
 }
 
-/* name{labels[,le="bound"]} and a space: suffix after the name, le NULL for none. */
-static void put_series(struct out *o, const struct cg_metric_family *f, const struct cg_metric *s,
+/* name{labels[,le="bound"]} and a space: the label values are values (f->nlabels of them),
+ * suffix follows the name, le NULL for none. */
+static void put_series(struct out *o, const struct cg_metric_family *f, char *const *values,
                        const char *suffix, const char *le)
 {
     puts_(o, f->name);
@@ -659,7 +790,7 @@ static void put_series(struct out *o, const struct cg_metric_family *f, const st
             puts_(o, ",");
         puts_(o, f->labels[k]);
         puts_(o, "=\"");
-        put_escaped(o, s->values[k], true);
+        put_escaped(o, values[k], true);
         puts_(o, "\"");
     }
     if (le != NULL) {
@@ -696,20 +827,40 @@ static void put_histogram(struct out *o, const struct cg_metric_family *f,
             format_double(f->buckets[b], le);
         else
             snprintf(le, sizeof le, "+Inf");
-        put_series(o, f, s, "_bucket", le);
+        put_series(o, f, s->values, "_bucket", le);
         put_u64(o, cumulative);
         puts_(o, "\n");
     }
-    put_series(o, f, s, "_sum", NULL);
+    put_series(o, f, s->values, "_sum", NULL);
     put_double(o, sum_cell_double(s, f->nbuckets + 1));
     puts_(o, "\n");
-    put_series(o, f, s, "_count", NULL);
+    put_series(o, f, s->values, "_count", NULL);
     put_u64(o, cumulative);
     puts_(o, "\n");
 }
 
-static void put_family(struct out *o, const struct cg_metric_family *f)
+/* A replaced family's current samples, under its lock (one whole set). */
+static void put_replaced(struct out *o, struct cg_metric_family *f)
 {
+    pthread_mutex_lock(&f->lock);
+    const struct sample_set *set = f->set;
+    if (set != NULL && set->n > 0) {
+        put_header(o, f->name, f->help, f->type);
+        for (size_t i = 0; i < set->n; i++) {
+            put_series(o, f, set->samples[i].values, "", NULL);
+            put_double(o, set->samples[i].value);
+            puts_(o, "\n");
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+static void put_family(struct out *o, struct cg_metric_family *f)
+{
+    if (f->replaced) {
+        put_replaced(o, f);
+        return;
+    }
     if (f->read != NULL) {
         double v = f->read(f->read_ctx);
         if (isnan(v))
@@ -731,7 +882,7 @@ static void put_family(struct out *o, const struct cg_metric_family *f)
             put_histogram(o, f, s);
             continue;
         }
-        put_series(o, f, s, "", NULL);
+        put_series(o, f, s->values, "", NULL);
         if (f->type == CG_METRIC_COUNTER)
             put_u64(o, sum_cell(s, 0));
         else
@@ -769,7 +920,7 @@ cg_status cg_metrics_render(struct cg_metrics *m, char **out, size_t *len, struc
     struct out o = {.buf = NULL, .len = 0, .cap = 0, .st = CG_OK};
     put(&o, "", 0); /* an empty registry still gives an empty string */
     pthread_mutex_lock(&m->lock);
-    for (const struct cg_metric_family *f = m->first; f != NULL && o.st == CG_OK; f = f->next)
+    for (struct cg_metric_family *f = m->first; f != NULL && o.st == CG_OK; f = f->next)
         put_family(&o, f);
     put_refusals(&o, m);
     pthread_mutex_unlock(&m->lock);

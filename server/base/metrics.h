@@ -21,6 +21,11 @@
  * claim returns once the slots are used up): its adds are atomic read-modify-writes on a
  * shared cell, still correct, only slower under contention.
  *
+ * Figures read in bulk elsewhere (a top N from the database, refreshed now and then) go in a
+ * replaced family instead (cg_metrics_gauge_set_family): each cg_metric_family_replace gives
+ * it a whole new set of samples, and a label set left out of the new set is gone from the
+ * exposition (a gauge family with handles keeps every label set it ever had).
+ *
  * Cardinality. Every family has a cap on its label sets (max_series; 0: the default,
  * CG_METRICS_DEFAULT_SERIES). Past it cg_metric_get refuses (NULL, on which every update
  * is a no-op) and counts the refusal; the exposition reports refusals in
@@ -99,6 +104,15 @@ struct cg_metric_family *cg_metrics_histogram_family(struct cg_metrics *m, const
                                                      const double *buckets, size_t nbuckets,
                                                      uint32_t max_series, struct cg_err *err);
 
+/* A gauge family whose samples are replaced all at once (cg_metric_family_replace), for
+ * figures read in bulk elsewhere: a label set left out of a replacement disappears from the
+ * exposition. It has no handles (cg_metric_get refuses it). Arguments, errors and
+ * registering twice as cg_metrics_gauge_family (a gauge family with handles of the same name
+ * is a clash: CG_ALREADY_EXISTS). Empty until the first replacement. Thread-safe. */
+struct cg_metric_family *cg_metrics_gauge_set_family(struct cg_metrics *m, const char *name,
+                                                     const char *help, const char *const *labels,
+                                                     uint32_t max_series, struct cg_err *err);
+
 /* A family of one unlabelled sample whose value read(ctx) gives at scrape time (type
  * CG_METRIC_COUNTER or CG_METRIC_GAUGE): process figures, queue depths. ctx is borrowed
  * and must stay valid until cg_metrics_free. Errors as above; registering a name twice is
@@ -109,8 +123,9 @@ cg_status cg_metrics_callback(struct cg_metrics *m, const char *name, const char
 
 /* The handle of one label set of f (values NULL-terminated, as many as f has label names;
  * CG_NO_LABELS for none), made on first use. NULL when f is NULL, the count of values is
- * wrong, a value is longer than CG_METRICS_MAX_VALUE_BYTES, the family is at its cap, or
- * out of memory: each but the first is counted as a refusal of f. Resolve once and keep
+ * wrong, a value is longer than CG_METRICS_MAX_VALUE_BYTES, the family is at its cap, f is
+ * a replaced family (cg_metrics_gauge_set_family), or out of memory: each but the first is
+ * counted as a refusal of f. Resolve once and keep
  * the handle: this takes the family's lock. Thread-safe. */
 struct cg_metric *cg_metric_get(struct cg_metric_family *f, const char *const *values);
 
@@ -132,7 +147,25 @@ void cg_metric_observe(struct cg_metric *h, uint32_t slot, double value);
 void cg_metric_set(struct cg_metric *h, double value);
 void cg_metric_gauge_add(struct cg_metric *h, double delta);
 
-/* Label sets f refused (cg_metric_get). 0 for NULL. Thread-safe. */
+/* One sample of a replacement: its label values (the first as many as f has label names;
+ * borrowed for the call) and its value. */
+struct cg_metric_sample {
+    const char *values[CG_METRICS_MAX_LABELS];
+    double value;
+};
+
+/* Replaces every sample of f (a cg_metrics_gauge_set_family) with samples[0..n), in that
+ * order: from now on renders show exactly these. A sample with a value missing (NULL) or
+ * longer than CG_METRICS_MAX_VALUE_BYTES, one whose label set an earlier sample of the call
+ * has, and every sample past f's max_series are left out, each counted as a refusal of f.
+ * Everything is copied. f NULL or not such a family: CG_INVALID_ARGUMENT; out of memory:
+ * CG_NOMEM; either way err (may be NULL) is filled and f keeps the samples it had.
+ * Thread-safe: a concurrent render shows the whole set before or the whole set after. */
+cg_status cg_metric_family_replace(struct cg_metric_family *f,
+                                   const struct cg_metric_sample *samples, size_t n,
+                                   struct cg_err *err) CG_MUST_CHECK;
+
+/* Label sets f refused (cg_metric_get, cg_metric_family_replace). 0 for NULL. Thread-safe. */
 uint64_t cg_metric_family_refused(const struct cg_metric_family *f);
 
 /* The sum over all slots of a counter, or of a histogram's count; a gauge's value. For

@@ -49,7 +49,7 @@ uint32_t cg_budget_level_delay(const struct cg_budget_level *level)
 bool cg_event_type_filterable(int t)
 {
     return (t >= CG_EVENT_USAGE_CHANGED && t <= CG_EVENT_RESERVATION_EXPIRED) ||
-           t == CG_EVENT_OVERRUN;
+           t == CG_EVENT_OVERRUN || t == CG_EVENT_FORECAST_EXHAUSTION;
 }
 
 int cg_budget_level_events(const struct cg_budget_level *before,

@@ -40,9 +40,10 @@ typedef enum {
     CG_EVENT_RESERVATION_EXPIRED = 11,
     CG_EVENT_HEARTBEAT = 12,
     CG_EVENT_OVERRUN = 13,
+    CG_EVENT_FORECAST_EXHAUSTION = 14,
 } cg_event_type;
 
-#define CG_EVENT_TYPE_MAX 13
+#define CG_EVENT_TYPE_MAX 14
 /* Events one change can make at most: usage, every tier, warning, exhausted. */
 #define CG_LEVEL_EVENTS_MAX (CG_TIERS_MAX + 3)
 

@@ -121,19 +121,73 @@ cg_status cg_price_parse(const char *text, struct cg_price_table *t, struct cg_e
     return CG_OK;
 }
 
+/* Whether s is exactly n decimal digits. */
+static bool digits(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    return s[n] == '\0';
+}
+
+/* Whether model is name or one of its dated snapshots: name, '-' or '@', then a date
+ * (YYYYMMDD or YYYY-MM-DD) or a three-digit version (NNN), and nothing more. So
+ * "claude-opus-4" does not take "claude-opus-4-9" (another model), only
+ * "claude-opus-4-20250514". */
+static bool name_or_snapshot(const char *name, size_t len, const char *model)
+{
+    if (strncmp(name, model, len) != 0)
+        return false;
+    const char *rest = model + len;
+    if (*rest == '\0')
+        return true;
+    if (*rest != '-' && *rest != '@')
+        return false;
+    rest++;
+    return digits(rest, 8) || digits(rest, 3) ||
+           (strlen(rest) == 10 && rest[4] == '-' && rest[7] == '-' &&
+            digits((char[]){rest[0], rest[1], rest[2], rest[3], rest[5], rest[6], rest[8], rest[9],
+                            '\0'},
+                   8));
+}
+
+cg_status cg_price_merge(struct cg_price_table *t, const struct cg_price_table *o,
+                         struct cg_err *err)
+{
+    for (int i = 0; i < o->n; i++) {
+        int k = 0;
+        while (k < t->n && !(t->entries[k].prefix == o->entries[i].prefix &&
+                             strcmp(t->entries[k].model, o->entries[i].model) == 0))
+            k++;
+        if (k == t->n && t->n == CG_PRICE_ENTRIES_MAX)
+            return cg_err_set(err, CG_CONFIG,
+                              "prices: the built-in table and the setting hold more than %d "
+                              "models together",
+                              CG_PRICE_ENTRIES_MAX);
+        t->entries[k] = o->entries[i];
+        if (k == t->n)
+            t->n++;
+    }
+    return CG_OK;
+}
+
 const struct cg_price *cg_price_lookup(const struct cg_price_table *t, const char *model)
 {
     const struct cg_price *best = NULL;
     size_t best_len = 0;
+    bool best_named = false; /* best matched by name or snapshot, not by prefix */
     for (int i = 0; i < t->n; i++) {
         const struct cg_price *pr = &t->entries[i];
         size_t len = strlen(pr->model);
-        if (!pr->prefix) {
-            if (strcmp(pr->model, model) == 0)
-                return pr; /* exact beats any prefix */
-        } else if (strncmp(pr->model, model, len) == 0 && (best == NULL || len > best_len)) {
+        if (!pr->prefix && strcmp(pr->model, model) == 0)
+            return pr; /* exact beats any other */
+        bool named = !pr->prefix && name_or_snapshot(pr->model, len, model);
+        bool prefixed = pr->prefix && strncmp(pr->model, model, len) == 0;
+        if (named ? !best_named || len > best_len
+                  : prefixed && !best_named && (best == NULL || len > best_len)) {
             best = pr;
             best_len = len;
+            best_named = named;
         }
     }
     return best;

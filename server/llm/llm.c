@@ -76,6 +76,12 @@ static void curl_init(void)
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+bool cg__llm_curl_ready(void)
+{
+    pthread_once(&curl_once, curl_init);
+    return curl_init_rc == CURLE_OK;
+}
+
 void cg_llm_global_cleanup(void)
 {
     if (curl_init_rc == CURLE_OK)

@@ -12,6 +12,10 @@
 #include "core/breaker.h"
 #include "llm/llm.h"
 
+/* libcurl's global initialisation, once per process (llm.c): false when it failed.
+ * Thread-safe. */
+bool cg__llm_curl_ready(void);
+
 /* The chat-completions request body {model, messages, temperature[, max_tokens]} as compact
  * JSON (temperature printed with 4 significant digits; max_tokens only when > 0). NULL
  * with detail (of detail_cap bytes) saying why when a message has no role, is not valid

@@ -167,10 +167,18 @@ cg_status cg_rpc_reasons_out(struct cg_rpc_call *call, const struct cg_budget_ro
                 return OOM(call);
             d->code = reason_table[k].code;
             d->level = (Ctxguard__V1__ScopeLevel)rows[i].level;
-            d->message =
-                cg_arena_sprintf(call->arena, "%s: %s (%.3f of %lld tokens)",
-                                 cg_level_name((cg_level)rows[i].level), reason_table[k].text,
-                                 r->levels[i].projected_ratio, (long long)rows[i].limit_tokens);
+            /* A cost reason speaks of money: what is used and held against the cost limit. */
+            if (reason_table[k].bit == CG_REASON_COST_LIMIT)
+                d->message = cg_arena_sprintf(
+                    call->arena, "%s: %s ($%.6f used and reserved of $%.6f)",
+                    cg_level_name((cg_level)rows[i].level), reason_table[k].text,
+                    (double)(rows[i].used_cost_micros + rows[i].reserved_cost_micros) / 1e6,
+                    (double)rows[i].limit_cost_micros / 1e6);
+            else
+                d->message =
+                    cg_arena_sprintf(call->arena, "%s: %s (%.3f of %lld tokens)",
+                                     cg_level_name((cg_level)rows[i].level), reason_table[k].text,
+                                     r->levels[i].projected_ratio, (long long)rows[i].limit_tokens);
             if (d->message == NULL)
                 return OOM(call);
             (*out)[count++] = d;

@@ -77,6 +77,19 @@ Ctxguard__V1__ScopeUsage *cg_rpc_scope_usage_out(struct cg_rpc_call *call,
     return usage_out(call, node);
 }
 
+static Ctxguard__V1__SpendForecast *forecast_out(struct cg_rpc_call *call,
+                                                 const struct cg_forecast *f)
+{
+    Ctxguard__V1__SpendForecast *m =
+        NEW(call, Ctxguard__V1__SpendForecast, ctxguard__v1__spend_forecast__init);
+    if (m == NULL)
+        return NULL;
+    m->tokens_per_minute = f->tokens_per_minute;
+    m->exhaustion_unix_ms = f->exhaustion_ms;
+    m->seconds_to_exhaustion = f->exhaustion_ms ? f->seconds : 0;
+    return m;
+}
+
 /* ---------------------------------------------------------------- CloseScope ------ */
 
 cg_status cg_rpc_budget_close_scope(struct cg_rpc_call *call, const struct cg_rpc_env *env,
@@ -183,6 +196,9 @@ cg_status cg_rpc_budget_get_usage(struct cg_rpc_call *call, const struct cg_rpc_
     for (int i = 0; i < tree->count; i++) {
         const struct cg_scope_usage *node = &tree->nodes[i];
         if ((nodes[i] = usage_out(call, node)) == NULL)
+            goto oom;
+        if (node->row.has_budget &&
+            (nodes[i]->forecast = forecast_out(call, &usage.forecasts[i])) == NULL)
             goto oom;
         if (node->nchildren > 0) {
             nodes[i]->children =

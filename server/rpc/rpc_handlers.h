@@ -88,6 +88,31 @@ cg_status cg_rpc_budget_get_usage(struct cg_rpc_call *call, const struct cg_rpc_
                                   const ProtobufCMessage *request, ProtobufCMessage **response);
 cg_status cg_rpc_budget_list_scopes(struct cg_rpc_call *call, const struct cg_rpc_env *env,
                                     const ProtobufCMessage *request, ProtobufCMessage **response);
+/* rpc_budget_notify.c */
+cg_status cg_rpc_budget_create_notification_channel(struct cg_rpc_call *call,
+                                                    const struct cg_rpc_env *env,
+                                                    const ProtobufCMessage *request,
+                                                    ProtobufCMessage **response);
+cg_status cg_rpc_budget_list_notification_channels(struct cg_rpc_call *call,
+                                                   const struct cg_rpc_env *env,
+                                                   const ProtobufCMessage *request,
+                                                   ProtobufCMessage **response);
+cg_status cg_rpc_budget_delete_notification_channel(struct cg_rpc_call *call,
+                                                    const struct cg_rpc_env *env,
+                                                    const ProtobufCMessage *request,
+                                                    ProtobufCMessage **response);
+cg_status cg_rpc_budget_list_notification_deliveries(struct cg_rpc_call *call,
+                                                     const struct cg_rpc_env *env,
+                                                     const ProtobufCMessage *request,
+                                                     ProtobufCMessage **response);
+cg_status cg_rpc_budget_redrive_notification_deliveries(struct cg_rpc_call *call,
+                                                        const struct cg_rpc_env *env,
+                                                        const ProtobufCMessage *request,
+                                                        ProtobufCMessage **response);
+/* rpc_budget_history.c */
+cg_status cg_rpc_budget_get_usage_history(struct cg_rpc_call *call, const struct cg_rpc_env *env,
+                                          const ProtobufCMessage *request,
+                                          ProtobufCMessage **response);
 
 /* rpc_budget_approvals.c */
 cg_status cg_rpc_budget_resolve_approval(struct cg_rpc_call *call, const struct cg_rpc_env *env,

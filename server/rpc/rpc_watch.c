@@ -42,8 +42,23 @@ static const char *type_name(int t)
         "",          "snapshot",       "usage changed",      "threshold crossed",
         "warning",   "exhausted",      "approval requested", "approval decided",
         "reset",     "budget changed", "scope closed",       "reservation expired",
-        "heartbeat", "overrun"};
+        "heartbeat", "overrun",        "forecast exhaustion"};
     return t >= 0 && t <= CG_EVENT_TYPE_MAX ? names[t] : "event";
+}
+
+/* A FORECAST_EXHAUSTION event's forecast: migration 0025 keeps the rate in ref_tokens and
+ * the exhaustion time in period_start_ms. */
+static Ctxguard__V1__SpendForecast *forecast_out(struct cg_rpc_call *call, const struct cg_event *e)
+{
+    Ctxguard__V1__SpendForecast *f =
+        NEW(call, Ctxguard__V1__SpendForecast, ctxguard__v1__spend_forecast__init);
+    if (f == NULL)
+        return NULL;
+    f->tokens_per_minute = (double)e->fields.ref_tokens;
+    f->exhaustion_unix_ms = e->fields.period_start_ms;
+    if (e->fields.period_start_ms > e->occurred_at_ms)
+        f->seconds_to_exhaustion = (double)(e->fields.period_start_ms - e->occurred_at_ms) / 1000.0;
+    return f;
 }
 
 static Ctxguard__V1__UsageEvent *event_out(struct cg_rpc_call *call, const struct cg_event *e,
@@ -97,6 +112,11 @@ static Ctxguard__V1__UsageEvent *event_out(struct cg_rpc_call *call, const struc
     m->falling = e->fields.falling;
     m->backpressure_delay_ms = e->fields.delay_ms;
     m->period_start_unix_ms = e->fields.period_start_ms;
+    if (e->type == CG_EVENT_FORECAST_EXHAUSTION) {
+        if ((m->forecast = forecast_out(call, e)) == NULL)
+            return NULL;
+        m->period_start_unix_ms = 0;
+    }
     if (e->type == CG_EVENT_RESERVATION_EXPIRED || e->type == CG_EVENT_OVERRUN) {
         Ctxguard__V1__Reservation *r =
             NEW(call, Ctxguard__V1__Reservation, ctxguard__v1__reservation__init);

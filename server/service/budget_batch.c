@@ -59,6 +59,7 @@
 #include "service/budget_path.h"
 #include "service/cache.h"
 #include "service/calibration.h"
+#include "service/meters.h"
 #include "service/op_err.h"
 
 /* One queued request. Lives in its call's arena. */
@@ -766,6 +767,13 @@ static cg_status decide_and_write(const struct cg_svc_env *env, struct batch *b,
         cg_store_rollback(env->store);
         return st;
     }
+    /* Committed: the new holds and the settlements are durable (every Commit the batch
+     * writes settles an ACTIVE reservation as COMMITTED). */
+    cg_svc_meters_reservations(env->meters, env->metrics_slot, CG_SVC_RES_CREATED, t.n_new);
+    cg_svc_meters_reservations(env->meters, env->metrics_slot, CG_SVC_RES_COMMITTED, t.n_settle);
+    cg_svc_meters_batch(env->meters, env->metrics_slot, t.n_new + t.n_settle);
+    for (int k = 0; k < t.n_settle; k++)
+        cg_svc_meters_usage(env->meters, env->metrics_slot, &b->ledger[k].usage);
     for (int k = 0; k < b->nparts; k++) {
         const struct part *p = &b->parts[k];
         if (p->ncnt == 0)

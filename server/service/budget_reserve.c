@@ -22,6 +22,7 @@
 #include "service/budget_path.h"
 #include "service/cache.h"
 #include "service/calibration.h"
+#include "service/meters.h"
 #include "service/op_err.h"
 
 /* ---------------------------------------------------------------- helpers --------- */
@@ -211,6 +212,7 @@ cg_status cg_budget_reserve(const struct cg_svc_env *env, const struct cg_op *op
     if ((st = cg_budget_tx_commit(env, op, &serr)) != CG_OK)
         return st;
     cg_cache_written(env, tenant, path, n);
+    cg_svc_meters_reservations(env->meters, env->metrics_slot, CG_SVC_RES_CREATED, 1);
     out->outcome = CG_RESERVE_HELD;
     return CG_OK;
 }
@@ -303,9 +305,10 @@ cg_status cg_budget_release(const struct cg_svc_env *env, const struct cg_op *op
     out->released_tokens = 0;
     struct cg_budget_row path[CG_PATH_MAX];
     int n = 0;
+    int settled = 0; /* the state this Release settles the reservation in, if any */
     if (holds_tokens(res)) {
         /* ACTIVE, or ACTIVE past its expiry: the tokens go back to the pool now. */
-        int settled =
+        settled =
             res->state == CG_RESERVATION_ACTIVE ? CG_RESERVATION_RELEASED : CG_RESERVATION_EXPIRED;
         if ((st = unhold(env, tenant, res, settled, path, &n, &serr)) != CG_OK)
             return cg_budget_tx_fail(env, op, &serr);
@@ -323,6 +326,10 @@ cg_status cg_budget_release(const struct cg_svc_env *env, const struct cg_op *op
     if ((st = cg_budget_tx_commit(env, op, &serr)) != CG_OK)
         return st;
     cg_cache_written(env, tenant, path, n);
+    if (settled != 0)
+        cg_svc_meters_reservations(
+            env->meters, env->metrics_slot,
+            settled == CG_RESERVATION_RELEASED ? CG_SVC_RES_RELEASED : CG_SVC_RES_EXPIRED, 1);
     return CG_OK;
 }
 
@@ -384,6 +391,7 @@ static cg_status commit_refused(const struct cg_svc_env *env, const struct cg_op
         if (st != CG_OK)
             return st;
         cg_cache_written(env, tenant, out->rec.path, out->rec.n);
+        cg_svc_meters_reservations(env->meters, env->metrics_slot, CG_SVC_RES_EXPIRED, 1);
     } else {
         cg_store_rollback(env->store);
     }
@@ -466,11 +474,17 @@ cg_status cg_budget_commit(const struct cg_svc_env *env, const struct cg_op *op,
     bool expired = res->state != CG_RESERVATION_ACTIVE;
     if (expired && !req->record_if_expired)
         return commit_refused(env, op, out, &serr);
+    /* An expired hold that still held tokens is settled EXPIRED by the write. */
+    bool settles_expired = expired && holds_tokens(res);
     if ((st = commit_write(env, op, req, out, &serr)) != CG_OK)
         return cg_budget_tx_fail(env, op, &serr);
     if ((st = cg_budget_tx_commit(env, op, &serr)) != CG_OK)
         return st;
     cg_cache_written(env, tenant, out->rec.path, out->rec.n);
+    if (!expired || settles_expired)
+        cg_svc_meters_reservations(env->meters, env->metrics_slot,
+                                   expired ? CG_SVC_RES_EXPIRED : CG_SVC_RES_COMMITTED, 1);
+    cg_svc_meters_usage(env->meters, env->metrics_slot, &out->rec.usage);
     int64_t spent = cg_budget_usage_tokens(&out->rec.usage);
     out->released_tokens = expired ? 0 : (res->tokens > spent ? res->tokens - spent : 0);
     out->overrun_tokens = expired ? 0 : (spent > res->tokens ? spent - res->tokens : 0);
@@ -542,6 +556,7 @@ static cg_status record_write(const struct cg_svc_env *env, const struct cg_op *
     if ((st = cg_budget_tx_commit(env, op, &serr)) != CG_OK)
         return st;
     cg_cache_written(env, tenant, out->rec.path, out->rec.n);
+    cg_svc_meters_usage(env->meters, env->metrics_slot, &out->rec.usage);
     return CG_OK;
 }
 

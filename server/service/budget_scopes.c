@@ -6,9 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "service/budget_events.h"
 #include "service/budget_path.h"
 #include "service/cache.h"
+#include "service/forecast.h"
+#include "service/meters.h"
 #include "service/op_err.h"
 
 cg_status cg_budget_close_scope(const struct cg_svc_env *env, const struct cg_op *op,
@@ -28,6 +31,9 @@ cg_status cg_budget_close_scope(const struct cg_svc_env *env, const struct cg_op
     if (st != CG_OK)
         return cg_op_store_error(op, &serr);
     cg_cache_dropped(env, tenant);
+    /* The holds the close settled (as released; one already past its expiry as well). */
+    cg_svc_meters_reservations(env->meters, env->metrics_slot, CG_SVC_RES_RELEASED,
+                               out->released_reservations);
     /* An allocated scope gives its parent back the share it held when it closed: its limit
      * less what it used and what stays reserved (a hold a concurrent Commit or Release
      * settles itself). Closing it again returns nothing. */
@@ -74,6 +80,19 @@ cg_status cg_budget_usage(const struct cg_svc_env *env, const struct cg_op *op,
         cg_budget_usage_cleanup(out);
         return st;
     }
+    /* Forecasts for the nodes one statement takes (the rest read as none). */
+    int n = out->tree.count;
+    if ((out->forecasts = calloc((size_t)n + 1, sizeof *out->forecasts)) == NULL) {
+        cg_budget_usage_cleanup(out);
+        return cg_op_oom(op);
+    }
+    cg_err_clear(&serr);
+    if ((st = cg_forecast_nodes(env, op->principal->tenant_id, out->tree.nodes,
+                                n < CG_STORE_USAGE_NODES_MAX ? n : CG_STORE_USAGE_NODES_MAX,
+                                cg_wall_ms(), out->forecasts, &serr)) != CG_OK) {
+        cg_budget_usage_cleanup(out);
+        return cg_op_store_error(op, &serr);
+    }
     return CG_OK;
 }
 
@@ -81,6 +100,7 @@ void cg_budget_usage_cleanup(struct cg_budget_usage *u)
 {
     cg_usage_tree_cleanup(&u->tree);
     free(u->by_model);
+    free(u->forecasts);
     memset(u, 0, sizeof *u);
 }
 

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/history.h"
 #include "service/service.h"
 #include "store/store.h"
 
@@ -41,6 +42,9 @@ struct cg_budget_usage {
     struct cg_usage_tree tree;
     struct cg_model_usage *by_model;
     int n_by_model;
+    /* Per node of the tree (forecasts[i] for tree.nodes[i]): when its budget runs out at the
+     * recent spend rate (service/forecast.h); zero for nodes without a budget. */
+    struct cg_forecast *forecasts;
 };
 
 /* GetUsage: the tree under req->ids of op's tenant, and with include_by_model its usage by

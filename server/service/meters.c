@@ -71,13 +71,145 @@ static cg_status cache_family(struct cg_svc_meters *m, struct cg_metrics *reg, s
     return CG_OK;
 }
 
+/* Reservations and approvals by what became of them, and the batches' sizes. */
+static cg_status budget_families(struct cg_svc_meters *m, struct cg_metrics *reg,
+                                 struct cg_err *err)
+{
+    struct cg_metric_family *res = cg_metrics_counter_family(
+        reg, "ctxguard_reservations_total",
+        "Reservations created, committed, released and expired, counted by the replica whose "
+        "write committed (expired: whose sweeper, or whose Commit or Release, settled it).",
+        CG_LABELS("outcome"), CG_SVC_RES_OUTCOMES, err);
+    struct cg_metric_family *approvals = cg_metrics_counter_family(
+        reg, "ctxguard_approvals_total",
+        "Approvals requested, approved, denied and expired, counted by the replica whose "
+        "transaction wrote the change when it committed.",
+        CG_LABELS("event"), CG_SVC_APPROVAL_EVENTS - 1, err);
+    struct cg_metric_family *batch = cg_metrics_histogram_family(
+        reg, "ctxguard_store_batch_size",
+        "Reserves and Commits written by each committed batched budget transaction.", CG_NO_LABELS,
+        (const double[]){1, 2, 4, 8, 16, 32, 64, 128, 256}, 9, 1, err);
+    if (res == NULL || approvals == NULL || batch == NULL)
+        return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;
+    static const char *const outcomes[CG_SVC_RES_OUTCOMES] = {"created", "committed", "released",
+                                                              "expired"};
+    for (int i = 0; i < CG_SVC_RES_OUTCOMES; i++)
+        m->reservations[i] = cg_metric_get(res, CG_LABELS(outcomes[i]));
+    /* By cg_approval_state: 1 PENDING (requested) ... 4 EXPIRED. */
+    static const char *const events[CG_SVC_APPROVAL_EVENTS] = {NULL, "requested", "approved",
+                                                               "denied", "expired"};
+    for (int i = 1; i < CG_SVC_APPROVAL_EVENTS; i++)
+        m->approvals[i] = cg_metric_get(approvals, CG_LABELS(events[i]));
+    m->batch_size = cg_metric_get(batch, CG_NO_LABELS);
+    return CG_OK;
+}
+
+/* What the monitor thread reads from PostgreSQL now and then (service/gauges.h). */
+static cg_status read_families(struct cg_svc_meters *m, struct cg_metrics *reg, struct cg_err *err)
+{
+    struct cg_metric_family *pending = cg_metrics_gauge_family(
+        reg, "ctxguard_approvals_pending",
+        "Approvals pending (not decided, not expired), all tenants: read from PostgreSQL, the "
+        "same on every replica.",
+        CG_NO_LABELS, 1, err);
+    struct cg_metric_family *oldest = cg_metrics_gauge_family(
+        reg, "ctxguard_approval_oldest_pending_seconds",
+        "Age of the oldest pending approval, all tenants (0: none): read from PostgreSQL, the "
+        "same on every replica.",
+        CG_NO_LABELS, 1, err);
+    m->budget_used_ratio = cg_metrics_gauge_set_family(
+        reg, "ctxguard_budget_used_ratio",
+        "Used over limit tokens of the budgets nearest their limit (the top metrics_budget_top_n "
+        "tenant/level pairs; level session: the tenant's highest session), read from "
+        "PostgreSQL.",
+        CG_LABELS("tenant_id", "level"), CG_SVC_BUDGET_TOP_N_MAX, err);
+    if (pending == NULL || oldest == NULL || m->budget_used_ratio == NULL)
+        return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;
+    m->approvals_pending = cg_metric_get(pending, CG_NO_LABELS);
+    m->approval_oldest_pending_seconds = cg_metric_get(oldest, CG_NO_LABELS);
+    return CG_OK;
+}
+
+/* What the ledger recorded, and what the notifier sent. */
+static cg_status spend_families(struct cg_svc_meters *m, struct cg_metrics *reg,
+                                struct cg_err *err)
+{
+    struct cg_metric_family *tokens = cg_metrics_counter_family(
+        reg, "ctxguard_usage_tokens_total",
+        "Tokens recorded in the ledger by Commit and RecordUsage, by kind, counted by the "
+        "replica whose transaction committed.",
+        CG_LABELS("kind"), 4, err);
+    struct cg_metric_family *cost = cg_metrics_counter_family(
+        reg, "ctxguard_usage_cost_micros_total",
+        "Cost of the usage recorded in the ledger, micro-dollars (priced by the price table "
+        "or given by the caller).",
+        CG_NO_LABELS, 1, err);
+    struct cg_metric_family *notify = cg_metrics_counter_family(
+        reg, "ctxguard_notify_deliveries_total",
+        "Webhook and Slack delivery attempts of this replica's notifier, by outcome.",
+        CG_LABELS("result"), 3, err);
+    if (tokens == NULL || cost == NULL || notify == NULL)
+        return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;
+    static const char *const kinds[4] = {"input", "output", "cache_read", "cache_write"};
+    for (int i = 0; i < 4; i++)
+        m->usage_tokens[i] = cg_metric_get(tokens, CG_LABELS(kinds[i]));
+    m->usage_cost = cg_metric_get(cost, CG_NO_LABELS);
+    static const char *const results[3] = {"delivered", "retried", "dead"};
+    for (int i = 0; i < 3; i++)
+        m->notify[i] = cg_metric_get(notify, CG_LABELS(results[i]));
+    return CG_OK;
+}
+
+void cg_svc_meters_usage(const struct cg_svc_meters *m, uint32_t slot, const struct cg_usage *u)
+{
+    if (m == NULL || u == NULL)
+        return;
+    const int64_t v[4] = {u->input_tokens, u->output_tokens, u->cache_read_tokens,
+                          u->cache_write_tokens};
+    for (int i = 0; i < 4; i++)
+        if (v[i] > 0)
+            cg_metric_add(m->usage_tokens[i], slot, (uint64_t)v[i]);
+    if (u->cost_micros > 0)
+        cg_metric_add(m->usage_cost, slot, (uint64_t)u->cost_micros);
+}
+
+void cg_svc_meters_notify(const struct cg_svc_meters *m, uint32_t slot, int delivered,
+                          int retried, int dead)
+{
+    if (m == NULL)
+        return;
+    const int v[3] = {delivered, retried, dead};
+    for (int i = 0; i < 3; i++)
+        if (v[i] > 0)
+            cg_metric_add(m->notify[i], slot, (uint64_t)v[i]);
+}
+
 cg_status cg_svc_meters_init(struct cg_svc_meters *m, struct cg_metrics *reg, struct cg_err *err)
 {
     *m = (struct cg_svc_meters){0};
     cg_status st = llm_families(m, reg, err);
     if (st == CG_OK)
         st = compress_families(m, reg, err);
-    return st == CG_OK ? cache_family(m, reg, err) : st;
+    if (st == CG_OK)
+        st = cache_family(m, reg, err);
+    if (st == CG_OK)
+        st = budget_families(m, reg, err);
+    if (st == CG_OK)
+        st = spend_families(m, reg, err);
+    return st == CG_OK ? read_families(m, reg, err) : st;
+}
+
+void cg_svc_meters_reservations(const struct cg_svc_meters *m, uint32_t slot,
+                                cg_svc_reservation_outcome outcome, int64_t n)
+{
+    if (m != NULL && n > 0 && (int)outcome >= 0 && outcome < CG_SVC_RES_OUTCOMES)
+        cg_metric_add(m->reservations[outcome], slot, (uint64_t)n);
+}
+
+void cg_svc_meters_batch(const struct cg_svc_meters *m, uint32_t slot, int ops)
+{
+    if (m != NULL && ops > 0)
+        cg_metric_observe(m->batch_size, slot, (double)ops);
 }
 
 void cg_svc_meters_lookup(const struct cg_svc_meters *m, uint32_t slot, cg_svc_cache_layer layer,

@@ -14,6 +14,7 @@
 #include "service/budget_events.h"
 #include "service/cache.h"
 #include "store/store_context.h"
+#include "store/store_notify.h"
 
 #define MOD "sweep"
 #define SWEEP_PAGE 500  /* tenants read per statement */
@@ -147,6 +148,25 @@ static cg_status sweep_tenant(const struct cg_svc_env *env, const char *tenant_i
             cg_log(CG_LOG_INFO, MOD, NULL,
                    "sweep: %d sessions of tenant %s deleted (history_retention_days)", n,
                    tenant_id);
+    }
+    /* Spend history past each resolution's retention (rollup_*_days; 0 keeps it). */
+    if (st == CG_OK && env->config != NULL) {
+        const int64_t day_ms = 86400 * 1000LL;
+        const int64_t keep_days[CG_ROLLUP_RESOLUTIONS] = {env->config->rollup_minute_days,
+                                                          env->config->rollup_hour_days,
+                                                          env->config->rollup_day_days};
+        int64_t before[CG_ROLLUP_RESOLUTIONS];
+        for (int r = 0; r < CG_ROLLUP_RESOLUTIONS; r++)
+            before[r] = keep_days[r] > 0 ? now_ms - keep_days[r] * day_ms : 0;
+        int n = 0;
+        st = cg_store_rollups_expire(store, tenant_id, before, 10000, &n, &err);
+    }
+    /* Delivered and dead webhook deliveries past notify_keep_days. */
+    if (st == CG_OK && env->config != NULL) {
+        int n = 0;
+        st = cg_store_outbox_expire(store, tenant_id,
+                                    now_ms - env->config->notify_keep_days * 86400 * 1000LL,
+                                    SWEEP_BATCH, &n, &err);
     }
     if (st != CG_OK)
         cg_log(CG_LOG_WARN, MOD, NULL, "sweep of tenant %s failed: %s", tenant_id,

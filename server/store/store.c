@@ -178,6 +178,12 @@ struct cg_store *cg_store_new(const struct cg_store_opts *opts)
     cg_pg_set_outage_log(store->pg, opts->outages ? &opts->outages->pg : NULL);
     cg_pg_set_meters(store->pg, opts->meters.pg_seconds, opts->meters.pg_errors,
                      CG_METRICS_SHARED_SLOT);
+    cg_pg_set_count_meter(store->pg, CG_PG_COUNT_APPROVAL_REQUESTED,
+                          opts->meters.approvals_requested);
+    cg_pg_set_count_meter(store->pg, CG_PG_COUNT_APPROVAL_APPROVED,
+                          opts->meters.approvals_approved);
+    cg_pg_set_count_meter(store->pg, CG_PG_COUNT_APPROVAL_DENIED, opts->meters.approvals_denied);
+    cg_pg_set_count_meter(store->pg, CG_PG_COUNT_APPROVAL_EXPIRED, opts->meters.approvals_expired);
     if (opts->redis_url != NULL && opts->redis_url[0] != '\0') {
         store->redis = cg_redis_new(opts->redis_url, redis_ms);
         if (store->redis == NULL)

@@ -62,10 +62,14 @@ struct cg_store_opts {
     struct cg_store_outages *outages; /* borrowed, shared; NULL: the store logs on its own */
     /* What every store counts (base/metrics.h handles, borrowed; NULL members: nothing):
      * each PostgreSQL statement and Redis command's time, and those that failed for the
-     * store's sake (unreachable, timed out, broken). */
+     * store's sake (unreachable, timed out, broken); the approvals it opened, decided and
+     * stored expired (every path: a request, ResolveApproval, the sweeper, CloseScope),
+     * each counted when the transaction that wrote it commits. */
     struct cg_store_meters {
         struct cg_metric *pg_seconds, *pg_errors;
         struct cg_metric *redis_seconds, *redis_errors;
+        struct cg_metric *approvals_requested, *approvals_approved, *approvals_denied,
+            *approvals_expired;
     } meters;
 };
 
@@ -951,6 +955,87 @@ cg_status cg_store_scope_list(struct cg_store *store, const char *tenant_id,
                               int order, const struct cg_scope_cursor *after, int limit,
                               struct cg_scope_usage *out, int *count, bool *more,
                               struct cg_scope_cursor *next, struct cg_err *err) CG_MUST_CHECK;
+
+/* --- spend history ---------------------------------------------------------------------- *
+ *
+ * Migration 0022 keeps what the ledger records summed per scope (every scope of an entry's
+ * path) per minute, hour and day bucket (UTC), written by a trigger in the transaction that
+ * writes the entries; the sweeper deletes buckets past their resolution's retention.
+ */
+
+typedef enum {
+    CG_ROLLUP_MINUTE = 1,
+    CG_ROLLUP_HOUR = 2,
+    CG_ROLLUP_DAY = 3,
+} cg_rollup_resolution;
+
+#define CG_ROLLUP_RESOLUTIONS 3
+
+/* The length of a bucket of resolution r (1..3), in ms. */
+int64_t cg_rollup_bucket_ms(cg_rollup_resolution r);
+
+/* What one step of a history holds. */
+struct cg_usage_point {
+    int64_t start_ms; /* unix ms, a multiple of the step (from the epoch) */
+    struct cg_usage usage;
+    int64_t entries; /* ledger entries (model calls) */
+};
+
+/* The spend of scope ids (an empty scope: the tenant) in steps of step_ms (a positive
+ * multiple of resolution's bucket) over [from_ms, to_ms): the buckets of that resolution
+ * summed per step, the steps starting at multiples of step_ms from the epoch. Fills at most
+ * cap entries of out with the steps that hold usage, oldest first (*count; more than cap
+ * such steps: CG_INVALID_ARGUMENT naming `cap`). A scope that does not exist (closed ones
+ * do): CG_NOT_FOUND naming its first unknown id. */
+cg_status cg_store_usage_history(struct cg_store *store, const char *tenant_id,
+                                 const struct cg_scope_ids *ids, cg_rollup_resolution resolution,
+                                 int64_t from_ms, int64_t to_ms, int64_t step_ms,
+                                 struct cg_usage_point *out, int cap, int *count,
+                                 struct cg_err *err) CG_MUST_CHECK;
+
+/* Tokens counted against each scope's budget over the last window_ms (the minute buckets
+ * that began in it, the current one included): spent[i] for ids[i], n of them
+ * (1..CG_STORE_USAGE_NODES_MAX); without cache reads where exclude_cache_read[i]. */
+cg_status cg_store_spend_in_window(struct cg_store *store, const char *tenant_id,
+                                   const struct cg_scope_ids *ids, const bool *exclude_cache_read,
+                                   int n, int64_t window_ms, int64_t *spent,
+                                   struct cg_err *err) CG_MUST_CHECK;
+
+struct cg_event_fields; /* below, "events" */
+
+/* A budget with spend in the window, for the forecast (migration 0025). */
+struct cg_forecast_candidate {
+    struct cg_scope_ids ids;
+    int64_t remaining; /* limit + approved extra - used - reserved - allocated */
+    int64_t spent;     /* in the window, as the budget counts */
+    bool alerted;      /* under the horizon at the last scan (forecast_alerts) */
+};
+
+/* The tenant's open budgeted scopes with spend in the last window_ms, up to cap into out;
+ * *count gets how many. */
+cg_status cg_store_forecast_candidates(struct cg_store *store, const char *tenant_id,
+                                       int64_t window_ms, struct cg_forecast_candidate *out,
+                                       int cap, int *count, struct cg_err *err) CG_MUST_CHECK;
+
+/* In a transaction of its own: marks ids as under the horizon and, when this call made the
+ * mark (not another replica's sweeper), appends its FORECAST_EXHAUSTION event (fields as
+ * migration 0025 says); *alerted says whether it did. */
+cg_status cg_store_forecast_alert(struct cg_store *store, const char *tenant_id,
+                                  const struct cg_scope_ids *ids,
+                                  const struct cg_event_fields *fields, int64_t now_ms,
+                                  bool *alerted, struct cg_err *err) CG_MUST_CHECK;
+
+/* Clears the marks of the tenant's scopes that are not among the n in `under` (forecast
+ * above the horizon, or no spend in the window): they may be alerted again. */
+cg_status cg_store_forecast_rearm(struct cg_store *store, const char *tenant_id,
+                                  const struct cg_scope_ids *under, int n, int *rearmed,
+                                  struct cg_err *err) CG_MUST_CHECK;
+
+/* Deletes up to limit buckets of tenant_id older than before_ms[r - 1] at each resolution r
+ * (0: keep that resolution); *deleted gets how many. */
+cg_status cg_store_rollups_expire(struct cg_store *store, const char *tenant_id,
+                                  const int64_t before_ms[CG_ROLLUP_RESOLUTIONS], int limit,
+                                  int *deleted, struct cg_err *err) CG_MUST_CHECK;
 
 /* --- approvals ------------------------------------------------------------------------ *
  *

@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "store/store_internal.h"
+#include "core/budget_events.h"
 #include "store/store_pg_events.h"
 
 #define APPEND_MAX 64
@@ -53,7 +54,7 @@ cg_status cg_store_events_append(struct cg_store *store, const char *tenant_id,
         cg_status rc = cg__store_check_ids(&events[i].ids, "scope", err);
         if (rc != CG_OK)
             return rc;
-        if (events[i].type < 1 || events[i].type > 13) /* UsageEventType, up to OVERRUN */
+        if (events[i].type < 1 || events[i].type > CG_EVENT_TYPE_MAX) /* UsageEventType */
             return cg_err_set(err, CG_INVALID_ARGUMENT, "type: not an event type");
     }
     return cg__pg_events_append(store->pg, id, events, n, now_ms, err);

@@ -882,6 +882,22 @@ void cg_pg_set_meters(struct cg_pg *pg, struct cg_metric *seconds, struct cg_met
     pg->metrics_slot = slot;
 }
 
+void cg_pg_set_count_meter(struct cg_pg *pg, cg_pg_count which, struct cg_metric *h)
+{
+    if ((int)which >= 0 && which < CG_PG_COUNTS)
+        pg->count_meters[which] = h;
+}
+
+void cg__pg_count(struct cg_pg *pg, cg_pg_count which, uint64_t n)
+{
+    if ((int)which < 0 || which >= CG_PG_COUNTS || n == 0)
+        return;
+    if (pg->in_tx)
+        pg->tx_counts[which] += n;
+    else
+        cg_metric_add(pg->count_meters[which], pg->metrics_slot, n);
+}
+
 void cg_pg_free(struct cg_pg *pg)
 {
     if (pg == NULL)
@@ -1306,9 +1322,15 @@ cg_status cg__pg_not_in_tx(struct cg_pg *pg, const char *what, struct cg_err *er
 }
 
 /* Ends the transaction's bookkeeping once the server has ended it (or the connection is
- * gone). A statement_timeout set inside a transaction that did not commit was undone. */
+ * gone). A statement_timeout set inside a transaction that did not commit was undone. What
+ * it wrote is counted only if it committed (cg__pg_count). */
 static void tx_over(struct cg_pg *pg, bool committed)
 {
+    for (int i = 0; i < CG_PG_COUNTS; i++) {
+        if (committed && pg->tx_counts[i] > 0)
+            cg_metric_add(pg->count_meters[i], pg->metrics_slot, pg->tx_counts[i]);
+        pg->tx_counts[i] = 0;
+    }
     if (pg->timeout_set_in_tx && !committed)
         pg->session_timeout_ms = -1;
     pg->in_tx = false;

@@ -49,6 +49,20 @@ void cg_pg_set_outage_log(struct cg_pg *pg, atomic_int *flag);
 void cg_pg_set_meters(struct cg_pg *pg, struct cg_metric *seconds, struct cg_metric *errors,
                       uint32_t slot);
 
+/* The changes of rows the handle counts as they become durable (store.h cg_store_meters). */
+typedef enum {
+    CG_PG_COUNT_APPROVAL_REQUESTED, /* an approval opened (PENDING) */
+    CG_PG_COUNT_APPROVAL_APPROVED,
+    CG_PG_COUNT_APPROVAL_DENIED,
+    CG_PG_COUNT_APPROVAL_EXPIRED, /* a PENDING approval stored EXPIRED */
+} cg_pg_count;
+#define CG_PG_COUNTS 4
+
+/* Counts the changes `which` into h (NULL: not counted), in the slot of cg_pg_set_meters: a
+ * change written inside a transaction when that transaction commits (a rollback, or a
+ * commit whose outcome is unknown, drops it), one written outside at once. */
+void cg_pg_set_count_meter(struct cg_pg *pg, cg_pg_count which, struct cg_metric *h);
+
 /* Sets the monotonic deadline (cg_mono_ms) of the current call; 0 clears it. Sends
  * nothing: the statement timeout is adjusted before the next statement, and only when
  * it must change. */

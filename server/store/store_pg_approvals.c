@@ -129,6 +129,10 @@ static cg_status store_expired(struct cg_pg *pg, const char *tenant_id, const ch
                               " WHERE tenant_id = $1::uuid AND approval_id = $2::uuid"
                               " AND state = 1",
                               2, values, NULL, NULL, 0, &res, err);
+    /* Counted when it was still stored PENDING (not when the sweeper got there first). */
+    if (rc == CG_OK)
+        cg__pg_count(pg, CG_PG_COUNT_APPROVAL_EXPIRED,
+                     (uint64_t)cg__pg_parse_i64(PQcmdTuples(res)));
     PQclear(res);
     return rc;
 }
@@ -323,6 +327,7 @@ cg_status cg_pg_approval_request(struct cg_pg *pg, const char *tenant_id,
     if (PQntuples(res) == 1) {
         read_approval(res, 0, out);
         *outcome = CG_APPROVAL_OPENED;
+        cg__pg_count(pg, CG_PG_COUNT_APPROVAL_REQUESTED, 1);
         cg_log(CG_LOG_INFO, MOD, cg__pg_rid(pg),
                "approval opened: tenant=%s approval_id=%s level=%d requested_tokens=%lld",
                tenant_id, out->approval_id, out->level, (long long)out->requested_tokens);
@@ -386,6 +391,10 @@ static cg_status decide(struct cg_pg *pg, const char *tenant_id, struct cg_appro
     read_approval(res, 0, a);
     PQclear(res);
     res = NULL;
+    cg__pg_count(pg,
+                 decision == CG_APPROVAL_APPROVED ? CG_PG_COUNT_APPROVAL_APPROVED
+                                                  : CG_PG_COUNT_APPROVAL_DENIED,
+                 1);
     if (granted > 0) {
         struct cg_scope_ids row;
         cg_scope_prefix(&a->ids, a->level, &row);
@@ -622,9 +631,10 @@ cg_status cg_pg_approvals_expire(struct cg_pg *pg, const char *tenant_id, int64_
                                                       "  LIMIT $3::int FOR UPDATE SKIP LOCKED)"
                                                       " RETURNING 1",
                    3, values, NULL, NULL, 0, &res, err);
-    if (rc == CG_OK)
+    if (rc == CG_OK) {
         *expired = PQntuples(res);
-    else if (cg__pg_sqlstate_is(pg, "22P02"))
+        cg__pg_count(pg, CG_PG_COUNT_APPROVAL_EXPIRED, (uint64_t)*expired); /* committed */
+    } else if (cg__pg_sqlstate_is(pg, "22P02"))
         rc = CG_OK; /* not a tenant id: nothing to expire */
     PQclear(res);
     return rc;

@@ -43,6 +43,10 @@ struct cg_pg {
     atomic_int own_outage_logged;
     struct cg_metric *seconds, *errors; /* cg_pg_set_meters; NULL: not counted */
     uint32_t metrics_slot;
+    /* cg_pg_set_count_meter's handles, and what the open transaction wrote of each: added
+     * to the handle when it commits, dropped when it does not (cg__pg_count). */
+    struct cg_metric *count_meters[CG_PG_COUNTS];
+    uint64_t tx_counts[CG_PG_COUNTS];
     /* A transaction is open (cg_pg_begin until commit or rollback). It stays set when the
      * connection is lost, so that later statements fail instead of running outside it. */
     bool in_tx;
@@ -61,6 +65,10 @@ struct cg_pg {
     size_t notices_kept_len;
     int notices_kept;
 };
+
+/* Counts n changes `which` written by the statement that just succeeded: at the open
+ * transaction's commit, or at once outside a transaction (cg_pg_set_count_meter). */
+void cg__pg_count(struct cg_pg *pg, cg_pg_count which, uint64_t n);
 
 /* Queues a payload to NOTIFY after the open transaction commits (store_pg.c). False when
  * out of memory (the event is committed all the same; only its wake-up is lost). */
@@ -93,6 +101,10 @@ cg_status cg__pg_run(struct cg_pg *pg, const char *label, const char *sql, int n
 cg_status cg__pg_run_one(struct cg_pg *pg, const char *label, const char *sql, int nparams,
                          const char *const *values, int flags, const char *missing, PGresult **out,
                          struct cg_err *err);
+
+/* items as a PostgreSQL text array literal ("{\"a\",\"b\"}", every element quoted) into buf
+ * (cap bytes); false when it does not fit. */
+bool cg__pg_text_array(const char *const *items, int n, char *buf, size_t cap);
 
 /* Parses the comma-separated tier columns of a scope row (float8 text reads back exactly)
  * into out's tiers. False when they are malformed or too many. (store_pg_budget.c) */

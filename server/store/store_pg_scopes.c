@@ -506,6 +506,7 @@ cg_status cg_pg_scope_close(struct cg_pg *pg, const char *tenant_id, const struc
     if (rc != CG_OK)
         goto out;
     out->expired_approvals = (uint32_t)PQntuples(res);
+    cg__pg_count(pg, CG_PG_COUNT_APPROVAL_EXPIRED, out->expired_approvals);
     PQclear(res);
     res = NULL;
 
@@ -811,7 +812,7 @@ out:
 
 /* Text array literal of n strings (quoted, backslash and quote escaped) into buf; false when
  * it does not fit. */
-static bool text_array(const char *const *items, int n, char *buf, size_t cap)
+bool cg__pg_text_array(const char *const *items, int n, char *buf, size_t cap)
 {
     size_t k = 0;
 #define PUT(c)                                                                                     \
@@ -868,7 +869,7 @@ cg_status cg_pg_usage_by_model(struct cg_pg *pg, const char *tenant_id,
         cols[3][i] = since[i];
     }
     for (int c = 0; c < 4; c++) {
-        if (!text_array(cols[c], n, lits[c], lit_cap)) {
+        if (!cg__pg_text_array(cols[c], n, lits[c], lit_cap)) {
             rc = cg_err_set(err, CG_INTERNAL, "by_model: arrays too long");
             goto out;
         }

@@ -33,7 +33,11 @@
 #include "base/timerheap.h"
 #include "llm/llm.h"
 #include "rpc/rpc.h"
+#include "service/forecast.h"
+#include "service/gauges.h"
 #include "service/health.h"
+#include "service/meters.h"
+#include "service/notify.h"
 #include "service/watch.h"
 #include "store/store.h"
 #include "transport/http.h"
@@ -139,6 +143,9 @@ struct cg_server {
     bool prober_started;
     pthread_t monitor;
     bool monitor_started;
+    /* The notifier (notify_main): webhook deliveries, on a store of its own; same stop flag. */
+    pthread_t notifier;
+    bool notifier_started;
     pthread_mutex_t monitor_lock;
     pthread_cond_t monitor_cond;
     bool monitor_stop;
@@ -1364,8 +1371,51 @@ static bool monitor_wait(struct cg_server *srv, int64_t until_ms)
     return !srv->monitor_stop;
 }
 
+/* The notifier: every notify_interval_ms, the due webhook deliveries of every tenant
+ * (service/notify.h), on a store and an HTTP client of its own. A delivery may wait for a
+ * slow receiver up to notify_timeout_ms: nothing else runs on this thread. Deliveries this
+ * replica was sending when it stopped are sent again by a replica when their lease runs out. */
+static void *notify_main(void *arg)
+{
+    struct cg_server *srv = arg;
+    struct pool_ctx *ctx = pool_thread_init(srv, -1);
+    struct cg_webhook_opts wopts = {
+        .timeout_ms = srv->cfg->notify_timeout_ms,
+        .connect_timeout_ms = srv->cfg->notify_timeout_ms,
+        .allow_private = srv->cfg->notify_allow_private_addresses,
+        .user_agent = "ctxguard-webhook/" CG_VERSION,
+    };
+    struct cg_webhook *client = ctx != NULL ? cg_webhook_new(&wopts) : NULL;
+    if (client == NULL) {
+        cg_log(CG_LOG_ERROR, "notify", NULL, "cannot start the notifier: no webhooks are sent");
+        if (ctx != NULL)
+            pool_thread_cleanup(ctx);
+        return NULL;
+    }
+    pthread_mutex_lock(&srv->monitor_lock);
+    while (!srv->monitor_stop) {
+        pthread_mutex_unlock(&srv->monitor_lock);
+        int64_t next = cg_mono_ms() + srv->cfg->notify_interval_ms;
+        struct cg_notify_pass_result r;
+        if (cg_health_is_serving(srv->health)) {
+            (void)cg_notify_pass(&ctx->env.svc, client, &r); /* logged; the next pass retries */
+            cg_svc_meters_notify(ctx->env.svc.meters, ctx->env.svc.metrics_slot, r.delivered,
+                                 r.retried, r.dead);
+        }
+        pthread_mutex_lock(&srv->monitor_lock);
+        if (!monitor_wait(srv, next))
+            break;
+    }
+    pthread_mutex_unlock(&srv->monitor_lock);
+    cg_webhook_free(client);
+    pool_thread_cleanup(ctx);
+    return NULL;
+}
+
 /* The sweeper (expired reservations, due resets, old events) every sweep_interval_ms, on a
- * store of its own. A sweep may block on PostgreSQL: nothing else runs on this thread. */
+ * store of its own, and after a pass, at most every CG_SVC_GAUGES_INTERVAL_MS, the gauges
+ * read from PostgreSQL (service/gauges.h). A sweep may block on PostgreSQL: nothing else
+ * runs on this thread. */
 static void *monitor_main(void *arg)
 {
     struct cg_server *srv = arg;
@@ -1374,12 +1424,27 @@ static void *monitor_main(void *arg)
         cg_log(CG_LOG_ERROR, "sweep", NULL, "cannot start the sweeper");
         return NULL;
     }
+    const struct cg_svc_env *svc = &ctx->env.svc;
+    int64_t next_gauges = 0;   /* cg_mono_ms; the first pass refreshes them */
+    int64_t next_forecast = 0; /* cg_mono_ms */
     pthread_mutex_lock(&srv->monitor_lock);
     while (!srv->monitor_stop) {
         pthread_mutex_unlock(&srv->monitor_lock);
         int64_t next_sweep = cg_mono_ms() + srv->cfg->sweep_interval_ms;
         int expired = 0;
         (void)cg_rpc_sweep(&ctx->env, cg_wall_ms(), &expired);
+        /* Each reservation the sweeper settled is counted by the replica that did it. */
+        cg_svc_meters_reservations(svc->meters, svc->metrics_slot, CG_SVC_RES_EXPIRED, expired);
+        if (cg_mono_ms() >= next_forecast) {
+            int alerted = 0;
+            if (cg_health_is_serving(srv->health))
+                (void)cg_forecast_pass(svc, cg_wall_ms(), &alerted);
+            next_forecast = cg_mono_ms() + srv->cfg->forecast_interval_ms;
+        }
+        if (cg_mono_ms() >= next_gauges) {
+            (void)cg_svc_gauges_refresh(svc, cg_wall_ms());
+            next_gauges = cg_mono_ms() + CG_SVC_GAUGES_INTERVAL_MS;
+        }
         pthread_mutex_lock(&srv->monitor_lock);
         if (!monitor_wait(srv, next_sweep))
             break;
@@ -1666,6 +1731,8 @@ static cg_status start_threads(struct cg_server *srv, struct cg_err *err)
         srv->prober_started = true;
     if (pthread_create(&srv->monitor, NULL, monitor_main, srv) == 0)
         srv->monitor_started = true;
+    if (pthread_create(&srv->notifier, NULL, notify_main, srv) == 0)
+        srv->notifier_started = true;
     atomic_init(&srv->events_stop, false);
     if (pthread_create(&srv->events, NULL, events_main, srv) == 0)
         srv->events_started = true;
@@ -1842,6 +1909,10 @@ void cg_server_shutdown(struct cg_server *srv)
     if (srv->monitor_started) {
         pthread_join(srv->monitor, NULL);
         srv->monitor_started = false;
+    }
+    if (srv->notifier_started) {
+        pthread_join(srv->notifier, NULL);
+        srv->notifier_started = false;
     }
     if (srv->events_started) {
         atomic_store(&srv->events_stop, true);

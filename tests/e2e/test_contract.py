@@ -14,7 +14,12 @@ SERVICES = ((budget_pb2, "BudgetService"), (context_pb2, "ContextService"))
 # RPCs built so far; every other one must still answer UNIMPLEMENTED.
 IMPLEMENTED = {("BudgetService", m) for m in ("SetBudget", "GetBudget", "CheckBudget", "Reserve",
                                               "Commit", "Release", "RecordUsage", "CloseScope",
-                                              "GetUsage", "ListScopes", "WatchUsage",
+                                              "GetUsage", "ListScopes", "GetUsageHistory",
+                                              "WatchUsage", "CreateNotificationChannel",
+                                              "ListNotificationChannels",
+                                              "DeleteNotificationChannel",
+                                              "ListNotificationDeliveries",
+                                              "RedriveNotificationDeliveries",
                                               "ResolveApproval", "GetApproval", "ListApprovals")}
 IMPLEMENTED |= {("ContextService", m) for m in ("CountTokens", "Summarize", "Compress",
                                                 "ValidateContext", "GetArtifact", "ListArtifacts",

@@ -93,3 +93,53 @@ class BadTable(cgtest.TestCase):
 if __name__ == "__main__":
     import unittest
     unittest.main()
+
+
+class Builtin(cgtest.TestCase):
+    """No `prices` setting: the built-in table prices the common models; with
+    prices_builtin off nothing is priced."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = cgtest.start_class_server(cls)
+        cls.off = cgtest.start_class_server(cls, env={"CTXGUARD_PRICES_BUILTIN": "false"})
+
+    def tenant(self, srv):
+        t = srv.create_tenant()
+        md = cgtest.bearer(srv.create_key(t.tenant_id).secret)
+        stub = budget_pb2_grpc.BudgetServiceStub(srv.channel())
+        s = common_pb2.Scope(session_id="b-" + uuid.uuid4().hex[:6])
+        stub.SetBudget(B.SetBudgetRequest(scope=s, settings=B.BudgetSettings(
+            limit_tokens=10 ** 9, limit_cost_micros=50000, backpressure_disabled=True)),
+            metadata=md, timeout=10)
+        return stub, md, s
+
+    def test_a_dated_snapshot_is_priced_by_the_builtin_table(self):
+        stub, md, s = self.tenant(self.srv)
+        r = stub.RecordUsage(B.RecordUsageRequest(
+            scope=s, model="claude-sonnet-4-5-20250929", idempotency_key="a",
+            usage=common_pb2.TokenUsage(input_tokens=1000, output_tokens=100,
+                                        cache_read_tokens=10000, cache_write_tokens=1000)),
+            metadata=md, timeout=10)
+        # 1,000 x $3 + 100 x $15 + 10,000 x $0.30 + 1,000 x $3.75 per million, in micros.
+        self.assertTrue(r.price_known)
+        self.assertEqual(r.recorded_usage.cost_micros, 3000 + 1500 + 3000 + 3750)
+
+    def test_a_cost_refusal_speaks_of_money(self):
+        stub, md, s = self.tenant(self.srv)
+        chk = stub.CheckBudget(B.CheckBudgetRequest(
+            scope=s, estimated_tokens=20000, model="claude-opus-4-1",
+            delay_mode=B.DELAY_MODE_RETURN_ONLY), metadata=md, timeout=10)
+        self.assertEqual(chk.decision, B.DECISION_DENY)
+        cost = [x.message for x in chk.reasons if x.code == B.REASON_CODE_COST_LIMIT]
+        self.assertEqual(len(cost), 1, list(chk.reasons))
+        self.assertIn("cost limit ($0.000000 used and reserved of $0.050000)", cost[0])
+        self.assertNotIn("tokens", cost[0])
+
+    def test_off_means_only_the_setting(self):
+        stub, md, s = self.tenant(self.off)
+        r = stub.RecordUsage(B.RecordUsageRequest(
+            scope=s, model="claude-sonnet-4-5", idempotency_key="a",
+            usage=common_pb2.TokenUsage(input_tokens=1000)), metadata=md, timeout=10)
+        self.assertFalse(r.price_known)
+        self.assertEqual(r.recorded_usage.cost_micros, 0)

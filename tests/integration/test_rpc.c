@@ -242,12 +242,16 @@ Test(rpc, roles_hold_their_promises_over_the_whole_table)
         "BudgetService/ResolveApproval", "AdminService/CreateApiKey",
         "AdminService/RevokeApiKey",     "AdminService/UpdateTenantSettings",
         "AdminService/CreateTenant",
+        "BudgetService/CreateNotificationChannel",
+        "BudgetService/DeleteNotificationChannel",
+        "BudgetService/RedriveNotificationDeliveries",
     };
     /* What a viewer may call: reads only. */
     static const char *const reads[] = {
         "BudgetService/GetBudget",
         "BudgetService/GetUsage",
         "BudgetService/ListScopes",
+        "BudgetService/GetUsageHistory",
         "BudgetService/WatchUsage",
         "BudgetService/GetApproval",
         "BudgetService/ListApprovals",

@@ -126,6 +126,35 @@ Test(crypto, sha256_and_encodings, .timeout = 10)
     cr_assert_str_neq(rid1, rid2);
 }
 
+/* RFC 4231 test cases 1, 2 and 6 (a key longer than the block is hashed first). */
+Test(crypto, hmac_sha256_matches_rfc_4231, .timeout = 10)
+{
+    uint8_t key1[20], key6[131], mac[CG_SHA256_LEN];
+    memset(key1, 0x0b, sizeof key1);
+    memset(key6, 0xaa, sizeof key6);
+    const struct {
+        const void *key;
+        size_t key_len;
+        const char *data;
+        const char *hex;
+    } cases[] = {
+        {key1, sizeof key1, "Hi There",
+         "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+        {"Jefe", 4, "what do ya want for nothing?",
+         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+        {key6, sizeof key6, "Test Using Larger Than Block-Size Key - Hash Key First",
+         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char hex[2 * CG_SHA256_LEN + 1];
+        cr_assert_eq(cg_hmac_sha256(cases[i].key, cases[i].key_len, cases[i].data,
+                                    strlen(cases[i].data), mac),
+                     CG_OK);
+        cg_hex_encode(mac, sizeof mac, hex);
+        cr_assert_str_eq(hex, cases[i].hex, "case %zu", i);
+    }
+}
+
 struct counter_job {
     struct cg_job job;
     atomic_int *count;

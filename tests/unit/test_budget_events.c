@@ -122,7 +122,8 @@ Test(budget_events, filterable_types)
     cr_assert(cg_event_type_filterable(CG_EVENT_USAGE_CHANGED));
     cr_assert(cg_event_type_filterable(CG_EVENT_RESERVATION_EXPIRED));
     cr_assert(cg_event_type_filterable(CG_EVENT_OVERRUN));
-    cr_assert(!cg_event_type_filterable(14));
+    cr_assert(cg_event_type_filterable(CG_EVENT_FORECAST_EXHAUSTION));
+    cr_assert(!cg_event_type_filterable(15));
 }
 
 Test(budget_events, an_allocation_alone_is_a_usage_change_and_crosses)

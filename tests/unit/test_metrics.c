@@ -1,9 +1,12 @@
 /* test_metrics.c - the metrics registry (base/metrics.h): sharded counts under threads,
- * histograms, escaping, the cardinality cap, registration rules, and an exposition that a
- * strict reader of the text format 0.0.4 accepts. */
+ * histograms, escaping, the cardinality cap, registration rules, replaced families (whole sets
+ * swapped under renders), and an exposition that a strict reader of the text format 0.0.4
+ * accepts. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -348,5 +351,200 @@ Test(metrics, the_exposition_parses_as_text_format_0_0_4, .timeout = 10)
     /* 1 started + 12 buckets, sum, count + 1 odd + 1 refusal. */
     cr_assert_eq(samples, 1 + 14 + 1 + 1);
     free(text);
+    cg_metrics_free(m);
+}
+
+/* ---------------------------------------------------------------- replaced families */
+
+/* Whether text has a line starting with prefix. */
+static bool has_line_starting(const char *text, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (const char *p = text; (p = strstr(p, prefix)) != NULL; p += n)
+        if (p == text || p[-1] == '\n')
+            return true;
+    return false;
+}
+
+static cg_status replace(struct cg_metric_family *f, const struct cg_metric_sample *s, size_t n)
+{
+    struct cg_err err;
+    cg_err_clear(&err);
+    cg_status st = cg_metric_family_replace(f, s, n, &err);
+    cr_assert(st == CG_OK || err.code == st, "err filled: %s", err.msg);
+    return st;
+}
+
+Test(metrics, a_replaced_family_shows_exactly_its_last_set, .timeout = 10)
+{
+    struct cg_metrics *m = cg_metrics_new(1);
+    struct cg_metric_family *f = cg_metrics_gauge_set_family(
+        m, "top_ratio", "Top ratios.", CG_LABELS("tenant_id", "level"), 10, NULL);
+    cr_assert_not_null(f);
+    char *text = render(m);
+    cr_assert(!has_line_starting(text, "# HELP top_ratio"), "empty before the first set");
+    free(text);
+
+    struct cg_metric_sample first[] = {
+        {{"t1", "tenant"}, 0.5},
+        {{"t2", "session"}, 0.25},
+        {{"t3", "tenant"}, 1.5},
+    };
+    cr_assert_eq(replace(f, first, 3), CG_OK);
+    text = render(m);
+    assert_has_line(text, "# TYPE top_ratio gauge");
+    assert_has_line(text, "top_ratio{tenant_id=\"t1\",level=\"tenant\"} 0.5");
+    assert_has_line(text, "top_ratio{tenant_id=\"t2\",level=\"session\"} 0.25");
+    assert_has_line(text, "top_ratio{tenant_id=\"t3\",level=\"tenant\"} 1.5");
+    /* In the order given. */
+    cr_assert_lt(strstr(text, "\"t1\""), strstr(text, "\"t2\""));
+    cr_assert_lt(strstr(text, "\"t2\""), strstr(text, "\"t3\""));
+    free(text);
+
+    /* t1 and t3 fall out, t2 moves, t4 comes in. */
+    struct cg_metric_sample second[] = {
+        {{"t4", "session"}, 0.75},
+        {{"t2", "session"}, 0.3},
+    };
+    cr_assert_eq(replace(f, second, 2), CG_OK);
+    text = render(m);
+    assert_has_line(text, "top_ratio{tenant_id=\"t4\",level=\"session\"} 0.75");
+    assert_has_line(text, "top_ratio{tenant_id=\"t2\",level=\"session\"} 0.3");
+    cr_assert_null(strstr(text, "\"t1\""), "%s", text);
+    cr_assert_null(strstr(text, "\"t3\""), "%s", text);
+    cr_assert_null(strstr(text, "0.25"), "t2's old value is gone");
+    free(text);
+
+    /* An empty set empties the family: not even its HELP and TYPE are left. */
+    cr_assert_eq(replace(f, NULL, 0), CG_OK);
+    text = render(m);
+    cr_assert(!has_line_starting(text, "# HELP top_ratio"), "%s", text);
+    cr_assert(!has_line_starting(text, "top_ratio"), "%s", text);
+    free(text);
+    cr_assert_eq(cg_metric_family_refused(f), 0);
+    cg_metrics_free(m);
+}
+
+Test(metrics, a_replacement_leaves_out_bad_repeated_and_capped_samples, .timeout = 10)
+{
+    struct cg_metrics *m = cg_metrics_new(1);
+    struct cg_metric_family *f =
+        cg_metrics_gauge_set_family(m, "capped_ratio", "c", CG_LABELS("k", "l"), 3, NULL);
+    char long_value[CG_METRICS_MAX_VALUE_BYTES + 2];
+    memset(long_value, 'x', sizeof long_value - 1);
+    long_value[sizeof long_value - 1] = '\0';
+    struct cg_metric_sample s[] = {
+        {{"a", "1"}, 1},        {{"b", NULL}, 2},      /* a value missing */
+        {{long_value, "1"}, 3},                        /* a value too long */
+        {{"a", "1"}, 4},                               /* the label set of the first again */
+        {{"a", "2"}, 5},        {{"c", "\"q\"\n"}, 6}, /* escaped on output */
+        {{"d", "1"}, 7},                               /* past the cap of 3 */
+        {{"e", "1"}, 8},                               /* past the cap of 3 */
+    };
+    cr_assert_eq(replace(f, s, sizeof s / sizeof *s), CG_OK);
+    cr_assert_eq(cg_metric_family_refused(f), 5);
+    char *text = render(m);
+    assert_has_line(text, "capped_ratio{k=\"a\",l=\"1\"} 1");
+    assert_has_line(text, "capped_ratio{k=\"a\",l=\"2\"} 5");
+    assert_has_line(text, "capped_ratio{k=\"c\",l=\"\\\"q\\\"\\n\"} 6");
+    cr_assert_null(strstr(text, "k=\"b\""));
+    cr_assert_null(strstr(text, "k=\"d\""));
+    cr_assert_null(strstr(text, "capped_ratio{k=\"a\",l=\"1\"} 4"));
+    assert_has_line(text, "ctxguard_metrics_series_refused_total{family=\"capped_ratio\"} 5");
+    free(text);
+    cg_metrics_free(m);
+}
+
+Test(metrics, a_replaced_family_has_no_handles_and_keeps_its_kind, .timeout = 10)
+{
+    struct cg_metrics *m = cg_metrics_new(1);
+    struct cg_err err;
+    cg_err_clear(&err);
+    struct cg_metric_family *f =
+        cg_metrics_gauge_set_family(m, "set_ratio", "s", CG_LABELS("k"), 0, &err);
+    cr_assert_not_null(f, "%s", err.msg);
+    /* Registering it again the same way finds it; as a gauge with handles, it clashes. */
+    cr_assert_eq(cg_metrics_gauge_set_family(m, "set_ratio", "s", CG_LABELS("k"), 0, NULL), f);
+    cr_assert_null(cg_metrics_gauge_family(m, "set_ratio", "s", CG_LABELS("k"), 0, &err));
+    cr_assert_eq(err.code, CG_ALREADY_EXISTS);
+    struct cg_metric_family *g = cg_metrics_gauge_family(m, "plain", "p", CG_LABELS("k"), 0, NULL);
+    cr_assert_null(cg_metrics_gauge_set_family(m, "plain", "p", CG_LABELS("k"), 0, &err));
+    cr_assert_eq(err.code, CG_ALREADY_EXISTS);
+    /* No handles on it; no replacing a family with handles. */
+    cr_assert_null(cg_metric_get(f, CG_LABELS("a")));
+    cr_assert_eq(cg_metric_family_refused(f), 1);
+    struct cg_metric_sample one = {{"a"}, 1};
+    cg_err_clear(&err);
+    cr_assert_eq(cg_metric_family_replace(g, &one, 1, &err), CG_INVALID_ARGUMENT);
+    cr_assert_eq(err.code, CG_INVALID_ARGUMENT);
+    cr_assert_eq(cg_metric_family_replace(NULL, &one, 1, NULL), CG_INVALID_ARGUMENT);
+    /* Bad names are refused as for every family. */
+    cr_assert_null(cg_metrics_gauge_set_family(m, "bad name", "b", CG_NO_LABELS, 0, &err));
+    cr_assert_eq(err.code, CG_INVALID_ARGUMENT);
+    cg_metrics_free(m);
+}
+
+#define SET_ROUNDS 2000
+
+struct replace_arg {
+    struct cg_metric_family *f;
+    _Atomic bool stop;
+    _Atomic int replaced; /* replacements done */
+};
+
+/* Replaces the family's set with set A (3 samples of value 1) and set B (5 of value 2) in
+ * turn. */
+static void *replace_main(void *p)
+{
+    struct replace_arg *a = p;
+    struct cg_metric_sample set_a[] = {{{"a0"}, 1}, {{"a1"}, 1}, {{"a2"}, 1}};
+    struct cg_metric_sample set_b[] = {
+        {{"b0"}, 2}, {{"b1"}, 2}, {{"b2"}, 2}, {{"b3"}, 2}, {{"b4"}, 2}};
+    for (int i = 0; !atomic_load(&a->stop); i++) {
+        cg_status st = i % 2 ? cg_metric_family_replace(a->f, set_a, 3, NULL)
+                             : cg_metric_family_replace(a->f, set_b, 5, NULL);
+        if (st != CG_OK)
+            return (void *)1;
+        atomic_fetch_add(&a->replaced, 1);
+    }
+    return NULL;
+}
+
+Test(metrics, a_render_shows_one_whole_set_while_it_is_replaced, .timeout = 60)
+{
+    struct cg_metrics *m = cg_metrics_new(1);
+    struct cg_metric_family *f =
+        cg_metrics_gauge_set_family(m, "swapped", "s", CG_LABELS("k"), 10, NULL);
+    struct cg_metric_sample first[] = {{{"a0"}, 1}, {{"a1"}, 1}, {{"a2"}, 1}};
+    cr_assert_eq(replace(f, first, 3), CG_OK); /* never empty from here on */
+    struct replace_arg arg = {.f = f};
+    atomic_init(&arg.stop, false);
+    atomic_init(&arg.replaced, 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, replace_main, &arg), 0);
+    int seen_a = 0, seen_b = 0;
+    /* Renders until the sets were swapped many times under them. */
+    for (int round = 0; round < SET_ROUNDS || atomic_load(&arg.replaced) < SET_ROUNDS; round++) {
+        char *text = render(m);
+        int ones = 0, twos = 0;
+        for (const char *p = text; (p = strstr(p, "swapped{k=")) != NULL; p++) {
+            const char *sp = strchr(p, ' ');
+            cr_assert_not_null(sp);
+            double v = strtod(sp + 1, NULL);
+            ones += v == 1;
+            twos += v == 2;
+        }
+        cr_assert((ones == 3 && twos == 0) || (ones == 0 && twos == 5),
+                  "a mixed or partial set: %d ones, %d twos\n%s", ones, twos, text);
+        seen_a += ones == 3;
+        seen_b += twos == 5;
+        free(text);
+    }
+    atomic_store(&arg.stop, true);
+    void *rc;
+    pthread_join(t, &rc);
+    cr_assert_null(rc, "a replacement failed");
+    cr_assert_gt(seen_a, 0, "set A rendered");
+    cr_assert_gt(atomic_load(&arg.replaced), SET_ROUNDS - 1);
     cg_metrics_free(m);
 }

@@ -51,6 +51,14 @@ CROSS_TENANT = {
     ("store_pg_tenants.c", "WITH made AS (INSERT INTO tenants (name, time_zone,"):
         "CreateTenant: the new tenant's id is made by the row's default (gen_random_uuid), "
         "and its audit row takes that id from the insert",
+    ("store_pg_notify.c", "WITH due AS (SELECT tenant_id, delivery_id FROM"):
+        "the notifiers' claim of due webhook deliveries of every tenant (store_notify.h): "
+        "each replica's one notifier thread sends them all; every row it then reads or "
+        "settles is named by its own tenant_id",
+    ("store_pg_gauges.c", "WITH pending AS ( SELECT count(*)::int8 AS n,"):
+        "the metrics' figures of the whole deployment (store_gauges.h): the pending "
+        "approvals' count and oldest request, and the top N budgets grouped by tenant; "
+        "aggregates over partial indexes, read-only, from the monitor thread every 10 s",
 }
 
 TABLE_REF = r"\b(?:FROM|JOIN|UPDATE|INTO|USING)\s+(?:ONLY\s+)?({tables})\b"

@@ -29,7 +29,7 @@ METHODS: Dict[str, Tuple[str, Any]] = {}
 for _svc, _mod, _names in (
         ("budget", budget_pb2, ("SetBudget", "GetBudget", "CheckBudget", "Reserve", "Commit",
                                 "Release", "RecordUsage", "CloseScope", "GetUsage", "ListScopes",
-                                "WatchUsage", "ResolveApproval", "GetApproval", "ListApprovals")),
+                                "GetUsageHistory", "WatchUsage", "ResolveApproval", "GetApproval", "ListApprovals")),
         ("context", context_pb2, ("CountTokens", "Compress", "Summarize", "GetArtifact",
                                   "ListArtifacts", "GetHistory", "SearchHistory",
                                   "DeleteSession", "ValidateContext",
@@ -45,7 +45,7 @@ for _svc, _mod, _names in (
 # Release, CloseScope, ResolveApproval (same decision: `replayed`); UpdateTenantSettings
 # (replaces the settings whole). Conditional ones are in retryable().
 ALWAYS_RETRY = frozenset({
-    "GetBudget", "CheckBudget", "GetUsage", "ListScopes", "GetApproval", "ListApprovals",
+    "GetBudget", "CheckBudget", "GetUsage", "ListScopes", "GetUsageHistory", "GetApproval", "ListApprovals",
     "CountTokens", "ValidateContext", "GetArtifact", "ListArtifacts", "GetHistory",
     "SearchHistory", "GetCompressionStats", "WhoAmI", "GetTenant", "ListTenants", "ListApiKeys", "Ping",
     "Commit", "Release", "CloseScope", "ResolveApproval", "UpdateTenantSettings"})

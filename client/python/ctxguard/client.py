@@ -190,6 +190,13 @@ class Client:
         return self._unary("ListScopes", _common.request("ListScopes", parent=parent, **fields),
                            timeout)
 
+    def usage_history(self, scope: ScopeLike = None, *, timeout: Optional[float] = None,
+                      **fields: Any) -> "budget_pb2.GetUsageHistoryResponse":
+        """Spend over time: fields from_unix_ms, to_unix_ms, step_seconds (0s: the last
+        hour by minute)."""
+        return self._unary("GetUsageHistory",
+                           _common.request("GetUsageHistory", scope=scope, **fields), timeout)
+
     def resolve_approval(self, approval_id: str, approve: bool = True, *,
                          granted_tokens: int = 0, decided_by: str = "", note: str = "",
                          timeout: Optional[float] = None

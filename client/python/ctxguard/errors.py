@@ -163,7 +163,8 @@ _REASON_OF = {InvalidArgument: "INVALID_ARGUMENT", ScopeNotFound: "SCOPE_NOT_FOU
 
 # RPCs whose NOT_FOUND is about a scope (they take one), a reservation or an approval.
 _SCOPE_METHODS = {"SetBudget", "GetBudget", "CheckBudget", "Reserve", "RecordUsage",
-                  "CloseScope", "GetUsage", "ListScopes", "WatchUsage", "ListApprovals"}
+                  "CloseScope", "GetUsage", "ListScopes", "GetUsageHistory", "WatchUsage",
+                  "ListApprovals"}
 _RESERVATION_METHODS = {"Commit", "Release"}
 _APPROVAL_METHODS = {"ResolveApproval", "GetApproval"}
 

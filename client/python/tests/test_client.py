@@ -42,6 +42,11 @@ class GuardTest(sdkenv.ServerCase):
         self.assertEqual(root.open_reservations, 0)
         # One ledger entry, for the model.
         self.assertEqual([(m.model, m.calls) for m in root.by_model], [("gpt-4o", 1)])
+        # And in the session's spend history (the last hour by minute).
+        h = self.client.usage_history(s)
+        self.assertEqual((h.step_seconds, h.total_entries, h.total.input_tokens,
+                          h.total.output_tokens), (60, 1, 120, 30))
+        self.assertEqual(sum(p.entries for p in h.points), 1)
 
     def test_commit_from_a_provider_response_and_the_scope_dataclass(self):
         s = sid()

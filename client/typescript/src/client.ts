@@ -265,6 +265,10 @@ export class Client {
   listScopes(req: Req<budget.ListScopesRequest> = {}, o?: CallOpts): Promise<budget.ListScopesResponse> {
     return this.b("listScopes", budget.ListScopesRequest, withScopes(req), true, o);
   }
+  /** Spend over time: fromUnixMs, toUnixMs, stepSeconds (all 0: the last hour by minute). */
+  getUsageHistory(req: Req<budget.GetUsageHistoryRequest> = {}, o?: CallOpts): Promise<budget.GetUsageHistoryResponse> {
+    return this.b("getUsageHistory", budget.GetUsageHistoryRequest, withScopes(req), true, o);
+  }
   resolveApproval(req: Req<budget.ResolveApprovalRequest>, o?: CallOpts): Promise<budget.ResolveApprovalResponse> {
     return this.b("resolveApproval", budget.ResolveApprovalRequest, withScopes(req), true, o);
   }

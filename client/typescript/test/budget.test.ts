@@ -226,6 +226,11 @@ describe("client", () => {
     assert.equal(tree.root!.children[0]!.children[0]!.usedTokens, 42);
     const listed = await client.listScopes({ parent: s });
     assert.deepEqual(listed.scopes.map((x) => x.scope!.taskId), ["plan"]);
+    const history = await client.getUsageHistory({ scope: `${s}/plan`, stepSeconds: 300 });
+    assert.equal(history.stepSeconds, 300);
+    assert.equal(history.totalEntries, 1);
+    assert.equal(history.total!.inputTokens + history.total!.outputTokens, 42);
+    assert.equal(history.points.reduce((n, p) => n + p.entries, 0), 1);
   });
 
   test("watch(scope) yields the usage events of the scope", async () => {
