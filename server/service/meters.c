@@ -131,8 +131,7 @@ static cg_status read_families(struct cg_svc_meters *m, struct cg_metrics *reg, 
 }
 
 /* What the ledger recorded, and what the notifier sent. */
-static cg_status spend_families(struct cg_svc_meters *m, struct cg_metrics *reg,
-                                struct cg_err *err)
+static cg_status spend_families(struct cg_svc_meters *m, struct cg_metrics *reg, struct cg_err *err)
 {
     struct cg_metric_family *tokens = cg_metrics_counter_family(
         reg, "ctxguard_usage_tokens_total",
@@ -148,7 +147,12 @@ static cg_status spend_families(struct cg_svc_meters *m, struct cg_metrics *reg,
         reg, "ctxguard_notify_deliveries_total",
         "Webhook and Slack delivery attempts of this replica's notifier, by outcome.",
         CG_LABELS("result"), 3, err);
-    if (tokens == NULL || cost == NULL || notify == NULL)
+    m->budget_exhaustion = cg_metrics_gauge_set_family(
+        reg, "ctxguard_budget_exhaustion_seconds",
+        "Seconds until a budget runs out at its recent spend rate: per tenant and level the "
+        "soonest, the metrics_budget_top_n soonest of all (read by each forecast pass).",
+        CG_LABELS("tenant_id", "level"), CG_SVC_BUDGET_TOP_N_MAX, err);
+    if (tokens == NULL || cost == NULL || notify == NULL || m->budget_exhaustion == NULL)
         return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;
     static const char *const kinds[4] = {"input", "output", "cache_read", "cache_write"};
     for (int i = 0; i < 4; i++)
@@ -173,8 +177,8 @@ void cg_svc_meters_usage(const struct cg_svc_meters *m, uint32_t slot, const str
         cg_metric_add(m->usage_cost, slot, (uint64_t)u->cost_micros);
 }
 
-void cg_svc_meters_notify(const struct cg_svc_meters *m, uint32_t slot, int delivered,
-                          int retried, int dead)
+void cg_svc_meters_notify(const struct cg_svc_meters *m, uint32_t slot, int delivered, int retried,
+                          int dead)
 {
     if (m == NULL)
         return;

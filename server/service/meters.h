@@ -28,6 +28,10 @@
  *                                             RecordUsage), by kind: input, output,
  *                                             cache_read, cache_write; counted at commit
  *   ctxguard_usage_cost_micros_total          their cost (as recorded, priced or given)
+ *   ctxguard_budget_exhaustion_seconds{tenant_id,level}
+ *                                             the soonest forecast exhaustion per tenant and
+ *                                             level, the top metrics_budget_top_n soonest
+ *                                             (service/forecast.c, each forecast pass)
  *   ctxguard_notify_deliveries_total{result}  webhook/Slack delivery attempts by outcome:
  *                                             delivered, retried (failed, tried again later),
  *                                             dead (failed for the last time)
@@ -88,8 +92,9 @@ struct cg_svc_meters {
     struct cg_metric *batch_size;                        /* ctxguard_store_batch_size */
     struct cg_metric *usage_tokens[4]; /* input, output, cache_read, cache_write */
     struct cg_metric *usage_cost;
-    struct cg_metric *notify[3]; /* delivered, retried, dead */
-    struct cg_metric *approvals_pending;                 /* gauges set by service/gauges.c */
+    struct cg_metric *notify[3];                /* delivered, retried, dead */
+    struct cg_metric_family *budget_exhaustion; /* replaced whole by service/forecast.c */
+    struct cg_metric *approvals_pending;        /* gauges set by service/gauges.c */
     struct cg_metric *approval_oldest_pending_seconds;
     struct cg_metric_family *budget_used_ratio; /* replaced whole (metrics.h) by gauges.c */
 };
@@ -116,8 +121,8 @@ void cg_svc_meters_reservations(const struct cg_svc_meters *m, uint32_t slot,
 void cg_svc_meters_usage(const struct cg_svc_meters *m, uint32_t slot, const struct cg_usage *u);
 
 /* What a notifier pass did (m NULL: nothing). */
-void cg_svc_meters_notify(const struct cg_svc_meters *m, uint32_t slot, int delivered,
-                          int retried, int dead);
+void cg_svc_meters_notify(const struct cg_svc_meters *m, uint32_t slot, int delivered, int retried,
+                          int dead);
 
 /* One committed batch transaction that wrote ops Reserves and Commits (m NULL: nothing). */
 void cg_svc_meters_batch(const struct cg_svc_meters *m, uint32_t slot, int ops);

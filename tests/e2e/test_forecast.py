@@ -119,3 +119,31 @@ class Forecast(cgtest.TestCase):
         f = self.stub.GetUsage(B.GetUsageRequest(scope=scope(self.s)), metadata=self.md,
                                timeout=10).root.forecast
         self.assertAlmostEqual(f.tokens_per_minute, 1000.0)
+
+
+class ForecastMetric(cgtest.TestCase):
+    def test_the_soonest_exhaustion_is_a_metric(self):
+        from test_http import get, http_port, sample
+        srv = cgtest.start_server(self, env={
+            "CTXGUARD_FORECAST_INTERVAL_MS": "200", "CTXGUARD_FORECAST_WINDOW_MINUTES": "2",
+            "CTXGUARD_HTTP_LISTEN": "127.0.0.1:0"})
+        port = http_port(srv)
+        t = srv.create_tenant()
+        md = cgtest.bearer(srv.create_key(t.tenant_id).secret)
+        stub = budget_pb2_grpc.BudgetServiceStub(srv.channel())
+        s = "s-" + uuid.uuid4().hex[:8]
+        for sc, limit in ((scope(s), 100000), (scope(s, "t"), 50000)):
+            stub.SetBudget(B.SetBudgetRequest(scope=sc, settings=B.BudgetSettings(
+                limit_tokens=limit)), metadata=md, timeout=10)
+        stub.RecordUsage(B.RecordUsageRequest(
+            scope=scope(s, "t"), usage=common_pb2.TokenUsage(input_tokens=20000),
+            idempotency_key="k"), metadata=md, timeout=10)
+
+        def seconds(level):
+            return sample(get(port, "/metrics")[2], "ctxguard_budget_exhaustion_seconds",
+                          f'tenant_id="{t.tenant_id}",level="{level}"')
+
+        cgtest.wait_until(lambda: seconds("task") is not None, 20, "the forecast metric")
+        self.assertAlmostEqual(seconds("task"), 180.0, delta=1.0)  # 30,000 left at 10,000/min
+        self.assertAlmostEqual(seconds("session"), 480.0, delta=1.0)
+        self.assertIsNone(seconds("tenant"))  # no budget there
