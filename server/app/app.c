@@ -110,7 +110,8 @@ static cg_status start_metrics(struct cg_app *app, struct cg_err *err)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         workers = n > 0 ? (n > 64 ? 64 : n) : 1;
     }
-    long slots = workers + cfg->io_threads + cfg->stream_open_threads + METRICS_SPARE_SLOTS;
+    long slots = workers + cfg->io_threads + cfg->stream_open_threads + cfg->notify_threads +
+                 METRICS_SPARE_SLOTS;
     if ((app->metrics = cg_metrics_new((unsigned)slots)) == NULL)
         return cg_err_set(err, CG_NOMEM, "out of memory for the metrics");
     struct cg_metric_family *info = cg_metrics_gauge_family(

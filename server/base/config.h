@@ -68,6 +68,9 @@
        "how often expired reservations are returned and due budget resets applied")                \
     XX(notify_interval_ms, INT, "500", 50, 60000, NULL,                                            \
        "how often each replica's notifier looks for due webhook deliveries")                       \
+    XX(notify_threads, INT, "2", 1, 16, NULL,                                                      \
+       "notifier threads per replica, each sending one delivery at a time (a slow receiver "       \
+       "holds one)")                                                                               \
     XX(notify_timeout_ms, INT, "5000", 100, 60000, NULL,                                           \
        "longest one webhook delivery may take, connection included")                               \
     XX(notify_max_attempts, INT, "8", 1, 100, NULL,                                                \

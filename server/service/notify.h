@@ -17,6 +17,8 @@
  * mid-delivery delays that delivery by no more. */
 #define CG_NOTIFY_CLAIM 1
 #define CG_NOTIFY_PASS_MAX 256
+/* The most notifier threads a replica runs (notify_threads). */
+#define CG_NOTIFY_THREADS_MAX 16
 
 /* CreateNotificationChannel of op's tenant, in checked by the caller (kind, url, types,
  * prefix, description): a webhook gets a new signing secret (out->secret, for the answer

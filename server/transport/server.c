@@ -143,9 +143,10 @@ struct cg_server {
     bool prober_started;
     pthread_t monitor;
     bool monitor_started;
-    /* The notifier (notify_main): webhook deliveries, on a store of its own; same stop flag. */
-    pthread_t notifier;
-    bool notifier_started;
+    /* The notifiers (notify_main, notify_threads of them): webhook deliveries, each on a
+     * store of its own; same stop flag. */
+    pthread_t notifiers[CG_NOTIFY_THREADS_MAX];
+    bool notifier_started[CG_NOTIFY_THREADS_MAX];
     pthread_mutex_t monitor_lock;
     pthread_cond_t monitor_cond;
     bool monitor_stop;
@@ -1371,9 +1372,10 @@ static bool monitor_wait(struct cg_server *srv, int64_t until_ms)
     return !srv->monitor_stop;
 }
 
-/* The notifier: every notify_interval_ms, the due webhook deliveries of every tenant
+/* A notifier: every notify_interval_ms, the due webhook deliveries of every tenant
  * (service/notify.h), on a store and an HTTP client of its own. A delivery may wait for a
- * slow receiver up to notify_timeout_ms: nothing else runs on this thread. Deliveries this
+ * slow receiver up to notify_timeout_ms: nothing else runs on this thread, and the other
+ * notify_threads go on claiming (a claim takes one delivery). Deliveries this
  * replica was sending when it stopped are sent again by a replica when their lease runs out. */
 static void *notify_main(void *arg)
 {
@@ -1731,8 +1733,8 @@ static cg_status start_threads(struct cg_server *srv, struct cg_err *err)
         srv->prober_started = true;
     if (pthread_create(&srv->monitor, NULL, monitor_main, srv) == 0)
         srv->monitor_started = true;
-    if (pthread_create(&srv->notifier, NULL, notify_main, srv) == 0)
-        srv->notifier_started = true;
+    for (int i = 0; i < srv->cfg->notify_threads && i < CG_NOTIFY_THREADS_MAX; i++)
+        srv->notifier_started[i] = pthread_create(&srv->notifiers[i], NULL, notify_main, srv) == 0;
     atomic_init(&srv->events_stop, false);
     if (pthread_create(&srv->events, NULL, events_main, srv) == 0)
         srv->events_started = true;
@@ -1910,9 +1912,11 @@ void cg_server_shutdown(struct cg_server *srv)
         pthread_join(srv->monitor, NULL);
         srv->monitor_started = false;
     }
-    if (srv->notifier_started) {
-        pthread_join(srv->notifier, NULL);
-        srv->notifier_started = false;
+    for (int i = 0; i < CG_NOTIFY_THREADS_MAX; i++) {
+        if (srv->notifier_started[i]) {
+            pthread_join(srv->notifiers[i], NULL);
+            srv->notifier_started[i] = false;
+        }
     }
     if (srv->events_started) {
         atomic_store(&srv->events_stop, true);

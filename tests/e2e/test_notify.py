@@ -623,3 +623,26 @@ class Metrics(cgtest.TestCase):
         cgtest.wait_until(
             lambda: value("ctxguard_notify_deliveries_total", 'result="delivered"') == 1, 20,
             "the re-driven delivery counted as delivered")
+
+
+class SlowReceiver(cgtest.TestCase):
+    """A receiver that holds its request holds one notifier thread, not the others."""
+
+    def test_another_channel_is_served_while_one_receiver_holds(self):
+        srv = cgtest.start_server(self, env=dict(FAST, CTXGUARD_NOTIFY_TIMEOUT_MS="20000",
+                                                 CTXGUARD_NOTIFY_THREADS="2"))
+        t = Tenant(srv)
+        held, quick = Receiver(mode="hold"), Receiver()
+        self.addCleanup(quick.close)
+        self.addCleanup(held.close)
+        s1, s2 = "s-" + uuid.uuid4().hex[:8], "s-" + uuid.uuid4().hex[:8]
+        t.channel(held.url, prefix=scope(s1))
+        t.channel(quick.url, prefix=scope(s2))
+        t.warn(s1)
+        self.assertTrue(held.holding.wait(20), "the first delivery reaches the holding receiver")
+        t.warn(s2)
+        cgtest.wait_until(lambda: len(quick.posts()) == 1, 10,
+                          "the other channel's delivery while the first is held")
+        self.assertEqual(len(held.posts()), 1)
+        self.assertFalse(held.released.is_set())
+        held.released.set()
