@@ -126,7 +126,15 @@ bool cg_webhook_post(struct cg_webhook *w, const char *url, const char *body, si
                      const char *const *headers, int n, struct cg_webhook_result *out)
 {
     memset(out, 0, sizeof *out);
+    /* "Expect:" off: a body over 1 KB would otherwise wait for a 100 Continue that many
+     * receivers never send. */
     struct curl_slist *list = curl_slist_append(NULL, "Content-Type: application/json");
+    if (list != NULL) {
+        struct curl_slist *next = curl_slist_append(list, "Expect:");
+        if (next == NULL)
+            curl_slist_free_all(list);
+        list = next;
+    }
     for (int i = 0; list != NULL && i < n; i++) {
         struct curl_slist *next = curl_slist_append(list, headers[i]);
         if (next == NULL) {

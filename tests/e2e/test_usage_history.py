@@ -287,8 +287,8 @@ class History(cgtest.TestCase):
         self.assertIn("#" * 40, full[0])
         self.assertIn("2 calls", full[0])
         self.assertIn("$0.005000", full[0])
-        this_minute = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-        self.assertTrue(full[0].startswith(this_minute), full[0])
+        today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        self.assertTrue(full[0].startswith(today), full[0])
         self.assertIn("total: 4000 tokens (input 4000", out)
         got = json.loads(run("--json", "usage", self.s, "--history", "--since", "2h").stdout)
         self.assertEqual(int(got["totalEntries"] if "totalEntries" in got
