@@ -27,7 +27,7 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "cg_client.h"
-#include "cg_json.h"
+#include "rpc/pb_json.h"
 #include "ctxguard/v1/admin.pb-c.h"
 #include "ctxguard/v1/budget.pb-c.h"
 #include "ctxguard/v1/context.pb-c.h"

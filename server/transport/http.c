@@ -2,8 +2,8 @@
  * <microhttpd.h>.
  *
  * Life of a request. MHD calls on_request several times per request: first when the
- * headers are in (a request object is made), then once per piece of body (counted against
- * max_body_bytes and dropped: no route takes a body yet), then with no more body: the route
+ * headers are in (a request object is made), then once per piece of body (kept, up to
+ * max_body_bytes: a longer body closes the connection), then with no more body: the route
  * is found and its handler runs. The answer (cg_http_respond) is stored in the request; if
  * it is there when the handler returns it is queued at once, otherwise the connection is
  * suspended and the answer, from whichever thread gives it, resumes it, whereupon MHD calls
@@ -59,6 +59,7 @@ struct cg_http_request {
     const char *path; /* MHD's, valid for the request */
     unsigned method;
     size_t body_bytes;
+    char *body; /* what came, NUL-terminated (NULL: none) */
     bool dispatched;
 
     pthread_mutex_t lock; /* the fields below: the answer may come from another thread */
@@ -135,6 +136,37 @@ unsigned cg_http_request_method(const struct cg_http_request *req)
 const char *cg_http_request_header(struct cg_http_request *req, const char *name)
 {
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+const char *cg_http_request_body(const struct cg_http_request *req, size_t *len)
+{
+    *len = req->body_bytes;
+    return req->body;
+}
+
+struct args_walk {
+    cg_http_arg_cb cb;
+    void *ctx;
+    bool stopped;
+};
+
+static enum MHD_Result walk_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    (void)kind;
+    struct args_walk *w = cls;
+    if (!w->cb(w->ctx, key, value != NULL ? value : "")) {
+        w->stopped = true;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+bool cg_http_request_args(struct cg_http_request *req, cg_http_arg_cb cb, void *ctx)
+{
+    struct args_walk w = {cb, ctx, false};
+    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, walk_arg, &w);
+    return !w.stopped;
 }
 
 /* ---------------------------------------------------------------- built-in routes - */
@@ -225,7 +257,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   size_t *upload_data_size, void **con_cls)
 {
     (void)version;
-    (void)upload_data;
     struct cg_http *http = cls;
     struct cg_http_request *req = *con_cls;
     if (req == NULL) {
@@ -241,10 +272,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
-        /* No route takes a body yet: count it, drop it, and give up on an endless one. */
-        req->body_bytes += *upload_data_size;
+        /* Kept for the route, up to max_body; a longer one ends the connection. */
+        size_t n = *upload_data_size;
         *upload_data_size = 0;
-        return req->body_bytes > http->max_body ? MHD_NO : MHD_YES;
+        if (req->body_bytes + n > http->max_body)
+            return MHD_NO;
+        char *grown = realloc(req->body, req->body_bytes + n + 1);
+        if (grown == NULL)
+            return MHD_NO;
+        memcpy(grown + req->body_bytes, upload_data, n);
+        req->body_bytes += n;
+        grown[req->body_bytes] = '\0';
+        req->body = grown;
+        return MHD_YES;
     }
     if (!req->dispatched)
         dispatch(http, req);
@@ -278,6 +318,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (req->response != NULL)
         MHD_destroy_response(req->response);
     pthread_mutex_destroy(&req->lock);
+    free(req->body);
     free(req);
     *con_cls = NULL;
 }

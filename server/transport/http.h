@@ -19,6 +19,7 @@
 #ifndef CG_TRANSPORT_HTTP_H
 #define CG_TRANSPORT_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "base/status.h"
@@ -79,6 +80,16 @@ unsigned cg_http_request_method(const struct cg_http_request *req);
 /* A request header's value (borrowed), NULL when absent. Only in the handler's call, on
  * the listener's thread. */
 const char *cg_http_request_header(struct cg_http_request *req, const char *name);
+
+/* The request's body (NUL-terminated; NULL with *len 0 when none came), borrowed until the
+ * request is answered. Thread-safe until answered. */
+const char *cg_http_request_body(const struct cg_http_request *req, size_t *len);
+
+/* Calls cb with each query argument (URL-decoded key and value, "" for a key without
+ * one), in order, until it returns false; returns false when it did. Only in the handler's
+ * call, on the listener's thread. */
+typedef bool (*cg_http_arg_cb)(void *ctx, const char *key, const char *value);
+bool cg_http_request_args(struct cg_http_request *req, cg_http_arg_cb cb, void *ctx);
 
 /* Answers req with status, content_type and body, taking body (malloc'd, or NULL with
  * len 0; freed by the listener, also on error). Exactly once per request; from any

@@ -41,6 +41,7 @@
 #include "service/watch.h"
 #include "store/store.h"
 #include "transport/http.h"
+#include "transport/http_api.h"
 #include "transport/status_details.h"
 
 #define GENERIC_SLOTS 8
@@ -143,6 +144,10 @@ struct cg_server {
     bool prober_started;
     pthread_t monitor;
     bool monitor_started;
+    /* The JSON API's route on the HTTP listener (transport/http_api.h). */
+    struct cg_http_api http_api;
+    bool http_api_started;
+    struct cg_http_route http_routes[1];
     /* The notifiers (notify_main, notify_threads of them): webhook deliveries, each on a
      * store of its own; same stop flag. */
     pthread_t notifiers[CG_NOTIFY_THREADS_MAX];
@@ -1780,6 +1785,16 @@ static cg_status start_http(struct cg_server *srv, struct cg_err *err)
         .max_connections = (unsigned)cfg->http_max_connections,
         .metrics = srv->app->metrics,
         .health = srv->health,
+        .routes = srv->http_routes,
+        .nroutes = 1,
+    };
+    cg_http_api_init(&srv->http_api, srv->pool, (size_t)cfg->max_message_bytes, cfg->max_call_ms);
+    srv->http_api_started = true;
+    srv->http_routes[0] = (struct cg_http_route){
+        .path = "/api/v1/",
+        .methods = CG_HTTP_GET | CG_HTTP_POST,
+        .handler = cg_http_api_handle,
+        .ctx = &srv->http_api,
     };
     if ((srv->http = cg_http_start(&opts, err)) == NULL)
         return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;
@@ -1926,7 +1941,12 @@ void cg_server_shutdown(struct cg_server *srv)
         pthread_join(srv->events, NULL);
         srv->events_started = false;
     }
-    /* Up through the drain, so that /readyz says 503 while it lasts; gone before the pools. */
+    /* Up through the drain, so that /readyz says 503 while it lasts; gone before the pools,
+     * once every JSON API call on the pool has answered. */
+    if (srv->http_api_started) {
+        cg_http_api_drain(&srv->http_api);
+        srv->http_api_started = false;
+    }
     cg_http_stop(srv->http);
     srv->http = NULL;
     cg_pool_stop(srv->pool);

@@ -1,5 +1,5 @@
-/* cg_json.h - any protobuf-c message as JSON, driven by its descriptor (for ctxguardctl --json
- * and for tools that print answers).
+/* pb_json.h - any protobuf-c message as JSON, driven by its descriptor (for ctxguardctl --json
+ * and for the JSON API on the HTTP listener, transport/http_api.c).
  *
  * Mapping: proto3 JSON with the proto field names (snake_case) and every field printed,
  * defaults included, so that a reader never has to know the defaults:
@@ -10,8 +10,8 @@
  * - NaN and infinities are the strings "NaN", "Infinity", "-Infinity".
  * Output is one line, no trailing newline. Functions are thread-safe (no shared state).
  */
-#ifndef CG_JSON_H
-#define CG_JSON_H
+#ifndef CG_RPC_PB_JSON_H
+#define CG_RPC_PB_JSON_H
 
 #include <stddef.h>
 #include <stdio.h>

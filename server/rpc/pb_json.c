@@ -1,9 +1,9 @@
-/* cg_json.c - protobuf-c messages as JSON by walking their descriptors (mapping in cg_json.h).
+/* pb_json.c - protobuf-c messages as JSON by walking their descriptors (mapping in pb_json.h).
  *
  * Walking the descriptor instead of writing one printer per message means a new RPC's
  * answer prints with --json without any code here.
  */
-#include "cg_json.h"
+#include "rpc/pb_json.h"
 
 #include <inttypes.h>
 #include <math.h>

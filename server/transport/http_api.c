@@ -1,0 +1,360 @@
+/* http_api.c - the JSON API on the HTTP listener (http_api.h). */
+#include "transport/http_api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/arena.h"
+#include "base/clock.h"
+#include "base/crypto.h"
+#include "base/log.h"
+#include "rpc/pb_form.h"
+#include "rpc/pb_json.h"
+
+#define PREFIX "/api/v1/"
+#define ARGS_MAX 64
+#define REQUEST_ID_MAX 64
+#define ARENA_FIRST_BLOCK (16 * 1024)
+
+/* What the API exposes: the reads a dashboard needs and the operator's actions. */
+static const struct exposed {
+    const char *service; /* the proto service's short name */
+    const char *method;
+    unsigned http; /* CG_HTTP_GET: a read (query arguments); CG_HTTP_POST: an action */
+} exposed[] = {
+    {"BudgetService", "GetUsage", CG_HTTP_GET},
+    {"BudgetService", "ListScopes", CG_HTTP_GET},
+    {"BudgetService", "GetUsageHistory", CG_HTTP_GET},
+    {"BudgetService", "GetBudget", CG_HTTP_GET},
+    {"BudgetService", "GetApproval", CG_HTTP_GET},
+    {"BudgetService", "ListApprovals", CG_HTTP_GET},
+    {"BudgetService", "ListNotificationChannels", CG_HTTP_GET},
+    {"BudgetService", "ListNotificationDeliveries", CG_HTTP_GET},
+    {"BudgetService", "ResolveApproval", CG_HTTP_POST},
+    {"ContextService", "GetCompressionStats", CG_HTTP_GET},
+    {"AdminService", "ListAuditEvents", CG_HTTP_GET},
+    {"AdminService", "WhoAmI", CG_HTTP_GET},
+};
+
+/* One call on its way to the pool: everything copied out of the HTTP request. */
+struct api_call {
+    struct cg_job job; /* first: the pool's job is the call */
+    struct cg_http_api *api;
+    struct cg_http_request *req;
+    const struct cg_rpc_method *method;
+    struct cg_arena *arena;
+    char request_id[REQUEST_ID_MAX + 1];
+    char *authorization;
+    const char *arg_keys[ARGS_MAX];
+    const char *arg_values[ARGS_MAX];
+    int nargs;
+    bool too_many_args;
+    const char *body; /* POST: the JSON body (in arena) */
+    size_t body_len;
+};
+
+void cg_http_api_init(struct cg_http_api *api, struct cg_pool *pool, size_t max_message_bytes,
+                      int64_t max_call_ms)
+{
+    memset(api, 0, sizeof *api);
+    api->pool = pool;
+    api->max_message_bytes = max_message_bytes;
+    api->max_call_ms = max_call_ms;
+    pthread_mutex_init(&api->lock, NULL);
+    pthread_cond_init(&api->idle, NULL);
+}
+
+void cg_http_api_drain(struct cg_http_api *api)
+{
+    pthread_mutex_lock(&api->lock);
+    api->closing = true;
+    while (api->inflight > 0)
+        pthread_cond_wait(&api->idle, &api->lock);
+    pthread_mutex_unlock(&api->lock);
+    pthread_cond_destroy(&api->idle);
+    pthread_mutex_destroy(&api->lock);
+}
+
+/* Counts a call in (false: the API is closing) or out. */
+static bool enter(struct cg_http_api *api)
+{
+    pthread_mutex_lock(&api->lock);
+    bool ok = !api->closing;
+    api->inflight += ok;
+    pthread_mutex_unlock(&api->lock);
+    return ok;
+}
+
+static void leave(struct cg_http_api *api)
+{
+    pthread_mutex_lock(&api->lock);
+    if (--api->inflight == 0)
+        pthread_cond_broadcast(&api->idle);
+    pthread_mutex_unlock(&api->lock);
+}
+
+int cg_http_api_status(int grpc_code)
+{
+    switch (grpc_code) {
+    case 0:
+        return 200;
+    case 1: /* CANCELLED */
+        return 499;
+    case 3:  /* INVALID_ARGUMENT */
+    case 9:  /* FAILED_PRECONDITION */
+    case 11: /* OUT_OF_RANGE */
+        return 400;
+    case 4: /* DEADLINE_EXCEEDED */
+        return 504;
+    case 5: /* NOT_FOUND */
+        return 404;
+    case 6:  /* ALREADY_EXISTS */
+    case 10: /* ABORTED */
+        return 409;
+    case 7: /* PERMISSION_DENIED */
+        return 403;
+    case 8: /* RESOURCE_EXHAUSTED */
+        return 429;
+    case 12: /* UNIMPLEMENTED */
+        return 501;
+    case 14: /* UNAVAILABLE */
+        return 503;
+    case 16: /* UNAUTHENTICATED */
+        return 401;
+    default: /* UNKNOWN, INTERNAL, DATA_LOSS */
+        return 500;
+    }
+}
+
+/* ---------------------------------------------------------------- answers --------- */
+
+/* Sends a JSON text built into a memory stream; on failure the connection is closed. */
+static void respond_json(struct cg_http_request *req, int status, char *text, size_t len)
+{
+    (void)cg_http_respond(req, status, "application/json; charset=utf-8", text, len);
+}
+
+/* The error answer of st with err (its field, reason, message) and the request id. */
+static void respond_error(struct cg_http_request *req, cg_status st, struct cg_err *err,
+                          const char *request_id)
+{
+    cg_err_field_from_message(err);
+    int code = cg_status_grpc_code(st);
+    const char *field = cg_err_meta_get(err, "field");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    bool ok = f != NULL;
+    if (ok) {
+        fprintf(f, "{\"error\":{\"code\":\"%s\",\"reason\":\"%s\",\"message\":",
+                cg_grpc_code_name(code), cg_error_reason_name(cg_err_reason(err, st)));
+        const char *msg = cg_err_text(err);
+        ok = cg_json_write_string(f, msg, strlen(msg)) == CG_OK;
+        if (ok && field != NULL) {
+            fputs(",\"field\":", f);
+            ok = cg_json_write_string(f, field, strlen(field)) == CG_OK;
+        }
+        fprintf(f, ",\"request_id\":\"%s\"}}", request_id);
+        ok = fclose(f) == 0 && ok;
+    }
+    if (!ok) {
+        free(text);
+        (void)cg_http_respond_text(req, 500, "error\n");
+        return;
+    }
+    respond_json(req, cg_http_api_status(code), text, len);
+}
+
+/* The answer of a call that succeeded: the response message as JSON. */
+static void respond_message(struct api_call *c, const uint8_t *out, size_t out_len)
+{
+    ProtobufCAllocator alloc;
+    cg_rpc_allocator(c->arena, &alloc);
+    ProtobufCMessage *msg =
+        protobuf_c_message_unpack(c->method->response_desc, &alloc, out_len, out);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = msg != NULL ? open_memstream(&text, &len) : NULL;
+    bool ok = f != NULL && cg_json_write_message(f, msg) == CG_OK;
+    if (f != NULL)
+        ok = fclose(f) == 0 && ok;
+    if (!ok) {
+        free(text);
+        struct cg_err err;
+        cg_err_set(&err, CG_INTERNAL, "the answer could not be written as JSON");
+        respond_error(c->req, CG_INTERNAL, &err, c->request_id);
+        return;
+    }
+    respond_json(c->req, 200, text, len);
+}
+
+/* ---------------------------------------------------------------- the call -------- */
+
+/* The request message from the query arguments or the JSON body. */
+static cg_status build_request(struct api_call *c, uint8_t **buf, size_t *len, struct cg_err *err)
+{
+    ProtobufCMessage *msg = cg_pb_form_new(c->arena, c->method->request_desc);
+    if (msg == NULL)
+        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    if (c->too_many_args)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "at most %d query arguments", ARGS_MAX);
+    for (int i = 0; i < c->nargs; i++) {
+        cg_status st = cg_pb_form_set(c->arena, msg, c->arg_keys[i], c->arg_values[i], err);
+        if (st != CG_OK)
+            return st;
+    }
+    if (c->body != NULL && c->body_len > 0) {
+        cg_status st = cg_pb_form_json(c->arena, msg, c->body, c->body_len, err);
+        if (st != CG_OK)
+            return st;
+    }
+    *len = protobuf_c_message_get_packed_size(msg);
+    if ((*buf = cg_arena_alloc(c->arena, *len + 1)) == NULL)
+        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    protobuf_c_message_pack(msg, *buf);
+    return CG_OK;
+}
+
+static void run(struct cg_job *job, void *thread_ctx)
+{
+    struct api_call *c = (struct api_call *)job;
+    const struct cg_rpc_env *env = thread_ctx; /* the pool's thread context (http_api.h) */
+    struct cg_rpc_call call;
+    memset(&call, 0, sizeof call);
+    call.arena = c->arena;
+    call.request_id = c->request_id;
+    call.authorization = c->authorization;
+    call.deadline_ms = cg_mono_ms() + c->api->max_call_ms;
+    call.max_message_bytes = c->api->max_message_bytes;
+    uint8_t *req_buf = NULL, *out = NULL;
+    size_t req_len = 0, out_len = 0;
+    cg_op_fate fate = CG_OP_DONE;
+    cg_status st = build_request(c, &req_buf, &req_len, &call.err);
+    if (st == CG_OK) {
+        cg_store_set_deadline(env->svc.store, call.deadline_ms);
+        st = cg_rpc_invoke(c->method, &call, env, req_buf, req_len, &out, &out_len, &fate);
+        cg_store_set_deadline(env->svc.store, 0);
+        if (st == CG_OK && fate != CG_OP_DONE)
+            st = cg_err_set(&call.err, CG_INTERNAL, "%s did not finish on the pool",
+                            c->method->path);
+    }
+    if (st == CG_OK)
+        respond_message(c, out, out_len);
+    else
+        respond_error(c->req, st, &call.err, c->request_id);
+    struct cg_http_api *api = c->api;
+    cg_arena_free(c->arena);
+    free(c);
+    leave(api); /* last: the listener may stop once every call has left */
+}
+
+/* ---------------------------------------------------------------- the route ------- */
+
+static bool take_arg(void *ctx, const char *key, const char *value)
+{
+    struct api_call *c = ctx;
+    if (c->nargs == ARGS_MAX) {
+        c->too_many_args = true;
+        return false;
+    }
+    const char *k = cg_arena_strdup(c->arena, key), *v = cg_arena_strdup(c->arena, value);
+    if (k == NULL || v == NULL) {
+        c->too_many_args = true; /* out of room: refused the same way */
+        return false;
+    }
+    c->arg_keys[c->nargs] = k;
+    c->arg_values[c->nargs++] = v;
+    return true;
+}
+
+/* The exposed method a path names ("/api/v1/BudgetService/GetUsage"), or NULL. */
+static const struct exposed *find_exposed(const char *path, const struct cg_rpc_method **m)
+{
+    const char *rest = path + strlen(PREFIX);
+    const char *slash = strchr(rest, '/');
+    if (slash == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof exposed / sizeof exposed[0]; i++) {
+        size_t n = strlen(exposed[i].service);
+        if ((size_t)(slash - rest) == n && strncmp(rest, exposed[i].service, n) == 0 &&
+            strcmp(slash + 1, exposed[i].method) == 0) {
+            char full[128];
+            snprintf(full, sizeof full, "/ctxguard.v1.%s/%s", exposed[i].service,
+                     exposed[i].method);
+            *m = cg_rpc_find(full);
+            return *m != NULL ? &exposed[i] : NULL;
+        }
+    }
+    return NULL;
+}
+
+/* The caller's X-Request-Id when it is one we take (letters, digits, -_.; 1..64), else a
+ * new one. */
+static void request_id_of(struct cg_http_request *req, char out[REQUEST_ID_MAX + 1])
+{
+    const char *given = cg_http_request_header(req, "X-Request-Id");
+    size_t n = given != NULL ? strlen(given) : 0;
+    if (n > 0 && n <= REQUEST_ID_MAX &&
+        strspn(given, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == n) {
+        memcpy(out, given, n + 1);
+        return;
+    }
+    char id[17];
+    cg_request_id(id);
+    memcpy(out, id, sizeof id);
+}
+
+void cg_http_api_handle(struct cg_http_request *req, void *ctx)
+{
+    struct cg_http_api *api = ctx;
+    char rid[REQUEST_ID_MAX + 1];
+    request_id_of(req, rid);
+    struct cg_err err;
+    cg_err_clear(&err);
+    const struct cg_rpc_method *m = NULL;
+    const struct exposed *e = find_exposed(cg_http_request_path(req), &m);
+    if (e == NULL) {
+        cg_err_set(&err, CG_NOT_FOUND, "%s: no such API method", cg_http_request_path(req));
+        respond_error(req, CG_NOT_FOUND, &err, rid);
+        return;
+    }
+    if (cg_http_request_method(req) != e->http) {
+        cg_err_set(&err, CG_INVALID_ARGUMENT, "%s takes %s", e->method,
+                   e->http == CG_HTTP_GET ? "GET with query arguments" : "POST with a JSON body");
+        respond_error(req, CG_INVALID_ARGUMENT, &err, rid);
+        return;
+    }
+    if (!enter(api)) {
+        cg_err_set(&err, CG_UNAVAILABLE, "the server is shutting down: retry on another");
+        respond_error(req, CG_UNAVAILABLE, &err, rid);
+        return;
+    }
+    struct api_call *c = calloc(1, sizeof *c);
+    size_t cap = api->max_message_bytes * 8 + (1u << 20);
+    if (c == NULL || (c->arena = cg_arena_new(ARENA_FIRST_BLOCK, cap)) == NULL) {
+        free(c);
+        (void)cg_http_respond_text(req, 503, "out of memory\n");
+        leave(api);
+        return;
+    }
+    c->job.run = run;
+    c->api = api;
+    c->req = req;
+    c->method = m;
+    memcpy(c->request_id, rid, sizeof rid);
+    const char *auth = cg_http_request_header(req, "Authorization");
+    c->authorization = auth != NULL ? cg_arena_strdup(c->arena, auth) : NULL;
+    (void)cg_http_request_args(req, take_arg, c);
+    size_t body_len = 0;
+    const char *body = cg_http_request_body(req, &body_len);
+    if (body != NULL && body_len > 0 && (c->body = cg_arena_strdup(c->arena, body)) != NULL)
+        c->body_len = strlen(c->body); /* a NUL inside is no JSON anyway */
+    if (cg_pool_submit(api->pool, &c->job) != CG_OK) {
+        cg_err_set(&err, CG_UNAVAILABLE, "the server is busy: retry later");
+        respond_error(req, CG_UNAVAILABLE, &err, rid);
+        cg_arena_free(c->arena);
+        free(c);
+        leave(api);
+    }
+}

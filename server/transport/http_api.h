@@ -1,0 +1,64 @@
+/* http_api.h - the JSON API on the HTTP listener (/api/v1/): the read RPCs a dashboard needs
+ * and the operator's actions, as plain HTTP with JSON, for the console and for scripts.
+ *
+ *   GET  /api/v1/<Service>/<Method>?field=value&scope.session_id=s1   a read
+ *   POST /api/v1/<Service>/<Method>   body: the request as a JSON object      an action
+ *
+ * <Service> is BudgetService, ContextService or AdminService; the methods are a fixed list
+ * (http_api.c: exposed): the reads GetUsage, ListScopes, GetUsageHistory, GetBudget,
+ * GetApproval, ListApprovals, ListNotificationChannels, ListNotificationDeliveries,
+ * GetCompressionStats, ListAuditEvents, WhoAmI (GET, query arguments named as the request's
+ * fields, pb_form.h) and the action ResolveApproval (POST, a JSON body). Anything else: 404.
+ *
+ * Each request runs as the RPC itself runs (rpc/rpc.h cg_rpc_invoke on a pool thread): the
+ * same API key from `Authorization: Bearer <key>`, the same roles, the same checks and
+ * errors. The answer is the response message as JSON (rpc/pb_json.h: proto field names,
+ * every field). An error is the HTTP status of its gRPC code (400 INVALID_ARGUMENT and
+ * FAILED_PRECONDITION, 401, 403, 404, 409 ALREADY_EXISTS and ABORTED, 429
+ * RESOURCE_EXHAUSTED, 501, 503, 504, 500 otherwise) with
+ *   {"error": {"code": "NOT_FOUND", "reason": "SCOPE_NOT_FOUND", "message": "...",
+ *              "field": "scope.session_id", "request_id": "..."}}
+ * Answers carry Cache-Control: no-store. The request id is the caller's X-Request-Id (when it
+ * is 1..64 letters, digits, '-', '_', '.') or a new one, in the logs and in an error's body.
+ */
+#ifndef CG_TRANSPORT_HTTP_API_H
+#define CG_TRANSPORT_HTTP_API_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/pool.h"
+#include "rpc/rpc.h"
+#include "transport/http.h"
+
+struct cg_http_api {
+    /* Where the calls run: the worker pool, whose thread context is the thread's
+     * struct cg_rpc_env (with its store), as transport/server.c makes it. */
+    struct cg_pool *pool;
+    size_t max_message_bytes;
+    int64_t max_call_ms;
+    /* Calls handed to the pool and not answered yet (cg_http_api_drain waits for them). */
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    int inflight;
+    bool closing;
+};
+
+/* Sets up api for pool. Not thread-safe. */
+void cg_http_api_init(struct cg_http_api *api, struct cg_pool *pool, size_t max_message_bytes,
+                      int64_t max_call_ms);
+
+/* Refuses new calls (503) and waits until every call handed to the pool is answered: call it
+ * before the listener stops (http.h: a request must be answered before cg_http_stop), while
+ * the pool still runs. Then frees what init made. Thread-safe once. */
+void cg_http_api_drain(struct cg_http_api *api);
+
+/* The route handler of "/api/v1/" (ctx: a struct cg_http_api, borrowed until drained). */
+void cg_http_api_handle(struct cg_http_request *req, void *ctx);
+
+/* The HTTP status of a gRPC status code. */
+int cg_http_api_status(int grpc_code);
+
+#endif
