@@ -138,6 +138,9 @@
     XX(http_tls_cert, STR, "", 0, 0, NULL,                                                         \
        "PEM certificate chain file of the HTTP listener; with http_tls_key serves HTTPS only")     \
     XX(http_tls_key, STR, "", 0, 0, NULL, "PEM private key file for http_tls_cert")                \
+    XX(http_api_rate_per_min, INT, "1200", 0, 6000000, NULL,                                       \
+       "JSON API requests a minute per key after its burst (0: no limit)")                         \
+    XX(http_api_burst, INT, "40", 1, 100000, NULL, "JSON API requests a key may make at once")     \
     XX(http_max_connections, INT, "64", 1, 10000, NULL,                                            \
        "connections the HTTP listener keeps open at once; more are refused")                       \
     XX(metrics_budget_top_n, INT, "20", 0, 500, NULL,                                              \

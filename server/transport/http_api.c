@@ -54,15 +54,23 @@ struct api_call {
     size_t body_len;
 };
 
-void cg_http_api_init(struct cg_http_api *api, struct cg_pool *pool, size_t max_message_bytes,
-                      int64_t max_call_ms)
+#define LIMITER_BUCKETS 4096
+
+cg_status cg_http_api_init(struct cg_http_api *api, struct cg_pool *pool, size_t max_message_bytes,
+                           int64_t max_call_ms, int64_t rate_per_min, int64_t burst)
 {
     memset(api, 0, sizeof *api);
     api->pool = pool;
     api->max_message_bytes = max_message_bytes;
     api->max_call_ms = max_call_ms;
+    api->rate_per_min = rate_per_min;
+    api->burst = burst;
+    if (rate_per_min > 0 &&
+        (api->limiter = cg_rate_limiter_new(LIMITER_BUCKETS, rate_per_min, burst)) == NULL)
+        return CG_NOMEM;
     pthread_mutex_init(&api->lock, NULL);
     pthread_cond_init(&api->idle, NULL);
+    return CG_OK;
 }
 
 void cg_http_api_drain(struct cg_http_api *api)
@@ -74,6 +82,8 @@ void cg_http_api_drain(struct cg_http_api *api)
     pthread_mutex_unlock(&api->lock);
     pthread_cond_destroy(&api->idle);
     pthread_mutex_destroy(&api->lock);
+    cg_rate_limiter_free(api->limiter);
+    api->limiter = NULL;
 }
 
 /* Counts a call in (false: the API is closing) or out. */
@@ -305,6 +315,27 @@ static void request_id_of(struct cg_http_request *req, char out[REQUEST_ID_MAX +
     memcpy(out, id, sizeof id);
 }
 
+/* The caller's bucket (core/ratelimit.h): refused requests are answered 429 here. */
+static bool allowed(struct cg_http_api *api, struct cg_http_request *req, const char *rid)
+{
+    if (api->limiter == NULL)
+        return true;
+    const char *auth = cg_http_request_header(req, "Authorization");
+    uint8_t digest[CG_SHA256_LEN];
+    cg_sha256(auth != NULL ? auth : "", auth != NULL ? strlen(auth) : 0, digest);
+    int64_t retry_ms = 0;
+    if (cg_rate_limiter_take(api->limiter, digest, cg_mono_ms(), &retry_ms))
+        return true;
+    struct cg_err err;
+    cg_err_set(&err, CG_RESOURCE_EXHAUSTED,
+               "rate limit: %lld requests a minute after a burst of %lld for this key; retry "
+               "in %lld ms",
+               (long long)api->rate_per_min, (long long)api->burst, (long long)retry_ms);
+    cg_err_meta_i64(&err, "retry_after_ms", (long long)retry_ms);
+    respond_error(req, CG_RESOURCE_EXHAUSTED, &err, rid);
+    return false;
+}
+
 void cg_http_api_handle(struct cg_http_request *req, void *ctx)
 {
     struct cg_http_api *api = ctx;
@@ -325,6 +356,8 @@ void cg_http_api_handle(struct cg_http_request *req, void *ctx)
         respond_error(req, CG_INVALID_ARGUMENT, &err, rid);
         return;
     }
+    if (!allowed(api, req, rid))
+        return;
     if (!enter(api)) {
         cg_err_set(&err, CG_UNAVAILABLE, "the server is shutting down: retry on another");
         respond_error(req, CG_UNAVAILABLE, &err, rid);

@@ -18,6 +18,9 @@
  * RESOURCE_EXHAUSTED, 501, 503, 504, 500 otherwise) with
  *   {"error": {"code": "NOT_FOUND", "reason": "SCOPE_NOT_FOUND", "message": "...",
  *              "field": "scope.session_id", "request_id": "..."}}
+ * Each caller (its Authorization header, hashed; no header: one shared caller) may make
+ * http_api_burst requests at once and then http_api_rate_per_min a minute: past that, 429
+ * RESOURCE_EXHAUSTED saying when to retry, before anything runs (core/ratelimit.h).
  * Answers carry Cache-Control: no-store. The request id is the caller's X-Request-Id (when it
  * is 1..64 letters, digits, '-', '_', '.') or a new one, in the logs and in an error's body.
  */
@@ -30,6 +33,7 @@
 #include <stdint.h>
 
 #include "base/pool.h"
+#include "core/ratelimit.h"
 #include "rpc/rpc.h"
 #include "transport/http.h"
 
@@ -39,6 +43,8 @@ struct cg_http_api {
     struct cg_pool *pool;
     size_t max_message_bytes;
     int64_t max_call_ms;
+    struct cg_rate_limiter *limiter; /* NULL: no rate limit; the listener's thread only */
+    int64_t rate_per_min, burst;
     /* Calls handed to the pool and not answered yet (cg_http_api_drain waits for them). */
     pthread_mutex_t lock;
     pthread_cond_t idle;
@@ -46,9 +52,10 @@ struct cg_http_api {
     bool closing;
 };
 
-/* Sets up api for pool. Not thread-safe. */
-void cg_http_api_init(struct cg_http_api *api, struct cg_pool *pool, size_t max_message_bytes,
-                      int64_t max_call_ms);
+/* Sets up api for pool, each caller limited to rate_per_min requests a minute after a burst
+ * (rate_per_min 0: no limit). CG_NOMEM when it cannot. Not thread-safe. */
+cg_status cg_http_api_init(struct cg_http_api *api, struct cg_pool *pool, size_t max_message_bytes,
+                           int64_t max_call_ms, int64_t rate_per_min, int64_t burst) CG_MUST_CHECK;
 
 /* Refuses new calls (503) and waits until every call handed to the pool is answered: call it
  * before the listener stops (http.h: a request must be answered before cg_http_stop), while

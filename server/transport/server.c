@@ -1788,7 +1788,10 @@ static cg_status start_http(struct cg_server *srv, struct cg_err *err)
         .routes = srv->http_routes,
         .nroutes = 1,
     };
-    cg_http_api_init(&srv->http_api, srv->pool, (size_t)cfg->max_message_bytes, cfg->max_call_ms);
+    if (cg_http_api_init(&srv->http_api, srv->pool, (size_t)cfg->max_message_bytes,
+                         cfg->max_call_ms, cfg->http_api_rate_per_min,
+                         cfg->http_api_burst) != CG_OK)
+        return cg_err_set(err, CG_NOMEM, "out of memory for the JSON API");
     srv->http_api_started = true;
     srv->http_routes[0] = (struct cg_http_route){
         .path = "/api/v1/",

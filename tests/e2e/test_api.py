@@ -191,3 +191,35 @@ class Api(cgtest.TestCase):
         st, got = self.get("BudgetService/GetUsage?scope.session_id="
                            + urllib.parse.quote(evil, safe=""))
         self.assertEqual((st, got["root"]["scope"]["session_id"]), (200, evil))
+
+
+class RateLimit(cgtest.TestCase):
+    """Each key gets a burst, then its rate: one request a minute here, so the fourth of four
+    quick requests is refused whatever the machine's speed."""
+
+    def test_a_key_past_its_burst_gets_429_and_another_key_does_not(self):
+        srv = cgtest.start_server(self, env={"CTXGUARD_HTTP_LISTEN": "127.0.0.1:0",
+                                             "CTXGUARD_HTTP_API_RATE_PER_MIN": "1",
+                                             "CTXGUARD_HTTP_API_BURST": "3"})
+        port = http_port(srv)
+        t = srv.create_tenant()
+        keys = [srv.create_key(t.tenant_id, role="viewer").secret for _ in range(2)]
+
+        def who(key):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+            try:
+                conn.request("GET", "/api/v1/AdminService/WhoAmI",
+                             headers={"Authorization": "Bearer " + key})
+                r = conn.getresponse()
+                return r.status, json.loads(r.read().decode())
+            finally:
+                conn.close()
+
+        for i in range(3):
+            self.assertEqual(who(keys[0])[0], 200, f"request {i} of the burst")
+        st, got = who(keys[0])
+        self.assertEqual(st, 429, got)
+        self.assertEqual(got["error"]["code"], "RESOURCE_EXHAUSTED")
+        self.assertIn("1 requests a minute after a burst of 3", got["error"]["message"])
+        self.assertRegex(got["error"]["message"], r"retry in \d+ ms")
+        self.assertEqual(who(keys[1])[0], 200, "another key has its own bucket")
