@@ -26,7 +26,9 @@ set -euo pipefail
 # tzdata (zoneinfo in the reset tests), the openssl CLI (the TLS tests make their
 # certificates) and prometheus (promtool checks /metrics; tests/e2e/test_http.py has a real
 # Prometheus scrape the server; tests/unit/test_dashboard.py runs the dashboard's queries on
-# one) with python3-yaml (the tests read the alert rules); for the SDKs the google/rpc status protos
+# one) with python3-yaml (the tests read the alert rules), chromium, chromium-driver and
+# python3-selenium (tests/e2e/test_console.py drives the console in a headless browser); for
+# the SDKs the google/rpc status protos
 # (golang-github-gogo-googleapis-dev ships the standard status.proto and error_details.proto),
 # pip, venv, hatchling and build (the Python package installs and builds offline). Node.js
 # and npm are handled below.
@@ -39,7 +41,7 @@ BUILD_PACKAGES=(
     postgresql redis-server
     python3 ca-certificates iproute2
     libcriterion-dev python3-grpcio python3-grpc-tools python3-protobuf tzdata openssl prometheus
-    python3-yaml
+    python3-yaml chromium chromium-driver python3-selenium
     python3-pip python3-venv python3-hatchling python3-build golang-github-gogo-googleapis-dev
 )
 # Fuzz and sanitizer builds, `make format`, the load generator of the benchmarks.

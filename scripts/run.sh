@@ -191,6 +191,10 @@ log "migrating $CTXGUARD_PG_DSN"
 PORT=$(scripts/services.sh free-port "${CTXGUARD_PORT:-50051}")
 TARGET=127.0.0.1:$PORT
 echo "$TARGET" >"$RUN/target"
+# The HTTP listener: the console, its JSON API, /metrics (on the loopback only).
+HTTP_PORT=$(scripts/services.sh free-port "${CTXGUARD_HTTP_PORT:-8080}")
+CONSOLE=http://127.0.0.1:$HTTP_PORT/
+echo "$CONSOLE" >"$RUN/console_url"
 
 log "starting the server on $TARGET (log: $RUN/ctxguard.log)"
 {
@@ -201,7 +205,8 @@ log "starting the server on $TARGET (log: $RUN/ctxguard.log)"
 # closes what the caller left open, then execs (env, setsid and the server keep its pid).
 (
     close_inherited_fds
-    exec "${SERVER_ENV[@]}" CTXGUARD_LISTEN="$TARGET" setsid "$SERVER" \
+    exec "${SERVER_ENV[@]}" CTXGUARD_LISTEN="$TARGET" CTXGUARD_HTTP_LISTEN="127.0.0.1:$HTTP_PORT" \
+        setsid "$SERVER" \
         >>"$RUN/ctxguard.log" 2>&1 </dev/null
 ) &
 echo $! >"$RUN/ctxguard.pid"
@@ -305,6 +310,7 @@ cat <<EOF
 
 ctxguard is running (pid $(cat "$RUN/ctxguard.pid")).
   target      $TARGET
+  console     $CONSOLE (sign in with the demo key: $RUN/demo_key)
   admin key   $RUN/admin_key
   demo key    $RUN/demo_key (tenant $TENANT_ID)
   log         $RUN/ctxguard.log

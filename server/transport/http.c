@@ -82,23 +82,19 @@ static unsigned method_bit(const char *method)
     return CG_HTTP_OTHER;
 }
 
-cg_status cg_http_respond(struct cg_http_request *req, int status, const char *content_type,
-                          char *body, size_t len)
+/* Stores the answer r (NULL: it could not be made) in req and resumes the connection when
+ * the handler had returned meanwhile. */
+static cg_status answer(struct cg_http_request *req, int status, struct MHD_Response *r,
+                        const char *content_type, const char *const *headers)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, body != NULL ? body : "", MHD_RESPMEM_MUST_FREE);
-    if (body == NULL && r != NULL) {
-        /* Nothing to free: an empty answer. */
-        MHD_destroy_response(r);
-        r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-    }
-    if (r == NULL) {
-        free(body);
-    } else {
+    if (r != NULL) {
         if (content_type != NULL)
             MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
         MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+        for (size_t i = 0; headers != NULL && headers[i] != NULL && headers[i + 1] != NULL;
+             i += 2)
+            MHD_add_response_header(r, headers[i], headers[i + 1]);
     }
     pthread_mutex_lock(&req->lock);
     req->response = r;
@@ -112,6 +108,31 @@ cg_status cg_http_respond(struct cg_http_request *req, int status, const char *c
     if (resume)
         MHD_resume_connection(conn);
     return r == NULL ? CG_NOMEM : CG_OK;
+}
+
+cg_status cg_http_respond(struct cg_http_request *req, int status, const char *content_type,
+                          char *body, size_t len)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, body != NULL ? body : "", MHD_RESPMEM_MUST_FREE);
+    if (body == NULL && r != NULL) {
+        /* Nothing to free: an empty answer. */
+        MHD_destroy_response(r);
+        r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    }
+    if (r == NULL)
+        free(body);
+    return answer(req, status, r, content_type, NULL);
+}
+
+cg_status cg_http_respond_static(struct cg_http_request *req, int status,
+                                 const char *content_type, const void *body, size_t len,
+                                 const char *const *headers)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)(body != NULL ? body : ""),
+                                        MHD_RESPMEM_PERSISTENT);
+    return answer(req, status, r, content_type, headers);
 }
 
 cg_status cg_http_respond_text(struct cg_http_request *req, int status, const char *text)

@@ -98,6 +98,12 @@ bool cg_http_request_args(struct cg_http_request *req, cg_http_arg_cb cb, void *
 cg_status cg_http_respond(struct cg_http_request *req, int status, const char *content_type,
                           char *body, size_t len);
 
+/* Answers req with a body that outlives the listener (static data: not copied, not freed)
+ * and extra headers (name, value, ..., NULL; borrowed). As cg_http_respond otherwise. */
+cg_status cg_http_respond_static(struct cg_http_request *req, int status,
+                                 const char *content_type, const void *body, size_t len,
+                                 const char *const *headers);
+
 /* The same with a copy of the NUL-terminated text, as text/plain. */
 cg_status cg_http_respond_text(struct cg_http_request *req, int status, const char *text);
 

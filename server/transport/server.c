@@ -42,6 +42,7 @@
 #include "store/store.h"
 #include "transport/http.h"
 #include "transport/http_api.h"
+#include "transport/http_console.h"
 #include "transport/status_details.h"
 
 #define GENERIC_SLOTS 8
@@ -147,7 +148,7 @@ struct cg_server {
     /* The JSON API's route on the HTTP listener (transport/http_api.h). */
     struct cg_http_api http_api;
     bool http_api_started;
-    struct cg_http_route http_routes[1];
+    struct cg_http_route http_routes[2];
     /* The notifiers (notify_main, notify_threads of them): webhook deliveries, each on a
      * store of its own; same stop flag. */
     pthread_t notifiers[CG_NOTIFY_THREADS_MAX];
@@ -1786,7 +1787,7 @@ static cg_status start_http(struct cg_server *srv, struct cg_err *err)
         .metrics = srv->app->metrics,
         .health = srv->health,
         .routes = srv->http_routes,
-        .nroutes = 1,
+        .nroutes = 2,
     };
     if (cg_http_api_init(&srv->http_api, srv->pool, (size_t)cfg->max_message_bytes,
                          cfg->max_call_ms, cfg->http_api_rate_per_min,
@@ -1798,6 +1799,13 @@ static cg_status start_http(struct cg_server *srv, struct cg_err *err)
         .methods = CG_HTTP_GET | CG_HTTP_POST,
         .handler = cg_http_api_handle,
         .ctx = &srv->http_api,
+    };
+    /* After the API's: the console takes every other path ("/" is a prefix of all). */
+    srv->http_routes[1] = (struct cg_http_route){
+        .path = "/",
+        .methods = CG_HTTP_GET | CG_HTTP_HEAD,
+        .handler = cg_http_console_handle,
+        .ctx = NULL,
     };
     if ((srv->http = cg_http_start(&opts, err)) == NULL)
         return err != NULL && err->code != CG_OK ? err->code : CG_NOMEM;

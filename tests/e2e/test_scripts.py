@@ -5,11 +5,13 @@ the demo key instead of minting another, `.run/target` names where the server li
 `stop` stops everything. scripts/fetch_tokens.sh says why npm failed."""
 
 import fcntl
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 import unittest
+import urllib.request
 
 import cgtest
 
@@ -87,6 +89,17 @@ class RunScript(cgtest.TestCase):
         self.assertEqual(who.returncode, 0, who.stderr)
         self.assertIn("demo", who.stdout)
         self.assertIn("ctxguardctl key create", first.stdout)
+        # The console's address is printed, and the demo key reads its tenant through the
+        # console's JSON API there.
+        console = self.read("console_url")
+        self.assertRegex(console, r"^http://127\.0\.0\.1:\d+/$")
+        self.assertIn(f"console     {console}", first.stdout)
+        req = urllib.request.Request(console + "api/v1/AdminService/WhoAmI",
+                                     headers={"Authorization": "Bearer " + key})
+        with urllib.request.urlopen(req, timeout=20) as r:
+            self.assertEqual(json.loads(r.read().decode())["tenant_name"], "demo")
+        with urllib.request.urlopen(console, timeout=20) as r:
+            self.assertIn("script-src 'self'", r.headers["Content-Security-Policy"])
 
         # 3. Again: the same key, none minted.
         second = self.run_script()
