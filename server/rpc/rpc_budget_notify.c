@@ -119,7 +119,9 @@ cg_status cg_rpc_budget_create_notification_channel(struct cg_rpc_call *call,
     struct cg_channel *made = cg_arena_calloc(call->arena, 1, sizeof *made);
     if (made == NULL)
         return OOM(call);
-    if ((st = cg_notify_channel_create(&env->svc, &op, in, made)) != CG_OK)
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
+    if ((st = cg_notify_channel_create(&env->svc, &op, in, &audit, made)) != CG_OK)
         return st;
     Ctxguard__V1__CreateNotificationChannelResponse *resp =
         NEW(call, Ctxguard__V1__CreateNotificationChannelResponse,
@@ -176,7 +178,10 @@ cg_status cg_rpc_budget_delete_notification_channel(struct cg_rpc_call *call,
     int64_t dropped = 0;
     if (gone == NULL)
         return OOM(call);
-    if ((st = cg_notify_channel_delete(&env->svc, &op, req->channel_id, gone, &dropped)) != CG_OK)
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
+    if ((st = cg_notify_channel_delete(&env->svc, &op, req->channel_id, &audit, gone, &dropped)) !=
+        CG_OK)
         return st;
     Ctxguard__V1__DeleteNotificationChannelResponse *resp =
         NEW(call, Ctxguard__V1__DeleteNotificationChannelResponse,
@@ -304,9 +309,11 @@ cg_status cg_rpc_budget_redrive_notification_deliveries(struct cg_rpc_call *call
         return st;
     struct cg_op op = cg_rpc_op(call);
     int64_t count = 0;
+    struct cg_audit audit;
+    cg_rpc_audit(call, &audit);
     if ((st = cg_notify_delivery_redrive(&env->svc, &op, (const char *const *)req->delivery_ids,
                                          (int)req->n_delivery_ids, req->all_dead, req->channel_id,
-                                         &count)) != CG_OK)
+                                         &audit, &count)) != CG_OK)
         return st;
     Ctxguard__V1__RedriveNotificationDeliveriesResponse *resp =
         NEW(call, Ctxguard__V1__RedriveNotificationDeliveriesResponse,

@@ -15,7 +15,8 @@
 #define MOD "notify"
 
 cg_status cg_notify_channel_create(const struct cg_svc_env *env, const struct cg_op *op,
-                                   const struct cg_channel *in, struct cg_channel *out)
+                                   const struct cg_channel *in, const struct cg_audit *audit,
+                                   struct cg_channel *out)
 {
     struct cg_channel c = *in;
     c.secret[0] = '\0';
@@ -29,7 +30,8 @@ cg_status cg_notify_channel_create(const struct cg_svc_env *env, const struct cg
     }
     struct cg_err serr;
     cg_err_clear(&serr);
-    cg_status st = cg_store_channel_create(env->store, op->principal->tenant_id, &c, out, &serr);
+    cg_status st =
+        cg_store_channel_create(env->store, op->principal->tenant_id, &c, audit, out, &serr);
     return st == CG_OK ? CG_OK : cg_op_store_error(op, &serr);
 }
 
@@ -51,12 +53,13 @@ cg_status cg_notify_channel_list(const struct cg_svc_env *env, const struct cg_o
 }
 
 cg_status cg_notify_channel_delete(const struct cg_svc_env *env, const struct cg_op *op,
-                                   const char *channel_id, struct cg_channel *out, int64_t *dropped)
+                                   const char *channel_id, const struct cg_audit *audit,
+                                   struct cg_channel *out, int64_t *dropped)
 {
     struct cg_err serr;
     cg_err_clear(&serr);
-    cg_status st = cg_store_channel_delete(env->store, op->principal->tenant_id, channel_id, out,
-                                           dropped, &serr);
+    cg_status st = cg_store_channel_delete(env->store, op->principal->tenant_id, channel_id, audit,
+                                           out, dropped, &serr);
     out->secret[0] = '\0';
     return st == CG_OK ? CG_OK : cg_op_store_error(op, &serr);
 }
@@ -79,12 +82,13 @@ cg_status cg_notify_delivery_list(const struct cg_svc_env *env, const struct cg_
 
 cg_status cg_notify_delivery_redrive(const struct cg_svc_env *env, const struct cg_op *op,
                                      const char *const *ids, int n, bool all_dead,
-                                     const char *channel_id, int64_t *count)
+                                     const char *channel_id, const struct cg_audit *audit,
+                                     int64_t *count)
 {
     struct cg_err serr;
     cg_err_clear(&serr);
     cg_status st = cg_store_delivery_redrive(env->store, op->principal->tenant_id, ids, n, all_dead,
-                                             channel_id, count, &serr);
+                                             channel_id, audit, count, &serr);
     return st == CG_OK ? CG_OK : cg_op_store_error(op, &serr);
 }
 

@@ -24,7 +24,7 @@
  * prefix, description): a webhook gets a new signing secret (out->secret, for the answer
  * only). */
 cg_status cg_notify_channel_create(const struct cg_svc_env *env, const struct cg_op *op,
-                                   const struct cg_channel *in,
+                                   const struct cg_channel *in, const struct cg_audit *audit,
                                    struct cg_channel *out) CG_MUST_CHECK;
 
 /* ListNotificationChannels: *rows in op->arena (CG_CHANNELS_MAX at most), secrets blanked. */
@@ -32,8 +32,8 @@ cg_status cg_notify_channel_list(const struct cg_svc_env *env, const struct cg_o
                                  struct cg_channel **rows, int *count) CG_MUST_CHECK;
 
 cg_status cg_notify_channel_delete(const struct cg_svc_env *env, const struct cg_op *op,
-                                   const char *channel_id, struct cg_channel *out,
-                                   int64_t *dropped) CG_MUST_CHECK;
+                                   const char *channel_id, const struct cg_audit *audit,
+                                   struct cg_channel *out, int64_t *dropped) CG_MUST_CHECK;
 
 /* One page of deliveries; rows in op->arena (limit of them). */
 cg_status cg_notify_delivery_list(const struct cg_svc_env *env, const struct cg_op *op, int state,
@@ -43,7 +43,8 @@ cg_status cg_notify_delivery_list(const struct cg_svc_env *env, const struct cg_
 
 cg_status cg_notify_delivery_redrive(const struct cg_svc_env *env, const struct cg_op *op,
                                      const char *const *ids, int n, bool all_dead,
-                                     const char *channel_id, int64_t *count) CG_MUST_CHECK;
+                                     const char *channel_id, const struct cg_audit *audit,
+                                     int64_t *count) CG_MUST_CHECK;
 
 /* What one pass did. */
 struct cg_notify_pass_result {

@@ -11,8 +11,8 @@
 #define CLAIM_MAX 1000
 
 cg_status cg_store_channel_create(struct cg_store *store, const char *tenant_id,
-                                  const struct cg_channel *in, struct cg_channel *out,
-                                  struct cg_err *err)
+                                  const struct cg_channel *in, const struct cg_audit *audit,
+                                  struct cg_channel *out, struct cg_err *err)
 {
     memset(out, 0, sizeof *out);
     char id[CG_UUID_LEN + 1];
@@ -22,7 +22,7 @@ cg_status cg_store_channel_create(struct cg_store *store, const char *tenant_id,
     if (in->kind < 1 || in->kind > 2 || in->n_event_types < 0 ||
         in->n_event_types > CG_NOTIFY_EVENT_TYPES_MAX)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "kind or event_types: out of range");
-    return cg_pg_channel_create(store->pg, id, in, out, err);
+    return cg_pg_channel_create(store->pg, id, in, audit, out, err);
 }
 
 cg_status cg_store_channel_list(struct cg_store *store, const char *tenant_id,
@@ -39,8 +39,8 @@ cg_status cg_store_channel_list(struct cg_store *store, const char *tenant_id,
 }
 
 cg_status cg_store_channel_delete(struct cg_store *store, const char *tenant_id,
-                                  const char *channel_id, struct cg_channel *out, int64_t *dropped,
-                                  struct cg_err *err)
+                                  const char *channel_id, const struct cg_audit *audit,
+                                  struct cg_channel *out, int64_t *dropped, struct cg_err *err)
 {
     *dropped = 0;
     char id[CG_UUID_LEN + 1], ch[CG_UUID_LEN + 1];
@@ -49,7 +49,7 @@ cg_status cg_store_channel_delete(struct cg_store *store, const char *tenant_id,
         return rc;
     if (!cg__store_normalize_uuid(channel_id, ch))
         return cg_err_set(err, CG_NOT_FOUND, "channel_id: no such channel");
-    return cg_pg_channel_delete(store->pg, id, ch, out, dropped, err);
+    return cg_pg_channel_delete(store->pg, id, ch, audit, out, dropped, err);
 }
 
 cg_status cg_store_delivery_list(struct cg_store *store, const char *tenant_id, int state,
@@ -76,7 +76,8 @@ cg_status cg_store_delivery_list(struct cg_store *store, const char *tenant_id, 
 
 cg_status cg_store_delivery_redrive(struct cg_store *store, const char *tenant_id,
                                     const char *const *ids, int n, bool all_dead,
-                                    const char *channel_id, int64_t *count, struct cg_err *err)
+                                    const char *channel_id, const struct cg_audit *audit,
+                                    int64_t *count, struct cg_err *err)
 {
     *count = 0;
     char id[CG_UUID_LEN + 1], ch[CG_UUID_LEN + 1] = "";
@@ -106,7 +107,7 @@ cg_status cg_store_delivery_redrive(struct cg_store *store, const char *tenant_i
     }
     lit[len++] = '}';
     lit[len] = '\0';
-    rc = cg_pg_delivery_redrive(store->pg, id, lit, all_dead, ch, count, err);
+    rc = cg_pg_delivery_redrive(store->pg, id, lit, all_dead, ch, audit, count, err);
     free(lit);
     return rc;
 }

@@ -72,10 +72,13 @@ struct cg_delivery_cursor {
 };
 
 /* Adds a channel (in: everything but channel_id and created_at_ms, checked by the caller);
- * out gets the stored row. More than CG_CHANNELS_MAX: CG_RESOURCE_EXHAUSTED. */
+ * out gets the stored row. More than CG_CHANNELS_MAX: CG_RESOURCE_EXHAUSTED. The same
+ * statement writes the audit row notification_channel_created (target the channel id; after:
+ * kind, URL host, event types, description: never the URL's path or the secret) by audit's
+ * actor. */
 cg_status cg_store_channel_create(struct cg_store *store, const char *tenant_id,
-                                  const struct cg_channel *in, struct cg_channel *out,
-                                  struct cg_err *err) CG_MUST_CHECK;
+                                  const struct cg_channel *in, const struct cg_audit *audit,
+                                  struct cg_channel *out, struct cg_err *err) CG_MUST_CHECK;
 
 /* The tenant's channels, oldest first, into out[cap] (secrets included: the caller drops
  * them); *count gets how many. */
@@ -83,10 +86,12 @@ cg_status cg_store_channel_list(struct cg_store *store, const char *tenant_id,
                                 struct cg_channel *out, int cap, int *count,
                                 struct cg_err *err) CG_MUST_CHECK;
 
-/* Deletes a channel and its deliveries; out gets it, *dropped the undelivered deliveries
- * that went with it. CG_NOT_FOUND naming `channel_id`. */
+/* Deletes a channel and its deliveries, with the audit row notification_channel_deleted
+ * (before: as for the creation); out gets it, *dropped the undelivered deliveries that went
+ * with it. CG_NOT_FOUND naming `channel_id`. */
 cg_status cg_store_channel_delete(struct cg_store *store, const char *tenant_id,
-                                  const char *channel_id, struct cg_channel *out, int64_t *dropped,
+                                  const char *channel_id, const struct cg_audit *audit,
+                                  struct cg_channel *out, int64_t *dropped,
                                   struct cg_err *err) CG_MUST_CHECK;
 
 /* A page of the tenant's deliveries, newest first: of state (0: any) and channel_id ("" any),
@@ -99,11 +104,11 @@ cg_status cg_store_delivery_list(struct cg_store *store, const char *tenant_id, 
 
 /* Makes DEAD deliveries PENDING again, due now, attempts 0: the n named ones (ids checked
  * by the caller), or with all_dead every dead one (of channel_id unless ""). *count gets
- * how many. */
+ * how many; when some, the audit row notification_deliveries_redriven lists them. */
 cg_status cg_store_delivery_redrive(struct cg_store *store, const char *tenant_id,
                                     const char *const *ids, int n, bool all_dead,
-                                    const char *channel_id, int64_t *count,
-                                    struct cg_err *err) CG_MUST_CHECK;
+                                    const char *channel_id, const struct cg_audit *audit,
+                                    int64_t *count, struct cg_err *err) CG_MUST_CHECK;
 
 /* Claims up to limit due deliveries of every tenant (pending, due, lease free) for lease_ms,
  * counting the attempt; out[limit] gets them (*count). */

@@ -47,9 +47,20 @@ static bool read_channel(PGresult *res, int row, struct cg_channel *c)
     return c->kind >= 1 && c->kind <= 2;
 }
 
+/* What the audit trail keeps of a channel (alias c): no URL path, no secret (both may be
+ * credentials). */
+#define CHANNEL_AUDIT_JSON(c)                                                                      \
+    "jsonb_build_object('kind', CASE " c ".kind WHEN 1 THEN 'webhook' ELSE 'slack' END,"           \
+    " 'url_host', substring(" c ".url from '^[a-z]+://[^/?#]*'), 'event_types', " c                \
+    ".event_types,"                                                                                \
+    " 'description', " c ".description)"
+
 cg_status cg_pg_channel_create(struct cg_pg *pg, const char *tenant_id, const struct cg_channel *in,
-                               struct cg_channel *out, struct cg_err *err)
+                               const struct cg_audit *audit, struct cg_channel *out,
+                               struct cg_err *err)
 {
+    struct cg__pg_actor actor;
+    cg__pg_actor(audit, &actor);
     char kind[8], types[CG_NOTIFY_EVENT_TYPES_MAX * 4 + 3], max[16];
     snprintf(kind, sizeof kind, "%d", in->kind);
     snprintf(max, sizeof max, "%d", CG_CHANNELS_MAX);
@@ -58,20 +69,24 @@ cg_status cg_pg_channel_create(struct cg_pg *pg, const char *tenant_id, const st
         used += (size_t)snprintf(types + used, sizeof types - used, "%s%d", i ? "," : "",
                                  in->event_types[i]);
     snprintf(types + used, sizeof types - used, "}");
-    const char *values[] = {tenant_id,      kind,        in->url,         in->secret, types,
-                            in->session_id, in->task_id, in->description, max};
+    const char *values[] = {tenant_id, kind,           in->url,     in->secret,
+                            types,     in->session_id, in->task_id, in->description,
+                            max,       actor.key_id,   actor.role,  actor.request_id};
     PGresult *res = NULL;
-    /* The tenant's count and the insert in one statement; two concurrent creates may both
-     * pass the count at the limit (a bound, not an invariant). */
-    cg_status rc = cg__pg_run(pg, "channel_create",
-                              "INSERT INTO notification_channels (tenant_id, kind, url, secret,"
-                              " event_types, session_id, task_id, description)"
-                              " SELECT $1::uuid, $2::int2, $3::text, $4::text, $5::int2[],"
-                              " $6::text, $7::text, $8::text"
-                              " WHERE (SELECT count(*) FROM notification_channels"
-                              "        WHERE tenant_id = $1::uuid) < $9::int8"
-                              " RETURNING " CHANNEL_COLUMNS,
-                              9, values, NULL, NULL, 0, &res, err);
+    /* The tenant's count, the insert and its audit row in one statement; two concurrent
+     * creates may both pass the count at the limit (a bound, not an invariant). */
+    cg_status rc = cg__pg_run(
+        pg, "channel_create",
+        "WITH made AS (INSERT INTO notification_channels (tenant_id, kind, url, secret,"
+        " event_types, session_id, task_id, description)"
+        " SELECT $1::uuid, $2::int2, $3::text, $4::text, $5::int2[], $6::text, $7::text,"
+        " $8::text WHERE (SELECT count(*) FROM notification_channels"
+        "  WHERE tenant_id = $1::uuid) < $9::int8 RETURNING *),"
+        " audit AS (" AUDIT_INSERT " SELECT m.tenant_id, $10::text, $11::int2,"
+        " 'notification_channel_created', m.session_id, m.task_id, '', m.channel_id::text,"
+        " NULL, " CHANNEL_AUDIT_JSON("m") ", $12::text FROM made m)"
+                                          " SELECT " CHANNEL_COLUMNS " FROM made",
+        12, values, NULL, NULL, 0, &res, err);
     if (rc != CG_OK) {
         if (cg__pg_sqlstate_is(pg, "23503") || cg__pg_sqlstate_is(pg, "22P02"))
             rc = cg__pg_scope_missing(err, 0);
@@ -114,21 +129,27 @@ cg_status cg_pg_channel_list(struct cg_pg *pg, const char *tenant_id, struct cg_
 }
 
 cg_status cg_pg_channel_delete(struct cg_pg *pg, const char *tenant_id, const char *channel_id,
-                               struct cg_channel *out, int64_t *dropped, struct cg_err *err)
+                               const struct cg_audit *audit, struct cg_channel *out,
+                               int64_t *dropped, struct cg_err *err)
 {
     *dropped = 0;
-    const char *values[] = {tenant_id, channel_id};
+    struct cg__pg_actor actor;
+    cg__pg_actor(audit, &actor);
+    const char *values[] = {tenant_id, channel_id, actor.key_id, actor.role, actor.request_id};
     PGresult *res = NULL;
     /* The outbox rows go by the foreign key's ON DELETE CASCADE; counted first, in the
-     * same statement's snapshot. */
-    cg_status rc = cg__pg_run(pg, "channel_delete",
-                              "WITH gone AS (DELETE FROM notification_channels"
-                              " WHERE tenant_id = $1::uuid AND channel_id = $2::uuid"
-                              " RETURNING " CHANNEL_COLUMNS ")"
-                              " SELECT gone.*, (SELECT count(*) FROM notification_outbox"
-                              "  WHERE tenant_id = $1::uuid AND channel_id = $2::uuid"
-                              "  AND state <> 2) FROM gone",
-                              2, values, NULL, NULL, 0, &res, err);
+     * same statement's snapshot. The audit row keeps what the channel was. */
+    cg_status rc = cg__pg_run(
+        pg, "channel_delete",
+        "WITH gone AS (DELETE FROM notification_channels"
+        " WHERE tenant_id = $1::uuid AND channel_id = $2::uuid RETURNING *),"
+        " audit AS (" AUDIT_INSERT " SELECT g.tenant_id, $3::text, $4::int2,"
+        " 'notification_channel_deleted', g.session_id, g.task_id, '', "
+        "g.channel_id::text, " CHANNEL_AUDIT_JSON(
+            "g") ", NULL, $5::text FROM gone g)"
+                 " SELECT " CHANNEL_COLUMNS ", (SELECT count(*) FROM notification_outbox"
+                 "  WHERE tenant_id = $1::uuid AND channel_id = $2::uuid AND state <> 2) FROM gone",
+        5, values, NULL, NULL, 0, &res, err);
     if (rc == CG_OK) {
         if (PQntuples(res) != 1)
             rc = cg_err_set(err, CG_NOT_FOUND, "channel_id: no such channel");
@@ -211,22 +232,32 @@ cg_status cg_pg_delivery_list(struct cg_pg *pg, const char *tenant_id, int state
 }
 
 cg_status cg_pg_delivery_redrive(struct cg_pg *pg, const char *tenant_id, const char *ids_literal,
-                                 bool all_dead, const char *channel_id, int64_t *count,
-                                 struct cg_err *err)
+                                 bool all_dead, const char *channel_id,
+                                 const struct cg_audit *audit, int64_t *count, struct cg_err *err)
 {
     *count = 0;
-    const char *values[] = {tenant_id, ids_literal, all_dead ? "t" : "f", channel_id};
+    struct cg__pg_actor actor;
+    cg__pg_actor(audit, &actor);
+    const char *values[] = {tenant_id,    ids_literal, all_dead ? "t" : "f", channel_id,
+                            actor.key_id, actor.role,  actor.request_id};
     PGresult *res = NULL;
+    /* One audit row for a re-drive that made something pending (its deliveries listed). */
     cg_status rc =
         cg__pg_run(pg, "delivery_redrive",
-                   "UPDATE notification_outbox SET state = 1, attempts = 0,"
+                   "WITH r AS (UPDATE notification_outbox SET state = 1, attempts = 0,"
                    " next_attempt_at = now(), lease_until = NULL"
                    " WHERE tenant_id = $1::uuid AND state = 3"
                    " AND (($3::boolean AND ($4::text = '' OR channel_id::text = $4::text))"
-                   "      OR delivery_id = ANY ($2::uuid[]))",
-                   4, values, NULL, NULL, 0, &res, err);
+                   "      OR delivery_id = ANY ($2::uuid[])) RETURNING delivery_id),"
+                   " audit AS (" AUDIT_INSERT " SELECT $1::uuid, $5::text, $6::int2,"
+                   " 'notification_deliveries_redriven', '', '', '', $4::text, NULL,"
+                   " jsonb_build_object('redriven', count(*), 'delivery_ids',"
+                   " jsonb_agg(r.delivery_id::text ORDER BY r.delivery_id)), $7::text FROM r"
+                   " HAVING count(*) > 0)"
+                   " SELECT count(*) FROM r",
+                   7, values, NULL, NULL, 0, &res, err);
     if (rc == CG_OK)
-        *count = cg__pg_parse_i64(PQcmdTuples(res));
+        *count = cg__pg_parse_i64(PQgetvalue(res, 0, 0));
     else if (cg__pg_sqlstate_is(pg, "22P02"))
         rc = cg__pg_scope_missing(err, 0);
     PQclear(res);

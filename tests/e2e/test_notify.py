@@ -329,6 +329,46 @@ class Notify(cgtest.TestCase):
                           "the 8-day-old delivery is deleted (notify_keep_days 7)")
         self.assertNotEqual(self.t.deliveries()[0].delivery_id, old)
 
+    def test_channel_changes_and_redrives_are_audited(self):
+        from cgtest import admin_pb2
+        admin = self.srv.admin()
+
+        def events(kind):
+            return list(admin.ListAuditEvents(admin_pb2.ListAuditEventsRequest(
+                tenant_id=self.t.id, kind=kind), metadata=self.srv.admin_md(),
+                timeout=10).events)
+
+        self.rx.mode = "fail"
+        made = self.t.channel(self.rx.url + "/secret/path", prefix=scope(self.s))
+        cid = made.channel.channel_id
+        created = events("notification_channel_created")
+        self.assertEqual([e.target for e in created], [cid])
+        after = json.loads(created[0].after_json)
+        self.assertEqual((after["kind"], after["url_host"], after["event_types"]),
+                         ("webhook", f"http://127.0.0.1:{self.rx.port}", [WARNING]))
+        self.assertEqual(created[0].scope.session_id, self.s)
+        self.assertNotIn("secret/path", created[0].after_json)
+        self.assertNotIn(made.signing_secret, created[0].after_json)
+        self.t.warn(self.s)
+        cgtest.wait_until(lambda: [d.state for d in self.t.deliveries()] == [DEAD], 20, "DEAD")
+        d = self.t.deliveries()[0]
+        r = self.t.stub.RedriveNotificationDeliveries(B.RedriveNotificationDeliveriesRequest(
+            all_dead=True), metadata=self.t.md, timeout=10)
+        self.assertEqual(r.redriven, 1)
+        redriven = events("notification_deliveries_redriven")
+        self.assertEqual(len(redriven), 1)
+        self.assertEqual(json.loads(redriven[0].after_json),
+                         {"redriven": 1, "delivery_ids": [d.delivery_id]})
+        # A re-drive that finds nothing dead writes no row.
+        self.t.stub.RedriveNotificationDeliveries(B.RedriveNotificationDeliveriesRequest(
+            delivery_ids=[str(uuid.uuid4())]), metadata=self.t.md, timeout=10)
+        self.assertEqual(len(events("notification_deliveries_redriven")), 1)
+        self.t.stub.DeleteNotificationChannel(B.DeleteNotificationChannelRequest(
+            channel_id=cid), metadata=self.t.md, timeout=10)
+        deleted = events("notification_channel_deleted")
+        self.assertEqual([e.target for e in deleted], [cid])
+        self.assertEqual(json.loads(deleted[0].before_json)["kind"], "webhook")
+
     def test_deleting_a_channel_drops_what_it_had_not_delivered(self):
         self.rx.mode = "fail"
         made = self.t.channel(self.rx.url)
