@@ -1,5 +1,6 @@
 /* pb_form.c - protobuf-c messages from text fields (pb_form.h). */
 #include "rpc/pb_form.h"
+#include "rpc/pb_pack.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -125,26 +126,6 @@ static cg_status scalar(struct cg_arena *arena, const ProtobufCFieldDescriptor *
     }
 }
 
-static size_t scalar_size(const ProtobufCFieldDescriptor *f)
-{
-    switch (f->type) {
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return 8;
-    case PROTOBUF_C_TYPE_STRING:
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(void *);
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    default:
-        return 4;
-    }
-}
-
 /* Marks a singular field set where protobuf-c keeps that (has_ flag, oneof case). */
 static void mark_present(ProtobufCMessage *msg, const ProtobufCFieldDescriptor *f)
 {
@@ -161,7 +142,7 @@ static cg_status append(struct cg_arena *arena, ProtobufCMessage *msg,
 {
     size_t *n = (size_t *)((char *)msg + f->quantifier_offset);
     void **arr = (void **)((char *)msg + f->offset);
-    size_t size = scalar_size(f);
+    size_t size = cg_pb_element_size(f->type);
     if (*n >= CG_PB_FORM_MAX_REPEATED)
         return bad(err, name, "too many elements");
     char *grown = cg_arena_alloc(arena, (*n + 1) * size);
@@ -218,7 +199,7 @@ static cg_status set_path(struct cg_arena *arena, ProtobufCMessage *msg, const c
         return st;
     if (f->label == PROTOBUF_C_LABEL_REPEATED)
         return append(arena, msg, f, full, buf, err);
-    memcpy((char *)msg + f->offset, buf, scalar_size(f));
+    memcpy((char *)msg + f->offset, buf, cg_pb_element_size(f->type));
     mark_present(msg, f);
     return CG_OK;
 }

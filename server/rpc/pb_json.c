@@ -4,6 +4,7 @@
  * answer prints with --json without any code here.
  */
 #include "rpc/pb_json.h"
+#include "rpc/pb_pack.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -187,39 +188,6 @@ static cg_status write_value(FILE *out, const ProtobufCFieldDescriptor *f, const
     return n < 0 ? CG_IO : CG_OK;
 }
 
-static size_t element_size(ProtobufCType type)
-{
-    switch (type) {
-    case PROTOBUF_C_TYPE_INT32:
-    case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SFIXED32:
-    case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32:
-        return sizeof(int32_t);
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-        return sizeof(int64_t);
-    case PROTOBUF_C_TYPE_FLOAT:
-        return sizeof(float);
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return sizeof(double);
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    case PROTOBUF_C_TYPE_ENUM:
-        return sizeof(int);
-    case PROTOBUF_C_TYPE_STRING:
-        return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(ProtobufCMessage *);
-    }
-    return 0;
-}
-
 static bool is_pointer_type(ProtobufCType type)
 {
     return type == PROTOBUF_C_TYPE_STRING || type == PROTOBUF_C_TYPE_MESSAGE;
@@ -277,7 +245,7 @@ static cg_status write_message(FILE *out, const ProtobufCMessage *msg, int depth
         }
         size_t count = *(const size_t *)(base + f->quantifier_offset);
         const char *items = *(char *const *)(base + f->offset);
-        size_t size = element_size(f->type);
+        size_t size = cg_pb_element_size(f->type);
         rc = put(out, "[");
         if (rc)
             goto out;
