@@ -291,6 +291,13 @@ static cg_status spec_in(struct cg_rpc_call *call, const Ctxguard__V1__WatchUsag
                         "field 'min_update_interval_ms' must be between 0 and 60000");
     if (st == CG_OK && req->approval_id[0] != '\0')
         st = cg_rpc_check_uuid(call, "approval_id", req->approval_id);
+    if (st == CG_OK && req->resume_from_unix_ms < 0)
+        st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                        "field 'resume_from_unix_ms' must be 0 or a time in unix milliseconds");
+    if (st == CG_OK && req->resume_from_unix_ms > 0 && req->approval_id[0] != '\0')
+        st = cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                        "field 'resume_from_unix_ms' cannot be set with 'approval_id' (an "
+                        "approval's stream is its one decision)");
     if (st != CG_OK)
         return st;
     snprintf(spec->approval_id, sizeof spec->approval_id, "%s", req->approval_id);
@@ -302,6 +309,7 @@ static cg_status spec_in(struct cg_rpc_call *call, const Ctxguard__V1__WatchUsag
         req->heartbeat_interval_ms ? req->heartbeat_interval_ms : HEARTBEAT_DEFAULT_MS;
     spec->update_ms = req->min_update_interval_ms ? req->min_update_interval_ms : UPDATE_DEFAULT_MS;
     spec->send_snapshot = req->send_snapshot;
+    spec->resume_from_ms = req->resume_from_unix_ms;
     return CG_OK;
 }
 

@@ -37,6 +37,8 @@
 #define FETCH_MAX 1000    /* events read per statement */
 #define THROTTLE_SLOTS 32 /* per-stream scopes whose USAGE_CHANGED are coalesced */
 #define CATCHUP_MARGIN_MS 60000
+#define REPLAY_MAX CG_STORE_PAGE_MAX /* stored events a resuming watcher reads */
+#define REPLAY_SLOTS 2048            /* its scopes' replayed sequences (hash slots, 2^k) */
 #define HEARTBEAT_DEFAULT_MS 15000
 #define UPDATE_DEFAULT_MS 1000
 
@@ -359,6 +361,15 @@ struct throttle {
     struct cg_event event; /* the latest one held back */
 };
 
+/* A scope's highest sequence number sent by the replay (open addressing on ids_hash; two
+ * scopes with one 64-bit hash would share a slot: harmless, a repeat or a skip of a
+ * duplicate at worst). */
+struct replayed {
+    uint64_t hash; /* 0: free */
+    int64_t seq;
+    bool usage_kept; /* while the replay is read: its latest USAGE_CHANGED is kept */
+};
+
 struct cg_watcher {
     struct cg_watch_hub *hub; /* the process's (env->watch_hub), joined at the open */
     char tenant_id[CG_UUID_LEN + 1];
@@ -368,6 +379,12 @@ struct cg_watcher {
     int64_t last_sent_ms; /* cg_mono_ms */
     uint64_t missed;      /* events lost to an overflow, not yet told */
     struct throttle throttle[THROTTLE_SLOTS];
+    /* Resuming (spec.resume_from_ms): the stored events to send before the feed's, and per
+     * scope the last sequence they hold, so that the feed's copies are not sent again. */
+    struct cg_event *replay;
+    int nreplay, replay_next;
+    uint64_t replay_left_out;  /* older events the replay could not hold, told with its first */
+    struct replayed *replayed; /* REPLAY_SLOTS, or NULL */
 };
 
 void cg_watch_first_cleanup(struct cg_watch_first *first)
@@ -382,7 +399,35 @@ void cg_watcher_free(struct cg_watcher *w)
     if (w == NULL)
         return;
     feed_leave(w->hub, w->tenant_id);
+    free(w->replay);
+    free(w->replayed);
     free(w);
+}
+
+static uint64_t replay_key(const struct cg_scope_ids *ids)
+{
+    uint64_t h = ids_hash(ids);
+    return h != 0 ? h : 1;
+}
+
+/* The slot of ids in w->replayed: its own, or the free one where it goes (taken when add).
+ * Never full: at most REPLAY_MAX scopes are added, in twice as many slots. */
+static struct replayed *replayed_slot(struct cg_watcher *w, const struct cg_scope_ids *ids,
+                                      bool add)
+{
+    uint64_t h = replay_key(ids);
+    size_t i = (size_t)(h & (REPLAY_SLOTS - 1));
+    while (w->replayed[i].hash != 0 && w->replayed[i].hash != h)
+        i = (i + 1) & (REPLAY_SLOTS - 1);
+    if (add)
+        w->replayed[i].hash = h;
+    return &w->replayed[i];
+}
+
+/* Whether the replay already sent this event (or a later one of its scope). */
+static bool replay_covers(struct cg_watcher *w, const struct cg_event *e)
+{
+    return w->replayed != NULL && e->seq <= replayed_slot(w, &e->ids, false)->seq;
 }
 
 static bool matches(const struct cg_watcher *w, const struct cg_event *e)
@@ -462,7 +507,7 @@ static bool feed_next(struct cg_watcher *w, int64_t now, struct cg_event *e)
         pthread_mutex_unlock(&w->hub->lock);
         if (!have)
             return false;
-        if (!matches(w, e))
+        if (!matches(w, e) || replay_covers(w, e))
             continue;
         if (e->type == CG_EVENT_USAGE_CHANGED && w->spec.update_ms > 0) {
             struct throttle *t = throttle_slot(w, &e->ids);
@@ -484,6 +529,17 @@ cg_watch_next cg_watcher_next(struct cg_watcher *w, int64_t now_ms, struct cg_ev
                               uint64_t *missed)
 {
     *missed = 0;
+    if (w->replay_next < w->nreplay) {
+        *event = w->replay[w->replay_next++];
+        *missed = w->replay_next == 1 ? w->replay_left_out : 0;
+        if (w->replay_next == w->nreplay) {
+            free(w->replay);
+            w->replay = NULL;
+            w->nreplay = w->replay_next = 0;
+        }
+        w->last_sent_ms = now_ms;
+        return CG_WATCH_EVENT;
+    }
     if (throttled_due(w, now_ms, event) || feed_next(w, now_ms, event)) {
         *missed = w->missed;
         w->missed = 0;
@@ -537,6 +593,52 @@ static cg_status decision_in(const struct cg_svc_env *env, const struct cg_op *o
     return CG_OK;
 }
 
+/* Resuming: the stored events of the watched scopes since spec.resume_from_ms, of the wanted
+ * types, only the latest USAGE_CHANGED of each scope, oldest first; and per scope the last
+ * sequence number they hold (the feed's copies of them are skipped). */
+static cg_status replay_in(const struct cg_svc_env *env, const struct cg_op *op,
+                           struct cg_watcher *w)
+{
+    const struct cg_watch_spec *s = &w->spec;
+    w->replay = calloc(REPLAY_MAX, sizeof *w->replay);
+    w->replayed = calloc(REPLAY_SLOTS, sizeof *w->replayed);
+    if (w->replay == NULL || w->replayed == NULL)
+        return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    int n = 0;
+    int64_t total = 0;
+    struct cg_err serr;
+    cg_err_clear(&serr);
+    if (cg_store_events_since(env->store, w->tenant_id, &s->ids, s->level, s->descendants,
+                              s->resume_from_ms, REPLAY_MAX, w->replay, &n, &total, &serr) != CG_OK)
+        return cg_op_store_error(op, &serr);
+    w->replay_left_out = total > n ? (uint64_t)(total - n) : 0;
+    /* Newest first: each scope's sequence, and its latest USAGE_CHANGED kept. */
+    bool *keep = calloc((size_t)n + 1, sizeof *keep);
+    if (keep == NULL)
+        return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    for (int i = n - 1; i >= 0; i--) {
+        const struct cg_event *e = &w->replay[i];
+        struct replayed *r = replayed_slot(w, &e->ids, true);
+        if (e->seq > r->seq)
+            r->seq = e->seq;
+        if (s->types != 0 && !(s->types & (1u << e->type)))
+            continue;
+        if (e->type == CG_EVENT_USAGE_CHANGED) {
+            keep[i] = !r->usage_kept;
+            r->usage_kept = true;
+        } else {
+            keep[i] = true;
+        }
+    }
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (keep[i])
+            w->replay[kept++] = w->replay[i];
+    free(keep);
+    w->nreplay = kept;
+    return CG_OK;
+}
+
 /* What the watcher reads once joined: the scope's last sequence number, the snapshot (the
  * scope's usage, children to depth 1 with descendants) and the approval's decision. */
 static cg_status first_reads(const struct cg_svc_env *env, const struct cg_op *op,
@@ -553,6 +655,11 @@ static cg_status first_reads(const struct cg_svc_env *env, const struct cg_op *o
                                 &first->snapshot, &serr) != CG_OK)
             return cg_op_store_error(op, &serr);
         first->has_snapshot = true;
+    }
+    if (s->resume_from_ms > 0) {
+        cg_status st = replay_in(env, op, w);
+        if (st != CG_OK)
+            return st;
     }
     if (s->approval_id[0] != '\0')
         return decision_in(env, op, w, first);

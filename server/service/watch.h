@@ -47,6 +47,12 @@ struct cg_watch_spec {
     int64_t heartbeat_ms; /* a heartbeat after this long without a message */
     int64_t update_ms;    /* USAGE_CHANGED of one scope at most this often (0: all) */
     bool send_snapshot;   /* read the scope's usage as the first message */
+    /* Resume (not in approval mode): before the feed's events, the stored ones of the
+     * watched scopes that occurred at or after this time (unix ms; 0: none), oldest first,
+     * of the wanted types, only the latest USAGE_CHANGED of each scope, the newest
+     * CG_STORE_PAGE_MAX at most (the first one's *missed counts the older ones left out);
+     * the feed's copies of them are not sent again. */
+    int64_t resume_from_ms;
 };
 
 /* What a watcher has to say first, read when it opened. */

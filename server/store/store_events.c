@@ -60,21 +60,33 @@ cg_status cg_store_events_append(struct cg_store *store, const char *tenant_id,
     return cg__pg_events_append(store->pg, id, events, n, now_ms, err);
 }
 
-cg_status cg_store_events_read(struct cg_store *store, const char *tenant_id,
-                               const struct cg_scope_ids *ids, int64_t after_seq, int max,
-                               struct cg_event *out, int *count, struct cg_err *err)
+/* The checks of the event reads: the deadline, max in 1..CG_STORE_PAGE_MAX, the ids; the
+ * tenant id normalized into id (false: not a UUID, so no events). */
+static cg_status read_checks(struct cg_store *store, const char *tenant_id,
+                             const struct cg_scope_ids *ids, int max, char id[CG_UUID_LEN + 1],
+                             bool *any, struct cg_err *err)
 {
-    *count = 0;
+    *any = false;
     if (cg__store_deadline_passed(store))
         return cg__store_deadline_exceeded(err);
     if (max < 1 || max > CG_STORE_PAGE_MAX)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "max: must be 1..%d", CG_STORE_PAGE_MAX);
     cg_status rc = cg__store_check_ids(ids, "scope", err);
-    if (rc != CG_OK)
-        return rc;
+    if (rc == CG_OK)
+        *any = cg__store_normalize_uuid(tenant_id, id);
+    return rc;
+}
+
+cg_status cg_store_events_read(struct cg_store *store, const char *tenant_id,
+                               const struct cg_scope_ids *ids, int64_t after_seq, int max,
+                               struct cg_event *out, int *count, struct cg_err *err)
+{
+    *count = 0;
     char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return CG_OK;
+    bool any;
+    cg_status rc = read_checks(store, tenant_id, ids, max, id, &any, err);
+    if (rc != CG_OK || !any)
+        return rc;
     return cg_pg_events_read(store->pg, id, ids, after_seq, max, out, count, err);
 }
 
@@ -256,4 +268,22 @@ cg_status cg_store_event_seq(struct cg_store *store, const char *tenant_id,
     if (!cg__store_normalize_uuid(tenant_id, id))
         return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "tenant_id: no such tenant");
     return cg_pg_event_seq(store->pg, id, ids, seq, err);
+}
+
+cg_status cg_store_events_since(struct cg_store *store, const char *tenant_id,
+                                const struct cg_scope_ids *ids, int level, bool descendants,
+                                int64_t since_ms, int max, struct cg_event *out, int *count,
+                                int64_t *total, struct cg_err *err)
+{
+    *count = 0;
+    *total = 0;
+    if (level < 1 || level > 4)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "level: must be 1..4");
+    char id[CG_UUID_LEN + 1];
+    bool any;
+    cg_status rc = read_checks(store, tenant_id, ids, max, id, &any, err);
+    if (rc != CG_OK || !any)
+        return rc;
+    return cg_pg_events_since(store->pg, id, ids, level, descendants, since_ms, max, out, count,
+                              total, err);
 }

@@ -92,8 +92,7 @@ static cg_status answer(struct cg_http_request *req, int status, struct MHD_Resp
             MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
         MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-        for (size_t i = 0; headers != NULL && headers[i] != NULL && headers[i + 1] != NULL;
-             i += 2)
+        for (size_t i = 0; headers != NULL && headers[i] != NULL && headers[i + 1] != NULL; i += 2)
             MHD_add_response_header(r, headers[i], headers[i + 1]);
     }
     pthread_mutex_lock(&req->lock);
@@ -125,13 +124,94 @@ cg_status cg_http_respond(struct cg_http_request *req, int status, const char *c
     return answer(req, status, r, content_type, NULL);
 }
 
-cg_status cg_http_respond_static(struct cg_http_request *req, int status,
-                                 const char *content_type, const void *body, size_t len,
-                                 const char *const *headers)
+cg_status cg_http_respond_static(struct cg_http_request *req, int status, const char *content_type,
+                                 const void *body, size_t len, const char *const *headers)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, (void *)(body != NULL ? body : ""),
-                                        MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, (void *)(body != NULL ? body : ""), MHD_RESPMEM_PERSISTENT);
+    return answer(req, status, r, content_type, headers);
+}
+
+/* ---------------------------------------------------------------- streams -------- */
+
+#define STREAM_BLOCK (16 * 1024) /* what the producer may write at a time */
+
+struct cg_http_stream {
+    cg_http_stream_read_cb read;
+    cg_http_stream_done_cb done;
+    void *ctx;
+    pthread_mutex_t lock;        /* the fields below: wakes come from other threads */
+    struct MHD_Connection *conn; /* set when answered; valid while the response is */
+    bool suspended;              /* waiting for a wake */
+    bool woken;                  /* a wake came while the producer ran: read again */
+};
+
+struct cg_http_stream *cg_http_stream_new(cg_http_stream_read_cb read, cg_http_stream_done_cb done,
+                                          void *ctx)
+{
+    struct cg_http_stream *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return NULL;
+    s->read = read;
+    s->done = done;
+    s->ctx = ctx;
+    pthread_mutex_init(&s->lock, NULL);
+    return s;
+}
+
+/* MHD's content reader: the producer's bytes; with nothing to send now the connection is
+ * suspended (MHD would call again at once) until cg_http_stream_wake. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct cg_http_stream *s = cls;
+    long n = s->read(s->ctx, buf, max);
+    if (n > 0)
+        return (ssize_t)n;
+    if (n < 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    pthread_mutex_lock(&s->lock);
+    if (s->woken) {
+        s->woken = false; /* something came meanwhile: MHD calls again */
+    } else {
+        s->suspended = true;
+        MHD_suspend_connection(s->conn);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+static void stream_free(void *cls)
+{
+    struct cg_http_stream *s = cls;
+    s->done(s->ctx);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+void cg_http_stream_wake(struct cg_http_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool resume = s->suspended;
+    s->suspended = false;
+    s->woken = !resume;
+    struct MHD_Connection *conn = s->conn;
+    pthread_mutex_unlock(&s->lock);
+    /* Suspended: MHD cannot finish the connection before this resume, so conn is valid. */
+    if (resume)
+        MHD_resume_connection(conn);
+}
+
+cg_status cg_http_respond_stream(struct cg_http_request *req, int status, const char *content_type,
+                                 const char *const *headers, struct cg_http_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->conn = req->conn;
+    pthread_mutex_unlock(&s->lock);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK,
+                                                               stream_read, s, stream_free);
+    if (r == NULL)
+        stream_free(s);
     return answer(req, status, r, content_type, headers);
 }
 

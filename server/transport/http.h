@@ -1,5 +1,5 @@
 /* http.h - the HTTP listener beside gRPC (libmicrohttpd): /metrics, /healthz, /readyz, and
- * a route table for what comes later (the console, a JSON API, Server-Sent Events).
+ * a route table (the console, the JSON API and its Server-Sent Events).
  *
  * One MHD daemon with one internal thread that polls every connection. A route's handler
  * runs on that thread and answers with cg_http_respond, either before it returns or later
@@ -100,11 +100,38 @@ cg_status cg_http_respond(struct cg_http_request *req, int status, const char *c
 
 /* Answers req with a body that outlives the listener (static data: not copied, not freed)
  * and extra headers (name, value, ..., NULL; borrowed). As cg_http_respond otherwise. */
-cg_status cg_http_respond_static(struct cg_http_request *req, int status,
-                                 const char *content_type, const void *body, size_t len,
-                                 const char *const *headers);
+cg_status cg_http_respond_static(struct cg_http_request *req, int status, const char *content_type,
+                                 const void *body, size_t len, const char *const *headers);
 
 /* The same with a copy of the NUL-terminated text, as text/plain. */
 cg_status cg_http_respond_text(struct cg_http_request *req, int status, const char *text);
+
+/* A streamed answer (Server-Sent Events): a body of unknown length (chunked) that a producer
+ * writes on the listener's thread, a piece at a time, for as long as it likes. */
+struct cg_http_stream;
+
+/* The producer: writes up to cap bytes of the body into buf and returns how many (> 0);
+ * 0 when it has nothing now (the connection then sleeps, holding no thread, until
+ * cg_http_stream_wake); < 0 to end the body. On the listener's thread, one call at a time. */
+typedef long (*cg_http_stream_read_cb)(void *ctx, char *buf, size_t cap);
+
+/* Runs once when the listener is done with the stream (the body ended, the client went away,
+ * the listener stopped, or the answer could not be made), on the thread where that happened:
+ * the producer is not called again and wakes must have stopped before it returns. */
+typedef void (*cg_http_stream_done_cb)(void *ctx);
+
+/* A stream of ctx, not yet an answer (NULL when out of memory; nothing runs then). */
+struct cg_http_stream *cg_http_stream_new(cg_http_stream_read_cb read, cg_http_stream_done_cb done,
+                                          void *ctx);
+
+/* Answers req with status, content_type and the extra headers (as cg_http_respond_static),
+ * the body coming from s, which the listener owns from now on (done runs once, also when
+ * the answer cannot be made: CG_NOMEM, the connection is closed). From any thread. */
+cg_status cg_http_respond_stream(struct cg_http_request *req, int status, const char *content_type,
+                                 const char *const *headers, struct cg_http_stream *s);
+
+/* Tells the stream's producer that it may have something to write: a sleeping connection is
+ * called again. Any thread, until its done callback has run. */
+void cg_http_stream_wake(struct cg_http_stream *s);
 
 #endif

@@ -1,5 +1,6 @@
 /* http_api.c - the JSON API on the HTTP listener (http_api.h). */
 #include "transport/http_api.h"
+#include "transport/http_api_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +14,6 @@
 #include "rpc/pb_json.h"
 
 #define PREFIX "/api/v1/"
-#define ARGS_MAX 64
-#define REQUEST_ID_MAX 64
 #define ARENA_FIRST_BLOCK (16 * 1024)
 
 /* What the API exposes: the reads a dashboard needs and the operator's actions. */
@@ -32,35 +31,24 @@ static const struct exposed {
     {"BudgetService", "ListNotificationChannels", CG_HTTP_GET},
     {"BudgetService", "ListNotificationDeliveries", CG_HTTP_GET},
     {"BudgetService", "ResolveApproval", CG_HTTP_POST},
+    {"BudgetService", "WatchUsage", CG_HTTP_GET}, /* Server-Sent Events (http_sse.c) */
     {"ContextService", "GetCompressionStats", CG_HTTP_GET},
     {"AdminService", "ListAuditEvents", CG_HTTP_GET},
     {"AdminService", "WhoAmI", CG_HTTP_GET},
 };
 
-/* One call on its way to the pool: everything copied out of the HTTP request. */
-struct api_call {
-    struct cg_job job; /* first: the pool's job is the call */
-    struct cg_http_api *api;
-    struct cg_http_request *req;
-    const struct cg_rpc_method *method;
-    struct cg_arena *arena;
-    char request_id[REQUEST_ID_MAX + 1];
-    char *authorization;
-    const char *arg_keys[ARGS_MAX];
-    const char *arg_values[ARGS_MAX];
-    int nargs;
-    bool too_many_args;
-    const char *body; /* POST: the JSON body (in arena) */
-    size_t body_len;
-};
-
 #define LIMITER_BUCKETS 4096
 
 cg_status cg_http_api_init(struct cg_http_api *api, struct cg_pool *pool, size_t max_message_bytes,
-                           int64_t max_call_ms, int64_t rate_per_min, int64_t burst)
+                           int64_t max_call_ms, int64_t rate_per_min, int64_t burst,
+                           const struct cg_rpc_env *stream_env, int max_streams,
+                           int streams_per_key)
 {
     memset(api, 0, sizeof *api);
     api->pool = pool;
+    api->stream_env = stream_env;
+    api->max_streams = max_streams;
+    api->streams_per_key = streams_per_key;
     api->max_message_bytes = max_message_bytes;
     api->max_call_ms = max_call_ms;
     api->rate_per_min = rate_per_min;
@@ -80,6 +68,11 @@ void cg_http_api_drain(struct cg_http_api *api)
     while (api->inflight > 0)
         pthread_cond_wait(&api->idle, &api->lock);
     pthread_mutex_unlock(&api->lock);
+    cg_http_api_wake(api); /* the event streams see closing and end */
+}
+
+void cg_http_api_free(struct cg_http_api *api)
+{
     pthread_cond_destroy(&api->idle);
     pthread_mutex_destroy(&api->lock);
     cg_rate_limiter_free(api->limiter);
@@ -102,6 +95,14 @@ static void leave(struct cg_http_api *api)
     if (--api->inflight == 0)
         pthread_cond_broadcast(&api->idle);
     pthread_mutex_unlock(&api->lock);
+}
+
+void cg__http_api_call_free(struct cg_http_api_call *c)
+{
+    struct cg_http_api *api = c->api;
+    cg_arena_free(c->arena);
+    free(c);
+    leave(api); /* last: the listener may stop once every call has left */
 }
 
 int cg_http_api_status(int grpc_code)
@@ -145,9 +146,8 @@ static void respond_json(struct cg_http_request *req, int status, char *text, si
     (void)cg_http_respond(req, status, "application/json; charset=utf-8", text, len);
 }
 
-/* The error answer of st with err (its field, reason, message) and the request id. */
-static void respond_error(struct cg_http_request *req, cg_status st, struct cg_err *err,
-                          const char *request_id)
+void cg__http_api_error(struct cg_http_request *req, cg_status st, struct cg_err *err,
+                        const char *request_id)
 {
     cg_err_field_from_message(err);
     int code = cg_status_grpc_code(st);
@@ -177,7 +177,7 @@ static void respond_error(struct cg_http_request *req, cg_status st, struct cg_e
 }
 
 /* The answer of a call that succeeded: the response message as JSON. */
-static void respond_message(struct api_call *c, const uint8_t *out, size_t out_len)
+static void respond_message(struct cg_http_api_call *c, const uint8_t *out, size_t out_len)
 {
     ProtobufCAllocator alloc;
     cg_rpc_allocator(c->arena, &alloc);
@@ -193,7 +193,7 @@ static void respond_message(struct api_call *c, const uint8_t *out, size_t out_l
         free(text);
         struct cg_err err;
         cg_err_set(&err, CG_INTERNAL, "the answer could not be written as JSON");
-        respond_error(c->req, CG_INTERNAL, &err, c->request_id);
+        cg__http_api_error(c->req, CG_INTERNAL, &err, c->request_id);
         return;
     }
     respond_json(c->req, 200, text, len);
@@ -201,14 +201,15 @@ static void respond_message(struct api_call *c, const uint8_t *out, size_t out_l
 
 /* ---------------------------------------------------------------- the call -------- */
 
-/* The request message from the query arguments or the JSON body. */
-static cg_status build_request(struct api_call *c, uint8_t **buf, size_t *len, struct cg_err *err)
+cg_status cg__http_api_build(struct cg_http_api_call *c, uint8_t **buf, size_t *len,
+                             struct cg_err *err)
 {
     ProtobufCMessage *msg = cg_pb_form_new(c->arena, c->method->request_desc);
     if (msg == NULL)
         return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
     if (c->too_many_args)
-        return cg_err_set(err, CG_INVALID_ARGUMENT, "at most %d query arguments", ARGS_MAX);
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "at most %d query arguments",
+                          CG_HTTP_API_ARGS_MAX);
     for (int i = 0; i < c->nargs; i++) {
         cg_status st = cg_pb_form_set(c->arena, msg, c->arg_keys[i], c->arg_values[i], err);
         if (st != CG_OK)
@@ -228,7 +229,7 @@ static cg_status build_request(struct api_call *c, uint8_t **buf, size_t *len, s
 
 static void run(struct cg_job *job, void *thread_ctx)
 {
-    struct api_call *c = (struct api_call *)job;
+    struct cg_http_api_call *c = (struct cg_http_api_call *)job;
     const struct cg_rpc_env *env = thread_ctx; /* the pool's thread context (http_api.h) */
     struct cg_rpc_call call;
     memset(&call, 0, sizeof call);
@@ -240,7 +241,7 @@ static void run(struct cg_job *job, void *thread_ctx)
     uint8_t *req_buf = NULL, *out = NULL;
     size_t req_len = 0, out_len = 0;
     cg_op_fate fate = CG_OP_DONE;
-    cg_status st = build_request(c, &req_buf, &req_len, &call.err);
+    cg_status st = cg__http_api_build(c, &req_buf, &req_len, &call.err);
     if (st == CG_OK) {
         cg_store_set_deadline(env->svc.store, call.deadline_ms);
         st = cg_rpc_invoke(c->method, &call, env, req_buf, req_len, &out, &out_len, &fate);
@@ -252,19 +253,16 @@ static void run(struct cg_job *job, void *thread_ctx)
     if (st == CG_OK)
         respond_message(c, out, out_len);
     else
-        respond_error(c->req, st, &call.err, c->request_id);
-    struct cg_http_api *api = c->api;
-    cg_arena_free(c->arena);
-    free(c);
-    leave(api); /* last: the listener may stop once every call has left */
+        cg__http_api_error(c->req, st, &call.err, c->request_id);
+    cg__http_api_call_free(c);
 }
 
 /* ---------------------------------------------------------------- the route ------- */
 
 static bool take_arg(void *ctx, const char *key, const char *value)
 {
-    struct api_call *c = ctx;
-    if (c->nargs == ARGS_MAX) {
+    struct cg_http_api_call *c = ctx;
+    if (c->nargs == CG_HTTP_API_ARGS_MAX) {
         c->too_many_args = true;
         return false;
     }
@@ -301,11 +299,11 @@ static const struct exposed *find_exposed(const char *path, const struct cg_rpc_
 
 /* The caller's X-Request-Id when it is one we take (letters, digits, -_.; 1..64), else a
  * new one. */
-static void request_id_of(struct cg_http_request *req, char out[REQUEST_ID_MAX + 1])
+static void request_id_of(struct cg_http_request *req, char out[CG_HTTP_API_REQUEST_ID_MAX + 1])
 {
     const char *given = cg_http_request_header(req, "X-Request-Id");
     size_t n = given != NULL ? strlen(given) : 0;
-    if (n > 0 && n <= REQUEST_ID_MAX &&
+    if (n > 0 && n <= CG_HTTP_API_REQUEST_ID_MAX &&
         strspn(given, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == n) {
         memcpy(out, given, n + 1);
         return;
@@ -315,16 +313,15 @@ static void request_id_of(struct cg_http_request *req, char out[REQUEST_ID_MAX +
     memcpy(out, id, sizeof id);
 }
 
-/* The caller's bucket (core/ratelimit.h): refused requests are answered 429 here. */
-static bool allowed(struct cg_http_api *api, struct cg_http_request *req, const char *rid)
+/* The caller's bucket (core/ratelimit.h), by its hashed Authorization header: refused
+ * requests are answered 429 here. */
+static bool allowed(struct cg_http_api *api, struct cg_http_request *req,
+                    const uint8_t caller[CG_SHA256_LEN], const char *rid)
 {
     if (api->limiter == NULL)
         return true;
-    const char *auth = cg_http_request_header(req, "Authorization");
-    uint8_t digest[CG_SHA256_LEN];
-    cg_sha256(auth != NULL ? auth : "", auth != NULL ? strlen(auth) : 0, digest);
     int64_t retry_ms = 0;
-    if (cg_rate_limiter_take(api->limiter, digest, cg_mono_ms(), &retry_ms))
+    if (cg_rate_limiter_take(api->limiter, caller, cg_mono_ms(), &retry_ms))
         return true;
     struct cg_err err;
     cg_err_set(&err, CG_RESOURCE_EXHAUSTED,
@@ -332,14 +329,14 @@ static bool allowed(struct cg_http_api *api, struct cg_http_request *req, const 
                "in %lld ms",
                (long long)api->rate_per_min, (long long)api->burst, (long long)retry_ms);
     cg_err_meta_i64(&err, "retry_after_ms", (long long)retry_ms);
-    respond_error(req, CG_RESOURCE_EXHAUSTED, &err, rid);
+    cg__http_api_error(req, CG_RESOURCE_EXHAUSTED, &err, rid);
     return false;
 }
 
 void cg_http_api_handle(struct cg_http_request *req, void *ctx)
 {
     struct cg_http_api *api = ctx;
-    char rid[REQUEST_ID_MAX + 1];
+    char rid[CG_HTTP_API_REQUEST_ID_MAX + 1];
     request_id_of(req, rid);
     struct cg_err err;
     cg_err_clear(&err);
@@ -347,23 +344,26 @@ void cg_http_api_handle(struct cg_http_request *req, void *ctx)
     const struct exposed *e = find_exposed(cg_http_request_path(req), &m);
     if (e == NULL) {
         cg_err_set(&err, CG_NOT_FOUND, "%s: no such API method", cg_http_request_path(req));
-        respond_error(req, CG_NOT_FOUND, &err, rid);
+        cg__http_api_error(req, CG_NOT_FOUND, &err, rid);
         return;
     }
     if (cg_http_request_method(req) != e->http) {
         cg_err_set(&err, CG_INVALID_ARGUMENT, "%s takes %s", e->method,
                    e->http == CG_HTTP_GET ? "GET with query arguments" : "POST with a JSON body");
-        respond_error(req, CG_INVALID_ARGUMENT, &err, rid);
+        cg__http_api_error(req, CG_INVALID_ARGUMENT, &err, rid);
         return;
     }
-    if (!allowed(api, req, rid))
+    const char *auth = cg_http_request_header(req, "Authorization");
+    uint8_t caller[CG_SHA256_LEN];
+    cg_sha256(auth != NULL ? auth : "", auth != NULL ? strlen(auth) : 0, caller);
+    if (!allowed(api, req, caller, rid))
         return;
     if (!enter(api)) {
         cg_err_set(&err, CG_UNAVAILABLE, "the server is shutting down: retry on another");
-        respond_error(req, CG_UNAVAILABLE, &err, rid);
+        cg__http_api_error(req, CG_UNAVAILABLE, &err, rid);
         return;
     }
-    struct api_call *c = calloc(1, sizeof *c);
+    struct cg_http_api_call *c = calloc(1, sizeof *c);
     size_t cap = api->max_message_bytes * 8 + (1u << 20);
     if (c == NULL || (c->arena = cg_arena_new(ARENA_FIRST_BLOCK, cap)) == NULL) {
         free(c);
@@ -376,18 +376,22 @@ void cg_http_api_handle(struct cg_http_request *req, void *ctx)
     c->req = req;
     c->method = m;
     memcpy(c->request_id, rid, sizeof rid);
-    const char *auth = cg_http_request_header(req, "Authorization");
+    memcpy(c->caller, caller, sizeof caller);
     c->authorization = auth != NULL ? cg_arena_strdup(c->arena, auth) : NULL;
     (void)cg_http_request_args(req, take_arg, c);
     size_t body_len = 0;
     const char *body = cg_http_request_body(req, &body_len);
     if (body != NULL && body_len > 0 && (c->body = cg_arena_strdup(c->arena, body)) != NULL)
         c->body_len = strlen(c->body); /* a NUL inside is no JSON anyway */
+    if (m->kind == CG_RPC_SERVER_STREAM) {
+        const char *last = cg_http_request_header(req, "Last-Event-ID");
+        c->last_event_id = last != NULL ? cg_arena_strdup(c->arena, last) : NULL;
+        cg__http_sse_start(c);
+        return;
+    }
     if (cg_pool_submit(api->pool, &c->job) != CG_OK) {
         cg_err_set(&err, CG_UNAVAILABLE, "the server is busy: retry later");
-        respond_error(req, CG_UNAVAILABLE, &err, rid);
-        cg_arena_free(c->arena);
-        free(c);
-        leave(api);
+        cg__http_api_error(req, CG_UNAVAILABLE, &err, rid);
+        cg__http_api_call_free(c);
     }
 }

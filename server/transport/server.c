@@ -147,7 +147,12 @@ struct cg_server {
     bool monitor_started;
     /* The JSON API's route on the HTTP listener (transport/http_api.h). */
     struct cg_http_api http_api;
-    bool http_api_started;
+    bool http_api_started; /* not drained yet */
+    bool http_api_inited;  /* not freed yet (cg_server_free) */
+    /* The JSON API whose event streams wake_streams wakes: set once it is made, read by
+     * any thread until cg_server_free. */
+    _Atomic(struct cg_http_api *) http_wakes;
+    struct cg_rpc_env http_env; /* its streams' polls (no store, like a queue thread) */
     struct cg_http_route http_routes[2];
     /* The notifiers (notify_main, notify_threads of them): webhook deliveries, each on a
      * store of its own; same stop flag. */
@@ -803,6 +808,9 @@ static void wake_streams(struct cg_server *srv)
             atomic_store(&c->wake_posted, false);
     }
     pthread_mutex_unlock(&srv->streams_lock);
+    struct cg_http_api *api = atomic_load(&srv->http_wakes);
+    if (api != NULL)
+        cg_http_api_wake(api); /* the JSON API's event streams */
 }
 
 /* The rpc layer's way to wake the streams (cg_rpc_env.wake_streams). */
@@ -1789,11 +1797,23 @@ static cg_status start_http(struct cg_server *srv, struct cg_err *err)
         .routes = srv->http_routes,
         .nroutes = 2,
     };
+    if (cfg->http_event_streams_max >= cfg->http_max_connections)
+        return cg_err_set(err, CG_CONFIG,
+                          "config key 'http_event_streams_max' (%lld) must be below "
+                          "'http_max_connections' (%lld): streams would hold every connection",
+                          (long long)cfg->http_event_streams_max,
+                          (long long)cfg->http_max_connections);
+    cg_app_env(srv->app, &srv->http_env);
+    srv->http_env.svc.wake_streams = wake_streams_cb;
+    srv->http_env.svc.wake_ctx = srv;
     if (cg_http_api_init(&srv->http_api, srv->pool, (size_t)cfg->max_message_bytes,
-                         cfg->max_call_ms, cfg->http_api_rate_per_min,
-                         cfg->http_api_burst) != CG_OK)
+                         cfg->max_call_ms, cfg->http_api_rate_per_min, cfg->http_api_burst,
+                         &srv->http_env, (int)cfg->http_event_streams_max,
+                         (int)cfg->http_event_streams_per_key) != CG_OK)
         return cg_err_set(err, CG_NOMEM, "out of memory for the JSON API");
     srv->http_api_started = true;
+    srv->http_api_inited = true;
+    atomic_store(&srv->http_wakes, &srv->http_api);
     srv->http_routes[0] = (struct cg_http_route){
         .path = "/api/v1/",
         .methods = CG_HTTP_GET | CG_HTTP_POST,
@@ -1992,6 +2012,10 @@ void cg_server_free(struct cg_server *srv)
     cg_pool_free(srv->open_pool);
     free(srv->handles);
     cg_http_stop(srv->http); /* NULL unless the start failed before shutdown */
+    if (srv->http_api_inited) {
+        atomic_store(&srv->http_wakes, NULL);
+        cg_http_api_free(&srv->http_api);
+    }
     free(srv->metrics);
     pthread_mutex_destroy(&srv->live_lock);
     pthread_cond_destroy(&srv->live_zero);
