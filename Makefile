@@ -15,7 +15,7 @@ FORMAT_DIRS := server client tests
 PREFIX ?= /usr/local
 export PREFIX
 
-.PHONY: help deps build build-asan install run stop status test test-unit test-asan fuzz bench \
+.PHONY: help deps build build-asan install run stop status demo test test-unit test-asan fuzz bench \
         format format-check chart-check clean distclean
 
 help: ## this list
@@ -54,6 +54,9 @@ stop: ## stop the server and the services of `make run`
 
 status: ## what `make run` left running
 	scripts/run.sh status
+
+demo: ## a minute of traffic on the demo session of `make run` (DEMO_SECONDS=60)
+	scripts/run.sh demo $(DEMO_SECONDS)
 
 test: ## unit, integration and e2e tests against throwaway services
 	scripts/test.sh

@@ -6,6 +6,10 @@
 #                           authenticated call
 #   scripts/run.sh stop     stop the server and the services of .run/ (`make stop`)
 #   scripts/run.sh status   what runs
+#   scripts/run.sh demo [SECONDS]
+#                           traffic on the demo session for SECONDS (default 60; `make demo`):
+#                           each second three agents of demo-session/plan reserve and commit
+#                           a few hundred tokens, so that the console's budgets move
 #
 # Files in .run/: env (DSN and Redis URL), admin_key (0600, made once), target
 # (host:port of the server), ctxguard.pid, ctxguard.log, demo_key (0600, made once and
@@ -154,9 +158,40 @@ status)
     scripts/services.sh status "$RUN" || true
     exit 0
     ;;
+demo)
+    secs=${2:-60}
+    [[ $secs =~ ^[0-9]+$ ]] || die "demo: SECONDS must be a whole number, not '$secs'"
+    pid=$(server_pid) || die "demo: the server is not running: make run first"
+    [[ -s $RUN/demo_key && -s $RUN/target ]] || die "demo: no $RUN/demo_key: make run first"
+    DEMO_KEY=$(cat "$RUN/demo_key")
+    export CTXGUARD_TARGET
+    CTXGUARD_TARGET=$(cat "$RUN/target")
+    echo "demo: $secs s of traffic on demo-session/plan (agents a1..a3); watch $(cat "$RUN/console_url" 2>/dev/null || echo 'the console')"
+    for agent in a1 a2 a3; do # the agents' budgets (the task's 20,000 binds first)
+        "$CTL" --key "$DEMO_KEY" budget set "demo-session/plan/$agent" --limit 8000 >/dev/null ||
+            die "demo: budget set demo-session/plan/$agent failed"
+    done
+    for ((i = 0; i < secs; i++)); do
+        for agent in a1 a2 a3; do
+            tokens=$((100 + RANDOM % 200))
+            rc=0
+            rid=$("$CTL" --key "$DEMO_KEY" reserve "demo-session/plan/$agent" \
+                --tokens "$tokens") || rc=$?
+            case $rc in
+            0) "$CTL" --key "$DEMO_KEY" commit "$rid" --input $((tokens * 3 / 4)) \
+                --output $((tokens / 5)) >/dev/null || die "demo: commit failed" ;;
+            3 | 4) ;; # denied, or waiting for an approval, once the budget is spent: shown
+            *) die "demo: reserve on demo-session/plan/$agent failed (exit $rc)" ;;
+            esac
+        done
+        sleep 1 # pacing: one round a second, for a person to watch
+    done
+    "$CTL" --key "$DEMO_KEY" usage demo-session --depth 2
+    exit 0
+    ;;
 run) ;;
 *)
-    echo "usage: $0 [run|stop|status]" >&2
+    echo "usage: $0 [run|stop|status|demo [SECONDS]]" >&2
     exit 2
     ;;
 esac
@@ -313,6 +348,7 @@ ctxguard is running (pid $(cat "$RUN/ctxguard.pid")).
   console     $CONSOLE (sign in with the demo key: $RUN/demo_key)
   admin key   $RUN/admin_key
   demo key    $RUN/demo_key (tenant $TENANT_ID)
+  demo        make demo: a minute of traffic on demo-session, to watch the console move
   log         $RUN/ctxguard.log
   services    $RUN/env (PostgreSQL and Redis)
 

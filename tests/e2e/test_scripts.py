@@ -100,6 +100,18 @@ class RunScript(cgtest.TestCase):
             self.assertEqual(json.loads(r.read().decode())["tenant_name"], "demo")
         with urllib.request.urlopen(console, timeout=20) as r:
             self.assertIn("script-src 'self'", r.headers["Content-Security-Policy"])
+        # `make demo` moves the demo session's budgets.
+        self.assertIn("make demo", first.stdout)
+        demo = self.run_script("demo", "2")
+        self.assertIn("demo-session", demo.stdout)
+        req = urllib.request.Request(
+            console + "api/v1/BudgetService/GetUsage?scope.session_id=demo-session"
+            "&scope.task_id=plan&depth=1", headers={"Authorization": "Bearer " + key})
+        with urllib.request.urlopen(req, timeout=20) as r:
+            plan = json.loads(r.read().decode())["root"]
+        self.assertEqual(sorted(c["scope"]["agent_id"] for c in plan["children"]),
+                         ["a1", "a2", "a3"])
+        self.assertGreaterEqual(plan["used_tokens"], 6 * 100 * 3 // 4)
 
         # 3. Again: the same key, none minted.
         second = self.run_script()
