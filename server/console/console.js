@@ -11,17 +11,39 @@
  * - the key lives in this tab's sessionStorage only and goes out as Authorization: Bearer;
  *   never in a URL, a cookie or localStorage.
  *
- * Live updates: the shown data is re-read every REFRESH_MS by polling, one round of requests
- * at a time (about six per round, well inside the API's per-key rate). The API's
- * Server-Sent Events feed is not built yet (issue 18); once it is, the tree and the
- * approvals can follow its events and poll only to resynchronise.
+ * Live updates: after sign-in the tab opens ONE stream of the API's Server-Sent Events
+ * (GET api/v1/BudgetService/WatchUsage, include_descendants, min_update_interval_ms 500),
+ * for the tenant or the key's bound scope. EventSource cannot send an Authorization header,
+ * so the stream is read with fetch() and a reader, and its frames are parsed here (sseParser;
+ * every line and frame is capped, the stream is hostile input like any answer). Each event
+ * other than a heartbeat asks for a round of re-reads (tick(), which coalesces a round asked
+ * for while one runs), at most one round per EVENT_ROUND_MS; an event seen twice (the server
+ * replays from the Last-Event-ID we send back on reconnecting; (scope, sequence) names an
+ * event) counts once. While the stream is open everything is also re-read every
+ * RESYNC_MS (a resynchronisation); while it is down, every REFRESH_MS, and the stream is
+ * reopened after a backoff (BACKOFF_MIN_MS, or the server's retry: if longer, doubling to
+ * BACKOFF_MAX_MS; back to the start once a stream opens). A stream silent for STREAM_SILENT_MS
+ * (three default heartbeats) is taken for dead and reopened. A 401 signs out as a refresh
+ * does; any other refusal (403, 404, 429: the key already holds its maximum of streams, 503)
+ * is shown and the page keeps polling. Sign-out and a new sign-in abort the stream, so a tab
+ * never holds two. The #live indicator says which mode is on, with data-stream
+ * ("open"/"closed"), data-events (events other than heartbeats received since sign-in),
+ * data-stream-opens (streams opened since the page loaded) and data-streams-in-flight
+ * (stream requests not finished: 0 or 1) for the end-to-end test.
  */
 'use strict';
 
 (() => {
     const KEY_STORE = 'ctxguard.console.key';
     const API = 'api/v1/'; /* relative: the console may be served under a path prefix */
-    const REFRESH_MS = 2000;
+    const REFRESH_MS = 2000; /* polling while the event stream is down */
+    const RESYNC_MS = 30000; /* polling while it is open: a resynchronisation */
+    const EVENT_ROUND_MS = 500; /* at most one round of re-reads per this, asked by events */
+    const BACKOFF_MIN_MS = 1000; /* before reopening a stream; doubles up to the max */
+    const BACKOFF_MAX_MS = 15000;
+    const STREAM_SILENT_MS = 45000; /* no byte for this long: the stream is dead */
+    const STREAM_LINE_MAX = 1 << 20; /* characters of one line, and of one frame's data */
+    const SEEN_EVENTS_MAX = 2048; /* (scope, sequence) pairs remembered to drop repeats */
     const TREE_CHILDREN = 50; /* children per node in the tree */
     const PAGE_SIZE = 50; /* scopes per page of the list */
     const HISTORY_SIZE = 20; /* decided approvals shown */
@@ -50,7 +72,25 @@
         step: 'minute',
         chart: null,
         chartFor: '',
-        errors: { action: '', refresh: '' },
+        errors: { action: '', refresh: '', stream: '' },
+        updatedAt: 0, /* when the last round ended, for #live */
+        /* The event stream; `ctrl` is the one running (null: none). Every callback of a
+         * stream first checks that its controller is still this one. */
+        stream: {
+            ctrl: null,
+            open: false,
+            retryTimer: 0, /* the reopening, waiting for its backoff */
+            backoffMs: BACKOFF_MIN_MS,
+            serverRetryMs: 0, /* the stream's retry: field */
+            silenceTimer: 0,
+            lastId: '', /* the last id: seen, sent back as Last-Event-ID */
+            seen: new Set(), /* scope key + sequence of the events counted (oldest first) */
+            events: 0, /* events other than heartbeats since sign-in */
+            opens: 0, /* streams opened since the page loaded */
+            inFlight: 0, /* stream requests not finished */
+            roundTimer: 0, /* the round an event asked for, waiting for EVENT_ROUND_MS */
+            lastRoundAt: 0,
+        },
     };
 
     const $ = (id) => document.getElementById(id);
@@ -216,10 +256,11 @@
 
     /* ------------------------------------------------------------------ messages --- */
 
-    /* Two sources: an action's error stays until the next action; a refresh's error goes
-     * once a refresh succeeds. The action's is shown first. */
+    /* Three sources: an action's error stays until the next action; a refresh's error goes
+     * once a refresh succeeds; the event stream's once a stream opens. In that order. */
     function showErrors() {
-        const text = [state.errors.action, state.errors.refresh].filter(Boolean).join('\n');
+        const text = [state.errors.action, state.errors.refresh, state.errors.stream]
+            .filter(Boolean).join('\n');
         const box = $('error');
         setText(box, text);
         box.hidden = !text;
@@ -259,10 +300,12 @@
 
     function startSession(key, who) {
         stop();
+        closeStream();
         resetViews();
         state.key = key;
         state.who = who;
         state.gen++;
+        forgetStream();
         const bound = who.scope && who.scope.session_id ? who.scope : null;
         state.bound = bound;
         state.treeRoot = bound;
@@ -285,11 +328,15 @@
         if (who.expires_at_unix_ms)
             parts.push('expires ' + ago(who.expires_at_unix_ms));
         setText($('whoami'), parts.join(' · '));
+        showLive();
         tick();
+        openStream();
     }
 
     function signOut(message) {
         stop();
+        closeStream();
+        forgetStream();
         sessionStorage.removeItem(KEY_STORE);
         state.key = '';
         state.who = null;
@@ -300,6 +347,7 @@
         $('main').hidden = true;
         $('signin-form').hidden = false;
         state.errors.refresh = '';
+        state.errors.stream = '';
         setError('action', message || '');
         notice(message ? '' : 'Signed out.');
         $('key').focus();
@@ -324,13 +372,16 @@
                           'compression'])
             $(id).replaceChildren();
         for (const id of ['history-total', 'history-scope', 'compression-scope',
-                          'tree-root-label', 'page-label', 'approvals-count', 'live'])
+                          'tree-root-label', 'page-label', 'approvals-count'])
             setText($(id), '');
+        state.updatedAt = 0;
+        showLive();
     }
 
     /* ------------------------------------------------------------------ refresh --- */
 
-    /* One round: every panel re-read, then the next round REFRESH_MS later. */
+    /* One round: every panel re-read, then the next round RESYNC_MS later while the event
+     * stream is open, REFRESH_MS later while it is not. */
     async function tick() {
         stop();
         if (!state.key)
@@ -348,7 +399,11 @@
             state.running = false;
         }
         if (state.key && (state.again || gen === state.gen))
-            state.timer = setTimeout(tick, state.again ? 0 : REFRESH_MS);
+            state.timer = setTimeout(tick, state.again ? 0 : pollMs());
+    }
+
+    function pollMs() {
+        return state.stream.open ? RESYNC_MS : REFRESH_MS;
     }
 
     async function refreshAll(gen) {
@@ -364,7 +419,302 @@
             return;
         }
         setError('refresh', failed.length ? describe(failed[0]) : '');
-        setText($('live'), 'live · updated ' + new Date().toLocaleTimeString());
+        state.updatedAt = Date.now();
+        showLive();
+    }
+
+    /* #live: how the page follows the server, and the counters the end-to-end test reads. */
+    function showLive() {
+        const live = $('live');
+        const s = state.stream;
+        live.dataset.stream = s.open ? 'open' : 'closed';
+        live.dataset.events = String(s.events);
+        live.dataset.streamOpens = String(s.opens);
+        live.dataset.streamsInFlight = String(s.inFlight);
+        let text = '';
+        if (state.key) {
+            text = s.open ? 'live · stream' : 'polling';
+            if (state.updatedAt)
+                text += ' · updated ' + new Date(state.updatedAt).toLocaleTimeString();
+        }
+        setText(live, text);
+        const title = !state.key ? ''
+            : s.open ? 'following the server\'s events; everything is re-read every '
+                + RESYNC_MS / 1000 + ' s too'
+            : 'the event stream is down (reopening): re-read every ' + REFRESH_MS / 1000 + ' s';
+        if (live.title !== title)
+            live.title = title;
+    }
+
+    /* ------------------------------------------------------------------ event stream --- */
+
+    /* A reader of the text/event-stream format (the HTML standard's "event stream
+     * interpretation"): push() the decoded text as it comes, in pieces of any size;
+     * onFrame({ type, data, id }) runs for each frame that has data, onRetry(ms) for a
+     * retry: field. Lines end with CRLF, LF or CR (a CRLF may be split between two pieces);
+     * a blank line ends a frame; a line starting with ':' is a comment; data lines are joined
+     * with '\n'; the id carries over to the next frames, as the standard says. push() throws
+     * when a line, or a frame's data, outgrows STREAM_LINE_MAX (the caller drops the stream). */
+    function sseParser(onFrame, onRetry) {
+        let rest = ''; /* the start of a line whose end has not come yet */
+        let skipLF = false; /* the text so far ended with CR: a LF right after it is its pair */
+        let type = '';
+        let data = [];
+        let dataLength = 0;
+        let id = '';
+
+        function dispatch() {
+            if (data.length)
+                onFrame({ type: type || 'message', data: data.join('\n'), id });
+            type = '';
+            data = [];
+            dataLength = 0;
+        }
+
+        function line(text) {
+            if (text === '') {
+                dispatch();
+                return;
+            }
+            if (text.charCodeAt(0) === 58) /* ':' */
+                return;
+            const colon = text.indexOf(':');
+            const field = colon < 0 ? text : text.slice(0, colon);
+            let value = colon < 0 ? '' : text.slice(colon + 1);
+            if (value.charCodeAt(0) === 32)
+                value = value.slice(1);
+            if (field === 'event') {
+                type = value;
+            } else if (field === 'data') {
+                dataLength += value.length + 1;
+                if (dataLength > STREAM_LINE_MAX)
+                    throw new Error('an event of the stream is too long');
+                data.push(value);
+            } else if (field === 'id') {
+                if (!value.includes('\0'))
+                    id = value;
+            } else if (field === 'retry') {
+                if (/^[0-9]{1,9}$/.test(value))
+                    onRetry(Number(value));
+            }
+        }
+
+        return {
+            push(piece) {
+                if (skipLF && piece) {
+                    skipLF = false;
+                    if (piece.charCodeAt(0) === 10)
+                        piece = piece.slice(1);
+                }
+                if (!piece)
+                    return;
+                const text = rest + piece;
+                let start = 0;
+                for (let i = rest.length; i < text.length; i++) { /* rest holds no line end */
+                    const c = text.charCodeAt(i);
+                    if (c !== 10 && c !== 13)
+                        continue;
+                    line(text.slice(start, i));
+                    if (c === 13) {
+                        if (i + 1 === text.length)
+                            skipLF = true;
+                        else if (text.charCodeAt(i + 1) === 10)
+                            i++;
+                    }
+                    start = i + 1;
+                }
+                rest = text.slice(start);
+                if (rest.length > STREAM_LINE_MAX)
+                    throw new Error('a line of the stream is too long');
+            },
+        };
+    }
+
+    /* Opens the signed-in key's event stream, unless one is open or opening. */
+    function openStream() {
+        const s = state.stream;
+        if (!state.key || s.ctrl)
+            return;
+        clearTimeout(s.retryTimer);
+        s.retryTimer = 0;
+        const ctrl = new AbortController();
+        s.ctrl = ctrl;
+        s.inFlight++;
+        showLive();
+        readStream(ctrl, state.key)
+            .then(() => streamEnded(ctrl, null), (err) => streamEnded(ctrl, err))
+            .finally(() => {
+                s.inFlight--;
+                showLive();
+            });
+    }
+
+    /* Reads one stream until it ends: resolves when the server ends it, rejects with an
+     * ApiError when it is refused, with another error when it breaks or is aborted. */
+    async function readStream(ctrl, key) {
+        const s = state.stream;
+        const params = scopeParams('scope', state.bound);
+        /* No faster updates of a scope than the rounds they ask for. */
+        params.push(['include_descendants', 'true'], ['send_snapshot', 'false'],
+                    ['min_update_interval_ms', String(EVENT_ROUND_MS)]);
+        const headers = { Authorization: 'Bearer ' + key, Accept: 'text/event-stream' };
+        /* The id came from the server: sent back only when it is a plain header value. */
+        if (/^[\x21-\x7e]{1,256}$/.test(s.lastId))
+            headers['Last-Event-ID'] = s.lastId;
+        const r = await fetch(API + 'BudgetService/WatchUsage?' + new URLSearchParams(params),
+                              { method: 'GET', headers, credentials: 'omit', cache: 'no-store',
+                                redirect: 'error', referrerPolicy: 'no-referrer',
+                                signal: ctrl.signal });
+        if (!r.ok) {
+            let body = null;
+            try {
+                body = await r.json();
+            } catch (e) {
+                body = null;
+            }
+            throw new ApiError(r.status, body);
+        }
+        const type = r.headers.get('Content-Type') || '';
+        if (!/^text\/event-stream\s*(;|$)/i.test(type) || !r.body)
+            throw new Error('the answer is not an event stream (' + type + ')');
+        if (s.ctrl !== ctrl)
+            return;
+        streamOpened(ctrl);
+        const reader = r.body.getReader();
+        const decoder = new TextDecoder();
+        const parser = sseParser((frame) => onStreamFrame(ctrl, frame), (ms) => {
+            s.serverRetryMs = ms;
+        });
+        for (;;) {
+            const { value, done } = await reader.read();
+            if (done || s.ctrl !== ctrl)
+                break;
+            armSilence(ctrl);
+            parser.push(decoder.decode(value, { stream: true }));
+        }
+        parser.push(decoder.decode());
+    }
+
+    function streamOpened(ctrl) {
+        const s = state.stream;
+        s.open = true;
+        s.opens++;
+        s.backoffMs = BACKOFF_MIN_MS;
+        armSilence(ctrl);
+        setError('stream', '');
+        showLive();
+    }
+
+    /* A stream that sends nothing, not even its heartbeats, is dead (a half-open connection):
+     * ended here so that it is reopened. */
+    function armSilence(ctrl) {
+        const s = state.stream;
+        clearTimeout(s.silenceTimer);
+        s.silenceTimer = setTimeout(() => streamEnded(ctrl, null), STREAM_SILENT_MS);
+    }
+
+    /* The stream ctrl ended (err: why, null when the server ended it): polling takes over and
+     * the stream is reopened after the backoff. Nothing when ctrl was closed on purpose. */
+    function streamEnded(ctrl, err) {
+        const s = state.stream;
+        if (s.ctrl !== ctrl)
+            return;
+        ctrl.abort(); /* frees the connection whatever state the answer was in */
+        s.ctrl = null;
+        const wasOpen = s.open;
+        s.open = false;
+        clearTimeout(s.silenceTimer);
+        s.silenceTimer = 0;
+        if (err instanceof ApiError && err.status === 401) {
+            signOut('The key was refused: ' + describe(err));
+            return;
+        }
+        if (err instanceof ApiError)
+            setError('stream', 'No live events (the page re-reads every ' + REFRESH_MS / 1000
+                + ' s meanwhile): ' + describe(err));
+        showLive();
+        /* The round waiting RESYNC_MS comes REFRESH_MS from now instead. */
+        if (wasOpen && state.timer && !state.running) {
+            stop();
+            state.timer = setTimeout(tick, REFRESH_MS);
+        }
+        const wait = Math.min(BACKOFF_MAX_MS, Math.max(s.backoffMs, s.serverRetryMs));
+        s.backoffMs = Math.min(BACKOFF_MAX_MS, wait * 2);
+        s.retryTimer = setTimeout(() => {
+            s.retryTimer = 0;
+            openStream();
+        }, wait);
+    }
+
+    /* One frame of the stream ctrl: any event but a heartbeat asks for a round, once per
+     * event ((scope, sequence): a replay after a reconnection may repeat some). */
+    function onStreamFrame(ctrl, frame) {
+        const s = state.stream;
+        if (s.ctrl !== ctrl)
+            return;
+        if (frame.id)
+            s.lastId = frame.id;
+        if (frame.type === 'heartbeat')
+            return;
+        let ev = null;
+        try {
+            ev = JSON.parse(frame.data);
+        } catch (e) {
+            ev = null;
+        }
+        if (!ev || typeof ev !== 'object' || ev.type === 'USAGE_EVENT_TYPE_HEARTBEAT')
+            return;
+        const sequence = String(ev.sequence || '');
+        if (sequence && sequence !== '0') {
+            const key = scopeKey(ev.scope) + '#' + sequence;
+            if (s.seen.has(key))
+                return;
+            s.seen.add(key);
+            if (s.seen.size > SEEN_EVENTS_MAX) /* a Set iterates oldest first */
+                s.seen.delete(s.seen.values().next().value);
+        }
+        s.events++;
+        showLive();
+        askRound();
+    }
+
+    /* A round soon, at most one per EVENT_ROUND_MS (tick() itself runs one round at a time). */
+    function askRound() {
+        const s = state.stream;
+        if (s.roundTimer)
+            return;
+        const wait = Math.max(0, s.lastRoundAt + EVENT_ROUND_MS - Date.now());
+        s.roundTimer = setTimeout(() => {
+            s.roundTimer = 0;
+            s.lastRoundAt = Date.now();
+            tick();
+        }, wait);
+    }
+
+    /* Aborts the stream and every timer of it (sign-out, a new sign-in). */
+    function closeStream() {
+        const s = state.stream;
+        const ctrl = s.ctrl;
+        s.ctrl = null;
+        s.open = false;
+        if (ctrl)
+            ctrl.abort();
+        for (const t of ['retryTimer', 'silenceTimer', 'roundTimer']) {
+            clearTimeout(s[t]);
+            s[t] = 0;
+        }
+    }
+
+    /* What a stream of the previous key knew: not for the next one. */
+    function forgetStream() {
+        const s = state.stream;
+        s.lastId = '';
+        s.seen.clear();
+        s.events = 0;
+        s.backoffMs = BACKOFF_MIN_MS;
+        s.serverRetryMs = 0;
+        s.lastRoundAt = 0;
+        state.errors.stream = '';
     }
 
     /* ------------------------------------------------------------------ the tree --- */

@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -161,10 +162,26 @@ struct cg_http_stream *cg_http_stream_new(cg_http_stream_read_cb read, cg_http_s
 
 /* MHD's content reader: the producer's bytes; with nothing to send now the connection is
  * suspended (MHD would call again at once) until cg_http_stream_wake. */
+/* Whether the client closed its side (or the connection broke): a sleeping connection is
+ * not watched by MHD, so each wake looks (a peek that takes nothing; bytes of a pipelined
+ * request are not an end). */
+static bool peer_gone(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info == NULL)
+        return false;
+    char c;
+    ssize_t n = recv(info->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct cg_http_stream *s = cls;
+    if (peer_gone(s->conn))
+        return MHD_CONTENT_READER_END_WITH_ERROR; /* done runs: its slot is free at once */
     long n = s->read(s->ctx, buf, max);
     if (n > 0)
         return (ssize_t)n;

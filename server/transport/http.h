@@ -112,7 +112,8 @@ struct cg_http_stream;
 
 /* The producer: writes up to cap bytes of the body into buf and returns how many (> 0);
  * 0 when it has nothing now (the connection then sleeps, holding no thread, until
- * cg_http_stream_wake); < 0 to end the body. On the listener's thread, one call at a time. */
+ * cg_http_stream_wake); < 0 to end the body. On the listener's thread, one call at a time;
+ * not called once the client has closed its side (seen at each wake): the stream ends. */
 typedef long (*cg_http_stream_read_cb)(void *ctx, char *buf, size_t cap);
 
 /* Runs once when the listener is done with the stream (the body ended, the client went away,

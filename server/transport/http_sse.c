@@ -10,8 +10,9 @@
  * completion-queue thread would: no store, nothing blocks) and frames its message, else
  * lets the connection sleep until the next wake (cg_http_api_wake, from the watch hub: at
  * least every quarter second, so heartbeats go out on time). The stream ends when the method
- * finishes it, when its poll fails (an `error` event first) or when the API drains; the
- * client going away ends it at the next write. done (http.h) frees it and its slot.
+ * finishes it, when its poll fails (an `error` event first) or when the API drains; a
+ * client gone away ends it at the next wake (http.c peeks the socket). done (http.h) frees
+ * it and its slot.
  */
 #include <stdio.h>
 #include <stdlib.h>

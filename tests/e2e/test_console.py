@@ -1,7 +1,9 @@
 """The operators' console (server/console/, served at / by transport/http_console.c) in a real
 headless Chromium (Debian's chromium, chromium-driver and python3-selenium), used as a person
 would: a key typed in, the budget tree of traffic this test made over gRPC, a live update
-arriving without a reload, an approval approved in the page (and refused to a viewer), a
+arriving without a reload through the page's event stream (WatchUsage as Server-Sent Events),
+that stream reopened after the network cut it (with the events missed meanwhile) and after a
+new sign-in (one stream, never two), an approval approved in the page (and refused to a viewer), a
 hostile session id shown as text, the CSP on the answer, the key in sessionStorage only.
 Screenshots go to $CG_TEST_RUN_DIR (else a temporary directory); their paths are printed."""
 
@@ -25,7 +27,13 @@ from cgtest import budget_pb2, budget_pb2_grpc, common_pb2, context_pb2 as C, co
 from test_http import http_port
 
 B = budget_pb2
-WAIT_S = 20  # every wait on the page; a refresh comes every 2 s
+# Every wait on the page, unless it says otherwise: while the event stream is open a budget
+# event brings a refresh at once and everything is re-read every 30 s (compression savings,
+# which no budget event announces, may take that long); while it is down, every 2 s.
+WAIT_S = 45
+# What an event must bring to the page: well under the 30 s resynchronisation, so that only
+# the event stream can have brought it (a functional bound, not a timing measurement).
+EVENT_WAIT_S = 10
 
 
 def scope(session="", task="", agent=""):
@@ -129,6 +137,18 @@ class Console(cgtest.TestCase):
         self.assertIsNone(self.d.execute_script(
             "return sessionStorage.getItem('ctxguard.console.key')"))
 
+    def live(self):
+        """#live's data attributes: stream ("open"/"closed"), events (events other than
+        heartbeats since sign-in), streamOpens (streams opened since the page loaded),
+        streamsInFlight (stream requests not finished)."""
+        return self.d.execute_script(
+            "return Object.assign({}, document.getElementById('live').dataset)")
+
+    def wait_stream_open(self):
+        self.wait_for(lambda d: self.live().get("stream") == "open", "the event stream to open")
+        self.assertTrue(self.text("live").startswith("live · stream · updated "),
+                        self.text("live"))
+
     def node(self, path):
         """The tree's node of a scope ("session/task/agent"), or None; compares the attribute
         itself, so that any id (quotes and all) can be looked for. One script, so that a
@@ -216,11 +236,16 @@ class Console(cgtest.TestCase):
                       "the session in the list")
         self.shot("tree")
 
-        # A live update: more spend over gRPC, the page changes without a reload.
+        # A live update: more spend over gRPC, the page changes without a reload, brought by
+        # the event stream (its events count goes up) well before a resynchronisation.
+        self.wait_stream_open()
+        events = int(self.live()["events"])
         self.d.execute_script("window.cgNoReload = 42")
         self.spend(500, self.s, "t", "a")
+        self.wait_for(lambda d: int(self.live()["events"]) > events,
+                      "an event of the new spend on the page's stream", EVENT_WAIT_S)
         self.wait_for(lambda d: self.node_text(self.s, "used") == "1,734",
-                      "the session's usage to follow the new spend")
+                      "the session's usage to follow the new spend", EVENT_WAIT_S)
         self.assertEqual(self.node_text(f"{self.s}/t/a", "used"), "1,734")
         self.assertEqual(self.node_text(f"{self.s}/t", "parent"), "parent remaining 8,266")
         # The agent is past its 80 % tier now: its backpressure delay shows.
@@ -228,6 +253,8 @@ class Console(cgtest.TestCase):
         self.assertEqual(self.node_text(f"{self.s}/t/a", "ratio"), "86.7 %")
         self.assertEqual(self.d.execute_script("return window.cgNoReload"), 42,
                          "the page was reloaded")
+        self.assertEqual(self.live()["stream"], "open")
+        self.assertEqual(self.live()["streamOpens"], "1", "the stream was reopened")
 
         # Spend over time and compression for the session, chosen in the tree: first a
         # session without Compress calls, then one whose Compress offloaded two tool results.
@@ -272,6 +299,76 @@ class Console(cgtest.TestCase):
         self.sign_out()
         self.assertEqual(self.d.find_elements(By.CSS_SELECTOR, "#tree li.node"), [])
         self.assertEqual(self.text("whoami"), "")
+
+    def test_the_stream_is_reopened_after_a_network_cut_with_what_it_missed(self):
+        # The page through a TCP proxy that can cut every connection and refuse new ones.
+        self.stub.SetBudget(B.SetBudgetRequest(scope=scope(self.s), settings=B.BudgetSettings(
+            limit_tokens=100000)), metadata=self.md, timeout=10)
+        proxy = cgtest.TcpProxy("127.0.0.1", self.port)
+        self.addCleanup(proxy.close)
+        self.d.get(f"http://127.0.0.1:{proxy.port}/")
+        self.wait_for(lambda d: d.find_element(By.ID, "key").is_displayed(), "the sign-in form")
+        self.sign_in_ok(self.keys["viewer"], "viewer")
+        self.wait_stream_open()
+        self.spend(100, self.s)
+        self.wait_for(lambda d: self.node_text(self.s, "used") == "100", "the first spend",
+                      EVENT_WAIT_S)
+        self.wait_for(lambda d: int(self.live()["events"]) > 0, "the first spend's event")
+        opens = int(self.live()["streamOpens"])
+        events = int(self.live()["events"])
+
+        proxy.cut()
+        self.wait_for(lambda d: self.live()["stream"] == "closed", "the stream to be seen down")
+        self.assertTrue(self.text("live").startswith("polling"), self.text("live"))
+        self.assertEqual(self.live()["streamsInFlight"], "0")
+        # Spend the page cannot hear of: its event reaches the page only when the reopened
+        # stream sends back the last event's id and the server replays what came after.
+        self.spend(250, self.s)
+        self.shot("cut")
+        proxy.restore()
+        self.wait_for(lambda d: self.live()["stream"] == "open", "the stream to reopen")
+        self.assertEqual(int(self.live()["streamOpens"]), opens + 1)
+        # Nothing happens after the restore: more events can only be the replay.
+        self.wait_for(lambda d: int(self.live()["events"]) > events,
+                      "the missed event, replayed", EVENT_WAIT_S)
+        self.wait_for(lambda d: self.node_text(self.s, "used") == "350", "the missed spend")
+        # ... and it follows new spend again.
+        events = int(self.live()["events"])
+        self.spend(50, self.s)
+        self.wait_for(lambda d: int(self.live()["events"]) > events,
+                      "the next spend's event after the reconnection", EVENT_WAIT_S)
+        self.wait_for(lambda d: self.node_text(self.s, "used") == "400",
+                      "the next spend after the reconnection", EVENT_WAIT_S)
+        self.wait_for(lambda d: not d.find_element(By.ID, "error").is_displayed(),
+                      "the error of the cut to go")
+        self.assertEqual(int(self.live()["streamOpens"]), opens + 1)
+        self.assertEqual(self.live()["streamsInFlight"], "1")
+        self.assert_no_csp_violation()
+
+    def test_a_new_sign_in_opens_one_stream(self):
+        self.stub.SetBudget(B.SetBudgetRequest(scope=scope(self.s), settings=B.BudgetSettings(
+            limit_tokens=100000)), metadata=self.md, timeout=10)
+        self.sign_in_ok(self.keys["viewer"], "viewer")
+        self.wait_stream_open()
+        opens = int(self.live()["streamOpens"])
+        self.sign_out()
+        self.assertEqual(self.live()["stream"], "closed")
+        self.wait_for(lambda d: self.live()["streamsInFlight"] == "0",
+                      "the stream to end with the sign-out")
+        self.assertEqual(self.text("live"), "")
+
+        self.sign_in_ok(self.keys["operator"], "operator")
+        self.wait_stream_open()
+        self.assertEqual(self.live()["events"], "0", "events counted before this sign-in")
+        # An event on the new stream, then the counts: a second stream opened by the sign-in
+        # would have had that long to show.
+        self.spend(10, self.s)
+        self.wait_for(lambda d: int(self.live()["events"]) > 0, "the new stream's first event",
+                      EVENT_WAIT_S)
+        self.wait_for(lambda d: self.node_text(self.s, "used") == "10", "the spend",
+                      EVENT_WAIT_S)
+        self.assertEqual(int(self.live()["streamOpens"]), opens + 1)
+        self.assertEqual(self.live()["streamsInFlight"], "1")
 
     def test_a_wrong_key_is_refused_with_the_servers_message(self):
         self.sign_in("cg_" + uuid.uuid4().hex)
