@@ -1,6 +1,6 @@
 /* http_api_internal.h - what the JSON API's files share (http_api.c: the route, unary calls;
- * http_sse.c: the WatchUsage event stream): one call as it leaves the listener's thread,
- * and the answers both give. Not for other modules. */
+ * http_sse.c: the WatchUsage event stream; http_api_call.c: what both use): one call as it
+ * leaves the listener's thread, and the answers both give. Not for other modules. */
 #ifndef CG_TRANSPORT_HTTP_API_INTERNAL_H
 #define CG_TRANSPORT_HTTP_API_INTERNAL_H
 
@@ -39,6 +39,11 @@ cg_status cg__http_api_build(struct cg_http_api_call *c, uint8_t **buf, size_t *
 /* The API's error answer of st with err (its field, reason, message) and the request id. */
 void cg__http_api_error(struct cg_http_request *req, cg_status st, struct cg_err *err,
                         const char *request_id);
+
+/* Counts a call in (false: the API is closing: answer 503) or out of the API's calls in
+ * flight, which cg_http_api_drain waits for. */
+bool cg__http_api_enter(struct cg_http_api *api);
+void cg__http_api_leave(struct cg_http_api *api);
 
 /* Frees the call (its arena) and counts it out of the API's calls in flight: last. */
 void cg__http_api_call_free(struct cg_http_api_call *c);
