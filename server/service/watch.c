@@ -636,6 +636,15 @@ static cg_status replay_in(const struct cg_svc_env *env, const struct cg_op *op,
             w->replay[kept++] = w->replay[i];
     free(keep);
     w->nreplay = kept;
+    /* Only what is kept stays (a reader of a quiet tenant holds none of the 1,000 slots). */
+    if (kept == 0) {
+        free(w->replay);
+        w->replay = NULL;
+    } else {
+        struct cg_event *fit = realloc(w->replay, (size_t)kept * sizeof *fit);
+        if (fit != NULL)
+            w->replay = fit;
+    }
     return CG_OK;
 }
 
