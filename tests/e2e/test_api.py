@@ -7,8 +7,10 @@ import http.client
 import json
 import uuid
 
+import grpc
+
 import cgtest
-from cgtest import budget_pb2, budget_pb2_grpc, common_pb2
+from cgtest import admin_pb2, budget_pb2, budget_pb2_grpc, common_pb2, context_pb2
 from test_http import http_port
 
 B = budget_pb2
@@ -223,3 +225,82 @@ class RateLimit(cgtest.TestCase):
         self.assertIn("1 requests a minute after a burst of 3", got["error"]["message"])
         self.assertRegex(got["error"]["message"], r"retry in \d+ ms")
         self.assertEqual(who(keys[1])[0], 200, "another key has its own bucket")
+
+
+class RoleParity(cgtest.TestCase):
+    """Every endpoint of the API with a key of every role answers as the RPC itself does over
+    gRPC with the same key and the same request: the same gRPC code (HTTP 200 for OK), so the
+    API has the roles and the checks of the gRPC API, not a copy of them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = cgtest.start_class_server(cls, env={"CTXGUARD_HTTP_LISTEN": "127.0.0.1:0"})
+        cls.port = http_port(cls.srv)
+
+    def test_every_endpoint_and_role_answers_as_grpc_does(self):
+        t = self.srv.create_tenant()
+        roles = ("agent", "viewer", "operator", "admin")
+        keys = {r: self.srv.create_key(t.tenant_id, role=r).secret for r in roles}
+        md = cgtest.bearer(keys["admin"])
+        stub = budget_pb2_grpc.BudgetServiceStub(self.srv.channel())
+        s = "s-" + uuid.uuid4().hex[:8]
+        stub.SetBudget(B.SetBudgetRequest(scope=scope(s), settings=B.BudgetSettings(
+            limit_tokens=1000)), metadata=md, timeout=10)
+        nobody = str(uuid.uuid4())
+        # (service, method, request message, query string or JSON body)
+        cases = [
+            ("BudgetService", "GetUsage", B.GetUsageRequest(scope=scope(s)),
+             f"scope.session_id={s}"),
+            ("BudgetService", "ListScopes", B.ListScopesRequest(page_size=5), "page_size=5"),
+            ("BudgetService", "GetUsageHistory", B.GetUsageHistoryRequest(scope=scope(s)),
+             f"scope.session_id={s}"),
+            ("BudgetService", "GetBudget", B.GetBudgetRequest(scope=scope(s)),
+             f"scope.session_id={s}"),
+            ("BudgetService", "GetApproval", B.GetApprovalRequest(approval_id=nobody),
+             f"approval_id={nobody}"),
+            ("BudgetService", "ListApprovals", B.ListApprovalsRequest(), ""),
+            ("BudgetService", "ListNotificationChannels", B.ListNotificationChannelsRequest(),
+             ""),
+            ("BudgetService", "ListNotificationDeliveries",
+             B.ListNotificationDeliveriesRequest(page_size=5), "page_size=5"),
+            ("BudgetService", "ResolveApproval", B.ResolveApprovalRequest(
+                approval_id=nobody, decision=B.APPROVAL_STATE_DENIED),
+             {"approval_id": nobody, "decision": "APPROVAL_STATE_DENIED"}),
+            ("ContextService", "GetCompressionStats",
+             context_pb2.GetCompressionStatsRequest(session_id=s), f"session_id={s}"),
+            ("AdminService", "ListAuditEvents", admin_pb2.ListAuditEventsRequest(page_size=5),
+             "page_size=5"),
+            ("AdminService", "WhoAmI", admin_pb2.WhoAmIRequest(), ""),
+        ]
+        channel = self.srv.channel()
+        seen = set()
+        for service, method, request, http_args in cases:
+            call = channel.unary_unary(f"/ctxguard.v1.{service}/{method}",
+                                       request_serializer=type(request).SerializeToString,
+                                       response_deserializer=lambda b: b)
+            for role in roles:
+                with self.subTest(method=method, role=role):
+                    try:
+                        call(request, metadata=cgtest.bearer(keys[role]), timeout=10)
+                        want = "OK"
+                    except grpc.RpcError as e:
+                        want = e.code().name
+                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+                    h = {"Authorization": "Bearer " + keys[role]}
+                    path = f"/api/v1/{service}/{method}"
+                    if isinstance(http_args, dict):
+                        h["Content-Type"] = "application/json"
+                        conn.request("POST", path, body=json.dumps(http_args), headers=h)
+                    else:
+                        conn.request("GET", path + ("?" + http_args if http_args else ""),
+                                     headers=h)
+                    r = conn.getresponse()
+                    body = json.loads(r.read().decode())
+                    conn.close()
+                    got = "OK" if r.status == 200 else body["error"]["code"]
+                    self.assertEqual(got, want, body)
+                    seen.add((method, want))
+        # The matrix is not all one answer: some roles are refused and some served.
+        self.assertIn(("ResolveApproval", "PERMISSION_DENIED"), seen)
+        self.assertIn(("ResolveApproval", "NOT_FOUND"), seen)
+        self.assertIn(("GetUsage", "OK"), seen)
