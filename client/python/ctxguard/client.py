@@ -221,7 +221,9 @@ class Client:
               timeout: Optional[float] = None, **fields: Any) -> Watch:
         """WatchUsage as an iterator of UsageEvent. timeout: the whole stream's deadline
         (None: until cancelled). fields: event_types, send_snapshot, approval_id,
-        heartbeat_interval_ms, min_update_interval_ms."""
+        heartbeat_interval_ms, min_update_interval_ms, resume_from_unix_ms (after a
+        disconnection: the stored events since then come first; pass the last event's
+        occurred_at_unix_ms minus a margin, e.g. 2000 ms; repeats are possible)."""
         req = _common.request("WatchUsage", scope=scope,
                               include_descendants=include_descendants, **fields)
         call = self._stubs["budget"].WatchUsage(req, timeout=timeout,
