@@ -276,6 +276,40 @@ class Watch(cgtest.TestCase):
                                 timeout=10)
         self.assertRpcError(grpc.StatusCode.NOT_FOUND, next, it)
 
+    def test_resume_sends_the_stored_events_first_then_the_live_ones(self):
+        since = int(time.time() * 1000) - 1000
+        for tokens in (100, 200, 50):  # three USAGE_CHANGED of t1 (and of the session)
+            self.commit(self.reserve(scope(self.s, "t1"), tokens), tokens)
+        # Another replica, the stored events of the session's subtree since `since`: of the
+        # USAGE_CHANGED only each scope's latest, i.e. its usage now.
+        w = self.watch(scope=scope(self.s), include_descendants=True, min_update_interval_ms=1,
+                       event_types=[B.USAGE_EVENT_TYPE_USAGE_CHANGED],
+                       resume_from_unix_ms=since)
+        replayed = {}
+        while set(replayed) != {"t1", ""}:
+            ev = w.next()
+            self.assertEqual(ev.type, B.USAGE_EVENT_TYPE_USAGE_CHANGED, names([ev]))
+            self.assertNotIn(ev.scope.task_id, replayed, "a scope's older state came too")
+            replayed[ev.scope.task_id] = ev
+        self.assertEqual(replayed["t1"].status.used_tokens, 350)
+        self.assertEqual(replayed[""].status.used_tokens, 350)
+        # Then live: t1's next events (the hold, then the commit) follow the replayed one,
+        # with no repeat and no gap.
+        self.commit(self.reserve(scope(self.s, "t1"), 5), 5)
+        live = []
+        while len(live) < 2:
+            ev = w.next()
+            if ev.scope.task_id == "t1":
+                live.append(ev)
+        self.assertEqual([e.sequence for e in live],
+                         [replayed["t1"].sequence + 1, replayed["t1"].sequence + 2])
+        self.assertEqual((live[0].status.reserved_tokens, live[1].status.used_tokens), (5, 355))
+        # A filter that matches none of the stored events replays none.
+        other = self.watch(scope=scope(self.s), include_descendants=True,
+                           event_types=[B.USAGE_EVENT_TYPE_RESERVATION_EXPIRED],
+                           resume_from_unix_ms=since)
+        self.assertTrue(other.none_within(1.0))
+
 
 class WatchShutdown(cgtest.TestCase):
     def test_stream_ends_unavailable_at_sigterm(self):
