@@ -90,6 +90,9 @@ void cg_http_api_drain(struct cg_http_api *api);
 /* Frees what init made, after cg_http_stop (which ends the last streams). */
 void cg_http_api_free(struct cg_http_api *api);
 
+/* The event streams open now (or opening). Thread-safe. */
+int cg_http_api_streams(struct cg_http_api *api);
+
 /* Wakes every event stream to look for news (the watch hub's wake, service.h
  * wake_streams). Any thread. */
 void cg_http_api_wake(struct cg_http_api *api);

@@ -80,6 +80,14 @@ static void slot_give_back(struct cg_http_sse *s)
     pthread_mutex_unlock(&api->lock);
 }
 
+int cg_http_api_streams(struct cg_http_api *api)
+{
+    pthread_mutex_lock(&api->lock);
+    int n = api->nstreams;
+    pthread_mutex_unlock(&api->lock);
+    return n;
+}
+
 void cg_http_api_wake(struct cg_http_api *api)
 {
     pthread_mutex_lock(&api->lock);

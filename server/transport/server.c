@@ -277,6 +277,11 @@ static double read_pool_queued(void *ctx)
     return ctx != NULL ? (double)cg_pool_queued(ctx) : 0.0;
 }
 
+static double read_event_streams(void *ctx)
+{
+    return (double)cg_http_api_streams(ctx);
+}
+
 static double read_streams_open(void *ctx)
 {
     struct cg_server *srv = ctx;
@@ -1814,6 +1819,12 @@ static cg_status start_http(struct cg_server *srv, struct cg_err *err)
     srv->http_api_started = true;
     srv->http_api_inited = true;
     atomic_store(&srv->http_wakes, &srv->http_api);
+    cg_status st = cg_metrics_callback(srv->app->metrics, "ctxguard_http_event_streams",
+                                       "JSON API event streams (Server-Sent Events) open, of "
+                                       "http_event_streams_max.",
+                                       CG_METRIC_GAUGE, read_event_streams, &srv->http_api, err);
+    if (st != CG_OK)
+        return st;
     srv->http_routes[0] = (struct cg_http_route){
         .path = "/api/v1/",
         .methods = CG_HTTP_GET | CG_HTTP_POST,

@@ -100,6 +100,15 @@ class Events(cgtest.TestCase):
         self.streams.append(s)
         return s
 
+    def metric(self, name):
+        """The value of an unlabelled family on /metrics."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT_S)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        return float(next(line.split()[1] for line in text.splitlines()
+                          if line.startswith(name + " ")))
+
     def spend(self, task, tokens):
         for path in ((self.s,), (self.s, task)):
             if path not in self.made:  # the scopes exist once a budget is set
@@ -204,6 +213,7 @@ class Events(cgtest.TestCase):
         self.assertEqual(err["code"], "RESOURCE_EXHAUSTED")
         self.assertIn("per key", err["message"])
         self.assertEqual(self.open(query, role="operator").status, 200)  # another key
+        self.assertEqual(self.metric("ctxguard_http_event_streams"), PER_KEY + 1)
         held[0].close()
         # The server sees the closed connection at the streams' next wake (every 250 ms),
         # without writing to it; the slot is free then.
