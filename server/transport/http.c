@@ -160,8 +160,6 @@ struct cg_http_stream *cg_http_stream_new(cg_http_stream_read_cb read, cg_http_s
     return s;
 }
 
-/* MHD's content reader: the producer's bytes; with nothing to send now the connection is
- * suspended (MHD would call again at once) until cg_http_stream_wake. */
 /* Whether the client closed its side (or the connection broke): a sleeping connection is
  * not watched by MHD, so each wake looks (a peek that takes nothing; bytes of a pipelined
  * request are not an end). */
@@ -176,6 +174,8 @@ static bool peer_gone(struct MHD_Connection *conn)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* MHD's content reader: the producer's bytes; with nothing to send now the connection is
+ * suspended (MHD would call again at once) until cg_http_stream_wake. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
