@@ -147,7 +147,11 @@ static Ctxguard__V1__UsageEvent *event_out(struct cg_rpc_call *call, const struc
             return NULL;
     }
     char text[256];
-    if (missed > 0)
+    if (missed == CG_WATCH_MISSED_UNKNOWN)
+        snprintf(text, sizeof text,
+                 "%s (older stored events were left out of this resume: read GetUsage)",
+                 e->fields.message[0] ? e->fields.message : type_name(e->type));
+    else if (missed > 0)
         snprintf(text, sizeof text,
                  "%s (%llu earlier events were dropped for this watcher: read "
                  "GetUsage)",

@@ -383,7 +383,7 @@ struct cg_watcher {
      * scope the last sequence they hold, so that the feed's copies are not sent again. */
     struct cg_event *replay;
     int nreplay, replay_next;
-    uint64_t replay_left_out;  /* older events the replay could not hold, told with its first */
+    uint64_t replay_left_out;  /* CG_WATCH_MISSED_UNKNOWN: older events left out, told first */
     struct replayed *replayed; /* REPLAY_SLOTS, or NULL */
 };
 
@@ -605,13 +605,13 @@ static cg_status replay_in(const struct cg_svc_env *env, const struct cg_op *op,
     if (w->replay == NULL || w->replayed == NULL)
         return cg_err_set(op->err, CG_RESOURCE_EXHAUSTED, "out of memory");
     int n = 0;
-    int64_t total = 0;
+    bool more = false;
     struct cg_err serr;
     cg_err_clear(&serr);
     if (cg_store_events_since(env->store, w->tenant_id, &s->ids, s->level, s->descendants,
-                              s->resume_from_ms, REPLAY_MAX, w->replay, &n, &total, &serr) != CG_OK)
+                              s->resume_from_ms, REPLAY_MAX, w->replay, &n, &more, &serr) != CG_OK)
         return cg_op_store_error(op, &serr);
-    w->replay_left_out = total > n ? (uint64_t)(total - n) : 0;
+    w->replay_left_out = more ? CG_WATCH_MISSED_UNKNOWN : 0;
     /* Newest first: each scope's sequence, and its latest USAGE_CHANGED kept. */
     bool *keep = calloc((size_t)n + 1, sizeof *keep);
     if (keep == NULL)

@@ -50,8 +50,8 @@ struct cg_watch_spec {
     /* Resume (not in approval mode): before the feed's events, the stored ones of the
      * watched scopes that occurred at or after this time (unix ms; 0: none), oldest first,
      * of the wanted types, only the latest USAGE_CHANGED of each scope, the newest
-     * CG_STORE_PAGE_MAX at most (the first one's *missed counts the older ones left out);
-     * the feed's copies of them are not sent again. */
+     * CG_STORE_PAGE_MAX at most (when older ones were left out, the first one's *missed is
+     * CG_WATCH_MISSED_UNKNOWN); the feed's copies of them are not sent again. */
     int64_t resume_from_ms;
 };
 
@@ -86,6 +86,10 @@ void cg_watch_first_cleanup(struct cg_watch_first *first);
 
 /* Leaves the feed and frees the watcher. NULL is a no-op. */
 void cg_watcher_free(struct cg_watcher *w);
+
+/* cg_watcher_next's *missed when some events were lost, how many not known (a resume's
+ * replay that left older ones out). */
+#define CG_WATCH_MISSED_UNKNOWN UINT64_MAX
 
 /* What a watcher's poll has to send. */
 typedef enum {

@@ -1256,12 +1256,12 @@ cg_status cg_store_events_read(struct cg_store *store, const char *tenant_id,
 /* The stored events of the scope ids (level 1..4) that occurred at or after since_ms (unix
  * ms), and with descendants those of every scope below it: the newest max (1..
  * CG_STORE_PAGE_MAX) of them, oldest first, into out (caller-allocated); *count gets how
- * many, *total how many matched in all (more than *count: the older ones were left out).
- * One statement, outside a transaction. Events are kept an hour. */
+ * many, *more whether older ones matched too (left out). One statement, outside a
+ * transaction, that reads at most max + 1 rows. Events are kept an hour. */
 cg_status cg_store_events_since(struct cg_store *store, const char *tenant_id,
                                 const struct cg_scope_ids *ids, int level, bool descendants,
                                 int64_t since_ms, int max, struct cg_event *out, int *count,
-                                int64_t *total, struct cg_err *err) CG_MUST_CHECK;
+                                bool *more, struct cg_err *err) CG_MUST_CHECK;
 
 /* The sequence number of the scope's latest event (0: none yet), so that a new watcher
  * starts after it. One statement. CG_NOT_FOUND when the scope does not exist. */

@@ -273,10 +273,10 @@ cg_status cg_store_event_seq(struct cg_store *store, const char *tenant_id,
 cg_status cg_store_events_since(struct cg_store *store, const char *tenant_id,
                                 const struct cg_scope_ids *ids, int level, bool descendants,
                                 int64_t since_ms, int max, struct cg_event *out, int *count,
-                                int64_t *total, struct cg_err *err)
+                                bool *more, struct cg_err *err)
 {
     *count = 0;
-    *total = 0;
+    *more = false;
     if (level < 1 || level > 4)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "level: must be 1..4");
     char id[CG_UUID_LEN + 1];
@@ -285,5 +285,5 @@ cg_status cg_store_events_since(struct cg_store *store, const char *tenant_id,
     if (rc != CG_OK || !any)
         return rc;
     return cg_pg_events_since(store->pg, id, ids, level, descendants, since_ms, max, out, count,
-                              total, err);
+                              more, err);
 }

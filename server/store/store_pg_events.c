@@ -225,22 +225,22 @@ cg_status cg_pg_events_read(struct cg_pg *pg, const char *tenant_id, const struc
 cg_status cg_pg_events_since(struct cg_pg *pg, const char *tenant_id,
                              const struct cg_scope_ids *ids, int level, bool descendants,
                              int64_t since_ms, int max, struct cg_event *out, int *count,
-                             int64_t *total, struct cg_err *err)
+                             bool *more, struct cg_err *err)
 {
     *count = 0;
-    *total = 0;
+    *more = false;
     char level_text[8], since_text[24], max_text[16];
     snprintf(level_text, sizeof level_text, "%d", level);
     snprintf(since_text, sizeof since_text, "%lld", (long long)since_ms);
-    snprintf(max_text, sizeof max_text, "%d", max);
+    snprintf(max_text, sizeof max_text, "%d", max + 1); /* one more: are there older ones? */
     const char *values[] = {tenant_id,  ids->session_id,         ids->task_id, ids->agent_id,
                             level_text, descendants ? "t" : "f", since_text,   max_text};
     PGresult *res = NULL;
-    /* The newest max, with how many matched in all (the window runs before the LIMIT);
-     * served by scope_events_age (tenant_id, occurred_at). */
+    /* The newest max + 1, read backwards on scope_events_age (tenant_id, occurred_at): the
+     * scan stops there however many an hour holds. */
     cg_status rc =
         cg__pg_run(pg, "events_since",
-                   "SELECT " EVENT_COLUMNS ", count(*) OVER () FROM scope_events e"
+                   "SELECT " EVENT_COLUMNS " FROM scope_events e"
                    " WHERE e.tenant_id = $1::uuid"
                    "  AND e.occurred_at >= to_timestamp($7::int8 / 1000.0)"
                    "  AND ($5::int < 2 OR e.session_id = $2) AND ($5::int < 3 OR e.task_id = $3)"
@@ -250,14 +250,13 @@ cg_status cg_pg_events_since(struct cg_pg *pg, const char *tenant_id,
                    8, values, NULL, NULL, RUN_READ, &res, err);
     if (rc == CG_OK) {
         int rows = PQntuples(res);
+        *more = rows > max;
         if (rows > max)
             rows = max;
         /* Oldest first for the caller. */
         for (int i = 0; i < rows; i++)
             row_to_event(res, rows - 1 - i, &out[i]);
         *count = rows;
-        if (rows > 0)
-            *total = cg__pg_parse_i64(PQgetvalue(res, 0, PQnfields(res) - 1));
     }
     PQclear(res);
     return rc;

@@ -26,7 +26,7 @@ cg_status cg_pg_events_read(struct cg_pg *pg, const char *tenant_id, const struc
 cg_status cg_pg_events_since(struct cg_pg *pg, const char *tenant_id,
                              const struct cg_scope_ids *ids, int level, bool descendants,
                              int64_t since_ms, int max, struct cg_event *out, int *count,
-                             int64_t *total, struct cg_err *err) CG_MUST_CHECK;
+                             bool *more, struct cg_err *err) CG_MUST_CHECK;
 
 cg_status cg_pg_event_seq(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
                           int64_t *seq, struct cg_err *err) CG_MUST_CHECK;

@@ -310,6 +310,25 @@ class Watch(cgtest.TestCase):
                            resume_from_unix_ms=since)
         self.assertTrue(other.none_within(1.0))
 
+    def test_a_resume_past_what_it_holds_says_older_events_were_left_out(self):
+        since = int(time.time() * 1000) - 1000
+        # 510 spends on t1: 1,020 USAGE_CHANGED in the session's subtree (t1's and the
+        # session's), more than the 1,000 a resume reads.
+        for _ in range(510):
+            self.sa.RecordUsage(B.RecordUsageRequest(
+                scope=scope(self.s, "t1"), usage=common_pb2.TokenUsage(input_tokens=1),
+                idempotency_key="k-" + uuid.uuid4().hex), metadata=self.md, timeout=10)
+        w = self.watch(scope=scope(self.s), include_descendants=True, min_update_interval_ms=1,
+                       resume_from_unix_ms=since)
+        first = w.next()
+        self.assertIn("older stored events were left out", first.message)
+        got = {first.scope.task_id: first}
+        while set(got) != {"t1", ""}:
+            ev = w.next()
+            self.assertNotIn("left out", ev.message)
+            got[ev.scope.task_id] = ev
+        self.assertEqual(got["t1"].status.used_tokens, 510)
+
 
 class WatchShutdown(cgtest.TestCase):
     def test_stream_ends_unavailable_at_sigterm(self):
