@@ -47,6 +47,8 @@
     const TREE_CHILDREN = 50; /* children per node in the tree */
     const PAGE_SIZE = 50; /* scopes per page of the list */
     const HISTORY_SIZE = 20; /* decided approvals shown */
+    const AUDIT_SIZE = 20; /* changes shown */
+    const AUDIT_TEXT_MAX = 120; /* characters of a change's "after" shown in its cell */
     const STEPS = {
         minute: { seconds: 60, count: 60, label: 'per minute, last hour' },
         hour: { seconds: 3600, count: 48, label: 'per hour, last 2 days' },
@@ -369,10 +371,10 @@
         state.chart = null;
         state.chartFor = '';
         for (const id of ['tree', 'sessions', 'approvals', 'approval-history', 'history',
-                          'compression'])
+                          'compression', 'audit'])
             $(id).replaceChildren();
         for (const id of ['history-total', 'history-scope', 'compression-scope',
-                          'tree-root-label', 'page-label', 'approvals-count'])
+                          'tree-root-label', 'page-label', 'approvals-count', 'audit-note'])
             setText($(id), '');
         state.updatedAt = 0;
         showLive();
@@ -409,7 +411,7 @@
     async function refreshAll(gen) {
         const results = await Promise.allSettled([
             refreshTree(gen), refreshScopes(gen), refreshApprovals(gen), refreshHistory(gen),
-            refreshCompression(gen),
+            refreshCompression(gen), refreshAudit(gen),
         ]);
         if (gen !== state.gen)
             return;
@@ -1012,6 +1014,51 @@
                 tr.title = a.decision_note;
             return tr;
         }));
+    }
+
+    /* The last AUDIT_SIZE changes of the tenant (or the key's bound subtree), newest first:
+     * budgets set, approvals decided, keys, settings, scopes closed, sessions deleted. The
+     * audit trail is for operators and admins: another role's 403 is said in the panel, not
+     * as an error of the page. */
+    async function refreshAudit(gen) {
+        const params = scopeParams('scope', state.bound);
+        params.push(['page_size', String(AUDIT_SIZE)]);
+        let r;
+        try {
+            r = await api('AdminService/ListAuditEvents', params);
+        } catch (err) {
+            if (!(err instanceof ApiError) || err.status !== 403)
+                throw err;
+            if (gen === state.gen) {
+                setText($('audit-note'), 'not readable with a ' +
+                    enumName(state.who.role, 'API_KEY_ROLE_') + ' key (operators and admins)');
+                $('audit').replaceChildren();
+            }
+            return;
+        }
+        if (gen !== state.gen)
+            return;
+        const events = r.events || [];
+        setText($('audit-note'), events.length ? 'last ' + fmt(events.length) : 'none yet');
+        $('audit').replaceChildren(...events.map((e) => {
+            const tr = el('tr', 'change');
+            tr.dataset.auditId = String(e.audit_id);
+            const where = e.scope && (e.scope.session_id || e.scope.task_id || e.scope.agent_id)
+                ? scopeLabel(e.scope) : e.scope ? 'tenant' : '';
+            const target = [where, e.target].filter(Boolean).join(' · ');
+            const by = [e.actor_role, e.actor_key_id].filter(Boolean).join(' ');
+            const after = el('td', 'after', clip(e.after_json || '', AUDIT_TEXT_MAX));
+            /* before -> after in full on hover; text only, never parsed as HTML */
+            after.title = (e.before_json ? e.before_json + ' -> ' : '') + (e.after_json || '') +
+                (e.request_id ? '\nrequest ' + e.request_id : '');
+            tr.append(el('td', 'when', ago(e.at_unix_ms)), el('td', 'kind', e.kind || ''),
+                      el('td', 'scope', target), el('td', 'by', by), after);
+            return tr;
+        }));
+    }
+
+    function clip(text, max) {
+        return text.length > max ? text.slice(0, max - 1) + '\u2026' : text;
     }
 
     function makeApprovalRow(a) {

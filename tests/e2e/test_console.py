@@ -400,6 +400,11 @@ class Console(cgtest.TestCase):
         row = self.approval_row(aid)
         self.assertIn(f"session {self.s}", row.text)
         self.assertIn("1,500", row.text)
+        # The audit trail is not a viewer's: the Changes panel says so, and it is no error.
+        self.wait_for(lambda d: "not readable with a viewer key" in self.text("audit-note"),
+                      "the Changes panel's note for a viewer")
+        self.assertFalse(self.d.find_element(By.ID, "error").is_displayed(), self.text("error"))
+        self.assertEqual(self.d.find_elements(By.CSS_SELECTOR, "#audit tr"), [])
         row.find_element(By.CSS_SELECTOR, "input.granted").send_keys("600")
         row.find_element(By.CSS_SELECTOR, "button.approve").click()
         self.wait_for(lambda d: "PERMISSION_DENIED" in d.find_element(By.ID, "error").text,
@@ -427,6 +432,21 @@ class Console(cgtest.TestCase):
                       "the decision in the history")
         self.assertIn("approved: 600 tokens added", self.text("notice"))
         self.assertFalse(self.d.find_element(By.ID, "error").is_displayed(), self.text("error"))
+        # The Changes panel shows the decision (by an operator key) and the budget set
+        # before it (by the admin key), newest first.
+        def changes(d):
+            return [(r.find_element(By.CSS_SELECTOR, "td.kind").text,
+                     r.find_element(By.CSS_SELECTOR, "td.scope").text,
+                     r.find_element(By.CSS_SELECTOR, "td.by").text)
+                    for r in d.find_elements(By.CSS_SELECTOR, "#audit tr")]
+        self.wait_for(lambda d: any(k == "approval_approved" and aid in t
+                                    for k, t, _ in changes(d)), "the decision in Changes")
+        rows = changes(self.d)
+        kinds = [k for k, _, _ in rows]
+        self.assertLess(kinds.index("approval_approved"), kinds.index("budget_set"))
+        decided = rows[kinds.index("approval_approved")]
+        self.assertIn(f"session {self.s}", decided[1])
+        self.assertTrue(decided[2].startswith("operator "), decided)
         self.shot("operator-approved")
 
         # The agent's Reserve now goes through.
