@@ -144,7 +144,8 @@
     XX(http_max_connections, INT, "64", 1, 10000, NULL,                                            \
        "connections the HTTP listener keeps open at once; more are refused")                       \
     XX(http_event_streams_max, INT, "32", 0, 9999, NULL,                                           \
-       "JSON API event streams (Server-Sent Events) open at once, below http_max_connections")     \
+       "JSON API event streams (Server-Sent Events) open at once, below http_max_connections (0: " \
+       "none)")                                                                                    \
     XX(http_event_streams_per_key, INT, "4", 1, 1000, NULL,                                        \
        "JSON API event streams one key may hold open at once (a browser tab holds one)")           \
     XX(metrics_budget_top_n, INT, "20", 0, 500, NULL,                                              \
