@@ -397,6 +397,16 @@ class HttpTls(cgtest.TestCase):
         self.assertEqual(srv.wait_exit(30), 2)
         self.assertIn("http_listen", srv.log_text())
 
+    def test_event_streams_that_could_take_every_connection_fail_fast(self):
+        srv = cgtest.Server(env={"CTXGUARD_HTTP_LISTEN": "127.0.0.1:0",
+                                 "CTXGUARD_HTTP_MAX_CONNECTIONS": "16",
+                                 "CTXGUARD_HTTP_EVENT_STREAMS_MAX": "16"})
+        self.addCleanup(srv.close)
+        srv.start_async()
+        self.assertEqual(srv.wait_exit(30), 2)
+        self.assertIn("http_event_streams_max", srv.log_text())
+        self.assertIn("http_max_connections", srv.log_text())
+
 
 if __name__ == "__main__":
     unittest.main()
