@@ -93,6 +93,9 @@ struct cg_webhook *cg_webhook_new(const struct cg_webhook_opts *opts)
     rc |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     rc |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     rc |= curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    /* Straight to the receiver, whatever the environment's *_proxy variables say: the
+     * private-address check (open_socket) must see the receiver's address, not a proxy's. */
+    rc |= curl_easy_setopt(c, CURLOPT_PROXY, "");
     rc |= curl_easy_setopt(c, CURLOPT_USERAGENT, w->user_agent);
     rc |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, drop_body);
     rc |= curl_easy_setopt(c, CURLOPT_WRITEDATA, w);

@@ -435,6 +435,26 @@ class Replicas(cgtest.TestCase):
         return self.rx.posts()
 
 
+class ProxyVariables(cgtest.TestCase):
+    """A webhook goes straight to its receiver even when the server's environment names a
+    proxy (curl would use it by default, and the private-address check would then see the
+    proxy's address, not the receiver's)."""
+
+    def test_a_proxy_in_the_environment_is_not_used(self):
+        dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        env = dict(FAST, http_proxy=dead, HTTP_PROXY=dead, https_proxy=dead,
+                   HTTPS_PROXY=dead, all_proxy=dead, ALL_PROXY=dead)
+        srv = cgtest.start_server(self, env=env)
+        rx = Receiver()
+        self.addCleanup(rx.close)
+        t = Tenant(srv)
+        t.channel(rx.url)
+        t.warn("s-" + uuid.uuid4().hex[:8])
+        cgtest.wait_until(lambda: len(rx.posts()) == 1, 20, "the POST at the receiver")
+        cgtest.wait_until(lambda: [d.state for d in t.deliveries()] == [DELIVERED], 10,
+                          "the delivery is DELIVERED")
+
+
 class PrivateAddresses(cgtest.TestCase):
     """By default a webhook may not reach the server's own networks."""
 
