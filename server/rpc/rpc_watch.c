@@ -61,6 +61,24 @@ static Ctxguard__V1__SpendForecast *forecast_out(struct cg_rpc_call *call, const
     return f;
 }
 
+/* The event's message (its own, or its type's name), saying what the watcher lost before it
+ * (watch.h cg_watcher_next's *missed), in the call's arena. */
+static char *message_out(struct cg_rpc_call *call, const struct cg_event *e, uint64_t missed)
+{
+    const char *what = e->fields.message[0] ? e->fields.message : type_name(e->type);
+    char text[256];
+    if (missed == CG_WATCH_MISSED_UNKNOWN)
+        snprintf(text, sizeof text,
+                 "%s (older stored events were left out of this resume: read GetUsage)", what);
+    else if (missed > 0)
+        snprintf(text, sizeof text,
+                 "%s (%llu earlier events were dropped for this watcher: read GetUsage)", what,
+                 (unsigned long long)missed);
+    else
+        snprintf(text, sizeof text, "%s", what);
+    return cg_arena_strdup(call->arena, text);
+}
+
 static Ctxguard__V1__UsageEvent *event_out(struct cg_rpc_call *call, const struct cg_event *e,
                                            uint64_t missed)
 {
@@ -146,21 +164,7 @@ static Ctxguard__V1__UsageEvent *event_out(struct cg_rpc_call *call, const struc
         if ((m->budget = cg_rpc_budget_out(call, &row)) == NULL)
             return NULL;
     }
-    char text[256];
-    if (missed == CG_WATCH_MISSED_UNKNOWN)
-        snprintf(text, sizeof text,
-                 "%s (older stored events were left out of this resume: read GetUsage)",
-                 e->fields.message[0] ? e->fields.message : type_name(e->type));
-    else if (missed > 0)
-        snprintf(text, sizeof text,
-                 "%s (%llu earlier events were dropped for this watcher: read "
-                 "GetUsage)",
-                 e->fields.message[0] ? e->fields.message : type_name(e->type),
-                 (unsigned long long)missed);
-    else
-        snprintf(text, sizeof text, "%s",
-                 e->fields.message[0] ? e->fields.message : type_name(e->type));
-    if ((m->message = cg_arena_strdup(call->arena, text)) == NULL)
+    if ((m->message = message_out(call, e, missed)) == NULL)
         return NULL;
     return m;
 }
