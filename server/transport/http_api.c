@@ -45,6 +45,7 @@ cg_status cg_http_api_init(struct cg_http_api *api, struct cg_pool *pool, size_t
                            int streams_per_key)
 {
     memset(api, 0, sizeof *api);
+    atomic_init(&api->streams_closing, false);
     api->pool = pool;
     api->stream_env = stream_env;
     api->max_streams = max_streams;
@@ -65,6 +66,7 @@ void cg_http_api_drain(struct cg_http_api *api)
 {
     pthread_mutex_lock(&api->lock);
     api->closing = true;
+    atomic_store(&api->streams_closing, true);
     while (api->inflight > 0)
         pthread_cond_wait(&api->idle, &api->lock);
     pthread_mutex_unlock(&api->lock);

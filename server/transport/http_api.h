@@ -43,6 +43,7 @@
 #define CG_TRANSPORT_HTTP_API_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -65,6 +66,9 @@ struct cg_http_api {
     pthread_cond_t idle;
     int inflight;
     bool closing;
+    /* closing, for the streams' producers without the lock (the listener's thread never
+     * waits for a lock that a wake holds while it calls into the listener). */
+    atomic_bool streams_closing;
     /* The event streams (http_sse.c), under lock: polled on the listener's thread with
      * stream_env (a completion-queue thread's kind: no store). */
     const struct cg_rpc_env *stream_env;

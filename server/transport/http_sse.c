@@ -214,10 +214,7 @@ static long sse_read(void *ctx, char *buf, size_t cap)
     if (s->frame == NULL) {
         if (s->ending)
             return -1;
-        pthread_mutex_lock(&s->api->lock);
-        bool closing = s->api->closing;
-        pthread_mutex_unlock(&s->api->lock);
-        if (closing)
+        if (atomic_load(&s->api->streams_closing))
             return -1; /* the server stops: the client reconnects elsewhere */
         if (!poll_frame(s))
             return s->ending ? -1 : 0;
