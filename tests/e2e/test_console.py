@@ -7,7 +7,6 @@ new sign-in (one stream, never two), an approval approved in the page (and refus
 hostile session id shown as text, the CSP on the answer, the key in sessionStorage only.
 Screenshots go to $CG_TEST_RUN_DIR (else a temporary directory); their paths are printed."""
 
-import json
 import os
 import re
 import tempfile
@@ -25,6 +24,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 import cgtest
 from cgtest import budget_pb2, budget_pb2_grpc, common_pb2, context_pb2 as C, context_pb2_grpc
 from test_http import http_port
+from test_sessions import chat_with_results
 
 B = budget_pb2
 # Every wait on the page, unless it says otherwise: while the event stream is open a budget
@@ -38,21 +38,6 @@ EVENT_WAIT_S = 10
 
 def scope(session="", task="", agent=""):
     return common_pb2.Scope(session_id=session, task_id=task, agent_id=agent)
-
-
-def chat_with_results(n):
-    """A conversation with n tool results of 12,000 characters (over the offload
-    threshold): a forced Compress offloads them and saves tokens."""
-    msgs = [{"role": "system", "content": "You are a build assistant."}]
-    for i in range(n):
-        msgs.append({"role": "user", "content": f"read log {i}"})
-        msgs.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function",
-             "function": {"name": "read_file", "arguments": json.dumps({"path": f"/l/{i}"})}}]})
-        msgs.append({"role": "tool", "tool_call_id": f"c{i}",
-                     "content": f"log {i} " + "line of output\n" * 860})
-        msgs.append({"role": "assistant", "content": f"log {i} read"})
-    return common_pb2.Conversation(openai_json=json.dumps({"messages": msgs}))
 
 
 def make_driver():
@@ -262,7 +247,7 @@ class Console(cgtest.TestCase):
         self.wait_for(lambda d: d.find_element(By.ID, "compression-scope").text
                       == f"session {self.s}", "the compression panel's session")
         self.assertIn("No Compress call", self.text("compression"))
-        self.ctx.Compress(C.CompressRequest(conversation=chat_with_results(2), model="gpt-4o",
+        self.ctx.Compress(C.CompressRequest(conversation=chat_with_results(2, "console"), model="gpt-4o",
                                             session_id=self.s, force=True,
                                             context_window_tokens=20000),
                           metadata=self.md, timeout=60)
