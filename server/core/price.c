@@ -178,6 +178,10 @@ const struct cg_price *cg_price_lookup(const struct cg_price_table *t, const cha
     bool best_named = false; /* best matched by name or snapshot, not by prefix */
     for (int i = 0; i < t->n; i++) {
         const struct cg_price *pr = &t->entries[i];
+        /* Every kind of match starts model with the entry's name: a different first byte
+         * rules the entry out without reading further (most of the table, on every call). */
+        if (pr->model[0] != model[0] && pr->model[0] != '\0')
+            continue;
         size_t len = strlen(pr->model);
         if (!pr->prefix && strcmp(pr->model, model) == 0)
             return pr; /* exact beats any other */

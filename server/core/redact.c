@@ -10,6 +10,8 @@
  */
 #include "core/redact.h"
 
+#include "core/siphash.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,68 +111,6 @@ static bool starts(const struct scan *sc, size_t i, const char *lit)
     return i <= sc->n && sc->n - i >= len && memcmp(sc->s + i, lit, len) == 0;
 }
 
-/* ---- keyed hash (SipHash-2-4, streamed) ---- */
-
-struct sip {
-    uint64_t v0, v1, v2, v3, m;
-    size_t len;
-};
-
-#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND(h)                                                                                \
-    do {                                                                                           \
-        (h)->v0 += (h)->v1;                                                                        \
-        (h)->v1 = ROTL((h)->v1, 13);                                                               \
-        (h)->v1 ^= (h)->v0;                                                                        \
-        (h)->v0 = ROTL((h)->v0, 32);                                                               \
-        (h)->v2 += (h)->v3;                                                                        \
-        (h)->v3 = ROTL((h)->v3, 16);                                                               \
-        (h)->v3 ^= (h)->v2;                                                                        \
-        (h)->v0 += (h)->v3;                                                                        \
-        (h)->v3 = ROTL((h)->v3, 21);                                                               \
-        (h)->v3 ^= (h)->v0;                                                                        \
-        (h)->v2 += (h)->v1;                                                                        \
-        (h)->v1 = ROTL((h)->v1, 17);                                                               \
-        (h)->v1 ^= (h)->v2;                                                                        \
-        (h)->v2 = ROTL((h)->v2, 32);                                                               \
-    } while (0)
-
-static void sip_init(struct sip *h, const uint64_t key[2])
-{
-    h->v0 = key[0] ^ 0x736f6d6570736575ULL;
-    h->v1 = key[1] ^ 0x646f72616e646f6dULL;
-    h->v2 = key[0] ^ 0x6c7967656e657261ULL;
-    h->v3 = key[1] ^ 0x7465646279746573ULL;
-    h->m = 0;
-    h->len = 0;
-}
-
-static void sip_byte(struct sip *h, unsigned char c)
-{
-    h->m |= (uint64_t)c << (8 * (h->len & 7));
-    h->len++;
-    if ((h->len & 7) == 0) {
-        h->v3 ^= h->m;
-        SIPROUND(h);
-        SIPROUND(h);
-        h->v0 ^= h->m;
-        h->m = 0;
-    }
-}
-
-static uint64_t sip_final(struct sip *h)
-{
-    uint64_t b = h->m | ((uint64_t)(h->len & 0xff) << 56);
-    h->v3 ^= b;
-    SIPROUND(h);
-    SIPROUND(h);
-    h->v0 ^= b;
-    h->v2 ^= 0xff;
-    for (int r = 0; r < 4; r++)
-        SIPROUND(h);
-    return h->v0 ^ h->v1 ^ h->v2 ^ h->v3;
-}
-
 /* ---- session ---- */
 
 #define SLOT_COUNT (2 * CG_REDACT_SESSION_VALUES)
@@ -187,16 +127,16 @@ static uint32_t session_number(struct scan *sc, cg_pii_type type, size_t a, size
                                enum norm norm)
 {
     struct cg_redact_session *ses = sc->ses;
-    struct sip h;
-    sip_init(&h, ses->key);
-    sip_byte(&h, (unsigned char)type);
+    struct cg_sip h;
+    cg_sip_init(&h, ses->key, false);
+    cg_sip_byte(&h, (unsigned char)type);
     for (size_t i = a; i < b; i++) {
         unsigned char c = sc->s[i];
         if (norm == NORM_DIGITS && !(c >= '0' && c <= '9') && c != '+')
             continue;
-        sip_byte(&h, norm == NORM_LOWER ? lower(c) : c);
+        cg_sip_byte(&h, norm == NORM_LOWER ? lower(c) : c);
     }
-    uint64_t hash = sip_final(&h);
+    uint64_t hash = cg_sip_final64(&h);
     size_t slot = (size_t)(hash & (SLOT_COUNT - 1));
     for (;;) {
         if (ses->slots[slot].number == 0)

@@ -201,6 +201,28 @@ static inline __attribute__((always_inline)) bool proto3(const ProtobufCFieldDes
     return f->label == PROTOBUF_C_LABEL_NONE && !(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF);
 }
 
+/* Whether the proto3 scalar at member (not a message) is its zero, which is not written: read
+ * by its width alone, before the type's switch (most fields of an answer are zero). */
+static inline __attribute__((always_inline)) bool zero3(const ProtobufCFieldDescriptor *f,
+                                                        const void *member)
+{
+    switch (cg_pb_element_size(f->type)) {
+    case 8: {
+        uint64_t b;
+        memcpy(&b, member, 8);
+        /* a double's -0.0 is zero too (value_of) */
+        return (f->type == PROTOBUF_C_TYPE_DOUBLE ? b << 1 : b) == 0;
+    }
+    case 4: {
+        uint32_t b;
+        memcpy(&b, member, 4);
+        return (f->type == PROTOBUF_C_TYPE_FLOAT ? b << 1 : b) == 0;
+    }
+    default:
+        return false; /* strings and bytes: value_of says */
+    }
+}
+
 /* ---------------------------------------------------------------- sizing ---------- */
 
 static bool size_message(const ProtobufCMessage *m, struct cg_pb_sizes *s, uint64_t *out);
@@ -259,7 +281,8 @@ static bool size_message(const ProtobufCMessage *m, struct cg_pb_sizes *s, uint6
             if (!size_sub(*(const ProtobufCMessage *const *)member, s, &len))
                 return false;
             total += tag + len;
-        } else if (proto3(f) || present(f, base)) { /* a oneof's other members: not read */
+        } else if (proto3(f) ? !zero3(f, member) : present(f, base)) { /* a oneof's other
+                                                                          members: not read */
             struct value v = value_of(f->type, member);
             if (!(proto3(f) && v.zero))
                 total += tag + value_size(&v);
@@ -315,7 +338,7 @@ static uint8_t *write_message(const ProtobufCMessage *m, struct cg_pb_sizes *s, 
             continue;
         }
         if (f->label != PROTOBUF_C_LABEL_REPEATED) {
-            if (!proto3(f) && !present(f, base))
+            if (proto3(f) ? zero3(f, member) : !present(f, base))
                 continue;
             struct value v = value_of(f->type, member);
             if (!(proto3(f) && v.zero))
@@ -356,4 +379,131 @@ size_t cg_pb_write(const ProtobufCMessage *m, struct cg_pb_sizes *s, uint8_t *ou
     s->next = 0;
     uint8_t *end = write_message(m, s, out);
     return end != NULL && s->next == s->n ? (size_t)(end - out) : 0;
+}
+
+/* ---------------------------------------------------------------- backward -------- */
+
+/* The writer of one walk: fields last to first, each value then its key, written down from
+ * the end of a buffer, so that a sub-message's length is known when its prefix is written.
+ * Every step checks room: NULL once the buffer is too small. */
+
+static inline uint8_t *back_bytes(uint8_t *lo, uint8_t *p, const void *data, size_t n)
+{
+    if (p == NULL || (size_t)(p - lo) < n)
+        return NULL;
+    p -= n;
+    if (n > 0)
+        memcpy(p, data, n);
+    return p;
+}
+
+/* A varint written in place (no copy: a memcpy of a length known only at run time is a call
+ * to libc, which cost more than the varint). */
+static inline uint8_t *back_varint(uint8_t *lo, uint8_t *p, uint64_t v)
+{
+    size_t n = varint_size(v);
+    if (p == NULL || (size_t)(p - lo) < n)
+        return NULL;
+    p -= n;
+    put_varint(p, v);
+    return p;
+}
+
+static inline uint8_t *back_fixed(uint8_t *lo, uint8_t *p, uint64_t bits, size_t n)
+{
+    if (p == NULL || (size_t)(p - lo) < n)
+        return NULL;
+    p -= n;
+    if (n == 8) {
+        memcpy(p, &bits, 8);
+    } else {
+        uint32_t b = (uint32_t)bits;
+        memcpy(p, &b, 4);
+    }
+    return p;
+}
+
+static inline __attribute__((always_inline)) uint8_t *back_value(uint8_t *lo, uint8_t *p,
+                                                                 const struct value *v)
+{
+    switch (v->wire) {
+    case WIRE_VARINT:
+        return back_varint(lo, p, v->bits);
+    case WIRE_64:
+        return back_fixed(lo, p, v->bits, 8);
+    case WIRE_32:
+        return back_fixed(lo, p, v->bits, 4);
+    default:
+        return back_varint(lo, back_bytes(lo, p, v->data, v->len), v->len);
+    }
+}
+
+static uint8_t *back_message(const ProtobufCMessage *m, uint8_t *lo, uint8_t *p);
+
+/* Sub-message sub (NULL: an empty one) with its length prefix and key, ending at p. */
+static uint8_t *back_sub(const ProtobufCMessage *sub, uint64_t key, uint8_t *lo, uint8_t *p)
+{
+    uint8_t *end = p;
+    if (sub != NULL)
+        p = back_message(sub, lo, p);
+    if (p == NULL)
+        return NULL;
+    return back_varint(lo, back_varint(lo, p, (uint64_t)(end - p)), key | WIRE_LEN);
+}
+
+/* The elements of the repeated field f, last to first. */
+static uint8_t *back_repeated(const ProtobufCFieldDescriptor *f, const char *base, uint64_t key,
+                              uint8_t *lo, uint8_t *p)
+{
+    size_t count = *(const size_t *)(const void *)(base + f->quantifier_offset);
+    if (count == 0)
+        return p;
+    const char *array = *(const char *const *)(const void *)(base + f->offset);
+    size_t step = cg_pb_element_size(f->type);
+    bool packed = (f->flags & PROTOBUF_C_FIELD_FLAG_PACKED) != 0;
+    uint8_t *end = p;
+    for (size_t k = count; k-- > 0 && p != NULL;) {
+        if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+            p = back_sub(((const ProtobufCMessage *const *)(const void *)array)[k], key, lo, p);
+            continue;
+        }
+        struct value v = value_of(f->type, array + k * step);
+        p = back_value(lo, p, &v);
+        if (!packed)
+            p = back_varint(lo, p, key | (uint64_t)v.wire);
+    }
+    if (packed && p != NULL)
+        p = back_varint(lo, back_varint(lo, p, (uint64_t)(end - p)), key | WIRE_LEN);
+    return p;
+}
+
+static uint8_t *back_message(const ProtobufCMessage *m, uint8_t *lo, uint8_t *p)
+{
+    if (m->n_unknown_fields != 0)
+        return NULL;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    const char *base = (const char *)m;
+    for (unsigned i = d->n_fields; i-- > 0 && p != NULL;) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        const void *member = base + f->offset;
+        uint64_t key = (uint64_t)f->id << 3;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            p = back_repeated(f, base, key, lo, p);
+        } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+            if (present(f, base))
+                p = back_sub(*(const ProtobufCMessage *const *)member, key, lo, p);
+        } else if (proto3(f) ? !zero3(f, member) : present(f, base)) {
+            struct value v = value_of(f->type, member);
+            if (!(proto3(f) && v.zero))
+                p = back_varint(lo, back_value(lo, p, &v), key | (uint64_t)v.wire);
+        }
+    }
+    return p;
+}
+
+uint8_t *cg_pb_write_back(const ProtobufCMessage *m, uint8_t *buf, size_t cap, size_t *len)
+{
+    uint8_t *start = back_message(m, buf, buf + cap);
+    *len = start != NULL ? (size_t)(buf + cap - start) : 0;
+    return start;
 }

@@ -40,4 +40,10 @@ bool cg_pb_size(const ProtobufCMessage *m, struct cg_pb_sizes *s, size_t *size);
  * holds that size. Returns the bytes written: the size, or 0 when s does not match m. */
 size_t cg_pb_write(const ProtobufCMessage *m, struct cg_pb_sizes *s, uint8_t *out);
 
+/* Writes m in one walk, from the end of buf (cap bytes) down: the bytes are those of
+ * cg_pb_write, starting at the pointer returned, *len of them. NULL when they do not fit
+ * in cap or m has fields kept unknown: size it and write it (above), or leave it to
+ * protobuf-c. The one walk makes it the faster for an answer that fits a small buffer. */
+uint8_t *cg_pb_write_back(const ProtobufCMessage *m, uint8_t *buf, size_t cap, size_t *len);
+
 #endif

@@ -71,103 +71,122 @@ static bool skip(struct wire *w, uint64_t n)
     return true;
 }
 
-/* Appends ".name" (no dot at the start) and "[index]" when index >= 0 to the path at base,
- * cut to FIELD_PATH_MAX - 1 bytes. Runs for every string and message field of every
- * request: byte copies, no printf. */
-static void path_push(char *path, size_t base, const char *name, long index)
+/* Where the walk is: the field being checked and the one that holds it, a chain on the
+ * stack. It is written out as a path ("messages[3].content") only for an error, so a valid
+ * request costs no string work. */
+struct field_at {
+    const struct field_at *up; /* NULL at the top */
+    const char *name;
+    long index; /* of a repeated field's element; -1 otherwise */
+};
+
+/* Writes at's path into path (FIELD_PATH_MAX bytes, cut to fit); returns its length. */
+static size_t path_of(const struct field_at *at, char *path)
 {
-    char num[24];
-    size_t nlen = 0;
-    if (index >= 0) {
+    size_t n = at->up != NULL ? path_of(at->up, path) : 0;
+    char num[24] = "";
+    if (at->index >= 0) {
         char rev[20];
-        size_t k = 0;
-        unsigned long v = (unsigned long)index;
+        size_t k = 0, m = 0;
+        unsigned long v = (unsigned long)at->index;
         do {
             rev[k++] = (char)('0' + v % 10);
             v /= 10;
         } while (v != 0);
-        num[nlen++] = '[';
+        num[m++] = '[';
         while (k > 0)
-            num[nlen++] = rev[--k];
-        num[nlen++] = ']';
+            num[m++] = rev[--k];
+        num[m++] = ']';
+        num[m] = '\0';
     }
-    const char *pieces[] = {base ? "." : "", name, num};
-    size_t lens[] = {base ? 1 : 0, strlen(name), nlen};
-    size_t at = base;
+    const char *pieces[] = {n > 0 ? "." : "", at->name, num};
     for (int i = 0; i < 3; i++) {
-        size_t n = lens[i];
-        if (at + n > FIELD_PATH_MAX - 1)
-            n = FIELD_PATH_MAX - 1 - at;
-        memcpy(path + at, pieces[i], n);
-        at += n;
+        size_t len = strlen(pieces[i]);
+        if (n + len > FIELD_PATH_MAX - 1)
+            len = FIELD_PATH_MAX - 1 - n;
+        memcpy(path + n, pieces[i], len);
+        n += len;
     }
-    path[at] = '\0';
+    path[n] = '\0';
+    return n;
 }
 
-static cg_status check_text(const uint8_t *s, size_t len, const char *path, struct cg_err *err)
+static cg_status check_text(const uint8_t *s, size_t len, const struct field_at *at,
+                            struct cg_err *err)
 {
+    char path[FIELD_PATH_MAX];
     size_t bad;
-    if (!cg_utf8_valid((const char *)s, len, &bad))
+    if (!cg_utf8_valid((const char *)s, len, &bad)) {
+        path_of(at, path);
         return cg_err_set(err, CG_INVALID_ARGUMENT, "field '%s' is not valid UTF-8 (byte %zu)",
                           path, bad);
+    }
     const uint8_t *nul = memchr(s, 0, len);
-    if (nul != NULL)
+    if (nul != NULL) {
+        path_of(at, path);
         return cg_err_set(err, CG_INVALID_ARGUMENT,
                           "field '%s' contains a NUL character (byte %zu)", path,
                           (size_t)(nul - s));
+    }
     return CG_OK;
 }
 
-static cg_status check_wire(struct cg_arena *arena, const ProtobufCMessageDescriptor *d,
-                            struct wire w, char *path, struct cg_err *err, int depth)
+/* Skips the value of a field whose wire type is not 2 (length-delimited); false when the
+ * bytes end first or the wire type is not one protobuf has. */
+static bool skip_scalar(struct wire *w, uint64_t tag)
 {
-    if (depth > MAX_DEPTH)
+    uint64_t v;
+    switch (tag & 7) {
+    case 0:
+        return read_varint(w, &v);
+    case 1:
+        return skip(w, 8);
+    case 5:
+        return skip(w, 4);
+    default:
+        return false;
+    }
+}
+
+static cg_status check_wire(struct cg_arena *arena, const ProtobufCMessageDescriptor *d,
+                            struct wire w, const struct field_at *at, struct cg_err *err, int depth)
+{
+    if (depth > MAX_DEPTH) {
+        char path[FIELD_PATH_MAX] = "";
+        if (at != NULL)
+            path_of(at, path);
         return cg_err_set(err, CG_INVALID_ARGUMENT, "message nested too deeply at '%s'", path);
-    /* Occurrences seen per field, to name repeated elements by index. */
-    uint32_t *seen = cg_arena_calloc(arena, d->n_fields + 1, sizeof *seen);
-    if (seen == NULL)
-        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory checking the request");
-    size_t plen = strlen(path);
+    }
+    uint32_t *seen = NULL; /* occurrences per field, to name repeated elements by index */
     while (w.p < w.end) {
         uint64_t tag, len;
         if (!read_varint(&w, &tag))
             goto malformed;
-        const ProtobufCFieldDescriptor *f =
-            tag >> 3 <= UINT32_MAX
-                ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
-                : NULL;
-        switch (tag & 7) {
-        case 0:
-            if (!read_varint(&w, &len))
+        if ((tag & 7) != 2) {
+            if (!skip_scalar(&w, tag))
                 goto malformed;
             continue;
-        case 1:
-            if (!skip(&w, 8))
-                goto malformed;
-            continue;
-        case 5:
-            if (!skip(&w, 4))
-                goto malformed;
-            continue;
-        case 2:
-            break;
-        default:
-            goto malformed;
         }
         if (!read_varint(&w, &len) || (uint64_t)(w.end - w.p) < len)
             goto malformed;
         struct wire inner = {w.p, w.p + len};
         w.p += len;
+        const ProtobufCFieldDescriptor *f =
+            tag >> 3 <= UINT32_MAX
+                ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
+                : NULL;
         if (f == NULL || (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE))
             continue;
-        size_t idx = (size_t)(f - d->fields);
-        path_push(path, plen, f->name,
-                  f->label == PROTOBUF_C_LABEL_REPEATED ? (long)seen[idx] : -1);
-        seen[idx]++;
+        struct field_at here = {at, f->name, -1};
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            if (seen == NULL &&
+                (seen = cg_arena_calloc(arena, d->n_fields + 1, sizeof *seen)) == NULL)
+                return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory checking the request");
+            here.index = (long)seen[f - d->fields]++;
+        }
         cg_status st = f->type == PROTOBUF_C_TYPE_STRING
-                           ? check_text(inner.p, len, path, err)
-                           : check_wire(arena, f->descriptor, inner, path, err, depth + 1);
-        path[plen] = '\0';
+                           ? check_text(inner.p, len, &here, err)
+                           : check_wire(arena, f->descriptor, inner, &here, err, depth + 1);
         if (st != CG_OK)
             return st;
     }
@@ -192,9 +211,8 @@ cg_status cg_rpc_decode(struct cg_rpc_call *call, const ProtobufCMessageDescript
         return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "request is not a valid %s message",
                           desc->name);
     }
-    char path[FIELD_PATH_MAX] = "";
     struct wire w = {data, data + len};
-    return check_wire(call->arena, desc, w, path, &call->err, 0);
+    return check_wire(call->arena, desc, w, NULL, &call->err, 0);
 }
 
 /* The limit on an answer's size, as an error naming both. */
@@ -208,10 +226,19 @@ static cg_status too_large(struct cg_rpc_call *call, size_t n)
 cg_status cg_rpc_encode(struct cg_rpc_call *call, const ProtobufCMessage *msg, uint8_t **out,
                         size_t *out_len)
 {
-    /* Each message sized once (pb_pack.h); what that packer does not take, protobuf-c. */
+    /* A small answer in one walk, written down from the end of a buffer; a larger one sized
+     * once, then written (pb_pack.h); what neither takes, protobuf-c. */
+    enum { SMALL_ANSWER = 2048 };
     struct cg_pb_sizes sizes;
     size_t n;
-    uint8_t *buf = NULL;
+    uint8_t *buf = cg_arena_alloc(call->arena, SMALL_ANSWER);
+    if (buf != NULL && (buf = cg_pb_write_back(msg, buf, SMALL_ANSWER, &n)) != NULL) {
+        if (n > call->max_message_bytes)
+            return too_large(call, n);
+        *out = buf;
+        *out_len = n;
+        return CG_OK;
+    }
     if (cg_pb_size(msg, &sizes, &n)) {
         if (n > call->max_message_bytes)
             return too_large(call, n);

@@ -44,17 +44,20 @@ cg_status cg_rpc_check_uuid(struct cg_rpc_call *call, const char *field, const c
     return CG_OK;
 }
 
-static cg_status check_id(struct cg_rpc_call *call, const char *field, const char *value)
+/* The id at name.member (e.g. scope.task_id): at most CG_SCOPE_ID_MAX bytes, no space or
+ * control character. The field's name is put together only for an error. */
+static cg_status check_id(struct cg_rpc_call *call, const char *name, const char *member,
+                          const char *value)
 {
     size_t len = strlen(value);
     if (len > CG_SCOPE_ID_MAX)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is longer than %d bytes",
-                          field, CG_SCOPE_ID_MAX);
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s.%s' is longer than %d bytes",
+                          name, member, CG_SCOPE_ID_MAX);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)value[i];
         if (c <= 0x20 || c == 0x7f)
             return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
-                              "field '%s' contains a space or control character", field);
+                              "field '%s.%s' contains a space or control character", name, member);
     }
     return CG_OK;
 }
@@ -94,26 +97,22 @@ cg_status cg_rpc_scope_in_field(struct cg_rpc_call *call, const char *name,
     *level = CG_LEVEL_TENANT;
     if (scope == NULL)
         return cg_rpc_scope_check(call, "", "");
-    char f_session[48], f_task[48], f_agent[48];
-    snprintf(f_session, sizeof f_session, "%s.session_id", name);
-    snprintf(f_task, sizeof f_task, "%s.task_id", name);
-    snprintf(f_agent, sizeof f_agent, "%s.agent_id", name);
     cg_status st = check_tenant_flag(call, name, scope);
     if (st == CG_OK)
-        st = check_id(call, f_session, scope->session_id);
+        st = check_id(call, name, "session_id", scope->session_id);
     if (st == CG_OK)
-        st = check_id(call, f_task, scope->task_id);
+        st = check_id(call, name, "task_id", scope->task_id);
     if (st == CG_OK)
-        st = check_id(call, f_agent, scope->agent_id);
+        st = check_id(call, name, "agent_id", scope->agent_id);
     if (st != CG_OK)
         return st;
     bool s = scope->session_id[0], t = scope->task_id[0], a = scope->agent_id[0];
     if (t && !s)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is required with %s",
-                          f_session, f_task);
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field '%s.session_id' is required with %s.task_id", name, name);
     if (a && !t)
-        return cg_err_set(&call->err, CG_INVALID_ARGUMENT, "field '%s' is required with %s", f_task,
-                          f_agent);
+        return cg_err_set(&call->err, CG_INVALID_ARGUMENT,
+                          "field '%s.task_id' is required with %s.agent_id", name, name);
     cg_scope_ids_set(ids, scope->session_id, scope->task_id, scope->agent_id);
     *level = cg_scope_level(ids);
     /* A scope-bound key sees only its subtree: anything else, the tenant level included, is

@@ -103,6 +103,7 @@
 
 #include "base/clock.h"
 #include "base/crypto.h"
+#include "core/siphash.h"
 
 #define SHARDS 64
 #define NAME_MAX_BYTES (CG_UUID_LEN + 3 * (CG_SCOPE_ID_MAX + 1) + 8)
@@ -134,6 +135,7 @@ struct name {
 struct key_entry {
     struct slot h;
     struct cg_key_auth key;
+    struct cg_key_vouch vouch; /* the tag of a token that matched key.secret_hash */
 };
 
 /* A cached row keeps what CheckBudget decides and answers on: every field of struct
@@ -179,7 +181,9 @@ struct table {
 };
 
 struct cg_cache {
-    uint64_t hash_seed; /* random per process: ids cannot be chosen to share a chain */
+    uint64_t hash_seed;  /* random per process: ids cannot be chosen to share a chain */
+    uint64_t tag_key[2]; /* random per process: the key of the tokens' tags */
+    bool tag_key_set;
     int64_t key_ttl_ms;
     int64_t row_ttl_ms; /* 0: rows have no age limit */
     size_t max_rows;
@@ -449,6 +453,8 @@ struct cg_cache *cg_cache_new(const struct cg_cache_opts *opts)
     c->row_ttl_ms = opts->row_ttl_ms > 0 ? opts->row_ttl_ms : 0;
     if (cg_random_bytes(&c->hash_seed, sizeof c->hash_seed) != CG_OK)
         c->hash_seed = (uint64_t)cg_mono_ms() * 0x9e3779b97f4a7c15ULL;
+    /* Without a random key a tag could be computed from outside: no vouching then. */
+    c->tag_key_set = cg_random_bytes(c->tag_key, sizeof c->tag_key) == CG_OK;
     atomic_init(&c->seq, 1);
     atomic_init(&c->flush_seq, 1);
     atomic_init(&c->key_flush_seq, 1);
@@ -493,6 +499,14 @@ static uint64_t next_drop(struct cg_cache *c)
 bool cg_cache_key_get(struct cg_cache *cache, const char *tenant_id, const char *key_id,
                       int64_t now_ms, struct cg_key_auth *out)
 {
+    return cg_cache_key_get_vouched(cache, tenant_id, key_id, now_ms, out, NULL);
+}
+
+bool cg_cache_key_get_vouched(struct cg_cache *cache, const char *tenant_id, const char *key_id,
+                              int64_t now_ms, struct cg_key_auth *out, struct cg_key_vouch *vouch)
+{
+    if (vouch != NULL)
+        vouch->set = false;
     char buf[NAME_MAX_BYTES];
     struct name n;
     if (cache == NULL || cache->key_ttl_ms == 0 || !key_name(cache, tenant_id, key_id, buf, &n))
@@ -505,9 +519,35 @@ bool cg_cache_key_get(struct cg_cache *cache, const char *tenant_id, const char 
                now_ms - e->h.filled_ms < cache->key_ttl_ms;
     if (hit)
         *out = e->key;
+    if (hit && vouch != NULL)
+        *vouch = e->vouch;
     pthread_mutex_unlock(&s->lock);
     count(hit ? &cache->key_hits : &cache->key_misses);
     return hit;
+}
+
+void cg_cache_token_tag(const struct cg_cache *cache, const char *token, size_t len,
+                        uint8_t tag[CG_CACHE_TAG_LEN])
+{
+    cg_siphash128(cache->tag_key, token, len, tag);
+}
+
+void cg_cache_key_vouch(struct cg_cache *cache, const char *tenant_id, const char *key_id,
+                        const uint8_t secret_hash[32], const uint8_t tag[CG_CACHE_TAG_LEN])
+{
+    char buf[NAME_MAX_BYTES];
+    struct name n;
+    if (cache == NULL || !cache->tag_key_set || !key_name(cache, tenant_id, key_id, buf, &n))
+        return;
+    struct shard *s = shard_of(&cache->keys, n.hash);
+    pthread_mutex_lock(&s->lock);
+    struct key_entry *e = (struct key_entry *)find(s, &n);
+    if (e != NULL && !e->h.dropped &&
+        memcmp(e->key.secret_hash, secret_hash, sizeof e->key.secret_hash) == 0) {
+        e->vouch.set = true;
+        memcpy(e->vouch.tag, tag, CG_CACHE_TAG_LEN);
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 void cg_cache_key_put(struct cg_cache *cache, const char *tenant_id, const char *key_id,
@@ -527,6 +567,7 @@ void cg_cache_key_put(struct cg_cache *cache, const char *tenant_id, const char 
         e = (struct key_entry *)insert(s, &n, &evicted);
     if (newer && e != NULL) {
         e->key = *entry;
+        e->vouch.set = false;
         e->h.fill_ticket = ticket;
         e->h.filled_ms = now_ms;
         e->h.dropped = false;

@@ -78,6 +78,30 @@ size_t cg_cache_row_bytes(void);
 bool cg_cache_key_get(struct cg_cache *cache, const char *tenant_id, const char *key_id,
                       int64_t now_ms, struct cg_key_auth *out);
 
+/* A token vouched for: the cache's keyed tag (SipHash-2-4-128 under a key drawn at random
+ * when the cache was made) of a token whose SHA-256 matched the entry's secret_hash. A
+ * presented token with the same tag needs no SHA-256 again (cg_keys_authenticate); the
+ * token itself is never kept. */
+#define CG_CACHE_TAG_LEN 16
+struct cg_key_vouch {
+    bool set;
+    uint8_t tag[CG_CACHE_TAG_LEN];
+};
+
+/* cg_cache_key_get, and on a hit the entry's vouch into *vouch (set false when none). */
+bool cg_cache_key_get_vouched(struct cg_cache *cache, const char *tenant_id, const char *key_id,
+                              int64_t now_ms, struct cg_key_auth *out, struct cg_key_vouch *vouch);
+
+/* The cache's tag of len bytes of token. */
+void cg_cache_token_tag(const struct cg_cache *cache, const char *token, size_t len,
+                        uint8_t tag[CG_CACHE_TAG_LEN]);
+
+/* Records that the token of tag matched secret_hash: kept on the cached entry of (tenant_id,
+ * key_id) when it is there, not dropped, and holds that same secret_hash; otherwise
+ * nothing. A refill (cg_cache_key_put) forgets it. NULL cache: no-op. */
+void cg_cache_key_vouch(struct cg_cache *cache, const char *tenant_id, const char *key_id,
+                        const uint8_t secret_hash[32], const uint8_t tag[CG_CACHE_TAG_LEN]);
+
 /* Caches an entry (copied) at now_ms, unless a drop of the same key came after ticket
  * (cg_cache_ticket taken before the lookup that produced entry): a revocation that raced
  * the lookup wins. NULL cache: no-op. */

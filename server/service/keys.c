@@ -34,13 +34,15 @@ static void principal_from_key(struct cg_principal *p, const struct cg_apikey_pa
  * method can authenticate on a completion-queue thread), then the store, whose answer is
  * cached. *from_store says which answered; *fate as cg_keys_authenticate. */
 static cg_status key_record(const struct cg_svc_env *env, const struct cg_apikey_parts *parts,
-                            struct cg_key_auth *rec, bool *from_store, struct cg_err *err,
-                            cg_op_fate *fate)
+                            struct cg_key_auth *rec, struct cg_key_vouch *vouch, bool *from_store,
+                            struct cg_err *err, cg_op_fate *fate)
 {
     *from_store = false;
+    vouch->set = false;
     /* The ticket makes a revocation that races the lookup below win over what it read. */
     uint64_t ticket = cg_cache_ticket(env->cache);
-    if (cg_cache_key_get(env->cache, parts->tenant_id, parts->key_id, cg_mono_ms(), rec))
+    if (cg_cache_key_get_vouched(env->cache, parts->tenant_id, parts->key_id, cg_mono_ms(), rec,
+                                 vouch))
         return CG_OK;
     if (env->store == NULL) {
         *fate = CG_OP_NEEDS_STORE; /* a try_inline method: looked up on the pool */
@@ -66,13 +68,34 @@ static cg_status key_record(const struct cg_svc_env *env, const struct cg_apikey
     return CG_OK;
 }
 
-/* Whether the record lets token in: its secret, not revoked, not expired, a valid role. */
-static cg_status key_check(const char *token, size_t len, const struct cg_apikey_parts *parts,
-                           const struct cg_key_auth *rec, struct cg_err *err)
+/* Whether token is the record's secret: its SHA-256 is secret_hash. The key cache keeps the
+ * tag of a token that matched (cg_key_vouch), so a key's later calls compare tags instead
+ * of hashing again. */
+static bool secret_matches(const struct cg_svc_env *env, const char *token, size_t len,
+                           const struct cg_apikey_parts *parts, const struct cg_key_auth *rec,
+                           const struct cg_key_vouch *vouch)
 {
+    uint8_t tag[CG_CACHE_TAG_LEN];
+    if (env->cache != NULL) {
+        cg_cache_token_tag(env->cache, token, len, tag);
+        if (vouch->set && cg_equal_ct(tag, vouch->tag, sizeof tag))
+            return true;
+    }
     uint8_t hash[CG_SHA256_LEN];
     cg_sha256(token, len, hash);
     if (!cg_equal_ct(hash, rec->secret_hash, sizeof hash))
+        return false;
+    if (env->cache != NULL)
+        cg_cache_key_vouch(env->cache, parts->tenant_id, parts->key_id, rec->secret_hash, tag);
+    return true;
+}
+
+/* Whether the record lets token in: its secret, not revoked, not expired, a valid role. */
+static cg_status key_check(const struct cg_svc_env *env, const char *token, size_t len,
+                           const struct cg_apikey_parts *parts, const struct cg_key_auth *rec,
+                           const struct cg_key_vouch *vouch, struct cg_err *err)
+{
+    if (!secret_matches(env, token, len, parts, rec, vouch))
         return cg_err_set(err, CG_UNAUTHENTICATED, "invalid API key in 'authorization' metadata");
     if (rec->revoked) {
         cg_err_set(err, CG_UNAUTHENTICATED, "API key %s has been revoked", parts->key_id);
@@ -103,11 +126,12 @@ cg_status cg_keys_authenticate(const struct cg_svc_env *env, const char *token, 
     if (!cg_apikey_parse(token, len, &parts))
         return cg_err_set(err, CG_UNAUTHENTICATED, "invalid API key in 'authorization' metadata");
     struct cg_key_auth rec;
+    struct cg_key_vouch vouch;
     bool from_store;
-    cg_status st = key_record(env, &parts, &rec, &from_store, err, fate);
+    cg_status st = key_record(env, &parts, &rec, &vouch, &from_store, err, fate);
     if (st != CG_OK || *fate != CG_OP_DONE)
         return st;
-    if ((st = key_check(token, len, &parts, &rec, err)) != CG_OK)
+    if ((st = key_check(env, token, len, &parts, &rec, &vouch, err)) != CG_OK)
         return st;
     principal_from_key(out, &parts, &rec);
     if (from_store) {

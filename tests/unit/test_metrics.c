@@ -523,8 +523,11 @@ Test(metrics, a_render_shows_one_whole_set_while_it_is_replaced, .timeout = 60)
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, replace_main, &arg), 0);
     int seen_a = 0, seen_b = 0;
-    /* Renders until the sets were swapped many times under them. */
-    for (int round = 0; round < SET_ROUNDS || atomic_load(&arg.replaced) < SET_ROUNDS; round++) {
+    /* Renders until the sets were swapped many times under them and each set was seen (on a
+     * busy machine a stretch of renders may all fall on one set; the timeout bounds it). */
+    for (int round = 0; round < SET_ROUNDS || atomic_load(&arg.replaced) < SET_ROUNDS ||
+                        seen_a == 0 || seen_b == 0;
+         round++) {
         char *text = render(m);
         int ones = 0, twos = 0;
         for (const char *p = text; (p = strstr(p, "swapped{k=")) != NULL; p++) {

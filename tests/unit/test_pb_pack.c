@@ -162,6 +162,20 @@ static bool same_bytes(const ProtobufCMessage *m, const char *what)
     cr_assert_eq(cg_pb_write(m, &sizes, ours), n, "%s: wrote other than its size", what);
     cr_assert_eq(protobuf_c_message_pack(m, theirs), n);
     cr_assert(memcmp(ours, theirs, n) == 0, "%s: bytes differ from protobuf-c's", what);
+    /* The one-walk writer: the same bytes in a buffer of exactly their size and in a larger
+     * one (ending at its end); one byte short, NULL. */
+    uint8_t *back = malloc(n + 64);
+    cr_assert(back != NULL);
+    size_t blen = 1;
+    uint8_t *start = cg_pb_write_back(m, back, n, &blen);
+    cr_assert(start == back && blen == n, "%s: the backward walk, exact room", what);
+    cr_assert(memcmp(start, theirs, n) == 0, "%s: backward bytes differ from protobuf-c's", what);
+    start = cg_pb_write_back(m, back, n + 64, &blen);
+    cr_assert(start == back + 64 && blen == n, "%s: the backward walk, more room", what);
+    cr_assert(memcmp(start, theirs, n) == 0, "%s: backward bytes differ", what);
+    if (n > 0)
+        cr_assert_null(cg_pb_write_back(m, back, n - 1, &blen), "%s: one byte short", what);
+    free(back);
     free(ours);
     free(theirs);
     return true;
@@ -203,6 +217,8 @@ Test(pb_pack, declines_unknown_fields_and_too_many_submessages)
     struct cg_pb_sizes sizes;
     size_t n;
     cr_assert_not(cg_pb_size(m, &sizes, &n), "fields kept unknown are left to protobuf-c");
+    uint8_t buf[4096];
+    cr_assert_null(cg_pb_write_back(m, buf, sizeof buf, &n), "by both walks");
 
     /* A message with a repeated message field, CG_PB_SUBMESSAGES_MAX + 1 elements long. */
     const ProtobufCMessageDescriptor *types[TYPES_MAX];
