@@ -503,7 +503,10 @@ static uint8_t *back_message(const ProtobufCMessage *m, uint8_t *lo, uint8_t *p)
 
 uint8_t *cg_pb_write_back(const ProtobufCMessage *m, uint8_t *buf, size_t cap, size_t *len)
 {
-    uint8_t *start = back_message(m, buf, buf + cap);
+    uint8_t *start = cg_pb_write_back_check(m, buf, cap, len);
+    if (start != NULL)
+        return start;
+    start = back_message(m, buf, buf + cap);
     *len = start != NULL ? (size_t)(buf + cap - start) : 0;
     return start;
 }

@@ -46,4 +46,9 @@ size_t cg_pb_write(const ProtobufCMessage *m, struct cg_pb_sizes *s, uint8_t *ou
  * protobuf-c. The one walk makes it the faster for an answer that fits a small buffer. */
 uint8_t *cg_pb_write_back(const ProtobufCMessage *m, uint8_t *buf, size_t cap, size_t *len);
 
+/* cg_pb_write_back for the CheckBudget answer, written by hand (pb_pack_check.c), which
+ * cg_pb_write_back tries first: NULL for any other message, one this file does not know
+ * (fields kept unknown, a proto with other fields) or no room. */
+uint8_t *cg_pb_write_back_check(const ProtobufCMessage *m, uint8_t *buf, size_t cap, size_t *len);
+
 #endif

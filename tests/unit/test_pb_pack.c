@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/arena.h"
+#include "ctxguard/v1/budget.pb-c.h"
 #include "rpc/pb_pack.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_methods.h"
@@ -201,6 +202,31 @@ Test(pb_pack, every_api_message_packs_as_protobuf_c_does)
     }
     /* Declined only for too many sub-messages, which random messages this small never have */
     cr_assert_eq(packed, ntypes * 40);
+    /* The CheckBudget answer's own writer takes every random answer (not the generic walk's
+     * fallback) and writes protobuf-c's bytes; it declines every other message. */
+    const ProtobufCMessageDescriptor *check = &ctxguard__v1__check_budget_response__descriptor;
+    for (int round = 0; round < 400; round++) {
+        ProtobufCMessage *m = random_message(&g, check, 0);
+        size_t want = protobuf_c_message_get_packed_size(m), len = 0;
+        uint8_t *theirs = malloc(want + 1), *buf = malloc(want + 16);
+        cr_assert(theirs != NULL && buf != NULL);
+        protobuf_c_message_pack(m, theirs);
+        uint8_t *start = cg_pb_write_back_check(m, buf, want + 16, &len);
+        cr_assert(start != NULL && len == want, "round %d: %zu bytes, want %zu", round, len, want);
+        cr_assert(memcmp(start, theirs, want) == 0, "round %d: bytes differ", round);
+        if (want > 0)
+            cr_assert_null(cg_pb_write_back_check(m, buf, want - 1, &len), "one byte short");
+        free(theirs);
+        free(buf);
+    }
+    for (size_t t = 0; t < ntypes; t++) {
+        size_t len;
+        uint8_t buf[64];
+        if (types[t] != check)
+            cr_assert_null(
+                cg_pb_write_back_check(random_message(&g, types[t], 0), buf, sizeof buf, &len),
+                "%s", types[t]->name);
+    }
     cg_arena_free(g.arena);
 }
 
