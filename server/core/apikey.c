@@ -4,15 +4,31 @@
 #include <string.h>
 #include <strings.h>
 
+/* What each byte may be in a key: a hex digit (HEX) and/or a base64url character (B64). A
+ * key is parsed on every call: a table read per byte, no branches per character class. */
+enum { HEX = 1, B64 = 2 };
+static const unsigned char char_class[256] = {
+    ['0' ... '9'] = HEX | B64,
+    ['a' ... 'f'] = HEX | B64,
+    ['A' ... 'F'] = HEX | B64,
+    ['g' ... 'z'] = B64,
+    ['G' ... 'Z'] = B64,
+    ['-'] = B64,
+    ['_'] = B64,
+};
+
 static bool is_hex(char c)
 {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    return char_class[(unsigned char)c] & HEX;
 }
 
-static bool is_b64url(char c)
+/* Whether all n bytes at s have the class bit: every byte read (no early exit). */
+static bool all_of(const char *s, int n, unsigned char bit)
 {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-           c == '_';
+    unsigned char ok = bit;
+    for (int i = 0; i < n; i++)
+        ok &= char_class[(unsigned char)s[i]];
+    return ok == bit;
 }
 
 static char lower(char c)
@@ -56,15 +72,9 @@ bool cg_apikey_parse(const char *t, size_t len, struct cg_apikey_parts *out)
     const char *secret = key + CG_APIKEY_KEY_ID_CHARS + 1;
     if (tenant[32] != '_' || key[CG_APIKEY_KEY_ID_CHARS] != '_')
         return false;
-    for (int i = 0; i < 32; i++)
-        if (!is_hex(tenant[i]))
-            return false;
-    for (int i = 0; i < CG_APIKEY_KEY_ID_CHARS; i++)
-        if (!is_hex(key[i]))
-            return false;
-    for (int i = 0; i < CG_APIKEY_SECRET_CHARS; i++)
-        if (!is_b64url(secret[i]))
-            return false;
+    if (!all_of(tenant, 32, HEX) || !all_of(key, CG_APIKEY_KEY_ID_CHARS, HEX) ||
+        !all_of(secret, CG_APIKEY_SECRET_CHARS, B64))
+        return false;
     /* 32 hex digits -> 8-4-4-4-12 */
     int o = 0;
     for (int i = 0; i < 32; i++) {
@@ -86,12 +96,9 @@ bool cg_apikey_format(const char *tenant_id, const char *key_id, const char *sec
         return false;
     if (strlen(key_id) != CG_APIKEY_KEY_ID_CHARS || strlen(secret_b64) != CG_APIKEY_SECRET_CHARS)
         return false;
-    for (int i = 0; i < CG_APIKEY_KEY_ID_CHARS; i++)
-        if (!is_hex(key_id[i]))
-            return false;
-    for (int i = 0; i < CG_APIKEY_SECRET_CHARS; i++)
-        if (!is_b64url(secret_b64[i]))
-            return false;
+    if (!all_of(key_id, CG_APIKEY_KEY_ID_CHARS, HEX) ||
+        !all_of(secret_b64, CG_APIKEY_SECRET_CHARS, B64))
+        return false;
     size_t o = 0;
     memcpy(out, CG_APIKEY_PREFIX, 4);
     o = 4;

@@ -12,16 +12,35 @@
 
 /* ---------------------------------------------------------------- conversions ----- */
 
-/* The Scope message of a path level: the ids down to that level. */
-Ctxguard__V1__Scope *cg_rpc_scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
+/* id in the call's arena: the level above's copy when it is the same (the levels of a path
+ * share their ids), protobuf-c's empty string when empty. */
+static char *id_out(struct cg_rpc_call *call, const char *id, char *above)
+{
+    if (id[0] == '\0')
+        return (char *)protobuf_c_empty_string;
+    if (above != NULL && strcmp(above, id) == 0)
+        return above;
+    return cg_arena_strdup(call->arena, id);
+}
+
+/* The Scope message of a path level, its ids shared with the Scope of the level above when
+ * given (NULL: none). */
+static Ctxguard__V1__Scope *scope_below(struct cg_rpc_call *call, const struct cg_budget_row *row,
+                                        const Ctxguard__V1__Scope *above)
 {
     Ctxguard__V1__Scope *s = NEW(call, Ctxguard__V1__Scope, ctxguard__v1__scope__init);
     if (s == NULL)
         return NULL;
-    s->session_id = cg_arena_strdup(call->arena, row->ids.session_id);
-    s->task_id = cg_arena_strdup(call->arena, row->ids.task_id);
-    s->agent_id = cg_arena_strdup(call->arena, row->ids.agent_id);
+    s->session_id = id_out(call, row->ids.session_id, above ? above->session_id : NULL);
+    s->task_id = id_out(call, row->ids.task_id, above ? above->task_id : NULL);
+    s->agent_id = id_out(call, row->ids.agent_id, above ? above->agent_id : NULL);
     return s->session_id && s->task_id && s->agent_id ? s : NULL;
+}
+
+/* The Scope message of a path level: the ids down to that level. */
+Ctxguard__V1__Scope *cg_rpc_scope_out(struct cg_rpc_call *call, const struct cg_budget_row *row)
+{
+    return scope_below(call, row, NULL);
 }
 
 static Ctxguard__V1__BudgetSettings *settings_out(struct cg_rpc_call *call,
@@ -87,13 +106,15 @@ Ctxguard__V1__Budget *cg_rpc_budget_out(struct cg_rpc_call *call, const struct c
     return b->updated_by_key_id ? b : NULL;
 }
 
-Ctxguard__V1__LevelStatus *cg_rpc_level_status(struct cg_rpc_call *call,
-                                               const struct cg_budget_row *row,
-                                               const struct cg_level_verdict *v)
+/* A level's status, its Scope's ids shared with above (NULL: none). */
+static Ctxguard__V1__LevelStatus *level_below(struct cg_rpc_call *call,
+                                              const struct cg_budget_row *row,
+                                              const struct cg_level_verdict *v,
+                                              const Ctxguard__V1__Scope *above)
 {
     Ctxguard__V1__LevelStatus *l =
         NEW(call, Ctxguard__V1__LevelStatus, ctxguard__v1__level_status__init);
-    if (l == NULL || (l->scope = cg_rpc_scope_out(call, row)) == NULL)
+    if (l == NULL || (l->scope = scope_below(call, row, above)) == NULL)
         return NULL;
     l->level = (Ctxguard__V1__ScopeLevel)row->level;
     l->has_budget = row->has_budget;
@@ -117,6 +138,13 @@ Ctxguard__V1__LevelStatus *cg_rpc_level_status(struct cg_rpc_call *call,
     return l;
 }
 
+Ctxguard__V1__LevelStatus *cg_rpc_level_status(struct cg_rpc_call *call,
+                                               const struct cg_budget_row *row,
+                                               const struct cg_level_verdict *v)
+{
+    return level_below(call, row, v, NULL);
+}
+
 /* levels[] and their count for a reply, from rows and a result. */
 cg_status cg_rpc_levels_out(struct cg_rpc_call *call, const struct cg_budget_row *rows, int n,
                             const struct cg_budget_result *r, Ctxguard__V1__LevelStatus ***out,
@@ -126,7 +154,8 @@ cg_status cg_rpc_levels_out(struct cg_rpc_call *call, const struct cg_budget_row
     if (*out == NULL)
         return OOM(call);
     for (int i = 0; i < n; i++)
-        if (((*out)[i] = cg_rpc_level_status(call, &rows[i], &r->levels[i])) == NULL)
+        if (((*out)[i] = level_below(call, &rows[i], &r->levels[i],
+                                     i > 0 ? (*out)[i - 1]->scope : NULL)) == NULL)
             return OOM(call);
     *nout = (size_t)n;
     return CG_OK;
