@@ -258,6 +258,7 @@ struct batch {
     int n;
     struct part parts[CG_BATCH_MAX];
     int nparts;
+    struct cg_store_rows written[CG_BATCH_MAX]; /* the parts' rows for the caches */
     struct cg_scope_ids keys[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
     const char *key_tenant[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
     struct cg_budget_row rowbuf[CG_BATCH_MAX * CG_PATH_ROWS_MAX];
@@ -774,6 +775,7 @@ static cg_status decide_and_write(const struct cg_svc_env *env, struct batch *b,
     cg_svc_meters_batch(env->meters, env->metrics_slot, t.n_new + t.n_settle);
     for (int k = 0; k < t.n_settle; k++)
         cg_svc_meters_usage(env->meters, env->metrics_slot, &b->ledger[k].usage);
+    int nwritten = 0;
     for (int k = 0; k < b->nparts; k++) {
         const struct part *p = &b->parts[k];
         if (p->ncnt == 0)
@@ -781,10 +783,13 @@ static cg_status decide_and_write(const struct cg_svc_env *env, struct batch *b,
         /* The trigger bumped the row_version of each parent whose allocated_tokens it
          * moved (allocated_tokens itself was mirrored item by item). */
         cg_store_alloc_mirror(b->counters + p->cnt, p->ncnt, b->share0 + p->cnt, false);
-        /* The caches of CheckBudget learn the rows as committed (new row_version). */
-        cg_cache_written(env, p->group->tenant_id, b->counters + p->cnt, p->ncnt);
+        b->written[nwritten++] =
+            (struct cg_store_rows){p->group->tenant_id, b->counters + p->cnt, p->ncnt};
         calibrate(env, p, b);
     }
+    /* The caches of CheckBudget learn the rows as committed (new row_version): every
+     * tenant's path to Redis in one round trip per node. */
+    cg_cache_written_many(env, b->written, nwritten);
     return CG_OK;
 }
 

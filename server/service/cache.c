@@ -914,15 +914,30 @@ void cg_cache_stats(const struct cg_cache *cache, struct cg_cache_stats *out)
 void cg_cache_written(const struct cg_svc_env *env, const char *tenant_id,
                       const struct cg_budget_row *rows, int n)
 {
-    if (env == NULL || rows == NULL || n < 1)
+    struct cg_store_rows set = {tenant_id, rows, n};
+    cg_cache_written_many(env, &set, 1);
+}
+
+void cg_cache_written_many(const struct cg_svc_env *env, const struct cg_store_rows *sets, int n)
+{
+    if (env == NULL || sets == NULL || n < 1)
         return;
-    (void)cg_cache_rows_put(env->cache, tenant_id, rows, n, cg_cache_ticket(env->cache),
-                            cg_mono_ms());
-    /* A batch of more rows than one path is not written to Redis (one round trip per path
-     * would cost the write path more than the reads it saves): the other replicas, told
-     * the new versions on cg_rows, refuse Redis's older rows and read PostgreSQL. */
-    if (env->store != NULL && n <= CG_PATH_ROWS_MAX)
-        cg_store_cache_rows_put(env->store, tenant_id, rows, n, -1);
+    struct cg_store_rows *paths = malloc((size_t)n * sizeof *paths);
+    int npaths = 0;
+    for (int i = 0; i < n; i++) {
+        if (sets[i].rows == NULL || sets[i].n < 1)
+            continue;
+        (void)cg_cache_rows_put(env->cache, sets[i].tenant_id, sets[i].rows, sets[i].n,
+                                cg_cache_ticket(env->cache), cg_mono_ms());
+        /* A set of more rows than one path is not written to Redis (one round trip per path
+         * would cost the write path more than the reads it saves): the other replicas, told
+         * the new versions on cg_rows, refuse Redis's older rows and read PostgreSQL. */
+        if (paths != NULL && sets[i].n <= CG_PATH_ROWS_MAX)
+            paths[npaths++] = sets[i];
+    }
+    if (env->store != NULL && npaths > 0)
+        cg_store_cache_rows_put_many(env->store, paths, npaths);
+    free(paths);
 }
 
 void cg_cache_dropped(const struct cg_svc_env *env, const char *tenant_id)

@@ -216,6 +216,10 @@ void cg_cache_stats(const struct cg_cache *cache, struct cg_cache_stats *out);
 void cg_cache_written(const struct cg_svc_env *env, const char *tenant_id,
                       const struct cg_budget_row *rows, int n);
 
+/* cg_cache_written of every set of sets[0..n) (one per tenant of a batch), the paths among
+ * them going to Redis together: one round trip to each Redis node, not one per tenant. */
+void cg_cache_written_many(const struct cg_svc_env *env, const struct cg_store_rows *sets, int n);
+
 /* For committed writes that do not have their rows at hand (the sweeper's resets, CloseScope,
  * ResolveApproval): drops every cached row of the tenant, here and in Redis, and
  * announces it on cg_rows (every replica drops the tenant's rows). */

@@ -589,6 +589,22 @@ void cg_store_cache_rows_put(struct cg_store *store, const char *tenant_id,
     cg_redis_rows_put(store->redis, id, rows, n, fill_gen);
 }
 
+void cg_store_cache_rows_put_many(struct cg_store *store, const struct cg_store_rows *sets, int n)
+{
+    if (store->redis == NULL || n < 1)
+        return;
+    struct cg_redis_rows *out = malloc((size_t)n * sizeof *out);
+    char(*ids)[CG_UUID_LEN + 1] = malloc((size_t)n * sizeof *ids);
+    int m = 0;
+    for (int i = 0; out != NULL && ids != NULL && i < n; i++)
+        if (cg__store_normalize_uuid(sets[i].tenant_id, ids[m]))
+            out[m] = (struct cg_redis_rows){ids[m], sets[i].rows, sets[i].n}, m++;
+    if (m > 0)
+        cg_redis_rows_put_many(store->redis, out, m);
+    free(out);
+    free(ids);
+}
+
 void cg_store_cache_tenant_drop(struct cg_store *store, const char *tenant_id)
 {
     char id[CG_UUID_LEN + 1];

@@ -715,6 +715,17 @@ bool cg_store_cache_path_get(struct cg_store *store, const char *tenant_id,
 void cg_store_cache_rows_put(struct cg_store *store, const char *tenant_id,
                              const struct cg_budget_row *rows, int n, int64_t fill_gen);
 
+/* The rows of one tenant's path (1..4) as a committed write left them. */
+struct cg_store_rows {
+    const char *tenant_id;
+    const struct cg_budget_row *rows;
+    int n;
+};
+
+/* cg_store_cache_rows_put (fill_gen -1) of each set of sets[0..n), with one round trip to
+ * each Redis node for all of them (a batch's paths). */
+void cg_store_cache_rows_put_many(struct cg_store *store, const struct cg_store_rows *sets, int n);
+
 /* Invalidates every cached row of the tenant (for writes that do not know their rows). */
 void cg_store_cache_tenant_drop(struct cg_store *store, const char *tenant_id);
 

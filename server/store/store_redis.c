@@ -614,25 +614,31 @@ bool cg_redis_path_get(struct cg_redis *redis, const char *tenant_id,
     return hit;
 }
 
-void cg_redis_rows_put(struct cg_redis *redis, const char *tenant_id,
-                       const struct cg_budget_row *rows, int n, int64_t fill_gen)
-{
-    if (n < 1 || n > 4)
-        return;
+/* One EVAL of rows_put_script, its arguments built in place. */
+struct rows_put {
     char keys[5][ROW_KEY_MAX];
     char versions[4][24];
     char texts[4][CG_REDIS_ROW_TEXT_MAX];
     char ttl[16], fill[24], nkeys[16];
     const char *argv[3 + 5 + 2 + 8];
     size_t lens[3 + 5 + 2 + 8];
+    int argc;
+    int count; /* rows in it */
+};
+
+/* Builds the EVAL that stores rows[0..n) of tenant_id; false when there is nothing to store
+ * (no row with a row_version, or a name that does not fit). */
+static bool rows_put_build(struct rows_put *c, const char *tenant_id,
+                           const struct cg_budget_row *rows, int n, int64_t fill_gen)
+{
     int k = 0, count = 0;
-    if (!gen_key_name(tenant_id, keys[0], sizeof keys[0]))
-        return;
+    if (n < 1 || n > 4 || !gen_key_name(tenant_id, c->keys[0], sizeof c->keys[0]))
+        return false;
     const char *row_args[8];
     size_t row_lens[8];
     for (int i = 0; i < n; i++) {
         if (rows[i].row_version <= 0 ||
-            !row_key_name(tenant_id, &rows[i].ids, keys[count + 1], sizeof keys[count + 1]))
+            !row_key_name(tenant_id, &rows[i].ids, c->keys[count + 1], sizeof c->keys[count + 1]))
             continue;
         char full[CG_REDIS_ROW_TEXT_MAX];
         size_t len = cg_redis_row_encode(&rows[i], 0, full, sizeof full);
@@ -640,32 +646,70 @@ void cg_redis_rows_put(struct cg_redis *redis, const char *tenant_id,
         rest = rest ? strchr(rest + 1, ' ') : NULL; /* past "<row_version> <generation>" */
         if (rest == NULL)
             continue;
-        snprintf(versions[count], sizeof versions[count], "%lld", (long long)rows[i].row_version);
+        snprintf(c->versions[count], sizeof c->versions[count], "%lld",
+                 (long long)rows[i].row_version);
         size_t rest_len = len - (size_t)(rest + 1 - full);
-        memcpy(texts[count], rest + 1, rest_len);
-        row_args[2 * count] = versions[count];
-        row_lens[2 * count] = strlen(versions[count]);
-        row_args[2 * count + 1] = texts[count];
+        memcpy(c->texts[count], rest + 1, rest_len);
+        row_args[2 * count] = c->versions[count];
+        row_lens[2 * count] = strlen(c->versions[count]);
+        row_args[2 * count + 1] = c->texts[count];
         row_lens[2 * count + 1] = rest_len;
         count++;
     }
     if (count == 0)
-        return;
-    snprintf(ttl, sizeof ttl, "%d", CG_REDIS_ROW_TTL_MS);
-    snprintf(fill, sizeof fill, "%lld", (long long)(fill_gen < 0 ? -1 : fill_gen));
-    snprintf(nkeys, sizeof nkeys, "%d", count + 1);
-    argv[k] = "EVAL", lens[k++] = 4;
-    argv[k] = rows_put_script, lens[k++] = sizeof rows_put_script - 1;
-    argv[k] = nkeys, lens[k++] = strlen(nkeys);
+        return false;
+    snprintf(c->ttl, sizeof c->ttl, "%d", CG_REDIS_ROW_TTL_MS);
+    snprintf(c->fill, sizeof c->fill, "%lld", (long long)(fill_gen < 0 ? -1 : fill_gen));
+    snprintf(c->nkeys, sizeof c->nkeys, "%d", count + 1);
+    c->argv[k] = "EVAL", c->lens[k++] = 4;
+    c->argv[k] = rows_put_script, c->lens[k++] = sizeof rows_put_script - 1;
+    c->argv[k] = c->nkeys, c->lens[k++] = strlen(c->nkeys);
     for (int i = 0; i <= count; i++)
-        argv[k] = keys[i], lens[k++] = strlen(keys[i]);
-    argv[k] = ttl, lens[k++] = strlen(ttl);
-    argv[k] = fill, lens[k++] = strlen(fill);
+        c->argv[k] = c->keys[i], c->lens[k++] = strlen(c->keys[i]);
+    c->argv[k] = c->ttl, c->lens[k++] = strlen(c->ttl);
+    c->argv[k] = c->fill, c->lens[k++] = strlen(c->fill);
     for (int i = 0; i < 2 * count; i++)
-        argv[k] = row_args[i], lens[k++] = row_lens[i];
-    redisReply *reply = cg__redis_command(redis, "EVAL", k, argv, lens, 3, count + 1);
+        c->argv[k] = row_args[i], c->lens[k++] = row_lens[i];
+    c->argc = k;
+    c->count = count;
+    return true;
+}
+
+void cg_redis_rows_put(struct cg_redis *redis, const char *tenant_id,
+                       const struct cg_budget_row *rows, int n, int64_t fill_gen)
+{
+    struct rows_put c;
+    if (!rows_put_build(&c, tenant_id, rows, n, fill_gen))
+        return;
+    redisReply *reply = cg__redis_command(redis, "EVAL", c.argc, c.argv, c.lens, 3, c.count + 1);
     if (reply != NULL)
         freeReplyObject(reply);
+}
+
+void cg_redis_rows_put_many(struct cg_redis *redis, const struct cg_redis_rows *sets, int n)
+{
+    if (n < 1)
+        return;
+    struct rows_put *builds = malloc((size_t)n * sizeof *builds);
+    struct cg__redis_cmd *cmds = malloc((size_t)n * sizeof *cmds);
+    redisReply **replies = malloc((size_t)n * sizeof *replies);
+    int m = 0;
+    for (int i = 0; builds != NULL && cmds != NULL && replies != NULL && i < n; i++) {
+        if (!rows_put_build(&builds[m], sets[i].tenant_id, sets[i].rows, sets[i].n, -1))
+            continue;
+        cmds[m] = (struct cg__redis_cmd){builds[m].argc, builds[m].argv, builds[m].lens, 3,
+                                         builds[m].count + 1};
+        m++;
+    }
+    if (m > 0) {
+        cg__redis_commands(redis, "EVAL", m, cmds, replies);
+        for (int i = 0; i < m; i++)
+            if (replies[i] != NULL)
+                freeReplyObject(replies[i]);
+    }
+    free(builds);
+    free(cmds);
+    free(replies);
 }
 
 bool cg_redis_tenant_bump(struct cg_redis *redis, const char *tenant_id)

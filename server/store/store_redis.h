@@ -143,6 +143,17 @@ bool cg_redis_path_get(struct cg_redis *redis, const char *tenant_id,
 void cg_redis_rows_put(struct cg_redis *redis, const char *tenant_id,
                        const struct cg_budget_row *rows, int n, int64_t fill_gen);
 
+/* The rows of one tenant's path as a committed write left them (1..4 rows). */
+struct cg_redis_rows {
+    const char *tenant_id;
+    const struct cg_budget_row *rows;
+    int n;
+};
+
+/* cg_redis_rows_put of each set of sets[0..n) (fill_gen -1: committed writes), the sets of
+ * one node in one round trip (a pipeline). Best effort. */
+void cg_redis_rows_put_many(struct cg_redis *redis, const struct cg_redis_rows *sets, int n);
+
 /* Invalidates every cached row of the tenant (its generation + 1). Best effort: returns
  * whether Redis confirmed it. */
 bool cg_redis_tenant_bump(struct cg_redis *redis, const char *tenant_id);

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -215,4 +216,128 @@ redisReply *cg__redis_command(struct cg_redis *r, const char *what, int argc, co
     }
     pipe_guard_leave(&guard);
     return reply;
+}
+
+/* ------------------------------------------------------------------ pipelines --- */
+
+/* The replies of cmds[idx[0..count)] read from node n in one round trip, taken as
+ * standalone_command and cluster_command take a reply: an answer is kept; an error reply
+ * is a miss (on a standalone Redis the first one fails the node, as there); a redirection
+ * is run again alone by cluster_command, which follows it. again: room for count indexes. */
+static void pipeline_replies(struct cg_redis *r, struct cg__redis_node *n, const char *what,
+                             const struct cg__redis_cmd *cmds, const int *idx, int count,
+                             const int *slots, int *again, redisReply **replies)
+{
+    bool cluster = r->topology == CG__REDIS_CLUSTER, answered = false, failed = false;
+    int nagain = 0;
+    for (int k = 0; k < count; k++) {
+        redisReply *reply = replies[idx[k]];
+        if (reply == NULL)
+            continue;
+        if (reply->type != REDIS_REPLY_ERROR) {
+            answered = true;
+            continue;
+        }
+        replies[idx[k]] = NULL;
+        struct cg_keyslot_redirect to;
+        if (cluster &&
+            cg_keyslot_redirect_parse(reply->str, reply->len, &to) != CG_KEYSLOT_NOT_REDIRECT) {
+            freeReplyObject(reply);
+            answered = true;
+            again[nagain++] = idx[k];
+        } else if (cluster) {
+            cluster_error(r, n, what, reply);
+        } else if (!failed) {
+            cg__redis_node_fail_reply(r, n, what, reply);
+            failed = true;
+        } else {
+            freeReplyObject(reply);
+        }
+    }
+    if (answered && !failed)
+        cg__redis_node_answered(r, n);
+    /* n is not used from here: following a redirection may add a node, which may move the
+     * table it is in. */
+    for (int k = 0; k < nagain; k++) {
+        const struct cg__redis_cmd *c = &cmds[again[k]];
+        replies[again[k]] = cluster_command(r, slots[again[k]], what, c->argc, c->argv, c->lens);
+    }
+}
+
+/* The node that serves slot (a standalone Redis: the seed), or NULL (a cluster with no node
+ * known for it: the map is read again before the next command). */
+static struct cg__redis_node *node_of(struct cg_redis *r, int slot)
+{
+    if (r->topology != CG__REDIS_CLUSTER)
+        return &r->seed;
+    int node = (int)r->slot_node[slot] - 1;
+    if (node >= 0 && node < r->nnodes)
+        return &r->nodes[node];
+    cg_log(CG_LOG_DEBUG, MOD, NULL, "redis cluster: no node serves slot %d (a miss)", slot);
+    r->ok = false;
+    r->map_stale = true;
+    return NULL;
+}
+
+/* Runs the routed commands (slots[i] >= 0) node by node, in the order of each node's first
+ * command: one round trip each. The node of a command is looked up when its turn comes, so
+ * that a map read again meanwhile (after a redirection) is followed. scratch: 2n ints. */
+static void pipeline_by_node(struct cg_redis *r, const char *what, int n,
+                             const struct cg__redis_cmd *cmds, int *slots, int *scratch,
+                             redisReply **replies)
+{
+    int *idx = scratch, *again = scratch + n;
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 0)
+            continue;
+        struct cg__redis_node *target = node_of(r, slots[i]);
+        if (target == NULL) {
+            slots[i] = -1;
+            continue;
+        }
+        int count = 0;
+        for (int j = i; j < n; j++)
+            if (slots[j] >= 0 && node_of(r, slots[j]) == target)
+                idx[count++] = j;
+        if (cg__redis_node_pipeline(r, target, what, cmds, idx, count, replies)) {
+            pipeline_replies(r, target, what, cmds, idx, count, slots, again, replies);
+        } else { /* the node failed: what was read is still an answer or a miss */
+            for (int k = 0; k < count; k++)
+                if (replies[idx[k]] != NULL && replies[idx[k]]->type == REDIS_REPLY_ERROR) {
+                    freeReplyObject(replies[idx[k]]);
+                    replies[idx[k]] = NULL;
+                }
+        }
+        for (int k = 0; k < count; k++) /* done (slots kept until the redirected ran) */
+            slots[idx[k]] = -1;
+    }
+}
+
+void cg__redis_commands(struct cg_redis *r, const char *what, int n,
+                        const struct cg__redis_cmd *cmds, redisReply **replies)
+{
+    for (int i = 0; i < n; i++)
+        replies[i] = NULL;
+    if (!r->addr_valid || n <= 0)
+        return;
+    int *slots = malloc((size_t)n * sizeof *slots);
+    int *scratch = malloc((size_t)n * 2 * sizeof *scratch);
+    struct pipe_guard guard;
+    pipe_guard_enter(&guard);
+    bool routed = slots != NULL && scratch != NULL &&
+                  (r->topology != CG__REDIS_UNKNOWN || topology_detect(r));
+    if (routed && r->topology == CG__REDIS_CLUSTER &&
+        (r->map_stale || cg_mono_ms() >= r->map_due_ms))
+        (void)cg__redis_map_refresh(r); /* on failure the old map goes on */
+    for (int i = 0; routed && i < n; i++) {
+        const struct cg__redis_cmd *c = &cmds[i];
+        slots[i] = keys_slot(c->argv, c->lens, c->first_key, c->nkeys);
+        if (slots[i] < 0)
+            cg_log(CG_LOG_ERROR, MOD, NULL, "bug: the keys of one %s span slots; not sent", what);
+    }
+    if (routed)
+        pipeline_by_node(r, what, n, cmds, slots, scratch, replies);
+    pipe_guard_leave(&guard);
+    free(slots);
+    free(scratch);
 }

@@ -78,6 +78,30 @@ struct cg_redis {
 redisReply *cg__redis_command(struct cg_redis *r, const char *what, int argc, const char **argv,
                               const size_t *lens, int first_key, int nkeys);
 
+/* One command of a pipeline (cg__redis_commands): its arguments and where its keys are, as
+ * for cg__redis_command. */
+struct cg__redis_cmd {
+    int argc;
+    const char **argv;
+    const size_t *lens; /* NULL: argv NUL-terminated */
+    int first_key, nkeys;
+};
+
+/* Runs cmds[0..n) as cg__redis_command would run each, replies[i] getting the reply of
+ * cmds[i] or NULL (a miss), but the commands of one node in one round trip: appended, then
+ * their replies read in order. A command redirected (MOVED, ASK) is run again alone,
+ * following the redirection. */
+void cg__redis_commands(struct cg_redis *r, const char *what, int n,
+                        const struct cg__redis_cmd *cmds, redisReply **replies);
+
+/* Runs the commands cmds[idx[0..n)] on node n in one round trip (connecting it when needed
+ * and not in its back-off), without interpreting the replies: replies[idx[k]] gets each,
+ * error replies too. false after a connection failure, which cg__redis_node_fail has
+ * handled (the replies not read are NULL), or while the node waits out its back-off. */
+bool cg__redis_node_pipeline(struct cg_redis *r, struct cg__redis_node *n, const char *what,
+                             const struct cg__redis_cmd *cmds, const int *idx, int count,
+                             redisReply **replies);
+
 /* Copies [src, src+n) into dst (size cap >= 1), cut to fit, NUL-terminated. */
 void cg__redis_copy_str(char *dst, size_t cap, const char *src, size_t n);
 

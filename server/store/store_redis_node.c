@@ -204,3 +204,35 @@ redisReply *cg__redis_node_exchange(struct cg_redis *r, struct cg__redis_node *n
     }
     return node_send(r, n, what, argc, argv, lens, asking);
 }
+
+bool cg__redis_node_pipeline(struct cg_redis *r, struct cg__redis_node *n, const char *what,
+                             const struct cg__redis_cmd *cmds, const int *idx, int count,
+                             redisReply **replies)
+{
+    if (n->ctx == NULL) {
+        if (cg_mono_ms() < n->next_attempt_ms) {
+            r->ok = false;
+            return false;
+        }
+        if (!node_connect(r, n))
+            return false;
+    }
+    int64_t started = r->seconds != NULL ? cg_mono_ns() : 0;
+    bool ok = true;
+    for (int k = 0; k < count && ok; k++) {
+        const struct cg__redis_cmd *c = &cmds[idx[k]];
+        ok = redisAppendCommandArgv(n->ctx, c->argc, c->argv, c->lens) == REDIS_OK;
+    }
+    for (int k = 0; k < count && ok; k++)
+        ok = redisGetReply(n->ctx, (void **)&replies[idx[k]]) == REDIS_OK;
+    /* One round trip, observed once (ctxguard_store_call_seconds). */
+    if (r->seconds != NULL)
+        cg_metric_observe(r->seconds, r->metrics_slot, (double)(cg_mono_ns() - started) / 1e9);
+    if (!ok) {
+        cg_metric_inc(r->errors, r->metrics_slot);
+        char detail[128];
+        cg__redis_copy_str(detail, sizeof detail, n->ctx->errstr, strlen(n->ctx->errstr));
+        cg__redis_node_fail(r, n, what, detail);
+    }
+    return ok;
+}

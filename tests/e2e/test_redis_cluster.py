@@ -182,6 +182,41 @@ class RedisCluster(cgtest.TestCase):
             self.assertFalse("redis cluster: MOVED" in srv.log_text(), "no redirection")
             self.assertTrue("is a cluster node: routing by slot" in srv.log_text())
 
+    def test_committed_writes_of_many_tenants_reach_every_node(self):
+        """Reserve+Commit of six tenants at once through a: a batch of several tenants
+        puts their paths to Redis in one round trip per node (a pipeline). b, which never
+        read these paths, must then find each one in Redis with the committed usage."""
+        by_node = self.tenants_on_every_node()
+        work = []
+        for tenants in by_node.values():
+            for tenant, md in tenants:
+                work.append((tenant, md, self.new_session(md)))
+        errors = []
+
+        def spend(md, sc):
+            try:
+                for _ in range(5):
+                    r = self.sa.Reserve(B.ReserveRequest(scope=sc, tokens=100,
+                                                         delay_mode=B.DELAY_MODE_RETURN_ONLY),
+                                        metadata=md, timeout=30)
+                    self.sa.Commit(B.CommitRequest(
+                        reservation_id=r.reservation.reservation_id,
+                        usage=common_pb2.TokenUsage(input_tokens=70)), metadata=md, timeout=30)
+            except grpc.RpcError as e:
+                errors.append(e)
+        threads = [threading.Thread(target=spend, args=(md, sc)) for _, md, sc in work]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertEqual(errors, [])
+        for tenant, md, sc in work:
+            r = self.check(self.sb, md, sc)
+            self.assertEqual(r.source, CACHE, f"b found tenant {tenant}'s path in Redis")
+            self.assertEqual(r.levels[-1].used_tokens, 350, "as committed, not as SetBudget "
+                                                            "left it")
+        self.assertNoOutage(self.a, self.b)
+
     def test_a_stopped_node_sends_its_slots_to_postgresql_only(self):
         by_node = self.tenants_on_every_node(per_node=1)
         down = self.cluster.ports[1]

@@ -116,6 +116,76 @@ Test(redis_conn, a_standalone_redis_with_cluster_off_and_on, .init = setup, .fin
     cg_redis_free(r);
 }
 
+Test(redis_conn, a_pipeline_answers_each_command_in_order, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    struct cg_redis *r = cg_redis_new(T.redis_url, 1000);
+    cr_assert(r != NULL);
+    char a[160], b[160], c[160];
+    key_of(a, sizeof a, "pa");
+    key_of(b, sizeof b, "pb");
+    key_of(c, sizeof c, "pc");
+    const char *set_a[] = {"SET", a, "text"}, *incr_a[] = {"INCR", a}, *set_b[] = {"SET", b, "1"};
+    const char *spans[] = {"DEL", a, c}; /* two slots: never sent */
+    const char *set_c[] = {"SET", c, "2"};
+    struct cg__redis_cmd cmds[] = {
+        {3, set_a, NULL, 1, 1}, {2, incr_a, NULL, 1, 1}, {3, spans, NULL, 1, 2},
+        {3, set_b, NULL, 1, 1}, {3, set_c, NULL, 1, 1},
+    };
+    redisReply *replies[5];
+    cg__redis_commands(r, "test", 5, cmds, replies);
+    cr_assert(replies[0] != NULL && replies[0]->type == REDIS_REPLY_STATUS, "SET answered");
+    cr_assert_null(replies[1], "INCR of a text: an error reply is a miss");
+    cr_assert_null(replies[2], "keys of two slots: not sent");
+    cr_assert(replies[3] != NULL && replies[4] != NULL, "the replies after it still read");
+    for (int i = 0; i < 5; i++)
+        if (replies[i] != NULL)
+            freeReplyObject(replies[i]);
+    cr_assert(cg_pgtest_redis_exists(&T, b) && cg_pgtest_redis_exists(&T, c));
+    cg_redis_free(r);
+}
+
+Test(redis_conn, the_rows_of_several_tenants_go_in_one_call, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    struct cg_redis *r = cg_redis_new(T.redis_url, 1000);
+    cr_assert(r != NULL);
+    char tenants[4][CG_UUID_LEN + 1];
+    struct cg_budget_row rows[4][2];
+    struct cg_redis_rows sets[5];
+    memset(rows, 0, sizeof rows);
+    for (int t = 0; t < 4; t++) {
+        snprintf(tenants[t], sizeof tenants[t], "2d3e5c2a-6d5f-4c44-9a5%d-%.12s", t, T.schema + 8);
+        for (int l = 0; l < 2; l++) {
+            struct cg_budget_row *row = &rows[t][l];
+            row->level = l + 1;
+            row->has_budget = true;
+            row->mode = 1;
+            row->on_store_failure = 1;
+            row->reset_period = 1;
+            row->row_version = 10 + t;
+            row->used_tokens = 100 * t + l;
+            if (l == 1)
+                cg_scope_ids_set(&row->ids, "s1", "", "");
+        }
+        sets[t] = (struct cg_redis_rows){tenants[t], rows[t], 2};
+    }
+    sets[4] = (struct cg_redis_rows){tenants[0], rows[0], 0}; /* nothing to put: skipped */
+    cg_redis_rows_put_many(r, sets, 5);
+    for (int t = 0; t < 4; t++) {
+        struct cg_scope_ids ids;
+        cg_scope_ids_set(&ids, "s1", "", "");
+        struct cg_budget_row out[4];
+        int n = 0;
+        int64_t gen = -1;
+        cr_assert(cg_redis_path_get(r, tenants[t], &ids, out, &n, &gen), "tenant %d", t);
+        cr_assert_eq(n, 2);
+        cr_assert_eq(out[1].row_version, 10 + t);
+        cr_assert_eq(out[1].used_tokens, 100 * t + 1);
+    }
+    cg_redis_free(r);
+}
+
 /* ------------------------------------------------------------------ a fake node --- */
 
 /* A cluster node played by the test, on a loopback port: INFO says cluster_enabled:1,
