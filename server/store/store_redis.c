@@ -421,38 +421,98 @@ static bool gen_key_name(const char *tenant_id, char *buf, size_t cap)
     return n > 0 && (size_t)n < cap;
 }
 
+/* The writer of the row's text: appends to buf[0..cap), ok false once it would not fit. Whole
+ * numbers are written by hand (no printf: a row is written after every committed write),
+ * doubles with %.17g (which reads back exactly). */
+struct text_out {
+    char *buf;
+    size_t cap, len;
+    bool ok;
+};
+
+static void out_bytes(struct text_out *o, const char *s, size_t n)
+{
+    if (!o->ok || o->cap - o->len <= n) {
+        o->ok = false;
+        return;
+    }
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+}
+
+/* " v" (no space first when first). */
+static void out_i64(struct text_out *o, int64_t v, bool first)
+{
+    char tmp[24], *p = tmp + sizeof tmp;
+    uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0)
+        *--p = '-';
+    if (!first)
+        *--p = ' ';
+    out_bytes(o, p, (size_t)(tmp + sizeof tmp - p));
+}
+
+static void out_double(struct text_out *o, double v)
+{
+    char tmp[40];
+    int n = snprintf(tmp, sizeof tmp, " %.17g", v);
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        o->ok = false;
+    else
+        out_bytes(o, tmp, (size_t)n);
+}
+
 size_t cg_redis_row_encode(const struct cg_budget_row *row, int64_t gen, char *buf, size_t cap)
 {
-    size_t len = 0;
-#define PUT(...)                                                                                   \
-    do {                                                                                           \
-        int k_ = snprintf(buf + len, cap - len, __VA_ARGS__);                                      \
-        if (k_ < 0 || (size_t)k_ >= cap - len)                                                     \
-            return 0;                                                                              \
-        len += (size_t)k_;                                                                         \
-    } while (0)
-    PUT("%lld %lld %d %d %d %lld %lld %.17g %d %d", (long long)row->row_version, (long long)gen,
-        row->level, row->has_budget ? 1 : 0, row->mode, (long long)row->limit_tokens,
-        (long long)row->limit_cost_micros, row->warning_ratio, row->backpressure_disabled ? 1 : 0,
-        row->ntiers);
-    for (int i = 0; i < row->ntiers && i < CG_TIERS_STORE_MAX; i++)
-        PUT(" %.17g %u", row->tier_ratio[i], (unsigned)row->tier_delay_ms[i]);
-    PUT(" %d %lld %d %u %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %lld %d %lld"
-        " %d %lld %lld %lld %lld %lld =%s\n%s",
-        row->on_store_failure, (long long)row->local_allowance_tokens, row->reset_period,
-        (unsigned)row->reservation_ttl_ms, (long long)row->used_tokens,
-        (long long)row->reserved_tokens, (long long)row->used_cost_micros,
-        (long long)row->reserved_cost_micros, (long long)row->version,
-        (long long)row->created_at_ms, (long long)row->updated_at_ms, (long long)row->closed_at_ms,
-        (long long)row->period_start_ms, (long long)row->next_reset_ms,
-        (unsigned)row->approval_ttl_ms, (long long)row->approved_extra_tokens,
-        row->allocate_from_parent ? 1 : 0, (long long)row->allocated_tokens,
-        row->exclude_cache_read_tokens ? 1 : 0, (long long)row->spent_input_tokens,
-        (long long)row->spent_output_tokens, (long long)row->spent_cache_read_tokens,
-        (long long)row->spent_cache_write_tokens, (long long)row->last_activity_ms,
-        row->updated_by_key_id, row->description);
-#undef PUT
-    return len;
+    struct text_out o = {buf, cap, 0, cap > 0};
+    out_i64(&o, row->row_version, true);
+    const int64_t head[] = {gen,       row->level,        row->has_budget ? 1 : 0,
+                            row->mode, row->limit_tokens, row->limit_cost_micros};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+        out_i64(&o, head[i], false);
+    out_double(&o, row->warning_ratio);
+    out_i64(&o, row->backpressure_disabled ? 1 : 0, false);
+    out_i64(&o, row->ntiers, false);
+    for (int i = 0; i < row->ntiers && i < CG_TIERS_STORE_MAX; i++) {
+        out_double(&o, row->tier_ratio[i]);
+        out_i64(&o, row->tier_delay_ms[i], false);
+    }
+    const int64_t tail[] = {row->on_store_failure,
+                            row->local_allowance_tokens,
+                            row->reset_period,
+                            row->reservation_ttl_ms,
+                            row->used_tokens,
+                            row->reserved_tokens,
+                            row->used_cost_micros,
+                            row->reserved_cost_micros,
+                            row->version,
+                            row->created_at_ms,
+                            row->updated_at_ms,
+                            row->closed_at_ms,
+                            row->period_start_ms,
+                            row->next_reset_ms,
+                            row->approval_ttl_ms,
+                            row->approved_extra_tokens,
+                            row->allocate_from_parent ? 1 : 0,
+                            row->allocated_tokens,
+                            row->exclude_cache_read_tokens ? 1 : 0,
+                            row->spent_input_tokens,
+                            row->spent_output_tokens,
+                            row->spent_cache_read_tokens,
+                            row->spent_cache_write_tokens,
+                            row->last_activity_ms};
+    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
+        out_i64(&o, tail[i], false);
+    out_bytes(&o, " =", 2);
+    out_bytes(&o, row->updated_by_key_id, strlen(row->updated_by_key_id));
+    out_bytes(&o, "\n", 1);
+    out_bytes(&o, row->description, strlen(row->description));
+    return o.ok ? o.len : 0;
 }
 
 /* A cursor over the cached text (NUL-terminated copy). */
