@@ -228,25 +228,34 @@ static void pipeline_replies(struct cg_redis *r, struct cg__redis_node *n, const
                              const struct cg__redis_cmd *cmds, const int *idx, int count,
                              const int *slots, int *again, redisReply **replies)
 {
+    /* In the replies' order, as one command after the other would have gone: the node
+     * answered (once) until a reply fails it; after that nothing counts it as answering. */
     bool cluster = r->topology == CG__REDIS_CLUSTER, answered = false, failed = false;
     int nagain = 0;
     for (int k = 0; k < count; k++) {
         redisReply *reply = replies[idx[k]];
         if (reply == NULL)
             continue;
-        if (reply->type != REDIS_REPLY_ERROR) {
+        struct cg_keyslot_redirect to;
+        bool error = reply->type == REDIS_REPLY_ERROR;
+        bool redirect =
+            error && cluster &&
+            cg_keyslot_redirect_parse(reply->str, reply->len, &to) != CG_KEYSLOT_NOT_REDIRECT;
+        if (!error || redirect) {
+            if (!answered && !failed)
+                cg__redis_node_answered(r, n);
             answered = true;
+            if (redirect) {
+                replies[idx[k]] = NULL;
+                freeReplyObject(reply);
+                again[nagain++] = idx[k];
+            }
             continue;
         }
         replies[idx[k]] = NULL;
-        struct cg_keyslot_redirect to;
-        if (cluster &&
-            cg_keyslot_redirect_parse(reply->str, reply->len, &to) != CG_KEYSLOT_NOT_REDIRECT) {
-            freeReplyObject(reply);
-            answered = true;
-            again[nagain++] = idx[k];
-        } else if (cluster) {
-            cluster_error(r, n, what, reply);
+        if (cluster) {
+            cluster_error(r, n, what, reply); /* a passing state, or the node fails */
+            failed = failed || n->ctx == NULL;
         } else if (!failed) {
             cg__redis_node_fail_reply(r, n, what, reply);
             failed = true;
@@ -254,8 +263,6 @@ static void pipeline_replies(struct cg_redis *r, struct cg__redis_node *n, const
             freeReplyObject(reply);
         }
     }
-    if (answered && !failed)
-        cg__redis_node_answered(r, n);
     /* n is not used from here: following a redirection may add a node, which may move the
      * table it is in. */
     for (int k = 0; k < nagain; k++) {
