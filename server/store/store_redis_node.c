@@ -90,6 +90,14 @@ void cg__redis_node_fail_reply(struct cg_redis *r, struct cg__redis_node *n, con
     cg__redis_node_fail(r, n, what, detail);
 }
 
+/* Fails n with the error its hiredis context holds (a failed write or read). */
+static void fail_with_ctx_error(struct cg_redis *r, struct cg__redis_node *n, const char *what)
+{
+    char detail[128];
+    cg__redis_copy_str(detail, sizeof detail, n->ctx->errstr, strlen(n->ctx->errstr));
+    cg__redis_node_fail(r, n, what, detail);
+}
+
 /* node_send without the counting. */
 static redisReply *exchange(struct cg_redis *r, struct cg__redis_node *n, const char *what,
                             int argc, const char **argv, const size_t *lens, bool asking)
@@ -112,11 +120,8 @@ static redisReply *exchange(struct cg_redis *r, struct cg__redis_node *n, const 
     } else {
         reply = redisCommandArgv(n->ctx, argc, argv, lens);
     }
-    if (reply == NULL) {
-        char detail[128];
-        cg__redis_copy_str(detail, sizeof detail, n->ctx->errstr, strlen(n->ctx->errstr));
-        cg__redis_node_fail(r, n, what, detail);
-    }
+    if (reply == NULL)
+        fail_with_ctx_error(r, n, what);
     return reply;
 }
 
@@ -191,32 +196,30 @@ static bool node_connect(struct cg_redis *r, struct cg__redis_node *n)
     return true;
 }
 
+/* Whether n is connected, connecting it when it is not and not in its back-off. */
+static bool node_ready(struct cg_redis *r, struct cg__redis_node *n)
+{
+    if (n->ctx != NULL)
+        return true;
+    if (cg_mono_ms() < n->next_attempt_ms) {
+        r->ok = false;
+        return false;
+    }
+    return node_connect(r, n);
+}
+
 redisReply *cg__redis_node_exchange(struct cg_redis *r, struct cg__redis_node *n, const char *what,
                                     int argc, const char **argv, const size_t *lens, bool asking)
 {
-    if (n->ctx == NULL) {
-        if (cg_mono_ms() < n->next_attempt_ms) {
-            r->ok = false;
-            return NULL;
-        }
-        if (!node_connect(r, n))
-            return NULL;
-    }
-    return node_send(r, n, what, argc, argv, lens, asking);
+    return node_ready(r, n) ? node_send(r, n, what, argc, argv, lens, asking) : NULL;
 }
 
 bool cg__redis_node_pipeline(struct cg_redis *r, struct cg__redis_node *n, const char *what,
                              const struct cg__redis_cmd *cmds, const int *idx, int count,
                              redisReply **replies)
 {
-    if (n->ctx == NULL) {
-        if (cg_mono_ms() < n->next_attempt_ms) {
-            r->ok = false;
-            return false;
-        }
-        if (!node_connect(r, n))
-            return false;
-    }
+    if (!node_ready(r, n))
+        return false;
     int64_t started = r->seconds != NULL ? cg_mono_ns() : 0;
     bool ok = true;
     for (int k = 0; k < count && ok; k++) {
@@ -230,9 +233,7 @@ bool cg__redis_node_pipeline(struct cg_redis *r, struct cg__redis_node *n, const
         cg_metric_observe(r->seconds, r->metrics_slot, (double)(cg_mono_ns() - started) / 1e9);
     if (!ok) {
         cg_metric_inc(r->errors, r->metrics_slot);
-        char detail[128];
-        cg__redis_copy_str(detail, sizeof detail, n->ctx->errstr, strlen(n->ctx->errstr));
-        cg__redis_node_fail(r, n, what, detail);
+        fail_with_ctx_error(r, n, what);
     }
     return ok;
 }
