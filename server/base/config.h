@@ -65,7 +65,10 @@
        "how long one PostgreSQL probe may take; no answer by then is NOT_SERVING (a frozen "       \
        "PostgreSQL is seen within health_interval_ms + health_timeout_ms)")                        \
     XX(sweep_interval_ms, INT, "2000", 100, 600000, NULL,                                          \
-       "how often expired reservations are returned and due budget resets applied")                \
+       "how often expired reservations and approvals are settled and due budget resets applied")   \
+    XX(retention_interval_ms, INT, "60000", 100, 86400000, NULL,                                   \
+       "how often old events, spend history, webhook deliveries and idle sessions are deleted "    \
+       "(a walk over every tenant, a page of tenants per statement)")                              \
     XX(notify_interval_ms, INT, "500", 50, 60000, NULL,                                            \
        "how often each replica's notifier looks for due webhook deliveries")                       \
     XX(notify_threads, INT, "2", 1, 16, NULL,                                                      \

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,12 @@ struct cg_pool *cg_pool_new(const struct cg_pool_opts *opts, struct cg_err *err)
             return NULL;
         }
         p->started++;
+        if (opts->name != NULL) {
+            char name[48];
+            snprintf(name, sizeof name, "%.24s-%d", opts->name, i);
+            name[15] = '\0'; /* the kernel keeps 15 bytes */
+            pthread_setname_np(w->thread, name);
+        }
     }
     return p;
 }

@@ -25,6 +25,7 @@ struct cg_pool_opts {
     void *(*thread_init)(void *arg, int index); /* NULL result stops the pool's creation */
     void (*thread_cleanup)(void *thread_ctx);
     void *arg;
+    const char *name; /* thread names are "<name>-<index>" (top -H, perf); NULL: unnamed */
 };
 
 struct cg_pool;

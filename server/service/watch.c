@@ -71,6 +71,7 @@ struct cg_watch_hub {
     struct cg_event_notice notices[NOTICES_MAX];
     struct cg_event fetched[FETCH_MAX];
     struct cg_event_want wants[NOTICES_MAX];
+    int order[NOTICES_MAX]; /* the step's notices by tenant, scope and sequence number */
     char tenants[FEEDS_MAX][CG_UUID_LEN + 1];
 };
 
@@ -165,6 +166,23 @@ static bool ids_equal(const struct cg_scope_ids *a, const struct cg_scope_ids *b
 {
     return strcmp(a->session_id, b->session_id) == 0 && strcmp(a->task_id, b->task_id) == 0 &&
            strcmp(a->agent_id, b->agent_id) == 0;
+}
+
+/* qsort_r order of notice indexes (arg: the notices): tenant, scope, sequence number. */
+static int notice_order(const void *x, const void *y, void *arg)
+{
+    const struct cg_event_notice *notices = arg;
+    const struct cg_event_notice *a = &notices[*(const int *)x], *b = &notices[*(const int *)y];
+    int c = strcmp(a->tenant_id, b->tenant_id);
+    if (c == 0)
+        c = strcmp(a->ids.session_id, b->ids.session_id);
+    if (c == 0)
+        c = strcmp(a->ids.task_id, b->ids.task_id);
+    if (c == 0)
+        c = strcmp(a->ids.agent_id, b->ids.agent_id);
+    if (c == 0)
+        c = (a->seq > b->seq) - (a->seq < b->seq);
+    return c;
 }
 
 /* The slot of ids in f's scope table (used or the free one where it goes). When the table
@@ -309,38 +327,36 @@ bool cg_events_step(const struct cg_svc_env *env, struct cg_store_listener *list
         for (int i = 0; i < nt && st == CG_OK; i++)
             st = fetch_into_feed(hub, listener, hub->tenants[i], NULL, 0, since, fetched, &err);
     }
-    /* The announced events, grouped by tenant: one read per tenant and step. */
-    bool done[NOTICES_MAX] = {false};
-    for (int i = 0; i < count && st == CG_OK; i++) {
-        if (done[i])
-            continue;
+    /* The announced events, grouped by tenant (one read per watched tenant and step) and
+     * by scope (one range of sequence numbers per scope): sorted, so that a step of many
+     * tenants' notices costs n log n, not n squared. */
+    int *order = hub->order;
+    for (int i = 0; i < count; i++)
+        order[i] = i;
+    qsort_r(order, (size_t)count, sizeof *order, notice_order, notices);
+    for (int i = 0; i < count && st == CG_OK;) {
+        const char *tenant = notices[order[i]].tenant_id;
+        int end = i + 1;
+        while (end < count && strcmp(notices[order[end]].tenant_id, tenant) == 0)
+            end++;
         pthread_mutex_lock(&hub->lock);
-        bool watched = feed_find(hub, notices[i].tenant_id) != NULL;
+        bool watched = feed_find(hub, tenant) != NULL;
         pthread_mutex_unlock(&hub->lock);
         int nw = 0;
-        for (int j = i; j < count; j++) {
-            if (done[j] || strcmp(notices[j].tenant_id, notices[i].tenant_id) != 0)
+        for (int j = i; watched && j < end; j++) {
+            const struct cg_event_notice *n = &notices[order[j]];
+            if (nw > 0 && ids_equal(&wants[nw - 1].ids, &n->ids)) {
+                wants[nw - 1].upto_seq = n->seq; /* sorted by seq within the scope */
                 continue;
-            done[j] = true;
-            if (!watched)
-                continue;
-            int k = 0;
-            while (k < nw && !ids_equal(&wants[k].ids, &notices[j].ids))
-                k++;
-            if (k == nw) {
-                wants[nw].ids = notices[j].ids;
-                wants[nw].after_seq = notices[j].seq - 1;
-                wants[nw].upto_seq = notices[j].seq;
-                nw++;
-            } else {
-                if (notices[j].seq - 1 < wants[k].after_seq)
-                    wants[k].after_seq = notices[j].seq - 1;
-                if (notices[j].seq > wants[k].upto_seq)
-                    wants[k].upto_seq = notices[j].seq;
             }
+            wants[nw].ids = n->ids;
+            wants[nw].after_seq = n->seq - 1;
+            wants[nw].upto_seq = n->seq;
+            nw++;
         }
         if (nw > 0)
-            st = fetch_into_feed(hub, listener, notices[i].tenant_id, wants, nw, 0, fetched, &err);
+            st = fetch_into_feed(hub, listener, tenant, wants, nw, 0, fetched, &err);
+        i = end;
     }
     if (st == CG_OK)
         hub->listen_ok_ms = cg_wall_ms();

@@ -44,6 +44,21 @@ bool cg__store_normalize_uuid(const char *s, char out[CG_UUID_LEN + 1])
     return true;
 }
 
+bool cg__store_uuid_is_canonical(const char *s)
+{
+    if (s == NULL)
+        return false;
+    for (int i = 0; i < CG_UUID_LEN; i++) {
+        unsigned char c = (unsigned char)s[i]; /* a NUL before the end fails here */
+        bool ok = (i == 8 || i == 13 || i == 18 || i == 23)
+                      ? c == '-'
+                      : (unsigned)(c - '0') < 10u || (unsigned)(c - 'a') < 6u;
+        if (!ok)
+            return false;
+    }
+    return s[CG_UUID_LEN] == '\0';
+}
+
 bool cg__store_key_id_valid(const char *s)
 {
     if (s == NULL)
@@ -519,6 +534,36 @@ cg_status cg__store_open_call(struct cg_store *store, const char *tenant_id,
         return cg__store_deadline_exceeded(err);
     if (tenant_id == NULL || !cg__store_normalize_uuid(tenant_id, id))
         return cg_err_setr(err, CG_NOT_FOUND, CG_ERR_TENANT_NOT_FOUND, "tenant_id: no such tenant");
+    return CG_OK;
+}
+
+cg_status cg__store_open_page(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
+                              int n, char **array, struct cg_err *err)
+{
+    *array = NULL;
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    if (tenant_ids == NULL || n < 1 || n > CG_STORE_PAGE_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "tenant_ids: must be 1..%d ids",
+                          CG_STORE_PAGE_MAX);
+    /* "{" id ("," id)* "}": uuids need no quoting. */
+    char *a = malloc((size_t)n * (CG_UUID_LEN + 1) + 2);
+    if (a == NULL)
+        return cg_err_set(err, CG_RESOURCE_EXHAUSTED, "out of memory");
+    char *p = a;
+    *p++ = '{';
+    for (int i = 0; i < n; i++) {
+        if (i > 0)
+            *p++ = ',';
+        if (!cg__store_normalize_uuid(tenant_ids[i], p)) {
+            free(a);
+            return cg_err_set(err, CG_INVALID_ARGUMENT, "tenant_ids[%d]: not a tenant id", i);
+        }
+        p += CG_UUID_LEN;
+    }
+    *p++ = '}';
+    *p = '\0';
+    *array = a;
     return CG_OK;
 }
 

@@ -769,9 +769,12 @@ void cg_store_tenant_announce(struct cg_store *store, const char *tenant_id);
 #define CG_SWEEP_BATCH_MAX 1000
 
 /* What a tenant has due at some time. */
+/* A tenant with work due for the sweeper (cg_store_sweep_due). */
 struct cg_sweep_due {
-    bool reset;   /* its budget's next reset is at or before now */
-    bool expired; /* it has an ACTIVE reservation whose expiry is at or before now */
+    char tenant_id[CG_UUID_LEN + 1];
+    bool reset;     /* its budget's next reset is at or before now */
+    bool expired;   /* it has an ACTIVE reservation whose expiry is at or before now */
+    bool approvals; /* it has a PENDING approval whose expiry is at or before now */
 };
 
 /* Tenant ids in id order after after_id ("" or NULL: from the first), up to limit
@@ -782,11 +785,16 @@ cg_status cg_store_sweep_tenants(struct cg_store *store, const char *after_id, i
                                  char (*ids)[CG_UUID_LEN + 1], int *count,
                                  struct cg_err *err) CG_MUST_CHECK;
 
-/* Whether the tenant has a reset or expired reservations due at now_ms (unix ms). One
- * statement of two index lookups (the tenant row's key, reservations_expiry), no lock.
- * A tenant that does not exist (or an id that is not a UUID) has nothing due. */
-cg_status cg_store_sweep_due(struct cg_store *store, const char *tenant_id, int64_t now_ms,
-                             struct cg_sweep_due *out, struct cg_err *err) CG_MUST_CHECK;
+/* The tenants with sweeper work due at now_ms (unix ms), whatever their number: a reset of
+ * the tenant budget, an expired ACTIVE reservation, an expired PENDING approval. Each kind
+ * is read through an index of its own, soonest due first, up to limit (1..CG_STORE_PAGE_MAX,
+ * else CG_INVALID_ARGUMENT naming limit) rows (migrations/0026_sweep_due.sql: a pass costs
+ * what is due, not what exists); out (room for limit) gets the distinct tenants of those
+ * rows in id order, *count how many, and *more whether a kind had more rows due than limit
+ * (a next call finds the rest once these are settled). One statement, no lock. */
+cg_status cg_store_sweep_due(struct cg_store *store, int64_t now_ms, int limit,
+                             struct cg_sweep_due *out, int *count, bool *more,
+                             struct cg_err *err) CG_MUST_CHECK;
 
 /* In a transaction of its own: applies the tenant budget's reset when it is due at now_ms
  * (a conditional update of the tenant row, which waits for a transaction holding its
@@ -1042,10 +1050,11 @@ cg_status cg_store_forecast_rearm(struct cg_store *store, const char *tenant_id,
                                   const struct cg_scope_ids *under, int n, int *rearmed,
                                   struct cg_err *err) CG_MUST_CHECK;
 
-/* Deletes up to limit buckets of tenant_id older than before_ms[r - 1] at each resolution r
- * (0: keep that resolution); *deleted gets how many. */
-cg_status cg_store_rollups_expire(struct cg_store *store, const char *tenant_id,
-                                  const int64_t before_ms[CG_ROLLUP_RESOLUTIONS], int limit,
+/* Deletes up to limit buckets of the n tenants of tenant_ids (a page of the sweeper)
+ * older than before_ms[r - 1] at each resolution r (0: keep that resolution); *deleted
+ * gets how many (limit at a resolution: more may be left there). */
+cg_status cg_store_rollups_expire(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
+                                  int n, const int64_t before_ms[CG_ROLLUP_RESOLUTIONS], int limit,
                                   int *deleted, struct cg_err *err) CG_MUST_CHECK;
 
 /* --- approvals ------------------------------------------------------------------------ *
@@ -1280,10 +1289,12 @@ cg_status cg_store_event_seq(struct cg_store *store, const char *tenant_id,
                              const struct cg_scope_ids *ids, int64_t *seq,
                              struct cg_err *err) CG_MUST_CHECK;
 
-/* Deletes up to limit (1..100000) of the tenant's events that occurred before before_ms
- * (unix ms); *deleted gets how many. One statement, outside a transaction. */
-cg_status cg_store_events_expire(struct cg_store *store, const char *tenant_id, int64_t before_ms,
-                                 int limit, int *deleted, struct cg_err *err) CG_MUST_CHECK;
+/* Deletes up to limit (1..100000) of the events of the n tenants of tenant_ids (a page of
+ * the sweeper: cg__store_open_page) that occurred before before_ms (unix ms); *deleted gets
+ * how many (limit: more may be left). One statement, outside a transaction. */
+cg_status cg_store_events_expire(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
+                                 int n, int64_t before_ms, int limit, int *deleted,
+                                 struct cg_err *err) CG_MUST_CHECK;
 
 /* A LISTEN connection of its own (one per server process), for the events' delivery
  * thread. Not thread-safe: one thread uses it. */

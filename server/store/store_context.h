@@ -178,10 +178,12 @@ cg_status cg_store_ctx_session_delete(struct cg_store *store, const char *tenant
                                       const char *session_id, const struct cg_audit *audit,
                                       struct cg_ctx_deleted *out, struct cg_err *err) CG_MUST_CHECK;
 
-/* One statement: deletes up to limit of the tenant's sessions that nobody saved for the
- * tenant's history_retention_days before now_ms (nothing when that is 0), whole, as
- * cg_store_ctx_session_delete; *deleted gets how many sessions (limit: more may be left). */
-cg_status cg_store_ctx_retention(struct cg_store *store, const char *tenant_id, int64_t now_ms,
-                                 int limit, int *deleted, struct cg_err *err) CG_MUST_CHECK;
+/* One statement: deletes up to limit of the sessions of the n tenants of tenant_ids (a
+ * page of the sweeper) that nobody saved for their tenant's history_retention_days before
+ * now_ms (nothing for a tenant where that is 0), whole, as cg_store_ctx_session_delete,
+ * oldest first; *deleted gets how many sessions (limit: more may be left). */
+cg_status cg_store_ctx_retention(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
+                                 int n, int64_t now_ms, int limit, int *deleted,
+                                 struct cg_err *err) CG_MUST_CHECK;
 
 #endif

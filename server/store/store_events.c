@@ -90,18 +90,19 @@ cg_status cg_store_events_read(struct cg_store *store, const char *tenant_id,
     return cg_pg_events_read(store->pg, id, ids, after_seq, max, out, count, err);
 }
 
-cg_status cg_store_events_expire(struct cg_store *store, const char *tenant_id, int64_t before_ms,
-                                 int limit, int *deleted, struct cg_err *err)
+cg_status cg_store_events_expire(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
+                                 int n, int64_t before_ms, int limit, int *deleted,
+                                 struct cg_err *err)
 {
     *deleted = 0;
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     if (limit < 1 || limit > EXPIRE_LIMIT_MAX)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", EXPIRE_LIMIT_MAX);
-    char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return CG_OK;
-    return cg_pg_events_expire(store->pg, id, before_ms, limit, deleted, err);
+    char *tenants = NULL;
+    cg_status rc = cg__store_open_page(store, tenant_ids, n, &tenants, err);
+    if (rc == CG_OK)
+        rc = cg_pg_events_expire(store->pg, tenants, before_ms, limit, deleted, err);
+    free(tenants);
+    return rc;
 }
 
 struct cg_store_listener *cg_store_listener_new(const struct cg_store_opts *opts)

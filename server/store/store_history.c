@@ -6,6 +6,7 @@
 #include "core/budget_events.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ROLLUPS_EXPIRE_MAX 100000
@@ -51,28 +52,24 @@ cg_status cg_store_usage_history(struct cg_store *store, const char *tenant_id,
                                count, err);
 }
 
-cg_status cg_store_rollups_expire(struct cg_store *store, const char *tenant_id,
-                                  const int64_t before_ms[CG_ROLLUP_RESOLUTIONS], int limit,
+cg_status cg_store_rollups_expire(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
+                                  int n, const int64_t before_ms[CG_ROLLUP_RESOLUTIONS], int limit,
                                   int *deleted, struct cg_err *err)
 {
     *deleted = 0;
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
     if (limit < 1 || limit > ROLLUPS_EXPIRE_MAX)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", ROLLUPS_EXPIRE_MAX);
-    char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return CG_OK;
-    for (int r = 1; r <= CG_ROLLUP_RESOLUTIONS; r++) {
+    char *tenants = NULL;
+    cg_status rc = cg__store_open_page(store, tenant_ids, n, &tenants, err);
+    for (int r = 1; rc == CG_OK && r <= CG_ROLLUP_RESOLUTIONS; r++) {
         if (before_ms[r - 1] <= 0)
             continue;
-        int n = 0;
-        cg_status rc = cg_pg_rollups_expire(store->pg, id, r, before_ms[r - 1], limit, &n, err);
-        *deleted += n;
-        if (rc != CG_OK)
-            return rc;
+        int k = 0;
+        rc = cg_pg_rollups_expire(store->pg, tenants, r, before_ms[r - 1], limit, &k, err);
+        *deleted += k;
     }
-    return CG_OK;
+    free(tenants);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ forecasts --- */

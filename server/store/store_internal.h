@@ -25,6 +25,10 @@ struct cg_store {
 /* Copies a canonical UUID (either case) into out in lower case; false when s is not one. */
 bool cg__store_normalize_uuid(const char *s, char out[CG_UUID_LEN + 1]);
 
+/* Whether s is a UUID in canonical form already (8-4-4-4-12 lower-case hex digits); false
+ * for NULL. */
+bool cg__store_uuid_is_canonical(const char *s);
+
 /* Whether the current call's deadline has passed. */
 bool cg__store_deadline_passed(const struct cg_store *store);
 
@@ -51,5 +55,12 @@ cg_status cg__store_check_ids(const struct cg_scope_ids *ids, const char *prefix
  * (CG_NOT_FOUND for one that is not a UUID). */
 cg_status cg__store_open_call(struct cg_store *store, const char *tenant_id,
                               char id[CG_UUID_LEN + 1], struct cg_err *err);
+
+/* The common start of a call about a page of tenants (the sweeper's retention): the
+ * deadline, n in 1..CG_STORE_PAGE_MAX, then the ids (canonical, either case) as a uuid[]
+ * literal "{id,id,...}" into *array (malloc'ed, the caller frees); an id that is not a
+ * UUID is CG_INVALID_ARGUMENT naming tenant_ids[i]. */
+cg_status cg__store_open_page(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
+                              int n, char **array, struct cg_err *err);
 
 #endif

@@ -141,16 +141,17 @@ cg_status cg_store_outbox_settle(struct cg_store *store, const struct cg_outbox_
                                delivered, http_status, error ? error : "", retry_ms, err);
 }
 
-cg_status cg_store_outbox_expire(struct cg_store *store, const char *tenant_id, int64_t before_ms,
-                                 int limit, int *deleted, struct cg_err *err)
+cg_status cg_store_outbox_expire(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
+                                 int n, int64_t before_ms, int limit, int *deleted,
+                                 struct cg_err *err)
 {
     *deleted = 0;
-    char id[CG_UUID_LEN + 1];
-    if (cg__store_deadline_passed(store))
-        return cg__store_deadline_exceeded(err);
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return CG_OK;
     if (limit < 1 || limit > CLAIM_MAX * 100)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: out of range");
-    return cg_pg_outbox_expire(store->pg, id, before_ms, limit, deleted, err);
+    char *tenants = NULL;
+    cg_status rc = cg__store_open_page(store, tenant_ids, n, &tenants, err);
+    if (rc == CG_OK)
+        rc = cg_pg_outbox_expire(store->pg, tenants, before_ms, limit, deleted, err);
+    free(tenants);
+    return rc;
 }

@@ -127,9 +127,11 @@ cg_status cg_store_outbox_settle(struct cg_store *store, const struct cg_outbox_
                                  bool delivered, int http_status, const char *error,
                                  int64_t retry_ms, struct cg_err *err) CG_MUST_CHECK;
 
-/* Deletes up to limit of the tenant's delivered and dead deliveries created before
- * before_ms; *deleted gets how many. */
-cg_status cg_store_outbox_expire(struct cg_store *store, const char *tenant_id, int64_t before_ms,
-                                 int limit, int *deleted, struct cg_err *err) CG_MUST_CHECK;
+/* Deletes up to limit (of each state) of the delivered and dead deliveries of the n
+ * tenants of tenant_ids (a page of the sweeper) created before before_ms; *deleted gets
+ * how many. */
+cg_status cg_store_outbox_expire(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
+                                 int n, int64_t before_ms, int limit, int *deleted,
+                                 struct cg_err *err) CG_MUST_CHECK;
 
 #endif

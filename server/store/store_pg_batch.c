@@ -8,6 +8,7 @@
  */
 #include "store/store_pg_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,9 +75,13 @@ static void lit_text(struct lit *l, const char *s)
 /* A float8 element, printed so that it reads back exactly. */
 static void lit_double(struct lit *l, double v)
 {
+    lit_sep(l);
+    if (v == 0.0 && !signbit(v)) { /* most events: no threshold */
+        lit_put(l, "0", 1);
+        return;
+    }
     char num[32];
     int n = snprintf(num, sizeof num, "%.17g", v);
-    lit_sep(l);
     lit_put(l, num, (size_t)n);
 }
 
@@ -411,17 +416,85 @@ static const char WRITE_SQL[] =
     " UNION ALL SELECT 'c', ids, row_version, 0 FROM counters"
     " UNION ALL SELECT 'e', payload, 0, 0 FROM ev";
 
-/* Whether event e of w is of the scope ids of tenant. */
-static bool same_scope(const struct cg_batch_write *w, int e, const char *tenant,
-                       const struct cg_scope_ids *ids)
+/* The order of scopes: tenant, then session, task and agent ids. */
+static int scope_cmp(const char *ta, const struct cg_scope_ids *a, const char *tb,
+                     const struct cg_scope_ids *b)
 {
-    return strcmp(w->event_tenants[e], tenant) == 0 && cg_scope_equal(&w->events[e].ids, ids);
+    int c = strcmp(ta, tb);
+    if (c == 0)
+        c = strcmp(a->session_id, b->session_id);
+    if (c == 0)
+        c = strcmp(a->task_id, b->task_id);
+    if (c == 0)
+        c = strcmp(a->agent_id, b->agent_id);
+    return c;
+}
+
+/* qsort_r orders of event and counter indexes: by scope, then index (so that the events
+ * of a scope keep their order). */
+static int event_order(const void *x, const void *y, void *arg)
+{
+    const struct cg_batch_write *w = arg;
+    int i = *(const int *)x, j = *(const int *)y;
+    int c =
+        scope_cmp(w->event_tenants[i], &w->events[i].ids, w->event_tenants[j], &w->events[j].ids);
+    return c != 0 ? c : (i > j) - (i < j);
+}
+
+static int counter_order(const void *x, const void *y, void *arg)
+{
+    const struct cg_batch_write *w = arg;
+    int i = *(const int *)x, j = *(const int *)y;
+    int c = scope_cmp(w->counter_tenants[i], &w->counters[i].ids, w->counter_tenants[j],
+                      &w->counters[j].ids);
+    return c != 0 ? c : (i > j) - (i < j);
+}
+
+/* Numbers the events per scope: k[e] is event e's place among its scope's events (from 1,
+ * in order), ne[c] how many events counter row c has. Sorting both by scope and walking
+ * them side by side keeps this O(n log n) for a batch of hundreds of rows. false when out
+ * of memory. */
+static bool number_events(const struct cg_batch_write *w, int64_t *k, int64_t *ne)
+{
+    int *ev = malloc(((size_t)w->n_events + (size_t)w->n_counters + 1) * sizeof *ev);
+    if (ev == NULL)
+        return false;
+    int *cn = ev + w->n_events;
+    for (int e = 0; e < w->n_events; e++)
+        ev[e] = e;
+    for (int c = 0; c < w->n_counters; c++)
+        cn[c] = c;
+    qsort_r(ev, (size_t)w->n_events, sizeof *ev, event_order, (void *)w);
+    qsort_r(cn, (size_t)w->n_counters, sizeof *cn, counter_order, (void *)w);
+    for (int a = 0; a < w->n_events; a++) {
+        int e = ev[a];
+        bool same = a > 0 && scope_cmp(w->event_tenants[ev[a - 1]], &w->events[ev[a - 1]].ids,
+                                       w->event_tenants[e], &w->events[e].ids) == 0;
+        k[e] = same ? k[ev[a - 1]] + 1 : 1;
+    }
+    int a = 0;
+    for (int b = 0; b < w->n_counters; b++) {
+        int c = cn[b];
+        const char *tc = w->counter_tenants[c];
+        const struct cg_scope_ids *ic = &w->counters[c].ids;
+        while (a < w->n_events &&
+               scope_cmp(w->event_tenants[ev[a]], &w->events[ev[a]].ids, tc, ic) < 0)
+            a++;
+        int n = 0;
+        while (a + n < w->n_events &&
+               scope_cmp(w->event_tenants[ev[a + n]], &w->events[ev[a + n]].ids, tc, ic) == 0)
+            n++;
+        ne[c] = n; /* a scope is one counter row: the next counter's scope is another */
+    }
+    free(ev);
+    return true;
 }
 
 /* The batch's rows as the statement's array literals (lits[PARAM_ARRAYS], initialized): the
  * new reservations, the settlements, the ledger entries, the counters (with how many events
- * each scope has) and the events (with their place among their scope's). */
-static void batch_literals(const struct cg_batch_write *w, struct lit *lits)
+ * each scope has: ne) and the events (with their place among their scope's: k). */
+static void batch_literals(const struct cg_batch_write *w, const int64_t *k, const int64_t *ne,
+                           struct lit *lits)
 {
     for (int i = 0; i < w->n_new; i++) {
         struct cg_batch_new *r = &w->new_res[i];
@@ -478,22 +551,16 @@ static void batch_literals(const struct cg_batch_write *w, struct lit *lits)
         lit_i64(&lits[CNT_OUT], c->spent_output_tokens);
         lit_i64(&lits[CNT_CR], c->spent_cache_read_tokens);
         lit_i64(&lits[CNT_CW], c->spent_cache_write_tokens);
-        int ne = 0;
-        for (int e = 0; e < w->n_events; e++)
-            ne += same_scope(w, e, w->counter_tenants[i], &c->ids);
-        lit_i64(&lits[CNT_NE], ne);
+        lit_i64(&lits[CNT_NE], ne[i]);
         lit_i64(&lits[CNT_ALLOC], c->allocated_tokens);
     }
     for (int e = 0; e < w->n_events; e++) {
         const struct cg_event_in *ev = &w->events[e];
-        int k = 1; /* its place among the events of its scope */
-        for (int j = 0; j < e; j++)
-            k += same_scope(w, j, w->event_tenants[e], &ev->ids);
         lit_text(&lits[EV_TN], w->event_tenants[e]);
         lit_text(&lits[EV_S], ev->ids.session_id);
         lit_text(&lits[EV_T], ev->ids.task_id);
         lit_text(&lits[EV_A], ev->ids.agent_id);
-        lit_i64(&lits[EV_K], k);
+        lit_i64(&lits[EV_K], k[e]);
         lit_i64(&lits[EV_TYPE], ev->type);
         lit_double(&lits[EV_THR], ev->fields.threshold_ratio);
         lit_sep(&lits[EV_FALL]);
@@ -506,10 +573,16 @@ cg_status cg_pg_batch_write(struct cg_pg *pg, const struct cg_batch_write *w, st
 {
     if (!pg->in_tx)
         return cg__pg_not_in_tx(pg, "batch_write", err);
+    int64_t *k = malloc(((size_t)w->n_events + (size_t)w->n_counters + 1) * sizeof *k);
+    if (k == NULL || !number_events(w, k, k + w->n_events)) {
+        free(k);
+        return no_memory(err);
+    }
     struct lit lits[PARAM_ARRAYS];
     for (int i = 0; i < PARAM_ARRAYS; i++)
         lit_init(&lits[i]);
-    batch_literals(w, lits);
+    batch_literals(w, k, k + w->n_events, lits);
+    free(k);
     char now_text[24];
     snprintf(now_text, sizeof now_text, "%lld", (long long)w->now_ms);
     const char *values[PARAM_ARRAYS + 1];

@@ -634,32 +634,35 @@ cg_status cg_store_ctx_session_delete(struct cg_store *store, const char *tenant
     return rc;
 }
 
-cg_status cg_store_ctx_retention(struct cg_store *store, const char *tenant_id, int64_t now_ms,
-                                 int limit, int *deleted, struct cg_err *err)
+cg_status cg_store_ctx_retention(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
+                                 int n, int64_t now_ms, int limit, int *deleted, struct cg_err *err)
 {
     *deleted = 0;
-    char id[CG_UUID_LEN + 1];
-    cg_status rc = cg__store_open_call(store, tenant_id, id, err);
-    if (rc != CG_OK)
-        return rc;
     if (limit < 1 || limit > CG_SWEEP_BATCH_MAX)
         return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", CG_SWEEP_BATCH_MAX);
+    char *tenants = NULL;
+    cg_status rc = cg__store_open_page(store, tenant_ids, n, &tenants, err);
+    if (rc != CG_OK)
+        return rc;
     char now[24], lim[16];
     snprintf(now, sizeof now, "%lld", (long long)now_ms);
     snprintf(lim, sizeof lim, "%d", limit);
-    const char *values[] = {id, now, lim};
+    const char *values[] = {tenants, now, lim};
     PGresult *res = NULL;
-    rc = cg__pg_run_one(store->pg, "ctx_retention",
-                        "WITH t AS (SELECT history_retention_days AS d FROM tenants"
-                        "  WHERE tenant_id = $1::uuid AND history_retention_days > 0),"
-                        " old AS (SELECT s.session_id FROM context_sessions s, t"
-                        "  WHERE s.tenant_id = $1::uuid AND s.updated_at <"
-                        "  to_timestamp($2::int8 / 1000.0) - make_interval(days => t.d)"
-                        "  ORDER BY s.updated_at LIMIT $3::int FOR UPDATE SKIP LOCKED),"
-                        " gone AS (DELETE FROM context_sessions WHERE tenant_id = $1::uuid"
-                        "  AND session_id IN (SELECT session_id FROM old) RETURNING 1)"
-                        " SELECT count(*) FROM gone",
-                        3, values, 0, "tenant_id: no such tenant", &res, err);
+    /* The page's tenants that keep sessions for a while, then their sessions idle past it
+     * (context_sessions_by_update, one range per such tenant), oldest first. */
+    rc = cg__pg_run(store->pg, "ctx_retention",
+                    "WITH t AS (SELECT tenant_id, history_retention_days AS d FROM tenants"
+                    "  WHERE tenant_id = ANY($1::uuid[]) AND history_retention_days > 0),"
+                    " old AS (SELECT s.tenant_id, s.session_id FROM context_sessions s"
+                    "  JOIN t ON s.tenant_id = t.tenant_id WHERE s.updated_at <"
+                    "  to_timestamp($2::int8 / 1000.0) - make_interval(days => t.d)"
+                    "  ORDER BY s.updated_at LIMIT $3::int FOR UPDATE OF s SKIP LOCKED),"
+                    " gone AS (DELETE FROM context_sessions WHERE (tenant_id, session_id) IN"
+                    "  (SELECT tenant_id, session_id FROM old) RETURNING 1)"
+                    " SELECT count(*) FROM gone",
+                    3, values, NULL, NULL, 0, &res, err);
+    free(tenants);
     if (rc == CG_OK)
         *deleted = (int)cg__pg_parse_i64(PQgetvalue(res, 0, 0));
     PQclear(res);

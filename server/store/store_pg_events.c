@@ -262,22 +262,23 @@ cg_status cg_pg_events_since(struct cg_pg *pg, const char *tenant_id,
     return rc;
 }
 
-cg_status cg_pg_events_expire(struct cg_pg *pg, const char *tenant_id, int64_t before_ms, int limit,
+cg_status cg_pg_events_expire(struct cg_pg *pg, const char *tenants, int64_t before_ms, int limit,
                               int *deleted, struct cg_err *err)
 {
     *deleted = 0;
     char before_text[24], limit_text[16];
     snprintf(before_text, sizeof before_text, "%lld", (long long)before_ms);
     snprintf(limit_text, sizeof limit_text, "%d", limit);
-    const char *values[] = {tenant_id, before_text, limit_text};
+    const char *values[] = {tenants, before_text, limit_text};
     PGresult *res = NULL;
-    /* Through scope_events_age (tenant_id, occurred_at); bounded so that one statement
-     * stays short after a long outage of the sweeper. */
+    /* Through scope_events_age (tenant_id, occurred_at), one index range per tenant of
+     * the page; bounded so that one statement stays short after a long outage of the
+     * sweeper. */
     cg_status rc = cg__pg_run(
         pg, "events_expire",
         "DELETE FROM scope_events WHERE (tenant_id, session_id, task_id, agent_id, seq) IN"
         " (SELECT tenant_id, session_id, task_id, agent_id, seq FROM scope_events"
-        "  WHERE tenant_id = $1::uuid AND occurred_at < to_timestamp($2::int8 / 1e3)"
+        "  WHERE tenant_id = ANY($1::uuid[]) AND occurred_at < to_timestamp($2::int8 / 1e3)"
         "  LIMIT $3::int)",
         3, values, NULL, NULL, 0, &res, err);
     if (rc == CG_OK)

@@ -31,7 +31,7 @@ cg_status cg_pg_events_since(struct cg_pg *pg, const char *tenant_id,
 cg_status cg_pg_event_seq(struct cg_pg *pg, const char *tenant_id, const struct cg_scope_ids *ids,
                           int64_t *seq, struct cg_err *err) CG_MUST_CHECK;
 
-cg_status cg_pg_events_expire(struct cg_pg *pg, const char *tenant_id, int64_t before_ms, int limit,
+cg_status cg_pg_events_expire(struct cg_pg *pg, const char *tenants, int64_t before_ms, int limit,
                               int *deleted, struct cg_err *err) CG_MUST_CHECK;
 
 /* The payloads of cg_keys notifications (migrations/0017) as received, unchecked: the

@@ -99,7 +99,7 @@ cg_status cg_pg_usage_history(struct cg_pg *pg, const char *tenant_id,
     return CG_OK;
 }
 
-cg_status cg_pg_rollups_expire(struct cg_pg *pg, const char *tenant_id, int resolution,
+cg_status cg_pg_rollups_expire(struct cg_pg *pg, const char *tenants, int resolution,
                                int64_t before_ms, int limit, int *deleted, struct cg_err *err)
 {
     *deleted = 0;
@@ -107,15 +107,15 @@ cg_status cg_pg_rollups_expire(struct cg_pg *pg, const char *tenant_id, int reso
     snprintf(res_text, sizeof res_text, "%d", resolution);
     snprintf(before_text, sizeof before_text, "%lld", (long long)before_ms);
     snprintf(limit_text, sizeof limit_text, "%d", limit);
-    const char *values[] = {tenant_id, res_text, before_text, limit_text};
+    const char *values[] = {tenants, res_text, before_text, limit_text};
     PGresult *res = NULL;
     /* Through usage_rollups_by_age; bounded so that one statement stays short after a long
      * outage of the sweeper (the next pass goes on). */
     cg_status rc =
         cg__pg_run(pg, "rollups_expire",
-                   "DELETE FROM usage_rollups WHERE tenant_id = $1::uuid AND (session_id, task_id,"
-                   " agent_id, resolution, bucket_start) IN (SELECT session_id, task_id, agent_id,"
-                   " resolution, bucket_start FROM usage_rollups WHERE tenant_id = $1::uuid"
+                   "DELETE FROM usage_rollups WHERE (tenant_id, session_id, task_id, agent_id,"
+                   " resolution, bucket_start) IN (SELECT tenant_id, session_id, task_id, agent_id,"
+                   " resolution, bucket_start FROM usage_rollups WHERE tenant_id = ANY($1::uuid[])"
                    " AND resolution = $2::int2"
                    " AND bucket_start < 'epoch'::timestamptz + $3::int8 * interval '1 millisecond'"
                    " LIMIT $4::int4)",

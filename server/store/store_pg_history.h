@@ -11,7 +11,7 @@ cg_status cg_pg_usage_history(struct cg_pg *pg, const char *tenant_id,
                               const struct cg_scope_ids *ids, int resolution, int64_t from_ms,
                               int64_t to_ms, int64_t step_ms, struct cg_usage_point *out, int cap,
                               int *count, struct cg_err *err);
-cg_status cg_pg_rollups_expire(struct cg_pg *pg, const char *tenant_id, int resolution,
+cg_status cg_pg_rollups_expire(struct cg_pg *pg, const char *tenants, int resolution,
                                int64_t before_ms, int limit, int *deleted, struct cg_err *err);
 
 cg_status cg_pg_spend_in_window(struct cg_pg *pg, const char *tenant_id,

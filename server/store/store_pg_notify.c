@@ -350,25 +350,25 @@ cg_status cg_pg_outbox_settle(struct cg_pg *pg, const char *tenant_id, const cha
     return rc;
 }
 
-cg_status cg_pg_outbox_expire(struct cg_pg *pg, const char *tenant_id, int64_t before_ms, int limit,
+cg_status cg_pg_outbox_expire(struct cg_pg *pg, const char *tenants, int64_t before_ms, int limit,
                               int *deleted, struct cg_err *err)
 {
     *deleted = 0;
     char before[24], limit_text[16];
     snprintf(before, sizeof before, "%lld", (long long)before_ms);
     snprintf(limit_text, sizeof limit_text, "%d", limit);
-    const char *values[] = {tenant_id, before, limit_text};
+    const char *values[] = {tenants, before, limit_text};
     PGresult *res = NULL;
     /* Through notification_outbox_by_state (tenant, state, created_at), one state a scan. */
     cg_status rc = cg__pg_run(
         pg, "outbox_expire",
         "DELETE FROM notification_outbox WHERE (tenant_id, delivery_id) IN ("
-        " (SELECT tenant_id, delivery_id FROM notification_outbox WHERE tenant_id = $1::uuid"
+        " (SELECT tenant_id, delivery_id FROM notification_outbox WHERE tenant_id = ANY($1::uuid[])"
         "  AND state = 2 AND created_at < 'epoch'::timestamptz + $2::int8 * interval '1 "
         "millisecond'"
         "  LIMIT $3::int4)"
         " UNION ALL"
-        " (SELECT tenant_id, delivery_id FROM notification_outbox WHERE tenant_id = $1::uuid"
+        " (SELECT tenant_id, delivery_id FROM notification_outbox WHERE tenant_id = ANY($1::uuid[])"
         "  AND state = 3 AND created_at < 'epoch'::timestamptz + $2::int8 * interval '1 "
         "millisecond'"
         "  LIMIT $3::int4))",

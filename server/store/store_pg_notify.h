@@ -27,7 +27,7 @@ cg_status cg_pg_outbox_claim(struct cg_pg *pg, int64_t lease_ms, int limit,
 cg_status cg_pg_outbox_settle(struct cg_pg *pg, const char *tenant_id, const char *delivery_id,
                               int attempts, bool delivered, int http_status, const char *error,
                               int64_t retry_ms, struct cg_err *err);
-cg_status cg_pg_outbox_expire(struct cg_pg *pg, const char *tenant_id, int64_t before_ms, int limit,
+cg_status cg_pg_outbox_expire(struct cg_pg *pg, const char *tenants, int64_t before_ms, int limit,
                               int *deleted, struct cg_err *err);
 
 #endif

@@ -5,8 +5,10 @@
  *
  * Everything here works tenant by tenant through keys and indexes that start with
  * tenant_id (the tenant row's primary key, reservations_expiry), so that it keeps working
- * on a database distributed by tenant. The boundaries of periods are computed by the
- * functions of migrations/0004_resets.sql, on the tenant's wall clock.
+ * on a database distributed by tenant, except two reads that find the tenants to visit:
+ * the cursor over all tenants (the retention walk) and the tenants with work due (a range
+ * of a partial index per kind of work, keyed by the due time). The boundaries of periods are
+ * computed by the functions of migrations/0004_resets.sql, on the tenant's wall clock.
  */
 #include "store/store_pg_sweep.h"
 
@@ -57,28 +59,56 @@ out:
     return rc;
 }
 
-cg_status cg_pg_sweep_due(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
-                          struct cg_sweep_due *out, struct cg_err *err)
+cg_status cg_pg_sweep_due(struct cg_pg *pg, int64_t now_ms, int limit, struct cg_sweep_due *out,
+                          int *count, bool *more, struct cg_err *err)
 {
-    memset(out, 0, sizeof *out);
-    char now_text[24];
+    *count = 0;
+    *more = false;
+    char now_text[24], limit_text[16];
     snprintf(now_text, sizeof now_text, "%lld", (long long)now_ms);
-    const char *values[] = {tenant_id, now_text};
+    snprintf(limit_text, sizeof limit_text, "%d", limit);
+    const char *values[] = {now_text, limit_text};
     PGresult *res = NULL;
-    cg_status rc = cg__pg_run(pg, "sweep_due",
-                              "SELECT EXISTS (SELECT 1 FROM scopes WHERE tenant_id = $1::uuid"
-                              "   AND session_id = '' AND task_id = '' AND agent_id = ''"
-                              "   AND next_reset_at <= to_timestamp($2::int8 / 1e3)),"
-                              " EXISTS (SELECT 1 FROM reservations WHERE tenant_id = $1::uuid"
-                              "   AND state = 1 AND expires_at <= to_timestamp($2::int8 / 1e3))",
-                              2, values, NULL, NULL, RUN_READ, &res, err);
-    if (rc != CG_OK) {
-        if (cg__pg_sqlstate_is(pg, "22P02"))
-            rc = CG_OK; /* not a tenant id: nothing is due for it */
+    /* Each arm is a range of a partial index whose key is the due time (scopes_reset_due,
+     * reservations_due, approvals_due): it reads the rows due, never every tenant. The
+     * last row says whether an arm found limit rows, so that *more is known. */
+    cg_status rc = cg__pg_run(
+        pg, "sweep_due",
+        "WITH r AS (SELECT tenant_id FROM scopes"
+        "  WHERE session_id = '' AND task_id = '' AND agent_id = ''"
+        "  AND next_reset_at IS NOT NULL AND next_reset_at <= to_timestamp($1::int8 / 1e3)"
+        "  ORDER BY next_reset_at LIMIT $2::int),"
+        " x AS (SELECT tenant_id FROM reservations"
+        "  WHERE state = 1 AND expires_at <= to_timestamp($1::int8 / 1e3)"
+        "  ORDER BY expires_at LIMIT $2::int),"
+        " a AS (SELECT tenant_id FROM approvals"
+        "  WHERE state = 1 AND expires_at <= to_timestamp($1::int8 / 1e3)"
+        "  ORDER BY expires_at LIMIT $2::int)"
+        " SELECT t::text, bool_or(k = 1), bool_or(k = 2), bool_or(k = 3) FROM ("
+        "  SELECT tenant_id, 1 FROM r UNION ALL SELECT tenant_id, 2 FROM x"
+        "  UNION ALL SELECT tenant_id, 3 FROM a) AS d(t, k) GROUP BY t"
+        " UNION ALL SELECT NULL, (SELECT count(*) FROM r) >= $2::int,"
+        "  (SELECT count(*) FROM x) >= $2::int, (SELECT count(*) FROM a) >= $2::int"
+        " ORDER BY 1 NULLS LAST",
+        2, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc != CG_OK)
         goto out;
+    int rows = PQntuples(res);
+    for (int i = 0; i < rows; i++) {
+        bool k1 = PQgetvalue(res, i, 1)[0] == 't', k2 = PQgetvalue(res, i, 2)[0] == 't',
+             k3 = PQgetvalue(res, i, 3)[0] == 't';
+        if (PQgetisnull(res, i, 0)) {
+            *more = *more || k1 || k2 || k3;
+        } else if (*count < limit) {
+            struct cg_sweep_due *d = &out[(*count)++];
+            cg__pg_copy_str(d->tenant_id, sizeof d->tenant_id, PQgetvalue(res, i, 0));
+            d->reset = k1;
+            d->expired = k2;
+            d->approvals = k3;
+        } else {
+            *more = true; /* up to 3 * limit tenants: the rest next time */
+        }
     }
-    out->reset = PQgetvalue(res, 0, 0)[0] == 't';
-    out->expired = PQgetvalue(res, 0, 1)[0] == 't';
 out:
     PQclear(res);
     return rc;
@@ -127,7 +157,7 @@ static cg_status lock_expired(struct cg_pg *pg, const char *tenant_id, const cha
     char limit_text[16];
     snprintf(limit_text, sizeof limit_text, "%d", limit);
     const char *values[] = {tenant_id, now_text, limit_text};
-    /* reservations_expiry (tenant_id, state, expires_at) serves both the filter and the
+    /* reservations_expiry (tenant_id, expires_at) WHERE state = 1 serves both the filter and the
      * order. SKIP LOCKED: a reservation that a Commit, a Release or another replica's sweep
      * holds is theirs to settle; waiting for it would only serialise the replicas. */
     PGresult *res = NULL;

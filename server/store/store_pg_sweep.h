@@ -22,8 +22,8 @@ cg_status cg_pg_sweep_tenants(struct cg_pg *pg, const char *after_id, int limit,
                               struct cg_err *err) CG_MUST_CHECK;
 
 /* See cg_store_sweep_due. */
-cg_status cg_pg_sweep_due(struct cg_pg *pg, const char *tenant_id, int64_t now_ms,
-                          struct cg_sweep_due *out, struct cg_err *err) CG_MUST_CHECK;
+cg_status cg_pg_sweep_due(struct cg_pg *pg, int64_t now_ms, int limit, struct cg_sweep_due *out,
+                          int *count, bool *more, struct cg_err *err) CG_MUST_CHECK;
 
 /* See cg_store_reset_apply: its own transaction. */
 cg_status cg_pg_reset_apply(struct cg_pg *pg, const char *tenant_id, int64_t now_ms, bool *reset,

@@ -21,16 +21,18 @@ cg_status cg_store_sweep_tenants(struct cg_store *store, const char *after_id, i
     return cg_pg_sweep_tenants(store->pg, after, limit, ids, count, err);
 }
 
-cg_status cg_store_sweep_due(struct cg_store *store, const char *tenant_id, int64_t now_ms,
-                             struct cg_sweep_due *out, struct cg_err *err)
+cg_status cg_store_sweep_due(struct cg_store *store, int64_t now_ms, int limit,
+                             struct cg_sweep_due *out, int *count, bool *more, struct cg_err *err)
 {
-    memset(out, 0, sizeof *out);
+    *count = 0;
+    *more = false;
     if (cg__store_deadline_passed(store))
         return cg__store_deadline_exceeded(err);
-    char id[CG_UUID_LEN + 1];
-    if (!cg__store_normalize_uuid(tenant_id, id))
-        return CG_OK; /* no such tenant: nothing is due */
-    return cg_pg_sweep_due(store->pg, id, now_ms, out, err);
+    if (limit < 1 || limit > CG_STORE_PAGE_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", CG_STORE_PAGE_MAX);
+    if (out == NULL)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "out: missing");
+    return cg_pg_sweep_due(store->pg, now_ms, limit, out, count, more, err);
 }
 
 cg_status cg_store_reset_apply(struct cg_store *store, const char *tenant_id, int64_t now_ms,

@@ -38,6 +38,7 @@
 #include "service/health.h"
 #include "service/meters.h"
 #include "service/notify.h"
+#include "service/sweep.h"
 #include "service/watch.h"
 #include "store/store.h"
 #include "transport/http.h"
@@ -1433,7 +1434,8 @@ static void *notify_main(void *arg)
     return NULL;
 }
 
-/* The sweeper (expired reservations, due resets, old events) every sweep_interval_ms, on a
+/* The sweeper (expired reservations and approvals, due resets) every sweep_interval_ms and
+ * retention (old events, history, deliveries, sessions) every retention_interval_ms, on a
  * store of its own, and after a pass, at most every CG_SVC_GAUGES_INTERVAL_MS, the gauges
  * read from PostgreSQL (service/gauges.h). A sweep may block on PostgreSQL: nothing else
  * runs on this thread. */
@@ -1448,6 +1450,7 @@ static void *monitor_main(void *arg)
     const struct cg_svc_env *svc = &ctx->env.svc;
     int64_t next_gauges = 0;   /* cg_mono_ms; the first pass refreshes them */
     int64_t next_forecast = 0; /* cg_mono_ms */
+    struct cg_sweep_walk retention = {0};
     pthread_mutex_lock(&srv->monitor_lock);
     while (!srv->monitor_stop) {
         pthread_mutex_unlock(&srv->monitor_lock);
@@ -1456,6 +1459,9 @@ static void *monitor_main(void *arg)
         (void)cg_rpc_sweep(&ctx->env, cg_wall_ms(), &expired);
         /* Each reservation the sweeper settled is counted by the replica that did it. */
         cg_svc_meters_reservations(svc->meters, svc->metrics_slot, CG_SVC_RES_EXPIRED, expired);
+        /* Retention in slices of at most half a sweep interval, so passes keep their pace. */
+        (void)cg_sweep_retention(svc, &retention, cg_wall_ms(), srv->cfg->retention_interval_ms,
+                                 srv->cfg->sweep_interval_ms / 2);
         if (cg_mono_ms() >= next_forecast) {
             int alerted = 0;
             if (cg_health_is_serving(srv->health))
@@ -1742,21 +1748,38 @@ static cg_status start_threads(struct cg_server *srv, struct cg_err *err)
                 srv->workers[j].thread = 0;
             return cg_err_set(err, CG_IO, "cannot start completion-queue thread: %s", strerror(rc));
         }
+        char name[24]; /* the kernel keeps 15 bytes */
+        snprintf(name, sizeof name, "cg-cq-%d", i % 100);
+        name[15] = '\0';
+        pthread_setname_np(srv->workers[i].thread, name);
     }
     /* An answered probe counts until the next one is overdue by its timeout, and half as
      * much again so that a slow but answered probe does not flap the state: the probe's own
      * deadline gives the verdict first; this bound only matters should the prober hang. */
     cg_health_set_fresh_ms(srv->health,
                            srv->cfg->health_interval_ms + srv->cfg->health_timeout_ms * 3 / 2);
-    if (pthread_create(&srv->prober, NULL, health_main, srv) == 0)
+    if (pthread_create(&srv->prober, NULL, health_main, srv) == 0) {
         srv->prober_started = true;
-    if (pthread_create(&srv->monitor, NULL, monitor_main, srv) == 0)
+        pthread_setname_np(srv->prober, "cg-health");
+    }
+    if (pthread_create(&srv->monitor, NULL, monitor_main, srv) == 0) {
         srv->monitor_started = true;
-    for (int i = 0; i < srv->cfg->notify_threads && i < CG_NOTIFY_THREADS_MAX; i++)
+        pthread_setname_np(srv->monitor, "cg-monitor");
+    }
+    for (int i = 0; i < srv->cfg->notify_threads && i < CG_NOTIFY_THREADS_MAX; i++) {
         srv->notifier_started[i] = pthread_create(&srv->notifiers[i], NULL, notify_main, srv) == 0;
+        if (srv->notifier_started[i]) {
+            char name[24];
+            snprintf(name, sizeof name, "cg-notify-%d", i);
+            name[15] = '\0';
+            pthread_setname_np(srv->notifiers[i], name);
+        }
+    }
     atomic_init(&srv->events_stop, false);
-    if (pthread_create(&srv->events, NULL, events_main, srv) == 0)
+    if (pthread_create(&srv->events, NULL, events_main, srv) == 0) {
         srv->events_started = true;
+        pthread_setname_np(srv->events, "cg-events");
+    }
     return CG_OK;
 }
 
@@ -1770,6 +1793,7 @@ static cg_status make_pools(struct cg_server *srv, struct cg_err *err)
         .thread_init = pool_thread_init,
         .thread_cleanup = pool_thread_cleanup,
         .arg = srv,
+        .name = "cg-pool",
     };
     if ((srv->pool = cg_pool_new(&popts, err)) == NULL)
         return err != NULL ? err->code : CG_NOMEM;
@@ -1779,6 +1803,7 @@ static cg_status make_pools(struct cg_server *srv, struct cg_err *err)
         .thread_init = open_thread_init,
         .thread_cleanup = pool_thread_cleanup,
         .arg = srv,
+        .name = "cg-open",
     };
     if ((srv->open_pool = cg_pool_new(&oopts, err)) == NULL)
         return err != NULL ? err->code : CG_NOMEM;

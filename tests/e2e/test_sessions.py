@@ -37,6 +37,7 @@ class Sessions(cgtest.TestCase):
             "CTXGUARD_SESSION_ARTIFACTS_MAX": "3",
             "CTXGUARD_SESSION_ARTIFACTS_KEEP": "2",
             "CTXGUARD_SWEEP_INTERVAL_MS": "200",
+            "CTXGUARD_RETENTION_INTERVAL_MS": "200",
         })
         cls.stub = context_pb2_grpc.ContextServiceStub(cls.srv.channel())
 

@@ -53,6 +53,7 @@ class History(cgtest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.srv = cgtest.start_class_server(cls, env={"CTXGUARD_SWEEP_INTERVAL_MS": "200",
+                                                      "CTXGUARD_RETENTION_INTERVAL_MS": "200",
                                                       "CTXGUARD_ROLLUP_MINUTE_DAYS": "1",
                                                       "CTXGUARD_ROLLUP_HOUR_DAYS": "3"})
 

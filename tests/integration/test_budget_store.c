@@ -1389,3 +1389,62 @@ Test(budget_store, counter_writes_are_hot_updates, .init = setup, .fini = teardo
     cr_expect_eq(hot, 6, "%lld of 6 counter writes were HOT", hot);
     PQfinish(db);
 }
+
+Test(budget_store, new_ids_are_canonical_random_v4_uuids, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    enum { N = 2000 };
+    char(*ids)[CG_UUID_LEN + 1] = calloc(N, sizeof *ids);
+    cr_assert_not_null(ids);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(cg_store_uuid(ids[i]), CG_OK);
+        char canonical[CG_UUID_LEN + 1];
+        cr_assert(cg_store_uuid_canonical(ids[i], canonical), "%s", ids[i]);
+        cr_assert_str_eq(canonical, ids[i], "lower case, 8-4-4-4-12");
+        cr_assert_eq(ids[i][14], '4', "version 4: %s", ids[i]);
+        cr_assert(strchr("89ab", ids[i][19]) != NULL, "RFC 4122 variant: %s", ids[i]);
+    }
+    /* Random: no two alike, and every hex digit shows up in every random position. */
+    for (int i = 0; i < N; i++)
+        for (int j = i + 1; j < N; j++)
+            cr_assert_str_neq(ids[i], ids[j]);
+    for (int pos = 0; pos < CG_UUID_LEN; pos++) {
+        if (pos == 8 || pos == 13 || pos == 14 || pos == 18 || pos == 19 || pos == 23)
+            continue;
+        int seen = 0;
+        for (int i = 0; i < N; i++)
+            seen |= 1 << (strchr("0123456789abcdef", ids[i][pos]) - "0123456789abcdef");
+        cr_assert_eq(seen, 0xffff, "position %d", pos);
+    }
+    free(ids);
+}
+
+Test(budget_store, batch_calls_take_canonical_tenant_ids_only, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    struct cg_store *s = test_store();
+    struct cg_scope_ids key = cg_storetest_scope("s", "", "");
+    struct cg_budget_row rows[4];
+    char row_tenant[4][CG_UUID_LEN + 1];
+    int n = 0;
+    struct cg_err err;
+    const char *bad[] = {"6F1C1E9E-0000-4000-8000-000000000001",  /* upper case */
+                         "6f1c1e9e-0000-4000-8000-00000000000",   /* short */
+                         "6f1c1e9e-0000-4000-8000-0000000000011", /* long */
+                         "6f1c1e9e00000-4000-8000-000000000001",  /* a dash missing */
+                         "6f1c1e9e-0000-4000-8000-00000000000g",  /* not hex */
+                         NULL};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *tenants[] = {bad[i]};
+        cr_assert_eq(cg_store_batch_lock_scopes(s, tenants, &key, 1, rows, row_tenant, 4, &n, &err),
+                     CG_INVALID_ARGUMENT, "%s", bad[i] ? bad[i] : "NULL");
+        cr_assert_str_eq(err.msg, "tenants[0]: not a canonical tenant UUID");
+    }
+    const char *good[] = {"6f1c1e9e-0000-4000-8000-000000000001"};
+    cr_assert_eq(cg_store_begin(s, &err), CG_OK);
+    cr_assert_eq(cg_store_batch_lock_scopes(s, good, &key, 1, rows, row_tenant, 4, &n, &err), CG_OK,
+                 "%s", err.msg);
+    cr_assert_eq(n, 0, "no such tenant: no rows");
+    cg_store_rollback(s);
+    cg_store_free(s);
+}

@@ -1,6 +1,8 @@
 /* test_events_store.c - the event log (store.h, "events") against a real PostgreSQL:
  * events commit and roll back with their transaction, are numbered per scope, reach a
  * listener through NOTIFY, are caught up after a reconnection, and expire. */
+#include <ctype.h>
+
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -175,16 +177,44 @@ Test(events_store, retention_deletes_old_events, .init = setup, .fini = teardown
     make_scope(s, tenant, &ids);
     append(s, tenant, &ids, 2, true);
     append(s, tenant, &ids, 2, true);
+    /* Two more tenants with two events each: one in the page, one not. */
+    char other[CG_UUID_LEN + 1], outside[CG_UUID_LEN + 1];
+    struct cg_scope_ids other_ids, outside_ids;
+    make_scope(s, other, &other_ids);
+    make_scope(s, outside, &outside_ids);
+    for (int i = 0; i < 2; i++) {
+        append(s, other, &other_ids, 2, true);
+        append(s, outside, &outside_ids, 2, true);
+    }
+    char page[2][CG_UUID_LEN + 1];
+    snprintf(page[0], sizeof page[0], "%s", tenant);
+    snprintf(page[1], sizeof page[1], "%s", other);
+    for (char *p = page[1]; *p; p++) /* either case */
+        *p = (char)toupper((unsigned char)*p);
     int deleted = 0;
     struct cg_err err;
-    OK(cg_store_events_expire(s, tenant, cg_wall_ms() - 3600000, 100, &deleted, &err));
+    OK(cg_store_events_expire(s, page, 2, cg_wall_ms() - 3600000, 100, &deleted, &err));
     cr_assert_eq(deleted, 0, "recent events stay");
-    OK(cg_store_events_expire(s, tenant, cg_wall_ms() + 1000, 100, &deleted, &err));
-    cr_assert_eq(deleted, 2);
+    /* Bounded by limit across the page; the next statement takes the rest. */
+    OK(cg_store_events_expire(s, page, 2, cg_wall_ms() + 1000, 3, &deleted, &err));
+    cr_assert_eq(deleted, 3);
+    OK(cg_store_events_expire(s, page, 2, cg_wall_ms() + 1000, 3, &deleted, &err));
+    cr_assert_eq(deleted, 1);
     struct cg_event ev[4];
     int count = 0;
     OK(cg_store_events_read(s, tenant, &ids, 0, 4, ev, &count, &err));
     cr_assert_eq(count, 0);
+    OK(cg_store_events_read(s, other, &other_ids, 0, 4, ev, &count, &err));
+    cr_assert_eq(count, 0);
+    OK(cg_store_events_read(s, outside, &outside_ids, 0, 4, ev, &count, &err));
+    cr_assert_eq(count, 2, "a tenant outside the page keeps its events");
+    /* A page is 1..CG_STORE_PAGE_MAX tenant ids. */
+    snprintf(page[1], sizeof page[1], "not-a-tenant");
+    cr_assert_eq(cg_store_events_expire(s, page, 2, cg_wall_ms(), 3, &deleted, &err),
+                 CG_INVALID_ARGUMENT);
+    cr_assert_str_eq(err.msg, "tenant_ids[1]: not a tenant id");
+    cr_assert_eq(cg_store_events_expire(s, page, 0, cg_wall_ms(), 3, &deleted, &err),
+                 CG_INVALID_ARGUMENT);
     /* Numbering goes on after them. */
     append(s, tenant, &ids, 2, true);
     OK(cg_store_events_read(s, tenant, &ids, 0, 4, ev, &count, &err));

@@ -182,6 +182,31 @@ static struct cg_tenant make_path(struct cg_store *s, const char *name)
     return t;
 }
 
+/* Whether cg_store_sweep_due finds tenant due at now_ms (the read spans every tenant of
+ * the test's schema); *out gets its entry. */
+static bool due_of(struct cg_store *s, const char *tenant, int64_t now_ms, struct cg_sweep_due *out)
+{
+    struct cg_sweep_due *found = calloc(CG_STORE_PAGE_MAX, sizeof *found);
+    cr_assert_not_null(found);
+    int count = 0;
+    bool more = true;
+    struct cg_err err;
+    cr_assert_eq(cg_store_sweep_due(s, now_ms, CG_STORE_PAGE_MAX, found, &count, &more, &err),
+                 CG_OK, "%s", err.msg);
+    cr_assert_not(more);
+    for (int i = 1; i < count; i++)
+        cr_assert_lt(strcmp(found[i - 1].tenant_id, found[i].tenant_id), 0, "in id order, once");
+    bool in = false;
+    for (int i = 0; i < count && !in; i++) {
+        if (strcmp(found[i].tenant_id, tenant) == 0) {
+            *out = found[i];
+            in = true;
+        }
+    }
+    free(found);
+    return in;
+}
+
 Test(sweep, an_expired_reservation_returns_its_hold_to_every_level, .init = setup, .fini = teardown,
      .timeout = 30)
 {
@@ -431,14 +456,23 @@ Test(sweep, a_pass_visits_every_tenant_page_by_page, .init = setup, .fini = tear
     cr_assert_eq(cg_store_sweep_tenants(s, "nope", 2, ids, &count, &err), CG_INVALID_ARGUMENT);
     cr_assert_eq(cg_store_sweep_tenants(s, "", 0, ids, &count, &err), CG_INVALID_ARGUMENT);
 
-    /* What is due, per tenant. */
+    /* What is due: the three tenants with expired holds, not the idle one. */
     struct cg_sweep_due due;
     int64_t later = cg_wall_ms() + 60000;
-    cr_assert_eq(cg_store_sweep_due(s, tenants[0].tenant_id, later, &due, &err), CG_OK);
-    cr_assert(due.expired);
-    cr_assert_not(due.reset);
-    cr_assert_eq(cg_store_sweep_due(s, tenants[0].tenant_id, later - 3600000, &due, &err), CG_OK);
-    cr_assert_not(due.expired);
+    for (int i = 0; i < 3; i++) {
+        cr_assert(due_of(s, tenants[i].tenant_id, later, &due), "tenant %d is due", i);
+        cr_assert(due.expired);
+        cr_assert_not(due.reset);
+        cr_assert_not(due.approvals);
+        cr_assert_not(due_of(s, tenants[i].tenant_id, later - 3600000, &due));
+    }
+    /* Found through the due rows only: a read bounded to 1 row says more is due. */
+    struct cg_sweep_due one[1];
+    bool more = false;
+    cr_assert_eq(cg_store_sweep_due(s, later, 1, one, &count, &more, &err), CG_OK, "%s", err.msg);
+    cr_assert_eq(count, 1);
+    cr_assert(more);
+    cr_assert_eq(cg_store_sweep_due(s, later, 0, one, &count, &more, &err), CG_INVALID_ARGUMENT);
 
     /* One pass of the server's sweeper settles all of them. */
     struct cg_rpc_env env = {.svc = {.store = s}};
@@ -453,6 +487,61 @@ Test(sweep, a_pass_visits_every_tenant_page_by_page, .init = setup, .fini = tear
     }
     cr_assert(cg_rpc_sweep(&env, later, &expired));
     cr_assert_eq(expired, 0);
+    cg_store_free(s);
+}
+
+/* ------------------------------------------------------------------ retention --- */
+
+/* One event on s-1 of tenant_id, occurred now. */
+static void append_event(struct cg_store *s, const char *tenant_id)
+{
+    struct cg_err err;
+    struct cg_event_fields f;
+    memset(&f, 0, sizeof f);
+    cr_assert_eq(cg_store_begin(s, &err), CG_OK);
+    cr_assert_eq(cg_store_event_append(s, tenant_id, &(struct cg_scope_ids){.session_id = "s-1"}, 2,
+                                       &f, cg_wall_ms(), &err),
+                 CG_OK, "%s", err.msg);
+    cr_assert_eq(cg_store_commit(s, &err), CG_OK);
+}
+
+static long long events_of(const char *tenant_id)
+{
+    return db_int("SELECT count(*) FROM scope_events WHERE tenant_id = $1::uuid", tenant_id);
+}
+
+Test(sweep, retention_walks_every_tenant_once_an_interval, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    struct cg_store *s = test_store();
+    struct cg_tenant a = make_path(s, "ra"), b = make_path(s, "rb");
+    append_event(s, a.tenant_id);
+    append_event(s, b.tenant_id);
+    int64_t now = cg_wall_ms(), hour = 3600 * 1000LL;
+    struct cg_rpc_env env = {.svc = {.store = s}};
+    struct cg_sweep_walk walk = {0};
+
+    /* Events younger than an hour stay; the walk is over and the next one is due in an
+     * interval. */
+    cr_assert(cg_sweep_retention(&env.svc, &walk, now, 60000, 1000));
+    cr_assert_not(walk.running);
+    cr_assert_eq(walk.next_ms, now + 60000);
+    cr_assert_eq(events_of(a.tenant_id), 1);
+    cr_assert_eq(events_of(b.tenant_id), 1);
+
+    /* Due again and two hours on: every tenant's old events go. */
+    cr_assert(cg_sweep_retention(&env.svc, &walk, now + 2 * hour, 60000, 1000));
+    cr_assert_eq(events_of(a.tenant_id), 0);
+    cr_assert_eq(events_of(b.tenant_id), 0);
+
+    /* Before the interval from that walk's start is over, no walk runs; at its end, one
+     * does. */
+    cr_assert_eq(walk.next_ms, now + 2 * hour + 60000);
+    append_event(s, a.tenant_id);
+    cr_assert(cg_sweep_retention(&env.svc, &walk, now + 2 * hour + 59000, 60000, 1000));
+    cr_assert_eq(events_of(a.tenant_id), 1, "the walk is not due yet");
+    cr_assert(cg_sweep_retention(&env.svc, &walk, now + 2 * hour + 60000, 60000, 1000));
+    cr_assert_eq(events_of(a.tenant_id), 0);
     cg_store_free(s);
 }
 
@@ -568,14 +657,13 @@ Test(resets, monthly_on_the_first_in_the_tenants_zone, .init = setup, .fini = te
 
     /* 2024-01-31 23:59:59 local, then the boundary itself (a reset is due at it). */
     struct cg_sweep_due due;
-    struct cg_err err;
-    cr_assert_eq(cg_store_sweep_due(s, t.tenant_id, first - 1000, &due, &err), CG_OK);
-    cr_assert_not(due.reset);
+    cr_assert_not(due_of(s, t.tenant_id, first - 1000, &due));
     struct cg_budget_row rows[4];
     (void)read_at(s, t.tenant_id, cg_storetest_scope("", "", ""), true, first - 1000, rows);
     cr_assert_eq(rows[0].used_tokens, 900);
-    cr_assert_eq(cg_store_sweep_due(s, t.tenant_id, first, &due, &err), CG_OK);
+    cr_assert(due_of(s, t.tenant_id, first, &due));
     cr_assert(due.reset);
+    cr_assert_not(due.expired);
     (void)read_at(s, t.tenant_id, cg_storetest_scope("", "", ""), true, first, rows);
     cr_assert_eq(rows[0].used_tokens, 0);
     cr_assert_eq(rows[0].period_start_ms, first);

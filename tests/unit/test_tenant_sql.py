@@ -43,8 +43,13 @@ GLOBAL_TABLES = {
 # (source file, the piece's start after whitespace is collapsed): why it spans tenants.
 CROSS_TENANT = {
     ("store_pg_sweep.c", "SELECT tenant_id::text FROM tenants WHERE $1::text = '' OR"):
-        "the sweeper's cursor over every tenant, a page at a time; each tenant's work then "
-        "runs in statements of its own",
+        "the retention walk's cursor over every tenant, a page at a time; the page's "
+        "statements then name its tenants (tenant_id = ANY of the page)",
+    ("store_pg_sweep.c", "WITH r AS (SELECT tenant_id FROM scopes WHERE session_id"):
+        "the sweeper's read of the tenants with work due (a due reset, expired holds or "
+        "approvals), through partial indexes keyed by the due time (0026_sweep_due), so "
+        "that a pass costs the work due, not the number of tenants; read-only, and each "
+        "tenant's work then runs in statements of its own",
     ("store_pg_tenants.c", "SELECT tenant_id::text, name, time_zone,"):
         "ListTenants of the server's admin (both pages' statements): the tenants of the "
         "whole deployment, in creation order",
