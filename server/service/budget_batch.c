@@ -512,7 +512,9 @@ static void decide_commit(const struct cg_svc_env *env, struct batch *b, struct 
     }
     it->n = n;
     b->state[i] = ITEM_BATCHED;
-    snprintf(it->ledger_key, sizeof it->ledger_key, "reservation:%s", it->reservation_id);
+    /* "reservation:<id>" (the id is a canonical UUID: it fits) */
+    memcpy(it->ledger_key, "reservation:", 12);
+    memcpy(it->ledger_key + 12, it->reservation_id, CG_UUID_LEN + 1);
     struct cg_batch_settle *s = &b->settle[*n_settle];
     struct cg_batch_ledger *l = &b->ledger[*n_settle];
     it->settle_index = (*n_settle)++;

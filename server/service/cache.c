@@ -103,6 +103,7 @@
 
 #include "base/clock.h"
 #include "base/crypto.h"
+#include "core/hash64.h"
 #include "core/siphash.h"
 
 #define SHARDS 64
@@ -200,32 +201,6 @@ struct cg_cache {
 };
 
 /* ---------------------------------------------------------------- tables ---------- */
-
-/* The final mix of MurmurHash3 (fmix64): every bit of x moves every bit of the result. */
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    return x ^ (x >> 33);
-}
-
-/* The seeded hash of n bytes at p, eight at a time (a byte-at-a-time hash of the four
- * names of a path cost more than the four lookups' cache misses). */
-static uint64_t hash_bytes(uint64_t seed, const char *p, size_t n)
-{
-    uint64_t h = seed ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL);
-    for (; n >= 8; p += 8, n -= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        h = (h ^ w) * 0x87c37b91114253d5ULL;
-        h ^= h >> 29;
-    }
-    uint64_t w = 0;
-    memcpy(&w, p, n);
-    return mix64(h ^ w);
-}
 
 static bool table_init(struct table *t, size_t max_entries, size_t stride)
 {
@@ -399,7 +374,7 @@ static int path_names(const struct cg_cache *c, const char *tenant_id,
         if (level > 1 && !name_append(buf, &len, parts[level - 2]))
             return 0;
         out[level - 1] =
-            (struct name){buf, len, level >= hashed ? hash_bytes(c->hash_seed, buf, len) : 0};
+            (struct name){buf, len, level >= hashed ? cg_hash64(c->hash_seed, buf, len) : 0};
     }
     return depth;
 }
@@ -424,7 +399,7 @@ static bool key_name(const struct cg_cache *c, const char *tenant_id, const char
     memcpy(buf, tenant_id, len + 1);
     if (!name_append(buf, &len, key_id))
         return false;
-    *out = (struct name){buf, len, hash_bytes(c->hash_seed, buf, len)};
+    *out = (struct name){buf, len, cg_hash64(c->hash_seed, buf, len)};
     return true;
 }
 

@@ -26,6 +26,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "core/hash64.h"
 
 /* The session advisory lock that serializes migration runners ("ctxguard" in ASCII). */
 #define MIGRATION_LOCK_KEY "7166485292799586916"
@@ -385,13 +386,21 @@ static cg_status collect(struct cg_pg *pg, const char *label, int64_t until, PGr
     return CG_OK;
 }
 
-/* FNV-1a of a statement's text: its prepared statement's name on a connection. */
+/* The hash of a statement's text, eight bytes a step (the batch's write is 4 KiB of SQL,
+ * hashed on every run): its prepared statement's name on a connection. */
 static uint64_t sql_hash(const char *sql)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)sql; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
-    return h;
+    return cg_hash64(0, sql, strlen(sql));
+}
+
+/* "cg_" and h in 16 lower-case hex digits: the prepared statement's name. */
+static void statement_name(uint64_t h, char name[24])
+{
+    static const char hex[] = "0123456789abcdef";
+    memcpy(name, "cg_", 3);
+    for (int i = 0; i < 16; i++)
+        name[3 + i] = hex[(h >> (60 - 4 * i)) & 0xf];
+    name[19] = '\0';
 }
 
 static bool is_prepared(const struct cg_pg *pg, uint64_t h)
@@ -560,7 +569,7 @@ static cg_status send_wait(struct cg_pg *pg, const char *label, const char *sql,
             bool known = named && is_prepared(pg, h);
             named = named && (known || pg->nprepared < CG_PG_PREPARED_MAX);
             char name[24];
-            snprintf(name, sizeof name, "cg_%016llx", (unsigned long long)h);
+            statement_name(h, name);
             bool prepared = false;
             cg_status rc =
                 send_with_begin(pg, label, sql, nparams, values, lengths, formats,
@@ -578,7 +587,7 @@ static cg_status send_wait(struct cg_pg *pg, const char *label, const char *sql,
     uint64_t h = named ? sql_hash(sql) : 0;
     named = named && (is_prepared(pg, h) || pg->nprepared < CG_PG_PREPARED_MAX);
     char name[24];
-    snprintf(name, sizeof name, "cg_%016llx", (unsigned long long)h);
+    statement_name(h, name);
     for (int attempt = 0;; attempt++) {
         int sent;
         if (named) {
@@ -1104,7 +1113,7 @@ static cg_status commit_notify(struct cg_pg *pg, const char *lit, PGresult **com
     bool known = is_prepared(pg, h);
     bool named = known || pg->nprepared < CG_PG_PREPARED_MAX;
     char name[24];
-    snprintf(name, sizeof name, "cg_%016llx", (unsigned long long)h);
+    statement_name(h, name);
     const char *values[] = {lit};
     if (!PQenterPipelineMode(conn))
         return conn_lost(pg, "commit", err);

@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -407,12 +408,22 @@ static const char rows_put_script[] =
     "end "
     "return n";
 
+/* "cg:{<tenant>}:row2:<session> <task> <agent>" (by hand: a name per row of every write). */
 static bool row_key_name(const char *tenant_id, const struct cg_scope_ids *ids, char *buf,
                          size_t cap)
 {
-    int n = snprintf(buf, cap, "cg:{%s}:row2:%s %s %s", tenant_id, ids->session_id, ids->task_id,
-                     ids->agent_id);
-    return n > 0 && (size_t)n < cap;
+    const char *parts[] = {"cg:{", tenant_id,    "}:row2:", ids->session_id,
+                           " ",    ids->task_id, " ",       ids->agent_id};
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+        size_t n = strlen(parts[i]);
+        if (cap - len <= n)
+            return false;
+        memcpy(buf + len, parts[i], n);
+        len += n;
+    }
+    buf[len] = '\0';
+    return true;
 }
 
 static bool gen_key_name(const char *tenant_id, char *buf, size_t cap)
@@ -459,6 +470,28 @@ static void out_i64(struct text_out *o, int64_t v, bool first)
 
 static void out_double(struct text_out *o, double v)
 {
+    /* Most doubles of a row are ratios with a few decimals (warning_ratio 0.8): k decimals
+     * of a whole number n read back exactly when n / 10^k, correctly rounded, is v (strtod
+     * rounds the decimal to the same double). Others go through %.17g. */
+    static const double pow10[] = {1, 10, 100, 1000, 10000, 100000, 1000000};
+    for (int k = 0; k < 7 && v >= 0 && v < 1e9 && !signbit(v); k++) {
+        double scaled = v * pow10[k];
+        int64_t n = (int64_t)(scaled + 0.5);
+        if ((double)n / pow10[k] != v)
+            continue;
+        char tmp[32], *p = tmp + sizeof tmp;
+        for (int d = 0; d < k; d++, n /= 10)
+            *--p = (char)('0' + n % 10);
+        if (k > 0)
+            *--p = '.';
+        do {
+            *--p = (char)('0' + n % 10);
+            n /= 10;
+        } while (n != 0);
+        *--p = ' ';
+        out_bytes(o, p, (size_t)(tmp + sizeof tmp - p));
+        return;
+    }
     char tmp[40];
     int n = snprintf(tmp, sizeof tmp, " %.17g", v);
     if (n < 0 || (size_t)n >= sizeof tmp)
@@ -706,8 +739,8 @@ static bool rows_put_build(struct rows_put *c, const char *tenant_id,
         rest = rest ? strchr(rest + 1, ' ') : NULL; /* past "<row_version> <generation>" */
         if (rest == NULL)
             continue;
-        snprintf(c->versions[count], sizeof c->versions[count], "%lld",
-                 (long long)rows[i].row_version);
+        struct text_out vo = {c->versions[count], sizeof c->versions[count], 0, true};
+        out_i64(&vo, rows[i].row_version, true);
         size_t rest_len = len - (size_t)(rest + 1 - full);
         memcpy(c->texts[count], rest + 1, rest_len);
         row_args[2 * count] = c->versions[count];

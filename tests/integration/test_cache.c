@@ -337,6 +337,44 @@ Test(redis_rows, text_round_trip_and_hostile_input)
     cr_assert_not(cg_redis_row_decode("1 0 nan", 7, &back, &gen));
 }
 
+/* Ratios come back bit for bit, whether written as a short decimal or with %.17g. */
+Test(redis_rows, ratios_round_trip_exactly)
+{
+    double values[64] = {0.0,  -0.0,     0.8,       0.95, 0.05,   0.125,  1.0, 0.1 + 0.2,
+                         1e-7, 0.999999, 0.1234567, 0.5,  0.9995, 5e-324, 0.7, 0.3};
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    for (int i = 16; i < 64; i++) { /* random ratios, random short decimals */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        values[i] = (i % 2) ? (double)(x >> 11) / 9007199254740992.0 /* [0, 1) */
+                            : (double)(x % 1000000) / 1000000.0;     /* up to 6 decimals */
+    }
+    for (int i = 0; i < 64; i++) {
+        struct cg_budget_row r = row_at("s", "t", 42, 12345);
+        r.warning_ratio = values[i];
+        r.ntiers = 1;
+        r.tier_ratio[0] = values[63 - i];
+        r.tier_delay_ms[0] = 50;
+        char text[CG_REDIS_ROW_TEXT_MAX];
+        size_t len = cg_redis_row_encode(&r, 1, text, sizeof text);
+        cr_assert(len > 0);
+        struct cg_budget_row back;
+        memset(&back, 0, sizeof back);
+        back.ids = r.ids;
+        int64_t gen = -1;
+        cr_assert(cg_redis_row_decode(text, len, &back, &gen), "%s", text);
+        cr_assert_eq(memcmp(&back.warning_ratio, &r.warning_ratio, sizeof r.warning_ratio), 0,
+                     "%.17g came back as %.17g (%s)", r.warning_ratio, back.warning_ratio, text);
+        cr_assert_eq(memcmp(&back.tier_ratio[0], &r.tier_ratio[0], sizeof r.tier_ratio[0]), 0,
+                     "%.17g came back as %.17g", r.tier_ratio[0], back.tier_ratio[0]);
+    }
+    /* A short decimal is written as one. */
+    struct cg_budget_row r = row_at("s", "t", 42, 12345);
+    r.warning_ratio = 0.8;
+    char text[CG_REDIS_ROW_TEXT_MAX];
+    cr_assert(cg_redis_row_encode(&r, 1, text, sizeof text) > 0);
+    cr_assert(strstr(text, " 0.8 ") != NULL || strstr(text, " 0.8\n") != NULL, "%s", text);
+}
+
 static struct cg_pgtest T;
 static void redis_setup(void)
 {
