@@ -15,7 +15,8 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 BUILD_DIR=build-fuzz
 
 scripts/deps.sh dev
-CC=clang scripts/build.sh "$BUILD_DIR" -DCMAKE_C_COMPILER=clang -DCG_FUZZ=ON -DCG_TESTS=OFF
+CC=clang CXX=clang++ scripts/build.sh "$BUILD_DIR" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCG_FUZZ=ON -DCG_TESTS=OFF
 
 mapfile -t ALL < <(find "$BUILD_DIR" -path "$BUILD_DIR/CMakeFiles" -prune -o \
     -type f -name 'fuzz_*' -perm -u+x -print | sort)

@@ -41,6 +41,7 @@
 #include "service/sweep.h"
 #include "service/watch.h"
 #include "store/store.h"
+#include "transport/grpc_runtime.h"
 #include "transport/http.h"
 #include "transport/http_api.h"
 #include "transport/http_console.h"
@@ -1912,6 +1913,7 @@ struct cg_server *cg_server_start(struct cg_app *app, struct cg_err *err)
     }
     const struct cg_config *cfg = app->config;
 
+    cg_grpc_runtime_release_mode();
     grpc_init();
 
     srv->nworkers = (int)cfg->workers;
