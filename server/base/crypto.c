@@ -50,6 +50,15 @@ void cg_sha256(const void *data, size_t len, uint8_t out[CG_SHA256_LEN])
         SHA256(data, len, out);
 }
 
+void cg_sha1_hex(const void *data, size_t len, char out[41])
+{
+    uint8_t md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (EVP_Digest(data, len, md, &n, EVP_sha1(), NULL) != 1 || n != 20)
+        SHA1(data, len, md);
+    cg_hex_encode(md, 20, out);
+}
+
 cg_status cg_hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
                          uint8_t out[CG_SHA256_LEN])
 {

@@ -18,6 +18,9 @@ cg_status cg_random_bytes(void *buf, size_t n) CG_MUST_CHECK;
 /* SHA-256 of data into out. */
 void cg_sha256(const void *data, size_t len, uint8_t out[CG_SHA256_LEN]);
 
+/* SHA-1 of data as 40 lower-case hex digits: the name Redis gives a script (EVALSHA). */
+void cg_sha1_hex(const void *data, size_t len, char out[41]);
+
 /* HMAC-SHA256 (RFC 2104) of data under key into out. CG_NOMEM when it cannot. */
 cg_status cg_hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
                          uint8_t out[CG_SHA256_LEN]) CG_MUST_CHECK;

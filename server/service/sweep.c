@@ -252,6 +252,8 @@ static cg_status retention_page(const struct cg_svc_env *env, const char (*ids)[
 bool cg_sweep_retention(const struct cg_svc_env *env, struct cg_sweep_walk *walk, int64_t now_ms,
                         int64_t interval_ms, int64_t budget_ms)
 {
+    if (walk->next_ms - now_ms > interval_ms)
+        walk->next_ms = now_ms; /* the wall clock went back: do not wait for it */
     if (!walk->running && now_ms < walk->next_ms)
         return true;
     if (env->health != NULL && !cg_health_is_serving(env->health))

@@ -185,6 +185,8 @@ bool cg_redis_cluster_mode_parse(const char *text, cg_redis_cluster_mode *out)
     return true;
 }
 
+static void rows_put_name(char sha[41]);
+
 struct cg_redis *cg_redis_new(const char *url, int timeout_ms)
 {
     struct cg_redis *r = calloc(1, sizeof *r);
@@ -192,6 +194,7 @@ struct cg_redis *cg_redis_new(const char *url, int timeout_ms)
         return NULL;
     r->timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
     r->outage_logged = &r->own_outage_logged;
+    rows_put_name(r->rows_put_sha);
     struct cg_err err;
     r->addr_valid = cg_redis_url_parse(url, &r->addr, &err) == CG_OK;
     if (!r->addr_valid)
@@ -407,6 +410,12 @@ static const char rows_put_script[] =
     "  end "
     "end "
     "return n";
+
+/* The rows script's EVALSHA name. */
+static void rows_put_name(char sha[41])
+{
+    cg_sha1_hex(rows_put_script, sizeof rows_put_script - 1, sha);
+}
 
 /* "cg:{<tenant>}:row2:<session> <task> <agent>" (by hand: a name per row of every write). */
 static bool row_key_name(const char *tenant_id, const struct cg_scope_ids *ids, char *buf,
@@ -721,7 +730,7 @@ struct rows_put {
 
 /* Builds the EVAL that stores rows[0..n) of tenant_id; false when there is nothing to store
  * (no row with a row_version, or a name that does not fit). */
-static bool rows_put_build(struct rows_put *c, const char *tenant_id,
+static bool rows_put_build(struct rows_put *c, const char *sha, const char *tenant_id,
                            const struct cg_budget_row *rows, int n, int64_t fill_gen)
 {
     int k = 0, count = 0;
@@ -754,8 +763,8 @@ static bool rows_put_build(struct rows_put *c, const char *tenant_id,
     snprintf(c->ttl, sizeof c->ttl, "%d", CG_REDIS_ROW_TTL_MS);
     snprintf(c->fill, sizeof c->fill, "%lld", (long long)(fill_gen < 0 ? -1 : fill_gen));
     snprintf(c->nkeys, sizeof c->nkeys, "%d", count + 1);
-    c->argv[k] = "EVAL", c->lens[k++] = 4;
-    c->argv[k] = rows_put_script, c->lens[k++] = sizeof rows_put_script - 1;
+    c->argv[k] = "EVALSHA", c->lens[k++] = 7;
+    c->argv[k] = sha, c->lens[k++] = 40;
     c->argv[k] = c->nkeys, c->lens[k++] = strlen(c->nkeys);
     for (int i = 0; i <= count; i++)
         c->argv[k] = c->keys[i], c->lens[k++] = strlen(c->keys[i]);
@@ -768,13 +777,26 @@ static bool rows_put_build(struct rows_put *c, const char *tenant_id,
     return true;
 }
 
+/* The put c, built for EVALSHA, sends the script's text instead (EVAL), after the node
+ * answered NOSCRIPT. */
+static void rows_put_with_text(struct rows_put *c)
+{
+    c->argv[0] = "EVAL", c->lens[0] = 4;
+    c->argv[1] = rows_put_script, c->lens[1] = sizeof rows_put_script - 1;
+}
+
 void cg_redis_rows_put(struct cg_redis *redis, const char *tenant_id,
                        const struct cg_budget_row *rows, int n, int64_t fill_gen)
 {
     struct rows_put c;
-    if (!rows_put_build(&c, tenant_id, rows, n, fill_gen))
+    if (!rows_put_build(&c, redis->rows_put_sha, tenant_id, rows, n, fill_gen))
         return;
-    redisReply *reply = cg__redis_command(redis, "EVAL", c.argc, c.argv, c.lens, 3, c.count + 1);
+    redisReply *reply = cg__redis_command(redis, "EVALSHA", c.argc, c.argv, c.lens, 3, c.count + 1);
+    if (reply != NULL && cg__redis_reply_noscript(reply)) {
+        freeReplyObject(reply);
+        rows_put_with_text(&c);
+        reply = cg__redis_command(redis, "EVAL", c.argc, c.argv, c.lens, 3, c.count + 1);
+    }
     if (reply != NULL)
         freeReplyObject(reply);
 }
@@ -788,17 +810,32 @@ void cg_redis_rows_put_many(struct cg_redis *redis, const struct cg_redis_rows *
     redisReply **replies = malloc((size_t)n * sizeof *replies);
     int m = 0;
     for (int i = 0; builds != NULL && cmds != NULL && replies != NULL && i < n; i++) {
-        if (!rows_put_build(&builds[m], sets[i].tenant_id, sets[i].rows, sets[i].n, -1))
+        if (!rows_put_build(&builds[m], redis->rows_put_sha, sets[i].tenant_id, sets[i].rows,
+                            sets[i].n, -1))
             continue;
         cmds[m] = (struct cg__redis_cmd){builds[m].argc, builds[m].argv, builds[m].lens, 3,
                                          builds[m].count + 1};
         m++;
     }
     if (m > 0) {
-        cg__redis_commands(redis, "EVAL", m, cmds, replies);
-        for (int i = 0; i < m; i++)
+        cg__redis_commands(redis, "EVALSHA", m, cmds, replies);
+        /* A node without the script (new, restarted, flushed) answered NOSCRIPT: those
+         * puts again with its text, which the node then keeps. */
+        int again = 0;
+        for (int i = 0; i < m; i++) {
+            if (replies[i] != NULL && cg__redis_reply_noscript(replies[i])) {
+                rows_put_with_text(&builds[i]);
+                cmds[again++] = cmds[i];
+            }
             if (replies[i] != NULL)
                 freeReplyObject(replies[i]);
+        }
+        if (again > 0) {
+            cg__redis_commands(redis, "EVAL", again, cmds, replies);
+            for (int i = 0; i < again; i++)
+                if (replies[i] != NULL)
+                    freeReplyObject(replies[i]);
+        }
     }
     free(builds);
     free(cmds);

@@ -101,13 +101,26 @@ static int keys_slot(const char **argv, const size_t *lens, int first, int nkeys
     return slot;
 }
 
+bool cg__redis_reply_noscript(const redisReply *reply)
+{
+    return reply->type == REDIS_REPLY_ERROR && reply->len >= 8 &&
+           memcmp(reply->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Whether reply is an answer for the caller: not an error, or NOSCRIPT (an EVALSHA of a
+ * script the node does not hold: the node is fine, and the caller sends the script). */
+static bool is_answer(const redisReply *reply)
+{
+    return reply->type != REDIS_REPLY_ERROR || cg__redis_reply_noscript(reply);
+}
+
 static redisReply *standalone_command(struct cg_redis *r, const char *what, int argc,
                                       const char **argv, const size_t *lens)
 {
     redisReply *reply = cg__redis_node_exchange(r, &r->seed, what, argc, argv, lens, false);
     if (reply == NULL)
         return NULL;
-    if (reply->type == REDIS_REPLY_ERROR) {
+    if (!is_answer(reply)) {
         cg__redis_node_fail_reply(r, &r->seed, what, reply);
         return NULL;
     }
@@ -158,7 +171,7 @@ static redisReply *cluster_command(struct cg_redis *r, int slot, const char *wha
         redisReply *reply = cg__redis_node_exchange(r, n, what, argc, argv, lens, asking);
         if (reply == NULL)
             return NULL;
-        if (reply->type != REDIS_REPLY_ERROR) {
+        if (is_answer(reply)) {
             cg__redis_node_answered(r, n);
             return reply;
         }
@@ -237,7 +250,7 @@ static void pipeline_replies(struct cg_redis *r, struct cg__redis_node *n, const
         if (reply == NULL)
             continue;
         struct cg_keyslot_redirect to;
-        bool error = reply->type == REDIS_REPLY_ERROR;
+        bool error = !is_answer(reply);
         bool redirect =
             error && cluster &&
             cg_keyslot_redirect_parse(reply->str, reply->len, &to) != CG_KEYSLOT_NOT_REDIRECT;

@@ -43,6 +43,7 @@ typedef enum {
 } cg__redis_topology;
 
 struct cg_redis {
+    char rows_put_sha[41]; /* the rows script's SHA-1: its EVALSHA name */
     struct cg_redis_addr addr;
     bool addr_valid;
     int timeout_ms;
@@ -70,11 +71,15 @@ struct cg_redis {
     int64_t map_not_before; /* no read before (CG__REDIS_MAP_MIN_GAP_MS) */
 };
 
+/* Whether reply is the NOSCRIPT error of an EVALSHA whose script the node does not hold
+ * (new, restarted or flushed): an answer, for the caller to send the script with EVAL. */
+bool cg__redis_reply_noscript(const redisReply *reply);
+
 /* Runs one command whose keys are argv[first_key .. first_key + nkeys) (nkeys >= 1, all
  * of one slot: keys of different slots are a bug, logged, and nothing is sent), on the
- * node that serves them, following MOVED and ASK. The reply (never an error reply) goes
- * to the caller, who frees it; NULL means a miss (Redis unavailable, the outage logged
- * once). lens may be NULL (argv NUL-terminated). */
+ * node that serves them, following MOVED and ASK. The reply (never an error reply but
+ * NOSCRIPT) goes to the caller, who frees it; NULL means a miss (Redis unavailable, the
+ * outage logged once). lens may be NULL (argv NUL-terminated). */
 redisReply *cg__redis_command(struct cg_redis *r, const char *what, int argc, const char **argv,
                               const size_t *lens, int first_key, int nkeys);
 

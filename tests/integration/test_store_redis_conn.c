@@ -186,6 +186,53 @@ Test(redis_conn, the_rows_of_several_tenants_go_in_one_call, .init = setup, .fin
     cg_redis_free(r);
 }
 
+/* The rows go by EVALSHA; a Redis without the script (new, restarted, SCRIPT FLUSH) answers
+ * NOSCRIPT, and the put is sent again with the script's text: the rows arrive either way
+ * and Redis is not taken for down. */
+Test(redis_conn, rows_go_by_script_name_and_by_text_after_noscript, .init = setup, .fini = teardown,
+     .timeout = 30)
+{
+    struct cg_redis *r = cg_redis_new(T.redis_url, 1000);
+    cr_assert(r != NULL);
+    char tenant[CG_UUID_LEN + 1];
+    snprintf(tenant, sizeof tenant, "7a1e5c2a-6d5f-4c44-9a51-%.12s", T.schema + 8);
+    struct cg_budget_row row;
+    memset(&row, 0, sizeof row);
+    row.level = 1;
+    row.has_budget = true;
+    row.mode = 1;
+    row.on_store_failure = 1;
+    row.reset_period = 1;
+    struct cg_scope_ids tenant_ids;
+    memset(&tenant_ids, 0, sizeof tenant_ids);
+    const char *flush[] = {"SCRIPT", "FLUSH"};
+    for (int round = 0; round < 4; round++) {
+        /* Rounds 0 and 2 find no script (flushed), 1 and 3 find it (the EVAL of the round
+         * before loaded it). */
+        if (round % 2 == 0) {
+            redisReply *reply =
+                cg__redis_node_exchange(r, &r->seed, "SCRIPT", 2, flush, NULL, false);
+            cr_assert(reply != NULL && reply->type == REDIS_REPLY_STATUS, "SCRIPT FLUSH");
+            freeReplyObject(reply);
+        }
+        row.row_version = 20 + round;
+        row.used_tokens = 1000 + round;
+        struct cg_redis_rows set = {tenant, &row, 1};
+        if (round < 2)
+            cg_redis_rows_put_many(r, &set, 1);
+        else
+            cg_redis_rows_put(r, tenant, &row, 1, -1);
+        struct cg_budget_row out[4];
+        int n = 0;
+        int64_t gen = -1;
+        cr_assert(cg_redis_path_get(r, tenant, &tenant_ids, out, &n, &gen), "round %d", round);
+        cr_assert_eq(out[0].row_version, 20 + round, "round %d", round);
+        cr_assert_eq(out[0].used_tokens, 1000 + round);
+        cr_assert(r->ok, "round %d: NOSCRIPT is an answer, not an outage", round);
+    }
+    cg_redis_free(r);
+}
+
 /* ------------------------------------------------------------------ a fake node --- */
 
 /* A cluster node played by the test, on a loopback port: INFO says cluster_enabled:1,

@@ -542,6 +542,12 @@ Test(sweep, retention_walks_every_tenant_once_an_interval, .init = setup, .fini 
     cr_assert_eq(events_of(a.tenant_id), 1, "the walk is not due yet");
     cr_assert(cg_sweep_retention(&env.svc, &walk, now + 2 * hour + 60000, 60000, 1000));
     cr_assert_eq(events_of(a.tenant_id), 0);
+
+    /* The wall clock set back by a day: the next walk is due an interval from then, not a
+     * day later. */
+    int64_t back = now + 2 * hour + 60000 - 24 * hour;
+    cr_assert(cg_sweep_retention(&env.svc, &walk, back, 60000, 1000));
+    cr_assert_eq(walk.next_ms, back + 60000);
     cg_store_free(s);
 }
 
