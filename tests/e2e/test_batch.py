@@ -209,8 +209,17 @@ class BatchedWrites(cgtest.TestCase):
         self.assertEqual((u.used_tokens, u.reserved_tokens), (5, 20))
 
     def test_events_of_a_batch_are_numbered_per_scope_without_gaps(self):
+        start = len(self.srv.log_text().splitlines())
         results = run_together(32, lambda i: self.reserve(30))
         self.assertEqual(sum(1 for r in results if not isinstance(r, grpc.RpcError)), 32)
+        # Numbered by the batch's own write, not by the one-request path after a failed one:
+        # a batch of several wrote (st=0), none failed.
+        if self.BATCHING:
+            lines = self.srv.log_text().splitlines()[start:]
+            batches = [line for line in lines if "batch n=" in line]
+            self.assertTrue(any(int(line.split("batch n=")[1].split()[0]) > 1 and " st=0" in line
+                                for line in batches), batches)
+            self.assertFalse([line for line in lines if "run one by one" in line])
         rows = cgtest.psql(
             f"SELECT seq, type, reserved_tokens FROM scope_events"
             f" WHERE tenant_id = '{self.tenant}' AND session_id = '{self.s}' AND task_id = 't'"
