@@ -1290,7 +1290,7 @@ cg_status cg_store_event_seq(struct cg_store *store, const char *tenant_id,
                              struct cg_err *err) CG_MUST_CHECK;
 
 /* Deletes up to limit (1..100000) of the events of the n tenants of tenant_ids (a page of
- * the sweeper: cg__store_open_page) that occurred before before_ms (unix ms); *deleted gets
+ * the sweeper's retention walk) that occurred before before_ms (unix ms); *deleted gets
  * how many (limit: more may be left). One statement, outside a transaction. */
 cg_status cg_store_events_expire(struct cg_store *store, const char (*tenant_ids)[CG_UUID_LEN + 1],
                                  int n, int64_t before_ms, int limit, int *deleted,

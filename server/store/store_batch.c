@@ -102,16 +102,17 @@ cg_status cg_store_uuid(char out[CG_UUID_LEN + 1])
         return CG_INTERNAL;
     b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
     b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-    /* 8-4-4-4-12 lower-case hex digits (by hand: every Reserve and Commit makes one, and
+    /* 8-4-4-4-12 lower-case hex digits (not printf: every Reserve and Commit makes one, and
      * printf showed in the server's profile). */
-    static const char hex[] = "0123456789abcdef";
+    static const int group[] = {4, 2, 2, 2, 6};
     char *p = out;
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
+    const uint8_t *in = b;
+    for (int g = 0; g < 5; g++) {
+        if (g > 0)
             *p++ = '-';
-        *p++ = hex[b[i] >> 4];
-        *p++ = hex[b[i] & 0x0f];
+        cg_hex_encode(in, (size_t)group[g], p);
+        in += group[g];
+        p += 2 * group[g];
     }
-    *p = '\0';
     return CG_OK;
 }

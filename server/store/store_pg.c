@@ -24,6 +24,7 @@
 #include <libpq-fe.h>
 
 #include "base/clock.h"
+#include "base/crypto.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "core/hash64.h"
@@ -396,11 +397,11 @@ static uint64_t sql_hash(const char *sql)
 /* "cg_" and h in 16 lower-case hex digits: the prepared statement's name. */
 static void statement_name(uint64_t h, char name[24])
 {
-    static const char hex[] = "0123456789abcdef";
+    uint8_t be[8];
+    for (int i = 0; i < 8; i++)
+        be[i] = (uint8_t)(h >> (56 - 8 * i));
     memcpy(name, "cg_", 3);
-    for (int i = 0; i < 16; i++)
-        name[3 + i] = hex[(h >> (60 - 4 * i)) & 0xf];
-    name[19] = '\0';
+    cg_hex_encode(be, sizeof be, name + 3);
 }
 
 static bool is_prepared(const struct cg_pg *pg, uint64_t h)

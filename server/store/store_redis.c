@@ -417,33 +417,16 @@ static void rows_put_name(char sha[41])
     cg_sha1_hex(rows_put_script, sizeof rows_put_script - 1, sha);
 }
 
-/* "cg:{<tenant>}:row2:<session> <task> <agent>" (by hand: a name per row of every write). */
-static bool row_key_name(const char *tenant_id, const struct cg_scope_ids *ids, char *buf,
-                         size_t cap)
-{
-    const char *parts[] = {"cg:{", tenant_id,    "}:row2:", ids->session_id,
-                           " ",    ids->task_id, " ",       ids->agent_id};
-    size_t len = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
-        size_t n = strlen(parts[i]);
-        if (cap - len <= n)
-            return false;
-        memcpy(buf + len, parts[i], n);
-        len += n;
-    }
-    buf[len] = '\0';
-    return true;
-}
-
 static bool gen_key_name(const char *tenant_id, char *buf, size_t cap)
 {
     int n = snprintf(buf, cap, "cg:{%s}:gen", tenant_id);
     return n > 0 && (size_t)n < cap;
 }
 
-/* The writer of the row's text: appends to buf[0..cap), ok false once it would not fit. Whole
- * numbers are written by hand (no printf: a row is written after every committed write),
- * doubles with %.17g (which reads back exactly). */
+/* The writer of the row's text and names: appends to buf[0..cap), ok false once it would
+ * not fit. Whole numbers and short decimals are written by hand (no printf: a row is
+ * written after every committed write), other doubles with %.17g (which reads back
+ * exactly). */
 struct text_out {
     char *buf;
     size_t cap, len;
@@ -459,6 +442,18 @@ static void out_bytes(struct text_out *o, const char *s, size_t n)
     memcpy(o->buf + o->len, s, n);
     o->len += n;
     o->buf[o->len] = '\0';
+}
+
+/* "cg:{<tenant>}:row2:<session> <task> <agent>": a name per row of every write. */
+static bool row_key_name(const char *tenant_id, const struct cg_scope_ids *ids, char *buf,
+                         size_t cap)
+{
+    struct text_out o = {buf, cap, 0, cap > 0};
+    const char *parts[] = {"cg:{", tenant_id,    "}:row2:", ids->session_id,
+                           " ",    ids->task_id, " ",       ids->agent_id};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
+        out_bytes(&o, parts[i], strlen(parts[i]));
+    return o.ok;
 }
 
 /* " v" (no space first when first). */
