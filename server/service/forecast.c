@@ -194,7 +194,8 @@ bool cg_forecast_pass(const struct cg_svc_env *env, int64_t now_ms, int *alerted
         int count = 0;
         struct cg_err err;
         cg_err_clear(&err);
-        if (cg_store_sweep_tenants(env->store, after, TENANT_PAGE, ids, &count, &err) != CG_OK) {
+        if (cg_store_forecast_tenants(env->store, window_ms(env), after, TENANT_PAGE, ids, &count,
+                                      &err) != CG_OK) {
             cg_log(CG_LOG_WARN, MOD, NULL, "forecast: listing tenants failed: %s",
                    cg_err_text(&err));
             ok = whole = false;

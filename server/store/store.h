@@ -1030,6 +1030,17 @@ struct cg_forecast_candidate {
     bool alerted;      /* under the horizon at the last scan (forecast_alerts) */
 };
 
+/* The tenants a forecast pass looks at: those with spend in the last window_ms (a minute
+ * bucket that began in it) or a scope marked under the horizon (forecast_alerts: its mark
+ * may need clearing), in id order after after_id ("" or NULL: from the first), up to limit
+ * (1..CG_STORE_PAGE_MAX) into ids (caller-allocated); *count gets how many: fewer than limit
+ * means the last page. Bad limit, window_ms or after_id: CG_INVALID_ARGUMENT naming it. One
+ * read through an index of the recent buckets (migration 0027): it costs the tenants with
+ * recent spend, not every tenant. */
+cg_status cg_store_forecast_tenants(struct cg_store *store, int64_t window_ms, const char *after_id,
+                                    int limit, char (*ids)[CG_UUID_LEN + 1], int *count,
+                                    struct cg_err *err) CG_MUST_CHECK;
+
 /* The tenant's open budgeted scopes with spend in the last window_ms, up to cap into out;
  * *count gets how many. */
 cg_status cg_store_forecast_candidates(struct cg_store *store, const char *tenant_id,

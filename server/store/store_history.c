@@ -89,6 +89,25 @@ cg_status cg_store_spend_in_window(struct cg_store *store, const char *tenant_id
     return cg_pg_spend_in_window(store->pg, id, ids, exclude_cache_read, n, window_ms, spent, err);
 }
 
+cg_status cg_store_forecast_tenants(struct cg_store *store, int64_t window_ms, const char *after_id,
+                                    int limit, char (*ids)[CG_UUID_LEN + 1], int *count,
+                                    struct cg_err *err)
+{
+    *count = 0;
+    if (cg__store_deadline_passed(store))
+        return cg__store_deadline_exceeded(err);
+    if (limit < 1 || limit > CG_STORE_PAGE_MAX)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "limit: must be 1..%d", CG_STORE_PAGE_MAX);
+    if (window_ms < 1 || window_ms > WINDOW_MAX_MS)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "window_ms: out of range");
+    if (ids == NULL)
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "ids: missing");
+    char after[CG_UUID_LEN + 1] = "";
+    if (after_id != NULL && after_id[0] != '\0' && !cg__store_normalize_uuid(after_id, after))
+        return cg_err_set(err, CG_INVALID_ARGUMENT, "after_id: not a tenant id");
+    return cg_pg_forecast_tenants(store->pg, window_ms, after, limit, ids, count, err);
+}
+
 cg_status cg_store_forecast_candidates(struct cg_store *store, const char *tenant_id,
                                        int64_t window_ms, struct cg_forecast_candidate *out,
                                        int cap, int *count, struct cg_err *err)

@@ -211,6 +211,36 @@ cg_status cg_pg_spend_in_window(struct cg_pg *pg, const char *tenant_id,
     return rc;
 }
 
+cg_status cg_pg_forecast_tenants(struct cg_pg *pg, int64_t window_ms, const char *after_id,
+                                 int limit, char (*ids)[CG_UUID_LEN + 1], int *count,
+                                 struct cg_err *err)
+{
+    *count = 0;
+    char window[24], limit_text[16];
+    snprintf(window, sizeof window, "%lld", (long long)window_ms);
+    snprintf(limit_text, sizeof limit_text, "%d", limit);
+    const char *values[] = {after_id, window, limit_text};
+    PGresult *res = NULL;
+    /* The window's minute buckets through usage_rollups_recent (0027), whatever the number
+     * of tenants, and the marked scopes, which may need their re-arm after their spend left
+     * the window. By id, so that pages never skip or repeat a tenant. */
+    cg_status rc = cg__pg_run(
+        pg, "forecast_tenants",
+        "SELECT t::text FROM (SELECT tenant_id AS t FROM usage_rollups"
+        " WHERE resolution = 1 AND bucket_start >= " WINDOW_START
+        " UNION SELECT tenant_id FROM forecast_alerts) u"
+        " WHERE $1::text = '' OR t > NULLIF($1::text, '')::uuid ORDER BY t LIMIT $3::int",
+        3, values, NULL, NULL, RUN_READ, &res, err);
+    if (rc == CG_OK) {
+        int rows = PQntuples(res);
+        for (int i = 0; i < rows && i < limit; i++)
+            cg__pg_copy_str(ids[i], sizeof ids[i], PQgetvalue(res, i, 0));
+        *count = rows < limit ? rows : limit;
+    }
+    PQclear(res);
+    return rc;
+}
+
 cg_status cg_pg_forecast_candidates(struct cg_pg *pg, const char *tenant_id, int64_t window_ms,
                                     struct cg_forecast_candidate *out, int cap, int *count,
                                     struct cg_err *err)

@@ -17,6 +17,9 @@ cg_status cg_pg_rollups_expire(struct cg_pg *pg, const char *tenants, int resolu
 cg_status cg_pg_spend_in_window(struct cg_pg *pg, const char *tenant_id,
                                 const struct cg_scope_ids *ids, const bool *exclude_cache_read,
                                 int n, int64_t window_ms, int64_t *spent, struct cg_err *err);
+cg_status cg_pg_forecast_tenants(struct cg_pg *pg, int64_t window_ms, const char *after_id,
+                                 int limit, char (*ids)[CG_UUID_LEN + 1], int *count,
+                                 struct cg_err *err);
 cg_status cg_pg_forecast_candidates(struct cg_pg *pg, const char *tenant_id, int64_t window_ms,
                                     struct cg_forecast_candidate *out, int cap, int *count,
                                     struct cg_err *err);

@@ -34,6 +34,9 @@ CROSS_TENANT_INDEXES = {
         "the same for pending approvals past their expiry",
     ("scopes", "scopes_reset_due"):
         "the same for tenant budgets whose reset is due",
+    ("usage_rollups", "usage_rollups_recent"):
+        "the forecast pass finds the tenants with spend in its window by the minute buckets' "
+        "start (0027_forecast_due), so that a pass costs the tenants with recent spend",
 }
 
 

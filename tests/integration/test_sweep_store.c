@@ -551,6 +551,102 @@ Test(sweep, retention_walks_every_tenant_once_an_interval, .init = setup, .fini 
     cg_store_free(s);
 }
 
+/* ------------------------------------------------------------------ forecast --- */
+
+static void db_exec(const char *sql)
+{
+    PGconn *db = cg_pgtest_connect(&T);
+    cg_pgtest_exec(db, sql);
+    PQfinish(db);
+}
+
+/* A bucket of 10 input tokens on s-1 of tenant_id at resolution, starting at `start` (SQL). */
+static void add_bucket(const char *tenant_id, int resolution, const char *start)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO usage_rollups (tenant_id, session_id, task_id, agent_id, resolution,"
+             " bucket_start, input_tokens, entries) VALUES ('%s', 's-1', '', '', %d, %s, 10, 1)",
+             tenant_id, resolution, start);
+    db_exec(sql);
+}
+
+/* The tenants cg_store_forecast_tenants lists for window_ms, a page of `page` at a time,
+ * into seen (room for 8); returns how many. */
+static int forecast_tenants(struct cg_store *s, int64_t window_ms, int page,
+                            char seen[8][CG_UUID_LEN + 1])
+{
+    char ids[8][CG_UUID_LEN + 1], after[CG_UUID_LEN + 1] = "";
+    int count = 0, total = 0;
+    struct cg_err err;
+    do {
+        cr_assert_eq(cg_store_forecast_tenants(s, window_ms, after, page, ids, &count, &err), CG_OK,
+                     "%s", err.msg);
+        for (int i = 0; i < count; i++) {
+            cr_assert_lt(total, 8);
+            if (total > 0)
+                cr_assert_lt(strcmp(seen[total - 1], ids[i]), 0, "in id order, once");
+            memcpy(seen[total++], ids[i], sizeof ids[i]);
+        }
+        if (count > 0)
+            snprintf(after, sizeof after, "%s", ids[count - 1]);
+    } while (count == page);
+    return total;
+}
+
+static bool listed(char seen[8][CG_UUID_LEN + 1], int n, const char *tenant_id)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(seen[i], tenant_id) == 0)
+            return true;
+    return false;
+}
+
+Test(forecast, a_pass_lists_the_tenants_with_recent_spend_or_a_mark, .init = setup,
+     .fini = teardown, .timeout = 30)
+{
+    struct cg_store *s = test_store();
+    struct cg_tenant now_spend = make_path(s, "fa"), old_spend = make_path(s, "fb"),
+                     marked = make_path(s, "fc"), idle = make_path(s, "fd");
+    add_bucket(now_spend.tenant_id, 1, "date_trunc('minute', now())");
+    add_bucket(old_spend.tenant_id, 1, "date_trunc('minute', now()) - interval '2 hours'");
+    add_bucket(idle.tenant_id, 2, "date_trunc('hour', now())"); /* not a minute bucket */
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO forecast_alerts (tenant_id, session_id, task_id, agent_id)"
+             " VALUES ('%s', 's-1', '', '')",
+             marked.tenant_id);
+    db_exec(sql);
+
+    /* A 15-minute window: the tenant with spend in it and the marked one, whatever the
+     * page size. */
+    char seen[8][CG_UUID_LEN + 1];
+    for (int page = 1; page <= 3; page++) {
+        int n = forecast_tenants(s, 15 * 60000, page, seen);
+        cr_assert_eq(n, 2, "page %d: %d tenants", page, n);
+        cr_assert(listed(seen, n, now_spend.tenant_id));
+        cr_assert(listed(seen, n, marked.tenant_id));
+    }
+    /* A three-hour window takes in the older spend too; still not the idle tenant. */
+    int n = forecast_tenants(s, 3 * 3600000LL, 2, seen);
+    cr_assert_eq(n, 3);
+    cr_assert(listed(seen, n, old_spend.tenant_id));
+    cr_assert_not(listed(seen, n, idle.tenant_id));
+
+    struct cg_err err;
+    char ids[1][CG_UUID_LEN + 1];
+    int count = 0;
+    cr_assert_eq(cg_store_forecast_tenants(s, 60000, "", 0, ids, &count, &err),
+                 CG_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "limit") != NULL, "%s", err.msg);
+    cr_assert_eq(cg_store_forecast_tenants(s, 0, "", 1, ids, &count, &err), CG_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "window_ms") != NULL, "%s", err.msg);
+    cr_assert_eq(cg_store_forecast_tenants(s, 60000, "nope", 1, ids, &count, &err),
+                 CG_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "after_id") != NULL, "%s", err.msg);
+    cg_store_free(s);
+}
+
 /* ------------------------------------------------------------------ resets --- */
 
 /* A tenant in time_zone with a tenant budget of reset_period set at now_ms, and a session

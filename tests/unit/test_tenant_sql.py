@@ -50,6 +50,11 @@ CROSS_TENANT = {
         "approvals), through partial indexes keyed by the due time (0026_sweep_due), so "
         "that a pass costs the work due, not the number of tenants; read-only, and each "
         "tenant's work then runs in statements of its own",
+    ("store_pg_history.c", "SELECT t::text FROM (SELECT tenant_id AS t FROM usage_rollups"):
+        "the forecast pass's read of the tenants with spend in the window or a budget marked "
+        "under the horizon, through the index of recent minute buckets (0027_forecast_due), "
+        "so that a pass costs the tenants with recent spend, not every tenant; read-only, "
+        "each tenant's forecast then runs in statements of its own",
     ("store_pg_tenants.c", "SELECT tenant_id::text, name, time_zone,"):
         "ListTenants of the server's admin (both pages' statements): the tenants of the "
         "whole deployment, in creation order",

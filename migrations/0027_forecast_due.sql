@@ -1,0 +1,17 @@
+-- 0027_forecast_due: the forecast pass finds the tenants with recent spend instead of asking
+-- every tenant (server/store/store_pg_history.c, cg_pg_forecast_tenants).
+--
+-- Each pass (forecast_interval_ms, 15 s) ran two statements for every tenant, spend or not:
+-- with a few thousand tenants, most of them idle, that was most of the monitor thread's
+-- work under a write load and several hundred statements a second, and it grows with the
+-- number of tenants. Now one statement reads the minute buckets of the forecast window
+-- through this index (one entry per scope with spend, per minute) and the scopes marked
+-- under the horizon (forecast_alerts, whose primary key starts with tenant_id); only
+-- those tenants are then asked for their candidates.
+--
+-- The index does not start with tenant_id: it is not unique, and a distributed PostgreSQL
+-- (Citus) builds it on every shard, where the read runs on each shard. Only minute rows
+-- are in it, and its columns never change once a bucket's row exists: the trigger's
+-- updates of a bucket (0022_usage_rollups) may stay HOT, and a row adds its one entry when
+-- its bucket is new.
+CREATE INDEX usage_rollups_recent ON usage_rollups (bucket_start, tenant_id) WHERE resolution = 1;
