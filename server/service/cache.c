@@ -12,8 +12,10 @@
  * Layout: two tables (keys, rows), each SHARDS shards with a mutex, a fixed array of
  * entries and a bucket array of chains (indexes), so that threads rarely meet on a lock
  * and no lock is held for more than a hash walk and a copy. The arrays are allocated once
- * (cache_rows_max rows; calloc'd, so untouched slots cost no memory); an entry's name is
- * kept in it when under NAME_INLINE bytes, else malloc'd when it is stored (on the pool,
+ * (cache_rows_max rows) and touched as entries are stored: the shards' entries are
+ * interleaved, so the used ones are the array's start, in huge pages where the kernel
+ * gives them (base/bigmem.h: a lookup over 100,000 agents then rarely misses the TLB); an entry's
+ * name is kept in it when under NAME_INLINE bytes, else malloc'd when it is stored (on the pool,
  * never on a hit). A full shard evicts with a
  * clock hand (the next entry in the array), O(1), without bookkeeping on the read path.
  * A row entry keeps every field of struct cg_budget_row but its ids (its name says them)
@@ -101,6 +103,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bigmem.h"
 #include "base/clock.h"
 #include "base/crypto.h"
 #include "core/hash64.h"
@@ -167,8 +170,9 @@ struct row_entry {
 
 struct shard {
     pthread_mutex_t lock;
-    unsigned char *mem; /* cap entries of stride bytes, each starting with a struct slot */
-    size_t stride;
+    unsigned char *mem; /* its first entry; entry i at mem + i * step (see struct table) */
+    size_t stride;      /* an entry's bytes, starting with a struct slot */
+    size_t step;        /* SHARDS * stride */
     size_t cap;
     size_t used;
     size_t hand; /* clock hand for eviction */
@@ -177,8 +181,17 @@ struct shard {
     uint64_t drop_seq_max;
 };
 
+/* The shards' entries are interleaved in one block: entry i of shard k is entry
+ * i * SHARDS + k of the block. Each shard fills its entries in order, so what the table
+ * uses is the block's start, whatever the shards: touched memory follows the entries
+ * stored, in huge pages (base/bigmem.h) where the kernel gives them. The chains' heads
+ * are one block too, shard after shard. */
 struct table {
     struct shard shards[SHARDS];
+    unsigned char *mem;
+    size_t mem_size;
+    int32_t *buckets;
+    size_t buckets_size;
 };
 
 struct cg_cache {
@@ -210,17 +223,22 @@ static bool table_init(struct table *t, size_t max_entries, size_t stride)
     size_t nb = 1;
     while (nb < per * 2)
         nb <<= 1;
+    for (int i = 0; i < SHARDS; i++)
+        pthread_mutex_init(&t->shards[i].lock, NULL);
+    t->mem_size = per * SHARDS * stride;
+    t->buckets_size = nb * SHARDS * sizeof *t->buckets;
+    t->mem = cg_bigmem_alloc(t->mem_size);
+    t->buckets = cg_bigmem_alloc(t->buckets_size);
+    if (t->mem == NULL || t->buckets == NULL)
+        return false;
     for (int i = 0; i < SHARDS; i++) {
         struct shard *s = &t->shards[i];
-        pthread_mutex_init(&s->lock, NULL);
         s->cap = per;
         s->stride = stride;
+        s->step = stride * SHARDS;
+        s->mem = t->mem + (size_t)i * stride;
         s->nbuckets = nb;
-        /* calloc: the pages of slots never used are never touched */
-        s->mem = calloc(per, stride);
-        s->buckets = malloc(nb * sizeof *s->buckets);
-        if (s->mem == NULL || s->buckets == NULL)
-            return false;
+        s->buckets = t->buckets + (size_t)i * nb;
         for (size_t b = 0; b < nb; b++)
             s->buckets[b] = NO_ENTRY;
     }
@@ -229,7 +247,7 @@ static bool table_init(struct table *t, size_t max_entries, size_t stride)
 
 static struct slot *slot_at(const struct shard *s, size_t i)
 {
-    return (struct slot *)(void *)(s->mem + i * s->stride);
+    return (struct slot *)(void *)(s->mem + i * s->step);
 }
 
 static void table_cleanup(struct table *t)
@@ -241,10 +259,10 @@ static void table_cleanup(struct table *t)
             if (e->name != e->inline_name)
                 free((void *)e->name);
         }
-        free(s->mem);
-        free(s->buckets);
         pthread_mutex_destroy(&s->lock);
     }
+    cg_bigmem_free(t->mem, t->mem_size);
+    cg_bigmem_free(t->buckets, t->buckets_size);
 }
 
 static struct shard *shard_of(struct table *t, uint64_t hash)
@@ -275,7 +293,7 @@ static void prefetch_head(const struct table *t, const struct name *n)
     int32_t head = __atomic_load_n(bucket_of(t, n), __ATOMIC_RELAXED);
     if (head == NO_ENTRY || (size_t)head >= s->cap)
         return;
-    const unsigned char *e = s->mem + (size_t)head * s->stride;
+    const unsigned char *e = (const unsigned char *)slot_at(s, (size_t)head);
     for (size_t off = 0; off < s->stride; off += 64)
         __builtin_prefetch(e + off);
 }

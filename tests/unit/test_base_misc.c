@@ -2,9 +2,11 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "base/arena.h"
+#include "base/bigmem.h"
 #include "base/clock.h"
 #include "base/crypto.h"
 #include "base/health.h"
@@ -32,6 +34,34 @@ Test(arena, allocations_are_aligned_and_capped, .timeout = 10)
     cr_assert_not_null(cg_arena_alloc(a, 3000));
     cg_arena_free(a);
     cg_arena_free(NULL);
+}
+
+Test(bigmem, blocks_are_zeroed_aligned_writable_and_apart, .timeout = 10)
+{
+    /* Sizes around the 2 MiB piece: each block zero-filled, 2 MiB-aligned, every byte of
+     * it writable, and no two blocks overlapping. */
+    static const size_t sizes[] = {
+        0, 1, 4096, ((size_t)2 << 20) - 1, (size_t)2 << 20, ((size_t)2 << 20) + 1, (size_t)5 << 20};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    unsigned char *blocks[N];
+    for (int i = 0; i < N; i++) {
+        size_t n = sizes[i] ? sizes[i] : 1;
+        blocks[i] = cg_bigmem_alloc(sizes[i]);
+        cr_assert_not_null(blocks[i], "size %zu", sizes[i]);
+        cr_assert_eq((uintptr_t)blocks[i] % ((size_t)2 << 20), 0, "size %zu", sizes[i]);
+        for (size_t k = 0; k < n; k += 4093)
+            cr_assert_eq(blocks[i][k], 0);
+        cr_assert_eq(blocks[i][n - 1], 0);
+        memset(blocks[i], 0xa0 + i, n);
+    }
+    for (int i = 0; i < N; i++) {
+        size_t n = sizes[i] ? sizes[i] : 1;
+        cr_assert_eq(blocks[i][0], 0xa0 + i, "block %d kept its bytes", i);
+        cr_assert_eq(blocks[i][n - 1], 0xa0 + i, "block %d kept its bytes", i);
+        cg_bigmem_free(blocks[i], sizes[i]);
+    }
+    cg_bigmem_free(NULL, 1);
+    cr_assert_null(cg_bigmem_alloc(SIZE_MAX - 4096), "a size that cannot be rounded up");
 }
 
 Test(log, logfmt_quotes_and_escapes_values, .timeout = 10)
