@@ -37,7 +37,8 @@ source bench/server.sh
 for v in A B; do
     dirvar=BENCH_$v
     BUILD=${!dirvar}
-    [[ -x $BUILD/bin/ctxguard ]] || { echo "bench: no $BUILD/bin/ctxguard" >&2; exit 1; }
+    [[ -x $BUILD/bin/ctxguard && -x $BUILD/bin/ctxguardctl ]] ||
+        { echo "bench: $BUILD/bin needs ctxguard and ctxguardctl" >&2; exit 1; }
     OUT=$ROOT_OUT/$v
     mkdir -p "$OUT"
     bench_server_start || exit 1
