@@ -28,6 +28,8 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "core/hash64.h"
+#include "core/scope.h"
+#include "store/store_pg_events.h"
 
 /* The session advisory lock that serializes migration runners ("ctxguard" in ASCII). */
 #define MIGRATION_LOCK_KEY "7166485292799586916"
@@ -943,23 +945,35 @@ bool cg__pg_notice_add(struct cg_pg *pg, const char *payload)
     return true;
 }
 
-/* The NOTIFY after a COMMIT: the events' wake-ups on cg_events, and on cg_rows each scope
- * row an event names, "<tenant>\n<row_version> <session> <task> <agent>", with its
+/* The NOTIFY after a COMMIT: the events' wake-ups on cg_events, one per event, and on
+ * cg_rows the scope rows the events name, "<tenant>" then "\n<row_version> <session> <task>
+ * <agent>" per row, up to ROWS_PER_NOTIFY rows of a tenant in one payload (a batch of
+ * several calls of a tenant is one or a few notifications, not one per row), with each
  * row_version read after the COMMIT (service/cache.h: other replicas drop older cached
  * copies). Every write that moves a row's counters or budget appends an event naming that
  * row (USAGE_CHANGED at least), so the events name every row written. The version read is
  * the one committed or a later one, as safe to announce (a reader then needs at least
- * that, and PostgreSQL has it). Identical payloads of one transaction are sent once (by
- * PostgreSQL); a scope that is gone announces nothing. In the statement that already
- * carried the events' wake-ups: no round trip more, one primary-key lookup per event. */
+ * that, and PostgreSQL has it). A row named by several events is announced once; a scope
+ * that is gone announces nothing. In the statement that already carried the events'
+ * wake-ups: no round trip more, one primary-key lookup per event. ROWS_PER_NOTIFY keeps a
+ * payload under PostgreSQL's 8,000 bytes with the longest ids (16 lines of at most 410
+ * bytes) and under the listener's CG_PG_ROWS_PER_PAYLOAD. */
+#define ROWS_PER_NOTIFY 16
+#define ROWS_PER_NOTIFY_TEXT "16"
+_Static_assert(ROWS_PER_NOTIFY <= CG_PG_ROWS_PER_PAYLOAD &&
+                   ROWS_PER_NOTIFY * (20 + 3 * (CG_SCOPE_ID_MAX + 1)) + CG_UUID_LEN < 8000,
+               "a cg_rows payload: within the listener's bound and PostgreSQL's 8,000 bytes");
 #define NOTIFY_SQL                                                                                 \
-    "SELECT count(pg_notify('cg_events', p)),"                                                     \
-    " count(pg_notify('cg_rows', r.line)) FILTER (WHERE r.line IS NOT NULL)"                       \
-    " FROM unnest($1::text[]) AS p LEFT JOIN LATERAL ("                                            \
-    "  SELECT split_part(p, ' ', 1) || E'\\n' || sc.row_version || ' ' || sc.session_id || ' '"    \
-    "   || sc.task_id || ' ' || sc.agent_id AS line FROM scopes sc"                                \
-    "  WHERE sc.tenant_id = split_part(p, ' ', 1)::uuid AND sc.session_id = split_part(p, ' ', 3)" \
-    "   AND sc.task_id = split_part(p, ' ', 4) AND sc.agent_id = split_part(p, ' ', 5)) r ON true"
+    "WITH p AS (SELECT p, split_part(p, ' ', 1) AS t FROM unnest($1::text[]) AS p),"               \
+    " r AS (SELECT DISTINCT p.t, sc.row_version || ' ' || sc.session_id || ' ' || sc.task_id"      \
+    "  || ' ' || sc.agent_id AS line FROM p JOIN scopes sc ON sc.tenant_id = p.t::uuid"            \
+    "  AND sc.session_id = split_part(p.p, ' ', 3) AND sc.task_id = split_part(p.p, ' ', 4)"       \
+    "  AND sc.agent_id = split_part(p.p, ' ', 5)),"                                                \
+    " g AS (SELECT t, string_agg(line, E'\n') AS lines FROM (SELECT t, line,"                      \
+    "  (row_number() OVER (PARTITION BY t ORDER BY line) - 1) / " ROWS_PER_NOTIFY_TEXT " AS k"     \
+    "  FROM r) x GROUP BY t, k)"                                                                   \
+    " SELECT (SELECT count(pg_notify('cg_events', p)) FROM p),"                                    \
+    " (SELECT count(pg_notify('cg_rows', t || E'\n' || lines)) FROM g)"
 
 /* The queued payloads as a text array literal, each quoted (malloc'd; NULL when out of
  * memory, logged). */

@@ -51,7 +51,7 @@ struct cg_pg_row_notices {
     int count;
 };
 
-/* The most rows one cg_rows payload may carry (store_pg.c's NOTIFY sends one). */
+/* The most rows one cg_rows payload may carry (store_pg.c's NOTIFY sends up to 16). */
 #define CG_PG_ROWS_PER_PAYLOAD 64
 
 /* LISTEN cg_events, cg_keys and cg_rows when conn is not *listening (a new or remade

@@ -6,8 +6,11 @@
  */
 #include <criterion/criterion.h>
 
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <libpq-fe.h>
 
 #include "base/clock.h"
 #include "pgtest.h"
@@ -306,6 +309,96 @@ Test(cache_fleet, a_counter_move_on_one_replica_drops_the_row_on_the_other, .ini
     while (replica_cached_used(&b, t.tenant_id, &ids) == 25 && cg_mono_ms() < deadline)
         (void)cg_events_step(&b.env, b.listener, 100);
     cr_assert_eq(replica_cached_used(&b, t.tenant_id, &tenant_level), -1);
+    replica_close(&a);
+    replica_close(&b);
+}
+
+/* The cg_rows payloads a raw listener got until it counted `rows` row lines (or 20 s):
+ * how many payloads, each checked to start with tenant and to carry at most 16 lines. */
+static int rows_payloads(PGconn *listen, const char *tenant, int rows)
+{
+    int payloads = 0, lines = 0;
+    int64_t deadline = cg_mono_ms() + 20000;
+    while (lines < rows && cg_mono_ms() < deadline) {
+        cr_assert(PQconsumeInput(listen), "%s", PQerrorMessage(listen));
+        PGnotify *n;
+        while ((n = PQnotifies(listen)) != NULL) {
+            if (strcmp(n->relname, "cg_rows") == 0) {
+                cr_assert_eq(strncmp(n->extra, tenant, strlen(tenant)), 0, "%s", n->extra);
+                int here = 0;
+                for (const char *p = strchr(n->extra, '\n'); p != NULL; p = strchr(p + 1, '\n'))
+                    here++;
+                cr_assert(here >= 1 && here <= 16, "%d rows in one payload", here);
+                lines += here;
+                payloads++;
+            }
+            PQfreemem(n);
+        }
+        if (lines < rows) {
+            struct pollfd pfd = {.fd = PQsocket(listen), .events = POLLIN};
+            (void)poll(&pfd, 1, 100);
+        }
+    }
+    cr_assert_eq(lines, rows, "row lines announced");
+    return payloads;
+}
+
+Test(cache_fleet, a_commit_announces_its_rows_a_few_payloads_per_tenant, .init = setup,
+     .fini = teardown, .timeout = 120)
+{
+    struct replica a, b;
+    replica_open(&a);
+    replica_open(&b);
+    struct cg_err err;
+    cg_err_clear(&err);
+    struct cg_tenant t;
+    OK(cg_store_tenant_create(a.env.store, "fleet", "UTC", &t, &err));
+    enum { N = 20 }; /* agents, each under a task of its own: N + N + 2 rows */
+    struct cg_scope_ids ids[N];
+    for (int i = 0; i < N; i++) {
+        agent_ids(i, &ids[i]);
+        make_path(a.env.store, t.tenant_id, &ids[i]);
+        replica_fill(&b, t.tenant_id, &ids[i]);
+    }
+    for (int i = 0; i < 10; i++) /* what the setup announced */
+        (void)cg_events_step(&b.env, b.listener, 50);
+    PGconn *listen = cg_pgtest_connect(&T);
+    PQclear(PQexec(listen, "LISTEN cg_rows"));
+    struct cg_cache_stats before;
+    cg_cache_stats(b.env.cache, &before);
+
+    /* One transaction of A moves every agent's path. */
+    OK(cg_store_begin(a.env.store, &err));
+    for (int i = 0; i < N; i++) {
+        struct cg_budget_row path[4];
+        struct cg_event_in events[4];
+        int n = 0;
+        OK(cg_store_path_read(a.env.store, t.tenant_id, &ids[i], true, true, cg_wall_ms(), path, &n,
+                              &err));
+        OK(cg_store_path_add(a.env.store, t.tenant_id, path, n, 5, 0, 0, 0, &err));
+        memset(events, 0, sizeof events);
+        for (int k = 0; k < n; k++) {
+            events[k].ids = path[k].ids;
+            events[k].type = 2; /* USAGE_CHANGED */
+        }
+        OK(cg_store_events_append(a.env.store, t.tenant_id, events, n, cg_wall_ms(), &err));
+    }
+    OK(cg_store_commit(a.env.store, &err));
+
+    /* Each row once, 16 to a payload: 42 rows in 3 notifications, not 42 (nor one that
+     * names the whole tenant). */
+    cr_assert_eq(rows_payloads(listen, t.tenant_id, 2 * N + 2), 3);
+    PQfinish(listen);
+    /* B drops exactly those rows, each by its version (not the whole tenant). */
+    int64_t deadline = cg_mono_ms() + 20000;
+    struct cg_cache_stats now = before;
+    while (now.rows_announced - before.rows_announced < 2 * N + 2 && cg_mono_ms() < deadline) {
+        (void)cg_events_step(&b.env, b.listener, 100);
+        cg_cache_stats(b.env.cache, &now);
+    }
+    cr_assert_eq(now.rows_announced - before.rows_announced, 2 * N + 2);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(replica_cached_used(&b, t.tenant_id, &ids[i]), -1, "agent %d dropped", i);
     replica_close(&a);
     replica_close(&b);
 }
