@@ -224,8 +224,26 @@ static int64_t replica_cached_used(struct replica *r, const char *tenant,
     return out[n - 1].used_tokens;
 }
 
-/* Replica a's write path as the budget service runs it: lock the path, add tokens, append
- * the USAGE_CHANGED event of each level (service/budget_events.c), commit (the NOTIFY after
+/* In the store's open transaction, as the budget service writes: lock the path of ids into
+ * path (*n rows), add tokens, append the USAGE_CHANGED event of each level
+ * (service/budget_events.c). */
+static void add_in_tx(struct cg_store *s, const char *tenant, const struct cg_scope_ids *ids,
+                      int64_t tokens, struct cg_budget_row path[4], int *n)
+{
+    struct cg_err err;
+    cg_err_clear(&err);
+    struct cg_event_in events[4];
+    OK(cg_store_path_read(s, tenant, ids, true, true, cg_wall_ms(), path, n, &err));
+    OK(cg_store_path_add(s, tenant, path, *n, tokens, 0, 0, 0, &err));
+    memset(events, 0, sizeof events);
+    for (int i = 0; i < *n; i++) {
+        events[i].ids = path[i].ids;
+        events[i].type = 2; /* USAGE_CHANGED */
+    }
+    OK(cg_store_events_append(s, tenant, events, *n, cg_wall_ms(), &err));
+}
+
+/* Replica a's write path as the budget service runs it: add_in_tx, commit (the NOTIFY after
  * it announces the rows), then cg_cache_written. */
 static void replica_add(struct replica *a, const char *tenant, const struct cg_scope_ids *ids,
                         int64_t tokens)
@@ -233,17 +251,9 @@ static void replica_add(struct replica *a, const char *tenant, const struct cg_s
     struct cg_err err;
     cg_err_clear(&err);
     struct cg_budget_row path[4];
-    struct cg_event_in events[4];
     int n = 0;
     OK(cg_store_begin(a->env.store, &err));
-    OK(cg_store_path_read(a->env.store, tenant, ids, true, true, cg_wall_ms(), path, &n, &err));
-    OK(cg_store_path_add(a->env.store, tenant, path, n, tokens, 0, 0, 0, &err));
-    memset(events, 0, sizeof events);
-    for (int i = 0; i < n; i++) {
-        events[i].ids = path[i].ids;
-        events[i].type = 2; /* USAGE_CHANGED */
-    }
-    OK(cg_store_events_append(a->env.store, tenant, events, n, cg_wall_ms(), &err));
+    add_in_tx(a->env.store, tenant, ids, tokens, path, &n);
     OK(cg_store_commit(a->env.store, &err));
     cg_cache_written(&a->env, tenant, path, n);
 }
@@ -371,17 +381,8 @@ Test(cache_fleet, a_commit_announces_its_rows_a_few_payloads_per_tenant, .init =
     OK(cg_store_begin(a.env.store, &err));
     for (int i = 0; i < N; i++) {
         struct cg_budget_row path[4];
-        struct cg_event_in events[4];
         int n = 0;
-        OK(cg_store_path_read(a.env.store, t.tenant_id, &ids[i], true, true, cg_wall_ms(), path, &n,
-                              &err));
-        OK(cg_store_path_add(a.env.store, t.tenant_id, path, n, 5, 0, 0, 0, &err));
-        memset(events, 0, sizeof events);
-        for (int k = 0; k < n; k++) {
-            events[k].ids = path[k].ids;
-            events[k].type = 2; /* USAGE_CHANGED */
-        }
-        OK(cg_store_events_append(a.env.store, t.tenant_id, events, n, cg_wall_ms(), &err));
+        add_in_tx(a.env.store, t.tenant_id, &ids[i], 5, path, &n);
     }
     OK(cg_store_commit(a.env.store, &err));
 
