@@ -64,10 +64,14 @@ static void lit_text(struct lit *l, const char *s)
 {
     lit_sep(l);
     lit_put(l, "\"", 1);
-    for (const char *p = s; *p; p++) {
-        if (*p == '"' || *p == '\\')
+    for (const char *p = s; *p;) {
+        size_t run = strcspn(p, "\"\\"); /* copied as they are, in one piece */
+        lit_put(l, p, run);
+        p += run;
+        if (*p) {
             lit_put(l, "\\", 1);
-        lit_put(l, p, 1);
+            lit_put(l, p++, 1);
+        }
     }
     lit_put(l, "\"", 1);
 }

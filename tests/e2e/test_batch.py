@@ -85,6 +85,17 @@ class BatchedWrites(cgtest.TestCase):
                 sizes.append(int(line.split("batch n=")[1].split()[0]))
         return sizes
 
+    def assert_batches_wrote(self, start):
+        """Since log line `start`: a batch of several wrote (st=0) and none failed over to
+        the one-request path, which would hide a wrong batch write by writing right."""
+        if not self.BATCHING:
+            return
+        lines = self.srv.log_text().splitlines()[start:]
+        batches = [line for line in lines if "batch n=" in line]
+        self.assertTrue(any(int(line.split("batch n=")[1].split()[0]) > 1 and " st=0" in line
+                            for line in batches), batches)
+        self.assertFalse([line for line in lines if "run one by one" in line])
+
     def test_hard_limit_holds_for_requests_decided_together(self):
         results = run_together(48, lambda i: self.reserve(50))
         ok = [r for r in results if not isinstance(r, grpc.RpcError)]
@@ -158,6 +169,38 @@ class BatchedWrites(cgtest.TestCase):
         self.assertEqual(out.replace(" ", ""), f"144|{sum(results)}")
 
 
+    def test_ids_with_quotes_and_backslashes_are_written_as_they_are(self):
+        """Ids may hold any printable byte: those the batch's array literals escape (a
+        double quote, a backslash) and those that mean something inside one (braces,
+        commas) reach every row the pairs write as they were sent."""
+        tasks = ['q"1', 'b\\2', '{c,3}', 'm\\"{,}4', 'plain5', '""\\\\6']
+        for t in tasks:
+            self.stub.SetBudget(B.SetBudgetRequest(
+                scope=scope(self.s, t), settings=B.BudgetSettings(
+                    limit_tokens=1000, mode=B.BUDGET_MODE_HARD)), metadata=self.md, timeout=10)
+
+        def pair(i):
+            sc = scope(self.s, tasks[i % len(tasks)])
+            r = self.stub.Reserve(B.ReserveRequest(scope=sc, tokens=10,
+                                                   delay_mode=B.DELAY_MODE_RETURN_ONLY),
+                                  metadata=self.md, timeout=30)
+            self.commit(r.reservation.reservation_id, 1 + i // len(tasks))
+            return sc
+
+        start = len(self.srv.log_text().splitlines())
+        results = run_together(4 * len(tasks), pair)
+        self.assertEqual([r for r in results if isinstance(r, grpc.RpcError)], [])
+        self.assert_batches_wrote(start)
+        for k, t in enumerate(tasks):
+            u = self.stub.GetBudget(B.GetBudgetRequest(scope=scope(self.s, t)),
+                                    metadata=self.md, timeout=10).usage
+            self.assertEqual((u.used_tokens, u.reserved_tokens), (10, 0), repr(t))
+        out = cgtest.psql(f"SELECT task_id, sum(input_tokens) FROM ledger"
+                          f" WHERE tenant_id = '{self.tenant}' GROUP BY 1 ORDER BY 1",
+                          dsn=self.srv.dsn)
+        got = dict(line.rsplit("|", 1) for line in out.strip().splitlines())
+        self.assertEqual({k: int(v) for k, v in got.items()}, {t: 10 for t in tasks})
+
     def test_requests_past_their_deadline_in_the_queue_leave_the_batch_alone(self):
         """Requests whose deadline passes while they wait behind a blocked batch are answered
         DEADLINE_EXCEEDED when their batch starts, and the batch goes on without them,
@@ -212,14 +255,8 @@ class BatchedWrites(cgtest.TestCase):
         start = len(self.srv.log_text().splitlines())
         results = run_together(32, lambda i: self.reserve(30))
         self.assertEqual(sum(1 for r in results if not isinstance(r, grpc.RpcError)), 32)
-        # Numbered by the batch's own write, not by the one-request path after a failed one:
-        # a batch of several wrote (st=0), none failed.
-        if self.BATCHING:
-            lines = self.srv.log_text().splitlines()[start:]
-            batches = [line for line in lines if "batch n=" in line]
-            self.assertTrue(any(int(line.split("batch n=")[1].split()[0]) > 1 and " st=0" in line
-                                for line in batches), batches)
-            self.assertFalse([line for line in lines if "run one by one" in line])
+        # Numbered by the batch's own write, not by the one-request path after a failed one.
+        self.assert_batches_wrote(start)
         rows = cgtest.psql(
             f"SELECT seq, type, reserved_tokens FROM scope_events"
             f" WHERE tenant_id = '{self.tenant}' AND session_id = '{self.s}' AND task_id = 't'"
