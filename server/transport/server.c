@@ -1659,7 +1659,7 @@ static struct cg_server *server_new(struct cg_app *app)
 static cg_status create_grpc_server(struct cg_server *srv, struct cg_err *err)
 {
     const struct cg_config *cfg = srv->cfg;
-    grpc_arg args[3];
+    grpc_arg args[5];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     /* C core refuses a larger message by itself, with no error details. Up to twice the
@@ -1676,7 +1676,15 @@ static cg_status create_grpc_server(struct cg_server *srv, struct cg_err *err)
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
     args[2].value.integer = 0;
-    grpc_channel_args chargs = {3, args};
+    /* Channelz (a clock read and counters per stream and message) and census keep figures
+     * for services this server does not offer; /metrics has its own. */
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = GRPC_ARG_ENABLE_CHANNELZ;
+    args[3].value.integer = 0;
+    args[4].type = GRPC_ARG_INTEGER;
+    args[4].key = GRPC_ARG_ENABLE_CENSUS;
+    args[4].value.integer = 0;
+    grpc_channel_args chargs = {5, args};
     srv->server = grpc_server_create(&chargs, NULL);
 
     srv->methods = cg_rpc_methods(&srv->nmethods);
