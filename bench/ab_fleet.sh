@@ -41,8 +41,11 @@ for v in A B; do
         { echo "bench: $BUILD/bin needs ctxguard and ctxguardctl" >&2; exit 1; }
     OUT=$ROOT_OUT/$v
     mkdir -p "$OUT"
-    bench_server_start || exit 1
-    PIDS[$v]=$SERVER_PID
+    SERVER_PID=
+    rc=0
+    bench_server_start || rc=$?
+    [[ -z $SERVER_PID ]] || PIDS[$v]=$SERVER_PID # stopped on exit, started or not
+    [[ $rc == 0 ]] || exit 1
     PORTS[$v]=$PORT
     [[ $v == A ]] && FLEET_KEY=$KEY # the key works on both: one database
 done
