@@ -14,10 +14,10 @@
  * and no lock is held for more than a hash walk and a copy. The arrays are allocated once
  * (cache_rows_max rows) and touched as entries are stored: the shards' entries are
  * interleaved, so the used ones are the array's start, in huge pages where the kernel
- * gives them (base/bigmem.h: a lookup over 100,000 agents then rarely misses the TLB); an entry's
- * name is kept in it when under NAME_INLINE bytes, else malloc'd when it is stored (on the pool,
- * never on a hit). A full shard evicts with a
- * clock hand (the next entry in the array), O(1), without bookkeeping on the read path.
+ * gives them (base/bigmem.h: a lookup over 100,000 agents then rarely misses the TLB). An
+ * entry's name is kept in it when under NAME_INLINE bytes, else malloc'd when it is stored
+ * (on the pool, never on a hit). A full shard evicts with a clock hand (the next entry in
+ * the array), O(1), without bookkeeping on the read path.
  * A row entry keeps every field of struct cg_budget_row but its ids (its name says them)
  * and its description: 528 bytes on x86-64 with a name of up to 79 bytes inside it, see
  * cache.h for the memory per path. A lookup hashes its name eight bytes at a time (seeded

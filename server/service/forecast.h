@@ -24,9 +24,9 @@ cg_status cg_forecast_nodes(const struct cg_svc_env *env, const char *tenant_id,
 
 /* One pass over the tenants with spend in the window or a budget marked under the horizon
  * (store.h cg_store_forecast_tenants; the others have nothing to forecast or re-arm):
- * alerts the budgets whose forecast fell under the horizon and re-arms those that left it. *alerted
- * gets how many events were appended. False when the store failed (logged); the next pass tries
- * again. Nothing when the horizon is 0. */
+ * alerts the budgets whose forecast fell under the horizon and re-arms those that left it.
+ * *alerted gets how many events were appended. False when the store failed (logged); the
+ * next pass tries again. Nothing when the horizon is 0. */
 bool cg_forecast_pass(const struct cg_svc_env *env, int64_t now_ms, int *alerted);
 
 #endif

@@ -959,7 +959,8 @@ bool cg__pg_notice_add(struct cg_pg *pg, const char *payload)
  * payload under PostgreSQL's 8,000 bytes with the longest ids (16 lines of at most 410
  * bytes) and under the listener's CG_PG_ROWS_PER_PAYLOAD. */
 #define ROWS_PER_NOTIFY 16
-#define ROWS_PER_NOTIFY_TEXT "16"
+#define TEXT_OF_(x) #x
+#define TEXT_OF(x) TEXT_OF_(x) /* the digits of a macro's value, for SQL text */
 _Static_assert(ROWS_PER_NOTIFY <= CG_PG_ROWS_PER_PAYLOAD &&
                    ROWS_PER_NOTIFY * (20 + 3 * (CG_SCOPE_ID_MAX + 1)) + CG_UUID_LEN < 8000,
                "a cg_rows payload: within the listener's bound and PostgreSQL's 8,000 bytes");
@@ -969,11 +970,12 @@ _Static_assert(ROWS_PER_NOTIFY <= CG_PG_ROWS_PER_PAYLOAD &&
     "  || ' ' || sc.agent_id AS line FROM p JOIN scopes sc ON sc.tenant_id = p.t::uuid"            \
     "  AND sc.session_id = split_part(p.p, ' ', 3) AND sc.task_id = split_part(p.p, ' ', 4)"       \
     "  AND sc.agent_id = split_part(p.p, ' ', 5)),"                                                \
-    " g AS (SELECT t, string_agg(line, E'\n') AS lines FROM (SELECT t, line,"                      \
-    "  (row_number() OVER (PARTITION BY t ORDER BY line) - 1) / " ROWS_PER_NOTIFY_TEXT " AS k"     \
-    "  FROM r) x GROUP BY t, k)"                                                                   \
-    " SELECT (SELECT count(pg_notify('cg_events', p)) FROM p),"                                    \
-    " (SELECT count(pg_notify('cg_rows', t || E'\n' || lines)) FROM g)"
+    " g AS (SELECT t, string_agg(line, E'\\n') AS lines FROM (SELECT t, line,"                     \
+    "  (row_number() OVER (PARTITION BY t ORDER BY line) - 1) / " TEXT_OF(                         \
+        ROWS_PER_NOTIFY) " AS k"                                                                   \
+                         "  FROM r) x GROUP BY t, k)"                                              \
+                         " SELECT (SELECT count(pg_notify('cg_events', p)) FROM p),"               \
+                         " (SELECT count(pg_notify('cg_rows', t || E'\\n' || lines)) FROM g)"
 
 /* The queued payloads as a text array literal, each quoted (malloc'd; NULL when out of
  * memory, logged). */
