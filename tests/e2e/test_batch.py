@@ -168,7 +168,6 @@ class BatchedWrites(cgtest.TestCase):
                           f" WHERE tenant_id = '{self.tenant}'", dsn=self.srv.dsn).strip()
         self.assertEqual(out.replace(" ", ""), f"144|{sum(results)}")
 
-
     def test_ids_with_quotes_and_backslashes_are_written_as_they_are(self):
         """Ids may hold any printable byte: those the batch's array literals escape (a
         double quote, a backslash) and those that mean something inside one (braces,
@@ -185,13 +184,12 @@ class BatchedWrites(cgtest.TestCase):
                                                    delay_mode=B.DELAY_MODE_RETURN_ONLY),
                                   metadata=self.md, timeout=30)
             self.commit(r.reservation.reservation_id, 1 + i // len(tasks))
-            return sc
 
         start = len(self.srv.log_text().splitlines())
         results = run_together(4 * len(tasks), pair)
         self.assertEqual([r for r in results if isinstance(r, grpc.RpcError)], [])
         self.assert_batches_wrote(start)
-        for k, t in enumerate(tasks):
+        for t in tasks:
             u = self.stub.GetBudget(B.GetBudgetRequest(scope=scope(self.s, t)),
                                     metadata=self.md, timeout=10).usage
             self.assertEqual((u.used_tokens, u.reserved_tokens), (10, 0), repr(t))
