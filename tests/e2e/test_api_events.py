@@ -179,9 +179,19 @@ class Events(cgtest.TestCase):
         self.spend("t0", 2)
         last = s.until(self.usage_of("t0"), "usage_changed of t0")["id"]
         s.close()
-        # Committed while no stream is open; t1 twice: only its latest state is replayed.
+        # Another client watches live, so that the server is known to have delivered these
+        # commits (its events thread reads their notifications after the COMMIT, later on
+        # a slow machine) before the fresh stream below opens.
+        probe = self.open(query)
+        # Committed while this client has no stream open; t1 twice: only its latest state
+        # is replayed.
         for task, tokens in (("t1", 10), ("t2", 20), ("t1", 30)):
             self.spend(task, tokens)
+        latest = {}
+        while latest.get("t1") != 40 or latest.get("") != 63:
+            f = probe.until(lambda f: f.get("event") == "usage_changed", "a live event")
+            latest[f["data"]["scope"].get("task_id", "")] = f["data"]["status"]["used_tokens"]
+        probe.close()
         back = self.open(query, headers={"Last-Event-ID": last})
         self.assertEqual(back.status, 200)
         got = {}  # t0 may come again (the margin): repeats are allowed
