@@ -61,7 +61,8 @@ for v in A B; do
         --target "127.0.0.1:${PORTS[$v]}" "${COMMON[@]}" --seconds "$WARMUP")
     echo "warm-up $v: $line"
 done
-cpu_ms() { awk -v t="$((1000 / $(getconf CLK_TCK)))" '{ sub(/^.*\) /, ""); print ($12 + $13) * t }' "/proc/$1/stat"; }
+# shellcheck source=bench/cpu.sh
+source bench/cpu.sh
 RES=$ROOT_OUT/rounds
 : >"$RES"
 for round in $(seq 1 "$ROUNDS"); do
@@ -72,11 +73,11 @@ for round in $(seq 1 "$ROUNDS"); do
             one) args=(check --key "$FLEET_KEY" --agents 1 --sessions 1 --tasks 1 --prefix fleet) ;;
             *) args=(check --key "$FLEET_KEY" --agents "$AGENTS" --prefix fleet --dist "$kind") ;;
             esac
-            s0=$(cpu_ms "${PIDS[$v]}")
+            s0=$(proc_ms "${PIDS[$v]}")
             line=$("${LG[@]}" "${args[@]}" --target "127.0.0.1:${PORTS[$v]}" "${COMMON[@]}" \
                 --seconds "$SECONDS_PER_RUN" --warmup 1) ||
                 { echo "bench: !!! $v $kind had failed calls: $line" >&2; exit 1; }
-            s1=$(cpu_ms "${PIDS[$v]}")
+            s1=$(proc_ms "${PIDS[$v]}")
             echo "$round $v $kind $((s1 - s0)) $line" >>"$RES"
         done
     done

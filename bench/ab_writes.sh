@@ -35,7 +35,6 @@ source "$DIR/env"
 [[ $(psql -X -At -d "$CTXGUARD_PG_DSN" -c 'SHOW fsync') == on ]] ||
     { echo "bench: $DIR has fsync off; remove it (scripts/services.sh destroy $DIR)" >&2; exit 1; }
 PM_PID=$(head -n 1 "$DIR/pg/data/postmaster.pid")
-TICK_MS=$((1000 / $(getconf CLK_TCK)))
 
 declare -A PIDS PORTS
 stop_all() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
@@ -80,29 +79,8 @@ for layout in $LAYOUTS; do
     esac
 done
 
-proc_ms() { awk -v t="$TICK_MS" '{ sub(/^.*\) /, ""); print ($12 + $13) * t }' "/proc/$1/stat"; }
-# PostgreSQL's CPU so far (ms): as bench/writes.sh's pg_cpu_ms, every backend counted.
-pg_cpu_ms() {
-    /usr/bin/python3 - "$PM_PID" "$TICK_MS" <<'PY'
-import os, sys
-pm, tick = sys.argv[1], int(sys.argv[2])
-def fields(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(") ", 1)[1].split()
-f = fields(pm)
-total = sum(int(x) for x in f[11:15])
-for pid in os.listdir("/proc"):
-    if not pid.isdigit():
-        continue
-    try:
-        g = fields(pid)
-    except OSError:
-        continue
-    if g[1] == pm:
-        total += int(g[11]) + int(g[12])
-print(total * tick)
-PY
-}
+# shellcheck source=bench/cpu.sh
+source bench/cpu.sh
 RES=$OUT/rounds
 : >"$RES"
 for round in $(seq 1 "$ROUNDS"); do

@@ -276,16 +276,24 @@ static void make_path(struct cg_store *s, const char *tenant, const struct cg_sc
     }
 }
 
+/* Replicas a and b on one database, and a new tenant t. */
+static void replicas_open(struct replica *a, struct replica *b, struct cg_tenant *t)
+{
+    struct cg_err err;
+    cg_err_clear(&err);
+    replica_open(a);
+    replica_open(b);
+    OK(cg_store_tenant_create(a->env.store, "fleet", "UTC", t, &err));
+}
+
 Test(cache_fleet, a_counter_move_on_one_replica_drops_the_row_on_the_other, .init = setup,
      .fini = teardown, .timeout = 120)
 {
     struct replica a, b;
-    replica_open(&a);
-    replica_open(&b);
+    struct cg_tenant t;
+    replicas_open(&a, &b, &t);
     struct cg_err err;
     cg_err_clear(&err);
-    struct cg_tenant t;
-    OK(cg_store_tenant_create(a.env.store, "fleet", "UTC", &t, &err));
     struct cg_scope_ids ids;
     agent_ids(42, &ids);
     make_path(a.env.store, t.tenant_id, &ids);
@@ -358,12 +366,10 @@ Test(cache_fleet, a_commit_announces_its_rows_a_few_payloads_per_tenant, .init =
      .fini = teardown, .timeout = 120)
 {
     struct replica a, b;
-    replica_open(&a);
-    replica_open(&b);
+    struct cg_tenant t;
+    replicas_open(&a, &b, &t);
     struct cg_err err;
     cg_err_clear(&err);
-    struct cg_tenant t;
-    OK(cg_store_tenant_create(a.env.store, "fleet", "UTC", &t, &err));
     enum { N = 20 }; /* agents, each under a task of its own: N + N + 2 rows */
     struct cg_scope_ids ids[N];
     for (int i = 0; i < N; i++) {
